@@ -1,0 +1,1 @@
+//! Criterion benches live in the `[[bench]]` targets beside this file.

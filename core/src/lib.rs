@@ -1,0 +1,15 @@
+//! eddyline-core: the engine of eddyline, without Python.
+//!
+//! A job graph of operators is expanded into subtasks that run on threads and
+//! exchange [`event::Event`]s (Arrow record batches and control events) over
+//! bounded channels. See DESIGN.md for the architecture and the five Flink
+//! designs (ABS, FLIP-15, FLIP-16, FLIP-147, FLINK-4120) it implements.
+
+pub mod error;
+pub mod event;
+
+pub mod keygroup;
+pub mod operator;
+pub mod state;
+
+pub use error::{Error, Result};

@@ -1,0 +1,105 @@
+//! The operator interface and the built-in native operators.
+//!
+//! The lifecycle follows FLIP-147: `open`, any number of `process_batch` /
+//! `process_event` calls, `end_input` per logical input, `finish` (operator
+//! logic done, may still emit), then snapshot/notify for the final
+//! checkpoint, then `close`. State hooks (`snapshot_state`,
+//! `restore_state`, `notify_checkpoint_complete`) are what asynchronous
+//! barrier snapshotting drives.
+
+
+use arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+use crate::state::OperatorState;
+
+/// Where an operator sends what it produces. Implemented by the runtime:
+/// either the next operator of the chain or the task's output partitioner.
+pub trait Collector {
+    /// Emits a batch downstream. Batches with zero rows may be dropped.
+    fn emit(&mut self, batch: RecordBatch) -> Result<()>;
+    /// Emits a watermark downstream.
+    fn emit_watermark(&mut self, watermark: i64) -> Result<()>;
+}
+
+/// What an operator learns about where it runs when it is opened.
+#[derive(Debug, Clone)]
+pub struct OperatorContext {
+    /// The operator's (user-facing) name, used in every error message.
+    pub name: String,
+    /// Stable id that matches state on restore.
+    pub uid: String,
+    pub subtask_index: usize,
+    pub parallelism: usize,
+    pub max_parallelism: usize,
+    /// The key groups `[start, end)` this subtask owns (keyed operators).
+    pub key_groups: std::ops::Range<usize>,
+    /// How many attempts ran before this one (0 on the first run).
+    pub attempt: u32,
+}
+
+/// A streaming operator. Implementations hold no lock while computing and
+/// are driven by exactly one thread at a time.
+pub trait Operator: Send {
+    /// Called once before any record. Restore happens before `open`.
+    fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
+        Ok(())
+    }
+
+    /// Processes one batch that arrived on logical input `input`.
+    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut dyn Collector)
+        -> Result<()>;
+
+    /// Processes a watermark (already combined across input channels).
+    /// The default forwards it.
+    fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {
+        out.emit_watermark(watermark)
+    }
+
+    /// Logical input `input` has ended (all its channels sent EndOfData).
+    fn end_input(&mut self, _input: usize, _out: &mut dyn Collector) -> Result<()> {
+        Ok(())
+    }
+
+    /// All inputs ended: flush whatever the operator still holds.
+    fn finish(&mut self, _out: &mut dyn Collector) -> Result<()> {
+        Ok(())
+    }
+
+    /// Synchronous part of a snapshot for checkpoint `checkpoint_id`: a
+    /// cheap (copy-on-write) view of the state. Writing it happens elsewhere.
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
+        Ok(OperatorState::default())
+    }
+
+    /// Restores the state taken by `snapshot_state` (possibly merged from
+    /// several subtasks when the parallelism changed).
+    fn restore_state(&mut self, _state: OperatorState) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint_id` completed everywhere (two-phase commit).
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Releases resources; called on success and on failure.
+    fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Builds one operator instance per parallel subtask.
+pub trait OperatorFactory: Send + Sync {
+    /// A fresh operator for subtask `ctx.subtask_index`.
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>>;
+}
+
+impl<F> OperatorFactory for F
+where
+    F: Fn(&OperatorContext) -> Result<Box<dyn Operator>> + Send + Sync,
+{
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+        self(ctx)
+    }
+}

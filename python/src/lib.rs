@@ -1,0 +1,1 @@
+//! eddyline._core
