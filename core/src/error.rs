@@ -45,7 +45,10 @@ pub enum Error {
     /// A checkpoint or savepoint is missing, corrupt or incompatible, or
     /// checkpoint storage cannot be used.
     #[error("checkpoint error{}: {message}", path.as_ref().map(|p| format!(" at '{}'", p.display())).unwrap_or_default())]
-    Checkpoint { path: Option<PathBuf>, message: String },
+    Checkpoint {
+        path: Option<PathBuf>,
+        message: String,
+    },
 
     /// Streams of different loop scopes were combined.
     #[error("scope error: {message}")]
@@ -157,7 +160,10 @@ impl Error {
     pub fn is_deterministic(&self) -> bool {
         matches!(
             self,
-            Error::Schema { .. } | Error::Graph { .. } | Error::Scope { .. } | Error::Checkpoint { .. }
+            Error::Schema { .. }
+                | Error::Graph { .. }
+                | Error::Scope { .. }
+                | Error::Checkpoint { .. }
         )
     }
 }

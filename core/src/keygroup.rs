@@ -47,10 +47,7 @@ pub fn hash_keys(columns: &[ArrayRef], out: &mut Vec<u64>) -> Result<()> {
         if arr.null_count() == 0 {
             out.extend(arr.values().iter().map(|v| mix64(*v as u64)));
         } else {
-            out.extend(
-                arr.iter()
-                    .map(|v| v.map_or(NULL_HASH, |v| mix64(v as u64))),
-            );
+            out.extend(arr.iter().map(|v| v.map_or(NULL_HASH, |v| mix64(v as u64))));
         }
         return Ok(());
     }
@@ -77,7 +74,11 @@ pub fn key_group(hash: u64, max_parallelism: usize) -> usize {
 
 /// The subtask that owns `key_group` at `parallelism` (Flink's formula).
 #[inline]
-pub fn subtask_for_key_group(key_group: usize, parallelism: usize, max_parallelism: usize) -> usize {
+pub fn subtask_for_key_group(
+    key_group: usize,
+    parallelism: usize,
+    max_parallelism: usize,
+) -> usize {
     key_group * parallelism / max_parallelism
 }
 
@@ -91,8 +92,8 @@ pub fn key_group_range(subtask: usize, parallelism: usize, max_parallelism: usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use arrow::array::{Int64Array, StringArray};
+    use std::sync::Arc;
 
     #[test]
     fn ranges_cover_all_key_groups_and_match_owner() {
@@ -120,7 +121,12 @@ mod tests {
         assert_eq!(h[0], h[2]);
         assert_eq!(h[1], h[3]);
         assert_ne!(h[0], h[1]);
-        let s: ArrayRef = Arc::new(StringArray::from(vec![Some("x"), Some("y"), Some("x"), None]));
+        let s: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("x"),
+            Some("y"),
+            Some("x"),
+            None,
+        ]));
         hash_keys(&[s], &mut h).unwrap();
         assert_eq!(h[0], h[2]);
         assert_ne!(h[0], h[1]);

@@ -13,3 +13,9 @@ pub mod operator;
 pub mod state;
 
 pub use error::{Error, Result};
+pub mod channel;
+pub mod graph;
+pub mod partition;
+pub mod runtime;
+pub mod sink;
+pub mod source;

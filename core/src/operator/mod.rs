@@ -7,7 +7,6 @@
 //! `restore_state`, `notify_checkpoint_complete`) are what asynchronous
 //! barrier snapshotting drives.
 
-
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
@@ -47,8 +46,12 @@ pub trait Operator: Send {
     }
 
     /// Processes one batch that arrived on logical input `input`.
-    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut dyn Collector)
-        -> Result<()>;
+    fn process_batch(
+        &mut self,
+        input: usize,
+        batch: RecordBatch,
+        out: &mut dyn Collector,
+    ) -> Result<()>;
 
     /// Processes a watermark (already combined across input channels).
     /// The default forwards it.

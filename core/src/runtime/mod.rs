@@ -1,0 +1,12 @@
+//! The runtime: expands a [`crate::graph::JobGraph`] into chains of
+//! operators, runs one thread per parallel subtask of each chain, connects
+//! them with bounded channels, and supervises the job (failure, restart,
+//! cancellation, final commit).
+
+pub mod job;
+pub mod metrics;
+pub mod plan;
+pub(crate) mod task;
+
+pub use job::{JobConfig, JobHandle, JobOutcome, JobStatus, RestartStrategy};
+pub use metrics::{MetricsSnapshot, OperatorMetrics, OperatorMetricsSnapshot};

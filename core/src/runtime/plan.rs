@@ -1,0 +1,57 @@
+//! Operator chaining: consecutive nodes joined by a forward edge, with equal
+//! parallelism and no other consumer, run in one thread and hand batches to
+//! each other by a function call instead of a channel.
+
+use crate::graph::{JobGraph, NodeKind};
+use crate::partition::Partitioning;
+
+/// A chain of nodes run by one task per parallel subtask; `nodes[0]` is the
+/// head (a source or the node that reads the task's input channels).
+#[derive(Debug, Clone)]
+pub struct Chain {
+    pub nodes: Vec<usize>,
+    pub parallelism: usize,
+}
+
+/// The chains of a graph.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub chains: Vec<Chain>,
+    /// For every node, the chain that runs it.
+    pub chain_of: Vec<usize>,
+}
+
+impl Plan {
+    /// Chains the nodes of `graph`.
+    pub fn new(graph: &JobGraph) -> Plan {
+        let mut chains: Vec<Chain> = Vec::new();
+        let mut chain_of = vec![usize::MAX; graph.nodes.len()];
+        for node in &graph.nodes {
+            let chain_into = match (&node.kind, node.inputs.as_slice()) {
+                (NodeKind::Operator(_), [edge]) if edge.partitioning == Partitioning::Forward => {
+                    let pred = &graph.nodes[edge.from];
+                    let pred_chain = chain_of[edge.from];
+                    let single_consumer = graph.consumers(edge.from).len() == 1;
+                    let pred_is_tail = chains[pred_chain].nodes.last() == Some(&edge.from);
+                    (pred.parallelism == node.parallelism && single_consumer && pred_is_tail)
+                        .then_some(pred_chain)
+                }
+                _ => None,
+            };
+            match chain_into {
+                Some(c) => {
+                    chains[c].nodes.push(node.id);
+                    chain_of[node.id] = c;
+                }
+                None => {
+                    chain_of[node.id] = chains.len();
+                    chains.push(Chain {
+                        nodes: vec![node.id],
+                        parallelism: node.parallelism,
+                    });
+                }
+            }
+        }
+        Plan { chains, chain_of }
+    }
+}

@@ -1,0 +1,540 @@
+//! One subtask of a chain: its thread loop over input channels (or its
+//! source), the chain of operators it drives, and its output partitioners.
+//!
+//! The loop holds no lock while computing. It polls its input channels
+//! round-robin and blocks on all of them (and its control channel) only when
+//! none has an event. A channel that delivered EndOfData is no longer read;
+//! when every channel of a logical input ended, `end_input` is called; when
+//! all ended, the chain finishes (FLIP-147's EndOfData), the task reports to
+//! the supervisor and waits for the checkpoint that covers its end (or the
+//! end-of-job commit) before it closes and sends EndOfPartition.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
+
+use crate::channel::{EventReceiver, EventSender};
+use crate::error::{Error, Result};
+use crate::event::{Event, MAX_WATERMARK};
+use crate::operator::{Collector, Operator, OperatorContext};
+use crate::partition::Partitioner;
+use crate::runtime::metrics::OperatorMetrics;
+use crate::sink::END_OF_JOB;
+use crate::source::{SourcePoll, SourceReader};
+
+/// Messages from the supervisor to a task.
+#[derive(Debug, Clone)]
+pub(crate) enum Control {
+    /// Every task finished: commit everything (job without checkpointing).
+    CommitFinal,
+    /// Stop now.
+    Cancel,
+}
+
+/// Messages from a task to the supervisor.
+#[derive(Debug)]
+pub(crate) enum TaskReport {
+    /// The task's operators finished; it waits for the final commit.
+    Finished { task: usize },
+    /// The task committed and closed.
+    #[allow(dead_code)] // read by the checkpoint coordinator (FLIP-147)
+    Closed { task: usize },
+    /// The task failed.
+    Failed { task: usize, error: Error },
+}
+
+/// Schema bookkeeping and counters of one operator's output.
+pub(crate) struct OpSlot {
+    pub name: Arc<str>,
+    pub metrics: Arc<OperatorMetrics>,
+    pub schema: Option<SchemaRef>,
+}
+
+impl OpSlot {
+    fn check(&mut self, batch: &RecordBatch) -> Result<()> {
+        let got = batch.schema();
+        match &self.schema {
+            None => {
+                self.schema = Some(got);
+                Ok(())
+            }
+            Some(expected) if Arc::ptr_eq(expected, &got) => Ok(()),
+            Some(expected) => {
+                let same = expected.fields().len() == got.fields().len()
+                    && expected
+                        .fields()
+                        .iter()
+                        .zip(got.fields().iter())
+                        .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+                if same {
+                    Ok(())
+                } else {
+                    Err(Error::schema(
+                        self.name.to_string(),
+                        format!(
+                            "a batch of {} rows has schema {} but the stream's schema is {}",
+                            batch.num_rows(),
+                            schema_string(&got),
+                            schema_string(expected)
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// `a: Int64, b: Utf8` for messages.
+pub fn schema_string(schema: &SchemaRef) -> String {
+    let fields: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect();
+    format!("[{}]", fields.join(", "))
+}
+
+/// One outgoing edge of a task.
+pub(crate) struct OutputEdge {
+    pub partitioner: Partitioner,
+    /// One sender per consumer subtask reachable by this edge.
+    pub senders: Vec<EventSender>,
+}
+
+/// Everything a task emits goes through here.
+#[derive(Default)]
+pub(crate) struct TaskOutput {
+    pub edges: Vec<OutputEdge>,
+}
+
+impl TaskOutput {
+    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+        for edge in &mut self.edges {
+            let OutputEdge {
+                partitioner,
+                senders,
+            } = edge;
+            // A clone of a batch shares its buffers (reference counts only).
+            partitioner.route(batch.clone(), |c, part| {
+                senders[c]
+                    .send(Event::Data(part))
+                    .map_err(|_| Error::Cancelled)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn broadcast(&mut self, event: Event) -> Result<()> {
+        for edge in &mut self.edges {
+            for s in &edge.senders {
+                s.send(event.clone()).map_err(|_| Error::Cancelled)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The collector handed to the operator at `slot`: its output goes to the
+/// rest of the chain, or to the task output at the end of the chain.
+struct ChainOut<'a> {
+    slot: &'a mut OpSlot,
+    rest_ops: &'a mut [Box<dyn Operator>],
+    rest_slots: &'a mut [OpSlot],
+    tail: &'a mut TaskOutput,
+}
+
+impl Collector for ChainOut<'_> {
+    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.slot.check(&batch)?;
+        self.slot.metrics.add_out(batch.num_rows());
+        if self.rest_ops.is_empty() {
+            self.tail.emit(batch)
+        } else {
+            push_batch(self.rest_ops, self.rest_slots, self.tail, 0, batch)
+        }
+    }
+
+    fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
+        if self.rest_ops.is_empty() {
+            self.tail.broadcast(Event::Watermark(watermark))
+        } else {
+            push_watermark(self.rest_ops, self.rest_slots, self.tail, watermark)
+        }
+    }
+}
+
+fn push_batch(
+    ops: &mut [Box<dyn Operator>],
+    slots: &mut [OpSlot],
+    tail: &mut TaskOutput,
+    input: usize,
+    batch: RecordBatch,
+) -> Result<()> {
+    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
+        (ops.split_first_mut(), slots.split_first_mut())
+    else {
+        return tail.emit(batch);
+    };
+    slot.metrics.add_in(batch.num_rows());
+    let name = slot.name.clone();
+    let mut out = ChainOut {
+        slot,
+        rest_ops,
+        rest_slots,
+        tail,
+    };
+    op.process_batch(input, batch, &mut out)
+        .map_err(|e| e.in_operator(&name))
+}
+
+fn push_watermark(
+    ops: &mut [Box<dyn Operator>],
+    slots: &mut [OpSlot],
+    tail: &mut TaskOutput,
+    watermark: i64,
+) -> Result<()> {
+    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
+        (ops.split_first_mut(), slots.split_first_mut())
+    else {
+        return tail.broadcast(Event::Watermark(watermark));
+    };
+    let name = slot.name.clone();
+    let mut out = ChainOut {
+        slot,
+        rest_ops,
+        rest_slots,
+        tail,
+    };
+    op.process_watermark(watermark, &mut out)
+        .map_err(|e| e.in_operator(&name))
+}
+
+/// One input channel of a task.
+pub(crate) struct InputChannel {
+    pub rx: EventReceiver,
+    /// The logical input of the head operator this channel feeds.
+    pub input: usize,
+    pub ended: bool,
+    pub watermark: i64,
+}
+
+/// The source at the head of a source task.
+pub(crate) struct SourceHead {
+    pub reader: Box<dyn SourceReader>,
+    pub slot: OpSlot,
+}
+
+/// A subtask ready to run on its own thread.
+pub(crate) struct Task {
+    pub id: usize,
+    pub source: Option<SourceHead>,
+    pub ops: Vec<Box<dyn Operator>>,
+    pub slots: Vec<OpSlot>,
+    pub contexts: Vec<OperatorContext>,
+    pub source_context: Option<OperatorContext>,
+    pub inputs: Vec<InputChannel>,
+    pub num_logical_inputs: usize,
+    pub output: TaskOutput,
+    pub control: Receiver<Control>,
+    pub reports: Sender<TaskReport>,
+}
+
+enum Step {
+    Event(usize, Event),
+    Control(Control),
+}
+
+impl Task {
+    /// Runs the task to its end and reports the outcome.
+    pub fn run(mut self) {
+        let id = self.id;
+        let reports = self.reports.clone();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner()));
+        let outcome = match result {
+            Ok(r) => r,
+            Err(payload) => {
+                let name = self
+                    .slots
+                    .first()
+                    .map(|s| s.name.to_string())
+                    .or_else(|| self.source.as_ref().map(|s| s.slot.name.to_string()))
+                    .unwrap_or_default();
+                Err(Error::operator(
+                    name,
+                    format!(
+                        "panicked: {}",
+                        crate::error::panic_message(payload.as_ref())
+                    ),
+                ))
+            }
+        };
+        for op in &mut self.ops {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.close()));
+        }
+        let report = match outcome {
+            Ok(()) => TaskReport::Closed { task: id },
+            Err(error) => TaskReport::Failed { task: id, error },
+        };
+        let _ = reports.send(report);
+        // Dropping self drops the senders: consumers see the partition end.
+    }
+
+    fn run_inner(&mut self) -> Result<()> {
+        if let (Some(src), Some(ctx)) = (self.source.as_mut(), self.source_context.as_ref()) {
+            src.reader
+                .open(ctx)
+                .map_err(|e| e.in_operator(&src.slot.name))?;
+        }
+        for (i, op) in self.ops.iter_mut().enumerate() {
+            op.open(&self.contexts[i])
+                .map_err(|e| e.in_operator(&self.slots[i].name))?;
+        }
+        if self.source.is_some() {
+            self.run_source()?;
+        } else {
+            self.run_inputs()?;
+        }
+        let first_unfinished = if self.source.is_some() { 0 } else { 1 };
+        self.finish_chain(first_unfinished)?;
+        self.output.broadcast(Event::EndOfData { drain: true })?;
+        let _ = self.reports.send(TaskReport::Finished { task: self.id });
+        self.await_final_commit()?;
+        for i in 0..self.ops.len() {
+            let name = self.slots[i].name.clone();
+            self.ops[i].close().map_err(|e| e.in_operator(&name))?;
+        }
+        // Consumers that already closed no longer listen: best effort.
+        for edge in &self.output.edges {
+            for s in &edge.senders {
+                let _ = s.send(Event::EndOfPartition);
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_control(&mut self, c: Control) -> Result<()> {
+        match c {
+            Control::Cancel => Err(Error::Cancelled),
+            Control::CommitFinal => Ok(()),
+        }
+    }
+
+    fn run_source(&mut self) -> Result<()> {
+        loop {
+            match self.control.try_recv() {
+                Ok(c) => self.handle_control(c)?,
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+            }
+            let Some(src) = self.source.as_mut() else {
+                return Ok(());
+            };
+            match src
+                .reader
+                .poll_next()
+                .map_err(|e| e.in_operator(&src.slot.name))?
+            {
+                SourcePoll::Batch(batch) => {
+                    let mut out = ChainOut {
+                        slot: &mut src.slot,
+                        rest_ops: &mut self.ops,
+                        rest_slots: &mut self.slots,
+                        tail: &mut self.output,
+                    };
+                    out.emit(batch)?;
+                }
+                SourcePoll::Idle => match self
+                    .control
+                    .recv_timeout(std::time::Duration::from_millis(10))
+                {
+                    Ok(c) => self.handle_control(c)?,
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                        return Err(Error::Cancelled)
+                    }
+                },
+                SourcePoll::End => {
+                    let mut out = ChainOut {
+                        slot: &mut src.slot,
+                        rest_ops: &mut self.ops,
+                        rest_slots: &mut self.slots,
+                        tail: &mut self.output,
+                    };
+                    out.emit_watermark(MAX_WATERMARK)?;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn next_step(&mut self, cursor: &mut usize) -> Result<Step> {
+        match self.control.try_recv() {
+            Ok(c) => return Ok(Step::Control(c)),
+            Err(TryRecvError::Empty) => {}
+            Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+        }
+        let n = self.inputs.len();
+        for k in 0..n {
+            let i = (*cursor + k) % n;
+            let ch = &self.inputs[i];
+            if ch.ended {
+                continue;
+            }
+            match ch.rx.try_recv() {
+                Ok(ev) => {
+                    *cursor = (i + 1) % n;
+                    return Ok(Step::Event(i, ev));
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+            }
+        }
+        // Nothing ready: block on every live channel and the control channel.
+        let mut sel = Select::new();
+        let mut index = Vec::with_capacity(n);
+        for (i, ch) in self.inputs.iter().enumerate() {
+            if !ch.ended {
+                sel.recv(&ch.rx);
+                index.push(i);
+            }
+        }
+        let control_op = sel.recv(&self.control);
+        let op = sel.select();
+        if op.index() == control_op {
+            return match op.recv(&self.control) {
+                Ok(c) => Ok(Step::Control(c)),
+                Err(_) => Err(Error::Cancelled),
+            };
+        }
+        let i = index[op.index()];
+        match op.recv(&self.inputs[i].rx) {
+            Ok(ev) => Ok(Step::Event(i, ev)),
+            Err(_) => Err(Error::Cancelled),
+        }
+    }
+
+    fn run_inputs(&mut self) -> Result<()> {
+        let mut live = self.inputs.iter().filter(|c| !c.ended).count();
+        let mut live_per_input = vec![0usize; self.num_logical_inputs];
+        for ch in &self.inputs {
+            live_per_input[ch.input] += 1;
+        }
+        let mut combined_wm = i64::MIN;
+        let mut cursor = 0;
+        while live > 0 {
+            match self.next_step(&mut cursor)? {
+                Step::Control(c) => self.handle_control(c)?,
+                Step::Event(i, Event::Data(batch)) => {
+                    let input = self.inputs[i].input;
+                    push_batch(
+                        &mut self.ops,
+                        &mut self.slots,
+                        &mut self.output,
+                        input,
+                        batch,
+                    )?;
+                }
+                Step::Event(i, Event::Watermark(wm)) => {
+                    let ch = &mut self.inputs[i];
+                    ch.watermark = ch.watermark.max(wm);
+                    self.advance_watermark(&mut combined_wm)?;
+                }
+                Step::Event(i, Event::EndOfData { .. }) => {
+                    let input = self.inputs[i].input;
+                    self.inputs[i].ended = true;
+                    self.inputs[i].watermark = MAX_WATERMARK;
+                    live -= 1;
+                    live_per_input[input] -= 1;
+                    self.advance_watermark(&mut combined_wm)?;
+                    if live_per_input[input] == 0 {
+                        self.end_head_input(input)?;
+                    }
+                }
+                Step::Event(_, Event::EndOfPartition) => {}
+                Step::Event(_, Event::Barrier(_)) | Step::Event(_, Event::Termination(_)) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn advance_watermark(&mut self, combined: &mut i64) -> Result<()> {
+        let min = self
+            .inputs
+            .iter()
+            .map(|c| c.watermark)
+            .min()
+            .unwrap_or(MAX_WATERMARK);
+        if min > *combined {
+            *combined = min;
+            push_watermark(&mut self.ops, &mut self.slots, &mut self.output, min)?;
+        }
+        Ok(())
+    }
+
+    fn end_head_input(&mut self, input: usize) -> Result<()> {
+        let (Some((op, rest_ops)), Some((slot, rest_slots))) =
+            (self.ops.split_first_mut(), self.slots.split_first_mut())
+        else {
+            return Ok(());
+        };
+        let name = slot.name.clone();
+        let mut out = ChainOut {
+            slot,
+            rest_ops,
+            rest_slots,
+            tail: &mut self.output,
+        };
+        op.end_input(input, &mut out)
+            .map_err(|e| e.in_operator(&name))
+    }
+
+    /// Finishes the chain from the head on. Operators from
+    /// `first_unfinished` on also get `end_input(0)` first (their single
+    /// input is the operator before them).
+    fn finish_chain(&mut self, first_unfinished: usize) -> Result<()> {
+        for i in 0..self.ops.len() {
+            let (left_ops, rest_ops) = self.ops.split_at_mut(i + 1);
+            let (left_slots, rest_slots) = self.slots.split_at_mut(i + 1);
+            let op = &mut left_ops[i];
+            let slot = &mut left_slots[i];
+            let name = slot.name.clone();
+            let mut out = ChainOut {
+                slot,
+                rest_ops,
+                rest_slots,
+                tail: &mut self.output,
+            };
+            if i >= first_unfinished {
+                op.end_input(0, &mut out)
+                    .map_err(|e| e.in_operator(&name))?;
+            }
+            op.finish(&mut out).map_err(|e| e.in_operator(&name))?;
+        }
+        Ok(())
+    }
+
+    fn await_final_commit(&mut self) -> Result<()> {
+        loop {
+            match self.control.recv() {
+                Ok(Control::CommitFinal) => {
+                    for i in 0..self.ops.len() {
+                        let name = self.slots[i].name.clone();
+                        self.ops[i]
+                            .snapshot_state(END_OF_JOB)
+                            .map_err(|e| e.in_operator(&name))?;
+                        self.ops[i]
+                            .notify_checkpoint_complete(END_OF_JOB)
+                            .map_err(|e| e.in_operator(&name))?;
+                    }
+                    return Ok(());
+                }
+                Ok(Control::Cancel) | Err(_) => return Err(Error::Cancelled),
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! `collect()`: a two-phase-commit sink into driver memory.
+//!
+//! Each subtask stages its batches per checkpoint in a shared
+//! [`CollectStore`]; a completed checkpoint moves them to the committed
+//! area. Staging lives in the store (in the driver), not in the subtask, so
+//! it survives a subtask restart, and committing the same (checkpoint,
+//! subtask) twice is a no-op.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use parking_lot::Mutex;
+
+use crate::error::Result;
+use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::state::{OperatorState, StateBlob};
+
+type TxnKey = (u64, usize);
+
+#[derive(Default)]
+struct Inner {
+    staged: BTreeMap<TxnKey, Vec<RecordBatch>>,
+    committed: BTreeMap<TxnKey, Vec<RecordBatch>>,
+}
+
+/// The driver-side store of a collect sink.
+#[derive(Default)]
+pub struct CollectStore {
+    inner: Mutex<Inner>,
+}
+
+impl CollectStore {
+    /// A new, empty store.
+    pub fn new() -> Arc<Self> {
+        Arc::new(CollectStore::default())
+    }
+
+    /// Stages (pre-commits) the batches of `subtask` for `checkpoint`.
+    pub fn stage(&self, checkpoint: u64, subtask: usize, batches: Vec<RecordBatch>) {
+        let mut inner = self.inner.lock();
+        if inner.committed.contains_key(&(checkpoint, subtask)) {
+            return;
+        }
+        inner.staged.insert((checkpoint, subtask), batches);
+    }
+
+    /// Commits every staged transaction of `subtask` up to `checkpoint`.
+    pub fn commit(&self, checkpoint: u64, subtask: usize) {
+        let mut inner = self.inner.lock();
+        let keys: Vec<TxnKey> = inner
+            .staged
+            .keys()
+            .filter(|(c, s)| *c <= checkpoint && *s == subtask)
+            .copied()
+            .collect();
+        for k in keys {
+            if let Some(b) = inner.staged.remove(&k) {
+                inner.committed.entry(k).or_insert(b);
+            }
+        }
+    }
+
+    /// Drops staged transactions of checkpoints after `checkpoint` (they
+    /// belong to an attempt that failed before they completed).
+    pub fn abort_after(&self, checkpoint: Option<u64>) {
+        let mut inner = self.inner.lock();
+        inner
+            .staged
+            .retain(|(c, _), _| checkpoint.is_some_and(|last| *c <= last));
+    }
+
+    /// Every committed batch, in (checkpoint, subtask) order.
+    pub fn committed(&self) -> Vec<RecordBatch> {
+        let inner = self.inner.lock();
+        inner.committed.values().flatten().cloned().collect()
+    }
+
+    /// Number of committed rows.
+    pub fn committed_rows(&self) -> usize {
+        let inner = self.inner.lock();
+        inner
+            .committed
+            .values()
+            .flatten()
+            .map(|b| b.num_rows())
+            .sum()
+    }
+}
+
+/// Factory of collect sink subtasks writing into one store.
+pub struct CollectSinkFactory {
+    store: Arc<CollectStore>,
+}
+
+impl CollectSinkFactory {
+    /// A sink into `store`.
+    pub fn new(store: Arc<CollectStore>) -> Self {
+        CollectSinkFactory { store }
+    }
+}
+
+impl OperatorFactory for CollectSinkFactory {
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(CollectSink {
+            store: self.store.clone(),
+            subtask: ctx.subtask_index,
+            current: Vec::new(),
+        }))
+    }
+}
+
+/// One subtask of a collect sink.
+pub struct CollectSink {
+    store: Arc<CollectStore>,
+    subtask: usize,
+    current: Vec<RecordBatch>,
+}
+
+impl Operator for CollectSink {
+    fn process_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        _out: &mut dyn Collector,
+    ) -> Result<()> {
+        self.current.push(batch);
+        Ok(())
+    }
+
+    fn process_watermark(&mut self, _watermark: i64, _out: &mut dyn Collector) -> Result<()> {
+        Ok(())
+    }
+
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
+        let batches = std::mem::take(&mut self.current);
+        self.store.stage(checkpoint_id, self.subtask, batches);
+        Ok(OperatorState {
+            operator: Some(StateBlob::Bytes(Arc::new(
+                checkpoint_id.to_le_bytes().to_vec(),
+            ))),
+            keyed: Vec::new(),
+        })
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.store.commit(checkpoint_id, self.subtask);
+        Ok(())
+    }
+}

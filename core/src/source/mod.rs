@@ -1,0 +1,69 @@
+//! Sources: replayable readers whose position is their state
+//! (flink-fault-tolerance-mechanism.txt: sources record their offsets on a
+//! checkpoint and are rewound to them on recovery).
+
+pub mod arrow_batches;
+pub mod parquet;
+pub mod sequence;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+
+use crate::error::Result;
+use crate::operator::OperatorContext;
+
+/// What a source has to offer right now.
+#[derive(Debug)]
+pub enum SourcePoll {
+    /// The next batch.
+    Batch(RecordBatch),
+    /// Nothing at the moment (unbounded source); ask again later.
+    Idle,
+    /// The source is exhausted.
+    End,
+}
+
+/// One parallel instance of a source, reading its share of the splits.
+pub trait SourceReader: Send {
+    /// Called once before the first poll (after `seek` when restoring).
+    fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
+        Ok(())
+    }
+    /// Reads the next batch.
+    fn poll_next(&mut self) -> Result<SourcePoll>;
+    /// The current position: replaying from it yields exactly the records
+    /// not yet returned.
+    fn offset(&self) -> Vec<u8>;
+    /// Moves to a position previously returned by `offset`.
+    fn seek(&mut self, offset: &[u8]) -> Result<()>;
+}
+
+/// Builds one reader per parallel subtask of a source node.
+pub trait SourceFactory: Send + Sync {
+    /// The reader of subtask `ctx.subtask_index` out of `ctx.parallelism`.
+    fn create(&self, ctx: &OperatorContext, batch_size: usize) -> Result<Box<dyn SourceReader>>;
+    /// The schema of every batch, when known before running.
+    fn schema(&self) -> Option<SchemaRef>;
+}
+
+/// Encodes a list of u64 positions as an offset.
+pub fn encode_positions(positions: &[u64]) -> Vec<u8> {
+    positions.iter().flat_map(|p| p.to_le_bytes()).collect()
+}
+
+/// Decodes `n` u64 positions; `None` when the bytes do not have that shape.
+pub fn decode_positions(bytes: &[u8], n: usize) -> Option<Vec<u64>> {
+    if bytes.len() != n * 8 {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                u64::from_le_bytes(a)
+            })
+            .collect(),
+    )
+}
