@@ -1,1 +1,25 @@
-//! eddyline._core
+//! `eddyline._core`: the PyO3 binding of eddyline-core.
+//!
+//! Glue only: conversions between Python and core types (`graph.rs`,
+//! `arrow.rs`), the one error table (`errors.rs`), the one place the GIL is
+//! released (`gil.rs`), the job handle (`job.rs`) and the operator that
+//! calls Python runners once per batch (`udf.rs`). The logic of user
+//! functions lives in the pure-Python package, the engine in core.
+
+mod arrow;
+mod errors;
+mod gil;
+mod graph;
+mod job;
+mod udf;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(graph::build_graph, m)?)?;
+    m.add_function(wrap_pyfunction!(job::start_job, m)?)?;
+    m.add_class::<job::PyJobHandle>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

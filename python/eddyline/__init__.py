@@ -1,0 +1,73 @@
+"""eddyline: a streaming dataflow engine with a Rust core and a Python DSL.
+
+Quick start::
+
+    import eddyline as ed
+
+    env = ed.StreamEnvironment(parallelism=2)
+    orders = env.from_collection([
+        {"user": "ada", "amount": 12},
+        {"user": "bob", "amount": 5},
+        {"user": "ada", "amount": 7},
+    ])
+    big = orders.filter(ed.col("amount") > 6)            # native, runs in Rust
+    tagged = big.map(lambda r: {**r, "vip": r["user"] == "ada"}).name("tag")
+    totals = tagged.key_by("user").sum("amount").collect()
+    env.execute("orders")
+    print(totals.to_pylist())   # running sums, one updated row per key per batch
+
+Pure-Python pieces (configuration, expressions, scopes, errors) import
+without the native extension; building and running jobs needs
+``eddyline._core``.
+"""
+
+from __future__ import annotations
+
+from .config import CheckpointConfig, RestartStrategy, parse_duration
+from .environment import StreamEnvironment
+from .errors import (
+    CheckpointError,
+    EddylineError,
+    GraphError,
+    JobFailedError,
+    SchemaError,
+    ScopeError,
+)
+from .expr import Expr, col, lit
+from .functions import ProcessContext, ProcessFunction, ValueState
+from .job import JobClient, JobResult
+from .scope import StreamScope
+from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
+from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointConfig",
+    "CheckpointError",
+    "CollectHandle",
+    "ConnectedStreams",
+    "DataStream",
+    "DataStreamSink",
+    "EddylineError",
+    "Expr",
+    "GraphError",
+    "JobClient",
+    "JobFailedError",
+    "JobResult",
+    "KeyedStream",
+    "ParquetSink",
+    "ProcessContext",
+    "ProcessFunction",
+    "RestartStrategy",
+    "SchemaError",
+    "ScopeError",
+    "StreamEnvironment",
+    "StreamScope",
+    "TwoPhaseCommitSink",
+    "ValueState",
+    "__version__",
+    "col",
+    "lit",
+    "parse_duration",
+]

@@ -1,0 +1,32 @@
+"""Type stub of the native extension ``eddyline._core`` (hand-written; see API.md).
+
+Node dicts, expression trees and the Python runner protocol are documented in
+``eddyline/_graph.py`` and ``eddyline/_runners.py``.
+"""
+
+from typing import Any, Literal
+
+import pyarrow as pa
+
+NodeDict = dict[str, Any]
+JobStatus = Literal["running", "restarting", "finished", "failed", "cancelled"]
+
+def build_graph(nodes: list[NodeDict], max_parallelism: int) -> list[pa.Schema | None]:
+    """Validates a graph; returns each node's output schema (None where unknown)."""
+
+def start_job(nodes: list[NodeDict], config: dict[str, Any]) -> JobHandle:
+    """Starts a job on background threads and returns at once."""
+
+class JobHandle:
+    """A running (or ended) job."""
+
+    @property
+    def status(self) -> JobStatus: ...
+    def wait(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` (GIL released); True once the job has ended."""
+    def metrics(self) -> dict[str, Any]: ...
+    def result(self) -> dict[str, Any]:
+        """``{"restarts", "checkpoints", "metrics"}``; raises the job's error if it failed."""
+    def cancel(self) -> None: ...
+    def collected(self, node_id: int) -> list[pa.RecordBatch]: ...
+    def trigger_checkpoint(self) -> int: ...

@@ -1,0 +1,773 @@
+"""Runners of ``python`` nodes: all user-function logic of a job, in plain Python.
+
+The Rust side creates one runner per parallel subtask by calling the node's
+factory, then calls ``open``, ``process`` (once per batch, with the GIL held
+for the whole batch), ``finish``, ``snapshot``/``restore``/
+``notify_checkpoint_complete`` and ``close``. Per-record functions are looped
+over the rows of a batch here: each column is converted to Python once, rows
+are built by a dict-literal comprehension compiled for the batch's schema, and
+consecutive per-record stages run in one generated loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import pickle
+import traceback
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from types import CodeType, TracebackType
+from typing import Any, Literal, TypeAlias
+
+import pyarrow as pa
+
+from .errors import EddylineError, JobFailedError, SchemaError
+from .functions import ProcessContext, ProcessFunction, Row
+
+RunnerOutput: TypeAlias = pa.RecordBatch | list[pa.RecordBatch] | None
+StageKind = Literal["map", "flat_map", "filter"]
+Stage: TypeAlias = tuple[StageKind, Callable[..., Any], str]
+"""One per-record stage: its kind, the user function and the operator name."""
+
+_ARROW_CONVERSION_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+# ---------------------------------------------------------------------------
+# code generation
+
+
+def _dict_items(names: Sequence[str]) -> str:
+    return ", ".join(f"{name!r}: _v{i}" for i, name in enumerate(names))
+
+
+def _loop_header(ncols: int) -> str:
+    if ncols == 0:
+        return "for _ in range(_n):"
+    values = ", ".join(f"_v{i}" for i in range(ncols))
+    columns = ", ".join(f"_c{i}" for i in range(ncols))
+    if ncols == 1:
+        return f"for {values} in {columns}:"
+    return f"for {values} in zip({columns}):"
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_rows(names: tuple[str, ...]) -> Callable[..., list[Row]]:
+    """Compiles ``rows(n, *columns) -> list[dict]`` for a schema's column names."""
+    params = "".join(f", _c{i}" for i in range(len(names)))
+    source = (
+        f"def _rows(_n{params}):\n"
+        f"    return [{{{_dict_items(names)}}} {_loop_header(len(names))[:-1]}]\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<eddyline rows>", "exec"), namespace)
+    fn: Callable[..., list[Row]] = namespace["_rows"]
+    return fn
+
+
+def rows_of(batch: pa.RecordBatch) -> list[Row]:
+    """Returns the rows of ``batch`` as dicts (each column converted once).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> rows_of(pa.record_batch({"a": [1, 2], "b": ["x", None]}))
+        [{'a': 1, 'b': 'x'}, {'a': 2, 'b': None}]
+    """
+    fn = _compile_rows(tuple(batch.schema.names))
+    return fn(batch.num_rows, *(column.to_pylist() for column in batch.columns))
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_chain(
+    names: tuple[str, ...], kinds: tuple[StageKind, ...]
+) -> tuple[Callable[..., None], dict[int, tuple[int, str]]]:
+    """Compiles the loop that runs every row through a chain of per-record stages.
+
+    The generated function is ``chain(n, append, f0, ..., fk, c0, ..., cm)``.
+    When every stage is a filter, it appends one bool per row (the keep mask);
+    otherwise it appends the output rows. The second result maps a line of the
+    generated code to (stage index, name of the variable holding the stage's
+    input row), so a failure can be attributed to its stage and row.
+    """
+    fns = "".join(f", _f{i}" for i in range(len(kinds)))
+    cols = "".join(f", _c{i}" for i in range(len(names)))
+    lines = [f"def _chain(_n, _append{fns}{cols}):", "    " + _loop_header(len(names))]
+    indent = "        "
+    lines.append(f"{indent}_r0 = {{{_dict_items(names)}}}")
+    where: dict[int, tuple[int, str]] = {}
+    current = "_r0"
+    filter_only = all(kind == "filter" for kind in kinds)
+    for i, kind in enumerate(kinds):
+        where[len(lines) + 1] = (i, current)
+        if kind == "filter":
+            lines.append(f"{indent}if not _f{i}({current}):")
+            if filter_only:
+                lines.append(f"{indent}    _append(False)")
+            lines.append(f"{indent}    continue")
+        elif kind == "map":
+            lines.append(f"{indent}_r{i + 1} = _f{i}({current})")
+            current = f"_r{i + 1}"
+        else:
+            lines.append(f"{indent}for _r{i + 1} in _f{i}({current}) or ():")
+            current = f"_r{i + 1}"
+            indent += "    "
+    lines.append(f"{indent}_append(True)" if filter_only else f"{indent}_append({current})")
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines) + "\n", "<eddyline chain>", "exec"), namespace)
+    return namespace["_chain"], where
+
+
+# ---------------------------------------------------------------------------
+# errors
+
+
+def _short(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def user_error(
+    exc: BaseException,
+    operator: str,
+    *,
+    node: str | None = None,
+    detail: str | None = None,
+    tb: TracebackType | None = None,
+) -> JobFailedError:
+    """Wraps an exception raised by user code into a :class:`JobFailedError`.
+
+    Args:
+        exc: The user's exception (kept as ``__cause__``).
+        operator: The operator whose function raised.
+        node: The name of the node the operator was fused into, if different.
+        detail: Extra context, such as the offending row.
+        tb: The traceback to report (defaults to the exception's own).
+    """
+    where = f"operator '{operator}'"
+    if node is not None and node != operator:
+        where += f" (fused into '{node}')"
+    message = f"{where} failed: {type(exc).__name__}: {exc}"
+    if detail:
+        message += f"; {detail}"
+    text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+    err = JobFailedError(message, operator=operator, user_traceback=text)
+    err.__cause__ = exc
+    return err
+
+
+def call_user(operator: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Calls a user hook (open, close, commit, ...), wrapping its failures."""
+    try:
+        return fn(*args)
+    except EddylineError:
+        raise
+    except Exception as exc:
+        raise user_error(exc, operator, tb=_skip_own_frames(exc)) from exc
+
+
+def _skip_own_frames(exc: BaseException) -> TracebackType | None:
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_next is not None and tb.tb_frame.f_code is call_user.__code__:
+        return tb.tb_next
+    return tb
+
+
+# ---------------------------------------------------------------------------
+# rows -> batches
+
+
+class RowWriter:
+    """Converts output rows to a record batch of one fixed schema.
+
+    The schema is the one given, or else the one inferred from the first
+    non-empty output. Every row must be a dict with exactly the schema's
+    fields, and every value must convert to its field's type; otherwise a
+    :class:`SchemaError` names the operator and the field.
+    """
+
+    def __init__(self, operator: str, schema: pa.Schema | None = None) -> None:
+        self.operator = operator
+        self.schema = schema
+
+    def encode(self, rows: list[Any]) -> pa.RecordBatch | None:
+        """Returns the rows as one batch, or ``None`` if there are none."""
+        if not rows:
+            return None
+        schema = self.schema if self.schema is not None else self._infer(rows)
+        names = schema.names
+        width = len(names)
+        for row in rows:
+            if not isinstance(row, dict) or len(row) != width:
+                self._shape_error(row, names)
+        arrays = []
+        for field in schema:
+            name = field.name
+            try:
+                values = [row[name] for row in rows]
+            except KeyError:
+                bad = next(row for row in rows if name not in row)
+                self._shape_error(bad, names)
+            try:
+                arrays.append(pa.array(values, type=field.type))
+            except _ARROW_CONVERSION_ERRORS:
+                self._type_error(field, values)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        self.schema = schema
+        return batch
+
+    def _infer(self, rows: list[Any]) -> pa.Schema:
+        first = rows[0]
+        if not isinstance(first, dict):
+            self._shape_error(first, None)
+        fields = []
+        for name in first:
+            if not isinstance(name, str):
+                raise SchemaError(
+                    f"operator '{self.operator}' returned a row with a non-str field name "
+                    f"{name!r}; field names must be str",
+                    operator=self.operator,
+                )
+            values = [row.get(name) if isinstance(row, dict) else None for row in rows]
+            try:
+                inferred = pa.array(values)
+            except _ARROW_CONVERSION_ERRORS as exc:
+                kinds = sorted({type(v).__name__ for v in values if v is not None})
+                raise SchemaError(
+                    f"operator '{self.operator}' returned field '{name}' with values of "
+                    f"incompatible types ({', '.join(kinds)}): {exc}; return one type per "
+                    "field, or pass schema=",
+                    operator=self.operator,
+                ) from None
+            fields.append(pa.field(name, inferred.type))
+        return pa.schema(fields)
+
+    def _shape_error(self, row: object, names: list[str] | None) -> None:
+        op = self.operator
+        if not isinstance(row, dict):
+            expected = f"a dict with fields {names}" if names is not None else "a dict"
+            raise SchemaError(
+                f"operator '{op}' returned a {type(row).__name__} ({_short(row, 80)}), "
+                f"expected {expected}",
+                operator=op,
+            )
+        assert names is not None
+        missing = [name for name in names if name not in row]
+        extra = [key for key in row if key not in names]
+        if missing:
+            raise SchemaError(
+                f"operator '{op}' returned a row without field '{missing[0]}' "
+                f"(expected fields {names}, got {list(row)})",
+                operator=op,
+            )
+        raise SchemaError(
+            f"operator '{op}' returned a row with unexpected field '{extra[0]}' "
+            f"(expected fields {names}, got {list(row)})",
+            operator=op,
+        )
+
+    def _type_error(self, field: pa.Field, values: list[Any]) -> None:
+        op = self.operator
+        for value in values:
+            try:
+                pa.array([value], type=field.type)
+            except _ARROW_CONVERSION_ERRORS as exc:
+                hint = ""
+                if pa.types.is_null(field.type):
+                    hint = (
+                        "; the field's type was inferred as null from an earlier output with "
+                        "only None values: pass schema= to declare it"
+                    )
+                raise SchemaError(
+                    f"operator '{op}' returned field '{field.name}' of type "
+                    f"{type(value).__name__} ({_short(value, 80)}), expected type {field.type} "
+                    f"({exc}){hint}",
+                    operator=op,
+                ) from None
+        raise SchemaError(  # pragma: no cover - the column failed but no single value does
+            f"operator '{op}' returned values for field '{field.name}' that do not convert to "
+            f"{field.type}",
+            operator=op,
+        )
+
+
+def check_batches(
+    operator: str, result: object, expected: pa.Schema | None
+) -> tuple[list[pa.RecordBatch], pa.Schema | None]:
+    """Validates what a batch function returned.
+
+    Returns:
+        The non-empty batches, and the schema the output has from now on.
+    """
+    if result is None:
+        return [], expected
+    if isinstance(result, pa.RecordBatch):
+        batches, schema = [result], result.schema
+    elif isinstance(result, pa.Table):
+        batches, schema = result.to_batches(), result.schema
+    elif isinstance(result, list | tuple) and all(isinstance(b, pa.RecordBatch) for b in result):
+        if not result:
+            return [], expected
+        batches, schema = list(result), result[0].schema
+    else:
+        raise SchemaError(
+            f"operator '{operator}' returned a {type(result).__name__}, expected a "
+            "pyarrow.RecordBatch (or a pyarrow.Table, or None)",
+            operator=operator,
+        )
+    for batch in batches:
+        if expected is None:
+            expected = schema
+        if not batch.schema.equals(expected):
+            raise SchemaError(
+                f"operator '{operator}' returned a batch whose schema differs from its earlier "
+                f"output: expected schema\n{expected}\nbut got schema\n{batch.schema}",
+                operator=operator,
+            )
+    return [batch for batch in batches if batch.num_rows > 0], expected
+
+
+def _one_or_many(batches: list[pa.RecordBatch]) -> RunnerOutput:
+    if not batches:
+        return None
+    return batches[0] if len(batches) == 1 else batches
+
+
+# ---------------------------------------------------------------------------
+# runners
+
+
+class Runner:
+    """Base runner: no-op lifecycle, no state. Subclasses implement ``process``."""
+
+    name: str = "python"
+    ctx: dict[str, Any]
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        """Called once per subtask before any batch."""
+        self.ctx = ctx
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        """Handles one input batch; returns the output batches."""
+        raise NotImplementedError
+
+    def finish(self) -> RunnerOutput:
+        """Called once when all inputs have ended; returns final output."""
+        return None
+
+    def snapshot(self, checkpoint_id: int) -> bytes | None:
+        """Returns the operator state for checkpoint ``checkpoint_id``."""
+        return None
+
+    def restore(self, data: bytes) -> None:
+        """Restores state written by :meth:`snapshot`."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Called when checkpoint ``checkpoint_id`` has completed."""
+
+    def close(self) -> None:
+        """Called once per subtask at the end, also after failures."""
+
+
+class RecordChainRunner(Runner):
+    """Runs rows through fused per-record stages (map, flat_map, filter)."""
+
+    def __init__(self, node: str, stages: Sequence[Stage], schema: pa.Schema | None) -> None:
+        self.name = node
+        self._kinds = tuple(kind for kind, _, _ in stages)
+        self._fns = tuple(fn for _, fn, _ in stages)
+        self._names = tuple(name for _, _, name in stages)
+        self._filter_only = all(kind == "filter" for kind in self._kinds)
+        producer = [name for kind, _, name in stages if kind != "filter"]
+        self._writer = RowWriter(producer[-1] if producer else node, schema)
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        if batch.num_rows == 0:
+            return None
+        chain, where = _compile_chain(tuple(batch.schema.names), self._kinds)
+        out: list[Any] = []
+        try:
+            chain(
+                batch.num_rows,
+                out.append,
+                *self._fns,
+                *(column.to_pylist() for column in batch.columns),
+            )
+        except EddylineError:
+            raise
+        except Exception as exc:
+            raise self._failure(exc, chain.__code__, where) from exc
+        if self._filter_only:
+            if all(out):
+                return batch
+            if not any(out):
+                return None
+            return batch.filter(pa.array(out, type=pa.bool_()))
+        return self._writer.encode(out)
+
+    def _failure(
+        self, exc: Exception, code: CodeType, where: dict[int, tuple[int, str]]
+    ) -> JobFailedError:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code is not code:
+            tb = tb.tb_next
+        if tb is None:  # pragma: no cover - the failure is always inside the chain
+            return user_error(exc, self.name)
+        stage, variable = where.get(tb.tb_lineno, (len(self._names) - 1, "_r0"))
+        row = tb.tb_frame.f_locals.get(variable)
+        return user_error(
+            exc,
+            self._names[stage],
+            node=self.name,
+            detail=f"row: {_short(row)}",
+            tb=tb.tb_next or tb,
+        )
+
+
+class ConnectedRecordRunner(Runner):
+    """``connect(...).map(fn1, fn2)``: rows of input ``i`` go through ``fns[i]``."""
+
+    def __init__(self, node: str, fns: Sequence[Callable[[Row], Row]], schema: pa.Schema | None):
+        self.name = node
+        self._fns = tuple(fns)
+        self._writer = RowWriter(node, schema)
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        if batch.num_rows == 0:
+            return None
+        chain, _ = _compile_chain(tuple(batch.schema.names), ("map",))
+        out: list[Any] = []
+        try:
+            chain(
+                batch.num_rows,
+                out.append,
+                self._fns[input],
+                *(column.to_pylist() for column in batch.columns),
+            )
+        except EddylineError:
+            raise
+        except Exception as exc:
+            tb = exc.__traceback__
+            while tb is not None and tb.tb_frame.f_code is not chain.__code__:
+                tb = tb.tb_next
+            row = tb.tb_frame.f_locals.get("_r0") if tb is not None else None
+            raise user_error(
+                exc,
+                self.name,
+                detail=f"input {input}, row: {_short(row)}",
+                tb=(tb.tb_next or tb) if tb is not None else None,
+            ) from exc
+        return self._writer.encode(out)
+
+
+class BatchRunner(Runner):
+    """``map_batches(fn)`` and ``connect(...).map_batches(fn1, fn2)``."""
+
+    def __init__(
+        self,
+        node: str,
+        fns: Sequence[Callable[[pa.RecordBatch], Any]],
+        schema: pa.Schema | None,
+    ) -> None:
+        self.name = node
+        self._fns = tuple(fns)
+        self._schema = schema
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        try:
+            result = self._fns[input](batch)
+        except EddylineError:
+            raise
+        except Exception as exc:
+            detail = f"input batch of {batch.num_rows} rows with schema ({_schema_line(batch)})"
+            if len(self._fns) > 1:
+                detail = f"input {input}, {detail}"
+            raise user_error(exc, self.name, detail=detail, tb=_skip_frame(exc)) from exc
+        batches, self._schema = check_batches(self.name, result, self._schema)
+        return _one_or_many(batches)
+
+
+def _schema_line(batch: pa.RecordBatch) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in batch.schema)
+
+
+def _skip_frame(exc: BaseException) -> TracebackType | None:
+    tb = exc.__traceback__
+    return tb.tb_next if tb is not None and tb.tb_next is not None else tb
+
+
+class _KeyedRunner(Runner):
+    """Shared parts of keyed runners: key extraction and per-key-group state."""
+
+    def __init__(self, node: str, keys: Sequence[str]) -> None:
+        self.name = node
+        self._keys = tuple(keys)
+        self._state: dict[int, dict[Hashable, Any]] = {}
+
+    def _keys_of(self, batch: pa.RecordBatch, columns: list[list[Any]]) -> list[Any]:
+        indices = []
+        for key in self._keys:
+            index = batch.schema.get_field_index(key)
+            if index < 0:
+                raise SchemaError(
+                    f"operator '{self.name}': key column '{key}' is not in the input schema "
+                    f"({_schema_line(batch)})",
+                    operator=self.name,
+                )
+            indices.append(index)
+        if len(indices) == 1:
+            return columns[indices[0]]
+        return list(zip(*(columns[i] for i in indices), strict=True))
+
+    @staticmethod
+    def _groups_of(key_groups: pa.UInt32Array | None, n: int) -> list[int]:
+        if key_groups is None:
+            return [0] * n
+        return key_groups.to_pylist()
+
+    def snapshot(self, checkpoint_id: int) -> bytes | None:
+        return pickle.dumps(self._state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, data: bytes) -> None:
+        restored: dict[int, dict[Hashable, Any]] = pickle.loads(data)
+        for group, entries in restored.items():
+            self._state.setdefault(group, {}).update(entries)
+
+
+class KeyedReduceRunner(_KeyedRunner):
+    """``key_by(...).reduce(fn)``: one accumulated row per key; emits the updated rows."""
+
+    def __init__(self, node: str, keys: Sequence[str], fn: Callable[[Row, Row], Row]) -> None:
+        super().__init__(node, keys)
+        self._fn = fn
+        self._writer = RowWriter(node)
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        n = batch.num_rows
+        if n == 0:
+            return None
+        if self._writer.schema is None:
+            self._writer.schema = batch.schema
+        columns = [column.to_pylist() for column in batch.columns]
+        rows = _compile_rows(tuple(batch.schema.names))(n, *columns)
+        keys = self._keys_of(batch, columns)
+        groups = self._groups_of(key_groups, n)
+        state = self._state
+        fn = self._fn
+        touched: dict[Hashable, dict[Hashable, Any]] = {}
+        for row, key, group in zip(rows, keys, groups, strict=True):
+            entries = state.get(group)
+            if entries is None:
+                entries = state[group] = {}
+            if key in entries:
+                try:
+                    entries[key] = fn(entries[key], row)
+                except EddylineError:
+                    raise
+                except Exception as exc:
+                    raise user_error(
+                        exc,
+                        self.name,
+                        detail=f"key {_short(key)}, row: {_short(row)}",
+                        tb=_skip_frame(exc),
+                    ) from exc
+            else:
+                entries[key] = row
+            touched[key] = entries
+        return self._writer.encode([entries[key] for key, entries in touched.items()])
+
+
+class KeyedProcessRunner(_KeyedRunner):
+    """``key_by(...).process(fn)`` with per-key value state."""
+
+    def __init__(
+        self,
+        node: str,
+        keys: Sequence[str],
+        fn: ProcessFunction | Callable[[Row, ProcessContext], Iterable[Row] | None],
+        schema: pa.Schema | None,
+    ) -> None:
+        super().__init__(node, keys)
+        self._function = fn if isinstance(fn, ProcessFunction) else None
+        self._fn = fn.process_element if isinstance(fn, ProcessFunction) else fn
+        self._writer = RowWriter(node, schema)
+        self._context = ProcessContext(node, 0, 1, 0)
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        self._context = ProcessContext(
+            self.name,
+            int(ctx.get("subtask_index", 0)),
+            int(ctx.get("parallelism", 1)),
+            int(ctx.get("attempt", 0)),
+        )
+        if self._function is not None:
+            call_user(self.name, self._function.open, self._context)
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        n = batch.num_rows
+        if n == 0:
+            return None
+        columns = [column.to_pylist() for column in batch.columns]
+        rows = _compile_rows(tuple(batch.schema.names))(n, *columns)
+        keys = self._keys_of(batch, columns)
+        groups = self._groups_of(key_groups, n)
+        state = self._state
+        fn = self._fn
+        ctx = self._context
+        out: list[Any] = []
+        append = out.append
+        try:
+            for row, key, group in zip(rows, keys, groups, strict=True):
+                entries = state.get(group)
+                if entries is None:
+                    entries = state[group] = {}
+                values = entries.get(key)
+                fresh = values is None
+                if fresh:
+                    values = {}
+                ctx.key = key
+                ctx._values = values
+                result = fn(row, ctx)
+                if values:
+                    if fresh:
+                        entries[key] = values
+                elif not fresh:
+                    del entries[key]
+                if result is None:
+                    continue
+                if isinstance(result, dict):
+                    append(result)
+                else:
+                    out.extend(result)
+        except EddylineError:
+            raise
+        except Exception as exc:
+            raise user_error(
+                exc,
+                self.name,
+                detail=f"key {_short(ctx.key)}, row: {_short(row)}",
+                tb=_skip_frame(exc),
+            ) from exc
+        finally:
+            ctx.key = None
+            ctx._values = None
+        return self._writer.encode(out)
+
+    def close(self) -> None:
+        if self._function is not None:
+            call_user(self.name, self._function.close)
+
+
+class TwoPhaseCommitRunner(Runner):
+    """Drives a :class:`~eddyline.sinks.TwoPhaseCommitSink`.
+
+    A transaction is open at all times. On a checkpoint it is pre-committed
+    and remembered as pending, and a new one begins; pending transactions
+    commit when their checkpoint completes (and, on restore, again: commit is
+    idempotent). At the end of the input the open transaction is
+    pre-committed and committed.
+    """
+
+    def __init__(self, node: str, sink: Any) -> None:
+        self.name = node
+        self._sink = sink
+        self._txn: Any = None
+        self._open = False
+        self._pending: dict[int, Any] = {}
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        call_user(self.name, self._sink.open, ctx)
+        self._begin()
+
+    def _begin(self) -> None:
+        self._txn = call_user(self.name, self._sink.begin_transaction)
+        self._open = True
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        if batch.num_rows:
+            call_user(self.name, self._sink.write, self._txn, batch)
+        return None
+
+    def snapshot(self, checkpoint_id: int) -> bytes | None:
+        call_user(self.name, self._sink.pre_commit, self._txn)
+        self._pending[checkpoint_id] = self._txn
+        self._open = False
+        self._begin()
+        return pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        for done in sorted(c for c in self._pending if c <= checkpoint_id):
+            call_user(self.name, self._sink.commit, self._pending.pop(done))
+
+    def restore(self, data: bytes) -> None:
+        pending: dict[int, Any] = pickle.loads(data)
+        for checkpoint_id in sorted(pending):
+            call_user(self.name, self._sink.commit, pending[checkpoint_id])
+
+    def finish(self) -> RunnerOutput:
+        for checkpoint_id in sorted(self._pending):
+            call_user(self.name, self._sink.commit, self._pending.pop(checkpoint_id))
+        if self._open:
+            call_user(self.name, self._sink.pre_commit, self._txn)
+            call_user(self.name, self._sink.commit, self._txn)
+            self._open = False
+        return None
+
+    def close(self) -> None:
+        try:
+            if self._open:
+                self._open = False
+                call_user(self.name, self._sink.abort, self._txn)
+        finally:
+            call_user(self.name, self._sink.close)
+
+
+# ---------------------------------------------------------------------------
+# factories
+
+
+def private_copy(obj: Any) -> Any:
+    """Returns a copy of a user object for one subtask (objects carry state)."""
+    try:
+        import cloudpickle
+
+        return pickle.loads(cloudpickle.dumps(obj))
+    except Exception:
+        try:
+            return copy.deepcopy(obj)
+        except Exception:
+            return obj
+
+
+class RunnerFactory:
+    """A picklable ``factory() -> Runner`` for a ``python`` node.
+
+    Arguments listed in ``private`` are copied for every runner so that
+    parallel subtasks (and restarts) never share a user object's state.
+    """
+
+    def __init__(self, cls: type[Runner], *args: Any, private: tuple[int, ...] = ()) -> None:
+        self.cls = cls
+        self.args = args
+        self.private = private
+
+    def __call__(self) -> Runner:
+        args = [private_copy(a) if i in self.private else a for i, a in enumerate(self.args)]
+        return self.cls(*args)
+
+    def __repr__(self) -> str:
+        return f"RunnerFactory({self.cls.__name__})"

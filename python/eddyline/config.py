@@ -1,0 +1,247 @@
+"""Job configuration: durations, checkpointing and restart strategies.
+
+Durations are given in seconds as numbers, or as strings with a unit:
+
+    >>> from eddyline.config import parse_duration
+    >>> parse_duration("250ms"), parse_duration("2min"), parse_duration(1.5)
+    (0.25, 120.0, 1.5)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any, Final, Literal
+
+__all__ = ["CheckpointConfig", "Duration", "RestartStrategy", "parse_duration"]
+
+Duration = float | int | str
+"""A duration: seconds as a number, or a string such as ``"250ms"`` or ``"2min"``."""
+
+_UNITS: Final[dict[str, float]] = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
+_DURATION_RE: Final = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$")
+
+CheckpointMode = Literal["exactly_once", "at_least_once"]
+RecoveryMode = Literal["latest", "recompute"]
+
+
+def parse_duration(value: Duration, *, what: str = "duration") -> float:
+    """Parses a duration into seconds.
+
+    Args:
+        value: Seconds as an ``int`` or ``float``, or a string made of a
+            non-negative number and one of the units ``us``, ``ms``, ``s``,
+            ``sec``, ``min``, ``h`` (a bare number string means seconds).
+        what: What the duration is for, used in error messages.
+
+    Returns:
+        The duration in seconds, as a float.
+
+    Raises:
+        ValueError: If the value is negative, not finite, or not understood.
+
+    Example:
+        >>> parse_duration("1s"), parse_duration("1h"), parse_duration(0)
+        (1.0, 3600.0, 0.0)
+        >>> parse_duration("soon")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: invalid duration 'soon': expected seconds as a number or a string like ...
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid {what} {value!r}: expected seconds as a number, not a bool")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _DURATION_RE.match(value.lower())
+        unit = match.group(2) if match else ""
+        if match is None or (unit and unit not in _UNITS):
+            raise ValueError(
+                f"invalid {what} {value!r}: expected seconds as a number or a string like "
+                "'250ms', '1s', '2min', '1h'"
+            )
+        seconds = float(match.group(1)) * _UNITS[unit or "s"]
+    else:
+        raise ValueError(
+            f"invalid {what} {value!r}: expected seconds as a number or a string like "
+            f"'250ms', '1s', '2min', '1h', got {type(value).__name__}"
+        )
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"invalid {what} {value!r}: must be a finite, non-negative duration")
+    return seconds
+
+
+class CheckpointConfig:
+    """Where and how often a job takes checkpoints.
+
+    Args:
+        dir: The checkpoint directory (created when the job starts).
+        interval: Time between checkpoints; must be positive.
+        mode: ``"exactly_once"`` (barriers aligned) or ``"at_least_once"``.
+        unaligned: Take unaligned checkpoints (in-flight data is stored with
+            the checkpoint instead of waiting for alignment).
+        retained: How many completed checkpoints to keep (at least 1).
+        recovery: ``"latest"`` restores all state from the latest checkpoint;
+            ``"recompute"`` persists no state for operators that can rebuild it
+            from a bounded stretch of input and replays that input instead.
+
+    Raises:
+        ValueError: If a value is out of range.
+
+    Example:
+        >>> cfg = CheckpointConfig("/tmp/chk", interval="500ms", retained=2)
+        >>> cfg.interval, cfg.mode, cfg.retained
+        (0.5, 'exactly_once', 2)
+    """
+
+    __slots__ = ("dir", "interval", "mode", "recovery", "retained", "unaligned")
+
+    dir: str
+    interval: float
+    mode: CheckpointMode
+    unaligned: bool
+    retained: int
+    recovery: RecoveryMode
+
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        *,
+        interval: Duration = "1s",
+        mode: CheckpointMode = "exactly_once",
+        unaligned: bool = False,
+        retained: int = 3,
+        recovery: RecoveryMode = "latest",
+    ) -> None:
+        path = os.fspath(dir)
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"checkpoint dir must be a non-empty path, got {dir!r}")
+        seconds = parse_duration(interval, what="checkpoint interval")
+        if seconds <= 0:
+            raise ValueError(f"checkpoint interval must be positive, got {interval!r}")
+        if mode not in ("exactly_once", "at_least_once"):
+            raise ValueError(
+                f"checkpoint mode must be 'exactly_once' or 'at_least_once', got {mode!r}"
+            )
+        if not isinstance(unaligned, bool):
+            raise ValueError(f"unaligned must be a bool, got {unaligned!r}")
+        if unaligned and mode != "exactly_once":
+            raise ValueError("unaligned checkpoints require mode='exactly_once'")
+        if isinstance(retained, bool) or not isinstance(retained, int) or retained < 1:
+            raise ValueError(f"retained must be an int >= 1, got {retained!r}")
+        if recovery not in ("latest", "recompute"):
+            raise ValueError(f"recovery must be 'latest' or 'recompute', got {recovery!r}")
+        object.__setattr__(self, "dir", path)
+        object.__setattr__(self, "interval", seconds)
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "unaligned", unaligned)
+        object.__setattr__(self, "retained", retained)
+        object.__setattr__(self, "recovery", recovery)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("CheckpointConfig is immutable")
+
+    def __repr__(self) -> str:
+        return (
+            f"CheckpointConfig({self.dir!r}, interval={self.interval!r}, mode={self.mode!r}, "
+            f"unaligned={self.unaligned!r}, retained={self.retained!r}, "
+            f"recovery={self.recovery!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CheckpointConfig):
+            return NotImplemented
+        return self._to_dict() == other._to_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._to_dict().items())))
+
+    def _to_dict(self) -> dict[str, Any]:
+        """The binding's view: the fields, with ``interval`` in seconds.
+
+        Example:
+            >>> CheckpointConfig("d")._to_dict()["interval"]
+            1.0
+        """
+        return {
+            "dir": self.dir,
+            "interval": self.interval,
+            "mode": self.mode,
+            "unaligned": self.unaligned,
+            "retained": self.retained,
+            "recovery": self.recovery,
+        }
+
+
+class RestartStrategy:
+    """What to do when a job fails: restart it, or give up.
+
+    Create one with :meth:`fixed_delay` or :meth:`none`.
+
+    Example:
+        >>> RestartStrategy.fixed_delay(attempts=2, delay="50ms")._to_dict()
+        {'attempts': 2, 'delay_s': 0.05}
+        >>> RestartStrategy.none()._to_dict()
+        {'attempts': 0, 'delay_s': 0.0}
+    """
+
+    __slots__ = ("attempts", "delay")
+
+    attempts: int
+    delay: float
+
+    def __init__(self, attempts: int, delay: Duration) -> None:
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+            raise ValueError(f"restart attempts must be an int >= 0, got {attempts!r}")
+        object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "delay", parse_duration(delay, what="restart delay"))
+
+    @classmethod
+    def fixed_delay(cls, attempts: int = 3, delay: Duration = "100ms") -> RestartStrategy:
+        """Restarts a failed job up to ``attempts`` times, waiting ``delay`` each time.
+
+        Args:
+            attempts: The maximum number of restarts (``>= 0``).
+            delay: The wait before each restart.
+
+        Returns:
+            The strategy.
+        """
+        return cls(attempts, delay)
+
+    @classmethod
+    def none(cls) -> RestartStrategy:
+        """Never restarts: the first failure fails the job.
+
+        Returns:
+            The strategy.
+        """
+        return cls(0, 0.0)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("RestartStrategy is immutable")
+
+    def __repr__(self) -> str:
+        if self.attempts == 0:
+            return "RestartStrategy.none()"
+        return f"RestartStrategy.fixed_delay(attempts={self.attempts}, delay={self.delay!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RestartStrategy):
+            return NotImplemented
+        return (self.attempts, self.delay) == (other.attempts, other.delay)
+
+    def __hash__(self) -> int:
+        return hash((self.attempts, self.delay))
+
+    def _to_dict(self) -> dict[str, Any]:
+        """The binding's view: ``{"attempts": int, "delay_s": float}``."""
+        return {"attempts": self.attempts, "delay_s": self.delay}

@@ -1,0 +1,338 @@
+"""The entry point of every job: :class:`StreamEnvironment`.
+
+Example:
+    >>> import eddyline as ed
+    >>> env = ed.StreamEnvironment(parallelism=2, restart=ed.RestartStrategy.none())
+    >>> numbers = env.from_sequence(0, 100)
+    >>> numbers.schema
+    value: int64
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ._graph import LogicalGraph, native
+from .config import CheckpointConfig, RestartStrategy
+from .errors import GraphError, SchemaError
+from .job import JobClient, JobResult
+from .scope import StreamScope
+from .stream import DataStream, SchemaLike, _as_schema
+
+__all__ = ["StreamEnvironment"]
+
+_MAX_PARALLELISM_LIMIT = 32768
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parquet_files(path: str | os.PathLike[str]) -> list[str]:
+    """Lists the data files of a Parquet file or directory.
+
+    A directory is walked recursively; names starting with ``_`` or ``.``
+    (uncommitted or hidden files, and such directories) are skipped; the
+    result is sorted.
+
+    Raises:
+        FileNotFoundError: If ``path`` does not exist.
+    """
+    root = os.fspath(path)
+    if os.path.isfile(root):
+        return [root]
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"from_parquet(): no such file or directory: {root!r}")
+    found: list[str] = []
+    for current, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        found.extend(os.path.join(current, f) for f in files if not f.startswith(("_", ".")))
+    return sorted(found)
+
+
+class StreamEnvironment:
+    """Builds and runs one streaming job.
+
+    Args:
+        parallelism: Default parallelism of sources and operators.
+        checkpoint: Checkpointing configuration, or ``None`` to disable checkpoints.
+        restart: What to do when the job fails (default: no restart).
+        batch_size: Maximum rows per record batch produced by the built-in sources.
+        max_parallelism: Number of key groups; the upper bound of any parallelism.
+    """
+
+    def __init__(
+        self,
+        parallelism: int = 1,
+        *,
+        checkpoint: CheckpointConfig | None = None,
+        restart: RestartStrategy | None = None,
+        batch_size: int = 8192,
+        max_parallelism: int = 128,
+    ) -> None:
+        if not _is_int(max_parallelism) or not 1 <= max_parallelism <= _MAX_PARALLELISM_LIMIT:
+            raise ValueError(
+                f"max_parallelism must be an int in [1, {_MAX_PARALLELISM_LIMIT}], "
+                f"got {max_parallelism!r}"
+            )
+        self.max_parallelism = max_parallelism
+        self._check_parallelism(parallelism, "the environment")
+        if not _is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        if checkpoint is not None and not isinstance(checkpoint, CheckpointConfig):
+            raise TypeError(
+                "checkpoint must be an ed.CheckpointConfig or None, got "
+                f"{type(checkpoint).__name__}"
+            )
+        if restart is not None and not isinstance(restart, RestartStrategy):
+            raise TypeError(
+                f"restart must be an ed.RestartStrategy or None, got {type(restart).__name__}"
+            )
+        self.parallelism = parallelism
+        self.checkpoint = checkpoint
+        self.restart = restart
+        self.batch_size = batch_size
+        self._graph = LogicalGraph(lambda: self.parallelism)
+        self._scope = StreamScope.top()
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamEnvironment(parallelism={self.parallelism}, batch_size={self.batch_size}, "
+            f"max_parallelism={self.max_parallelism}, operators={len(self._graph.nodes)})"
+        )
+
+    def _check_parallelism(self, parallelism: object, what: str) -> None:
+        if not _is_int(parallelism) or not 1 <= parallelism <= self.max_parallelism:  # type: ignore[operator]
+            raise ValueError(
+                f"parallelism of {what} must be an int in [1, {self.max_parallelism}] "
+                f"(max_parallelism), got {parallelism!r}"
+            )
+
+    # ---- sources ------------------------------------------------------------
+
+    def _source(self, op: str, kind: str, schema: pa.Schema, params: dict[str, Any]) -> DataStream:
+        node = self._graph.add(op, kind, [], scope=self._scope, schema=schema, params=params)
+        return DataStream(self, node)
+
+    def from_collection(
+        self, items: Iterable[Any], *, schema: SchemaLike | None = None
+    ) -> DataStream:
+        """A bounded source of Python values.
+
+        Args:
+            items: Dicts (one column per key) or scalars (one column ``value``).
+            schema: The schema; inferred from the items if omitted (required
+                for an empty collection).
+
+        Example:
+            >>> import eddyline as ed
+            >>> ed.StreamEnvironment().from_collection([1, 2, 3]).schema
+            value: int64
+        """
+        rows = list(items)
+        declared = _as_schema(schema, "from_collection()")
+        n_dicts = sum(1 for item in rows if isinstance(item, dict))
+        if n_dicts not in (0, len(rows)):
+            raise TypeError(
+                "from_collection() needs all items to be dicts (one column per key) or all to be "
+                "scalars (one column 'value'), not a mix"
+            )
+        if not rows and declared is None:
+            raise SchemaError(
+                "from_collection(): cannot infer a schema from an empty collection; pass schema="
+            )
+        try:
+            if n_dicts:
+                table = pa.Table.from_pylist(rows, schema=declared)
+            elif declared is not None and not rows:
+                table = declared.empty_table()
+            elif declared is not None:
+                if len(declared) != 1:
+                    raise SchemaError(
+                        "from_collection(): scalar items need a schema with exactly one field, "
+                        f"got\n{declared}"
+                    )
+                column = pa.array(rows, type=declared.field(0).type)
+                table = pa.Table.from_arrays([column], schema=declared)
+            else:
+                table = pa.table({"value": pa.array(rows)})
+        except SchemaError:
+            raise
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise SchemaError(
+                f"from_collection(): cannot convert the items to Arrow: {exc}"
+            ) from exc
+        return self.from_arrow(table, _op="from_collection")
+
+    def from_arrow(
+        self,
+        data: pa.Table | pa.RecordBatch | Sequence[pa.RecordBatch],
+        *,
+        schema: SchemaLike | None = None,
+        _op: str = "from_arrow",
+    ) -> DataStream:
+        """A bounded source of Arrow data, split into batches of at most ``batch_size`` rows.
+
+        Args:
+            data: A ``pyarrow.Table``, a ``RecordBatch`` or a list of batches
+                (all of one schema).
+            schema: Required only for an empty list of batches.
+        """
+        declared = _as_schema(schema, f"{_op}()")
+        if isinstance(data, pa.Table):
+            table_schema, batches = data.schema, data.to_batches(max_chunksize=self.batch_size)
+        elif isinstance(data, pa.RecordBatch):
+            table_schema = data.schema
+            batches = pa.Table.from_batches([data]).to_batches(max_chunksize=self.batch_size)
+        elif isinstance(data, Sequence) and all(isinstance(b, pa.RecordBatch) for b in data):
+            if not data and declared is None:
+                raise SchemaError(f"{_op}(): an empty list of batches needs schema=")
+            table_schema = data[0].schema if data else declared
+            for index, batch in enumerate(data):
+                if not batch.schema.equals(table_schema):
+                    raise SchemaError(
+                        f"{_op}(): batch {index} has schema\n{batch.schema}\nbut batch 0 has "
+                        f"schema\n{table_schema}"
+                    )
+            batches = (
+                pa.Table.from_batches(list(data), schema=table_schema).to_batches(
+                    max_chunksize=self.batch_size
+                )
+                if data
+                else []
+            )
+        else:
+            raise TypeError(
+                f"{_op}() needs a pyarrow.Table, a pyarrow.RecordBatch or a list of record "
+                f"batches, got {type(data).__name__}"
+            )
+        if declared is not None and not declared.equals(table_schema):
+            raise SchemaError(f"{_op}(): data has schema\n{table_schema}\nnot\n{declared}")
+        assert table_schema is not None
+        batches = [batch for batch in batches if batch.num_rows > 0]
+        return self._source(
+            _op, "source_arrow", table_schema, {"batches": batches, "schema": table_schema}
+        )
+
+    def from_sequence(self, start: int, end: int) -> DataStream:
+        """A bounded source of the int64 column ``value`` with ``start <= value < end``."""
+        if not _is_int(start) or not _is_int(end):
+            raise TypeError(f"from_sequence() needs int bounds, got {start!r}, {end!r}")
+        if end < start:
+            raise ValueError(f"from_sequence(): end ({end}) must be >= start ({start})")
+        schema = pa.schema([pa.field("value", pa.int64())])
+        return self._source(
+            "from_sequence", "source_sequence", schema, {"start": start, "end": end}
+        )
+
+    def from_parquet(self, path: str | os.PathLike[str]) -> DataStream:
+        """A bounded source reading a Parquet file, or every data file in a directory.
+
+        In a directory, files and subdirectories whose names start with ``_``
+        or ``.`` are ignored (like ``pyarrow.dataset``).
+        """
+        import pyarrow.parquet as pq
+
+        files = parquet_files(path)
+        if not files:
+            raise GraphError(f"from_parquet(): no data files in {os.fspath(path)!r}")
+        schema = pq.read_schema(files[0]).remove_metadata()
+        for other in files[1:]:
+            other_schema = pq.read_schema(other).remove_metadata()
+            if not other_schema.equals(schema):
+                raise SchemaError(
+                    f"from_parquet(): {other!r} has schema\n{other_schema}\nbut {files[0]!r} has "
+                    f"schema\n{schema}"
+                )
+        return self._source("from_parquet", "source_parquet", schema, {"paths": files})
+
+    # ---- execution ----------------------------------------------------------
+
+    def _config(self, name: str, restore_from: str | None) -> dict[str, Any]:
+        return {
+            "name": name,
+            "max_parallelism": self.max_parallelism,
+            "batch_size": self.batch_size,
+            "restart": self.restart._to_dict() if self.restart is not None else None,
+            "checkpoint": self.checkpoint._to_dict() if self.checkpoint is not None else None,
+            "restore_from": restore_from,
+        }
+
+    def build(self) -> list[dict[str, Any]]:
+        """Validates the job graph and returns the node dicts the native layer runs.
+
+        Raises:
+            GraphError: If the job has no sink or the graph is invalid.
+        """
+        sinks = self._graph.sinks()
+        if not sinks:
+            raise GraphError(
+                "the job has no sink: add stream.collect() or stream.sink_to(...) before executing"
+            )
+        compiled = self._graph.compile(sinks)
+        native().build_graph(compiled.nodes, self.max_parallelism)
+        return compiled.nodes
+
+    def execute_async(
+        self,
+        name: str = "job",
+        *,
+        restore_from: str | os.PathLike[str] | None = None,
+        runner: object | None = None,
+    ) -> JobClient:
+        """Starts the job and returns at once.
+
+        Args:
+            name: The job name.
+            restore_from: A checkpoint or savepoint path, or ``"latest"``.
+            runner: Reserved for other runners; only the default in-process
+                runner (``None``) is supported yet.
+
+        Returns:
+            A client to wait on, cancel or checkpoint the job.
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"the job name must be a non-empty str, got {name!r}")
+        if runner is not None:
+            raise NotImplementedError(
+                f"runner={runner!r} is not supported yet; jobs run in-process (runner=None)"
+            )
+        restore = os.fspath(restore_from) if restore_from is not None else None
+        sinks = self._graph.sinks()
+        if not sinks:
+            raise GraphError(
+                "the job has no sink: add stream.collect() or stream.sink_to(...) before executing"
+            )
+        compiled = self._graph.compile(sinks)
+        core = native()
+        core.build_graph(compiled.nodes, self.max_parallelism)
+        for handle, _ in compiled.collects:
+            handle._batches = None
+        handle = core.start_job(compiled.nodes, self._config(name, restore))
+        return JobClient(handle, name, compiled.collects)
+
+    def execute(
+        self,
+        name: str = "job",
+        *,
+        restore_from: str | os.PathLike[str] | None = None,
+        runner: object | None = None,
+    ) -> JobResult:
+        """Runs the job to the end and returns its result.
+
+        Ctrl-C cancels the job. On a terminal, a one-line progress display is
+        shown on stderr while the job runs.
+
+        Args:
+            name: The job name.
+            restore_from: A checkpoint or savepoint path, or ``"latest"``.
+            runner: Reserved for other runners; ``None`` runs in-process.
+
+        Raises:
+            JobFailedError: The job failed and its restart strategy is exhausted.
+        """
+        return self.execute_async(name, restore_from=restore_from, runner=runner).wait()

@@ -1,0 +1,118 @@
+"""Exception classes raised by eddyline.
+
+Every error eddyline raises on purpose derives from :class:`EddylineError`. The
+Rust core maps each of its error variants to exactly one of these classes and
+instantiates it by name as ``cls(message, operator=..., user_traceback=...)``,
+so the constructor signature is part of the binding contract.
+
+Example:
+    >>> import eddyline as ed
+    >>> err = ed.SchemaError("operator 'parse' returned a str", operator="parse")
+    >>> isinstance(err, ed.EddylineError), err.operator
+    (True, 'parse')
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "EddylineError",
+    "GraphError",
+    "JobFailedError",
+    "SchemaError",
+    "ScopeError",
+]
+
+
+class EddylineError(Exception):
+    """Base class of every error raised by eddyline.
+
+    Args:
+        message: A full sentence describing the problem; it names the operator
+            when one is involved.
+        operator: The name of the operator the error belongs to, if any.
+        user_traceback: The formatted traceback of a user function that raised,
+            if the error was caused by user code.
+
+    Attributes:
+        operator: The operator name, or ``None``.
+        user_traceback: The user function's formatted traceback, or ``None``.
+    """
+
+    operator: str | None
+    user_traceback: str | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operator: str | None = None,
+        user_traceback: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.operator = operator
+        self.user_traceback = user_traceback
+
+    @property
+    def message(self) -> str:
+        """The error message (the first constructor argument)."""
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the keyword-only attributes when errors cross process boundaries.
+        return (
+            _rebuild_error,
+            (type(self), self.message, self.operator, self.user_traceback),
+        )
+
+
+def _rebuild_error(
+    cls: type[EddylineError],
+    message: str,
+    operator: str | None,
+    user_traceback: str | None,
+) -> EddylineError:
+    return cls(message, operator=operator, user_traceback=user_traceback)
+
+
+class GraphError(EddylineError):
+    """The job graph is invalid (unknown column, bad parallelism, no sink, ...).
+
+    Raised while the graph is built, before anything runs.
+    """
+
+
+class ScopeError(EddylineError):
+    """Streams of different loop scopes were combined, or a scope was misused.
+
+    Example:
+        >>> import eddyline as ed
+        >>> ed.StreamScope.top().unnest()
+        Traceback (most recent call last):
+        ...
+        eddyline.errors.ScopeError: the top-level scope (level 0) has no outer scope to unnest to
+    """
+
+
+class SchemaError(EddylineError):
+    """Data does not have the schema an operator expects.
+
+    Raised when a user function returns the wrong type or shape (the message
+    names the operator, the field, the expected and the actual type), when
+    batches of one stream have different schemas, or when streams that must
+    agree (union, connect) do not.
+    """
+
+
+class CheckpointError(EddylineError):
+    """A checkpoint or savepoint is missing, corrupt or incompatible, or
+    checkpointing is not possible (for example, not enabled)."""
+
+
+class JobFailedError(EddylineError):
+    """A job failed and its restart strategy is exhausted.
+
+    When a user function raised, ``operator`` names the operator, the
+    original exception is kept as ``__cause__`` and its formatted traceback
+    is in ``user_traceback``.
+    """

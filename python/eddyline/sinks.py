@@ -1,0 +1,159 @@
+"""Sinks: collecting results in the driver, Parquet files, two-phase commit.
+
+Example:
+    >>> import eddyline as ed
+    >>> env = ed.StreamEnvironment()
+    >>> out = env.from_collection([{"x": 1}, {"x": 2}]).collect()
+    >>> _ = env.execute()  # doctest: +SKIP
+    >>> out.to_pylist()  # doctest: +SKIP
+    [{'x': 1}, {'x': 2}]
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import EddylineError
+
+__all__ = ["CollectHandle", "ParquetSink", "Sink", "TwoPhaseCommitSink"]
+
+
+class Sink:
+    """Marker base class of everything :meth:`DataStream.sink_to` accepts."""
+
+
+class CollectHandle:
+    """The rows a ``stream.collect()`` sink received, available after the job ran.
+
+    Rows are those committed by the sink: exactly once, even across restarts
+    inside one ``execute``.
+    """
+
+    def __init__(self, operator: str, schema: pa.Schema | None) -> None:
+        self._operator = operator
+        self._schema = schema
+        self._batches: list[pa.RecordBatch] | None = None
+
+    def _set(self, batches: list[pa.RecordBatch]) -> None:
+        self._batches = list(batches)
+
+    @property
+    def ready(self) -> bool:
+        """True once a job containing this sink has finished."""
+        return self._batches is not None
+
+    def _require(self) -> list[pa.RecordBatch]:
+        if self._batches is None:
+            raise EddylineError(
+                f"collect sink '{self._operator}' has no result yet: run the job with "
+                "env.execute() (or wait for env.execute_async()) before reading it",
+                operator=self._operator,
+            )
+        return self._batches
+
+    def to_arrow(self) -> pa.Table:
+        """Returns the collected rows as a table (empty, with the stream's schema, if none)."""
+        batches = [batch for batch in self._require() if batch.num_rows > 0]
+        if batches:
+            return pa.Table.from_batches(batches)
+        if self._schema is not None:
+            return self._schema.empty_table()
+        all_batches = self._require()
+        if all_batches:
+            return all_batches[0].schema.empty_table()
+        return pa.table({})
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        """Returns the collected rows as a list of dicts."""
+        rows: list[dict[str, Any]] = []
+        for batch in self._require():
+            rows.extend(batch.to_pylist())
+        return rows
+
+    def __len__(self) -> int:
+        return sum(batch.num_rows for batch in self._require())
+
+    def __repr__(self) -> str:
+        state = f"{len(self)} rows" if self._batches is not None else "not run yet"
+        return f"CollectHandle({self._operator!r}, {state})"
+
+
+class ParquetSink(Sink):
+    """Writes Parquet files into ``dir``, exactly once.
+
+    Files become visible (get a name not starting with ``_`` or ``.``) only
+    when the checkpoint that covers them completes, or at the end of the job;
+    ``pyarrow.dataset.dataset(dir)`` reads the committed files.
+
+    Args:
+        dir: The output directory (created if missing).
+    """
+
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
+        path = os.fspath(dir)
+        if not isinstance(path, str) or not path:
+            raise ValueError(f"ParquetSink needs a directory path, got {dir!r}")
+        self.dir = path
+
+    def __repr__(self) -> str:
+        return f"ParquetSink({self.dir!r})"
+
+
+class TwoPhaseCommitSink(Sink):
+    """Base class of exactly-once sinks with transactions.
+
+    Subclass it and implement the five methods. Each parallel instance of the
+    sink gets its own copy of the object. The engine begins a transaction,
+    writes batches into it, pre-commits it when a checkpoint is taken (or the
+    input ends) and commits it when that checkpoint completes. ``commit``
+    must be idempotent: after a failure a pre-committed transaction may be
+    committed again. Transactions must be picklable (they are checkpointed).
+
+    Example:
+        >>> class ListSink(TwoPhaseCommitSink):
+        ...     def __init__(self):
+        ...         self.committed = []
+        ...     def begin_transaction(self):
+        ...         return []
+        ...     def write(self, txn, batch):
+        ...         txn.append(batch)
+        ...     def pre_commit(self, txn):
+        ...         pass
+        ...     def commit(self, txn):
+        ...         self.committed.extend(txn)
+        ...     def abort(self, txn):
+        ...         txn.clear()
+    """
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        """Optional hook: called once per parallel instance before anything else.
+
+        Args:
+            ctx: ``{"name", "subtask_index", "parallelism", "max_parallelism", "attempt"}``.
+        """
+
+    def begin_transaction(self) -> Any:
+        """Starts a transaction and returns it."""
+        raise NotImplementedError
+
+    def write(self, txn: Any, batch: pa.RecordBatch) -> None:
+        """Writes one batch into the transaction."""
+        raise NotImplementedError
+
+    def pre_commit(self, txn: Any) -> None:
+        """Makes the transaction durable so that it can be committed later."""
+        raise NotImplementedError
+
+    def commit(self, txn: Any) -> None:
+        """Makes the transaction visible. Must be idempotent."""
+        raise NotImplementedError
+
+    def abort(self, txn: Any) -> None:
+        """Discards the transaction."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Optional hook: called once per parallel instance at the end."""

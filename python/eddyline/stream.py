@@ -1,0 +1,563 @@
+"""Streams and operators: :class:`DataStream`, :class:`KeyedStream`, :class:`ConnectedStreams`.
+
+A :class:`DataStream` is a typed stream of Arrow record batches. Per-record
+functions (``map``, ``flat_map``, ``filter(fn)``) see each row as a ``dict``;
+batch functions (``map_batches``) see ``pyarrow.RecordBatch`` objects; native
+expressions (``filter(expr)``, ``with_columns``, ``select``) and keyed
+aggregates run in Rust without the GIL.
+
+Example:
+    >>> import eddyline as ed
+    >>> env = ed.StreamEnvironment()
+    >>> s = env.from_collection([{"k": 1, "v": 2}]).map(lambda r: {**r, "w": 1}).name("add_w")
+    >>> s.scope.level
+    0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from ._graph import LogicalEdge, LogicalNode
+from ._runners import (
+    BatchRunner,
+    ConnectedRecordRunner,
+    KeyedProcessRunner,
+    KeyedReduceRunner,
+    RunnerFactory,
+    TwoPhaseCommitRunner,
+)
+from .errors import GraphError, SchemaError, ScopeError
+from .expr import Expr, ExprLike, lit
+from .functions import ProcessContext, ProcessFunction, Row
+from .scope import StreamScope
+from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
+
+if TYPE_CHECKING:
+    from .environment import StreamEnvironment
+
+__all__ = ["ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream"]
+
+SchemaLike = pa.Schema | Sequence[pa.Field] | Sequence[tuple[str, pa.DataType]]
+ProcessFn = ProcessFunction | type[ProcessFunction] | Callable[[Row, ProcessContext], Any]
+
+
+def _as_schema(schema: SchemaLike | None, what: str) -> pa.Schema | None:
+    if schema is None or isinstance(schema, pa.Schema):
+        return schema
+    try:
+        return pa.schema(schema)
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise TypeError(f"{what}: schema must be a pyarrow.Schema, got {schema!r}") from exc
+
+
+def _require_callable(fn: object, what: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{what} needs a callable, got {type(fn).__name__}")
+
+
+def _missing_columns_error(
+    operator: str, missing: str, schema: pa.Schema, role: str = "column"
+) -> GraphError:
+    columns = ", ".join(f"{f.name}: {f.type}" for f in schema) or "none"
+    return GraphError(
+        f"operator '{operator}': {role} '{missing}' is not in the input schema "
+        f"(columns: {columns})",
+        operator=operator,
+    )
+
+
+class _Operators:
+    """Behaviour shared by streams and sink handles: naming and parallelism."""
+
+    _env: StreamEnvironment
+    _node: LogicalNode
+
+    def name(self, name: str) -> Any:
+        """Names the last operator (used in metrics, errors and logs); returns ``self``."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name() needs a non-empty str, got {name!r}")
+        self._node.name = name
+        if self._node.collect is not None:
+            self._node.collect._operator = name
+        return self
+
+    def uid(self, uid: str) -> Any:
+        """Sets the last operator's stable id (matches its state on restore); returns ``self``."""
+        if not isinstance(uid, str) or not uid:
+            raise TypeError(f"uid() needs a non-empty str, got {uid!r}")
+        for other in self._env._graph.nodes:
+            if other is not self._node and other.uid == uid:
+                raise GraphError(
+                    f"uid {uid!r} is already used by operator '{other.display_name}'",
+                    operator=self._node.display_name,
+                )
+        self._node.uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> Any:
+        """Sets the last operator's parallelism; returns ``self``."""
+        self._env._check_parallelism(parallelism, f"operator '{self._node.display_name}'")
+        self._node.parallelism = parallelism
+        return self
+
+    @property
+    def parallelism(self) -> int:
+        """The last operator's parallelism (the environment's unless set)."""
+        return self._env._graph.parallelism_of(self._node)
+
+
+class DataStream(_Operators):
+    """A stream of Arrow record batches; build on it with operator methods.
+
+    Streams are created by the sources of a :class:`~eddyline.StreamEnvironment`.
+    """
+
+    def __init__(self, env: StreamEnvironment, node: LogicalNode) -> None:
+        self._env = env
+        self._node = node
+
+    def __repr__(self) -> str:
+        return f"DataStream({self._node.display_name!r})"
+
+    # ---- properties ---------------------------------------------------------
+
+    @property
+    def scope(self) -> StreamScope:
+        """The loop scope of the stream (level 0 outside loops)."""
+        return self._node.scope
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The stream's schema if it is known before running, else ``None``."""
+        return self._node.schema
+
+    @property
+    def operator_name(self) -> str:
+        """The name of the operator producing this stream."""
+        return self._node.display_name
+
+    # ---- helpers ------------------------------------------------------------
+
+    def _add(
+        self,
+        op: str,
+        kind: str,
+        *,
+        schema: pa.Schema | None = None,
+        params: dict[str, Any] | None = None,
+        keys: list[str] | None = None,
+        stage: tuple[str, Callable[..., Any]] | None = None,
+        inputs: list[LogicalEdge] | None = None,
+    ) -> DataStream:
+        node = self._env._graph.add(
+            op,
+            kind,
+            inputs if inputs is not None else [LogicalEdge(self._node.id)],
+            scope=self._node.scope,
+            schema=schema,
+            params=params,
+            keys=keys,
+            stage=stage,
+        )
+        return DataStream(self._env, node)
+
+    def _python(
+        self,
+        op: str,
+        make_factory: Callable[[str], RunnerFactory],
+        *,
+        schema: pa.Schema | None,
+        keys: list[str] | None = None,
+        inputs: list[LogicalEdge] | None = None,
+        is_sink: bool = False,
+    ) -> DataStream:
+        params: dict[str, Any] = {
+            "make_factory": make_factory,
+            "output_schema": schema,
+            "num_inputs": len(inputs) if inputs else 1,
+        }
+        if is_sink:
+            params["is_sink"] = True
+        return self._add(op, "python", schema=schema, params=params, keys=keys, inputs=inputs)
+
+    def _native(
+        self,
+        op: str,
+        kind: str,
+        params: dict[str, Any],
+        *,
+        keys: list[str] | None = None,
+        columns: Iterable[str] = (),
+    ) -> DataStream:
+        """Adds a native operator; checks it at once when the input schema is known."""
+        stream = self._add(op, kind, params=params, keys=keys)
+        node = stream._node
+        if self.schema is not None:
+            graph = self._env._graph
+            try:
+                for name in columns:
+                    if name not in self.schema.names:
+                        raise _missing_columns_error(node.display_name, name, self.schema)
+                node.schema = graph.output_schema(node, self._env.max_parallelism)
+            except BaseException:
+                graph.discard_last(node)
+                raise
+        return stream
+
+    def _same_env(self, other: DataStream, what: str) -> None:
+        if not isinstance(other, DataStream):
+            raise TypeError(f"{what} needs DataStream arguments, got {type(other).__name__}")
+        if other._env is not self._env:
+            raise GraphError(f"{what}: the streams belong to different StreamEnvironments")
+        if other.scope != self.scope:
+            raise ScopeError(
+                f"{what}: cannot combine '{self.operator_name}' ({self.scope!r}) with "
+                f"'{other.operator_name}' ({other.scope!r}); streams must be in the same loop "
+                "scope",
+                operator=self.operator_name,
+            )
+
+    # ---- per-record functions -----------------------------------------------
+
+    def map(self, fn: Callable[[Row], Row], *, schema: SchemaLike | None = None) -> DataStream:
+        """Applies ``fn`` to every row (a dict) and emits the returned dict.
+
+        Args:
+            fn: ``fn(row) -> row``.
+            schema: The output schema; inferred from the first output if omitted.
+        """
+        _require_callable(fn, "map()")
+        return self._add("map", "record", schema=_as_schema(schema, "map()"), stage=("map", fn))
+
+    def flat_map(
+        self, fn: Callable[[Row], Iterable[Row] | None], *, schema: SchemaLike | None = None
+    ) -> DataStream:
+        """Applies ``fn`` to every row and emits every dict of the iterable it returns.
+
+        Args:
+            fn: ``fn(row) -> iterable of rows`` (``None`` emits nothing).
+            schema: The output schema; inferred from the first output if omitted.
+        """
+        _require_callable(fn, "flat_map()")
+        return self._add(
+            "flat_map",
+            "record",
+            schema=_as_schema(schema, "flat_map()"),
+            stage=("flat_map", fn),
+        )
+
+    def filter(self, predicate: Callable[[Row], Any] | Expr) -> DataStream:
+        """Keeps the rows for which ``predicate`` is true.
+
+        Args:
+            predicate: A native boolean expression such as ``ed.col("x") > 0``
+                (run in Rust), or a function ``fn(row) -> bool``.
+        """
+        if isinstance(predicate, Expr):
+            return self._native(
+                "filter", "filter", {"expr": predicate._tree()}, columns=predicate.columns()
+            )
+        _require_callable(predicate, "filter()")
+        return self._add("filter", "record", schema=self.schema, stage=("filter", predicate))
+
+    # ---- batch functions ----------------------------------------------------
+
+    def map_batches(
+        self,
+        fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
+        *,
+        schema: SchemaLike | None = None,
+    ) -> DataStream:
+        """Applies ``fn`` to every ``pyarrow.RecordBatch``.
+
+        ``fn`` may return a RecordBatch, a Table (its batches are emitted) or
+        ``None`` (nothing). Every output must have the same schema.
+
+        Args:
+            fn: ``fn(batch) -> batch``.
+            schema: The output schema, if known in advance.
+        """
+        _require_callable(fn, "map_batches()")
+        declared = _as_schema(schema, "map_batches()")
+        return self._python(
+            "map_batches",
+            lambda name: RunnerFactory(BatchRunner, name, (fn,), declared),
+            schema=declared,
+        )
+
+    # ---- native expressions -------------------------------------------------
+
+    def with_columns(self, **exprs: ExprLike) -> DataStream:
+        """Adds or replaces columns computed by native expressions.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment()
+            >>> s = env.from_sequence(0, 10)
+            >>> s.with_columns(double=ed.col("value") * 2)  # doctest: +SKIP
+        """
+        if not exprs:
+            raise TypeError("with_columns() needs at least one name=expression")
+        columns = [(name, lit(value)._tree()) for name, value in exprs.items()]
+        used: dict[str, None] = {}
+        for value in exprs.values():
+            if isinstance(value, Expr):
+                used.update(dict.fromkeys(value.columns()))
+        return self._native("with_columns", "with_columns", {"columns": columns}, columns=used)
+
+    def select(self, *cols: str | Expr) -> DataStream:
+        """Keeps (and computes) the given columns, in order.
+
+        Args:
+            cols: Column names, or expressions; expressions other than a bare
+                ``col(...)`` need ``.alias(name)``.
+        """
+        if not cols:
+            raise TypeError("select() needs at least one column")
+        columns: list[tuple[str, tuple[object, ...]]] = []
+        used: dict[str, None] = {}
+        for item in cols:
+            expr = Expr(("col", item)) if isinstance(item, str) else item
+            if not isinstance(expr, Expr):
+                raise TypeError(f"select() takes column names or expressions, got {item!r}")
+            name = expr.output_name
+            if name is None:
+                raise TypeError(f"select(): expression {expr!r} needs a name: use .alias('name')")
+            if any(existing == name for existing, _ in columns):
+                raise GraphError(f"select(): column '{name}' is selected twice")
+            columns.append((name, expr._tree()))
+            used.update(dict.fromkeys(expr.columns()))
+        return self._native("select", "select", {"columns": columns}, columns=used)
+
+    # ---- keyed, binary ------------------------------------------------------
+
+    def key_by(self, keys: str | Sequence[str]) -> KeyedStream:
+        """Partitions the stream by the value of one or more key columns.
+
+        Rows with null keys form their own group.
+        """
+        key_list = [keys] if isinstance(keys, str) else list(keys)
+        if not key_list or not all(isinstance(k, str) and k for k in key_list):
+            raise TypeError(f"key_by() needs a column name or a list of names, got {keys!r}")
+        if len(set(key_list)) != len(key_list):
+            raise GraphError(f"key_by(): duplicate key columns in {key_list}")
+        if self.schema is not None:
+            for key in key_list:
+                if key not in self.schema.names:
+                    raise _missing_columns_error(
+                        f"key_by after {self.operator_name}", key, self.schema, "key column"
+                    )
+        return KeyedStream(self, key_list)
+
+    def union(self, *streams: DataStream) -> DataStream:
+        """Merges this stream with others of the same schema and scope."""
+        if not streams:
+            return self
+        for other in streams:
+            self._same_env(other, "union()")
+        schema = self.schema
+        for other in streams:
+            if schema is not None and other.schema is not None and not other.schema.equals(schema):
+                raise SchemaError(
+                    f"union(): '{self.operator_name}' has schema\n{schema}\nbut "
+                    f"'{other.operator_name}' has schema\n{other.schema}\nstreams of a union "
+                    "must have the same schema",
+                    operator=self.operator_name,
+                )
+        known = all(s.schema is not None for s in streams)
+        inputs = [LogicalEdge(self._node.id)] + [LogicalEdge(s._node.id) for s in streams]
+        return self._add("union", "union", schema=schema if known else None, inputs=inputs)
+
+    def connect(self, other: DataStream) -> ConnectedStreams:
+        """Connects two streams (possibly of different schemas) for a two-input operator."""
+        self._same_env(other, "connect()")
+        return ConnectedStreams(self, other)
+
+    # ---- sinks --------------------------------------------------------------
+
+    def collect(self) -> CollectHandle:
+        """Collects the stream's rows in the driver; read them after ``execute``."""
+        stream = self._add("collect", "sink_collect", params={})
+        handle = CollectHandle(stream._node.display_name, self.schema)
+        stream._node.collect = handle
+        return handle
+
+    def sink_to(self, sink: ParquetSink | TwoPhaseCommitSink) -> DataStreamSink:
+        """Writes the stream to ``sink`` (``ParquetSink`` or a ``TwoPhaseCommitSink``)."""
+        if isinstance(sink, ParquetSink):
+            stream = self._add("parquet_sink", "sink_parquet", params={"dir": sink.dir})
+        elif isinstance(sink, TwoPhaseCommitSink):
+            stream = self._python(
+                "sink",
+                lambda name: RunnerFactory(TwoPhaseCommitRunner, name, sink, private=(1,)),
+                schema=None,
+                is_sink=True,
+            )
+        else:
+            raise TypeError(
+                f"sink_to() needs an ed.ParquetSink or an ed.TwoPhaseCommitSink, got "
+                f"{type(sink).__name__}"
+            )
+        return DataStreamSink(self._env, stream._node)
+
+
+class DataStreamSink(_Operators):
+    """The handle :meth:`DataStream.sink_to` returns: name, uid and parallelism of the sink."""
+
+    def __init__(self, env: StreamEnvironment, node: LogicalNode) -> None:
+        self._env = env
+        self._node = node
+
+    def __repr__(self) -> str:
+        return f"DataStreamSink({self._node.display_name!r})"
+
+
+class KeyedStream:
+    """A stream partitioned by key; every key is handled by one parallel instance.
+
+    Aggregates are running: after each input batch they emit one updated row
+    per key seen in that batch, holding the key columns and the aggregate.
+    """
+
+    def __init__(self, stream: DataStream, keys: list[str]) -> None:
+        self._stream = stream
+        self._keys = keys
+
+    @property
+    def keys(self) -> list[str]:
+        """The key columns."""
+        return list(self._keys)
+
+    def __repr__(self) -> str:
+        return f"KeyedStream({self._stream.operator_name!r}, keys={self._keys!r})"
+
+    def _agg(self, agg: str, column: str | None) -> DataStream:
+        if column is not None and not isinstance(column, str):
+            raise TypeError(f"{agg}() needs a column name, got {column!r}")
+        params = {"keys": list(self._keys), "agg": agg, "column": column}
+        return self._stream._native(
+            agg,
+            "keyed_agg",
+            params,
+            keys=list(self._keys),
+            columns=[column] if column is not None else [],
+        )
+
+    def sum(self, column: str) -> DataStream:
+        """Running sum of ``column`` per key."""
+        return self._agg("sum", column)
+
+    def count(self) -> DataStream:
+        """Running row count per key, in column ``count``."""
+        return self._agg("count", None)
+
+    def min(self, column: str) -> DataStream:
+        """Running minimum of ``column`` per key."""
+        return self._agg("min", column)
+
+    def max(self, column: str) -> DataStream:
+        """Running maximum of ``column`` per key."""
+        return self._agg("max", column)
+
+    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
+        """Running reduction per key: ``fn(acc_row, row) -> row`` (rows keep the input schema).
+
+        After each input batch, emits the accumulated row of every key seen in
+        that batch, in first-occurrence order.
+        """
+        _require_callable(fn, "reduce()")
+        keys = list(self._keys)
+        return self._stream._python(
+            "reduce",
+            lambda name: RunnerFactory(KeyedReduceRunner, name, keys, fn),
+            schema=self._stream.schema,
+            keys=keys,
+        )
+
+    def process(self, fn: ProcessFn, *, schema: SchemaLike | None = None) -> DataStream:
+        """Runs a keyed function with per-key state.
+
+        Args:
+            fn: ``fn(row, ctx) -> iterable of rows | None``, or an
+                :class:`~eddyline.ProcessFunction` (instance or subclass). ``ctx``
+                has ``ctx.key``, ``ctx.state`` and ``ctx.get_state(name)``.
+            schema: The output schema; inferred from the first output if omitted.
+        """
+        if isinstance(fn, type) and issubclass(fn, ProcessFunction):
+            fn = fn()
+        if not isinstance(fn, ProcessFunction):
+            _require_callable(fn, "process()")
+        keys = list(self._keys)
+        declared = _as_schema(schema, "process()")
+        private = (2,) if isinstance(fn, ProcessFunction) else ()
+        function = fn
+        return self._stream._python(
+            "process",
+            lambda name: RunnerFactory(
+                KeyedProcessRunner, name, keys, function, declared, private=private
+            ),
+            schema=declared,
+            keys=keys,
+        )
+
+
+class ConnectedStreams:
+    """Two streams feeding one two-input operator (``stream.connect(other)``)."""
+
+    def __init__(self, first: DataStream, second: DataStream) -> None:
+        self.first = first
+        self.second = second
+
+    def __repr__(self) -> str:
+        return f"ConnectedStreams({self.first.operator_name!r}, {self.second.operator_name!r})"
+
+    def _inputs(self) -> list[LogicalEdge]:
+        return [LogicalEdge(self.first._node.id, 0), LogicalEdge(self.second._node.id, 1)]
+
+    def map(
+        self,
+        fn1: Callable[[Row], Row],
+        fn2: Callable[[Row], Row],
+        *,
+        schema: SchemaLike | None = None,
+    ) -> DataStream:
+        """Maps rows of the first stream with ``fn1`` and of the second with ``fn2``.
+
+        Both must return rows of the same schema.
+        """
+        _require_callable(fn1, "map()")
+        _require_callable(fn2, "map()")
+        declared = _as_schema(schema, "map()")
+        fns = (fn1, fn2)
+        return self.first._python(
+            "co_map",
+            lambda name: RunnerFactory(ConnectedRecordRunner, name, fns, declared),
+            schema=declared,
+            inputs=self._inputs(),
+        )
+
+    def map_batches(
+        self,
+        fn1: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
+        fn2: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
+        *,
+        schema: SchemaLike | None = None,
+    ) -> DataStream:
+        """Maps batches of the first stream with ``fn1`` and of the second with ``fn2``.
+
+        Both must return batches of the same schema.
+        """
+        _require_callable(fn1, "map_batches()")
+        _require_callable(fn2, "map_batches()")
+        declared = _as_schema(schema, "map_batches()")
+        fns = (fn1, fn2)
+        return self.first._python(
+            "co_map_batches",
+            lambda name: RunnerFactory(BatchRunner, name, fns, declared),
+            schema=declared,
+            inputs=self._inputs(),
+        )

@@ -1,0 +1,119 @@
+"""Helpers for testing eddyline jobs.
+
+Example:
+    >>> from eddyline.testing import assert_same_rows
+    >>> assert_same_rows([{"a": 1}, {"a": 2}], [{"a": 2}, {"a": 1}])
+    >>> last_by_key([{"k": 1, "v": 1}, {"k": 1, "v": 3}], "k")
+    {1: {'k': 1, 'v': 3}}
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from .sinks import CollectHandle
+
+__all__ = ["assert_same_rows", "last_by_key", "to_rows"]
+
+RowsLike = pa.Table | pa.RecordBatch | CollectHandle | Iterable[dict[str, Any]]
+
+
+def to_rows(data: RowsLike) -> list[dict[str, Any]]:
+    """Returns rows (dicts) from a table, batch, collect handle or iterable of dicts."""
+    if isinstance(data, CollectHandle):
+        return data.to_pylist()
+    if isinstance(data, pa.Table | pa.RecordBatch):
+        return data.to_pylist()
+    return [dict(row) for row in data]
+
+
+def _canonical(value: Any) -> Hashable:
+    if isinstance(value, float) and math.isnan(value):
+        return ("nan",)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _canonical(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_canonical(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value  # type: ignore[no-any-return]
+
+
+def _row_key(row: dict[str, Any]) -> Hashable:
+    return tuple(sorted((k, _canonical(v)) for k, v in row.items()))
+
+
+def assert_same_rows(
+    actual: RowsLike,
+    expected: RowsLike,
+    *,
+    sort_by: str | Sequence[str] | None = None,
+) -> None:
+    """Asserts that two collections hold the same rows, as multisets (order ignored).
+
+    Args:
+        actual: The rows produced.
+        expected: The reference rows.
+        sort_by: If given, both sides are sorted by these columns and compared
+            in order (the failure message then points at the first difference).
+
+    Raises:
+        AssertionError: Listing missing and unexpected rows.
+    """
+    got = to_rows(actual)
+    want = to_rows(expected)
+    if sort_by is not None:
+        keys = [sort_by] if isinstance(sort_by, str) else list(sort_by)
+
+        def order(row: dict[str, Any]) -> tuple[Any, ...]:
+            return tuple((row.get(k) is None, row.get(k)) for k in keys)
+
+        got_sorted, want_sorted = sorted(got, key=order), sorted(want, key=order)
+        for index, (g, w) in enumerate(zip(got_sorted, want_sorted, strict=False)):
+            if _row_key(g) != _row_key(w):
+                raise AssertionError(
+                    f"rows differ at position {index} (sorted by {keys}): got {g!r}, expected {w!r}"
+                )
+        if len(got) != len(want):
+            raise AssertionError(f"got {len(got)} rows, expected {len(want)}")
+        return
+    counts_got = Counter(_row_key(row) for row in got)
+    counts_want = Counter(_row_key(row) for row in want)
+    if counts_got == counts_want:
+        return
+    missing = list((counts_want - counts_got).elements())
+    unexpected = list((counts_got - counts_want).elements())
+
+    def show(items: list[Hashable]) -> str:
+        shown = [repr(dict(item)) for item in items[:10]]  # type: ignore[call-overload]
+        more = f" ... and {len(items) - 10} more" if len(items) > 10 else ""
+        return "\n  ".join(shown) + more
+
+    message = [f"got {len(got)} rows, expected {len(want)}"]
+    if missing:
+        message.append(f"missing {len(missing)} rows:\n  {show(missing)}")
+    if unexpected:
+        message.append(f"unexpected {len(unexpected)} rows:\n  {show(unexpected)}")
+    raise AssertionError("\n".join(message))
+
+
+def last_by_key(rows: RowsLike, keys: str | Sequence[str]) -> dict[Any, dict[str, Any]]:
+    """Returns the last row of every key (the final value of a running aggregate).
+
+    Args:
+        rows: Rows in emission order.
+        keys: The key column(s); several give tuple keys.
+    """
+    names = [keys] if isinstance(keys, str) else list(keys)
+    out: dict[Any, dict[str, Any]] = {}
+    for row in to_rows(rows):
+        key = row[names[0]] if len(names) == 1 else tuple(row[k] for k in names)
+        out[key] = row
+    return out

@@ -1,0 +1,121 @@
+//! The one error table: every core error variant maps to one exception class
+//! of `eddyline.errors`, and a Python exception raised by user code maps to
+//! a core error that keeps the exception (for `__cause__`) and its
+//! traceback.
+
+use std::sync::Arc;
+
+use eddyline_core::error::{Error, Opaque};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+fn errors_module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    py.import("eddyline.errors")
+}
+
+/// The Python exception for a core error.
+pub fn to_py(py: Python<'_>, err: &Error) -> PyErr {
+    match build(py, err) {
+        Ok(e) => e,
+        Err(e) => e,
+    }
+}
+
+fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
+    let module = errors_module(py)?;
+    let (class, operator, traceback, cause) = match err {
+        Error::Schema { operator, .. } => ("SchemaError", Some(operator.clone()), None, None),
+        Error::Checkpoint { .. } => ("CheckpointError", None, None, None),
+        Error::Scope { .. } => ("ScopeError", None, None, None),
+        Error::Graph { operator, .. } => ("GraphError", Some(operator.clone()), None, None),
+        Error::UserFunction {
+            operator,
+            traceback,
+            cause,
+            ..
+        } => (
+            "JobFailedError",
+            Some(operator.clone()),
+            traceback.clone(),
+            cause.clone(),
+        ),
+        Error::Io { operator, .. } | Error::Operator { operator, .. } => {
+            ("JobFailedError", Some(operator.clone()), None, None)
+        }
+        Error::Cancelled => ("JobCancelledError", None, None, None),
+    };
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("operator", operator.filter(|o| !o.is_empty()))?;
+    kwargs.set_item("user_traceback", traceback)?;
+    let exc = module
+        .getattr(class)?
+        .call((err.to_string(),), Some(&kwargs))?;
+    if let Some(Opaque(any)) = cause {
+        if let Some(original) = any.downcast_ref::<PyErr>() {
+            exc.setattr("__cause__", original.value(py))?;
+        }
+    }
+    Ok(PyErr::from_value(exc))
+}
+
+/// A core error for an exception raised while operator `operator` ran
+/// Python code. eddyline's own `SchemaError` keeps its class; anything else
+/// is the user function failing.
+pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
+    let message = err
+        .value(py)
+        .str()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|_| "<unprintable exception>".into());
+    if let Ok(module) = errors_module(py) {
+        let is = |name: &str| {
+            module
+                .getattr(name)
+                .ok()
+                .is_some_and(|cls| err.value(py).is_instance(&cls).unwrap_or(false))
+        };
+        if is("SchemaError") {
+            return Error::schema(operator, strip_prefix(&message));
+        }
+        if is("CheckpointError") {
+            return Error::checkpoint(None, message);
+        }
+        if is("ScopeError") {
+            return Error::Scope { message };
+        }
+    }
+    let type_name = err
+        .get_type(py)
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "Exception".into());
+    let traceback = format_traceback(py, &err);
+    Error::UserFunction {
+        operator: operator.to_string(),
+        message: format!("{type_name}: {message}"),
+        traceback,
+        cause: Some(Opaque(Arc::new(err))),
+    }
+}
+
+fn strip_prefix(message: &str) -> String {
+    message.to_string()
+}
+
+fn format_traceback(py: Python<'_>, err: &PyErr) -> Option<String> {
+    let tb = py.import("traceback").ok()?;
+    let lines = tb
+        .call_method1(
+            "format_exception",
+            (err.get_type(py), err.value(py), err.traceback(py)),
+        )
+        .ok()?;
+    let joined = PyString::new(py, "").call_method1("join", (lines,)).ok()?;
+    joined.extract::<String>().ok()
+}
+
+/// A plain runtime error (for binding-level misuse).
+pub fn runtime(message: impl Into<String>) -> PyErr {
+    PyRuntimeError::new_err(message.into())
+}

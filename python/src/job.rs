@@ -1,0 +1,169 @@
+//! `start_job` and the job handle Python's `JobClient` wraps.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use eddyline_core::graph::Role;
+use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy};
+use eddyline_core::sink::collect::CollectStore;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::arrow::batch_to_py;
+use crate::errors::to_py;
+use crate::gil::detached;
+use crate::graph::parse_graph;
+
+/// A running job.
+#[pyclass(name = "JobHandle", module = "eddyline._core", frozen)]
+pub struct PyJobHandle {
+    handle: Arc<JobHandle>,
+    collect_stores: HashMap<usize, Arc<CollectStore>>,
+}
+
+fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
+    let mut c = JobConfig::default();
+    if let Some(v) = config.get_item("name")? {
+        c.name = v.extract()?;
+    }
+    if let Some(v) = config.get_item("batch_size")? {
+        c.batch_size = v.extract::<usize>()?.max(1);
+    }
+    if let Some(v) = config.get_item("channel_capacity")? {
+        c.channel_capacity = v.extract::<usize>()?.max(1);
+    }
+    if let Some(v) = config.get_item("restart")? {
+        if !v.is_none() {
+            let d = v.cast::<PyDict>()?;
+            let attempts: u32 = d.get_item("attempts")?.map(|a| a.extract()).transpose()?.unwrap_or(0);
+            let delay: f64 = d.get_item("delay_s")?.map(|a| a.extract()).transpose()?.unwrap_or(0.0);
+            c.restart = RestartStrategy {
+                attempts,
+                delay: Duration::from_secs_f64(delay.max(0.0)),
+            };
+        }
+    }
+    Ok(c)
+}
+
+/// Builds the graph from the node dicts and starts it.
+#[pyfunction]
+pub fn start_job(
+    py: Python<'_>,
+    nodes: &Bound<'_, PyList>,
+    config: &Bound<'_, PyDict>,
+) -> PyResult<PyJobHandle> {
+    let max_p: usize = config
+        .get_item("max_parallelism")?
+        .map(|v| v.extract())
+        .transpose()?
+        .unwrap_or(128);
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let run_tag = format!("{millis:x}");
+    let built = parse_graph(py, nodes, max_p, &run_tag)?;
+    let cfg = config_from_py(config)?;
+    let handle = JobHandle::start(built.graph, cfg).map_err(|e| to_py(py, &e))?;
+    Ok(PyJobHandle {
+        handle: Arc::new(handle),
+        collect_stores: built.collect_stores,
+    })
+}
+
+fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py, PyDict>> {
+    let m = handle.metrics();
+    let d = PyDict::new(py);
+    d.set_item("wall_time_s", m.wall_time_s)?;
+    let ops = PyDict::new(py);
+    for o in &m.operators {
+        let od = PyDict::new(py);
+        od.set_item("records_in", o.records_in)?;
+        od.set_item("records_out", o.records_out)?;
+        od.set_item("batches_in", o.batches_in)?;
+        od.set_item("batches_out", o.batches_out)?;
+        od.set_item(
+            "kind",
+            match o.role {
+                Role::Source => "source",
+                Role::Operator => "operator",
+                Role::Sink => "sink",
+            },
+        )?;
+        let mut key = o.name.clone();
+        let mut n = 2;
+        while ops.contains(&key)? {
+            key = format!("{}#{n}", o.name);
+            n += 1;
+        }
+        ops.set_item(key, od)?;
+    }
+    d.set_item("operators", ops)?;
+    Ok(d)
+}
+
+#[pymethods]
+impl PyJobHandle {
+    /// Waits up to `timeout_s` seconds (GIL released); True once the job ended.
+    fn wait(&self, py: Python<'_>, timeout_s: f64) -> bool {
+        let h = self.handle.clone();
+        let d = Duration::from_secs_f64(timeout_s.max(0.0));
+        detached(py, move || h.wait_timeout(d))
+    }
+
+    /// "running", "restarting", "finished", "failed" or "cancelled".
+    #[getter]
+    fn status(&self) -> &'static str {
+        self.handle.status().as_str()
+    }
+
+    /// Counters per operator and the wall time.
+    fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        metrics_dict(py, &self.handle)
+    }
+
+    /// The outcome of the ended job; raises its error if it failed.
+    fn result<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let h = self.handle.clone();
+        let outcome = detached(py, move || h.result());
+        match outcome {
+            Ok(o) => {
+                let d = PyDict::new(py);
+                d.set_item("restarts", o.restarts)?;
+                d.set_item("checkpoints", PyList::empty(py))?;
+                d.set_item("metrics", metrics_dict(py, &self.handle)?)?;
+                Ok(d)
+            }
+            Err(e) => Err(to_py(py, &e)),
+        }
+    }
+
+    /// Stops the job.
+    fn cancel(&self) {
+        self.handle.cancel();
+    }
+
+    /// The committed batches of collect sink `node_id`.
+    fn collected<'py>(&self, py: Python<'py>, node_id: usize) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let Some(store) = self.collect_stores.get(&node_id) else {
+            return Err(pyo3::exceptions::PyKeyError::new_err(format!(
+                "node {node_id} is not a collect sink"
+            )));
+        };
+        store
+            .committed()
+            .iter()
+            .map(|b| batch_to_py(py, b))
+            .collect()
+    }
+
+    /// Triggers a checkpoint now (not available without checkpointing).
+    fn trigger_checkpoint(&self, py: Python<'_>) -> PyResult<u64> {
+        Err(to_py(
+            py,
+            &eddyline_core::error::Error::checkpoint(None, "checkpointing is not enabled for this job"),
+        ))
+    }
+}

@@ -1,0 +1,214 @@
+//! The operator that runs Python code: it calls a runner object of the
+//! `eddyline` package (see `eddyline/_runners.py`) with the GIL taken once
+//! per batch, handing batches over zero-copy. Key groups of keyed Python
+//! operators are computed here in Rust, without the GIL, with the engine's
+//! stable key hash.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use eddyline_core::error::{Error, Result};
+use eddyline_core::keygroup::{hash_keys, key_group};
+use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use eddyline_core::state::{OperatorState, StateBlob};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::arrow::{array_to_py, batch_from_py, batch_to_py};
+use crate::errors::from_py;
+
+/// Builds a runner per subtask by calling the node's Python factory.
+pub struct PyRunnerFactory {
+    pub factory: Py<PyAny>,
+    pub keys: Option<Vec<String>>,
+}
+
+impl OperatorFactory for PyRunnerFactory {
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+        let runner = Python::attach(|py| {
+            self.factory
+                .call0(py)
+                .map_err(|e| from_py(py, &ctx.name, e))
+        })?;
+        Ok(Box::new(PyRunner {
+            name: ctx.name.clone(),
+            runner,
+            keys: self.keys.clone(),
+            key_indices: Vec::new(),
+            hashes: Vec::new(),
+            max_parallelism: ctx.max_parallelism,
+            results: Vec::new(),
+        }))
+    }
+}
+
+/// One subtask of a Python operator.
+pub struct PyRunner {
+    name: String,
+    runner: Py<PyAny>,
+    keys: Option<Vec<String>>,
+    key_indices: Vec<usize>,
+    hashes: Vec<u64>,
+    max_parallelism: usize,
+    results: Vec<RecordBatch>,
+}
+
+impl PyRunner {
+    fn key_groups(&mut self, batch: &RecordBatch) -> Result<Option<ArrayRef>> {
+        let Some(keys) = &self.keys else {
+            return Ok(None);
+        };
+        let schema = batch.schema();
+        self.key_indices.clear();
+        for k in keys {
+            let idx = schema.index_of(k).map_err(|_| {
+                Error::graph(
+                    self.name.clone(),
+                    format!("key column '{k}' does not exist in the operator's input"),
+                )
+            })?;
+            self.key_indices.push(idx);
+        }
+        let cols: Vec<ArrayRef> = self
+            .key_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        hash_keys(&cols, &mut self.hashes).map_err(|e| e.in_operator(&self.name))?;
+        let max_p = self.max_parallelism;
+        let kgs: UInt32Array = self
+            .hashes
+            .iter()
+            .map(|h| key_group(*h, max_p) as u32)
+            .collect();
+        Ok(Some(Arc::new(kgs)))
+    }
+
+    /// Converts what a runner returned (None, a batch, or a list of batches).
+    fn collect_results(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<()> {
+        if obj.is_none() {
+            return Ok(());
+        }
+        if let Ok(list) = obj.cast::<PyList>() {
+            for item in list.iter() {
+                self.results.push(batch_from_py(&item)?);
+            }
+            return Ok(());
+        }
+        self.results.push(batch_from_py(obj)?);
+        Ok(())
+    }
+
+    fn emit_results(&mut self, out: &mut dyn Collector) -> Result<()> {
+        for b in self.results.drain(..) {
+            out.emit(b)?;
+        }
+        Ok(())
+    }
+}
+
+impl Operator for PyRunner {
+    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
+        Python::attach(|py| {
+            let d = PyDict::new(py);
+            d.set_item("name", &ctx.name)?;
+            d.set_item("subtask_index", ctx.subtask_index)?;
+            d.set_item("parallelism", ctx.parallelism)?;
+            d.set_item("max_parallelism", ctx.max_parallelism)?;
+            d.set_item("attempt", ctx.attempt)?;
+            self.runner.call_method1(py, "open", (d,))?;
+            Ok(())
+        })
+        .map_err(|e| Python::attach(|py| from_py(py, &self.name, e)))
+    }
+
+    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut dyn Collector) -> Result<()> {
+        let kgs = self.key_groups(&batch)?;
+        let name = self.name.clone();
+        Python::attach(|py| {
+            let r: PyResult<()> = (|| {
+                let pb = batch_to_py(py, &batch)?;
+                let pk = match &kgs {
+                    Some(a) => Some(array_to_py(py, a)?),
+                    None => None,
+                };
+                let res = self
+                    .runner
+                    .bind(py)
+                    .call_method1("process", (input, pb, pk))?;
+                self.collect_results(&res)
+            })();
+            r.map_err(|e| from_py(py, &name, e))
+        })?;
+        self.emit_results(out)
+    }
+
+    fn finish(&mut self, out: &mut dyn Collector) -> Result<()> {
+        let name = self.name.clone();
+        Python::attach(|py| {
+            let r: PyResult<()> = (|| {
+                let res = self.runner.bind(py).call_method0("finish")?;
+                self.collect_results(&res)
+            })();
+            r.map_err(|e| from_py(py, &name, e))
+        })?;
+        self.emit_results(out)
+    }
+
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
+        Python::attach(|py| {
+            let res = self
+                .runner
+                .bind(py)
+                .call_method1("snapshot", (checkpoint_id,))
+                .map_err(|e| from_py(py, &self.name, e))?;
+            if res.is_none() {
+                return Ok(OperatorState::default());
+            }
+            let bytes: Vec<u8> = res
+                .cast::<PyBytes>()
+                .map(|b| b.as_bytes().to_vec())
+                .map_err(|_| {
+                    Error::operator(self.name.clone(), "the runner's snapshot() did not return bytes")
+                })?;
+            Ok(OperatorState {
+                operator: Some(StateBlob::Bytes(Arc::new(bytes))),
+                keyed: Vec::new(),
+            })
+        })
+    }
+
+    fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        let Some(blob) = state.operator else {
+            return Ok(());
+        };
+        let bytes = blob.to_bytes()?;
+        Python::attach(|py| {
+            self.runner
+                .bind(py)
+                .call_method1("restore", (PyBytes::new(py, &bytes),))
+                .map(|_| ())
+                .map_err(|e| from_py(py, &self.name, e))
+        })
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        Python::attach(|py| {
+            self.runner
+                .bind(py)
+                .call_method1("notify_checkpoint_complete", (checkpoint_id,))
+                .map(|_| ())
+                .map_err(|e| from_py(py, &self.name, e))
+        })
+    }
+
+    fn close(&mut self) -> Result<()> {
+        Python::attach(|py| {
+            self.runner
+                .bind(py)
+                .call_method0("close")
+                .map(|_| ())
+                .map_err(|e| from_py(py, &self.name, e))
+        })
+    }
+}
