@@ -25,9 +25,10 @@
 //! * Errors raised for a row only count when that row's inputs are not null.
 
 mod eval;
-pub(crate) use eval::Value;
 mod kernels;
 mod types;
+
+pub(crate) use eval::Value;
 
 use std::fmt;
 
