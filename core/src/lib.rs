@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod event;
+pub mod expr;
 
 pub mod keygroup;
 pub mod operator;

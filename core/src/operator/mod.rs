@@ -7,6 +7,9 @@
 //! `restore_state`, `notify_checkpoint_complete`) are what asynchronous
 //! barrier snapshotting drives.
 
+pub mod filter;
+pub mod project;
+
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;

@@ -1,0 +1,573 @@
+//! Vectorized evaluation of an [`Expr`] over a record batch.
+//!
+//! Sub-expressions evaluate to a [`Value`]: a column, or a single value for
+//! anything computed from literals only. Arrow kernels take the single value
+//! as a [`Scalar`] datum, so a literal is never expanded to a column; only the
+//! final result of a pure-literal expression is broadcast, in
+//! [`Expr::evaluate`]. Operands are cast only when their type differs from
+//! the one the operator needs (see `types.rs` for the rules).
+
+use std::sync::Arc;
+
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Datum, Float64Array, Int64Array,
+    NullArray, Scalar, StringArray,
+};
+use arrow::compute::kernels::{boolean, cmp, numeric};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::DataType;
+use arrow::error::ArrowError;
+use arrow::record_batch::RecordBatch;
+
+use super::kernels;
+use super::types::{binary_type, column_not_found, is_string, numeric_class, unary_type, NumClass};
+use super::{BinaryOp, Expr, ScalarValue, UnaryOp};
+use crate::error::{Error, Result};
+
+/// The result of evaluating a sub-expression.
+#[derive(Debug, Clone)]
+pub(crate) enum Value {
+    /// One value per row of the batch.
+    Array(ArrayRef),
+    /// One value for every row: an array of length 1.
+    Scalar(ArrayRef),
+}
+
+impl Value {
+    fn data_type(&self) -> &DataType {
+        match self {
+            Value::Array(a) | Value::Scalar(a) => a.data_type(),
+        }
+    }
+
+    fn is_scalar(&self) -> bool {
+        matches!(self, Value::Scalar(_))
+    }
+
+    /// The value with its type changed to `to`; a no-op when it already has it.
+    fn cast_to(&self, to: &DataType) -> std::result::Result<Value, ArrowError> {
+        if self.data_type() == to {
+            return Ok(self.clone());
+        }
+        let options = CastOptions::default();
+        Ok(match self {
+            Value::Array(a) => Value::Array(cast_with_options(a, to, &options)?),
+            Value::Scalar(a) => Value::Scalar(cast_with_options(a, to, &options)?),
+        })
+    }
+
+    /// Wraps a kernel result: a scalar if both operands were scalars.
+    fn from_result(array: ArrayRef, l: &Value, r: &Value) -> Value {
+        if l.is_scalar() && r.is_scalar() {
+            Value::Scalar(array)
+        } else {
+            Value::Array(array)
+        }
+    }
+}
+
+/// Calls `kernel` with the operands as Arrow datums (literals as scalars).
+fn with_datums<T>(
+    l: &Value,
+    r: &Value,
+    kernel: impl FnOnce(&dyn Datum, &dyn Datum) -> std::result::Result<T, ArrowError>,
+) -> std::result::Result<T, ArrowError> {
+    match (l, r) {
+        (Value::Array(a), Value::Array(b)) => kernel(a, b),
+        (Value::Array(a), Value::Scalar(b)) => kernel(a, &Scalar::new(Arc::clone(b))),
+        (Value::Scalar(a), Value::Array(b)) => kernel(&Scalar::new(Arc::clone(a)), b),
+        (Value::Scalar(a), Value::Scalar(b)) => {
+            kernel(&Scalar::new(Arc::clone(a)), &Scalar::new(Arc::clone(b)))
+        }
+    }
+}
+
+/// A literal as a one-element array.
+fn literal_array(value: &ScalarValue) -> ArrayRef {
+    match value {
+        ScalarValue::Null => Arc::new(NullArray::new(1)),
+        ScalarValue::Boolean(v) => Arc::new(BooleanArray::from(vec![*v])),
+        ScalarValue::Int64(v) => Arc::new(Int64Array::from_value(*v, 1)),
+        ScalarValue::Float64(v) => Arc::new(Float64Array::from_value(*v, 1)),
+        ScalarValue::Utf8(v) => Arc::new(StringArray::from(vec![v.as_str()])),
+    }
+}
+
+fn null_scalar(data_type: &DataType) -> Value {
+    Value::Scalar(new_null_array(data_type, 1))
+}
+
+/// Maps an error of an Arrow kernel evaluating `expr` to the engine's error.
+fn kernel_error(err: ArrowError, expr: &Expr) -> Error {
+    match err {
+        ArrowError::DivideByZero => {
+            Error::operator("", format!("division by zero in expression {expr}"))
+        }
+        ArrowError::ArithmeticOverflow(detail) => Error::operator(
+            "",
+            format!("integer overflow in expression {expr} ({detail})"),
+        ),
+        other => Error::operator("", format!("failed to evaluate {expr}: {other}")),
+    }
+}
+
+impl Expr {
+    /// Evaluates the expression over `batch`: an array of
+    /// `batch.num_rows()` values.
+    ///
+    /// Errors: an unknown column ([`Error::Graph`]), operands of the wrong
+    /// type ([`Error::Schema`]), integer division by zero or overflow in a
+    /// row whose inputs are not null ([`Error::Operator`]). The operator name
+    /// is left empty for the runtime to fill in.
+    pub fn evaluate(&self, batch: &RecordBatch) -> Result<ArrayRef> {
+        match self.eval(batch)? {
+            Value::Array(array) => Ok(array),
+            Value::Scalar(scalar) => {
+                kernels::broadcast(&scalar, batch.num_rows()).map_err(|e| kernel_error(e, self))
+            }
+        }
+    }
+
+    /// Evaluates the expression, keeping results computed from literals
+    /// only as single values.
+    pub(crate) fn eval(&self, batch: &RecordBatch) -> Result<Value> {
+        match self {
+            Expr::Column(name) => match batch.column_by_name(name) {
+                Some(column) => Ok(Value::Array(Arc::clone(column))),
+                None => Err(column_not_found(
+                    name,
+                    batch
+                        .schema_ref()
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str()),
+                )),
+            },
+            Expr::Literal(value) => Ok(Value::Scalar(literal_array(value))),
+            Expr::Binary { op, left, right } => {
+                let l = left.eval(batch)?;
+                let r = right.eval(batch)?;
+                self.eval_binary(*op, &l, &r)
+            }
+            Expr::Unary { op, expr } => {
+                let v = expr.eval(batch)?;
+                self.eval_unary(*op, &v)
+            }
+        }
+    }
+
+    fn eval_binary(&self, op: BinaryOp, l: &Value, r: &Value) -> Result<Value> {
+        let out_type = binary_type(op, l.data_type(), r.data_type(), self)?;
+        if op.is_logical() {
+            return self.eval_logical(op, l, r);
+        }
+        if matches!(l.data_type(), DataType::Null) || matches!(r.data_type(), DataType::Null) {
+            // A null operand nulls every row.
+            return Ok(null_scalar(&out_type));
+        }
+        let result = if op.is_arithmetic() {
+            self.eval_arithmetic(op, l, r)
+        } else {
+            self.eval_comparison(op, l, r)
+        };
+        result.map_err(|e| kernel_error(e, self))
+    }
+
+    fn eval_arithmetic(
+        &self,
+        op: BinaryOp,
+        l: &Value,
+        r: &Value,
+    ) -> std::result::Result<Value, ArrowError> {
+        let (Some(lc), Some(rc)) = (numeric_class(l.data_type()), numeric_class(r.data_type()))
+        else {
+            return Err(ArrowError::ComputeError(
+                "internal error: non-numeric operands passed the type check".to_string(),
+            ));
+        };
+        let class = lc.common(rc);
+        let t = class.data_type();
+        let (l, r) = (l.cast_to(&t)?, r.cast_to(&t)?);
+        let ints = class == NumClass::Int;
+        match op {
+            BinaryOp::Add => {
+                with_datums(&l, &r, numeric::add).map(|a| Value::from_result(a, &l, &r))
+            }
+            BinaryOp::Sub => {
+                with_datums(&l, &r, numeric::sub).map(|a| Value::from_result(a, &l, &r))
+            }
+            BinaryOp::Mul => {
+                with_datums(&l, &r, numeric::mul).map(|a| Value::from_result(a, &l, &r))
+            }
+            BinaryOp::Div if ints => kernels::int_true_div(&l, &r),
+            BinaryOp::Div => {
+                with_datums(&l, &r, numeric::div).map(|a| Value::from_result(a, &l, &r))
+            }
+            BinaryOp::FloorDiv if ints => kernels::int_floor_div(&l, &r),
+            BinaryOp::FloorDiv => kernels::float_floor_div(&l, &r),
+            BinaryOp::Mod if ints => kernels::int_mod(&l, &r),
+            BinaryOp::Mod => kernels::float_mod(&l, &r),
+            other => Err(ArrowError::ComputeError(format!(
+                "internal error: '{}' is not arithmetic",
+                other.symbol()
+            ))),
+        }
+    }
+
+    fn eval_comparison(
+        &self,
+        op: BinaryOp,
+        l: &Value,
+        r: &Value,
+    ) -> std::result::Result<Value, ArrowError> {
+        let (lt, rt) = (l.data_type(), r.data_type());
+        let (l, r) = match (numeric_class(lt), numeric_class(rt)) {
+            (Some(NumClass::Float), Some(_)) | (Some(_), Some(NumClass::Float)) => {
+                let (l, r) = (
+                    l.cast_to(&DataType::Float64)?,
+                    r.cast_to(&DataType::Float64)?,
+                );
+                return kernels::float_compare(op, &l, &r);
+            }
+            (Some(_), Some(_)) if lt != rt => match narrow_literal(l, r)? {
+                Some(pair) => pair,
+                None => (l.cast_to(&DataType::Int64)?, r.cast_to(&DataType::Int64)?),
+            },
+            _ if is_string(lt) && is_string(rt) && lt != rt => match (l, r) {
+                (Value::Scalar(_), Value::Array(a)) => (l.cast_to(a.data_type())?, r.clone()),
+                (Value::Array(a), Value::Scalar(_)) => (l.clone(), r.cast_to(a.data_type())?),
+                _ => (
+                    l.cast_to(&DataType::LargeUtf8)?,
+                    r.cast_to(&DataType::LargeUtf8)?,
+                ),
+            },
+            _ => (l.clone(), r.clone()),
+        };
+        let kernel = match op {
+            BinaryOp::Eq => cmp::eq,
+            BinaryOp::NotEq => cmp::neq,
+            BinaryOp::Lt => cmp::lt,
+            BinaryOp::LtEq => cmp::lt_eq,
+            BinaryOp::Gt => cmp::gt,
+            BinaryOp::GtEq => cmp::gt_eq,
+            other => {
+                return Err(ArrowError::ComputeError(format!(
+                    "internal error: '{}' is not a comparison",
+                    other.symbol()
+                )))
+            }
+        };
+        let result = with_datums(&l, &r, kernel)?;
+        Ok(Value::from_result(Arc::new(result), &l, &r))
+    }
+
+    fn eval_logical(&self, op: BinaryOp, l: &Value, r: &Value) -> Result<Value> {
+        let l = LogicalOperand::of(l);
+        let r = LogicalOperand::of(r);
+        let result = match (l, r) {
+            (LogicalOperand::Column(a), LogicalOperand::Column(b)) => {
+                let result = if op == BinaryOp::And {
+                    boolean::and_kleene(a, b)
+                } else {
+                    boolean::or_kleene(a, b)
+                };
+                result.map_err(|e| kernel_error(e, self))?
+            }
+            (LogicalOperand::Column(a), LogicalOperand::Literal(s))
+            | (LogicalOperand::Literal(s), LogicalOperand::Column(a)) => {
+                kernels::kleene_with_scalar(op, a, s)
+            }
+            (LogicalOperand::Literal(a), LogicalOperand::Literal(b)) => {
+                let value = kernels::kleene_scalars(op, a, b);
+                return Ok(Value::Scalar(Arc::new(BooleanArray::from(vec![value]))));
+            }
+        };
+        Ok(Value::Array(Arc::new(result)))
+    }
+
+    fn eval_unary(&self, op: UnaryOp, v: &Value) -> Result<Value> {
+        let out_type = unary_type(op, v.data_type(), self)?;
+        let wrap = |array: ArrayRef| match v {
+            Value::Array(_) => Value::Array(array),
+            Value::Scalar(_) => Value::Scalar(array),
+        };
+        let array = match v {
+            Value::Array(a) | Value::Scalar(a) => a,
+        };
+        if matches!(array.data_type(), DataType::Null) {
+            return Ok(match op {
+                UnaryOp::IsNull => Value::Scalar(Arc::new(BooleanArray::from(vec![true]))),
+                UnaryOp::IsNotNull => Value::Scalar(Arc::new(BooleanArray::from(vec![false]))),
+                UnaryOp::Not | UnaryOp::Neg => null_scalar(&out_type),
+            });
+        }
+        let result: std::result::Result<ArrayRef, ArrowError> = match op {
+            UnaryOp::IsNull => boolean::is_null(array).map(|a| Arc::new(a) as ArrayRef),
+            UnaryOp::IsNotNull => boolean::is_not_null(array).map(|a| Arc::new(a) as ArrayRef),
+            UnaryOp::Not => match array.as_boolean_opt() {
+                Some(b) => boolean::not(b).map(|a| Arc::new(a) as ArrayRef),
+                None => Err(ArrowError::ComputeError(
+                    "internal error: '~' on a non-boolean value".to_string(),
+                )),
+            },
+            UnaryOp::Neg => v.cast_to(&out_type).and_then(|v| match v {
+                Value::Array(a) | Value::Scalar(a) => numeric::neg(&a),
+            }),
+        };
+        result.map(wrap).map_err(|e| kernel_error(e, self))
+    }
+}
+
+/// An operand of `&` or `|`: a boolean column or a literal (`None` for null).
+enum LogicalOperand<'a> {
+    Column(&'a BooleanArray),
+    Literal(Option<bool>),
+}
+
+impl<'a> LogicalOperand<'a> {
+    fn of(v: &'a Value) -> Self {
+        match v {
+            // A column of type Null is null in every row, like a null literal.
+            Value::Array(a) => match a.as_boolean_opt() {
+                Some(b) => LogicalOperand::Column(b),
+                None => LogicalOperand::Literal(None),
+            },
+            Value::Scalar(a) => match a.as_boolean_opt() {
+                Some(b) if b.is_valid(0) => LogicalOperand::Literal(Some(b.value(0))),
+                _ => LogicalOperand::Literal(None),
+            },
+        }
+    }
+}
+
+/// For an integer column compared with an integer literal of another type,
+/// the pair with the literal cast to the column's type, if it fits; this
+/// spares casting the column.
+fn narrow_literal(l: &Value, r: &Value) -> std::result::Result<Option<(Value, Value)>, ArrowError> {
+    let narrow =
+        |scalar: &Value, column: &ArrayRef| -> std::result::Result<Option<Value>, ArrowError> {
+            let cast = scalar.cast_to(column.data_type())?;
+            let fits = match (&cast, scalar) {
+                (Value::Scalar(c), Value::Scalar(s)) => c.is_valid(0) || s.is_null(0),
+                _ => false,
+            };
+            Ok(fits.then_some(cast))
+        };
+    Ok(match (l, r) {
+        (Value::Array(a), Value::Scalar(_)) => narrow(r, a)?.map(|r| (l.clone(), r)),
+        (Value::Scalar(_), Value::Array(b)) => narrow(l, b)?.map(|l| (l, r.clone())),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int32Array, UInt64Array};
+    use arrow::datatypes::{Field, Float64Type, Int64Type, Schema};
+
+    fn batch() -> RecordBatch {
+        let schema = Schema::new(vec![
+            Field::new("i", DataType::Int64, true),
+            Field::new("n", DataType::Int32, true),
+            Field::new("f", DataType::Float64, true),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("b", DataType::Boolean, true),
+            Field::new("u", DataType::UInt64, true),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(-7), Some(7), None, Some(0)])),
+                Arc::new(Int32Array::from(vec![Some(3), Some(-3), Some(1), None])),
+                Arc::new(Float64Array::from(vec![
+                    Some(-0.0),
+                    Some(1.5),
+                    Some(f64::NAN),
+                    None,
+                ])),
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    Some("b"),
+                    None,
+                    Some("a"),
+                ])),
+                Arc::new(BooleanArray::from(vec![
+                    Some(true),
+                    Some(false),
+                    None,
+                    Some(true),
+                ])),
+                Arc::new(UInt64Array::from(vec![1, 2, 3, 4])),
+            ],
+        )
+        .expect("valid batch")
+    }
+
+    fn c(name: &str) -> Expr {
+        Expr::col(name)
+    }
+    fn i(v: i64) -> Expr {
+        Expr::lit(ScalarValue::Int64(v))
+    }
+    fn f(v: f64) -> Expr {
+        Expr::lit(ScalarValue::Float64(v))
+    }
+    fn null() -> Expr {
+        Expr::lit(ScalarValue::Null)
+    }
+    fn bin(op: BinaryOp, l: Expr, r: Expr) -> Expr {
+        Expr::binary(op, l, r)
+    }
+    fn ints(a: &ArrayRef) -> Vec<Option<i64>> {
+        a.as_primitive::<Int64Type>().iter().collect()
+    }
+    fn floats(a: &ArrayRef) -> Vec<Option<f64>> {
+        a.as_primitive::<Float64Type>().iter().collect()
+    }
+    fn bools(a: &ArrayRef) -> Vec<Option<bool>> {
+        a.as_boolean().iter().collect()
+    }
+
+    #[test]
+    fn test_python_mod_and_floor_div_on_columns() {
+        let b = batch();
+        let m = bin(BinaryOp::Mod, c("i"), c("n"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(ints(&m), vec![Some(2), Some(-2), None, None]);
+        let m = bin(BinaryOp::Mod, c("i"), i(3)).evaluate(&b).expect("eval");
+        assert_eq!(ints(&m), vec![Some(2), Some(1), None, Some(0)]);
+        let q = bin(BinaryOp::FloorDiv, c("i"), c("n"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(ints(&q), vec![Some(-3), Some(-3), None, None]);
+        let q = bin(BinaryOp::FloorDiv, i(-7), c("n"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(ints(&q), vec![Some(-3), Some(2), Some(-7), None]);
+        let d = bin(BinaryOp::Div, c("i"), i(2)).evaluate(&b).expect("eval");
+        assert_eq!(floats(&d), vec![Some(-3.5), Some(3.5), None, Some(0.0)]);
+    }
+
+    #[test]
+    fn test_integer_division_by_zero_is_an_operator_error() {
+        let b = batch();
+        for op in [BinaryOp::Div, BinaryOp::FloorDiv, BinaryOp::Mod] {
+            let e = bin(op, c("n"), i(0));
+            let err = e.evaluate(&b).expect_err("division by zero");
+            assert!(matches!(err, Error::Operator { .. }), "{err}");
+            assert!(
+                err.to_string().contains("division by zero in expression"),
+                "{err}"
+            );
+            // A column divisor with zeros in valid rows fails...
+            let e = bin(op, c("n"), bin(BinaryOp::Sub, c("n"), c("n")));
+            assert!(e.evaluate(&b).is_err(), "{e}");
+            // ...but a zero in a row whose dividend is null does not.
+            let e = bin(op, c("n"), c("i"));
+            assert!(e.evaluate(&b).is_ok(), "{e}");
+        }
+        // Float division by zero follows IEEE 754.
+        let d = bin(BinaryOp::Div, c("f"), f(0.0))
+            .evaluate(&b)
+            .expect("eval");
+        assert!(floats(&d)[1].expect("valid").is_infinite());
+    }
+
+    #[test]
+    fn test_overflow_is_an_operator_error() {
+        let b = batch();
+        let e = bin(BinaryOp::Mul, c("i"), i(i64::MAX));
+        let err = e.evaluate(&b).expect_err("overflow");
+        assert!(err.to_string().contains("integer overflow"), "{err}");
+        let e = Expr::unary(UnaryOp::Neg, i(i64::MIN));
+        assert!(e.evaluate(&b).is_err());
+    }
+
+    #[test]
+    fn test_ieee_float_comparisons() {
+        let b = batch();
+        let e = bin(BinaryOp::Eq, c("f"), i(0)).evaluate(&b).expect("eval");
+        assert_eq!(bools(&e), vec![Some(true), Some(false), Some(false), None]);
+        let e = bin(BinaryOp::NotEq, c("f"), c("f"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(bools(&e), vec![Some(false), Some(false), Some(true), None]);
+    }
+
+    #[test]
+    fn test_mixed_int_comparison_narrows_literal() {
+        let b = batch();
+        let e = bin(BinaryOp::Gt, c("n"), i(0)).evaluate(&b).expect("eval");
+        assert_eq!(bools(&e), vec![Some(true), Some(false), Some(true), None]);
+        let e = bin(BinaryOp::Lt, c("n"), i(i64::MAX))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(bools(&e), vec![Some(true), Some(true), Some(true), None]);
+        let e = bin(BinaryOp::Eq, c("i"), c("n"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(bools(&e), vec![Some(false), Some(false), None, None]);
+    }
+
+    #[test]
+    fn test_strings_and_booleans() {
+        let b = batch();
+        let s = Expr::lit(ScalarValue::Utf8("a".into()));
+        let e = bin(BinaryOp::Eq, c("s"), s).evaluate(&b).expect("eval");
+        assert_eq!(bools(&e), vec![Some(true), Some(false), None, Some(true)]);
+        let e = bin(BinaryOp::And, c("b"), null())
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(bools(&e), vec![None, Some(false), None, None]);
+        let e = bin(BinaryOp::Or, c("b"), Expr::unary(UnaryOp::Not, c("b")))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(bools(&e), vec![Some(true), Some(true), None, Some(true)]);
+    }
+
+    #[test]
+    fn test_nulls_and_literals() {
+        let b = batch();
+        let e = bin(BinaryOp::Add, c("i"), null())
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(
+            (e.data_type(), e.null_count(), e.len()),
+            (&DataType::Int64, 4, 4)
+        );
+        let e = bin(BinaryOp::Add, i(1), f(0.5)).evaluate(&b).expect("eval");
+        assert_eq!(floats(&e), vec![Some(1.5); 4]);
+        let e = Expr::unary(UnaryOp::IsNull, c("i"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(
+            bools(&e),
+            vec![Some(false), Some(false), Some(true), Some(false)]
+        );
+        let e = Expr::unary(UnaryOp::Neg, c("n"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(ints(&e), vec![Some(-3), Some(3), Some(-1), None]);
+        let e = Expr::unary(UnaryOp::IsNull, null())
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(bools(&e), vec![Some(true); 4]);
+    }
+
+    #[test]
+    fn test_eval_errors() {
+        let b = batch();
+        let err = c("zzz").evaluate(&b).expect_err("unknown");
+        assert!(matches!(err, Error::Graph { .. }), "{err}");
+        let err = bin(BinaryOp::Add, c("u"), i(1))
+            .evaluate(&b)
+            .expect_err("u64");
+        assert!(matches!(err, Error::Schema { .. }), "{err}");
+        let err = bin(BinaryOp::Add, c("s"), i(1))
+            .evaluate(&b)
+            .expect_err("str + int");
+        assert!(matches!(err, Error::Schema { .. }), "{err}");
+    }
+}

@@ -1,0 +1,442 @@
+//! The few vectorized kernels expressions need beyond `arrow::compute`:
+//! Python floor division and modulo, integer true division that refuses a
+//! zero divisor, IEEE 754 float comparisons (Arrow's compare floats by total
+//! order, where `-0.0 < 0.0` and `NaN == NaN`), Kleene logic against a
+//! literal, and broadcasting a scalar result to a column.
+//!
+//! Every kernel takes [`Value`]s, so a literal operand stays a single value:
+//! the per-row loop runs inside Arrow's `unary`/`try_binary`/`collect_bool`
+//! over the column's value buffer, and a constant divisor is checked once.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Float64Array, LargeStringArray,
+    PrimitiveArray, StringArray, UInt32Array,
+};
+use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::compute::kernels::arity::try_binary;
+use arrow::datatypes::{ArrowPrimitiveType, DataType, Float64Type, Int64Type};
+use arrow::error::ArrowError;
+
+use super::eval::Value;
+use super::BinaryOp;
+
+/// The values of `array` as a primitive array of `T`, or an internal error.
+fn primitive<T: ArrowPrimitiveType>(array: &ArrayRef) -> Result<&PrimitiveArray<T>, ArrowError> {
+    array.as_primitive_opt::<T>().ok_or_else(|| {
+        ArrowError::ComputeError(format!(
+            "internal error: expected {} values, found {}",
+            T::DATA_TYPE,
+            array.data_type()
+        ))
+    })
+}
+
+/// Applies `op` row by row where both operands are valid; a null literal
+/// makes the whole result null. `op` may fail (division by zero, overflow).
+fn apply<A, B, O, F>(l: &Value, r: &Value, op: F) -> Result<Value, ArrowError>
+where
+    A: ArrowPrimitiveType,
+    B: ArrowPrimitiveType,
+    O: ArrowPrimitiveType,
+    F: Fn(A::Native, B::Native) -> Result<O::Native, ArrowError>,
+{
+    let null = || Value::Scalar(new_null_array(&O::DATA_TYPE, 1));
+    Ok(match (l, r) {
+        (Value::Scalar(a), Value::Scalar(b)) => {
+            let (a, b) = (primitive::<A>(a)?, primitive::<B>(b)?);
+            if a.is_null(0) || b.is_null(0) {
+                null()
+            } else {
+                let v = op(a.value(0), b.value(0))?;
+                Value::Scalar(Arc::new(PrimitiveArray::<O>::from_value(v, 1)))
+            }
+        }
+        (Value::Array(a), Value::Scalar(b)) => {
+            let (a, b) = (primitive::<A>(a)?, primitive::<B>(b)?);
+            if b.is_null(0) {
+                null()
+            } else {
+                let b = b.value(0);
+                Value::Array(Arc::new(a.try_unary::<_, O, _>(|a| op(a, b))?))
+            }
+        }
+        (Value::Scalar(a), Value::Array(b)) => {
+            let (a, b) = (primitive::<A>(a)?, primitive::<B>(b)?);
+            if a.is_null(0) {
+                null()
+            } else {
+                let a = a.value(0);
+                Value::Array(Arc::new(b.try_unary::<_, O, _>(|b| op(a, b))?))
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            let (a, b) = (primitive::<A>(a)?, primitive::<B>(b)?);
+            Value::Array(Arc::new(try_binary::<_, _, _, O>(a, b, op)?))
+        }
+    })
+}
+
+/// The non-null constant divisor of `a op b` when `a` is a column, if any.
+fn constant_divisor(l: &Value, r: &Value) -> Result<Option<(ArrayRef, i64)>, ArrowError> {
+    if let (Value::Array(a), Value::Scalar(b)) = (l, r) {
+        let b = primitive::<Int64Type>(b)?;
+        if b.is_valid(0) {
+            return Ok(Some((Arc::clone(a), b.value(0))));
+        }
+    }
+    Ok(None)
+}
+
+/// `a % b` with Python semantics for `b != 0`: the result takes the sign of
+/// the divisor. Cannot overflow (`MIN % -1` is 0).
+#[inline]
+fn py_mod_nonzero(a: i64, b: i64) -> i64 {
+    let r = a.wrapping_rem(b);
+    if r != 0 && (r ^ b) < 0 {
+        r + b
+    } else {
+        r
+    }
+}
+
+/// `a // b` with Python semantics for `b` not 0 or -1 (so it cannot
+/// overflow): the quotient is rounded towards negative infinity.
+#[inline]
+fn py_floor_div_safe(a: i64, b: i64) -> i64 {
+    let q = a / b;
+    let r = a % b;
+    if r != 0 && (r ^ b) < 0 {
+        q - 1
+    } else {
+        q
+    }
+}
+
+/// Python `a // b` on integers; fails on a zero divisor and on
+/// `i64::MIN // -1`.
+pub(crate) fn py_floor_div(a: i64, b: i64) -> Result<i64, ArrowError> {
+    match b {
+        0 => Err(ArrowError::DivideByZero),
+        -1 => a.checked_neg().ok_or_else(|| {
+            ArrowError::ArithmeticOverflow(format!("Overflow happened on: {a} // -1"))
+        }),
+        b => Ok(py_floor_div_safe(a, b)),
+    }
+}
+
+/// Python `a % b` on integers; fails on a zero divisor.
+pub(crate) fn py_mod(a: i64, b: i64) -> Result<i64, ArrowError> {
+    if b == 0 {
+        Err(ArrowError::DivideByZero)
+    } else {
+        Ok(py_mod_nonzero(a, b))
+    }
+}
+
+/// Python `a % b` on floats: `fmod` shifted to the sign of the divisor, and a
+/// zero result carries the divisor's sign. A zero divisor gives `NaN`.
+#[inline]
+pub(crate) fn py_float_mod(a: f64, b: f64) -> f64 {
+    let r = a % b;
+    if r != 0.0 {
+        if (r < 0.0) != (b < 0.0) {
+            r + b
+        } else {
+            r
+        }
+    } else {
+        0.0f64.copysign(b)
+    }
+}
+
+/// Integer `//` (Python semantics) on two `Int64` values.
+pub(crate) fn int_floor_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
+    if let Some((a, b)) = constant_divisor(l, r)? {
+        if b != 0 && b != -1 {
+            let a = primitive::<Int64Type>(&a)?;
+            return Ok(Value::Array(Arc::new(
+                a.unary::<_, Int64Type>(|a| py_floor_div_safe(a, b)),
+            )));
+        }
+    }
+    apply::<Int64Type, Int64Type, Int64Type, _>(l, r, py_floor_div)
+}
+
+/// Integer `%` (Python semantics) on two `Int64` values.
+pub(crate) fn int_mod(l: &Value, r: &Value) -> Result<Value, ArrowError> {
+    if let Some((a, b)) = constant_divisor(l, r)? {
+        if b != 0 {
+            let a = primitive::<Int64Type>(&a)?;
+            return Ok(Value::Array(Arc::new(
+                a.unary::<_, Int64Type>(|a| py_mod_nonzero(a, b)),
+            )));
+        }
+    }
+    apply::<Int64Type, Int64Type, Int64Type, _>(l, r, py_mod)
+}
+
+/// Integer `/`: `Float64` quotient of two `Int64` values, refusing zero.
+pub(crate) fn int_true_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
+    if let Some((a, b)) = constant_divisor(l, r)? {
+        if b != 0 {
+            let a = primitive::<Int64Type>(&a)?;
+            let b = b as f64;
+            return Ok(Value::Array(Arc::new(
+                a.unary::<_, Float64Type>(|a| a as f64 / b),
+            )));
+        }
+    }
+    apply::<Int64Type, Int64Type, Float64Type, _>(l, r, |a, b| {
+        if b == 0 {
+            Err(ArrowError::DivideByZero)
+        } else {
+            Ok(a as f64 / b as f64)
+        }
+    })
+}
+
+/// Float `//`: `floor(a / b)` on two `Float64` values.
+pub(crate) fn float_floor_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
+    apply::<Float64Type, Float64Type, Float64Type, _>(l, r, |a, b| Ok((a / b).floor()))
+}
+
+/// Float `%` (Python semantics) on two `Float64` values.
+pub(crate) fn float_mod(l: &Value, r: &Value) -> Result<Value, ArrowError> {
+    apply::<Float64Type, Float64Type, Float64Type, _>(l, r, |a, b| Ok(py_float_mod(a, b)))
+}
+
+/// An IEEE 754 comparison of two `Float64` values.
+pub(crate) fn float_compare(op: BinaryOp, l: &Value, r: &Value) -> Result<Value, ArrowError> {
+    match op {
+        BinaryOp::Eq => compare_with(l, r, |a, b| a == b),
+        BinaryOp::NotEq => compare_with(l, r, |a, b| a != b),
+        BinaryOp::Lt => compare_with(l, r, |a, b| a < b),
+        BinaryOp::LtEq => compare_with(l, r, |a, b| a <= b),
+        BinaryOp::Gt => compare_with(l, r, |a, b| a > b),
+        BinaryOp::GtEq => compare_with(l, r, |a, b| a >= b),
+        other => Err(ArrowError::ComputeError(format!(
+            "internal error: '{}' is not a comparison",
+            other.symbol()
+        ))),
+    }
+}
+
+fn compare_with<F>(l: &Value, r: &Value, f: F) -> Result<Value, ArrowError>
+where
+    F: Fn(f64, f64) -> bool,
+{
+    let null = || Value::Scalar(new_null_array(&DataType::Boolean, 1));
+    let column = |a: &Float64Array, b: f64, flip: bool| {
+        let values = a.values();
+        let bits = if flip {
+            BooleanBuffer::collect_bool(values.len(), |i| f(b, values[i]))
+        } else {
+            BooleanBuffer::collect_bool(values.len(), |i| f(values[i], b))
+        };
+        Value::Array(Arc::new(BooleanArray::new(bits, a.nulls().cloned())))
+    };
+    Ok(match (l, r) {
+        (Value::Scalar(a), Value::Scalar(b)) => {
+            let (a, b) = (primitive::<Float64Type>(a)?, primitive::<Float64Type>(b)?);
+            if a.is_null(0) || b.is_null(0) {
+                null()
+            } else {
+                Value::Scalar(Arc::new(BooleanArray::from(vec![f(
+                    a.value(0),
+                    b.value(0),
+                )])))
+            }
+        }
+        (Value::Array(a), Value::Scalar(b)) => {
+            let (a, b) = (primitive::<Float64Type>(a)?, primitive::<Float64Type>(b)?);
+            if b.is_null(0) {
+                null()
+            } else {
+                column(a, b.value(0), false)
+            }
+        }
+        (Value::Scalar(a), Value::Array(b)) => {
+            let (a, b) = (primitive::<Float64Type>(a)?, primitive::<Float64Type>(b)?);
+            if a.is_null(0) {
+                null()
+            } else {
+                column(b, a.value(0), true)
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            let (a, b) = (primitive::<Float64Type>(a)?, primitive::<Float64Type>(b)?);
+            if a.len() != b.len() {
+                return Err(ArrowError::ComputeError(
+                    "internal error: comparing columns of different lengths".to_string(),
+                ));
+            }
+            let (av, bv) = (a.values(), b.values());
+            let bits = BooleanBuffer::collect_bool(av.len(), |i| f(av[i], bv[i]));
+            let nulls = NullBuffer::union(a.nulls(), b.nulls());
+            Value::Array(Arc::new(BooleanArray::new(bits, nulls)))
+        }
+    })
+}
+
+/// Kleene `a & s` or `a | s` for a boolean column `a` and a literal `s`
+/// (`None` for null), computed on the bitmaps without materializing `s`.
+pub(crate) fn kleene_with_scalar(op: BinaryOp, a: &BooleanArray, s: Option<bool>) -> BooleanArray {
+    let len = a.len();
+    match (op, s) {
+        (BinaryOp::And, Some(true)) | (BinaryOp::Or, Some(false)) => a.clone(),
+        (BinaryOp::And, Some(false)) => BooleanArray::new(BooleanBuffer::new_unset(len), None),
+        (BinaryOp::Or, Some(true)) => BooleanArray::new(BooleanBuffer::new_set(len), None),
+        (BinaryOp::And, None) => {
+            // false & null = false; true & null = null; null & null = null.
+            let is_false = !a.values();
+            let valid = match a.nulls() {
+                Some(nulls) => nulls.inner() & &is_false,
+                None => is_false,
+            };
+            BooleanArray::new(BooleanBuffer::new_unset(len), Some(NullBuffer::new(valid)))
+        }
+        _ => {
+            // true | null = true; false | null = null; null | null = null.
+            let valid = match a.nulls() {
+                Some(nulls) => nulls.inner() & a.values(),
+                None => a.values().clone(),
+            };
+            BooleanArray::new(a.values().clone(), Some(NullBuffer::new(valid)))
+        }
+    }
+}
+
+/// Kleene logic on two literals.
+pub(crate) fn kleene_scalars(op: BinaryOp, a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match op {
+        BinaryOp::And => match (a, b) {
+            (Some(false), _) | (_, Some(false)) => Some(false),
+            (Some(true), Some(true)) => Some(true),
+            _ => None,
+        },
+        _ => match (a, b) {
+            (Some(true), _) | (_, Some(true)) => Some(true),
+            (Some(false), Some(false)) => Some(false),
+            _ => None,
+        },
+    }
+}
+
+/// Repeats the single value of `scalar` `len` times.
+pub(crate) fn broadcast(scalar: &ArrayRef, len: usize) -> Result<ArrayRef, ArrowError> {
+    if scalar.is_null(0) {
+        return Ok(new_null_array(scalar.data_type(), len));
+    }
+    Ok(match scalar.data_type() {
+        DataType::Int64 => {
+            let v = primitive::<Int64Type>(scalar)?.value(0);
+            Arc::new(PrimitiveArray::<Int64Type>::from_value(v, len))
+        }
+        DataType::Float64 => {
+            let v = primitive::<Float64Type>(scalar)?.value(0);
+            Arc::new(PrimitiveArray::<Float64Type>::from_value(v, len))
+        }
+        DataType::Boolean => {
+            let bits = if scalar.as_boolean().value(0) {
+                BooleanBuffer::new_set(len)
+            } else {
+                BooleanBuffer::new_unset(len)
+            };
+            Arc::new(BooleanArray::new(bits, None))
+        }
+        DataType::Utf8 => {
+            let v = scalar.as_string::<i32>().value(0);
+            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(v, len)))
+        }
+        DataType::LargeUtf8 => {
+            let v = scalar.as_string::<i64>().value(0);
+            Arc::new(LargeStringArray::from_iter_values(std::iter::repeat_n(
+                v, len,
+            )))
+        }
+        _ => {
+            let indices = UInt32Array::from_value(0, len);
+            arrow::compute::take(scalar.as_ref(), &indices, None)?
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_python_integer_semantics() {
+        for (a, b, q, r) in [
+            (7, 3, 2, 1),
+            (-7, 3, -3, 2),
+            (7, -3, -3, -2),
+            (-7, -3, 2, -1),
+            (6, -3, -2, 0),
+            (i64::MIN, 2, i64::MIN / 2, 0),
+            (i64::MIN, -1, 0, 0),
+        ] {
+            if b != -1 {
+                assert_eq!(py_floor_div(a, b).expect("div"), q, "{a} // {b}");
+            }
+            assert_eq!(py_mod(a, b).expect("mod"), r, "{a} % {b}");
+        }
+        assert!(py_floor_div(i64::MIN, -1).is_err());
+        assert_eq!(py_floor_div(5, -1).expect("div"), -5);
+        assert!(matches!(py_mod(1, 0), Err(ArrowError::DivideByZero)));
+        assert!(matches!(py_floor_div(1, 0), Err(ArrowError::DivideByZero)));
+    }
+
+    #[test]
+    fn test_python_float_mod() {
+        assert_eq!(py_float_mod(-7.5, 2.0), 0.5);
+        assert_eq!(py_float_mod(7.5, -2.0), -0.5);
+        assert!(py_float_mod(-3.0, 3.0).is_sign_positive());
+        assert!(py_float_mod(3.0, -3.0).is_sign_negative());
+        assert!(py_float_mod(1.0, 0.0).is_nan());
+    }
+
+    #[test]
+    fn test_kleene_with_null_literal() {
+        let a = BooleanArray::from(vec![Some(true), Some(false), None]);
+        let and = kleene_with_scalar(BinaryOp::And, &a, None);
+        assert_eq!(and, BooleanArray::from(vec![None, Some(false), None]));
+        let or = kleene_with_scalar(BinaryOp::Or, &a, None);
+        assert_eq!(or, BooleanArray::from(vec![Some(true), None, None]));
+        let and = kleene_with_scalar(BinaryOp::And, &a, Some(false));
+        assert_eq!(and, BooleanArray::from(vec![false, false, false]));
+        let or = kleene_with_scalar(BinaryOp::Or, &a, Some(true));
+        assert_eq!(or, BooleanArray::from(vec![true, true, true]));
+        assert_eq!(
+            kleene_scalars(BinaryOp::And, None, Some(false)),
+            Some(false)
+        );
+        assert_eq!(kleene_scalars(BinaryOp::Or, None, Some(false)), None);
+    }
+
+    #[test]
+    fn test_broadcast_types() {
+        let s: ArrayRef = Arc::new(StringArray::from(vec!["x"]));
+        let b = broadcast(&s, 3).expect("broadcast");
+        assert_eq!(
+            b.as_string::<i32>().iter().collect::<Vec<_>>(),
+            vec![Some("x"); 3]
+        );
+        let n = new_null_array(&DataType::Int64, 1);
+        let b = broadcast(&n, 2).expect("broadcast");
+        assert_eq!(
+            (b.len(), b.null_count(), b.data_type()),
+            (2, 2, &DataType::Int64)
+        );
+        let d: ArrayRef = Arc::new(arrow::array::Date32Array::from(vec![5]));
+        let b = broadcast(&d, 2).expect("broadcast");
+        assert_eq!(
+            b.as_primitive::<arrow::datatypes::Date32Type>()
+                .values()
+                .to_vec(),
+            vec![5, 5]
+        );
+    }
+}

@@ -1,0 +1,280 @@
+//! Native column expressions: the tree the Python DSL's `col("x") * 2 > 3`
+//! builds, its type rules and its vectorized evaluation over Arrow batches
+//! (DESIGN.md "Runtime": native operators run in Rust without the GIL).
+//!
+//! An [`Expr`] is checked against a schema with [`Expr::data_type`] when the
+//! job graph is built and evaluated per batch with [`Expr::evaluate`]. The
+//! semantics follow Python where Python and SQL agree and SQL for nulls:
+//!
+//! * Integer types (`Int8`..`Int64`, `UInt8`..`UInt32`) promote to `Int64`,
+//!   `Float32`/`Float64` to `Float64`; mixing integers and floats gives
+//!   `Float64`. `UInt64` is refused ("cast first") because it does not fit
+//!   `Int64`.
+//! * `+ - * // %` on integers give `Int64` and fail on overflow; `/` always
+//!   gives `Float64`. Integer `/`, `//` and `%` by zero fail with "division by
+//!   zero"; float division follows IEEE 754 (`inf`, `NaN`).
+//! * `//` floors (Python), `%` takes the sign of the divisor (Python:
+//!   `-7 % 3 == 2`, `7 % -3 == -2`); for floats `a // b` is `floor(a / b)`.
+//! * Comparisons work between numerics (after promotion), between strings
+//!   (`Utf8`, `LargeUtf8`, `Utf8View`), between booleans and between two
+//!   values of one other type (dates, timestamps). Floats compare by IEEE 754
+//!   (`NaN != NaN`, `-0.0 == 0.0`), like Python.
+//! * `& | ~` take booleans only and use Kleene logic (`null & false` is
+//!   `false`); every other operator propagates nulls. A `None` literal adopts
+//!   the type of the other operand.
+//! * Errors raised for a row only count when that row's inputs are not null.
+
+mod eval;
+mod kernels;
+mod types;
+
+pub(crate) use eval::Value;
+
+use std::fmt;
+
+/// A literal value of an expression.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ScalarValue {
+    /// The untyped null (`None` in Python); adopts the other operand's type.
+    Null,
+    Boolean(bool),
+    Int64(i64),
+    Float64(f64),
+    Utf8(String),
+}
+
+/// A binary operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// True division, always `Float64` (Python `/`).
+    Div,
+    /// Floor division (Python `//`): `Int64` for integers, `floor(a / b)` for
+    /// floats.
+    FloorDiv,
+    /// Modulo with Python semantics: the result has the sign of the divisor.
+    Mod,
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+    /// Kleene AND on booleans.
+    And,
+    /// Kleene OR on booleans.
+    Or,
+}
+
+impl BinaryOp {
+    /// The Python spelling of the operator.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            BinaryOp::Div => "/",
+            BinaryOp::FloorDiv => "//",
+            BinaryOp::Mod => "%",
+            BinaryOp::Eq => "==",
+            BinaryOp::NotEq => "!=",
+            BinaryOp::Lt => "<",
+            BinaryOp::LtEq => "<=",
+            BinaryOp::Gt => ">",
+            BinaryOp::GtEq => ">=",
+            BinaryOp::And => "&",
+            BinaryOp::Or => "|",
+        }
+    }
+
+    /// Whether the operator is arithmetic (`+ - * / // %`).
+    pub fn is_arithmetic(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Add
+                | BinaryOp::Sub
+                | BinaryOp::Mul
+                | BinaryOp::Div
+                | BinaryOp::FloorDiv
+                | BinaryOp::Mod
+        )
+    }
+
+    /// Whether the operator is a comparison (`== != < <= > >=`).
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq
+                | BinaryOp::NotEq
+                | BinaryOp::Lt
+                | BinaryOp::LtEq
+                | BinaryOp::Gt
+                | BinaryOp::GtEq
+        )
+    }
+
+    /// Whether the operator is logical (`& |`).
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or)
+    }
+}
+
+/// A unary operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// Boolean negation (`~`), Kleene (`~null` is null).
+    Not,
+    /// Arithmetic negation; integers promote to `Int64` and fail on overflow.
+    Neg,
+    /// Whether the value is null; never null itself.
+    IsNull,
+    /// Whether the value is not null; never null itself.
+    IsNotNull,
+}
+
+/// An expression over the columns of a record batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    Column(String),
+    Literal(ScalarValue),
+    Binary {
+        op: BinaryOp,
+        left: Box<Expr>,
+        right: Box<Expr>,
+    },
+    Unary {
+        op: UnaryOp,
+        expr: Box<Expr>,
+    },
+}
+
+impl Expr {
+    /// A reference to column `name`.
+    pub fn col(name: impl Into<String>) -> Self {
+        Expr::Column(name.into())
+    }
+
+    /// A literal.
+    pub fn lit(value: ScalarValue) -> Self {
+        Expr::Literal(value)
+    }
+
+    /// `left op right`.
+    pub fn binary(op: BinaryOp, left: Expr, right: Expr) -> Self {
+        Expr::Binary {
+            op,
+            left: Box::new(left),
+            right: Box::new(right),
+        }
+    }
+
+    /// `op expr`.
+    pub fn unary(op: UnaryOp, expr: Expr) -> Self {
+        Expr::Unary {
+            op,
+            expr: Box::new(expr),
+        }
+    }
+
+    /// The columns the expression references, each once, in order of first
+    /// appearance.
+    pub fn columns(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        self.collect_columns(&mut out);
+        out
+    }
+
+    fn collect_columns<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            Expr::Column(name) => {
+                if !out.contains(&name.as_str()) {
+                    out.push(name);
+                }
+            }
+            Expr::Literal(_) => {}
+            Expr::Binary { left, right, .. } => {
+                left.collect_columns(out);
+                right.collect_columns(out);
+            }
+            Expr::Unary { expr, .. } => expr.collect_columns(out),
+        }
+    }
+
+    /// The expression formatted the way the Python DSL spells it, e.g.
+    /// `(col("value") * 2)`; used in error messages.
+    pub fn display(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for ScalarValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScalarValue::Null => f.write_str("None"),
+            ScalarValue::Boolean(true) => f.write_str("True"),
+            ScalarValue::Boolean(false) => f.write_str("False"),
+            ScalarValue::Int64(v) => write!(f, "{v}"),
+            ScalarValue::Float64(v) => write!(f, "{v:?}"),
+            ScalarValue::Utf8(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Column(name) => write!(f, "col({name:?})"),
+            Expr::Literal(value) => write!(f, "{value}"),
+            Expr::Binary { op, left, right } => write!(f, "({left} {} {right})", op.symbol()),
+            Expr::Unary { op, expr } => match op {
+                UnaryOp::Not => write!(f, "~{expr}"),
+                UnaryOp::Neg => write!(f, "-{expr}"),
+                UnaryOp::IsNull => write!(f, "{expr}.is_null()"),
+                UnaryOp::IsNotNull => write!(f, "{expr}.is_not_null()"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_display_python_spelling() {
+        let e = Expr::binary(
+            BinaryOp::Mul,
+            Expr::col("value"),
+            Expr::lit(ScalarValue::Int64(2)),
+        );
+        assert_eq!(e.to_string(), r#"(col("value") * 2)"#);
+        let e = Expr::unary(
+            UnaryOp::Not,
+            Expr::binary(
+                BinaryOp::Eq,
+                Expr::col("s"),
+                Expr::lit(ScalarValue::Utf8("a".into())),
+            ),
+        );
+        assert_eq!(e.display(), r#"~(col("s") == "a")"#);
+        assert_eq!(Expr::lit(ScalarValue::Float64(2.0)).to_string(), "2.0");
+        assert_eq!(Expr::lit(ScalarValue::Null).to_string(), "None");
+        assert_eq!(
+            Expr::unary(UnaryOp::IsNull, Expr::col("a")).to_string(),
+            r#"col("a").is_null()"#
+        );
+    }
+
+    #[test]
+    fn test_columns_deduplicated_in_order() {
+        let e = Expr::binary(
+            BinaryOp::Add,
+            Expr::binary(BinaryOp::Mul, Expr::col("b"), Expr::col("a")),
+            Expr::unary(UnaryOp::Neg, Expr::col("b")),
+        );
+        assert_eq!(e.columns(), vec!["b", "a"]);
+        assert!(Expr::lit(ScalarValue::Int64(1)).columns().is_empty());
+    }
+}
