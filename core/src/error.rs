@@ -145,10 +145,10 @@ impl Error {
             | Error::UserFunction { operator, .. }
             | Error::Graph { operator, .. }
             | Error::Io { operator, .. }
-            | Error::Operator { operator, .. } => {
-                if operator.is_empty() {
-                    *operator = name.to_string();
-                }
+            | Error::Operator { operator, .. }
+                if operator.is_empty() =>
+            {
+                *operator = name.to_string();
             }
             _ => {}
         }

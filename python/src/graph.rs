@@ -228,13 +228,16 @@ pub fn parse_graph(
                 }
                 "with_columns" | "select" => {
                     let cols = parse_columns(&get::<Bound<PyAny>>(d, "columns")?)?;
-                    let f = if kind == "select" {
+                    let mut f = if kind == "select" {
                         ProjectFactory::select(cols)
                     } else {
                         ProjectFactory::with_columns(cols)
                     };
                     let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(s)?),
+                        Some(s) => {
+                            f = f.with_input_schema(s)?;
+                            Some(f.output_schema(s)?)
+                        }
                         None => None,
                     };
                     (op(Arc::new(f)), Role::Operator, s)

@@ -365,6 +365,7 @@ fn build_attempt(
             let from_chain = plan.chain_of[edge.from];
             let up_p = plan.chains[from_chain].parallelism;
             let down_p = chain.parallelism;
+            #[allow(clippy::needless_range_loop)] // `up` is also the forward target
             for up in 0..up_p {
                 let targets: Vec<usize> = match edge.partitioning {
                     Partitioning::Forward => vec![up],

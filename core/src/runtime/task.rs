@@ -519,22 +519,20 @@ impl Task {
     }
 
     fn await_final_commit(&mut self) -> Result<()> {
-        loop {
-            match self.control.recv() {
-                Ok(Control::CommitFinal) => {
-                    for i in 0..self.ops.len() {
-                        let name = self.slots[i].name.clone();
-                        self.ops[i]
-                            .snapshot_state(END_OF_JOB)
-                            .map_err(|e| e.in_operator(&name))?;
-                        self.ops[i]
-                            .notify_checkpoint_complete(END_OF_JOB)
-                            .map_err(|e| e.in_operator(&name))?;
-                    }
-                    return Ok(());
+        match self.control.recv() {
+            Ok(Control::CommitFinal) => {
+                for i in 0..self.ops.len() {
+                    let name = self.slots[i].name.clone();
+                    self.ops[i]
+                        .snapshot_state(END_OF_JOB)
+                        .map_err(|e| e.in_operator(&name))?;
+                    self.ops[i]
+                        .notify_checkpoint_complete(END_OF_JOB)
+                        .map_err(|e| e.in_operator(&name))?;
                 }
-                Ok(Control::Cancel) | Err(_) => return Err(Error::Cancelled),
+                Ok(())
             }
+            Ok(Control::Cancel) | Err(_) => Err(Error::Cancelled),
         }
     }
 }

@@ -1,0 +1,117 @@
+"""Durations, checkpoint configuration and restart strategies."""
+
+from __future__ import annotations
+
+import pytest
+
+import eddyline as ed
+from eddyline.config import parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        (0, 0.0),
+        (2, 2.0),
+        (0.5, 0.5),
+        ("250ms", 0.25),
+        ("1s", 1.0),
+        ("1.5s", 1.5),
+        ("2min", 120.0),
+        ("1h", 3600.0),
+        ("10", 10.0),
+        (" 3 ms ", 0.003),
+        ("500us", 0.0005),
+    ],
+)
+def test_parse_duration_accepts_numbers_and_units(text: float | str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["", "soon", "1 fortnight", "-1s", "1e3s", "ms", -1, True, None, []])
+def test_parse_duration_rejects_bad_input_with_value_error(bad: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(bad)  # type: ignore[arg-type]
+
+
+def test_parse_duration_rejects_infinity() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        parse_duration(float("inf"))
+
+
+def test_checkpoint_config_defaults() -> None:
+    cfg = ed.CheckpointConfig("/tmp/chk")
+    assert (cfg.dir, cfg.interval, cfg.mode, cfg.unaligned, cfg.retained, cfg.recovery) == (
+        "/tmp/chk",
+        1.0,
+        "exactly_once",
+        False,
+        3,
+        "latest",
+    )
+    assert cfg._to_dict() == {
+        "dir": "/tmp/chk",
+        "interval": 1.0,
+        "mode": "exactly_once",
+        "unaligned": False,
+        "retained": 3,
+        "recovery": "latest",
+    }
+
+
+def test_checkpoint_config_accepts_pathlike_and_durations(tmp_path: object) -> None:
+    cfg = ed.CheckpointConfig(
+        tmp_path,  # type: ignore[arg-type]
+        interval="250ms",
+        mode="at_least_once",
+        retained=1,
+        recovery="recompute",
+    )
+    assert cfg.interval == 0.25
+    assert cfg.dir == str(tmp_path)
+    assert cfg.recovery == "recompute"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"interval": 0}, "interval must be positive"),
+        ({"interval": "fast"}, "duration"),
+        ({"mode": "twice"}, "mode"),
+        ({"retained": 0}, "retained"),
+        ({"retained": True}, "retained"),
+        ({"recovery": "never"}, "recovery"),
+        ({"unaligned": "yes"}, "unaligned"),
+        ({"unaligned": True, "mode": "at_least_once"}, "unaligned"),
+    ],
+)
+def test_checkpoint_config_rejects_bad_values(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ed.CheckpointConfig("/tmp/chk", **kwargs)  # type: ignore[arg-type]
+
+
+def test_checkpoint_config_is_immutable() -> None:
+    cfg = ed.CheckpointConfig("/tmp/chk")
+    with pytest.raises(AttributeError):
+        cfg.retained = 5  # type: ignore[misc]
+
+
+def test_restart_strategy_fixed_delay_and_none() -> None:
+    assert ed.RestartStrategy.fixed_delay()._to_dict() == {"attempts": 3, "delay_s": 0.1}
+    assert ed.RestartStrategy.fixed_delay(attempts=5, delay="2s")._to_dict() == {
+        "attempts": 5,
+        "delay_s": 2.0,
+    }
+    assert ed.RestartStrategy.none()._to_dict() == {"attempts": 0, "delay_s": 0.0}
+    assert ed.RestartStrategy.none() == ed.RestartStrategy.fixed_delay(0, 0)
+
+
+@pytest.mark.parametrize("attempts", [-1, 1.5, True])
+def test_restart_strategy_rejects_bad_attempts(attempts: object) -> None:
+    with pytest.raises(ValueError, match="attempts"):
+        ed.RestartStrategy.fixed_delay(attempts=attempts)  # type: ignore[arg-type]
+
+
+def test_restart_strategy_rejects_bad_delay() -> None:
+    with pytest.raises(ValueError, match="restart delay"):
+        ed.RestartStrategy.fixed_delay(delay="later")
