@@ -7,6 +7,8 @@
 //! `restore_state`, `notify_checkpoint_complete`) are what asynchronous
 //! barrier snapshotting drives.
 
+pub mod keyed_agg;
+pub mod union;
 
 use arrow::record_batch::RecordBatch;
 
