@@ -8,7 +8,9 @@
 //! barrier snapshotting drives.
 
 pub mod filter;
+pub mod keyed_agg;
 pub mod project;
+pub mod union;
 
 use arrow::record_batch::RecordBatch;
 

@@ -1,0 +1,1788 @@
+//! Running keyed aggregates (`sum`, `count`, `min`, `max`) with keyed state
+//! stored per key group and copy-on-write snapshots (DESIGN.md "Runtime":
+//! keyed state per key group; "Checkpoints" / ABS: state is snapshotted
+//! asynchronously, copy-on-write).
+//!
+//! # Semantics
+//!
+//! For each input batch the operator emits one row per distinct key present
+//! in that batch, in first-occurrence order, holding the key columns (same
+//! names and types as the input) and the updated running aggregate, named
+//! after the aggregated column (`count` for count). Integer inputs of any
+//! width aggregate as `Int64` (sums wrap on overflow), floating-point inputs
+//! as `Float64` (min/max follow IEEE `minNum`/`maxNum`, so NaN is ignored
+//! when another value exists); counts are `Int64`. Nulls in the aggregated
+//! column are ignored: a key seen only with null values has a null sum, min
+//! or max, and a count of 0 when counting a column. Null keys are a group of
+//! their own.
+//!
+//! # Processing a batch
+//!
+//! 1. The rows of the batch are grouped with a batch-local open-addressing
+//!    table that is reused across batches (only its used slots are cleared).
+//!    Key hashes come from [`crate::keygroup`]: a single `Int64` key column
+//!    is hashed by [`hash_keys`]; any other key is encoded with Arrow's row
+//!    format and hashed with xxh3 over the row bytes, which is exactly what
+//!    [`hash_keys`] does (a unit test holds the two equal), without encoding
+//!    the rows twice.
+//! 2. One partial aggregate per distinct key is computed over the batch.
+//! 3. Each partial is merged into the state with one lookup per distinct key;
+//!    the output is `take` of the key columns at the first rows plus the new
+//!    aggregate values.
+//!
+//! # State and snapshots
+//!
+//! State is a `Vec<Arc<map>>` indexed by `key_group - key_groups.start`,
+//! mutated through `Arc::make_mut`. `snapshot_state` clones the `Arc`s of
+//! the non-empty key groups into [`StateBlob::Deferred`] views, so it costs
+//! microseconds whatever the state size; the first write to a key group
+//! after a snapshot copies that group's map. A single `Int64` key uses a map
+//! keyed by `i64` plus a separate null slot; any other key uses a map keyed by
+//! the Arrow row-format bytes (`Box<[u8]>`, allocated only when a key is
+//! first inserted).
+//!
+//! # Serialization format (version 1)
+//!
+//! One blob per non-empty key group:
+//!
+//! ```text
+//! byte 0      format version, currently 1
+//! bytes 1..   an Arrow IPC stream: schema metadata {"eddyline.keyed_agg": "<sum|count|min|max>"},
+//!             columns = the key columns (input names and types, nullable) followed by
+//!             the accumulator (last column, Int64 or Float64, null = no value seen yet),
+//!             one row per key of the key group
+//! ```
+//!
+//! Keys are stored as Arrow columns rather than row-format bytes, because the
+//! row format is not promised to be stable across arrow-rs versions, while
+//! the IPC format is. Restoring checks the version, the aggregate kind, the
+//! key and accumulator types and that every key hashes to the key group the
+//! blob claims.
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, PrimitiveArray, RecordBatch, UInt32Array,
+};
+use arrow::buffer::{NullBuffer, ScalarBuffer};
+use arrow::compute::{cast_with_options, take, CastOptions};
+use arrow::datatypes::ArrowNativeType;
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef,
+};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow::row::{RowConverter, Rows, SortField};
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Result};
+use crate::keygroup::{hash_keys, key_group};
+use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::state::{DeferredState, OperatorState, StateBlob};
+
+/// The version byte that opens every serialized key-group blob.
+pub const STATE_FORMAT_VERSION: u8 = 1;
+
+/// Schema metadata key naming the aggregate kind of a serialized blob.
+const KIND_METADATA_KEY: &str = "eddyline.keyed_agg";
+
+/// Name of the accumulator column in a serialized blob (always the last).
+const ACC_FIELD: &str = "__eddyline_acc";
+
+/// Which running aggregate to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggKind {
+    /// Sum of the non-null values of the column.
+    Sum,
+    /// Number of rows (or of non-null values when a column is given).
+    Count,
+    /// Minimum of the non-null values of the column.
+    Min,
+    /// Maximum of the non-null values of the column.
+    Max,
+}
+
+impl AggKind {
+    /// The lower-case name (`sum`, `count`, `min`, `max`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AggKind::Sum => "sum",
+            AggKind::Count => "count",
+            AggKind::Min => "min",
+            AggKind::Max => "max",
+        }
+    }
+}
+
+/// Builds [`KeyedAggOperator`]s: `keys` are the key column names, `column`
+/// the aggregated column (required for sum/min/max; optional for count,
+/// which then counts the column's non-null values instead of rows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedAggFactory {
+    pub keys: Vec<String>,
+    pub agg: AggKind,
+    pub column: Option<String>,
+}
+
+/// Whether the accumulator is an `i64` or an `f64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    Int,
+    Float,
+}
+
+impl ValueKind {
+    fn data_type(self) -> DataType {
+        match self {
+            ValueKind::Int => DataType::Int64,
+            ValueKind::Float => DataType::Float64,
+        }
+    }
+}
+
+/// An input schema resolved against a factory.
+#[derive(Debug, Clone)]
+struct Binding {
+    input: SchemaRef,
+    key_idx: Vec<usize>,
+    value_idx: Option<usize>,
+    value_kind: ValueKind,
+    output: SchemaRef,
+}
+
+fn describe_columns(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn column_index(schema: &Schema, name: &str) -> Result<usize> {
+    schema.index_of(name).map_err(|_| {
+        Error::graph(
+            "",
+            format!(
+                "column '{name}' does not exist; available columns: {}",
+                describe_columns(schema)
+            ),
+        )
+    })
+}
+
+impl KeyedAggFactory {
+    /// A factory for `agg` of `column` grouped by `keys`.
+    pub fn new(keys: Vec<String>, agg: AggKind, column: Option<String>) -> Self {
+        KeyedAggFactory { keys, agg, column }
+    }
+
+    /// The schema of the operator's output for `input` (build-time
+    /// validation): the key fields followed by the aggregate field.
+    pub fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef> {
+        Ok(self.bind(input)?.output)
+    }
+
+    fn bind(&self, input: &SchemaRef) -> Result<Binding> {
+        if self.keys.is_empty() {
+            return Err(Error::graph(
+                "",
+                format!("{} needs at least one key column", self.agg.name()),
+            ));
+        }
+        let mut key_idx = Vec::with_capacity(self.keys.len());
+        let mut fields: Vec<FieldRef> = Vec::with_capacity(self.keys.len() + 1);
+        for key in &self.keys {
+            let idx = column_index(input, key)?;
+            let field = input.fields()[idx].clone();
+            if !RowConverter::supports_fields(&[SortField::new(field.data_type().clone())]) {
+                return Err(Error::schema(
+                    "",
+                    format!(
+                        "key column '{key}' has type {}, which cannot be used as a key",
+                        field.data_type()
+                    ),
+                ));
+            }
+            key_idx.push(idx);
+            fields.push(field);
+        }
+        let (value_idx, value_kind, out_name, nullable) = match (self.agg, &self.column) {
+            (AggKind::Count, None) => (None, ValueKind::Int, "count".to_string(), false),
+            (AggKind::Count, Some(col)) => (
+                Some(column_index(input, col)?),
+                ValueKind::Int,
+                "count".to_string(),
+                false,
+            ),
+            (agg, None) => {
+                return Err(Error::graph(
+                    "",
+                    format!("{} needs a column to aggregate", agg.name()),
+                ))
+            }
+            (agg, Some(col)) => {
+                let idx = column_index(input, col)?;
+                let dt = input.field(idx).data_type();
+                let kind = if dt.is_integer() {
+                    ValueKind::Int
+                } else if dt.is_floating() {
+                    ValueKind::Float
+                } else {
+                    return Err(Error::schema(
+                        "",
+                        format!(
+                            "{} needs a numeric (integer or floating-point) column, but column '{col}' has type {dt}",
+                            agg.name()
+                        ),
+                    ));
+                };
+                (Some(idx), kind, col.clone(), true)
+            }
+        };
+        fields.push(Arc::new(Field::new(
+            out_name,
+            value_kind.data_type(),
+            nullable,
+        )));
+        Ok(Binding {
+            input: input.clone(),
+            key_idx,
+            value_idx,
+            value_kind,
+            output: Arc::new(Schema::new(fields)),
+        })
+    }
+}
+
+impl OperatorFactory for KeyedAggFactory {
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn crate::operator::Operator>> {
+        Ok(Box::new(KeyedAggOperator::new(self, ctx)?))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Accumulators
+
+/// The native accumulator type (`i64` or `f64`).
+trait Value: ArrowNativeType + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+    type Arrow: ArrowPrimitiveType<Native = Self>;
+    const ONE: Self;
+    fn add(self, other: Self) -> Self;
+    fn min_of(self, other: Self) -> Self;
+    fn max_of(self, other: Self) -> Self;
+}
+
+impl Value for i64 {
+    type Arrow = Int64Type;
+    const ONE: Self = 1;
+    #[inline]
+    fn add(self, other: Self) -> Self {
+        self.wrapping_add(other)
+    }
+    #[inline]
+    fn min_of(self, other: Self) -> Self {
+        Ord::min(self, other)
+    }
+    #[inline]
+    fn max_of(self, other: Self) -> Self {
+        Ord::max(self, other)
+    }
+}
+
+impl Value for f64 {
+    type Arrow = Float64Type;
+    const ONE: Self = 1.0;
+    #[inline]
+    fn add(self, other: Self) -> Self {
+        self + other
+    }
+    #[inline]
+    fn min_of(self, other: Self) -> Self {
+        f64::min(self, other)
+    }
+    #[inline]
+    fn max_of(self, other: Self) -> Self {
+        f64::max(self, other)
+    }
+}
+
+/// A running aggregate; `has == false` means no value was seen yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Acc<V> {
+    value: V,
+    has: bool,
+}
+
+#[inline]
+fn combine<V: Value>(agg: AggKind, a: V, b: V) -> V {
+    match agg {
+        AggKind::Sum | AggKind::Count => a.add(b),
+        AggKind::Min => a.min_of(b),
+        AggKind::Max => a.max_of(b),
+    }
+}
+
+#[inline]
+fn merge<V: Value>(agg: AggKind, a: Acc<V>, b: Acc<V>) -> Acc<V> {
+    if !b.has {
+        a
+    } else if !a.has {
+        b
+    } else {
+        Acc {
+            value: combine(agg, a.value, b.value),
+            has: true,
+        }
+    }
+}
+
+/// What the aggregated column contributes to a batch.
+enum ValueInput<V: Value> {
+    /// `count` without a column: every row counts.
+    AllRows,
+    /// `count(column)`: rows whose column value is valid count.
+    Valid(Option<NullBuffer>),
+    /// `sum`/`min`/`max` over values already cast to the accumulator type.
+    Values(PrimitiveArray<V::Arrow>),
+}
+
+fn value_input<V: Value>(
+    agg: AggKind,
+    column: Option<&ArrayRef>,
+    operator: &str,
+) -> Result<ValueInput<V>> {
+    let Some(column) = column else {
+        return Ok(ValueInput::AllRows);
+    };
+    if agg == AggKind::Count {
+        return Ok(ValueInput::Valid(column.logical_nulls()));
+    }
+    let target = V::Arrow::DATA_TYPE;
+    if column.data_type() == &target {
+        return Ok(ValueInput::Values(
+            column.as_primitive::<V::Arrow>().clone(),
+        ));
+    }
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let cast = cast_with_options(column, &target, &options).map_err(|e| {
+        Error::operator(
+            operator,
+            format!(
+                "cannot aggregate a {} value as {target}: {e}",
+                column.data_type()
+            ),
+        )
+    })?;
+    Ok(ValueInput::Values(cast.as_primitive::<V::Arrow>().clone()))
+}
+
+/// Computes one partial aggregate per group of the batch into `partials`.
+fn partial_aggregate<V: Value>(
+    agg: AggKind,
+    input: &ValueInput<V>,
+    group_of_row: &[u32],
+    n_groups: usize,
+    partials: &mut Vec<Acc<V>>,
+) {
+    partials.clear();
+    match input {
+        ValueInput::AllRows => {
+            partials.resize(
+                n_groups,
+                Acc {
+                    value: V::default(),
+                    has: true,
+                },
+            );
+            for &g in group_of_row {
+                let p = &mut partials[g as usize];
+                p.value = p.value.add(V::ONE);
+            }
+        }
+        ValueInput::Valid(nulls) => {
+            partials.resize(
+                n_groups,
+                Acc {
+                    value: V::default(),
+                    has: true,
+                },
+            );
+            match nulls {
+                None => {
+                    for &g in group_of_row {
+                        let p = &mut partials[g as usize];
+                        p.value = p.value.add(V::ONE);
+                    }
+                }
+                Some(nulls) => {
+                    for i in nulls.valid_indices() {
+                        let p = &mut partials[group_of_row[i] as usize];
+                        p.value = p.value.add(V::ONE);
+                    }
+                }
+            }
+        }
+        ValueInput::Values(values) => {
+            partials.resize(n_groups, Acc::default());
+            let vals = values.values();
+            match (agg, values.nulls().filter(|n| n.null_count() > 0)) {
+                (AggKind::Sum, None) => {
+                    for (&g, &v) in group_of_row.iter().zip(vals.iter()) {
+                        let p = &mut partials[g as usize];
+                        p.value = p.value.add(v);
+                        p.has = true;
+                    }
+                }
+                (_, None) => {
+                    for (&g, &v) in group_of_row.iter().zip(vals.iter()) {
+                        let p = &mut partials[g as usize];
+                        p.value = if p.has { combine(agg, p.value, v) } else { v };
+                        p.has = true;
+                    }
+                }
+                (_, Some(nulls)) => {
+                    for i in nulls.valid_indices() {
+                        let v = vals[i];
+                        let p = &mut partials[group_of_row[i] as usize];
+                        p.value = if p.has { combine(agg, p.value, v) } else { v };
+                        p.has = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Batch-local grouping
+
+/// Groups the rows of one batch: an open-addressing table of group ids,
+/// reused across batches (only used slots are cleared).
+#[derive(Debug, Default)]
+struct BatchGroups {
+    /// Group id of every row.
+    group_of_row: Vec<u32>,
+    /// First row index of every group (first-occurrence order).
+    first_rows: Vec<u32>,
+    /// `0` = empty, else group id + 1.
+    slots: Vec<u32>,
+    /// Slots in use (to clear them cheaply).
+    used: Vec<usize>,
+    mask: usize,
+    /// Number of groups of the previous batch (sizing hint).
+    last_groups: usize,
+    /// The group kept outside the table (the null key of the `Int64` path).
+    untracked: Option<u32>,
+}
+
+impl BatchGroups {
+    fn begin(&mut self, rows: usize) {
+        for &s in &self.used {
+            self.slots[s] = 0;
+        }
+        self.used.clear();
+        self.group_of_row.clear();
+        self.group_of_row.reserve(rows);
+        self.first_rows.clear();
+        self.untracked = None;
+        let want = (self.last_groups.min(rows).max(16) * 2).next_power_of_two();
+        if self.slots.len() < want {
+            // Every slot is zero here, so growing keeps the table empty.
+            self.slots.resize(want, 0);
+        }
+        self.mask = self.slots.len() - 1;
+    }
+
+    fn end(&mut self) {
+        self.last_groups = self.first_rows.len();
+    }
+
+    fn n_groups(&self) -> usize {
+        self.first_rows.len()
+    }
+
+    /// A new group outside the table (the null key of the `Int64` path).
+    #[inline]
+    fn push_untracked_group(&mut self, row: u32) -> u32 {
+        let g = self.first_rows.len() as u32;
+        self.first_rows.push(row);
+        self.group_of_row.push(g);
+        self.untracked = Some(g);
+        g
+    }
+
+    /// Assigns `row` (with `hash`) to its group; `same_key(r)` tells whether
+    /// row `r` has the same key as `row`.
+    #[inline]
+    fn assign(&mut self, row: u32, hash: u64, hashes: &[u64], same_key: impl Fn(u32) -> bool) {
+        let mut s = hash as usize & self.mask;
+        loop {
+            let e = self.slots[s];
+            if e == 0 {
+                let g = self.first_rows.len() as u32;
+                self.slots[s] = g + 1;
+                self.used.push(s);
+                self.first_rows.push(row);
+                self.group_of_row.push(g);
+                if self.first_rows.len() * 2 > self.slots.len() {
+                    self.grow(hashes);
+                }
+                return;
+            }
+            let g = e - 1;
+            let first = self.first_rows[g as usize];
+            if hashes[first as usize] == hash && same_key(first) {
+                self.group_of_row.push(g);
+                return;
+            }
+            s = (s + 1) & self.mask;
+        }
+    }
+
+    fn grow(&mut self, hashes: &[u64]) {
+        for &s in &self.used {
+            self.slots[s] = 0;
+        }
+        self.used.clear();
+        let n = self.slots.len() * 2;
+        self.slots.resize(n, 0);
+        self.mask = n - 1;
+        for (g, &row) in self.first_rows.iter().enumerate() {
+            // The group outside the table (the Int64 null key) stays outside.
+            if self.untracked == Some(g as u32) {
+                continue;
+            }
+            let mut s = hashes[row as usize] as usize & self.mask;
+            while self.slots[s] != 0 {
+                s = (s + 1) & self.mask;
+            }
+            self.slots[s] = g as u32 + 1;
+            self.used.push(s);
+        }
+    }
+}
+
+/// Per-batch scratch buffers, reused across batches.
+#[derive(Debug, Default)]
+struct Scratch {
+    hashes: Vec<u64>,
+    groups: BatchGroups,
+    out_valid: Vec<bool>,
+}
+
+/// The key groups a subtask owns.
+#[derive(Debug, Clone)]
+struct Ownership {
+    name: String,
+    key_groups: Range<usize>,
+    max_parallelism: usize,
+}
+
+impl Ownership {
+    #[inline]
+    fn local_index(&self, hash: u64) -> Result<usize> {
+        let kg = key_group(hash, self.max_parallelism);
+        if kg >= self.key_groups.start && kg < self.key_groups.end {
+            Ok(kg - self.key_groups.start)
+        } else {
+            Err(Error::operator(
+                &self.name,
+                format!(
+                    "received a key of key group {kg}, which this subtask does not own (it owns key groups {}..{}); the input is not partitioned by the key columns",
+                    self.key_groups.start, self.key_groups.end
+                ),
+            ))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Keyed state
+
+/// State of one key group for a single `Int64` key.
+#[derive(Debug, Clone, Default)]
+struct IntGroup<V> {
+    map: FxHashMap<i64, Acc<V>>,
+    null: Option<Acc<V>>,
+}
+
+impl<V> IntGroup<V> {
+    fn is_empty(&self) -> bool {
+        self.map.is_empty() && self.null.is_none()
+    }
+}
+
+/// State of one key group keyed by Arrow row-format bytes.
+#[derive(Debug, Clone, Default)]
+struct RowGroup<V> {
+    map: FxHashMap<Box<[u8]>, Acc<V>>,
+}
+
+enum KeyState<V> {
+    Int64 {
+        groups: Vec<Arc<IntGroup<V>>>,
+    },
+    Rows {
+        converter: RowConverter,
+        rows: Rows,
+        groups: Vec<Arc<RowGroup<V>>>,
+    },
+}
+
+/// The keyed state and scratch of one accumulator type.
+struct Store<V: Value> {
+    key_fields: Vec<FieldRef>,
+    keys: KeyState<V>,
+    partials: Vec<Acc<V>>,
+}
+
+fn uses_int64_path(key_types: &[&DataType]) -> bool {
+    // Must match the fast path of `keygroup::hash_keys`.
+    key_types.len() == 1 && key_types[0] == &DataType::Int64
+}
+
+/// Encodes `key_cols` into the reused `rows` and hashes every row into
+/// `hashes` exactly as [`hash_keys`] does for multi-column or non-`Int64` keys.
+fn encode_and_hash(
+    converter: &RowConverter,
+    rows: &mut Rows,
+    key_cols: &[ArrayRef],
+    hashes: &mut Vec<u64>,
+) -> Result<()> {
+    rows.clear();
+    converter.append(rows, key_cols)?;
+    hashes.clear();
+    hashes.extend(rows.iter().map(|r| xxhash_rust::xxh3::xxh3_64(r.as_ref())));
+    Ok(())
+}
+
+fn sort_fields(key_fields: &[FieldRef]) -> Vec<SortField> {
+    key_fields
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect()
+}
+
+impl<V: Value> Store<V> {
+    fn new(key_fields: Vec<FieldRef>, n_groups: usize) -> Result<Self> {
+        let types: Vec<&DataType> = key_fields.iter().map(|f| f.data_type()).collect();
+        let keys = if uses_int64_path(&types) {
+            KeyState::Int64 {
+                groups: (0..n_groups)
+                    .map(|_| Arc::new(IntGroup::default()))
+                    .collect(),
+            }
+        } else {
+            let converter = RowConverter::new(sort_fields(&key_fields))?;
+            let rows = converter.empty_rows(0, 0);
+            KeyState::Rows {
+                converter,
+                rows,
+                groups: (0..n_groups)
+                    .map(|_| Arc::new(RowGroup::default()))
+                    .collect(),
+            }
+        };
+        Ok(Store {
+            key_fields,
+            keys,
+            partials: Vec::new(),
+        })
+    }
+
+    /// Groups, aggregates and merges one batch; returns the new aggregate
+    /// values, one per group of `scratch.groups` (first-occurrence order).
+    fn process(
+        &mut self,
+        agg: AggKind,
+        key_cols: &[ArrayRef],
+        input: &ValueInput<V>,
+        scratch: &mut Scratch,
+        own: &Ownership,
+    ) -> Result<ArrayRef> {
+        let n = key_cols.first().map_or(0, |c| c.len());
+        let Scratch {
+            hashes,
+            groups,
+            out_valid,
+        } = scratch;
+        groups.begin(n);
+        match &mut self.keys {
+            KeyState::Int64 { groups: state } => {
+                hash_keys(key_cols, hashes)?;
+                let keys = key_cols[0].as_primitive::<Int64Type>();
+                let vals = keys.values();
+                match keys.nulls().filter(|n| n.null_count() > 0) {
+                    None => {
+                        for (i, &k) in vals.iter().enumerate() {
+                            groups.assign(i as u32, hashes[i], hashes, |r| vals[r as usize] == k);
+                        }
+                    }
+                    Some(nulls) => {
+                        let mut null_group: Option<u32> = None;
+                        for (i, &k) in vals.iter().enumerate() {
+                            if nulls.is_null(i) {
+                                match null_group {
+                                    Some(g) => groups.group_of_row.push(g),
+                                    None => {
+                                        null_group = Some(groups.push_untracked_group(i as u32))
+                                    }
+                                }
+                            } else {
+                                groups.assign(i as u32, hashes[i], hashes, |r| {
+                                    nulls.is_valid(r as usize) && vals[r as usize] == k
+                                });
+                            }
+                        }
+                    }
+                }
+                partial_aggregate(
+                    agg,
+                    input,
+                    &groups.group_of_row,
+                    groups.n_groups(),
+                    &mut self.partials,
+                );
+                let mut out = Vec::with_capacity(groups.n_groups());
+                out_valid.clear();
+                for (&first, &partial) in groups.first_rows.iter().zip(self.partials.iter()) {
+                    let first = first as usize;
+                    let local = own.local_index(hashes[first])?;
+                    let group = Arc::make_mut(&mut state[local]);
+                    let slot = if keys.is_null(first) {
+                        group.null.get_or_insert_with(Acc::default)
+                    } else {
+                        group.map.entry(vals[first]).or_default()
+                    };
+                    *slot = merge(agg, *slot, partial);
+                    out.push(slot.value);
+                    out_valid.push(slot.has);
+                }
+                groups.end();
+                Ok(values_array::<V>(out, out_valid))
+            }
+            KeyState::Rows {
+                converter,
+                rows,
+                groups: state,
+            } => {
+                encode_and_hash(converter, rows, key_cols, hashes)?;
+                let rows = &*rows;
+                for i in 0..rows.num_rows() {
+                    let key = rows.row(i);
+                    groups.assign(i as u32, hashes[i], hashes, |r| {
+                        rows.row(r as usize).as_ref() == key.as_ref()
+                    });
+                }
+                partial_aggregate(
+                    agg,
+                    input,
+                    &groups.group_of_row,
+                    groups.n_groups(),
+                    &mut self.partials,
+                );
+                let mut out = Vec::with_capacity(groups.n_groups());
+                out_valid.clear();
+                for (&first, &partial) in groups.first_rows.iter().zip(self.partials.iter()) {
+                    let first = first as usize;
+                    let local = own.local_index(hashes[first])?;
+                    let group = Arc::make_mut(&mut state[local]);
+                    let key = rows.row(first);
+                    let slot = match group.map.get_mut(key.as_ref()) {
+                        Some(slot) => slot,
+                        None => group.map.entry(Box::from(key.as_ref())).or_default(),
+                    };
+                    *slot = merge(agg, *slot, partial);
+                    out.push(slot.value);
+                    out_valid.push(slot.has);
+                }
+                groups.end();
+                Ok(values_array::<V>(out, out_valid))
+            }
+        }
+    }
+
+    fn snapshot(&self, agg: AggKind, start: usize) -> Vec<(u32, StateBlob)> {
+        let mut blobs = Vec::new();
+        match &self.keys {
+            KeyState::Int64 { groups } => {
+                for (i, group) in groups.iter().enumerate() {
+                    if !group.is_empty() {
+                        let view = IntSnapshot {
+                            agg,
+                            key_field: self.key_fields[0].clone(),
+                            group: group.clone(),
+                        };
+                        blobs.push(((start + i) as u32, StateBlob::Deferred(Arc::new(view))));
+                    }
+                }
+            }
+            KeyState::Rows { groups, .. } => {
+                for (i, group) in groups.iter().enumerate() {
+                    if !group.map.is_empty() {
+                        let view = RowSnapshot {
+                            agg,
+                            key_fields: self.key_fields.clone(),
+                            group: group.clone(),
+                        };
+                        blobs.push(((start + i) as u32, StateBlob::Deferred(Arc::new(view))));
+                    }
+                }
+            }
+        }
+        blobs
+    }
+
+    /// Inserts the restored entries of key group `local` (already checked
+    /// to hash to that key group).
+    fn restore_entries(
+        &mut self,
+        local: usize,
+        kg: usize,
+        key_cols: &[ArrayRef],
+        acc: &PrimitiveArray<V::Arrow>,
+    ) -> Result<()> {
+        let duplicate = || {
+            Error::checkpoint(
+                None,
+                format!("the state of key group {kg} holds a key twice"),
+            )
+        };
+        match &mut self.keys {
+            KeyState::Int64 { groups } => {
+                let group = Arc::make_mut(&mut groups[local]);
+                let keys = key_cols[0].as_primitive::<Int64Type>();
+                for i in 0..keys.len() {
+                    let entry = Acc {
+                        value: acc.values()[i],
+                        has: acc.is_valid(i),
+                    };
+                    if keys.is_null(i) {
+                        if group.null.replace(entry).is_some() {
+                            return Err(duplicate());
+                        }
+                    } else if group.map.insert(keys.value(i), entry).is_some() {
+                        return Err(duplicate());
+                    }
+                }
+            }
+            KeyState::Rows {
+                converter, groups, ..
+            } => {
+                let rows = converter.convert_columns(key_cols)?;
+                let group = Arc::make_mut(&mut groups[local]);
+                for (i, row) in rows.iter().enumerate() {
+                    let entry = Acc {
+                        value: acc.values()[i],
+                        has: acc.is_valid(i),
+                    };
+                    if group.map.insert(Box::from(row.as_ref()), entry).is_some() {
+                        return Err(duplicate());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn values_array<V: Value>(values: Vec<V>, valid: &[bool]) -> ArrayRef {
+    let nulls = if valid.iter().all(|v| *v) {
+        None
+    } else {
+        Some(NullBuffer::from(valid))
+    };
+    Arc::new(PrimitiveArray::<V::Arrow>::new(
+        ScalarBuffer::from(values),
+        nulls,
+    ))
+}
+
+/// The keyed state, by accumulator type.
+enum Engine {
+    Int(Store<i64>),
+    Float(Store<f64>),
+}
+
+impl Engine {
+    fn new(kind: ValueKind, key_fields: Vec<FieldRef>, n_groups: usize) -> Result<Self> {
+        Ok(match kind {
+            ValueKind::Int => Engine::Int(Store::new(key_fields, n_groups)?),
+            ValueKind::Float => Engine::Float(Store::new(key_fields, n_groups)?),
+        })
+    }
+
+    fn kind(&self) -> ValueKind {
+        match self {
+            Engine::Int(_) => ValueKind::Int,
+            Engine::Float(_) => ValueKind::Float,
+        }
+    }
+
+    fn key_fields(&self) -> &[FieldRef] {
+        match self {
+            Engine::Int(s) => &s.key_fields,
+            Engine::Float(s) => &s.key_fields,
+        }
+    }
+
+    /// Whether `key_types`/`kind` describe the same state layout.
+    fn matches(&self, key_types: &[&DataType], kind: ValueKind) -> bool {
+        self.kind() == kind
+            && self.key_fields().len() == key_types.len()
+            && self
+                .key_fields()
+                .iter()
+                .zip(key_types)
+                .all(|(f, t)| f.data_type() == *t)
+    }
+
+    fn describe(&self) -> String {
+        let keys = self
+            .key_fields()
+            .iter()
+            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "keys ({keys}) with a {} accumulator",
+            self.kind().data_type()
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Serialization
+
+/// A copy-on-write view of one key group with a single `Int64` key.
+struct IntSnapshot<V> {
+    agg: AggKind,
+    key_field: FieldRef,
+    group: Arc<IntGroup<V>>,
+}
+
+impl<V: Value> DeferredState for IntSnapshot<V> {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let len = self.group.map.len() + usize::from(self.group.null.is_some());
+        let mut keys: Vec<Option<i64>> = Vec::with_capacity(len);
+        let mut accs: Vec<Option<V>> = Vec::with_capacity(len);
+        if let Some(acc) = self.group.null {
+            keys.push(None);
+            accs.push(acc.has.then_some(acc.value));
+        }
+        for (k, acc) in &self.group.map {
+            keys.push(Some(*k));
+            accs.push(acc.has.then_some(acc.value));
+        }
+        let keys: ArrayRef = Arc::new(Int64Array::from(keys));
+        let accs: ArrayRef = Arc::new(accs.into_iter().collect::<PrimitiveArray<V::Arrow>>());
+        encode_state(
+            self.agg,
+            std::slice::from_ref(&self.key_field),
+            vec![keys],
+            accs,
+        )
+    }
+}
+
+/// A copy-on-write view of one key group keyed by row-format bytes.
+struct RowSnapshot<V> {
+    agg: AggKind,
+    key_fields: Vec<FieldRef>,
+    group: Arc<RowGroup<V>>,
+}
+
+impl<V: Value> DeferredState for RowSnapshot<V> {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let converter = RowConverter::new(sort_fields(&self.key_fields))?;
+        let parser = converter.parser();
+        let entries: Vec<(&[u8], Acc<V>)> = self
+            .group
+            .map
+            .iter()
+            .map(|(k, acc)| (k.as_ref(), *acc))
+            .collect();
+        let keys = converter.convert_rows(entries.iter().map(|(k, _)| parser.parse(k)))?;
+        let accs: ArrayRef = Arc::new(
+            entries
+                .iter()
+                .map(|(_, acc)| acc.has.then_some(acc.value))
+                .collect::<PrimitiveArray<V::Arrow>>(),
+        );
+        encode_state(self.agg, &self.key_fields, keys, accs)
+    }
+}
+
+fn encode_state(
+    agg: AggKind,
+    key_fields: &[FieldRef],
+    key_cols: Vec<ArrayRef>,
+    acc: ArrayRef,
+) -> Result<Vec<u8>> {
+    let mut fields: Vec<Field> = Vec::with_capacity(key_fields.len() + 1);
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(key_fields.len() + 1);
+    for (field, col) in key_fields.iter().zip(key_cols) {
+        let col = if col.data_type() == field.data_type() {
+            col
+        } else {
+            arrow::compute::cast(&col, field.data_type())?
+        };
+        fields.push(Field::new(field.name(), field.data_type().clone(), true));
+        columns.push(col);
+    }
+    fields.push(Field::new(ACC_FIELD, acc.data_type().clone(), true));
+    columns.push(acc);
+    let metadata = HashMap::from([(KIND_METADATA_KEY.to_string(), agg.name().to_string())]);
+    let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    let mut out = vec![STATE_FORMAT_VERSION];
+    let mut writer = StreamWriter::try_new(&mut out, &schema)?;
+    writer.write(&batch)?;
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
+}
+
+/// Decodes one key-group blob into its schema and batches.
+fn decode_state(bytes: &[u8], kg: usize, agg: AggKind) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let bad = |msg: String| {
+        Error::checkpoint(
+            None,
+            format!("the keyed {} state of key group {kg} {msg}", agg.name()),
+        )
+    };
+    let Some((&version, body)) = bytes.split_first() else {
+        return Err(bad("is empty".to_string()));
+    };
+    if version != STATE_FORMAT_VERSION {
+        return Err(bad(format!(
+            "has format version {version}, but this build reads version {STATE_FORMAT_VERSION}"
+        )));
+    }
+    let reader = StreamReader::try_new(Cursor::new(body), None)
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let schema = reader.schema();
+    match schema.metadata().get(KIND_METADATA_KEY) {
+        Some(kind) if kind == agg.name() => {}
+        other => {
+            return Err(bad(format!(
+                "was written by a '{}' aggregate",
+                other.map_or("unknown", |s| s.as_str())
+            )))
+        }
+    }
+    if schema.fields().len() < 2 {
+        return Err(bad("has no key columns".to_string()));
+    }
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    Ok((schema, batches))
+}
+
+// ---------------------------------------------------------------------------
+// The operator
+
+/// A running keyed aggregate; see the module documentation.
+pub struct KeyedAggOperator {
+    factory: KeyedAggFactory,
+    own: Ownership,
+    binding: Option<Binding>,
+    engine: Option<Engine>,
+    scratch: Scratch,
+    key_cols: Vec<ArrayRef>,
+}
+
+impl std::fmt::Debug for KeyedAggOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedAggOperator")
+            .field("factory", &self.factory)
+            .field("key_groups", &self.own.key_groups)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyedAggOperator {
+    /// An operator for the subtask described by `ctx` (its key groups and
+    /// `max_parallelism` decide which keys it may hold).
+    pub fn new(factory: &KeyedAggFactory, ctx: &OperatorContext) -> Result<Self> {
+        if ctx.max_parallelism == 0
+            || ctx.key_groups.end > ctx.max_parallelism
+            || ctx.key_groups.start > ctx.key_groups.end
+        {
+            return Err(Error::graph(
+                &ctx.name,
+                format!(
+                    "key groups {}..{} do not fit max_parallelism {}",
+                    ctx.key_groups.start, ctx.key_groups.end, ctx.max_parallelism
+                ),
+            ));
+        }
+        Ok(KeyedAggOperator {
+            factory: factory.clone(),
+            own: Ownership {
+                name: ctx.name.clone(),
+                key_groups: ctx.key_groups.clone(),
+                max_parallelism: ctx.max_parallelism,
+            },
+            binding: None,
+            engine: None,
+            scratch: Scratch::default(),
+            key_cols: Vec::new(),
+        })
+    }
+
+    /// Resolves `schema` (cached while the input schema stays the same) and
+    /// creates or checks the state layout.
+    fn bind(&mut self, schema: &SchemaRef) -> Result<()> {
+        if let Some(b) = &self.binding {
+            if Arc::ptr_eq(&b.input, schema) || b.input.fields() == schema.fields() {
+                return Ok(());
+            }
+        }
+        let binding = self
+            .factory
+            .bind(schema)
+            .map_err(|e| e.in_operator(&self.own.name))?;
+        let key_fields: Vec<FieldRef> = binding
+            .key_idx
+            .iter()
+            .map(|&i| schema.fields()[i].clone())
+            .collect();
+        match &self.engine {
+            Some(engine) => {
+                let types: Vec<&DataType> = key_fields.iter().map(|f| f.data_type()).collect();
+                if !engine.matches(&types, binding.value_kind) {
+                    let input = key_fields
+                        .iter()
+                        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    return Err(Error::schema(
+                        &self.own.name,
+                        format!(
+                            "the state holds {}, but the input has keys ({input}) with a {} accumulator",
+                            engine.describe(),
+                            binding.value_kind.data_type()
+                        ),
+                    ));
+                }
+            }
+            None => {
+                self.engine = Some(Engine::new(
+                    binding.value_kind,
+                    key_fields,
+                    self.own.key_groups.len(),
+                )?);
+            }
+        }
+        self.binding = Some(binding);
+        Ok(())
+    }
+
+    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<()> {
+        let bytes = blob.to_bytes()?;
+        let (schema, batches) = decode_state(&bytes, kg, self.factory.agg)?;
+        let n_keys = schema.fields().len() - 1;
+        let key_fields: Vec<FieldRef> = schema.fields()[..n_keys].to_vec();
+        let kind = match schema.field(n_keys).data_type() {
+            DataType::Int64 => ValueKind::Int,
+            DataType::Float64 => ValueKind::Float,
+            other => {
+                return Err(Error::checkpoint(
+                    None,
+                    format!("the keyed state of key group {kg} has an accumulator of type {other}"),
+                ))
+            }
+        };
+        let types: Vec<&DataType> = key_fields.iter().map(|f| f.data_type()).collect();
+        match &self.engine {
+            Some(engine) if !engine.matches(&types, kind) => {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the keyed state of key group {kg} does not match the other key groups: it holds keys ({}) with a {} accumulator, the others {}",
+                        key_fields
+                            .iter()
+                            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        kind.data_type(),
+                        engine.describe()
+                    ),
+                ))
+            }
+            Some(_) => {}
+            None => self.engine = Some(Engine::new(kind, key_fields, self.own.key_groups.len())?),
+        }
+        let local = kg - self.own.key_groups.start;
+        for batch in batches {
+            let key_cols = &batch.columns()[..n_keys];
+            hash_keys(key_cols, &mut self.scratch.hashes)?;
+            if let Some(h) = self
+                .scratch
+                .hashes
+                .iter()
+                .find(|h| key_group(**h, self.own.max_parallelism) != kg)
+            {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the keyed state of key group {kg} holds a key of key group {} (max_parallelism is {}; was it changed?)",
+                        key_group(*h, self.own.max_parallelism),
+                        self.own.max_parallelism
+                    ),
+                ));
+            }
+            let acc = batch.column(n_keys);
+            match self.engine.as_mut() {
+                Some(Engine::Int(store)) => {
+                    store.restore_entries(local, kg, key_cols, acc.as_primitive::<Int64Type>())?
+                }
+                Some(Engine::Float(store)) => {
+                    store.restore_entries(local, kg, key_cols, acc.as_primitive::<Float64Type>())?
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Operator for KeyedAggOperator {
+    fn process_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut dyn Collector,
+    ) -> Result<()> {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        self.bind(batch.schema_ref())?;
+        let (Some(binding), Some(engine)) = (&self.binding, &mut self.engine) else {
+            return Err(Error::operator(
+                &self.own.name,
+                "the operator has no state layout after binding its input",
+            ));
+        };
+        self.key_cols.clear();
+        self.key_cols
+            .extend(binding.key_idx.iter().map(|&i| batch.column(i).clone()));
+        let value_col = binding.value_idx.map(|i| batch.column(i));
+        let agg = self.factory.agg;
+        let values = match engine {
+            Engine::Int(store) => {
+                let input = value_input::<i64>(agg, value_col, &self.own.name)?;
+                store.process(agg, &self.key_cols, &input, &mut self.scratch, &self.own)?
+            }
+            Engine::Float(store) => {
+                let input = value_input::<f64>(agg, value_col, &self.own.name)?;
+                store.process(agg, &self.key_cols, &input, &mut self.scratch, &self.own)?
+            }
+        };
+        let first_rows = &self.scratch.groups.first_rows;
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.key_cols.len() + 1);
+        if first_rows.len() == n {
+            // Every row is its own key: the first rows are 0..n.
+            columns.extend(self.key_cols.iter().cloned());
+        } else {
+            let indices = UInt32Array::from(first_rows.clone());
+            for col in &self.key_cols {
+                columns.push(
+                    take(col.as_ref(), &indices, None)
+                        .map_err(|e| Error::arrow(&self.own.name, &e))?,
+                );
+            }
+        }
+        columns.push(values);
+        let output = RecordBatch::try_new(binding.output.clone(), columns)
+            .map_err(|e| Error::arrow(&self.own.name, &e))?;
+        out.emit(output)
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
+        let keyed = match &self.engine {
+            None => Vec::new(),
+            Some(Engine::Int(store)) => store.snapshot(self.factory.agg, self.own.key_groups.start),
+            Some(Engine::Float(store)) => {
+                store.snapshot(self.factory.agg, self.own.key_groups.start)
+            }
+        };
+        Ok(OperatorState {
+            operator: None,
+            keyed,
+        })
+    }
+
+    fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        if state.operator.is_some() {
+            return Err(Error::checkpoint(
+                None,
+                format!(
+                    "operator '{}' (a keyed {}) was given non-keyed state, which it never writes",
+                    self.own.name,
+                    self.factory.agg.name()
+                ),
+            ));
+        }
+        for (kg, blob) in &state.keyed {
+            let kg = *kg as usize;
+            if !self.own.key_groups.contains(&kg) {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "operator '{}' was given state for key group {kg}, which this subtask does not own (it owns key groups {}..{})",
+                        self.own.name, self.own.key_groups.start, self.own.key_groups.end
+                    ),
+                ));
+            }
+            self.restore_blob(kg, blob)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float32Array, Float64Array, StringArray, UInt32Array};
+
+    struct VecCollector(Vec<RecordBatch>);
+
+    impl Collector for VecCollector {
+        fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+            self.0.push(batch);
+            Ok(())
+        }
+        fn emit_watermark(&mut self, _watermark: i64) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn ctx(key_groups: Range<usize>, max_parallelism: usize) -> OperatorContext {
+        OperatorContext {
+            name: "agg".to_string(),
+            uid: "agg".to_string(),
+            subtask_index: 0,
+            parallelism: 1,
+            max_parallelism,
+            key_groups,
+            attempt: 0,
+        }
+    }
+
+    fn factory(keys: &[&str], agg: AggKind, column: Option<&str>) -> KeyedAggFactory {
+        KeyedAggFactory::new(
+            keys.iter().map(|k| k.to_string()).collect(),
+            agg,
+            column.map(str::to_string),
+        )
+    }
+
+    fn batch(cols: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        RecordBatch::try_from_iter(cols).unwrap()
+    }
+
+    fn int_batch(keys: Vec<Option<i64>>, values: Vec<Option<i64>>) -> RecordBatch {
+        batch(vec![
+            ("k", Arc::new(Int64Array::from(keys)) as ArrayRef),
+            ("v", Arc::new(Int64Array::from(values)) as ArrayRef),
+        ])
+    }
+
+    fn run(op: &mut KeyedAggOperator, b: RecordBatch) -> RecordBatch {
+        let mut out = VecCollector(Vec::new());
+        op.process_batch(0, b, &mut out).unwrap();
+        assert_eq!(out.0.len(), 1);
+        out.0.remove(0)
+    }
+
+    fn ints(col: &ArrayRef) -> Vec<Option<i64>> {
+        col.as_primitive::<Int64Type>().iter().collect()
+    }
+
+    #[test]
+    fn test_output_schema_unknown_column_lists_available_columns() {
+        let schema = int_batch(vec![], vec![]).schema();
+        let err = factory(&["x"], AggKind::Sum, Some("v"))
+            .output_schema(&schema)
+            .unwrap_err();
+        assert!(matches!(err, Error::Graph { .. }));
+        assert!(
+            err.to_string()
+                .contains("column 'x' does not exist; available columns: k, v"),
+            "{err}"
+        );
+        let err = factory(&["k"], AggKind::Max, Some("y"))
+            .output_schema(&schema)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("column 'y' does not exist"),
+            "{err}"
+        );
+        let err = factory(&["k"], AggKind::Min, None)
+            .output_schema(&schema)
+            .unwrap_err();
+        assert!(matches!(err, Error::Graph { .. }));
+    }
+
+    #[test]
+    fn test_output_schema_non_numeric_column_is_schema_error() {
+        let b = batch(vec![
+            ("k", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+            ("s", Arc::new(StringArray::from(vec!["a"])) as ArrayRef),
+        ]);
+        let err = factory(&["k"], AggKind::Sum, Some("s"))
+            .output_schema(&b.schema())
+            .unwrap_err();
+        assert!(matches!(err, Error::Schema { .. }));
+        assert!(
+            err.to_string().contains("column 's' has type Utf8"),
+            "{err}"
+        );
+        // Counting a string column is fine.
+        let out = factory(&["k"], AggKind::Count, Some("s"))
+            .output_schema(&b.schema())
+            .unwrap();
+        assert_eq!(out.field(1).name(), "count");
+    }
+
+    #[test]
+    fn test_output_schema_widens_ints_and_floats() {
+        let b = batch(vec![
+            ("k", Arc::new(StringArray::from(vec!["a"])) as ArrayRef),
+            ("u", Arc::new(UInt32Array::from(vec![1])) as ArrayRef),
+            ("f", Arc::new(Float32Array::from(vec![1.0])) as ArrayRef),
+        ]);
+        let s = b.schema();
+        let out = factory(&["k"], AggKind::Sum, Some("u"))
+            .output_schema(&s)
+            .unwrap();
+        assert_eq!(out.field(0), s.field(0));
+        assert_eq!(
+            (out.field(1).name().as_str(), out.field(1).data_type()),
+            ("u", &DataType::Int64)
+        );
+        let out = factory(&["k"], AggKind::Max, Some("f"))
+            .output_schema(&s)
+            .unwrap();
+        assert_eq!(out.field(1).data_type(), &DataType::Float64);
+        let out = factory(&["k", "u"], AggKind::Count, None)
+            .output_schema(&s)
+            .unwrap();
+        assert_eq!(out.fields().len(), 3);
+        assert_eq!(
+            (out.field(2).name().as_str(), out.field(2).data_type()),
+            ("count", &DataType::Int64)
+        );
+    }
+
+    #[test]
+    fn test_sum_emits_updated_row_per_key_in_first_occurrence_order() {
+        let f = factory(&["k"], AggKind::Sum, Some("v"));
+        let mut op = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        let out = run(
+            &mut op,
+            int_batch(
+                vec![Some(3), Some(1), Some(3), None, Some(1)],
+                vec![Some(1), Some(2), Some(3), Some(4), None],
+            ),
+        );
+        assert_eq!(ints(out.column(0)), vec![Some(3), Some(1), None]);
+        assert_eq!(ints(out.column(1)), vec![Some(4), Some(2), Some(4)]);
+        let out = run(
+            &mut op,
+            int_batch(vec![None, Some(7), Some(3)], vec![Some(10), None, Some(5)]),
+        );
+        assert_eq!(ints(out.column(0)), vec![None, Some(7), Some(3)]);
+        // Key 7 was only seen with a null value.
+        assert_eq!(ints(out.column(1)), vec![Some(14), None, Some(9)]);
+        let expected = f
+            .output_schema(&int_batch(vec![None], vec![None]).schema())
+            .unwrap();
+        assert_eq!(out.schema(), expected);
+    }
+
+    #[test]
+    fn test_min_max_count_over_composite_key_with_nulls() {
+        let b = || {
+            batch(vec![
+                (
+                    "s",
+                    Arc::new(StringArray::from(vec![
+                        Some("a"),
+                        None,
+                        Some("a"),
+                        None,
+                        Some("a"),
+                    ])) as ArrayRef,
+                ),
+                (
+                    "i",
+                    Arc::new(Int64Array::from(vec![
+                        Some(1),
+                        Some(1),
+                        Some(1),
+                        Some(1),
+                        Some(2),
+                    ])) as ArrayRef,
+                ),
+                (
+                    "v",
+                    Arc::new(Float64Array::from(vec![
+                        Some(2.5),
+                        Some(1.0),
+                        Some(-1.0),
+                        None,
+                        None,
+                    ])) as ArrayRef,
+                ),
+            ])
+        };
+        let c = ctx(0..128, 128);
+        let mut min =
+            KeyedAggOperator::new(&factory(&["s", "i"], AggKind::Min, Some("v")), &c).unwrap();
+        let out = run(&mut min, b());
+        assert_eq!(out.num_rows(), 3);
+        let vals: Vec<Option<f64>> = out.column(2).as_primitive::<Float64Type>().iter().collect();
+        assert_eq!(vals, vec![Some(-1.0), Some(1.0), None]);
+        let strs: Vec<Option<&str>> = out.column(0).as_string::<i32>().iter().collect();
+        assert_eq!(strs, vec![Some("a"), None, Some("a")]);
+        let mut max =
+            KeyedAggOperator::new(&factory(&["s", "i"], AggKind::Max, Some("v")), &c).unwrap();
+        let vals: Vec<Option<f64>> = run(&mut max, b())
+            .column(2)
+            .as_primitive::<Float64Type>()
+            .iter()
+            .collect();
+        assert_eq!(vals, vec![Some(2.5), Some(1.0), None]);
+        let mut count =
+            KeyedAggOperator::new(&factory(&["s", "i"], AggKind::Count, None), &c).unwrap();
+        assert_eq!(
+            ints(run(&mut count, b()).column(2)),
+            vec![Some(2), Some(2), Some(1)]
+        );
+        let mut count_v =
+            KeyedAggOperator::new(&factory(&["s", "i"], AggKind::Count, Some("v")), &c).unwrap();
+        assert_eq!(
+            ints(run(&mut count_v, b()).column(2)),
+            vec![Some(2), Some(1), Some(0)]
+        );
+        assert_eq!(
+            ints(run(&mut count_v, b()).column(2)),
+            vec![Some(4), Some(2), Some(0)]
+        );
+    }
+
+    #[test]
+    fn test_uint32_values_sum_as_int64() {
+        let b = batch(vec![
+            ("k", Arc::new(Int64Array::from(vec![1, 1])) as ArrayRef),
+            (
+                "u",
+                Arc::new(UInt32Array::from(vec![u32::MAX, u32::MAX])) as ArrayRef,
+            ),
+        ]);
+        let mut op =
+            KeyedAggOperator::new(&factory(&["k"], AggKind::Sum, Some("u")), &ctx(0..128, 128))
+                .unwrap();
+        assert_eq!(
+            ints(run(&mut op, b).column(1)),
+            vec![Some(2 * u32::MAX as i64)]
+        );
+    }
+
+    #[test]
+    fn test_many_keys_grow_the_batch_table() {
+        let mut op =
+            KeyedAggOperator::new(&factory(&["k"], AggKind::Count, None), &ctx(0..16, 16)).unwrap();
+        let keys: Vec<Option<i64>> = (0..5000)
+            .map(|i| if i % 7 == 0 { None } else { Some(i % 1000) })
+            .collect();
+        let out = run(&mut op, int_batch(keys.clone(), vec![Some(1); 5000]));
+        // 1000 distinct values plus the null key.
+        assert_eq!(out.num_rows(), 1001);
+        let out = run(&mut op, int_batch(keys, vec![Some(1); 5000]));
+        let counts = ints(out.column(1));
+        let total: i64 = counts.iter().flatten().sum();
+        assert_eq!(total, 10_000);
+        let mut op =
+            KeyedAggOperator::new(&factory(&["s"], AggKind::Count, None), &ctx(0..16, 16)).unwrap();
+        let strs: Vec<String> = (0..5000).map(|i| format!("key{}", i % 1500)).collect();
+        let b = batch(vec![("s", Arc::new(StringArray::from(strs)) as ArrayRef)]);
+        assert_eq!(run(&mut op, b).num_rows(), 1500);
+    }
+
+    #[test]
+    fn test_row_hashes_equal_hash_keys() {
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![Some("x"), None, Some("y")])),
+            Arc::new(Int64Array::from(vec![Some(1), Some(2), None])),
+        ];
+        let fields: Vec<FieldRef> = cols
+            .iter()
+            .map(|c| Arc::new(Field::new("c", c.data_type().clone(), true)))
+            .collect();
+        let converter = RowConverter::new(sort_fields(&fields)).unwrap();
+        let mut rows = converter.empty_rows(0, 0);
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        encode_and_hash(&converter, &mut rows, &cols, &mut ours).unwrap();
+        hash_keys(&cols, &mut theirs).unwrap();
+        assert_eq!(ours, theirs);
+        let single: Vec<ArrayRef> = vec![Arc::new(UInt32Array::from(vec![1, 2]))];
+        let converter = RowConverter::new(vec![SortField::new(DataType::UInt32)]).unwrap();
+        let mut rows = converter.empty_rows(0, 0);
+        encode_and_hash(&converter, &mut rows, &single, &mut ours).unwrap();
+        hash_keys(&single, &mut theirs).unwrap();
+        assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn test_key_of_foreign_key_group_is_an_error() {
+        // With max_parallelism 2 and only key group 0 owned, some key lands in group 1.
+        let mut op =
+            KeyedAggOperator::new(&factory(&["k"], AggKind::Sum, Some("v")), &ctx(0..1, 2))
+                .unwrap();
+        let mut out = VecCollector(Vec::new());
+        let keys: Vec<Option<i64>> = (0..16).map(Some).collect();
+        let err = op
+            .process_batch(0, int_batch(keys, vec![Some(1); 16]), &mut out)
+            .unwrap_err();
+        assert!(err.to_string().contains("does not own"), "{err}");
+    }
+
+    #[test]
+    fn test_snapshot_is_copy_on_write_and_round_trips() {
+        let f = factory(&["k"], AggKind::Sum, Some("v"));
+        let mut op = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        run(
+            &mut op,
+            int_batch(vec![Some(1), None, Some(2)], vec![Some(1), Some(2), None]),
+        );
+        let snap = op.snapshot_state(1).unwrap();
+        assert!(snap
+            .keyed
+            .iter()
+            .all(|(_, b)| matches!(b, StateBlob::Deferred(_))));
+        // Mutate after the snapshot; the snapshot must not see it.
+        run(
+            &mut op,
+            int_batch(
+                vec![Some(1), None, Some(2)],
+                vec![Some(100), Some(100), Some(100)],
+            ),
+        );
+        let bytes: Vec<(u32, StateBlob)> = snap
+            .keyed
+            .iter()
+            .map(|(kg, b)| (*kg, StateBlob::Bytes(b.to_bytes().unwrap())))
+            .collect();
+        assert!(bytes
+            .iter()
+            .all(|(_, b)| b.as_bytes().unwrap()[0] == STATE_FORMAT_VERSION));
+        let mut fresh = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        fresh
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: bytes,
+            })
+            .unwrap();
+        let out = run(
+            &mut fresh,
+            int_batch(
+                vec![Some(1), None, Some(2)],
+                vec![Some(0), Some(0), Some(0)],
+            ),
+        );
+        assert_eq!(ints(out.column(1)), vec![Some(1), Some(2), Some(0)]);
+    }
+
+    #[test]
+    fn test_restore_rejects_foreign_key_group_bad_version_and_other_aggregate() {
+        let f = factory(&["k"], AggKind::Sum, Some("v"));
+        let mut op = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        run(
+            &mut op,
+            int_batch((0..64).map(Some).collect(), vec![Some(1); 64]),
+        );
+        let snap = op.snapshot_state(1).unwrap();
+        let (kg, blob) = snap.keyed[0].clone();
+        let bytes = blob.to_bytes().unwrap();
+
+        let other = (kg as usize + 1) % 128;
+        let mut narrow = KeyedAggOperator::new(&f, &ctx(other..other + 1, 128)).unwrap();
+        let err = narrow
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: vec![(kg, blob.clone())],
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::Checkpoint { .. }));
+        assert!(
+            err.to_string().contains(&format!("key group {kg}")),
+            "{err}"
+        );
+
+        let mut wrong_version = bytes.as_ref().clone();
+        wrong_version[0] = 9;
+        let mut fresh = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        let err = fresh
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: vec![(kg, StateBlob::Bytes(Arc::new(wrong_version)))],
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("format version 9"), "{err}");
+
+        let mut max =
+            KeyedAggOperator::new(&factory(&["k"], AggKind::Max, Some("v")), &ctx(0..128, 128))
+                .unwrap();
+        let err = max
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: vec![(kg, StateBlob::Bytes(bytes.clone()))],
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("'sum'"), "{err}");
+
+        // The blob of one key group presented as another's is refused.
+        let mut fresh = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        let err = fresh
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: vec![(other as u32, StateBlob::Bytes(bytes))],
+            })
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("holds a key of key group"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn test_restored_state_must_match_input_types() {
+        let f = factory(&["k"], AggKind::Sum, Some("v"));
+        let mut op = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        run(&mut op, int_batch(vec![Some(1)], vec![Some(1)]));
+        let snap = op.snapshot_state(1).unwrap();
+        let mut fresh = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        fresh.restore_state(snap).unwrap();
+        let b = batch(vec![
+            ("k", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+            ("v", Arc::new(Float64Array::from(vec![1.0])) as ArrayRef),
+        ]);
+        let mut out = VecCollector(Vec::new());
+        let err = fresh.process_batch(0, b, &mut out).unwrap_err();
+        assert!(matches!(err, Error::Schema { .. }), "{err}");
+    }
+}

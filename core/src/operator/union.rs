@@ -1,0 +1,175 @@
+//! The union operator: merges several inputs of one schema into one stream
+//! (DESIGN.md "Runtime": batches are shared by `Arc` and never copied).
+//!
+//! Batches are forwarded unchanged, zero-copy, in the order they arrive on
+//! any input. [`output_schema`] checks at build time that all inputs have the
+//! same field names and types (metadata is ignored); the output field is
+//! nullable when the field is nullable in any input.
+
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+
+/// Forwards every batch of every input unchanged.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnionOperator;
+
+/// Builds [`UnionOperator`]s.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnionFactory;
+
+impl UnionFactory {
+    /// The schema of the union of `inputs`; see [`output_schema`].
+    pub fn output_schema(inputs: &[SchemaRef]) -> Result<SchemaRef> {
+        output_schema(inputs)
+    }
+}
+
+impl OperatorFactory for UnionFactory {
+    fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(UnionOperator))
+    }
+}
+
+fn describe(schema: &Schema) -> String {
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("({fields})")
+}
+
+/// The schema of the union of `inputs`: errors with [`Error::schema`] naming
+/// both schemas when two inputs differ in field names or types.
+pub fn output_schema(inputs: &[SchemaRef]) -> Result<SchemaRef> {
+    let Some(first) = inputs.first() else {
+        return Err(Error::graph("", "union needs at least one input"));
+    };
+    let mut nullable: Vec<bool> = first.fields().iter().map(|f| f.is_nullable()).collect();
+    for (i, other) in inputs.iter().enumerate().skip(1) {
+        let same = first.fields().len() == other.fields().len()
+            && first
+                .fields()
+                .iter()
+                .zip(other.fields().iter())
+                .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+        if !same {
+            return Err(Error::schema(
+                "",
+                format!(
+                    "union inputs must have the same schema, but input 0 has {} and input {i} has {}",
+                    describe(first),
+                    describe(other)
+                ),
+            ));
+        }
+        for (n, f) in nullable.iter_mut().zip(other.fields().iter()) {
+            *n |= f.is_nullable();
+        }
+    }
+    let fields: Vec<Field> = first
+        .fields()
+        .iter()
+        .zip(nullable)
+        .map(|(f, n)| Field::new(f.name(), f.data_type().clone(), n))
+        .collect();
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+impl Operator for UnionOperator {
+    fn process_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        out: &mut dyn Collector,
+    ) -> Result<()> {
+        out.emit(batch)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::datatypes::DataType;
+
+    struct VecCollector(Vec<RecordBatch>);
+
+    impl Collector for VecCollector {
+        fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+            self.0.push(batch);
+            Ok(())
+        }
+        fn emit_watermark(&mut self, _watermark: i64) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn schema(fields: &[(&str, DataType, bool)]) -> SchemaRef {
+        Arc::new(Schema::new(
+            fields
+                .iter()
+                .map(|(n, t, null)| Field::new(*n, t.clone(), *null))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    #[test]
+    fn test_output_schema_same_inputs_ignores_metadata_and_merges_nullability() {
+        let a = schema(&[("k", DataType::Int64, false), ("v", DataType::Utf8, false)]);
+        let b = Arc::new(
+            Schema::new(vec![
+                Field::new("k", DataType::Int64, true),
+                Field::new("v", DataType::Utf8, false),
+            ])
+            .with_metadata(std::collections::HashMap::from([(
+                "x".to_string(),
+                "y".to_string(),
+            )])),
+        );
+        let out = output_schema(&[a, b]).unwrap();
+        assert!(out.field(0).is_nullable());
+        assert!(!out.field(1).is_nullable());
+        assert!(out.metadata().is_empty());
+    }
+
+    #[test]
+    fn test_output_schema_different_inputs_names_both_schemas() {
+        let a = schema(&[("k", DataType::Int64, false)]);
+        let b = schema(&[("k", DataType::Utf8, false)]);
+        let err = UnionFactory::output_schema(&[a, b]).unwrap_err();
+        assert!(matches!(err, Error::Schema { .. }));
+        let msg = err.to_string();
+        assert!(msg.contains("(k: Int64)"), "{msg}");
+        assert!(msg.contains("(k: Utf8)"), "{msg}");
+        let c = schema(&[("j", DataType::Int64, false)]);
+        let d = schema(&[("k", DataType::Int64, false)]);
+        assert!(output_schema(&[c, d]).is_err());
+        assert!(output_schema(&[]).is_err());
+    }
+
+    #[test]
+    fn test_union_forwards_batches_zero_copy() {
+        let s = schema(&[("k", DataType::Int64, false)]);
+        let col: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
+        let batch = RecordBatch::try_new(s, vec![col.clone()]).unwrap();
+        let mut op = UnionOperator;
+        let mut out = VecCollector(Vec::new());
+        op.process_batch(0, batch.clone(), &mut out).unwrap();
+        op.process_batch(1, batch, &mut out).unwrap();
+        assert_eq!(out.0.len(), 2);
+        for b in &out.0 {
+            assert_eq!(
+                b.column(0).to_data().buffers()[0].as_ptr(),
+                col.to_data().buffers()[0].as_ptr()
+            );
+        }
+    }
+}
