@@ -529,7 +529,8 @@ class _KeyedRunner(Runner):
     def _groups_of(key_groups: pa.UInt32Array | None, n: int) -> list[int]:
         if key_groups is None:
             return [0] * n
-        return key_groups.to_pylist()
+        groups: list[int] = key_groups.to_pylist()
+        return groups
 
     def snapshot(self, checkpoint_id: int) -> bytes | None:
         return pickle.dumps(self._state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -669,14 +670,19 @@ class KeyedProcessRunner(_KeyedRunner):
             call_user(self.name, self._function.close)
 
 
+END_OF_JOB = 2**64 - 1
+"""The pseudo-checkpoint that commits everything when a job runs without checkpointing."""
+
+
 class TwoPhaseCommitRunner(Runner):
     """Drives a :class:`~eddyline.sinks.TwoPhaseCommitSink`.
 
     A transaction is open at all times. On a checkpoint it is pre-committed
     and remembered as pending, and a new one begins; pending transactions
     commit when their checkpoint completes (and, on restore, again: commit is
-    idempotent). At the end of the input the open transaction is
-    pre-committed and committed.
+    idempotent). After the end of the input, the final checkpoint (or, without
+    checkpointing, the end-of-job pseudo-checkpoint ``END_OF_JOB``) pre-commits
+    the open transaction and commits it; no transaction begins after it.
     """
 
     def __init__(self, node: str, sink: Any) -> None:
@@ -684,6 +690,7 @@ class TwoPhaseCommitRunner(Runner):
         self._sink = sink
         self._txn: Any = None
         self._open = False
+        self._finished = False
         self._pending: dict[int, Any] = {}
 
     def open(self, ctx: dict[str, Any]) -> None:
@@ -703,10 +710,12 @@ class TwoPhaseCommitRunner(Runner):
         return None
 
     def snapshot(self, checkpoint_id: int) -> bytes | None:
-        call_user(self.name, self._sink.pre_commit, self._txn)
-        self._pending[checkpoint_id] = self._txn
-        self._open = False
-        self._begin()
+        if self._open:
+            call_user(self.name, self._sink.pre_commit, self._txn)
+            self._pending[checkpoint_id] = self._txn
+            self._open = False
+            if checkpoint_id != END_OF_JOB and not self._finished:
+                self._begin()
         return pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -719,12 +728,8 @@ class TwoPhaseCommitRunner(Runner):
             call_user(self.name, self._sink.commit, pending[checkpoint_id])
 
     def finish(self) -> RunnerOutput:
-        for checkpoint_id in sorted(self._pending):
-            call_user(self.name, self._sink.commit, self._pending.pop(checkpoint_id))
-        if self._open:
-            call_user(self.name, self._sink.pre_commit, self._txn)
-            call_user(self.name, self._sink.commit, self._txn)
-            self._open = False
+        # Nothing commits here: only a completed checkpoint may commit.
+        self._finished = True
         return None
 
     def close(self) -> None:

@@ -222,7 +222,7 @@ def col(name: str) -> Expr:
     return Expr(("col", name))
 
 
-def lit(value: Literal) -> Expr:
+def lit(value: ExprLike) -> Expr:
     """A literal value: ``None``, ``bool``, ``int``, ``float`` or ``str``.
 
     NumPy scalars are converted to the matching Python value.

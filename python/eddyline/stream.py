@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
@@ -41,8 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream"]
 
-SchemaLike = pa.Schema | Sequence[pa.Field] | Sequence[tuple[str, pa.DataType]]
-ProcessFn = ProcessFunction | type[ProcessFunction] | Callable[[Row, ProcessContext], Any]
+SchemaLike: TypeAlias = pa.Schema | Sequence[pa.Field] | Sequence[tuple[str, pa.DataType]]
+ProcessFn: TypeAlias = (
+    ProcessFunction | type[ProcessFunction] | Callable[[Row, ProcessContext], Any]
+)
 
 
 def _as_schema(schema: SchemaLike | None, what: str) -> pa.Schema | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
@@ -20,7 +20,7 @@ from .sinks import CollectHandle
 
 __all__ = ["assert_same_rows", "last_by_key", "to_rows"]
 
-RowsLike = pa.Table | pa.RecordBatch | CollectHandle | Iterable[dict[str, Any]]
+RowsLike: TypeAlias = pa.Table | pa.RecordBatch | CollectHandle | Iterable[dict[str, Any]]
 
 
 def to_rows(data: RowsLike) -> list[dict[str, Any]]:
@@ -28,7 +28,8 @@ def to_rows(data: RowsLike) -> list[dict[str, Any]]:
     if isinstance(data, CollectHandle):
         return data.to_pylist()
     if isinstance(data, pa.Table | pa.RecordBatch):
-        return data.to_pylist()
+        rows: list[dict[str, Any]] = data.to_pylist()
+        return rows
     return [dict(row) for row in data]
 
 

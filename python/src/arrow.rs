@@ -4,7 +4,7 @@
 
 use arrow::array::{Array, ArrayRef};
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow::pyarrow::{FromPyArrow, ToPyArrow};
+use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use arrow::record_batch::RecordBatch;
 use pyo3::prelude::*;
 use std::sync::Arc;

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use eddyline_core::error::{Error, Opaque};
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -76,13 +75,37 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
                 .is_some_and(|cls| err.value(py).is_instance(&cls).unwrap_or(false))
         };
         if is("SchemaError") {
-            return Error::schema(operator, strip_prefix(&message));
+            return Error::schema(operator, message);
         }
         if is("CheckpointError") {
             return Error::checkpoint(None, message);
         }
         if is("ScopeError") {
             return Error::Scope { message };
+        }
+        if is("JobFailedError") {
+            // Raised by a runner that already wrapped the user's exception
+            // (adding the offending row): unwrap it to keep one layer.
+            let value = err.value(py);
+            let prefix = format!("operator '{operator}' failed: ");
+            let message = message.strip_prefix(&prefix).unwrap_or(&message).to_string();
+            let traceback = value
+                .getattr("user_traceback")
+                .ok()
+                .and_then(|t| t.extract::<Option<String>>().ok())
+                .flatten()
+                .or_else(|| format_traceback(py, &err));
+            let cause = value
+                .getattr("__cause__")
+                .ok()
+                .filter(|c| !c.is_none())
+                .map(|c| Opaque(Arc::new(PyErr::from_value(c))));
+            return Error::UserFunction {
+                operator: operator.to_string(),
+                message,
+                traceback,
+                cause,
+            };
         }
     }
     let type_name = err
@@ -99,10 +122,6 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
     }
 }
 
-fn strip_prefix(message: &str) -> String {
-    message.to_string()
-}
-
 fn format_traceback(py: Python<'_>, err: &PyErr) -> Option<String> {
     let tb = py.import("traceback").ok()?;
     let lines = tb
@@ -113,9 +132,4 @@ fn format_traceback(py: Python<'_>, err: &PyErr) -> Option<String> {
         .ok()?;
     let joined = PyString::new(py, "").call_method1("join", (lines,)).ok()?;
     joined.extract::<String>().ok()
-}
-
-/// A plain runtime error (for binding-level misuse).
-pub fn runtime(message: impl Into<String>) -> PyErr {
-    PyRuntimeError::new_err(message.into())
 }

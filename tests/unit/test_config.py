@@ -28,7 +28,9 @@ def test_parse_duration_accepts_numbers_and_units(text: float | str, seconds: fl
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("bad", ["", "soon", "1 fortnight", "-1s", "1e3s", "ms", -1, True, None, []])
+@pytest.mark.parametrize(
+    "bad", ["", "soon", "1 fortnight", "-1s", "1e3s", "ms", -1, True, None, []]
+)
 def test_parse_duration_rejects_bad_input_with_value_error(bad: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(bad)  # type: ignore[arg-type]

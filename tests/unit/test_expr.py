@@ -63,7 +63,7 @@ def test_reversed_operators_keep_operand_order(expr: ed.Expr, op: str) -> None:
 
 def test_reflected_comparison_flips_operator() -> None:
     # Python turns `1 < col("a")` into `col("a") > 1`.
-    assert (1 < col("a"))._tree() == ("bin", ">", ("col", "a"), ("lit", 1))
+    assert (1 < col("a"))._tree()  # noqa: SIM300 == ("bin", ">", ("col", "a"), ("lit", 1))
 
 
 def test_unary_and_null_checks() -> None:
@@ -78,7 +78,12 @@ def test_nested_expression_tree() -> None:
     assert e._tree() == (
         "bin",
         "&",
-        ("bin", ">", ("bin", "*", ("bin", "+", ("col", "a"), ("col", "b")), ("lit", 2)), ("lit", 10)),
+        (
+            "bin",
+            ">",
+            ("bin", "*", ("bin", "+", ("col", "a"), ("col", "b")), ("lit", 2)),
+            ("lit", 10),
+        ),
         ("not", ("is_null", ("col", "c"))),
     )
     assert e.columns() == ["a", "b", "c"]

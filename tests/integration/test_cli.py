@@ -1,0 +1,65 @@
+"""The command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eddyline.cli import main
+
+
+def test_demo_prints_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--rows", "50000", "--parallelism", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "check: ok" in out
+    assert "distinct keys: 1000" in out
+    assert "top 5 keys by sum" in out
+
+
+@pytest.mark.timeout(600)
+def test_demo_default_size_via_python_m() -> None:
+    try:
+        spec = importlib.util.find_spec("eddyline._core")
+    except ValueError:
+        spec = None
+    if spec is None or spec.origin is None:
+        pytest.skip("needs the built extension in a fresh interpreter")
+    proc = subprocess.run(
+        [sys.executable, "-m", "eddyline.cli", "demo"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "check: ok" in proc.stdout
+    assert proc.stderr == ""
+
+
+def test_run_executes_script_as_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\n"
+        "import eddyline as ed\n"
+        "if __name__ == '__main__':\n"
+        "    env = ed.StreamEnvironment()\n"
+        "    out = env.from_sequence(0, int(sys.argv[1])).collect()\n"
+        "    env.execute('script')\n"
+        "    print('rows', len(out.to_pylist()))\n"
+    )
+    assert main(["run", str(script), "12"]) == 0
+    assert "rows 12" in capsys.readouterr().out
+
+
+def test_run_missing_script_fails(tmp_path: Path) -> None:
+    assert main(["run", str(tmp_path / "missing.py")]) == 2
+
+
+def test_checkpoints_on_empty_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["checkpoints", str(tmp_path)]) == 0
+    assert f"no checkpoints found in {tmp_path}" in capsys.readouterr().out

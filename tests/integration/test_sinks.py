@@ -1,0 +1,82 @@
+"""Parquet and two-phase-commit sinks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+import eddyline as ed
+from eddyline.testing import assert_same_rows
+
+MakeEnv = Callable[..., ed.StreamEnvironment]
+
+ROWS = [{"id": i, "name": f"n{i}"} for i in range(80)]
+
+
+def test_parquet_sink_round_trip(make_env: MakeEnv, tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    env = make_env()
+    env.from_collection(ROWS).sink_to(ed.ParquetSink(out_dir)).name("files")
+    result = env.execute()
+    table = ds.dataset(out_dir, format="parquet").to_table()
+    assert_same_rows(table, ROWS)
+    assert "files" in result.metrics["operators"]
+
+
+def test_parquet_sink_then_from_parquet(make_env: MakeEnv, tmp_path: Path) -> None:
+    env = make_env()
+    env.from_collection(ROWS).sink_to(ed.ParquetSink(tmp_path))
+    env.execute()
+    env2 = make_env()
+    back = env2.from_parquet(tmp_path).collect()
+    env2.execute()
+    assert_same_rows(back, ROWS)
+
+
+class RecordingSink(ed.TwoPhaseCommitSink):
+    """Commits into a shared log (a reference two-phase-commit sink)."""
+
+    log: ClassVar[list[tuple[str, int]]] = []
+    rows: ClassVar[list[dict[str, Any]]] = []
+    lock = threading.Lock()
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        self.subtask = ctx["subtask_index"]
+
+    def begin_transaction(self) -> list[pa.RecordBatch]:
+        return []
+
+    def write(self, txn: list[pa.RecordBatch], batch: pa.RecordBatch) -> None:
+        txn.append(batch)
+
+    def pre_commit(self, txn: list[pa.RecordBatch]) -> None:
+        with self.lock:
+            RecordingSink.log.append(("pre_commit", self.subtask))
+
+    def commit(self, txn: list[pa.RecordBatch]) -> None:
+        with self.lock:
+            RecordingSink.log.append(("commit", self.subtask))
+            for batch in txn:
+                RecordingSink.rows.extend(batch.to_pylist())
+            txn.clear()
+
+    def abort(self, txn: list[pa.RecordBatch]) -> None:
+        txn.clear()
+
+
+def test_two_phase_commit_sink_commits_everything_at_the_end(make_env: MakeEnv) -> None:
+    RecordingSink.log = []
+    RecordingSink.rows = []
+    env = make_env()
+    env.from_collection(ROWS).sink_to(RecordingSink()).name("txn_sink")
+    env.execute()
+    assert_same_rows(RecordingSink.rows, ROWS)
+    for subtask in range(env.parallelism):
+        phases = [phase for phase, s in RecordingSink.log if s == subtask]
+        assert phases.count("commit") >= 1
+        assert phases.count("pre_commit") == phases.count("commit")
