@@ -5,6 +5,8 @@
 //! bounded channels. See DESIGN.md for the architecture and the five Flink
 //! designs (ABS, FLIP-15, FLIP-16, FLIP-147, FLINK-4120) it implements.
 
+pub mod barrier;
+pub mod checkpoint;
 pub mod error;
 pub mod event;
 pub mod expr;

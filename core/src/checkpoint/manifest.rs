@@ -1,0 +1,859 @@
+//! The checkpoint manifest: what a completed checkpoint contains, and its
+//! on-disk encoding (DESIGN.md "Checkpoints": completion is a manifest written
+//! after all state files; the seed flink-fault-tolerance-mechanism.txt says a
+//! snapshot holds the source positions and a pointer to each operator's state).
+//!
+//! The encoding is a small, strict subset of JSON written and read by hand
+//! (no serde): objects, arrays, strings, `true`/`false`/`null` and unsigned
+//! 64-bit integers only. Keys are written in a fixed order; the decoder
+//! rejects unknown and duplicate keys, trailing data, and versions it does not
+//! know. The last member is `"checksum": "xxh3:<16 hex digits>"`, the xxh3-64
+//! of every byte before the line that holds it, so any flipped byte is
+//! caught. Format version 1:
+//!
+//! ```text
+//! {
+//!   "format": "eddyline-checkpoint-manifest",
+//!   "version": 1,
+//!   "id": 7,
+//!   "kind": "checkpoint",                        // or "savepoint"
+//!   "trigger_ms": 1700000000000,
+//!   "completion_ms": 1700000000042,
+//!   "duration_ms": 42,
+//!   "alignments": [{"task": "join", "subtask": 0, "alignment_us": 1500}],
+//!   "operators": [
+//!     {"uid": "count", "name": "count", "finished": false,
+//!      "null_state_checkpoint": null,            // or an id (FLINK-4120)
+//!      "subtasks": [
+//!        {"subtask": 0,
+//!         "state": {"file": "count-1a2b3c4d-0.state", "size": 1234,
+//!                   "xxh3": "0123456789abcdef", "key_groups": [[0, 64]]},
+//!         "source_offsets": [{"split": "part-0", "offset": 17}]}]}],
+//!   "checksum": "xxh3:0123456789abcdef"
+//! }
+//! ```
+//!
+//! `state` is `null` for a subtask without state; `key_groups` lists
+//! half-open ranges `[start, end)` of the key groups in the state file.
+
+use std::fmt::Write as _;
+use std::ops::Range;
+
+use crate::event::BarrierKind;
+
+/// The manifest format this build writes and reads.
+pub const MANIFEST_VERSION: u64 = 1;
+
+const FORMAT_NAME: &str = "eddyline-checkpoint-manifest";
+const CHECKSUM_LINE: &str = "\n  \"checksum\": \"xxh3:";
+
+/// Everything a completed checkpoint records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    pub id: u64,
+    pub kind: BarrierKind,
+    /// When the coordinator triggered it, ms since the epoch.
+    pub trigger_ms: u64,
+    /// When it completed, ms since the epoch.
+    pub completion_ms: u64,
+    /// `completion_ms - trigger_ms`.
+    pub duration_ms: u64,
+    /// Alignment time of each task that aligned barriers.
+    pub alignments: Vec<TaskAlignment>,
+    pub operators: Vec<OperatorEntry>,
+}
+
+/// How long one subtask aligned barriers for this checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskAlignment {
+    pub task: String,
+    pub subtask: u32,
+    pub alignment_us: u64,
+}
+
+/// One operator (by uid) of the checkpointed job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorEntry {
+    pub uid: String,
+    pub name: String,
+    /// All its subtasks had finished (FLIP-147).
+    pub finished: bool,
+    /// The checkpoint whose state it keeps when it has none of its own
+    /// (FLINK-4120).
+    pub null_state_checkpoint: Option<u64>,
+    pub subtasks: Vec<SubtaskEntry>,
+}
+
+/// One subtask of an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubtaskEntry {
+    pub subtask: u32,
+    /// Its state file, `None` if it had no state.
+    pub state: Option<StateFileEntry>,
+    /// The read positions of a source subtask.
+    pub source_offsets: Vec<SourceOffset>,
+}
+
+/// A state file as the manifest records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateFileEntry {
+    /// File name inside the checkpoint directory.
+    pub file: String,
+    /// Exact size in bytes.
+    pub size: u64,
+    /// xxh3-64 of the whole file.
+    pub checksum: u64,
+    /// Key groups whose keyed state the file holds, as sorted, disjoint,
+    /// non-adjacent half-open ranges.
+    pub key_groups: Vec<Range<u32>>,
+}
+
+/// The position of a source in one split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceOffset {
+    pub split: String,
+    pub offset: u64,
+}
+
+impl Manifest {
+    /// The operator with `uid`.
+    pub fn operator(&self, uid: &str) -> Option<&OperatorEntry> {
+        self.operators.iter().find(|o| o.uid == uid)
+    }
+
+    /// Total bytes of all state files.
+    pub fn state_size(&self) -> u64 {
+        self.operators
+            .iter()
+            .flat_map(|o| &o.subtasks)
+            .filter_map(|s| s.state.as_ref())
+            .map(|s| s.size)
+            .sum()
+    }
+
+    /// Encodes the manifest (see the module docs for the format).
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(512);
+        out.push_str("{\n");
+        let _ = writeln!(out, "  \"format\": {},", quote(FORMAT_NAME));
+        let _ = writeln!(out, "  \"version\": {MANIFEST_VERSION},");
+        let _ = writeln!(out, "  \"id\": {},", self.id);
+        let _ = writeln!(out, "  \"kind\": {},", quote(kind_name(self.kind)));
+        let _ = writeln!(out, "  \"trigger_ms\": {},", self.trigger_ms);
+        let _ = writeln!(out, "  \"completion_ms\": {},", self.completion_ms);
+        let _ = writeln!(out, "  \"duration_ms\": {},", self.duration_ms);
+        out.push_str("  \"alignments\": [");
+        for (i, a) in self.alignments.iter().enumerate() {
+            out.push_str(if i == 0 { "\n    " } else { ",\n    " });
+            let _ = write!(
+                out,
+                "{{\"task\": {}, \"subtask\": {}, \"alignment_us\": {}}}",
+                quote(&a.task),
+                a.subtask,
+                a.alignment_us
+            );
+        }
+        out.push_str(if self.alignments.is_empty() {
+            "],\n"
+        } else {
+            "\n  ],\n"
+        });
+        out.push_str("  \"operators\": [");
+        for (i, op) in self.operators.iter().enumerate() {
+            out.push_str(if i == 0 { "\n    " } else { ",\n    " });
+            encode_operator(&mut out, op);
+        }
+        out.push_str(if self.operators.is_empty() {
+            "]"
+        } else {
+            "\n  ]"
+        });
+        let sum = xxhash_rust::xxh3::xxh3_64(out.as_bytes());
+        let _ = write!(out, ",{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
+        out
+    }
+
+    /// Decodes and verifies a manifest. The error is a sentence fragment
+    /// saying what is wrong; the caller adds the file name.
+    pub fn decode(text: &str) -> Result<Manifest, String> {
+        let cut = text.rfind(CHECKSUM_LINE).ok_or_else(|| {
+            "has no checksum line (it is truncated or not a manifest)".to_string()
+        })?;
+        let body = text.get(..cut.saturating_sub(1)).unwrap_or("");
+        let value = Parser::new(text).document()?;
+        let mut top = Fields::new(value, "the top level")?;
+        let format = top.string("format")?;
+        if format != FORMAT_NAME {
+            return Err(format!(
+                "is not a manifest: its format is '{format}', not '{FORMAT_NAME}'"
+            ));
+        }
+        let version = top.u64("version")?;
+        if version != MANIFEST_VERSION {
+            return Err(format!(
+                "has format version {version}; this build of eddyline reads version {MANIFEST_VERSION}"
+            ));
+        }
+        let recorded = top.string("checksum")?;
+        let actual = format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(body.as_bytes()));
+        if recorded != actual {
+            return Err(format!(
+                "is corrupt: its checksum is {recorded} but its content hashes to {actual}"
+            ));
+        }
+        let kind = match top.string("kind")?.as_str() {
+            "checkpoint" => BarrierKind::Checkpoint,
+            "savepoint" => BarrierKind::Savepoint,
+            other => {
+                return Err(format!(
+                    "is invalid: field 'kind' is '{other}', not checkpoint or savepoint"
+                ))
+            }
+        };
+        let manifest = Manifest {
+            id: top.u64("id")?,
+            kind,
+            trigger_ms: top.u64("trigger_ms")?,
+            completion_ms: top.u64("completion_ms")?,
+            duration_ms: top.u64("duration_ms")?,
+            alignments: top
+                .array("alignments")?
+                .into_iter()
+                .map(|v| {
+                    let mut f = Fields::new(v, "an alignment")?;
+                    let a = TaskAlignment {
+                        task: f.string("task")?,
+                        subtask: f.u32("subtask")?,
+                        alignment_us: f.u64("alignment_us")?,
+                    };
+                    f.finish()?;
+                    Ok(a)
+                })
+                .collect::<Result<_, String>>()?,
+            operators: top
+                .array("operators")?
+                .into_iter()
+                .map(decode_operator)
+                .collect::<Result<_, String>>()?,
+        };
+        top.finish()?;
+        Ok(manifest)
+    }
+}
+
+fn kind_name(kind: BarrierKind) -> &'static str {
+    match kind {
+        BarrierKind::Checkpoint => "checkpoint",
+        BarrierKind::Savepoint => "savepoint",
+    }
+}
+
+fn encode_operator(out: &mut String, op: &OperatorEntry) {
+    let _ = write!(
+        out,
+        "{{\"uid\": {}, \"name\": {}, \"finished\": {}, \"null_state_checkpoint\": {},\n     \"subtasks\": [",
+        quote(&op.uid),
+        quote(&op.name),
+        op.finished,
+        op.null_state_checkpoint
+            .map_or_else(|| "null".to_string(), |id| id.to_string())
+    );
+    for (i, s) in op.subtasks.iter().enumerate() {
+        out.push_str(if i == 0 { "\n      " } else { ",\n      " });
+        let _ = write!(out, "{{\"subtask\": {}, \"state\": ", s.subtask);
+        match &s.state {
+            None => out.push_str("null"),
+            Some(f) => {
+                let groups: Vec<String> = f
+                    .key_groups
+                    .iter()
+                    .map(|r| format!("[{}, {}]", r.start, r.end))
+                    .collect();
+                let _ = write!(
+                    out,
+                    "{{\"file\": {}, \"size\": {}, \"xxh3\": \"{:016x}\", \"key_groups\": [{}]}}",
+                    quote(&f.file),
+                    f.size,
+                    f.checksum,
+                    groups.join(", ")
+                );
+            }
+        }
+        let offsets: Vec<String> = s
+            .source_offsets
+            .iter()
+            .map(|o| {
+                format!(
+                    "{{\"split\": {}, \"offset\": {}}}",
+                    quote(&o.split),
+                    o.offset
+                )
+            })
+            .collect();
+        let _ = write!(out, ", \"source_offsets\": [{}]}}", offsets.join(", "));
+    }
+    out.push_str(if op.subtasks.is_empty() {
+        "]}"
+    } else {
+        "\n     ]}"
+    });
+}
+
+fn decode_operator(v: Value) -> Result<OperatorEntry, String> {
+    let mut f = Fields::new(v, "an operator")?;
+    let uid = f.string("uid")?;
+    let what = format!("operator '{uid}'");
+    let op = OperatorEntry {
+        name: f.string("name")?,
+        finished: f.bool("finished")?,
+        null_state_checkpoint: match f.take("null_state_checkpoint")? {
+            Value::Null => None,
+            Value::Num(n) => Some(n),
+            _ => {
+                return Err(format!(
+                    "is invalid: {what}: 'null_state_checkpoint' is not null or an id"
+                ))
+            }
+        },
+        subtasks: f
+            .array("subtasks")?
+            .into_iter()
+            .map(|v| decode_subtask(v, &what))
+            .collect::<Result<_, String>>()?,
+        uid,
+    };
+    f.finish()?;
+    Ok(op)
+}
+
+fn decode_subtask(v: Value, what: &str) -> Result<SubtaskEntry, String> {
+    let mut f = Fields::new(v, what)?;
+    let subtask = f.u32("subtask")?;
+    let state = match f.take("state")? {
+        Value::Null => None,
+        v => {
+            let mut s = Fields::new(v, &format!("{what} subtask {subtask}"))?;
+            let checksum_hex = s.string("xxh3")?;
+            let checksum = parse_hex16(&checksum_hex).ok_or_else(|| {
+                format!("is invalid: {what} subtask {subtask}: 'xxh3' is not 16 hex digits")
+            })?;
+            let key_groups = s
+                .array("key_groups")?
+                .into_iter()
+                .map(|r| match r {
+                    Value::Arr(pair) => match pair.as_slice() {
+                        [Value::Num(a), Value::Num(b)] if a < b && *b <= u64::from(u32::MAX) => {
+                            Ok(*a as u32..*b as u32)
+                        }
+                        _ => Err(format!("is invalid: {what} subtask {subtask}: a key-group range is not [start, end) with start < end")),
+                    },
+                    _ => Err(format!("is invalid: {what} subtask {subtask}: a key-group range is not an array")),
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            let entry = StateFileEntry {
+                file: s.string("file")?,
+                size: s.u64("size")?,
+                checksum,
+                key_groups,
+            };
+            s.finish()?;
+            Some(entry)
+        }
+    };
+    let source_offsets = f
+        .array("source_offsets")?
+        .into_iter()
+        .map(|v| {
+            let mut o = Fields::new(v, "a source offset")?;
+            let off = SourceOffset {
+                split: o.string("split")?,
+                offset: o.u64("offset")?,
+            };
+            o.finish()?;
+            Ok(off)
+        })
+        .collect::<Result<_, String>>()?;
+    f.finish()?;
+    Ok(SubtaskEntry {
+        subtask,
+        state,
+        source_offsets,
+    })
+}
+
+/// Compresses sorted, distinct key groups into ranges.
+pub fn key_group_ranges(sorted: &[u32]) -> Vec<Range<u32>> {
+    let mut ranges: Vec<Range<u32>> = Vec::new();
+    for &g in sorted {
+        match ranges.last_mut() {
+            Some(r) if r.end == g => r.end = g + 1,
+            _ => ranges.push(g..g + 1),
+        }
+    }
+    ranges
+}
+
+/// Parses exactly 16 hex digits.
+fn parse_hex16(s: &str) -> Option<u64> {
+    if s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        u64::from_str_radix(s, 16).ok()
+    } else {
+        None
+    }
+}
+
+/// A JSON string literal.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A decoded value of the JSON subset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Value {
+    Null,
+    Bool(bool),
+    Num(u64),
+    Str(String),
+    Arr(Vec<Value>),
+    Obj(Vec<(String, Value)>),
+}
+
+/// The members of one object, taken one by one; `finish` rejects leftovers.
+struct Fields {
+    what: String,
+    members: Vec<(String, Value)>,
+}
+
+impl Fields {
+    fn new(v: Value, what: &str) -> Result<Self, String> {
+        match v {
+            Value::Obj(members) => Ok(Fields {
+                what: what.to_string(),
+                members,
+            }),
+            _ => Err(format!("is invalid: {what} is not an object")),
+        }
+    }
+
+    fn take(&mut self, key: &str) -> Result<Value, String> {
+        let pos = self
+            .members
+            .iter()
+            .position(|(k, _)| k == key)
+            .ok_or_else(|| format!("is invalid: {}: field '{key}' is missing", self.what))?;
+        Ok(self.members.swap_remove(pos).1)
+    }
+
+    fn u64(&mut self, key: &str) -> Result<u64, String> {
+        match self.take(key)? {
+            Value::Num(n) => Ok(n),
+            _ => Err(format!(
+                "is invalid: {}: field '{key}' is not an unsigned integer",
+                self.what
+            )),
+        }
+    }
+
+    fn u32(&mut self, key: &str) -> Result<u32, String> {
+        let n = self.u64(key)?;
+        u32::try_from(n).map_err(|_| {
+            format!(
+                "is invalid: {}: field '{key}' ({n}) is too large",
+                self.what
+            )
+        })
+    }
+
+    fn bool(&mut self, key: &str) -> Result<bool, String> {
+        match self.take(key)? {
+            Value::Bool(b) => Ok(b),
+            _ => Err(format!(
+                "is invalid: {}: field '{key}' is not true or false",
+                self.what
+            )),
+        }
+    }
+
+    fn string(&mut self, key: &str) -> Result<String, String> {
+        match self.take(key)? {
+            Value::Str(s) => Ok(s),
+            _ => Err(format!(
+                "is invalid: {}: field '{key}' is not a string",
+                self.what
+            )),
+        }
+    }
+
+    fn array(&mut self, key: &str) -> Result<Vec<Value>, String> {
+        match self.take(key)? {
+            Value::Arr(a) => Ok(a),
+            _ => Err(format!(
+                "is invalid: {}: field '{key}' is not an array",
+                self.what
+            )),
+        }
+    }
+
+    fn finish(self) -> Result<(), String> {
+        match self.members.first() {
+            None => Ok(()),
+            Some((k, _)) => Err(format!("is invalid: {}: unknown field '{k}'", self.what)),
+        }
+    }
+}
+
+/// Nesting deeper than this is refused (the format needs 6 levels).
+const MAX_DEPTH: usize = 16;
+
+/// A strict recursive-descent parser of the JSON subset.
+struct Parser<'a> {
+    text: &'a str,
+    pos: usize,
+    depth: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn new(text: &'a str) -> Self {
+        Parser {
+            text,
+            pos: 0,
+            depth: 0,
+        }
+    }
+
+    fn document(mut self) -> Result<Value, String> {
+        let v = self.value()?;
+        self.skip_ws();
+        if self.pos != self.text.len() {
+            return Err(self.error("unexpected data after the end of the manifest"));
+        }
+        Ok(v)
+    }
+
+    fn error(&self, what: &str) -> String {
+        format!("is not valid JSON: {what} at byte {}", self.pos)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.pos).copied()
+    }
+
+    fn skip_ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.pos += 1;
+        }
+    }
+
+    fn expect(&mut self, byte: u8) -> Result<(), String> {
+        self.skip_ws();
+        if self.peek() == Some(byte) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.error(&format!("expected '{}'", byte as char)))
+        }
+    }
+
+    fn literal(&mut self, word: &str, v: Value) -> Result<Value, String> {
+        if self.text[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(v)
+        } else {
+            Err(self.error("expected a value"))
+        }
+    }
+
+    fn value(&mut self) -> Result<Value, String> {
+        self.skip_ws();
+        match self.peek() {
+            Some(b'{') => self.nested(Self::object),
+            Some(b'[') => self.nested(Self::array),
+            Some(b'"') => self.string().map(Value::Str),
+            Some(b'0'..=b'9') => self.number(),
+            Some(b't') => self.literal("true", Value::Bool(true)),
+            Some(b'f') => self.literal("false", Value::Bool(false)),
+            Some(b'n') => self.literal("null", Value::Null),
+            None => Err(self.error("unexpected end (the file is truncated)")),
+            Some(_) => Err(self.error("expected a value")),
+        }
+    }
+
+    fn nested(&mut self, f: fn(&mut Self) -> Result<Value, String>) -> Result<Value, String> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(self.error("nesting too deep"));
+        }
+        let v = f(self);
+        self.depth -= 1;
+        v
+    }
+
+    fn object(&mut self) -> Result<Value, String> {
+        self.expect(b'{')?;
+        let mut members: Vec<(String, Value)> = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b'}') {
+            self.pos += 1;
+            return Ok(Value::Obj(members));
+        }
+        loop {
+            self.skip_ws();
+            if self.peek() != Some(b'"') {
+                return Err(self.error("expected a field name"));
+            }
+            let key = self.string()?;
+            if members.iter().any(|(k, _)| *k == key) {
+                return Err(self.error(&format!("duplicate field '{key}'")));
+            }
+            self.expect(b':')?;
+            let v = self.value()?;
+            members.push((key, v));
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(Value::Obj(members));
+                }
+                _ => return Err(self.error("expected ',' or '}'")),
+            }
+        }
+    }
+
+    fn array(&mut self) -> Result<Value, String> {
+        self.expect(b'[')?;
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.peek() == Some(b']') {
+            self.pos += 1;
+            return Ok(Value::Arr(items));
+        }
+        loop {
+            items.push(self.value()?);
+            self.skip_ws();
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Value::Arr(items));
+                }
+                _ => return Err(self.error("expected ',' or ']'")),
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<Value, String> {
+        let start = self.pos;
+        while matches!(self.peek(), Some(b'0'..=b'9')) {
+            self.pos += 1;
+        }
+        let digits = &self.text[start..self.pos];
+        if digits.len() > 1 && digits.starts_with('0') {
+            return Err(self.error("a number has a leading zero"));
+        }
+        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return Err(self.error("only unsigned integers are allowed"));
+        }
+        digits
+            .parse::<u64>()
+            .map(Value::Num)
+            .map_err(|_| self.error("a number does not fit 64 bits"))
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        self.expect(b'"')?;
+        let mut out = String::new();
+        loop {
+            let rest = &self.text[self.pos..];
+            let Some(c) = rest.chars().next() else {
+                return Err(self.error("unterminated string (the file is truncated)"));
+            };
+            self.pos += c.len_utf8();
+            match c {
+                '"' => return Ok(out),
+                '\\' => {
+                    let esc = self.peek();
+                    self.pos += 1;
+                    match esc {
+                        Some(b'"') => out.push('"'),
+                        Some(b'\\') => out.push('\\'),
+                        Some(b'/') => out.push('/'),
+                        Some(b'n') => out.push('\n'),
+                        Some(b'r') => out.push('\r'),
+                        Some(b't') => out.push('\t'),
+                        Some(b'b') => out.push('\u{8}'),
+                        Some(b'f') => out.push('\u{c}'),
+                        Some(b'u') => {
+                            let hex = self
+                                .text
+                                .get(self.pos..self.pos + 4)
+                                .ok_or_else(|| self.error("truncated \\u escape"))?;
+                            let code = u32::from_str_radix(hex, 16)
+                                .ok()
+                                .filter(|_| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+                                .ok_or_else(|| self.error("bad \\u escape"))?;
+                            self.pos += 4;
+                            let ch = char::from_u32(code)
+                                .filter(|_| !(0xD800..0xE000).contains(&code))
+                                .ok_or_else(|| self.error("\\u escape of a surrogate"))?;
+                            out.push(ch);
+                        }
+                        _ => return Err(self.error("bad escape in a string")),
+                    }
+                }
+                c if (c as u32) < 0x20 => {
+                    return Err(self.error("a control character inside a string"))
+                }
+                c => out.push(c),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            id: 7,
+            kind: BarrierKind::Savepoint,
+            trigger_ms: 1_700_000_000_000,
+            completion_ms: 1_700_000_000_042,
+            duration_ms: 42,
+            alignments: vec![TaskAlignment {
+                task: "join \"x\"".into(),
+                subtask: 1,
+                alignment_us: 1500,
+            }],
+            operators: vec![
+                OperatorEntry {
+                    uid: "count/é\n\u{1}".into(),
+                    name: "count".into(),
+                    finished: true,
+                    null_state_checkpoint: Some(3),
+                    subtasks: vec![
+                        SubtaskEntry {
+                            subtask: 0,
+                            state: Some(StateFileEntry {
+                                file: "count-0.state".into(),
+                                size: 99,
+                                checksum: u64::MAX,
+                                key_groups: vec![0..4, 9..10],
+                            }),
+                            source_offsets: vec![SourceOffset {
+                                split: "p0".into(),
+                                offset: 17,
+                            }],
+                        },
+                        SubtaskEntry {
+                            subtask: 1,
+                            state: None,
+                            source_offsets: vec![],
+                        },
+                    ],
+                },
+                OperatorEntry {
+                    uid: "empty".into(),
+                    name: "e".into(),
+                    finished: false,
+                    null_state_checkpoint: None,
+                    subtasks: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn test_manifest_round_trip() {
+        let m = sample();
+        let text = m.encode();
+        assert_eq!(Manifest::decode(&text), Ok(m));
+        let empty = Manifest {
+            alignments: vec![],
+            operators: vec![],
+            ..sample()
+        };
+        assert_eq!(Manifest::decode(&empty.encode()), Ok(empty));
+    }
+
+    #[test]
+    fn test_manifest_flipped_byte_is_refused() {
+        let text = sample().encode();
+        let pos = text.find("\"size\": 99").expect("size field") + 9;
+        let mut bytes = text.into_bytes();
+        bytes[pos] = b'8';
+        let bad = String::from_utf8(bytes).expect("utf8");
+        let err = Manifest::decode(&bad).expect_err("corrupt");
+        assert!(err.contains("corrupt"), "{err}");
+    }
+
+    #[test]
+    fn test_manifest_truncated_is_refused() {
+        let text = sample().encode();
+        for cut in [0, 10, text.len() / 2, text.len() - 3] {
+            assert!(Manifest::decode(&text[..cut]).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn test_manifest_newer_version_is_refused() {
+        let text = sample()
+            .encode()
+            .replace("\"version\": 1", "\"version\": 2");
+        let err = Manifest::decode(&text).expect_err("version");
+        assert!(err.contains("version 2"), "{err}");
+    }
+
+    #[test]
+    fn test_parser_is_strict() {
+        for bad in [
+            "{\"a\": 1,}",
+            "{\"a\": 01}",
+            "{\"a\": -1}",
+            "{\"a\": 1.5}",
+            "{\"a\": 1, \"a\": 2}",
+            "{\"a\": 1} x",
+            "[1 2]",
+            "\"\\q\"",
+        ] {
+            assert!(Parser::new(bad).document().is_err(), "{bad}");
+        }
+        assert_eq!(
+            Parser::new(" {\"a\": [true, null, \"\\u0001\"]} ").document(),
+            Ok(Value::Obj(vec![(
+                "a".into(),
+                Value::Arr(vec![
+                    Value::Bool(true),
+                    Value::Null,
+                    Value::Str("\u{1}".into())
+                ])
+            )]))
+        );
+    }
+
+    #[test]
+    fn test_key_group_ranges_compress_runs() {
+        assert_eq!(
+            key_group_ranges(&[0, 1, 2, 5, 7, 8]),
+            vec![0..3, 5..6, 7..9]
+        );
+        assert!(key_group_ranges(&[]).is_empty());
+    }
+}
