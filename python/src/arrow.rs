@@ -4,8 +4,8 @@
 
 use arrow::array::{Array, ArrayRef};
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use arrow::record_batch::RecordBatch;
+use arrow_pyarrow::{FromPyArrow, ToPyArrow};
 use pyo3::prelude::*;
 use std::sync::Arc;
 

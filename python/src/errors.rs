@@ -88,7 +88,10 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
             // (adding the offending row): unwrap it to keep one layer.
             let value = err.value(py);
             let prefix = format!("operator '{operator}' failed: ");
-            let message = message.strip_prefix(&prefix).unwrap_or(&message).to_string();
+            let message = message
+                .strip_prefix(&prefix)
+                .unwrap_or(&message)
+                .to_string();
             let traceback = value
                 .getattr("user_traceback")
                 .ok()

@@ -198,9 +198,13 @@ pub fn parse_graph(
                     let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
                         .map_err(|e| Error::graph("", e.to_string()))?;
                     let mut batches = Vec::new();
-                    for b in get::<Bound<PyAny>>(d, "batches")?.try_iter().map_err(|e| Error::graph("", e.to_string()))? {
+                    for b in get::<Bound<PyAny>>(d, "batches")?
+                        .try_iter()
+                        .map_err(|e| Error::graph("", e.to_string()))?
+                    {
                         let b = b.map_err(|e| Error::graph("", e.to_string()))?;
-                        batches.push(batch_from_py(&b).map_err(|e| Error::schema("", e.to_string()))?);
+                        batches
+                            .push(batch_from_py(&b).map_err(|e| Error::schema("", e.to_string()))?);
                     }
                     let src = Arc::new(ArrowBatchesSource::new(batches, schema)?);
                     let s = src.schema();
@@ -250,7 +254,9 @@ pub fn parse_graph(
                         "min" => AggKind::Min,
                         "max" => AggKind::Max,
                         other => {
-                            return Err(Error::graph("", format!("unknown aggregate '{other}'")).into())
+                            return Err(
+                                Error::graph("", format!("unknown aggregate '{other}'")).into()
+                            )
                         }
                     };
                     let f = KeyedAggFactory::new(get(d, "keys")?, agg, opt(d, "column")?);
@@ -272,7 +278,9 @@ pub fn parse_graph(
                     let factory: Py<PyAny> = get(d, "factory")?;
                     let keys: Option<Vec<String>> = opt(d, "keys")?;
                     let s = match opt::<Bound<PyAny>>(d, "output_schema")? {
-                        Some(s) => Some(schema_from_py(&s).map_err(|e| Error::graph("", e.to_string()))?),
+                        Some(s) => {
+                            Some(schema_from_py(&s).map_err(|e| Error::graph("", e.to_string()))?)
+                        }
                         None => None,
                     };
                     let sink: bool = opt(d, "sink")?.unwrap_or(false);
@@ -282,7 +290,11 @@ pub fn parse_graph(
                 "sink_collect" => {
                     let store = CollectStore::new();
                     collect_stores.insert(id, store.clone());
-                    (op(Arc::new(CollectSinkFactory::new(store))), Role::Sink, None)
+                    (
+                        op(Arc::new(CollectSinkFactory::new(store))),
+                        Role::Sink,
+                        None,
+                    )
                 }
                 "sink_parquet" => {
                     let dir: PathBuf = get(d, "dir")?;
@@ -296,7 +308,8 @@ pub fn parse_graph(
                     return Err(Error::graph("", format!("unknown node kind '{other}'")).into())
                 }
             })
-        })();
+        })(
+        );
         let (node_kind, role, schema) = match built {
             Ok(b) => b,
             Err(NodeError::Core(e)) => return Err(to_py(py, &e.in_operator(&name))),

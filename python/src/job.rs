@@ -36,8 +36,16 @@ fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
     if let Some(v) = config.get_item("restart")? {
         if !v.is_none() {
             let d = v.cast::<PyDict>()?;
-            let attempts: u32 = d.get_item("attempts")?.map(|a| a.extract()).transpose()?.unwrap_or(0);
-            let delay: f64 = d.get_item("delay_s")?.map(|a| a.extract()).transpose()?.unwrap_or(0.0);
+            let attempts: u32 = d
+                .get_item("attempts")?
+                .map(|a| a.extract())
+                .transpose()?
+                .unwrap_or(0);
+            let delay: f64 = d
+                .get_item("delay_s")?
+                .map(|a| a.extract())
+                .transpose()?
+                .unwrap_or(0.0);
             c.restart = RestartStrategy {
                 attempts,
                 delay: Duration::from_secs_f64(delay.max(0.0)),
@@ -163,7 +171,10 @@ impl PyJobHandle {
     fn trigger_checkpoint(&self, py: Python<'_>) -> PyResult<u64> {
         Err(to_py(
             py,
-            &eddyline_core::error::Error::checkpoint(None, "checkpointing is not enabled for this job"),
+            &eddyline_core::error::Error::checkpoint(
+                None,
+                "checkpointing is not enabled for this job",
+            ),
         ))
     }
 }

@@ -122,7 +122,12 @@ impl Operator for PyRunner {
         .map_err(|e| Python::attach(|py| from_py(py, &self.name, e)))
     }
 
-    fn process_batch(&mut self, input: usize, batch: RecordBatch, out: &mut dyn Collector) -> Result<()> {
+    fn process_batch(
+        &mut self,
+        input: usize,
+        batch: RecordBatch,
+        out: &mut dyn Collector,
+    ) -> Result<()> {
         let kgs = self.key_groups(&batch)?;
         let name = self.name.clone();
         Python::attach(|py| {
@@ -169,7 +174,10 @@ impl Operator for PyRunner {
                 .cast::<PyBytes>()
                 .map(|b| b.as_bytes().to_vec())
                 .map_err(|_| {
-                    Error::operator(self.name.clone(), "the runner's snapshot() did not return bytes")
+                    Error::operator(
+                        self.name.clone(),
+                        "the runner's snapshot() did not return bytes",
+                    )
                 })?;
             Ok(OperatorState {
                 operator: Some(StateBlob::Bytes(Arc::new(bytes))),
