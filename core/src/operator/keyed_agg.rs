@@ -471,6 +471,8 @@ struct BatchGroups {
     group_of_row: Vec<u32>,
     /// First row index of every group (first-occurrence order).
     first_rows: Vec<u32>,
+    /// Key hash of every group (dense, so probing stays in cache).
+    group_hashes: Vec<u64>,
     /// `0` = empty, else group id + 1.
     slots: Vec<u32>,
     /// Slots in use (to clear them cheaply).
@@ -491,6 +493,7 @@ impl BatchGroups {
         self.group_of_row.clear();
         self.group_of_row.reserve(rows);
         self.first_rows.clear();
+        self.group_hashes.clear();
         self.untracked = None;
         let want = (self.last_groups.min(rows).max(16) * 2).next_power_of_two();
         if self.slots.len() < want {
@@ -510,18 +513,20 @@ impl BatchGroups {
 
     /// A new group outside the table (the null key of the `Int64` path).
     #[inline]
-    fn push_untracked_group(&mut self, row: u32) -> u32 {
+    fn push_untracked_group(&mut self, row: u32, hash: u64) -> u32 {
         let g = self.first_rows.len() as u32;
         self.first_rows.push(row);
+        self.group_hashes.push(hash);
         self.group_of_row.push(g);
         self.untracked = Some(g);
         g
     }
 
-    /// Assigns `row` (with `hash`) to its group; `same_key(r)` tells whether
-    /// row `r` has the same key as `row`.
+    /// Assigns `row` (with `hash`) to its group and returns whether the group
+    /// is new; `same_key(g, first_row)` tells whether group `g`, first seen
+    /// at `first_row`, has the same key as `row`.
     #[inline]
-    fn assign(&mut self, row: u32, hash: u64, hashes: &[u64], same_key: impl Fn(u32) -> bool) {
+    fn assign(&mut self, row: u32, hash: u64, same_key: impl Fn(usize, usize) -> bool) -> bool {
         let mut s = hash as usize & self.mask;
         loop {
             let e = self.slots[s];
@@ -530,23 +535,25 @@ impl BatchGroups {
                 self.slots[s] = g + 1;
                 self.used.push(s);
                 self.first_rows.push(row);
+                self.group_hashes.push(hash);
                 self.group_of_row.push(g);
                 if self.first_rows.len() * 2 > self.slots.len() {
-                    self.grow(hashes);
+                    self.grow();
                 }
-                return;
+                return true;
             }
             let g = e - 1;
-            let first = self.first_rows[g as usize];
-            if hashes[first as usize] == hash && same_key(first) {
+            if self.group_hashes[g as usize] == hash
+                && same_key(g as usize, self.first_rows[g as usize] as usize)
+            {
                 self.group_of_row.push(g);
-                return;
+                return false;
             }
             s = (s + 1) & self.mask;
         }
     }
 
-    fn grow(&mut self, hashes: &[u64]) {
+    fn grow(&mut self) {
         for &s in &self.used {
             self.slots[s] = 0;
         }
@@ -554,12 +561,12 @@ impl BatchGroups {
         let n = self.slots.len() * 2;
         self.slots.resize(n, 0);
         self.mask = n - 1;
-        for (g, &row) in self.first_rows.iter().enumerate() {
+        for (g, &hash) in self.group_hashes.iter().enumerate() {
             // The group outside the table (the Int64 null key) stays outside.
             if self.untracked == Some(g as u32) {
                 continue;
             }
-            let mut s = hashes[row as usize] as usize & self.mask;
+            let mut s = hash as usize & self.mask;
             while self.slots[s] != 0 {
                 s = (s + 1) & self.mask;
             }
@@ -574,6 +581,8 @@ impl BatchGroups {
 struct Scratch {
     hashes: Vec<u64>,
     groups: BatchGroups,
+    /// Key of every group (single `Int64` key path).
+    group_keys: Vec<i64>,
     out_valid: Vec<bool>,
 }
 
@@ -711,18 +720,22 @@ impl<V: Value> Store<V> {
         let Scratch {
             hashes,
             groups,
+            group_keys,
             out_valid,
         } = scratch;
         groups.begin(n);
         match &mut self.keys {
             KeyState::Int64 { groups: state } => {
                 hash_keys(key_cols, hashes)?;
+                group_keys.clear();
                 let keys = key_cols[0].as_primitive::<Int64Type>();
                 let vals = keys.values();
                 match keys.nulls().filter(|n| n.null_count() > 0) {
                     None => {
                         for (i, &k) in vals.iter().enumerate() {
-                            groups.assign(i as u32, hashes[i], hashes, |r| vals[r as usize] == k);
+                            if groups.assign(i as u32, hashes[i], |g, _| group_keys[g] == k) {
+                                group_keys.push(k);
+                            }
                         }
                     }
                     Some(nulls) => {
@@ -732,13 +745,15 @@ impl<V: Value> Store<V> {
                                 match null_group {
                                     Some(g) => groups.group_of_row.push(g),
                                     None => {
-                                        null_group = Some(groups.push_untracked_group(i as u32))
+                                        let g = groups.push_untracked_group(i as u32, hashes[i]);
+                                        null_group = Some(g);
+                                        // Placeholder keeping `group_keys` indexed by group.
+                                        group_keys.push(0);
                                     }
                                 }
-                            } else {
-                                groups.assign(i as u32, hashes[i], hashes, |r| {
-                                    nulls.is_valid(r as usize) && vals[r as usize] == k
-                                });
+                            } else if groups.assign(i as u32, hashes[i], |g, _| group_keys[g] == k)
+                            {
+                                group_keys.push(k);
                             }
                         }
                     }
@@ -752,14 +767,13 @@ impl<V: Value> Store<V> {
                 );
                 let mut out = Vec::with_capacity(groups.n_groups());
                 out_valid.clear();
-                for (&first, &partial) in groups.first_rows.iter().zip(self.partials.iter()) {
-                    let first = first as usize;
-                    let local = own.local_index(hashes[first])?;
+                for (g, &partial) in self.partials.iter().enumerate() {
+                    let local = own.local_index(groups.group_hashes[g])?;
                     let group = Arc::make_mut(&mut state[local]);
-                    let slot = if keys.is_null(first) {
+                    let slot = if groups.untracked == Some(g as u32) {
                         group.null.get_or_insert_with(Acc::default)
                     } else {
-                        group.map.entry(vals[first]).or_default()
+                        group.map.entry(group_keys[g]).or_default()
                     };
                     *slot = merge(agg, *slot, partial);
                     out.push(slot.value);
@@ -775,10 +789,9 @@ impl<V: Value> Store<V> {
             } => {
                 encode_and_hash(converter, rows, key_cols, hashes)?;
                 let rows = &*rows;
-                for i in 0..rows.num_rows() {
-                    let key = rows.row(i);
-                    groups.assign(i as u32, hashes[i], hashes, |r| {
-                        rows.row(r as usize).as_ref() == key.as_ref()
+                for (i, (key, &hash)) in rows.iter().zip(hashes.iter()).enumerate() {
+                    groups.assign(i as u32, hash, |_, first| {
+                        rows.row(first).as_ref() == key.as_ref()
                     });
                 }
                 partial_aggregate(
@@ -790,11 +803,15 @@ impl<V: Value> Store<V> {
                 );
                 let mut out = Vec::with_capacity(groups.n_groups());
                 out_valid.clear();
-                for (&first, &partial) in groups.first_rows.iter().zip(self.partials.iter()) {
-                    let first = first as usize;
-                    let local = own.local_index(hashes[first])?;
+                for ((&first, &hash), &partial) in groups
+                    .first_rows
+                    .iter()
+                    .zip(groups.group_hashes.iter())
+                    .zip(self.partials.iter())
+                {
+                    let local = own.local_index(hash)?;
                     let group = Arc::make_mut(&mut state[local]);
-                    let key = rows.row(first);
+                    let key = rows.row(first as usize);
                     let slot = match group.map.get_mut(key.as_ref()) {
                         Some(slot) => slot,
                         None => group.map.entry(Box::from(key.as_ref())).or_default(),
