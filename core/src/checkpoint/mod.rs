@@ -44,6 +44,7 @@
 //! whole file, so a truncated, extended or altered file is refused before it
 //! is parsed. The manifest format is described in [`manifest`].
 
+pub mod coordinator;
 pub mod manifest;
 pub mod storage;
 

@@ -11,8 +11,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
+use crate::barrier::{AlignmentMode, BarrierAligner};
 use crate::channel::{bounded, DEFAULT_CHANNEL_CAPACITY};
+use crate::checkpoint::coordinator::{
+    check_compatible, state_for, CheckpointConfig, CheckpointStats, Coordinator, Outgoing, TaskInfo,
+};
+use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
+use crate::event::BarrierKind;
 use crate::graph::{JobGraph, NodeKind};
 use crate::keygroup::key_group_range;
 use crate::operator::OperatorContext;
@@ -21,6 +27,7 @@ use crate::runtime::metrics::{JobMetrics, MetricsSnapshot, OperatorMetrics};
 use crate::runtime::plan::Plan;
 use crate::runtime::task::{
     Control, InputChannel, OpSlot, OutputEdge, SourceHead, Task, TaskOutput, TaskReport,
+    TaskRestore,
 };
 
 /// How often and how soon a failed job is restarted.
@@ -40,6 +47,16 @@ impl RestartStrategy {
     }
 }
 
+/// Where a job restores its state from when it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestoreFrom {
+    /// The newest completed checkpoint under the checkpoint dir (a dir
+    /// without checkpoints starts fresh; a corrupt newest one is an error).
+    Latest,
+    /// A checkpoint or savepoint directory.
+    Path(std::path::PathBuf),
+}
+
 /// Job-wide settings.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
@@ -47,6 +64,8 @@ pub struct JobConfig {
     pub batch_size: usize,
     pub channel_capacity: usize,
     pub restart: RestartStrategy,
+    pub checkpoint: Option<CheckpointConfig>,
+    pub restore_from: Option<RestoreFrom>,
 }
 
 impl Default for JobConfig {
@@ -56,6 +75,8 @@ impl Default for JobConfig {
             batch_size: 8192,
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
             restart: RestartStrategy::none(),
+            checkpoint: None,
+            restore_from: None,
         }
     }
 }
@@ -105,6 +126,8 @@ struct Shared {
     metrics: JobMetrics,
     started: Instant,
     ended: Mutex<Option<Instant>>,
+    checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
+    failed_checkpoints: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Shared {
@@ -125,6 +148,7 @@ impl Shared {
 
 enum DriverMsg {
     Cancel,
+    Trigger(Sender<Result<u64>>),
 }
 
 /// A running (or ended) job.
@@ -152,12 +176,41 @@ impl JobHandle {
             metrics,
             started: Instant::now(),
             ended: Mutex::new(None),
+            checkpoints: Arc::new(Mutex::new(Vec::new())),
+            failed_checkpoints: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         });
+        // Storage problems and bad restore paths are reported now, before
+        // anything runs.
+        let mut coordinator = match &config.checkpoint {
+            Some(c) => Some(Coordinator::new(
+                c.clone(),
+                shared.checkpoints.clone(),
+                shared.failed_checkpoints.clone(),
+            )?),
+            None => None,
+        };
+        let restored = match &config.restore_from {
+            None => None,
+            Some(RestoreFrom::Path(p)) => Some(CheckpointStorage::load_path(p)?),
+            Some(RestoreFrom::Latest) => match &coordinator {
+                Some(c) => c.storage().latest_valid()?,
+                None => return Err(Error::checkpoint(
+                    None,
+                    "restore_from=\"latest\" needs a checkpoint configuration (the dir to look in)",
+                )),
+            },
+        };
+        if let Some(rc) = &restored {
+            check_compatible(rc, &graph)?;
+            if let Some(c) = coordinator.as_mut() {
+                c.restored(rc.id());
+            }
+        }
         let (driver_tx, driver_rx) = unbounded();
         let s = shared.clone();
         let driver = std::thread::Builder::new()
             .name(format!("eddyline-{}", config.name))
-            .spawn(move || drive(graph, config, s, driver_rx))
+            .spawn(move || drive(graph, config, s, driver_rx, coordinator, restored))
             .map_err(|e| {
                 Error::operator("", format!("cannot start the job's driver thread: {e}"))
             })?;
@@ -194,6 +247,26 @@ impl JobHandle {
         let _ = self.driver_tx.send(DriverMsg::Cancel);
     }
 
+    /// The checkpoints completed so far, oldest first.
+    pub fn checkpoints(&self) -> Vec<CheckpointStats> {
+        self.shared.checkpoints.lock().clone()
+    }
+
+    /// How many checkpoints were aborted.
+    pub fn failed_checkpoints(&self) -> u64 {
+        self.shared.failed_checkpoints.load(Ordering::Relaxed)
+    }
+
+    /// Triggers a checkpoint and waits until it completed; its id.
+    pub fn trigger_checkpoint(&self) -> Result<u64> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.driver_tx
+            .send(DriverMsg::Trigger(tx))
+            .map_err(|_| Error::checkpoint(None, "the job has ended"))?;
+        rx.recv()
+            .map_err(|_| Error::checkpoint(None, "the job ended before the checkpoint completed"))?
+    }
+
     /// The current counters.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.shared.metrics.snapshot(self.shared.wall_time())
@@ -222,11 +295,27 @@ impl Drop for JobHandle {
     }
 }
 
-fn drive(graph: JobGraph, config: JobConfig, shared: Arc<Shared>, driver_rx: Receiver<DriverMsg>) {
+fn drive(
+    graph: JobGraph,
+    config: JobConfig,
+    shared: Arc<Shared>,
+    driver_rx: Receiver<DriverMsg>,
+    mut coordinator: Option<Coordinator>,
+    mut restored: Option<RestoredCheckpoint>,
+) {
     let plan = Plan::new(&graph);
     let mut attempt: u32 = 0;
     loop {
-        let outcome = run_attempt(&graph, &plan, &config, &shared, attempt, &driver_rx);
+        let outcome = run_attempt(
+            &graph,
+            &plan,
+            &config,
+            &shared,
+            attempt,
+            &driver_rx,
+            coordinator.as_mut(),
+            restored.take(),
+        );
         match outcome {
             Ok(()) => {
                 shared.set_status(JobStatus::Finished, None);
@@ -248,6 +337,16 @@ fn drive(graph: JobGraph, config: JobConfig, shared: Arc<Shared>, driver_rx: Rec
                     shared.set_status(JobStatus::Cancelled, Some(Error::Cancelled));
                     return;
                 }
+                // Restart every task from the newest completed checkpoint.
+                if let Some(c) = coordinator.as_ref() {
+                    match c.latest_for_restart() {
+                        Ok(rc) => restored = rc,
+                        Err(e) => {
+                            shared.set_status(JobStatus::Failed, Some(e));
+                            return;
+                        }
+                    }
+                }
                 shared.set_status(JobStatus::Running, None);
             }
         }
@@ -258,6 +357,36 @@ struct Attempt {
     controls: Vec<Sender<Control>>,
     threads: Vec<JoinHandle<()>>,
     reports: Receiver<TaskReport>,
+    tasks: Vec<TaskInfo>,
+}
+
+impl Attempt {
+    fn deliver(&self, out: &mut Vec<Outgoing>) {
+        for msg in out.drain(..) {
+            match msg {
+                Outgoing::Trigger { task, barrier } => {
+                    let _ = self.controls[task].send(Control::TriggerCheckpoint(barrier));
+                }
+                Outgoing::Notify { checkpoint } => {
+                    for c in &self.controls {
+                        let _ = c.send(Control::NotifyComplete(checkpoint));
+                    }
+                }
+                Outgoing::Abort { checkpoint } => {
+                    for c in &self.controls {
+                        let _ = c.send(Control::AbortCheckpoint(checkpoint));
+                    }
+                }
+                Outgoing::Finalize => {
+                    for c in &self.controls {
+                        let _ = c.send(Control::Finalize {
+                            commit_end_of_job: false,
+                        });
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Attempt {
@@ -272,6 +401,7 @@ impl Attempt {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_attempt(
     graph: &JobGraph,
     plan: &Plan,
@@ -279,21 +409,57 @@ fn run_attempt(
     shared: &Shared,
     attempt: u32,
     driver_rx: &Receiver<DriverMsg>,
+    mut coordinator: Option<&mut Coordinator>,
+    restored: Option<RestoredCheckpoint>,
 ) -> Result<()> {
-    let run = build_attempt(graph, plan, config, shared, attempt)?;
+    let mode = coordinator
+        .as_ref()
+        .map(|c| c.mode())
+        .unwrap_or(AlignmentMode::ExactlyOnce);
+    let run = build_attempt(
+        graph,
+        plan,
+        config,
+        shared,
+        attempt,
+        mode,
+        restored.as_ref(),
+    )?;
+    drop(restored);
     let total = run.controls.len();
     let mut finished = vec![false; total];
     let mut closed = 0usize;
     let mut first_error: Option<Error> = None;
+    let mut out = Vec::new();
+    if let Some(c) = coordinator.as_deref_mut() {
+        c.begin_attempt(&mut out);
+    }
+    let never = crossbeam_channel::never();
     while closed < total {
+        let done_rx = coordinator.as_ref().map(|c| c.done_rx.clone());
+        let deadline = coordinator
+            .as_ref()
+            .map(|c| c.next_deadline())
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let timeout = deadline.saturating_duration_since(Instant::now());
         select! {
             recv(run.reports) -> msg => match msg {
                 Ok(TaskReport::Finished { task }) => {
                     finished[task] = true;
-                    if finished.iter().all(|f| *f) {
-                        for c in &run.controls {
-                            let _ = c.send(Control::CommitFinal);
+                    match coordinator.as_deref_mut() {
+                        Some(c) => c.on_task_finished(task, &mut out),
+                        None => {
+                            if finished.iter().all(|f| *f) {
+                                for ctl in &run.controls {
+                                    let _ = ctl.send(Control::Finalize { commit_end_of_job: true });
+                                }
+                            }
                         }
+                    }
+                }
+                Ok(TaskReport::Snapshot { task, checkpoint, states, alignment, finished: fin }) => {
+                    if let Some(c) = coordinator.as_deref_mut() {
+                        c.on_snapshot(graph, &run.tasks, task, checkpoint, states, alignment, fin, &mut out);
                     }
                 }
                 Ok(TaskReport::Closed { .. }) => closed += 1,
@@ -304,15 +470,39 @@ fn run_attempt(
                 }
                 Err(_) => break,
             },
-            recv(driver_rx) -> msg => {
-                if let Ok(DriverMsg::Cancel) = msg {
+            recv(done_rx.as_ref().unwrap_or(&never)) -> msg => {
+                if let (Ok(done), Some(c)) = (msg, coordinator.as_deref_mut()) {
+                    c.on_write_done(graph, &run.tasks, done, &mut out);
+                }
+            },
+            recv(driver_rx) -> msg => match msg {
+                Ok(DriverMsg::Cancel) | Err(_) => {
                     first_error = Some(Error::Cancelled);
                     break;
                 }
-            }
+                Ok(DriverMsg::Trigger(reply)) => match coordinator.as_deref_mut() {
+                    Some(c) => {
+                        let _ = c.trigger(BarrierKind::Checkpoint, Some(reply), &run.tasks, &finished, &mut out);
+                    }
+                    None => {
+                        let _ = reply.send(Err(Error::checkpoint(
+                            None,
+                            "checkpointing is not enabled for this job",
+                        )));
+                    }
+                },
+            },
+            default(timeout) => {}
         }
+        if let Some(c) = coordinator.as_deref_mut() {
+            c.tick(&run.tasks, &finished, &mut out);
+        }
+        run.deliver(&mut out);
     }
     if let Some(err) = first_error {
+        if let Some(c) = coordinator.as_deref_mut() {
+            c.abort_inflight("a task failed", &mut out);
+        }
         // Prefer the root cause over the cancellations it triggered.
         let mut root = err;
         let reports = run.reports.clone();
@@ -341,6 +531,8 @@ fn build_attempt(
     config: &JobConfig,
     shared: &Shared,
     attempt: u32,
+    mode: AlignmentMode,
+    restored: Option<&RestoredCheckpoint>,
 ) -> Result<Attempt> {
     let max_p = graph.max_parallelism;
     // Channels: for every edge into a chain head, one channel per connected
@@ -379,6 +571,7 @@ fn build_attempt(
                         rx,
                         input: edge.input,
                         ended: false,
+                        blocked: false,
                         watermark: i64::MIN,
                     });
                 }
@@ -393,6 +586,7 @@ fn build_attempt(
     let (report_tx, report_rx) = unbounded();
     let mut controls = Vec::new();
     let mut tasks = Vec::new();
+    let mut infos = Vec::new();
     for ci in 0..n_chains {
         let chain = &plan.chains[ci];
         let p = chain.parallelism;
@@ -413,6 +607,8 @@ fn build_attempt(
             let mut ops = Vec::new();
             let mut slots = Vec::new();
             let mut contexts = Vec::new();
+            let mut node_ids = Vec::new();
+            let mut restore = TaskRestore::default();
             for &node_id in &chain.nodes {
                 let node = &graph.nodes[node_id];
                 let ctx = ctx_of(node_id);
@@ -421,23 +617,55 @@ fn build_attempt(
                     metrics: shared.metrics.nodes[node_id].2.clone(),
                     schema: node.output_schema.clone(),
                 };
+                let state = match restored {
+                    Some(rc) => state_for(
+                        rc,
+                        &node.uid,
+                        &node.name,
+                        subtask,
+                        p,
+                        ctx.key_groups.clone(),
+                    )?,
+                    None => None,
+                };
                 match &node.kind {
                     NodeKind::Source(f) => {
                         let reader = f
                             .create(&ctx, config.batch_size)
                             .map_err(|e| e.in_operator(&node.name))?;
-                        source = Some(SourceHead { reader, slot });
+                        source = Some(SourceHead {
+                            reader,
+                            slot,
+                            node: node_id,
+                        });
                         source_context = Some(ctx);
+                        restore.source_offset = state
+                            .and_then(|s| s.operator)
+                            .and_then(|b| b.as_bytes().map(<[u8]>::to_vec));
                     }
                     NodeKind::Operator(f) => {
                         ops.push(f.create(&ctx).map_err(|e| e.in_operator(&node.name))?);
                         slots.push(slot);
                         contexts.push(ctx);
+                        node_ids.push(node_id);
+                        restore.states.push(state);
                     }
                 }
             }
             let (ctl_tx, ctl_rx) = unbounded();
             controls.push(ctl_tx);
+            let task_inputs: Vec<InputChannel> = chain_inputs.next().unwrap_or_default();
+            infos.push(TaskInfo {
+                name: chain
+                    .nodes
+                    .iter()
+                    .map(|n| graph.nodes[*n].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" -> "),
+                nodes: chain.nodes.clone(),
+                subtask,
+                is_source: source.is_some(),
+            });
             tasks.push(Task {
                 id: tasks.len(),
                 source,
@@ -445,11 +673,14 @@ fn build_attempt(
                 ops,
                 slots,
                 contexts,
-                inputs: chain_inputs.next().unwrap_or_default(),
+                aligner: BarrierAligner::new(task_inputs.len(), mode),
+                inputs: task_inputs,
                 num_logical_inputs: graph.num_inputs(chain.nodes[0]).max(1),
                 output: chain_outputs.next().unwrap_or_default(),
                 control: ctl_rx,
                 reports: report_tx.clone(),
+                node_ids,
+                restore,
             });
         }
     }
@@ -467,6 +698,7 @@ fn build_attempt(
                     controls,
                     threads,
                     reports: report_rx,
+                    tasks: infos,
                 };
                 run.cancel_and_join();
                 return Err(Error::operator(
@@ -480,5 +712,6 @@ fn build_attempt(
         controls,
         threads,
         reports: report_rx,
+        tasks: infos,
     })
 }

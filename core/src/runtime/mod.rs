@@ -8,5 +8,5 @@ pub mod metrics;
 pub mod plan;
 pub(crate) mod task;
 
-pub use job::{JobConfig, JobHandle, JobOutcome, JobStatus, RestartStrategy};
+pub use job::{JobConfig, JobHandle, JobOutcome, JobStatus, RestartStrategy, RestoreFrom};
 pub use metrics::{MetricsSnapshot, OperatorMetrics, OperatorMetricsSnapshot};

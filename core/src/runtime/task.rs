@@ -10,14 +10,17 @@
 //! end-of-job commit) before it closes and sends EndOfPartition.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 
+use crate::barrier::{AlignerAction, BarrierAligner};
 use crate::channel::{EventReceiver, EventSender};
+use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
-use crate::event::{Event, MAX_WATERMARK};
+use crate::event::{Barrier, Event, MAX_WATERMARK};
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::partition::Partitioner;
 use crate::runtime::metrics::OperatorMetrics;
@@ -27,8 +30,16 @@ use crate::source::{SourcePoll, SourceReader};
 /// Messages from the supervisor to a task.
 #[derive(Debug, Clone)]
 pub(crate) enum Control {
-    /// Every task finished: commit everything (job without checkpointing).
-    CommitFinal,
+    /// Take a snapshot for this barrier now (sent to sources, and to tasks
+    /// that finished and so receive no more barriers on their channels).
+    TriggerCheckpoint(Barrier),
+    /// The checkpoint completed everywhere.
+    NotifyComplete(u64),
+    /// The checkpoint was aborted.
+    AbortCheckpoint(u64),
+    /// The job is over: close. With `commit_end_of_job`, first commit
+    /// everything with the end-of-job pseudo-checkpoint (no checkpointing).
+    Finalize { commit_end_of_job: bool },
     /// Stop now.
     Cancel,
 }
@@ -43,6 +54,14 @@ pub(crate) enum TaskReport {
     Closed { task: usize },
     /// The task failed.
     Failed { task: usize, error: Error },
+    /// The task's snapshot for a checkpoint (to be written asynchronously).
+    Snapshot {
+        task: usize,
+        checkpoint: u64,
+        states: Vec<NodeSnapshot>,
+        alignment: Duration,
+        finished: bool,
+    },
 }
 
 /// Schema bookkeeping and counters of one operator's output.
@@ -220,6 +239,7 @@ pub(crate) struct InputChannel {
     /// The logical input of the head operator this channel feeds.
     pub input: usize,
     pub ended: bool,
+    pub blocked: bool,
     pub watermark: i64,
 }
 
@@ -227,6 +247,14 @@ pub(crate) struct InputChannel {
 pub(crate) struct SourceHead {
     pub reader: Box<dyn SourceReader>,
     pub slot: OpSlot,
+    pub node: usize,
+}
+
+/// What a task restores before it opens its operators.
+#[derive(Default)]
+pub(crate) struct TaskRestore {
+    pub source_offset: Option<Vec<u8>>,
+    pub states: Vec<Option<crate::state::OperatorState>>,
 }
 
 /// A subtask ready to run on its own thread.
@@ -242,6 +270,10 @@ pub(crate) struct Task {
     pub output: TaskOutput,
     pub control: Receiver<Control>,
     pub reports: Sender<TaskReport>,
+    /// The graph node of each operator of `ops`.
+    pub node_ids: Vec<usize>,
+    pub aligner: BarrierAligner,
+    pub restore: TaskRestore,
 }
 
 enum Step {
@@ -285,6 +317,18 @@ impl Task {
     }
 
     fn run_inner(&mut self) -> Result<()> {
+        let restore = std::mem::take(&mut self.restore);
+        if let (Some(src), Some(offset)) = (self.source.as_mut(), restore.source_offset) {
+            src.reader
+                .seek(&offset)
+                .map_err(|e| e.in_operator(&src.slot.name))?;
+        }
+        for (i, state) in restore.states.into_iter().enumerate() {
+            if let (Some(state), Some(op)) = (state, self.ops.get_mut(i)) {
+                op.restore_state(state)
+                    .map_err(|e| e.in_operator(&self.slots[i].name))?;
+            }
+        }
         if let (Some(src), Some(ctx)) = (self.source.as_mut(), self.source_context.as_ref()) {
             src.reader
                 .open(ctx)
@@ -303,7 +347,7 @@ impl Task {
         self.finish_chain(first_unfinished)?;
         self.output.broadcast(Event::EndOfData { drain: true })?;
         let _ = self.reports.send(TaskReport::Finished { task: self.id });
-        self.await_final_commit()?;
+        self.await_finalize()?;
         for i in 0..self.ops.len() {
             let name = self.slots[i].name.clone();
             self.ops[i].close().map_err(|e| e.in_operator(&name))?;
@@ -317,10 +361,105 @@ impl Task {
         Ok(())
     }
 
+    /// Handles a control message while the task runs.
     fn handle_control(&mut self, c: Control) -> Result<()> {
         match c {
             Control::Cancel => Err(Error::Cancelled),
-            Control::CommitFinal => Ok(()),
+            Control::TriggerCheckpoint(barrier) => {
+                // Only sources are triggered while running.
+                self.snapshot(barrier, Duration::ZERO, false)
+            }
+            Control::NotifyComplete(id) => self.notify_complete(id),
+            Control::AbortCheckpoint(id) => {
+                let action = self.aligner.on_cancel(id);
+                self.apply(action)
+            }
+            Control::Finalize { .. } => Ok(()),
+        }
+    }
+
+    /// Takes the synchronous part of a snapshot of every operator of the
+    /// chain, reports it, and (while running) forwards the barrier.
+    fn snapshot(&mut self, barrier: Barrier, alignment: Duration, finished: bool) -> Result<()> {
+        let mut states = Vec::with_capacity(self.ops.len() + 1);
+        if let Some(src) = &self.source {
+            states.push(NodeSnapshot {
+                node: src.node,
+                state: crate::state::OperatorState {
+                    operator: Some(crate::state::StateBlob::Bytes(Arc::new(
+                        src.reader.offset(),
+                    ))),
+                    keyed: Vec::new(),
+                },
+            });
+        }
+        for i in 0..self.ops.len() {
+            let name = self.slots[i].name.clone();
+            let state = self.ops[i]
+                .snapshot_state(barrier.id)
+                .map_err(|e| e.in_operator(&name))?;
+            states.push(NodeSnapshot {
+                node: self.node_ids[i],
+                state,
+            });
+        }
+        let _ = self.reports.send(TaskReport::Snapshot {
+            task: self.id,
+            checkpoint: barrier.id,
+            states,
+            alignment,
+            finished,
+        });
+        if !finished {
+            self.output.broadcast(Event::Barrier(barrier))?;
+        }
+        Ok(())
+    }
+
+    fn notify_complete(&mut self, id: u64) -> Result<()> {
+        for i in 0..self.ops.len() {
+            let name = self.slots[i].name.clone();
+            self.ops[i]
+                .notify_checkpoint_complete(id)
+                .map_err(|e| e.in_operator(&name))?;
+        }
+        Ok(())
+    }
+
+    /// Obeys the barrier aligner.
+    fn apply(&mut self, action: AlignerAction) -> Result<()> {
+        match action {
+            AlignerAction::Nothing => Ok(()),
+            AlignerAction::Block(ch) => {
+                self.inputs[ch].blocked = true;
+                Ok(())
+            }
+            AlignerAction::Snapshot {
+                barrier,
+                unblock,
+                alignment,
+            } => {
+                self.snapshot(barrier, alignment, false)?;
+                for ch in unblock {
+                    self.inputs[ch].blocked = false;
+                }
+                Ok(())
+            }
+            AlignerAction::AbortAndStart { unblock, block, .. } => {
+                for ch in unblock {
+                    self.inputs[ch].blocked = false;
+                }
+                if let Some(ch) = block {
+                    self.inputs[ch].blocked = true;
+                }
+                Ok(())
+            }
+            AlignerAction::Abort { unblock, .. } => {
+                for ch in unblock {
+                    self.inputs[ch].blocked = false;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -382,7 +521,7 @@ impl Task {
         for k in 0..n {
             let i = (*cursor + k) % n;
             let ch = &self.inputs[i];
-            if ch.ended {
+            if ch.ended || ch.blocked {
                 continue;
             }
             match ch.rx.try_recv() {
@@ -398,7 +537,7 @@ impl Task {
         let mut sel = Select::new();
         let mut index = Vec::with_capacity(n);
         for (i, ch) in self.inputs.iter().enumerate() {
-            if !ch.ended {
+            if !ch.ended && !ch.blocked {
                 sel.recv(&ch.rx);
                 index.push(i);
             }
@@ -450,13 +589,20 @@ impl Task {
                     self.inputs[i].watermark = MAX_WATERMARK;
                     live -= 1;
                     live_per_input[input] -= 1;
+                    if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
+                        self.apply(action)?;
+                    }
                     self.advance_watermark(&mut combined_wm)?;
                     if live_per_input[input] == 0 {
                         self.end_head_input(input)?;
                     }
                 }
+                Step::Event(i, Event::Barrier(barrier)) => {
+                    let action = self.aligner.on_barrier(i, barrier, Instant::now());
+                    self.apply(action)?;
+                }
                 Step::Event(_, Event::EndOfPartition) => {}
-                Step::Event(_, Event::Barrier(_)) | Step::Event(_, Event::Termination(_)) => {}
+                Step::Event(_, Event::Termination(_)) => {}
             }
         }
         Ok(())
@@ -518,21 +664,32 @@ impl Task {
         Ok(())
     }
 
-    fn await_final_commit(&mut self) -> Result<()> {
-        match self.control.recv() {
-            Ok(Control::CommitFinal) => {
-                for i in 0..self.ops.len() {
-                    let name = self.slots[i].name.clone();
-                    self.ops[i]
-                        .snapshot_state(END_OF_JOB)
-                        .map_err(|e| e.in_operator(&name))?;
-                    self.ops[i]
-                        .notify_checkpoint_complete(END_OF_JOB)
-                        .map_err(|e| e.in_operator(&name))?;
+    /// After the operators finished: answer checkpoint triggers with the
+    /// final state, deliver completions, and return once the job tells the
+    /// task to close (after the final checkpoint, or, without
+    /// checkpointing, after committing with the end-of-job pseudo-checkpoint).
+    fn await_finalize(&mut self) -> Result<()> {
+        loop {
+            match self.control.recv() {
+                Ok(Control::TriggerCheckpoint(barrier)) => {
+                    self.snapshot(barrier, Duration::ZERO, true)?;
                 }
-                Ok(())
+                Ok(Control::NotifyComplete(id)) => self.notify_complete(id)?,
+                Ok(Control::AbortCheckpoint(_)) => {}
+                Ok(Control::Finalize { commit_end_of_job }) => {
+                    if commit_end_of_job {
+                        for i in 0..self.ops.len() {
+                            let name = self.slots[i].name.clone();
+                            self.ops[i]
+                                .snapshot_state(END_OF_JOB)
+                                .map_err(|e| e.in_operator(&name))?;
+                        }
+                        self.notify_complete(END_OF_JOB)?;
+                    }
+                    return Ok(());
+                }
+                Ok(Control::Cancel) | Err(_) => return Err(Error::Cancelled),
             }
-            Ok(Control::Cancel) | Err(_) => Err(Error::Cancelled),
         }
     }
 }

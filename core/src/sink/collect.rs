@@ -61,13 +61,26 @@ impl CollectStore {
         }
     }
 
-    /// Drops staged transactions of checkpoints after `checkpoint` (they
-    /// belong to an attempt that failed before they completed).
-    pub fn abort_after(&self, checkpoint: Option<u64>) {
+    /// Restores `subtask` at checkpoint `checkpoint`: what it staged up to
+    /// that checkpoint is committed (idempotently: that checkpoint
+    /// completed), what it staged later is dropped (those checkpoints never
+    /// completed, their records will be produced again). `None`: the job
+    /// starts from scratch and everything `subtask` staged is dropped.
+    pub fn restore(&self, subtask: usize, checkpoint: Option<u64>) {
         let mut inner = self.inner.lock();
-        inner
+        let keys: Vec<TxnKey> = inner
             .staged
-            .retain(|(c, _), _| checkpoint.is_some_and(|last| *c <= last));
+            .keys()
+            .filter(|(_, s)| *s == subtask)
+            .copied()
+            .collect();
+        for k in keys {
+            if let Some(b) = inner.staged.remove(&k) {
+                if checkpoint.is_some_and(|last| k.0 <= last) {
+                    inner.committed.entry(k).or_insert(b);
+                }
+            }
+        }
     }
 
     /// Every committed batch, in (checkpoint, subtask) order.
@@ -106,6 +119,7 @@ impl OperatorFactory for CollectSinkFactory {
             store: self.store.clone(),
             subtask: ctx.subtask_index,
             current: Vec::new(),
+            restored: false,
         }))
     }
 }
@@ -115,9 +129,32 @@ pub struct CollectSink {
     store: Arc<CollectStore>,
     subtask: usize,
     current: Vec<RecordBatch>,
+    restored: bool,
 }
 
 impl Operator for CollectSink {
+    fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
+        if !self.restored {
+            self.store.restore(self.subtask, None);
+        }
+        Ok(())
+    }
+
+    fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        let checkpoint = state
+            .operator
+            .as_ref()
+            .and_then(|b| b.as_bytes())
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| {
+                crate::error::Error::checkpoint(None, "the collect sink's state is malformed")
+            })?;
+        self.store.restore(self.subtask, Some(checkpoint));
+        self.restored = true;
+        Ok(())
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,

@@ -46,6 +46,7 @@ impl OperatorFactory for ParquetSinkFactory {
             seq: 0,
             writer: None,
             pending: BTreeMap::new(),
+            restored_tag: None,
         }))
     }
 }
@@ -66,6 +67,8 @@ pub struct ParquetSink {
     writer: Option<OpenFile>,
     /// checkpoint id -> (pending path, final path)
     pending: BTreeMap<u64, (PathBuf, PathBuf)>,
+    /// The run tag of the job this subtask was restored from.
+    restored_tag: Option<String>,
 }
 
 impl ParquetSink {
@@ -137,11 +140,24 @@ impl ParquetSink {
 impl Operator for ParquetSink {
     fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
         fs::create_dir_all(&self.dir).map_err(|e| self.io(&self.dir.clone(), &e))?;
-        // Remove what an earlier attempt of this subtask left in progress.
-        let prefix = format!(".inprogress-{}-{:04}-", self.run_tag, self.subtask);
+        // Remove what earlier attempts of this subtask left uncommitted:
+        // files in progress, and pre-committed files of checkpoints that
+        // never completed (restore_state committed the ones that did).
+        let mut tags = vec![self.run_tag.clone()];
+        tags.extend(self.restored_tag.clone());
+        let prefixes: Vec<String> = tags
+            .iter()
+            .flat_map(|t| {
+                [
+                    format!(".inprogress-{t}-{:04}-", self.subtask),
+                    format!(".pending-{t}-{:04}-", self.subtask),
+                ]
+            })
+            .collect();
         if let Ok(entries) = fs::read_dir(&self.dir) {
             for e in entries.flatten() {
-                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let name = e.file_name().to_string_lossy().to_string();
+                if prefixes.iter().any(|p| name.starts_with(p)) {
                     let _ = fs::remove_file(e.path());
                 }
             }
@@ -197,6 +213,36 @@ impl Operator for ParquetSink {
 
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
         self.commit_upto(checkpoint_id)
+    }
+
+    fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        let bad = || {
+            Error::checkpoint(
+                None,
+                format!("the state of Parquet sink '{}' is malformed", self.name),
+            )
+        };
+        let bytes = state
+            .operator
+            .as_ref()
+            .and_then(|b| b.as_bytes())
+            .ok_or_else(bad)?;
+        let text = std::str::from_utf8(bytes).map_err(|_| bad())?;
+        for line in text.lines() {
+            let parts: Vec<&str> = line.split('\t').collect();
+            match parts.as_slice() {
+                ["tag", tag] => self.restored_tag = Some((*tag).to_string()),
+                [id, pending, final_path] => {
+                    let id: u64 = id.parse().map_err(|_| bad())?;
+                    self.pending
+                        .insert(id, (PathBuf::from(pending), PathBuf::from(final_path)));
+                }
+                _ => return Err(bad()),
+            }
+        }
+        // Every pending transaction of the restored state belongs to a
+        // completed checkpoint: commit it (idempotent).
+        self.commit_upto(u64::MAX)
     }
 
     fn close(&mut self) -> Result<()> {

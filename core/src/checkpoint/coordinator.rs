@@ -1,0 +1,636 @@
+//! The checkpoint coordinator (flink-fault-tolerance-mechanism.txt,
+//! "checkpointing": the coordinator injects barriers at the sources, collects
+//! the acknowledgements with the state handles, and a checkpoint completes
+//! when every task acknowledged; FLIP-147 for tasks that already finished).
+//!
+//! It runs on the job's driver thread, inside the supervision loop. Tasks
+//! only take a copy-on-write snapshot and report it; serializing and writing
+//! the state files happens on the coordinator's writer threads while the
+//! tasks keep processing records. The manifest is written last, atomically,
+//! and only then is every task notified (two-phase-commit sinks commit).
+//!
+//! Tasks that already finished answer a trigger directly with their final
+//! state (their channels carry no more barriers). After every task finished,
+//! a final checkpoint is taken; its completion lets the tasks close, so a
+//! bounded job ends with everything committed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use crate::barrier::AlignmentMode;
+use crate::checkpoint::{
+    CheckpointInfo, CheckpointStorage, OperatorEntry, PendingCheckpoint, RestoredCheckpoint,
+    SourceOffset, StateHandle, StateWriter, SubtaskEntry, TaskAlignment,
+};
+use crate::error::{Error, Result};
+use crate::event::{Barrier, BarrierKind};
+use crate::graph::JobGraph;
+use crate::source::decode_positions;
+use crate::state::{OperatorState, StateBlob};
+
+/// How and where a job checkpoints.
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    pub interval: Duration,
+    pub mode: AlignmentMode,
+    pub unaligned: bool,
+    /// How many completed checkpoints to keep.
+    pub retained: usize,
+    /// A checkpoint not completed after this long is aborted.
+    pub timeout: Duration,
+}
+
+impl CheckpointConfig {
+    /// Defaults for `dir`: every second, exactly-once, 3 retained, 10 min timeout.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CheckpointConfig {
+            dir: dir.into(),
+            interval: Duration::from_secs(1),
+            mode: AlignmentMode::ExactlyOnce,
+            unaligned: false,
+            retained: 3,
+            timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Figures of one completed checkpoint.
+#[derive(Debug, Clone)]
+pub struct CheckpointStats {
+    pub id: u64,
+    pub kind: BarrierKind,
+    pub trigger_ms: u64,
+    pub duration: Duration,
+    /// The longest barrier alignment of any task.
+    pub alignment: Duration,
+    pub bytes: u64,
+    pub path: PathBuf,
+    /// (uid, name, bytes, subtasks) per operator.
+    pub operators: Vec<(String, String, u64, usize)>,
+}
+
+/// The state of one node of a task at a checkpoint.
+#[derive(Debug)]
+pub(crate) struct NodeSnapshot {
+    pub node: usize,
+    pub state: OperatorState,
+}
+
+/// What the coordinator knows of one task of the current attempt.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskInfo {
+    pub name: String,
+    pub nodes: Vec<usize>,
+    pub subtask: usize,
+    pub is_source: bool,
+}
+
+/// Messages the coordinator asks the driver to deliver to tasks.
+#[derive(Debug, Clone)]
+pub(crate) enum Outgoing {
+    Trigger {
+        task: usize,
+        barrier: Barrier,
+    },
+    Notify {
+        checkpoint: u64,
+    },
+    Abort {
+        checkpoint: u64,
+    },
+    /// The final checkpoint completed: every task may close.
+    Finalize,
+}
+
+struct WriteJob {
+    checkpoint: u64,
+    task: usize,
+    writer: StateWriter,
+    uid: String,
+    subtask: u32,
+    state: OperatorState,
+}
+
+/// The result of writing one state file.
+pub(crate) struct WriteDone {
+    checkpoint: u64,
+    task: usize,
+    uid: String,
+    result: Result<StateHandle>,
+}
+
+struct InFlight {
+    barrier: Barrier,
+    pending: PendingCheckpoint,
+    started: Instant,
+    reported: Vec<bool>,
+    outstanding: Vec<usize>,
+    triggered_directly: Vec<bool>,
+    finished_at_ack: Vec<bool>,
+    alignments: Vec<TaskAlignment>,
+    bytes: BTreeMap<String, u64>,
+    offsets: BTreeMap<(usize, usize), Vec<SourceOffset>>,
+    waiters: Vec<Sender<Result<u64>>>,
+}
+
+/// Coordinates the checkpoints of one job across its attempts.
+pub(crate) struct Coordinator {
+    storage: CheckpointStorage,
+    config: CheckpointConfig,
+    next_id: u64,
+    inflight: Option<InFlight>,
+    last_completed: Option<u64>,
+    next_trigger: Instant,
+    write_tx: Option<Sender<WriteJob>>,
+    pub done_rx: Receiver<WriteDone>,
+    writers: Vec<JoinHandle<()>>,
+    pub stats: Arc<Mutex<Vec<CheckpointStats>>>,
+    pub failed: Arc<AtomicU64>,
+    /// The last completed checkpoint was taken with every task finished.
+    final_done: bool,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Coordinator {
+    /// Opens the storage (reporting an unusable directory now, before the
+    /// job starts) and starts the writer threads.
+    pub fn new(
+        config: CheckpointConfig,
+        stats: Arc<Mutex<Vec<CheckpointStats>>>,
+        failed: Arc<AtomicU64>,
+    ) -> Result<Self> {
+        let storage = CheckpointStorage::open(&config.dir)?;
+        let newest = storage.list()?.first().map(|s| s.id).unwrap_or(0);
+        let (write_tx, write_rx) = unbounded::<WriteJob>();
+        let (done_tx, done_rx) = unbounded::<WriteDone>();
+        let mut writers = Vec::new();
+        for i in 0..2 {
+            let rx = write_rx.clone();
+            let tx = done_tx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("eddyline-ckpt-writer-{i}"))
+                .spawn(move || {
+                    for job in rx {
+                        let result = job.writer.write_state(&job.uid, job.subtask, &job.state);
+                        let _ = tx.send(WriteDone {
+                            checkpoint: job.checkpoint,
+                            task: job.task,
+                            uid: job.uid,
+                            result,
+                        });
+                    }
+                })
+                .map_err(|e| {
+                    Error::checkpoint(
+                        None,
+                        format!("cannot start a checkpoint writer thread: {e}"),
+                    )
+                })?;
+            writers.push(h);
+        }
+        Ok(Coordinator {
+            next_trigger: Instant::now() + config.interval,
+            storage,
+            config,
+            next_id: newest + 1,
+            inflight: None,
+            last_completed: None,
+            write_tx: Some(write_tx),
+            done_rx,
+            writers,
+            stats,
+            failed,
+            final_done: false,
+        })
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &CheckpointStorage {
+        &self.storage
+    }
+
+    /// The alignment mode tasks use.
+    pub fn mode(&self) -> AlignmentMode {
+        self.config.mode
+    }
+
+    /// Records that the job restored checkpoint `id` (ids continue after it).
+    pub fn restored(&mut self, id: u64) {
+        self.last_completed = Some(id);
+        self.next_id = self.next_id.max(id + 1);
+    }
+
+    /// The newest completed checkpoint of this job, verified, to restart from.
+    pub fn latest_for_restart(&self) -> Result<Option<RestoredCheckpoint>> {
+        match self.last_completed {
+            Some(id) => Ok(Some(self.storage.load(id)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// When the coordinator next needs to act (trigger or time out).
+    pub fn next_deadline(&self) -> Instant {
+        match &self.inflight {
+            Some(f) => f.started + self.config.timeout,
+            None => self.next_trigger,
+        }
+    }
+
+    /// Starts a new attempt: whatever was in flight is aborted.
+    pub fn begin_attempt(&mut self, out: &mut Vec<Outgoing>) {
+        self.abort_inflight("the job restarted", out);
+        self.final_done = false;
+        self.next_trigger = Instant::now() + self.config.interval;
+    }
+
+    /// Periodic work: triggers a checkpoint when one is due, aborts one that
+    /// timed out. `finished[t]` tells which tasks finished.
+    pub fn tick(&mut self, tasks: &[TaskInfo], finished: &[bool], out: &mut Vec<Outgoing>) {
+        let now = Instant::now();
+        if let Some(f) = &self.inflight {
+            if now >= f.started + self.config.timeout {
+                let msg = format!(
+                    "checkpoint {} did not complete within {:?}",
+                    f.barrier.id, self.config.timeout
+                );
+                self.abort_inflight(&msg, out);
+            }
+            return;
+        }
+        let all_finished = finished.iter().all(|f| *f);
+        if all_finished && !self.final_done {
+            let _ = self.trigger(BarrierKind::Checkpoint, None, tasks, finished, out);
+            return;
+        }
+        if now >= self.next_trigger && !all_finished {
+            let _ = self.trigger(BarrierKind::Checkpoint, None, tasks, finished, out);
+        }
+    }
+
+    /// Triggers a checkpoint now. `waiter` hears its outcome.
+    pub fn trigger(
+        &mut self,
+        kind: BarrierKind,
+        waiter: Option<Sender<Result<u64>>>,
+        tasks: &[TaskInfo],
+        finished: &[bool],
+        out: &mut Vec<Outgoing>,
+    ) -> Result<u64> {
+        if let Some(f) = &mut self.inflight {
+            // One checkpoint at a time: a manual trigger joins the one in flight.
+            let id = f.barrier.id;
+            if let Some(w) = waiter {
+                f.waiters.push(w);
+            }
+            return Ok(id);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.next_trigger = Instant::now() + self.config.interval;
+        let pending = match self.storage.begin(id) {
+            Ok(p) => p,
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                if let Some(w) = waiter {
+                    let _ = w.send(Err(e.clone()));
+                }
+                return Err(e);
+            }
+        };
+        let barrier = Barrier {
+            id,
+            kind,
+            aligned: !self.config.unaligned,
+            timestamp_ms: now_ms(),
+        };
+        let n = tasks.len();
+        let mut flight = InFlight {
+            barrier,
+            pending,
+            started: Instant::now(),
+            reported: vec![false; n],
+            outstanding: vec![0; n],
+            triggered_directly: vec![false; n],
+            finished_at_ack: vec![false; n],
+            alignments: Vec::new(),
+            bytes: BTreeMap::new(),
+            offsets: BTreeMap::new(),
+            waiters: waiter.into_iter().collect(),
+        };
+        for (t, info) in tasks.iter().enumerate() {
+            if info.is_source || finished[t] {
+                flight.triggered_directly[t] = true;
+                out.push(Outgoing::Trigger { task: t, barrier });
+            }
+        }
+        self.inflight = Some(flight);
+        Ok(id)
+    }
+
+    /// A task finished: if it has not acknowledged the checkpoint in flight
+    /// (its inputs ended before the barrier reached it), trigger it directly.
+    pub fn on_task_finished(&mut self, task: usize, out: &mut Vec<Outgoing>) {
+        if let Some(f) = &mut self.inflight {
+            if !f.reported[task] && !f.triggered_directly[task] {
+                f.triggered_directly[task] = true;
+                out.push(Outgoing::Trigger {
+                    task,
+                    barrier: f.barrier,
+                });
+            }
+        }
+    }
+
+    /// A task reported its snapshot of `checkpoint`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_snapshot(
+        &mut self,
+        graph: &JobGraph,
+        tasks: &[TaskInfo],
+        task: usize,
+        checkpoint: u64,
+        states: Vec<NodeSnapshot>,
+        alignment: Duration,
+        finished: bool,
+        out: &mut Vec<Outgoing>,
+    ) {
+        let Some(f) = self
+            .inflight
+            .as_mut()
+            .filter(|f| f.barrier.id == checkpoint)
+        else {
+            return; // a snapshot of an aborted checkpoint
+        };
+        if f.reported[task] {
+            return;
+        }
+        f.reported[task] = true;
+        f.finished_at_ack[task] = finished;
+        let info = &tasks[task];
+        f.alignments.push(TaskAlignment {
+            task: info.name.clone(),
+            subtask: info.subtask as u32,
+            alignment_us: alignment.as_micros() as u64,
+        });
+        let Some(write_tx) = &self.write_tx else {
+            return;
+        };
+        for snap in states {
+            let node = &graph.nodes[snap.node];
+            if let (true, Some(StateBlob::Bytes(b))) = (
+                matches!(node.kind, crate::graph::NodeKind::Source(_)),
+                snap.state.operator.as_ref(),
+            ) {
+                let positions = decode_positions(b, b.len() / 8).unwrap_or_default();
+                f.offsets.insert(
+                    (snap.node, info.subtask),
+                    positions
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| SourceOffset {
+                            split: format!("{}/{}", info.subtask, i),
+                            offset: *p,
+                        })
+                        .collect(),
+                );
+            }
+            if snap.state.is_empty() {
+                continue;
+            }
+            f.outstanding[task] += 1;
+            let _ = write_tx.send(WriteJob {
+                checkpoint,
+                task,
+                writer: f.pending.writer(),
+                uid: node.uid.clone(),
+                subtask: info.subtask as u32,
+                state: snap.state,
+            });
+        }
+        self.maybe_complete(graph, tasks, out);
+    }
+
+    /// A state file was written (or failed to be).
+    pub fn on_write_done(
+        &mut self,
+        graph: &JobGraph,
+        tasks: &[TaskInfo],
+        done: WriteDone,
+        out: &mut Vec<Outgoing>,
+    ) {
+        let Some(f) = self
+            .inflight
+            .as_mut()
+            .filter(|f| f.barrier.id == done.checkpoint)
+        else {
+            return;
+        };
+        match done.result {
+            Ok(handle) => {
+                f.outstanding[done.task] = f.outstanding[done.task].saturating_sub(1);
+                *f.bytes.entry(done.uid).or_default() += handle.file.size;
+                self.maybe_complete(graph, tasks, out);
+            }
+            Err(e) => {
+                let msg = format!("writing its state failed: {e}");
+                self.abort_inflight(&msg, out);
+            }
+        }
+    }
+
+    fn maybe_complete(&mut self, graph: &JobGraph, tasks: &[TaskInfo], out: &mut Vec<Outgoing>) {
+        let Some(f) = &self.inflight else {
+            return;
+        };
+        let done = f.reported.iter().all(|r| *r) && f.outstanding.iter().all(|o| *o == 0);
+        if !done {
+            return;
+        }
+        let Some(f) = self.inflight.take() else {
+            return;
+        };
+        let id = f.barrier.id;
+        let mut operators = Vec::new();
+        for node in &graph.nodes {
+            let node_tasks: Vec<usize> = tasks
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.nodes.contains(&node.id))
+                .map(|(i, _)| i)
+                .collect();
+            operators.push(OperatorEntry {
+                uid: node.uid.clone(),
+                name: node.name.clone(),
+                finished: node_tasks.iter().all(|t| f.finished_at_ack[*t]),
+                null_state_checkpoint: None,
+                subtasks: (0..node.parallelism)
+                    .map(|s| SubtaskEntry {
+                        subtask: s as u32,
+                        state: None,
+                        source_offsets: f.offsets.get(&(node.id, s)).cloned().unwrap_or_default(),
+                    })
+                    .collect(),
+            });
+        }
+        let info = CheckpointInfo {
+            kind: f.barrier.kind,
+            trigger_ms: f.barrier.timestamp_ms,
+            completion_ms: Some(now_ms()),
+            alignments: f.alignments.clone(),
+            operators,
+        };
+        let path = f.pending.dir().to_path_buf();
+        match f.pending.complete(info) {
+            Ok(_) => {
+                let alignment = f
+                    .alignments
+                    .iter()
+                    .map(|a| Duration::from_micros(a.alignment_us))
+                    .max()
+                    .unwrap_or_default();
+                let stats = CheckpointStats {
+                    id,
+                    kind: f.barrier.kind,
+                    trigger_ms: f.barrier.timestamp_ms,
+                    duration: f.started.elapsed(),
+                    alignment,
+                    bytes: f.bytes.values().sum(),
+                    path,
+                    operators: graph
+                        .nodes
+                        .iter()
+                        .map(|n| {
+                            (
+                                n.uid.clone(),
+                                n.name.clone(),
+                                f.bytes.get(&n.uid).copied().unwrap_or(0),
+                                n.parallelism,
+                            )
+                        })
+                        .collect(),
+                };
+                self.stats.lock().push(stats);
+                self.last_completed = Some(id);
+                let _ = self.storage.retain(self.config.retained.max(1));
+                out.push(Outgoing::Notify { checkpoint: id });
+                if f.finished_at_ack.iter().all(|x| *x) {
+                    self.final_done = true;
+                    out.push(Outgoing::Finalize);
+                }
+                for w in f.waiters {
+                    let _ = w.send(Ok(id));
+                }
+            }
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                out.push(Outgoing::Abort { checkpoint: id });
+                for w in f.waiters {
+                    let _ = w.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Aborts the checkpoint in flight, if any.
+    pub fn abort_inflight(&mut self, reason: &str, out: &mut Vec<Outgoing>) {
+        if let Some(f) = self.inflight.take() {
+            let id = f.barrier.id;
+            let _ = f.pending.abort();
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            out.push(Outgoing::Abort { checkpoint: id });
+            let err = Error::checkpoint(None, format!("checkpoint {id} was aborted: {reason}"));
+            for w in f.waiters {
+                let _ = w.send(Err(err.clone()));
+            }
+        }
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.write_tx = None;
+        for h in self.writers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The state to restore for subtask `subtask` (of `parallelism`, owning
+/// `key_groups`) of the operator `uid`, from `rc`.
+pub(crate) fn state_for(
+    rc: &RestoredCheckpoint,
+    uid: &str,
+    name: &str,
+    subtask: usize,
+    parallelism: usize,
+    key_groups: std::ops::Range<usize>,
+) -> Result<Option<OperatorState>> {
+    let Some(entry) = rc.manifest().operator(uid) else {
+        return Ok(None);
+    };
+    let old_p = entry.subtasks.len();
+    let keyed = rc.keyed_state(uid, key_groups.start as u32..key_groups.end as u32);
+    let operator = if old_p == parallelism {
+        rc.state(uid, subtask as u32)
+            .and_then(|s| s.operator.clone())
+    } else if rc.operator_blobs(uid).is_empty() {
+        None
+    } else {
+        return Err(Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "operator '{name}' (uid '{uid}') has non-keyed state taken at parallelism {old_p}; \
+                 restoring it at parallelism {parallelism} is not supported"
+            ),
+        ));
+    };
+    if operator.is_none() && keyed.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(OperatorState { operator, keyed }))
+}
+
+/// Refuses a checkpoint that holds state for operators the graph lacks.
+pub(crate) fn check_compatible(rc: &RestoredCheckpoint, graph: &JobGraph) -> Result<()> {
+    let mut unmatched = Vec::new();
+    for uid in rc.uids() {
+        if graph.nodes.iter().any(|n| n.uid == uid) {
+            continue;
+        }
+        let has_state = rc.subtask_states(uid).any(|(_, s)| !s.is_empty());
+        if has_state {
+            let name = rc
+                .manifest()
+                .operator(uid)
+                .map(|o| o.name.clone())
+                .unwrap_or_default();
+            unmatched.push(format!("'{name}' (uid '{uid}')"));
+        }
+    }
+    if unmatched.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "the checkpoint holds state of operators this job does not have: {}; \
+                 give operators stable .uid(...)s that match",
+                unmatched.join(", ")
+            ),
+        ))
+    }
+}
