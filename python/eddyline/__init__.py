@@ -35,7 +35,7 @@ from .errors import (
 )
 from .expr import Expr, col, lit
 from .functions import ProcessContext, ProcessFunction, ValueState
-from .job import JobClient, JobResult
+from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
@@ -45,6 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckpointConfig",
     "CheckpointError",
+    "CheckpointStats",
     "CollectHandle",
     "ConnectedStreams",
     "DataStream",
@@ -56,6 +57,7 @@ __all__ = [
     "JobFailedError",
     "JobResult",
     "KeyedStream",
+    "OperatorCheckpointStats",
     "ParquetSink",
     "ProcessContext",
     "ProcessFunction",

@@ -15,7 +15,24 @@ def build_graph(nodes: list[NodeDict], max_parallelism: int) -> list[pa.Schema |
     """Validates a graph; returns each node's output schema (None where unknown)."""
 
 def start_job(nodes: list[NodeDict], config: dict[str, Any]) -> JobHandle:
-    """Starts a job on background threads and returns at once."""
+    """Starts a job on background threads and returns at once.
+
+    ``config``: ``{"name", "max_parallelism", "batch_size", "restart": None |
+    {"attempts", "delay_s"}, "checkpoint": None | {"dir", "interval", "mode",
+    "unaligned", "retained", "recovery", "timeout"}, "restore_from": None |
+    "latest" | path}``. Raises ``CheckpointError`` (before anything runs) for an
+    unwritable checkpoint dir, a missing or corrupt restore path.
+    """
+
+def list_checkpoints(dir: str) -> list[dict[str, Any]]:
+    """The checkpoints under ``dir``, newest first: ``{"id", "kind",
+    "trigger_time_ms", "completion_time_ms", "duration_ms", "bytes", "path",
+    "valid", "error"}``."""
+
+def inspect_checkpoint(path: str) -> dict[str, Any]:
+    """One checkpoint (``DIR/chk-N``): its stats, ``"alignments"`` and
+    ``"operators"`` (uid, name, finished, subtasks with bytes, key groups and
+    file). Raises ``CheckpointError`` naming the file when it is corrupt."""
 
 class JobHandle:
     """A running (or ended) job."""
@@ -29,4 +46,8 @@ class JobHandle:
         """``{"restarts", "checkpoints", "metrics"}``; raises the job's error if it failed."""
     def cancel(self) -> None: ...
     def collected(self, node_id: int) -> list[pa.RecordBatch]: ...
-    def trigger_checkpoint(self) -> int: ...
+    def trigger_checkpoint(self) -> int:
+        """Triggers a checkpoint and waits (GIL released) until it completed; its id."""
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The completed checkpoints so far, oldest first."""
+    def failed_checkpoints(self) -> int: ...

@@ -25,6 +25,9 @@ from .errors import EddylineError, JobFailedError, SchemaError
 from .functions import ProcessContext, ProcessFunction, Row
 
 RunnerOutput: TypeAlias = pa.RecordBatch | list[pa.RecordBatch] | None
+State: TypeAlias = bytes | dict[int, bytes]
+"""A runner's checkpointed state: operator state (``bytes``), or keyed state
+(one blob per key group, ``{key_group: bytes}``)."""
 StageKind = Literal["map", "flat_map", "filter"]
 Stage: TypeAlias = tuple[StageKind, Callable[..., Any], str]
 """One per-record stage: its kind, the user function and the operator name."""
@@ -355,12 +358,21 @@ class Runner:
         """Called once when all inputs have ended; returns final output."""
         return None
 
-    def snapshot(self, checkpoint_id: int) -> bytes | None:
-        """Returns the operator state for checkpoint ``checkpoint_id``."""
+    def snapshot(self, checkpoint_id: int) -> State | None:
+        """Returns the state for checkpoint ``checkpoint_id``.
+
+        ``bytes`` is operator state (restored into the same subtask index);
+        ``{key_group: bytes}`` is keyed state, redistributed by key group, so
+        that it can be restored at another parallelism. ``None``: no state.
+        """
         return None
 
-    def restore(self, data: bytes) -> None:
-        """Restores state written by :meth:`snapshot`."""
+    def restore(self, data: State) -> None:
+        """Restores state written by :meth:`snapshot`.
+
+        Keyed state arrives as ``{key_group: bytes}`` holding only the key
+        groups this subtask owns now.
+        """
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Called when checkpoint ``checkpoint_id`` has completed."""
@@ -532,13 +544,28 @@ class _KeyedRunner(Runner):
         groups: list[int] = key_groups.to_pylist()
         return groups
 
-    def snapshot(self, checkpoint_id: int) -> bytes | None:
-        return pickle.dumps(self._state, protocol=pickle.HIGHEST_PROTOCOL)
+    def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
+        """One pickled ``{key: value}`` blob per non-empty key group."""
+        return {
+            group: pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
+            for group, entries in self._state.items()
+            if entries
+        }
 
-    def restore(self, data: bytes) -> None:
-        restored: dict[int, dict[Hashable, Any]] = pickle.loads(data)
-        for group, entries in restored.items():
-            self._state.setdefault(group, {}).update(entries)
+    def restore(self, data: State) -> None:
+        """Restores the key groups given (``{key_group: blob}``).
+
+        A single ``bytes`` blob (a whole ``{key_group: {key: value}}`` table)
+        is accepted too.
+        """
+        if isinstance(data, bytes | bytearray | memoryview):
+            table: dict[int, dict[Hashable, Any]] = pickle.loads(data)
+            for group, entries in table.items():
+                self._state.setdefault(int(group), {}).update(entries)
+            return
+        for group, blob in data.items():
+            entries: dict[Hashable, Any] = pickle.loads(blob)
+            self._state.setdefault(int(group), {}).update(entries)
 
 
 class KeyedReduceRunner(_KeyedRunner):
@@ -709,8 +736,11 @@ class TwoPhaseCommitRunner(Runner):
             call_user(self.name, self._sink.write, self._txn, batch)
         return None
 
-    def snapshot(self, checkpoint_id: int) -> bytes | None:
+    def snapshot(self, checkpoint_id: int) -> State | None:
         if self._open:
+            hook = getattr(self._sink, "on_checkpoint", None)
+            if hook is not None:
+                call_user(self.name, hook, self._txn, checkpoint_id)
             call_user(self.name, self._sink.pre_commit, self._txn)
             self._pending[checkpoint_id] = self._txn
             self._open = False
@@ -722,7 +752,12 @@ class TwoPhaseCommitRunner(Runner):
         for done in sorted(c for c in self._pending if c <= checkpoint_id):
             call_user(self.name, self._sink.commit, self._pending.pop(done))
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: State) -> None:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"operator '{self.name}': a two-phase-commit sink has operator state (bytes), "
+                f"got {type(data).__name__}"
+            )
         pending: dict[int, Any] = pickle.loads(data)
         for checkpoint_id in sorted(pending):
             call_user(self.name, self._sink.commit, pending[checkpoint_id])

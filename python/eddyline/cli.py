@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import runpy
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["main"]
 
@@ -86,20 +88,170 @@ def _run(script: str, args: Sequence[str]) -> int:
     return 0
 
 
-def _checkpoints(directory: str) -> int:
-    found: list[str] = []
-    if os.path.isdir(directory):
-        found = sorted(
-            (entry for entry in os.listdir(directory) if entry.startswith("chk-")),
-            key=lambda e: (len(e), e),
-        )
+def _size(count: float) -> str:
+    """Formats a byte count.
+
+    Example:
+        >>> _size(512), _size(2048), _size(3 * 1024**3)
+        ('512 B', '2.0 KiB', '3.0 GiB')
+    """
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{int(count)} B"
+
+
+def _when(ms: object) -> str:
+    if not isinstance(ms, int | float) or isinstance(ms, bool) or ms <= 0:
+        return "-"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+    return f"{stamp}.{int(ms) % 1000:03d}"
+
+
+def _ms(value: object) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "-"
+    return f"{value:.1f} ms"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Left-aligned columns, two spaces apart.
+
+    Example:
+        >>> for line in _table(["id", "size"], [["1", "10 B"], ["12", "2.0 KiB"]]):
+        ...     print(line)
+        id  size
+        1   10 B
+        12  2.0 KiB
+    """
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _max_alignment(core: Any, path: str) -> str:
+    try:
+        alignments = core.inspect_checkpoint(path).get("alignments") or []
+    except Exception:
+        return "-"
+    return _ms(max((float(a.get("alignment_ms", 0.0)) for a in alignments), default=0.0))
+
+
+def _list_checkpoints(directory: str) -> int:
+    from . import _core
+
+    found: list[dict[str, Any]] = list(_core.list_checkpoints(directory))
     if not found:
         print(f"no checkpoints found in {directory}")
         return 0
-    print(f"{len(found)} checkpoint directories in {directory}:")
-    for entry in found:
-        print(f"  {entry}")
+    rows = []
+    problems = []
+    for info in found:
+        valid = bool(info.get("valid"))
+        alignment = (
+            _ms(info["alignment_ms"])
+            if "alignment_ms" in info
+            else (_max_alignment(_core, str(info.get("path"))) if valid else "-")
+        )
+        rows.append(
+            [
+                str(info.get("id")),
+                str(info.get("kind", "checkpoint")),
+                _when(info.get("trigger_time_ms")),
+                _size(int(info.get("bytes") or 0)),
+                _ms(info.get("duration_ms")),
+                alignment,
+                "yes" if valid else "NO",
+            ]
+        )
+        if not valid:
+            problems.append(f"  chk-{info.get('id')}: {info.get('error') or 'invalid'}")
+    print(f"{len(found)} checkpoints in {directory} (newest first):")
+    header = ["id", "kind", "triggered", "size", "duration", "alignment", "valid"]
+    print("\n".join(_table(header, rows, indent="  ")))
+    if problems:
+        print("invalid checkpoints:")
+        print("\n".join(problems))
     return 0
+
+
+def _key_groups(ranges: Sequence[Sequence[int]]) -> str:
+    """Formats half-open key-group ranges ``[start, end)``.
+
+    Example:
+        >>> _key_groups([[0, 32], [64, 65]]), _key_groups([])
+        ('[0, 32), [64, 65)', '-')
+    """
+    parts = [f"[{start}, {end})" for start, end in ranges]
+    return ", ".join(parts) if parts else "-"
+
+
+def _inspect_checkpoint(path: str) -> int:
+    from . import _core
+
+    info: dict[str, Any] = _core.inspect_checkpoint(path)
+    print(f"{info.get('kind', 'checkpoint')} {info.get('id')} at {info.get('path', path)}")
+    print(
+        f"  triggered {_when(info.get('trigger_time_ms'))}, "
+        f"completed {_when(info.get('completion_time_ms'))}, "
+        f"duration {_ms(info.get('duration_ms'))}, size {_size(int(info.get('bytes') or 0))}"
+    )
+    alignments = info.get("alignments") or []
+    if alignments:
+        worst = max(alignments, key=lambda a: float(a.get("alignment_ms", 0.0)))
+        print(
+            f"  alignment: max {_ms(worst.get('alignment_ms'))} "
+            f"(task '{worst.get('task')}' subtask {worst.get('subtask')})"
+        )
+    operators = info.get("operators") or []
+    print(f"  operators: {len(operators)}")
+    for op in operators:
+        subtasks = op.get("subtasks") or []
+        total = sum(int(sub.get("bytes") or 0) for sub in subtasks)
+        finished = ", finished" if op.get("finished") else ""
+        print(
+            f"    {op.get('uid')} ('{op.get('name')}'): {len(subtasks)} subtasks, "
+            f"{_size(total)}{finished}"
+        )
+        rows = [
+            [
+                str(sub.get("subtask")),
+                _size(int(sub.get("bytes") or 0)),
+                _key_groups(sub.get("key_groups") or []),
+                str(sub.get("file") or "-"),
+            ]
+            for sub in subtasks
+        ]
+        if rows:
+            print("\n".join(_table(["subtask", "size", "key groups", "file"], rows, "      ")))
+    return 0
+
+
+def _is_checkpoint_path(path: str) -> bool:
+    name = os.path.basename(os.path.normpath(path))
+    return bool(re.fullmatch(r"chk-\d+", name)) or os.path.isfile(
+        os.path.join(path, "_manifest.json")
+    )
+
+
+def _checkpoints(directory: str, checkpoint_id: int | None = None) -> int:
+    from .errors import CheckpointError
+
+    try:
+        if checkpoint_id is not None:
+            return _inspect_checkpoint(os.path.join(directory, f"chk-{checkpoint_id}"))
+        if _is_checkpoint_path(directory):
+            return _inspect_checkpoint(directory)
+        if not os.path.isdir(directory):
+            print(f"no checkpoints found in {directory}")
+            return 0
+        return _list_checkpoints(directory)
+    except CheckpointError as exc:
+        print(f"eddyline checkpoints: {exc}", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,8 +266,12 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a job script as __main__")
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
-    chk = commands.add_parser("checkpoints", help="list the checkpoints in a directory")
-    chk.add_argument("dir")
+    chk = commands.add_parser(
+        "checkpoints",
+        help="list the checkpoints in a directory, or inspect one (--id N, or a chk-N path)",
+    )
+    chk.add_argument("dir", help="a checkpoint directory, or one checkpoint's chk-N directory")
+    chk.add_argument("--id", type=int, default=None, help="inspect the checkpoint with this id")
     return parser
 
 
@@ -130,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(args.rows, args.parallelism, args.seed)
     if args.command == "run":
         return _run(args.script, args.args)
-    return _checkpoints(args.dir)
+    return _checkpoints(args.dir, args.id)
 
 
 if __name__ == "__main__":

@@ -92,17 +92,19 @@ class CheckpointConfig:
         recovery: ``"latest"`` restores all state from the latest checkpoint;
             ``"recompute"`` persists no state for operators that can rebuild it
             from a bounded stretch of input and replays that input instead.
+        timeout: How long one checkpoint may take before it is aborted (its
+            transactions then never commit); must be positive.
 
     Raises:
         ValueError: If a value is out of range.
 
     Example:
         >>> cfg = CheckpointConfig("/tmp/chk", interval="500ms", retained=2)
-        >>> cfg.interval, cfg.mode, cfg.retained
-        (0.5, 'exactly_once', 2)
+        >>> cfg.interval, cfg.mode, cfg.retained, cfg.timeout
+        (0.5, 'exactly_once', 2, 600.0)
     """
 
-    __slots__ = ("dir", "interval", "mode", "recovery", "retained", "unaligned")
+    __slots__ = ("dir", "interval", "mode", "recovery", "retained", "timeout", "unaligned")
 
     dir: str
     interval: float
@@ -110,6 +112,7 @@ class CheckpointConfig:
     unaligned: bool
     retained: int
     recovery: RecoveryMode
+    timeout: float
 
     def __init__(
         self,
@@ -120,6 +123,7 @@ class CheckpointConfig:
         unaligned: bool = False,
         retained: int = 3,
         recovery: RecoveryMode = "latest",
+        timeout: Duration = "10min",
     ) -> None:
         path = os.fspath(dir)
         if not isinstance(path, str) or not path:
@@ -139,12 +143,16 @@ class CheckpointConfig:
             raise ValueError(f"retained must be an int >= 1, got {retained!r}")
         if recovery not in ("latest", "recompute"):
             raise ValueError(f"recovery must be 'latest' or 'recompute', got {recovery!r}")
+        timeout_s = parse_duration(timeout, what="checkpoint timeout")
+        if timeout_s <= 0:
+            raise ValueError(f"checkpoint timeout must be positive, got {timeout!r}")
         object.__setattr__(self, "dir", path)
         object.__setattr__(self, "interval", seconds)
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "unaligned", unaligned)
         object.__setattr__(self, "retained", retained)
         object.__setattr__(self, "recovery", recovery)
+        object.__setattr__(self, "timeout", timeout_s)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("CheckpointConfig is immutable")
@@ -153,7 +161,7 @@ class CheckpointConfig:
         return (
             f"CheckpointConfig({self.dir!r}, interval={self.interval!r}, mode={self.mode!r}, "
             f"unaligned={self.unaligned!r}, retained={self.retained!r}, "
-            f"recovery={self.recovery!r})"
+            f"recovery={self.recovery!r}, timeout={self.timeout!r})"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -165,7 +173,7 @@ class CheckpointConfig:
         return hash(tuple(sorted(self._to_dict().items())))
 
     def _to_dict(self) -> dict[str, Any]:
-        """The binding's view: the fields, with ``interval`` in seconds.
+        """The binding's view: the fields, with ``interval`` and ``timeout`` in seconds.
 
         Example:
             >>> CheckpointConfig("d")._to_dict()["interval"]
@@ -178,6 +186,7 @@ class CheckpointConfig:
             "unaligned": self.unaligned,
             "retained": self.retained,
             "recovery": self.recovery,
+            "timeout": self.timeout,
         }
 
 

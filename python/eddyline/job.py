@@ -10,18 +10,111 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
     from .sinks import CollectHandle
 
-__all__ = ["JobClient", "JobResult"]
+__all__ = ["CheckpointStats", "JobClient", "JobResult", "OperatorCheckpointStats"]
 
 _POLL_S = 0.1
 _PROGRESS_EVERY_S = 0.25
+
+
+@dataclass(frozen=True)
+class OperatorCheckpointStats:
+    """What one operator (all its subtasks) wrote into one checkpoint.
+
+    Attributes:
+        uid: The operator's stable id (``.uid(...)``, or the generated one).
+        name: The operator's name.
+        bytes: The size of its state in the checkpoint, over all subtasks.
+        subtasks: How many subtasks acknowledged the checkpoint.
+    """
+
+    uid: str
+    name: str
+    bytes: int
+    subtasks: int
+
+
+@dataclass(frozen=True)
+class CheckpointStats:
+    """One completed checkpoint (or savepoint) of a job.
+
+    Also readable like the dict the engine reports (``stats["id"]``).
+
+    Attributes:
+        id: The checkpoint id; ids keep increasing across restarts and restores.
+        kind: ``"checkpoint"`` or ``"savepoint"``.
+        trigger_time_ms: When it was triggered, in milliseconds since the epoch.
+        duration_ms: From trigger to completion, in milliseconds.
+        alignment_ms: The longest barrier alignment of any task, in milliseconds
+            (0 when no task had to wait for a barrier).
+        bytes: Its total size.
+        path: Its directory (``DIR/chk-<id>``).
+        operators: Per-operator stats, by operator uid.
+
+    Example:
+        >>> stats = CheckpointStats.from_dict({"id": 3, "kind": "checkpoint",
+        ...     "trigger_time_ms": 1, "duration_ms": 2.5, "alignment_ms": 0.0,
+        ...     "bytes": 10, "path": "/c/chk-3",
+        ...     "operators": {"sum": {"name": "sum", "bytes": 10, "subtasks": 2}}})
+        >>> stats.id, stats["bytes"], stats.operators["sum"].subtasks
+        (3, 10, 2)
+    """
+
+    id: int
+    kind: Literal["checkpoint", "savepoint"]
+    trigger_time_ms: int
+    duration_ms: float
+    alignment_ms: float
+    bytes: int
+    path: str
+    operators: Mapping[str, OperatorCheckpointStats] = field(
+        default_factory=dict, hash=False, compare=True
+    )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointStats:
+        """Builds the stats from the engine's dict (missing numbers read as 0)."""
+        operators = {
+            str(uid): OperatorCheckpointStats(
+                uid=str(uid),
+                name=str(op.get("name", uid)),
+                bytes=int(op.get("bytes", 0)),
+                subtasks=int(op.get("subtasks", 0)),
+            )
+            for uid, op in dict(data.get("operators") or {}).items()
+        }
+        return cls(
+            id=int(data["id"]),
+            kind=data.get("kind", "checkpoint"),
+            trigger_time_ms=int(data.get("trigger_time_ms", 0)),
+            duration_ms=float(data.get("duration_ms", 0.0)),
+            alignment_ms=float(data.get("alignment_ms", 0.0)),
+            bytes=int(data.get("bytes", 0)),
+            path=str(data.get("path", "")),
+            operators=operators,
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+def _checkpoint_stats(
+    items: Iterable[CheckpointStats | Mapping[str, Any]],
+) -> list[CheckpointStats]:
+    return [
+        item if isinstance(item, CheckpointStats) else CheckpointStats.from_dict(item)
+        for item in items
+    ]
 
 
 class JobResult:
@@ -30,7 +123,10 @@ class JobResult:
     Attributes:
         name: The job name.
         restarts: How many times the job was restarted after a failure.
-        checkpoints: The completed checkpoints (ids and their stats), oldest first.
+        checkpoints: The completed checkpoints (:class:`CheckpointStats`), oldest
+            first; with checkpointing on, the last one is the final checkpoint
+            taken after every task finished (it committed the sinks' output).
+        failed_checkpoints: How many checkpoints were aborted.
         metrics: ``{"wall_time_s": float, "operators": {name: {"records_in",
             "records_out", "batches_in", "batches_out", "kind"}}}``.
     """
@@ -40,12 +136,14 @@ class JobResult:
         name: str,
         *,
         restarts: int = 0,
-        checkpoints: Sequence[dict[str, Any]] = (),
+        checkpoints: Iterable[CheckpointStats | Mapping[str, Any]] = (),
+        failed_checkpoints: int = 0,
         metrics: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.restarts = restarts
-        self.checkpoints = list(checkpoints)
+        self.checkpoints: list[CheckpointStats] = _checkpoint_stats(checkpoints)
+        self.failed_checkpoints = failed_checkpoints
         self.metrics: dict[str, Any] = metrics if metrics is not None else {}
 
     @property
@@ -56,7 +154,7 @@ class JobResult:
     @property
     def checkpoint_ids(self) -> list[int]:
         """The ids of the completed checkpoints."""
-        return [int(c["id"]) for c in self.checkpoints if "id" in c]
+        return [c.id for c in self.checkpoints]
 
     def __repr__(self) -> str:
         return (
@@ -201,10 +299,14 @@ class JobClient:
         outcome = self._inner.result()
         for handle, node in self._collects:
             handle._set(self._inner.collected(node))
+        failed = outcome.get("failed_checkpoints")
+        if failed is None:
+            failed = self.failed_checkpoints
         self._result = JobResult(
             self._name,
             restarts=int(outcome.get("restarts", 0)),
-            checkpoints=outcome.get("checkpoints", []),
+            checkpoints=outcome.get("checkpoints") or [],
+            failed_checkpoints=int(failed),
             metrics=outcome.get("metrics", {}),
         )
         return self._result
@@ -213,11 +315,24 @@ class JobClient:
         """Cancels the job; :meth:`wait` then returns or raises promptly."""
         self._inner.cancel()
 
+    @property
+    def checkpoints(self) -> list[CheckpointStats]:
+        """The checkpoints completed so far (live), oldest first."""
+        return _checkpoint_stats(self._inner.checkpoints())
+
+    @property
+    def failed_checkpoints(self) -> int:
+        """How many checkpoints were aborted so far."""
+        return int(self._inner.failed_checkpoints())
+
     def trigger_checkpoint(self) -> int:
-        """Triggers a checkpoint now and returns its id.
+        """Triggers a checkpoint now, waits until it completed and returns its id.
+
+        The wait releases the GIL; the id then appears in :attr:`checkpoints`.
 
         Raises:
-            CheckpointError: If checkpointing is not enabled for the job.
+            CheckpointError: If checkpointing is not enabled for the job, or the
+                checkpoint failed or was aborted.
         """
         return int(self._inner.trigger_checkpoint())
 

@@ -143,6 +143,14 @@ class TwoPhaseCommitSink(Sink):
         """Writes one batch into the transaction."""
         raise NotImplementedError
 
+    def on_checkpoint(self, txn: Any, checkpoint_id: int) -> None:
+        """Optional hook: ``txn`` is about to be pre-committed for ``checkpoint_id``.
+
+        Called right before :meth:`pre_commit`; the transaction commits when
+        that checkpoint completes. Without checkpointing, the id is the
+        end-of-job pseudo-checkpoint ``2**64 - 1``.
+        """
+
     def pre_commit(self, txn: Any) -> None:
         """Makes the transaction durable so that it can be committed later."""
         raise NotImplementedError

@@ -9,16 +9,36 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import re
+import threading
+import time
+import uuid
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, TypeAlias, TypeVar
 
 import pyarrow as pa
 
-from .sinks import CollectHandle
+from .sinks import CollectHandle, TwoPhaseCommitSink
 
-__all__ = ["assert_same_rows", "last_by_key", "to_rows"]
+__all__ = [
+    "FailOnce",
+    "InjectedFailure",
+    "RecordingTwoPhaseSink",
+    "SleepPerBatch",
+    "assert_exact_ids",
+    "assert_same_rows",
+    "completed_checkpoints",
+    "last_by_key",
+    "read_parquet_dir",
+    "to_rows",
+    "wait_until",
+]
+
+T = TypeVar("T")
 
 RowsLike: TypeAlias = pa.Table | pa.RecordBatch | CollectHandle | Iterable[dict[str, Any]]
 
@@ -105,6 +125,53 @@ def assert_same_rows(
     raise AssertionError("\n".join(message))
 
 
+def id_report(ids: Iterable[int], expected: Iterable[int]) -> tuple[int, int, str]:
+    """Compares ids with the expected ids as multisets.
+
+    Returns:
+        ``(lost, duplicated, description)``: how many expected ids are missing
+        (plus ids that were not expected at all), how many extra copies there
+        are, and a sentence with examples.
+
+    Example:
+        >>> id_report([0, 1, 1, 3], range(4))
+        (1, 1, '4 rows for 4 ids: 1 lost (e.g. [2]), 1 duplicated (e.g. [1]), 0 unexpected')
+    """
+    import numpy as np
+
+    values = np.fromiter((int(i) for i in ids), dtype=np.int64)
+    want = np.fromiter((int(i) for i in expected), dtype=np.int64)
+    uniq, freq = np.unique(values, return_counts=True)
+    dup_ids = uniq[freq > 1].tolist()
+    duplicated = int((freq[freq > 1] - 1).sum())
+    lost_ids = np.setdiff1d(want, uniq).tolist()
+    unexpected = np.setdiff1d(uniq, want).tolist()
+    text = (
+        f"{len(values)} rows for {len(want)} ids: {len(lost_ids)} lost"
+        + (f" (e.g. {lost_ids[:5]})" if lost_ids else "")
+        + f", {duplicated} duplicated"
+        + (f" (e.g. {dup_ids[:5]})" if dup_ids else "")
+        + f", {len(unexpected)} unexpected"
+        + (f" (e.g. {unexpected[:5]})" if unexpected else "")
+    )
+    return len(lost_ids) + len(unexpected), duplicated, text
+
+
+def assert_exact_ids(ids: Iterable[int], expected: Iterable[int], what: str = "ids") -> None:
+    """Asserts that every expected id is present exactly once: none lost, none duplicated.
+
+    Example:
+        >>> assert_exact_ids([2, 0, 1], range(3))
+        >>> assert_exact_ids([0, 0], range(1), "out")
+        Traceback (most recent call last):
+        ...
+        AssertionError: out: 2 rows for 1 ids: 0 lost, 1 duplicated (e.g. [0]), 0 unexpected
+    """
+    lost, duplicated, text = id_report(ids, expected)
+    if lost or duplicated:
+        raise AssertionError(f"{what}: {text}")
+
+
 def last_by_key(rows: RowsLike, keys: str | Sequence[str]) -> dict[Any, dict[str, Any]]:
     """Returns the last row of every key (the final value of a running aggregate).
 
@@ -118,3 +185,354 @@ def last_by_key(rows: RowsLike, keys: str | Sequence[str]) -> dict[Any, dict[str
         key = row[names[0]] if len(names) == 1 else tuple(row[k] for k in names)
         out[key] = row
     return out
+
+
+# ---------------------------------------------------------------------------
+# fault injection
+
+
+class InjectedFailure(RuntimeError):
+    """The exception :class:`FailOnce` raises."""
+
+
+_CHECKPOINT_DIR_RE = re.compile(r"^chk-(\d+)$")
+
+
+def completed_checkpoints(directory: str | os.PathLike[str]) -> list[int]:
+    """The ids of the completed checkpoints in ``directory`` (``chk-N`` with a manifest).
+
+    Example:
+        >>> completed_checkpoints("/nonexistent")
+        []
+    """
+    root = os.fspath(directory)
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return []
+    ids = []
+    for entry in entries:
+        match = _CHECKPOINT_DIR_RE.match(entry)
+        if match and os.path.isfile(os.path.join(root, entry, "_manifest.json")):
+            ids.append(int(match.group(1)))
+    return sorted(ids)
+
+
+def wait_until(
+    condition: Callable[[], T], *, timeout: float, what: str, interval: float = 0.005
+) -> T:
+    """Polls ``condition`` until it returns something truthy, and returns that.
+
+    Raises:
+        TimeoutError: ``timeout`` seconds passed first (naming ``what``).
+
+    Example:
+        >>> wait_until(lambda: 42, timeout=1, what="the answer")
+        42
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class FailOnce:
+    """Wraps a function so that it raises once, at a chosen record, then never again.
+
+    Works for ``map_batches`` functions (``fn(batch) -> batch``) and
+    per-record functions (``fn(row) -> row``). It fires on the first call that
+    sees a record whose ``column`` is ``>= at`` once it is armed; "once" is
+    recorded by creating the marker file ``marker_dir/fired`` exclusively, so
+    exactly one call fires over all subtasks, restarts and processes (later
+    attempts pass through). The marker holds a JSON note of where it fired.
+
+    Args:
+        fn: The wrapped function (``None``: identity).
+        marker_dir: An existing directory for the marker file.
+        column: The id column to watch.
+        at: The id to fail at (or at the first id above it, once armed).
+        armed_by: A checkpoint directory: arm only once a completed checkpoint
+            (``chk-N/_manifest.json``) exists in it, so that recovery has a
+            checkpoint to start from. ``None``: armed at once.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     f = FailOnce(None, tmp, column="id", at=2)
+        ...     f({"id": 1})
+        ...     try:
+        ...         f({"id": 2})
+        ...     except InjectedFailure as exc:
+        ...         print(exc)
+        ...     f({"id": 2}), f.fired_info()["id"]
+        {'id': 1}
+        injected failure at id=2 (armed after checkpoints [])
+        ({'id': 2}, 2)
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any] | None,
+        marker_dir: str | os.PathLike[str],
+        *,
+        column: str = "value",
+        at: int = 0,
+        armed_by: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.fn = fn
+        self.marker = os.path.join(os.fspath(marker_dir), "fired")
+        self.column = column
+        self.at = at
+        self.armed_by = os.fspath(armed_by) if armed_by is not None else None
+        self._done = False
+        self._armed_after: list[int] | None = None if armed_by is not None else []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_done"] = False
+        return state
+
+    def _armed(self) -> bool:
+        if self._armed_after is not None:
+            return True
+        assert self.armed_by is not None
+        found = completed_checkpoints(self.armed_by)
+        if found:
+            self._armed_after = found
+        return bool(found)
+
+    def _trigger(self, value: Any) -> None:
+        if self._done:
+            return
+        if os.path.exists(self.marker):
+            self._done = True
+            return
+        if not self._armed():
+            return
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            self._done = True
+            return
+        self._done = True
+        note = {"id": value, "armed_after": self._armed_after, "pid": os.getpid()}
+        with os.fdopen(fd, "w") as marker:
+            json.dump(note, marker)
+            marker.flush()
+            os.fsync(marker.fileno())
+        raise InjectedFailure(
+            f"injected failure at {self.column}={value} (armed after checkpoints "
+            f"{self._armed_after})"
+        )
+
+    def __call__(self, item: Any) -> Any:
+        if not self._done:
+            if isinstance(item, pa.RecordBatch):
+                column = item.column(item.schema.get_field_index(self.column))
+                if len(column):
+                    import pyarrow.compute as pc
+
+                    mask = pc.greater_equal(column, self.at)
+                    if pc.any(mask).as_py():
+                        first = pc.index(mask, True).as_py()
+                        self._trigger(column[first].as_py())
+            elif item[self.column] >= self.at:
+                self._trigger(item[self.column])
+        return item if self.fn is None else self.fn(item)
+
+    @property
+    def fired(self) -> bool:
+        """True once the failure fired (in any subtask or process)."""
+        return os.path.exists(self.marker)
+
+    def fired_info(self) -> dict[str, Any]:
+        """Where it fired: ``{"id", "armed_after": [checkpoint ids], "pid"}``.
+
+        Raises:
+            FileNotFoundError: It never fired.
+        """
+        with open(self.marker) as marker:
+            info: dict[str, Any] = json.load(marker)
+        return info
+
+
+class SleepPerBatch:
+    """A picklable ``map_batches`` function that sleeps, to make a job slow.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> SleepPerBatch(0.0)(pa.record_batch({"x": [1]})).num_rows
+        1
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        time.sleep(self.seconds)
+        return batch
+
+
+def read_parquet_dir(directory: str | os.PathLike[str]) -> pa.Table:
+    """The committed rows of a Parquet directory, as ``pyarrow.dataset`` reads them.
+
+    Files whose names start with ``_`` or ``.`` (uncommitted) are ignored; a
+    missing or empty directory gives an empty table.
+    """
+    import pyarrow.dataset as ds
+
+    root = os.fspath(directory)
+    if not os.path.isdir(root):
+        return pa.table({})
+    dataset = ds.dataset(root, format="parquet")
+    if not dataset.files:
+        return pa.table({})
+    return dataset.to_table()
+
+
+# ---------------------------------------------------------------------------
+# a reference two-phase-commit sink
+
+
+class RecordingTwoPhaseSink(TwoPhaseCommitSink):
+    """A reference exactly-once sink that logs every phase durably.
+
+    Each transaction is written at pre-commit to ``dir/pending/<txn>.arrow``
+    and committed by renaming it into ``dir/committed/`` (idempotent: a
+    re-commit of a committed transaction only logs ``"recommit"``). Every
+    phase is appended, fsynced, to ``dir/log.jsonl`` as one JSON object:
+    ``{"phase", "txn", "checkpoint", "subtask", "attempt", "rows", "pid"}``
+    (``phase`` is ``begin``, ``pre_commit``, ``commit``, ``recommit`` or
+    ``abort``; ``checkpoint`` is the id the transaction was pre-committed for).
+    Works across threads and processes.
+
+    Args:
+        dir: The sink's directory (created if missing).
+    """
+
+    END_OF_JOB = 2**64 - 1
+
+    def __init__(self, dir: str | os.PathLike[str]) -> None:
+        self.dir = os.fspath(dir)
+        self.subtask = 0
+        self.attempt = 0
+
+    # -- reading the outcome ---------------------------------------------------
+
+    @staticmethod
+    def read_log(dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+        """The logged phases, in the order they were written."""
+        path = os.path.join(os.fspath(dir), "log.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path) as log:
+            return [json.loads(line) for line in log if line.strip()]
+
+    @staticmethod
+    def committed(dir: str | os.PathLike[str]) -> pa.Table:
+        """The rows of every committed transaction (an empty table if none)."""
+        import pyarrow.ipc as ipc
+
+        root = os.path.join(os.fspath(dir), "committed")
+        tables = []
+        for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+            if name.endswith(".arrow"):
+                with pa.memory_map(os.path.join(root, name)) as source:
+                    tables.append(ipc.open_file(source).read_all())
+        tables = [t for t in tables if t.num_rows]
+        return pa.concat_tables(tables) if tables else pa.table({})
+
+    # -- the sink ---------------------------------------------------------------
+
+    _lock = threading.Lock()
+
+    def _log(self, phase: str, txn: dict[str, Any], **extra: Any) -> None:
+        entry = {
+            "phase": phase,
+            "txn": txn["id"],
+            "checkpoint": txn.get("checkpoint"),
+            "subtask": txn.get("subtask", self.subtask),
+            "attempt": self.attempt,
+            "rows": txn.get("rows", 0),
+            "pid": os.getpid(),
+            **extra,
+        }
+        line = (json.dumps(entry) + "\n").encode()
+        path = os.path.join(self.dir, "log.jsonl")
+        with RecordingTwoPhaseSink._lock:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _path(self, kind: str, txn: dict[str, Any]) -> str:
+        suffix = ".arrow" if txn["rows"] else ".empty"
+        return os.path.join(self.dir, kind, f"{txn['id']}{suffix}")
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        self.subtask = int(ctx.get("subtask_index", 0))
+        self.attempt = int(ctx.get("attempt", 0))
+        for kind in ("pending", "committed"):
+            os.makedirs(os.path.join(self.dir, kind), exist_ok=True)
+
+    def begin_transaction(self) -> dict[str, Any]:
+        txn: dict[str, Any] = {
+            "id": f"s{self.subtask}-a{self.attempt}-{uuid.uuid4().hex[:12]}",
+            "subtask": self.subtask,
+            "checkpoint": None,
+            "rows": 0,
+            "batches": [],
+        }
+        self._log("begin", txn)
+        return txn
+
+    def write(self, txn: dict[str, Any], batch: pa.RecordBatch) -> None:
+        txn["batches"].append(batch)
+        txn["rows"] += batch.num_rows
+
+    def on_checkpoint(self, txn: dict[str, Any], checkpoint_id: int) -> None:
+        txn["checkpoint"] = checkpoint_id
+
+    def pre_commit(self, txn: dict[str, Any]) -> None:
+        import pyarrow.ipc as ipc
+
+        batches: list[pa.RecordBatch] = txn["batches"]
+        path = self._path("pending", txn)
+        tmp = path + ".tmp"
+        if batches:
+            with pa.OSFile(tmp, "wb") as out, ipc.new_file(out, batches[0].schema) as writer:
+                for batch in batches:
+                    writer.write_batch(batch)
+        else:
+            open(tmp, "wb").close()
+        with open(tmp, "rb+") as done:
+            os.fsync(done.fileno())
+        os.replace(tmp, path)
+        txn["batches"] = []
+        self._log("pre_commit", txn)
+
+    def commit(self, txn: dict[str, Any]) -> None:
+        pending, committed = self._path("pending", txn), self._path("committed", txn)
+        if os.path.exists(committed):
+            self._log("recommit", txn)
+            return
+        try:
+            os.replace(pending, committed)
+        except FileNotFoundError:
+            if os.path.exists(committed):  # a concurrent re-commit won the race
+                self._log("recommit", txn)
+                return
+            raise RuntimeError(
+                f"transaction {txn['id']} was never pre-committed: no {pending}"
+            ) from None
+        self._log("commit", txn)
+
+    def abort(self, txn: dict[str, Any]) -> None:
+        txn["batches"] = []
+        self._log("abort", txn)

@@ -43,14 +43,15 @@ def test_parse_duration_rejects_infinity() -> None:
 
 def test_checkpoint_config_defaults() -> None:
     cfg = ed.CheckpointConfig("/tmp/chk")
-    assert (cfg.dir, cfg.interval, cfg.mode, cfg.unaligned, cfg.retained, cfg.recovery) == (
-        "/tmp/chk",
-        1.0,
-        "exactly_once",
-        False,
-        3,
-        "latest",
-    )
+    assert (
+        cfg.dir,
+        cfg.interval,
+        cfg.mode,
+        cfg.unaligned,
+        cfg.retained,
+        cfg.recovery,
+        cfg.timeout,
+    ) == ("/tmp/chk", 1.0, "exactly_once", False, 3, "latest", 600.0)
     assert cfg._to_dict() == {
         "dir": "/tmp/chk",
         "interval": 1.0,
@@ -58,6 +59,7 @@ def test_checkpoint_config_defaults() -> None:
         "unaligned": False,
         "retained": 3,
         "recovery": "latest",
+        "timeout": 600.0,
     }
 
 
@@ -68,8 +70,10 @@ def test_checkpoint_config_accepts_pathlike_and_durations(tmp_path: object) -> N
         mode="at_least_once",
         retained=1,
         recovery="recompute",
+        timeout="1.5s",
     )
     assert cfg.interval == 0.25
+    assert cfg.timeout == 1.5
     assert cfg.dir == str(tmp_path)
     assert cfg.recovery == "recompute"
 
@@ -85,11 +89,21 @@ def test_checkpoint_config_accepts_pathlike_and_durations(tmp_path: object) -> N
         ({"recovery": "never"}, "recovery"),
         ({"unaligned": "yes"}, "unaligned"),
         ({"unaligned": True, "mode": "at_least_once"}, "unaligned"),
+        ({"timeout": 0}, "timeout must be positive"),
+        ({"timeout": "later"}, "invalid checkpoint timeout"),
     ],
 )
 def test_checkpoint_config_rejects_bad_values(kwargs: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ed.CheckpointConfig("/tmp/chk", **kwargs)  # type: ignore[arg-type]
+
+
+def test_checkpoint_config_timeout_in_repr_and_equality() -> None:
+    cfg = ed.CheckpointConfig("/tmp/chk", timeout="2min")
+    assert "timeout=120.0" in repr(cfg)
+    assert cfg == ed.CheckpointConfig("/tmp/chk", timeout=120)
+    assert cfg != ed.CheckpointConfig("/tmp/chk")
+    assert hash(cfg) == hash(ed.CheckpointConfig("/tmp/chk", timeout=120))
 
 
 def test_checkpoint_config_is_immutable() -> None:

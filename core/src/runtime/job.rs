@@ -500,7 +500,7 @@ fn run_attempt(
         run.deliver(&mut out);
     }
     if let Some(err) = first_error {
-        if let Some(c) = coordinator.as_deref_mut() {
+        if let Some(c) = coordinator {
             c.abort_inflight("a task failed", &mut out);
         }
         // Prefer the root cause over the cancellations it triggered.
