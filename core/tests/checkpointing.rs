@@ -1,7 +1,7 @@
 //! Exactly-once checkpoints end to end on the threaded runtime: barriers,
-#![allow(clippy::unwrap_used)] // test helpers
 //! alignment, asynchronous writes, completion, restart from the latest
 //! completed checkpoint, and restore in a "new process" (a new JobHandle).
+#![allow(clippy::unwrap_used)] // test helpers
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
