@@ -4,8 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use eddyline_core::barrier::AlignmentMode;
+use eddyline_core::checkpoint::coordinator::{CheckpointConfig, CheckpointStats};
+use eddyline_core::event::BarrierKind;
 use eddyline_core::graph::Role;
-use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy};
+use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
 use eddyline_core::sink::collect::CollectStore;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -32,6 +35,55 @@ fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
     }
     if let Some(v) = config.get_item("channel_capacity")? {
         c.channel_capacity = v.extract::<usize>()?.max(1);
+    }
+    if let Some(v) = config.get_item("checkpoint")? {
+        if !v.is_none() {
+            let d = v.cast::<PyDict>()?;
+            let dir: std::path::PathBuf = d
+                .get_item("dir")?
+                .ok_or_else(|| {
+                    pyo3::exceptions::PyKeyError::new_err("checkpoint config needs 'dir'")
+                })?
+                .extract()?;
+            let mut cc = CheckpointConfig::new(dir);
+            if let Some(x) = d.get_item("interval")? {
+                cc.interval = Duration::from_secs_f64(x.extract::<f64>()?.max(0.001));
+            }
+            if let Some(x) = d.get_item("timeout")? {
+                if !x.is_none() {
+                    cc.timeout = Duration::from_secs_f64(x.extract::<f64>()?.max(0.001));
+                }
+            }
+            if let Some(x) = d.get_item("mode")? {
+                let mode: String = x.extract()?;
+                cc.mode = match mode.as_str() {
+                    "exactly_once" => AlignmentMode::ExactlyOnce,
+                    "at_least_once" => AlignmentMode::AtLeastOnce,
+                    other => {
+                        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                            "unknown checkpoint mode '{other}'"
+                        )))
+                    }
+                };
+            }
+            if let Some(x) = d.get_item("unaligned")? {
+                cc.unaligned = x.extract()?;
+            }
+            if let Some(x) = d.get_item("retained")? {
+                cc.retained = x.extract::<usize>()?.max(1);
+            }
+            c.checkpoint = Some(cc);
+        }
+    }
+    if let Some(v) = config.get_item("restore_from")? {
+        if !v.is_none() {
+            let s: String = v.extract()?;
+            c.restore_from = Some(if s == "latest" {
+                RestoreFrom::Latest
+            } else {
+                RestoreFrom::Path(s.into())
+            });
+        }
     }
     if let Some(v) = config.get_item("restart")? {
         if !v.is_none() {
@@ -79,6 +131,41 @@ pub fn start_job(
         handle: Arc::new(handle),
         collect_stores: built.collect_stores,
     })
+}
+
+fn kind_str(kind: BarrierKind) -> &'static str {
+    match kind {
+        BarrierKind::Checkpoint => "checkpoint",
+        BarrierKind::Savepoint => "savepoint",
+    }
+}
+
+fn checkpoint_dicts<'py>(
+    py: Python<'py>,
+    stats: &[CheckpointStats],
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for c in stats {
+        let d = PyDict::new(py);
+        d.set_item("id", c.id)?;
+        d.set_item("kind", kind_str(c.kind))?;
+        d.set_item("trigger_time_ms", c.trigger_ms)?;
+        d.set_item("duration_ms", c.duration.as_secs_f64() * 1000.0)?;
+        d.set_item("alignment_ms", c.alignment.as_secs_f64() * 1000.0)?;
+        d.set_item("bytes", c.bytes)?;
+        d.set_item("path", c.path.display().to_string())?;
+        let ops = PyDict::new(py);
+        for (uid, name, bytes, subtasks) in &c.operators {
+            let od = PyDict::new(py);
+            od.set_item("name", name)?;
+            od.set_item("bytes", bytes)?;
+            od.set_item("subtasks", subtasks)?;
+            ops.set_item(uid, od)?;
+        }
+        d.set_item("operators", ops)?;
+        list.append(d)?;
+    }
+    Ok(list)
 }
 
 fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py, PyDict>> {
@@ -140,7 +227,10 @@ impl PyJobHandle {
             Ok(o) => {
                 let d = PyDict::new(py);
                 d.set_item("restarts", o.restarts)?;
-                d.set_item("checkpoints", PyList::empty(py))?;
+                d.set_item(
+                    "checkpoints",
+                    checkpoint_dicts(py, &self.handle.checkpoints())?,
+                )?;
                 d.set_item("metrics", metrics_dict(py, &self.handle)?)?;
                 Ok(d)
             }

@@ -7,6 +7,7 @@
 //! functions lives in the pure-Python package, the engine in core.
 
 mod arrow;
+mod checkpoints;
 mod errors;
 mod gil;
 mod graph;
@@ -19,6 +20,8 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::build_graph, m)?)?;
     m.add_function(wrap_pyfunction!(job::start_job, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoints::list_checkpoints, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoints::inspect_checkpoint, m)?)?;
     m.add_class::<job::PyJobHandle>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -170,6 +170,30 @@ impl Operator for PyRunner {
             if res.is_none() {
                 return Ok(OperatorState::default());
             }
+            if let Ok(d) = res.cast::<PyDict>() {
+                // Keyed state: one blob per key group.
+                let mut keyed = Vec::with_capacity(d.len());
+                for (k, v) in d.iter() {
+                    let kg: u32 = k.extract().map_err(|_| {
+                        Error::operator(
+                            self.name.clone(),
+                            "the runner's keyed snapshot has a non-integer key group",
+                        )
+                    })?;
+                    let b = v.cast::<PyBytes>().map_err(|_| {
+                        Error::operator(
+                            self.name.clone(),
+                            "the runner's keyed snapshot holds a value that is not bytes",
+                        )
+                    })?;
+                    keyed.push((kg, StateBlob::Bytes(Arc::new(b.as_bytes().to_vec()))));
+                }
+                keyed.sort_by_key(|(kg, _)| *kg);
+                return Ok(OperatorState {
+                    operator: None,
+                    keyed,
+                });
+            }
             let bytes: Vec<u8> = res
                 .cast::<PyBytes>()
                 .map(|b| b.as_bytes().to_vec())
@@ -187,16 +211,30 @@ impl Operator for PyRunner {
     }
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
-        let Some(blob) = state.operator else {
-            return Ok(());
-        };
-        let bytes = blob.to_bytes()?;
+        if let Some(blob) = state.operator {
+            let bytes = blob.to_bytes()?;
+            return Python::attach(|py| {
+                self.runner
+                    .bind(py)
+                    .call_method1("restore", (PyBytes::new(py, &bytes),))
+                    .map(|_| ())
+                    .map_err(|e| from_py(py, &self.name, e))
+            });
+        }
+        let mut blobs = Vec::with_capacity(state.keyed.len());
+        for (kg, blob) in state.keyed {
+            blobs.push((kg, blob.to_bytes()?));
+        }
         Python::attach(|py| {
-            self.runner
-                .bind(py)
-                .call_method1("restore", (PyBytes::new(py, &bytes),))
-                .map(|_| ())
-                .map_err(|e| from_py(py, &self.name, e))
+            let r: PyResult<()> = (|| {
+                let d = PyDict::new(py);
+                for (kg, bytes) in &blobs {
+                    d.set_item(kg, PyBytes::new(py, bytes))?;
+                }
+                self.runner.bind(py).call_method1("restore", (d,))?;
+                Ok(())
+            })();
+            r.map_err(|e| from_py(py, &self.name, e))
         })
     }
 

@@ -1,0 +1,143 @@
+//! `list_checkpoints` and `inspect_checkpoint`: read-only views of a
+//! checkpoint directory for the CLI and for users.
+
+use eddyline_core::checkpoint::{CheckpointStorage, Manifest};
+use eddyline_core::event::BarrierKind;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::errors::to_py;
+
+fn kind_str(kind: BarrierKind) -> &'static str {
+    match kind {
+        BarrierKind::Checkpoint => "checkpoint",
+        BarrierKind::Savepoint => "savepoint",
+    }
+}
+
+/// The completed checkpoints under `dir`, newest first.
+#[pyfunction]
+pub fn list_checkpoints<'py>(
+    py: Python<'py>,
+    dir: std::path::PathBuf,
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    if !dir.exists() {
+        return Ok(list);
+    }
+    let storage = CheckpointStorage::open(&dir).map_err(|e| to_py(py, &e))?;
+    let summaries = storage.list().map_err(|e| to_py(py, &e))?;
+    for s in summaries {
+        let d = PyDict::new(py);
+        d.set_item("id", s.id)?;
+        d.set_item("path", s.dir.display().to_string())?;
+        // A summary only reads the manifest; verify every file as a restore would.
+        let verified = storage.load(s.id);
+        match (&s.info, verified) {
+            (Ok(info), Ok(_)) => {
+                d.set_item("kind", kind_str(info.kind))?;
+                d.set_item("trigger_time_ms", info.trigger_ms)?;
+                d.set_item("completion_time_ms", info.completion_ms)?;
+                d.set_item(
+                    "duration_ms",
+                    info.completion_ms.saturating_sub(info.trigger_ms),
+                )?;
+                d.set_item("bytes", info.state_size)?;
+                d.set_item("valid", true)?;
+                d.set_item("error", py.None())?;
+            }
+            (info, verified) => {
+                let err = match (info, verified) {
+                    (Err(e), _) => e.to_string(),
+                    (_, Err(e)) => e.to_string(),
+                    _ => String::new(),
+                };
+                if let Ok(info) = info {
+                    d.set_item("kind", kind_str(info.kind))?;
+                    d.set_item("trigger_time_ms", info.trigger_ms)?;
+                    d.set_item("completion_time_ms", info.completion_ms)?;
+                    d.set_item(
+                        "duration_ms",
+                        info.completion_ms.saturating_sub(info.trigger_ms),
+                    )?;
+                    d.set_item("bytes", info.state_size)?;
+                } else {
+                    for k in [
+                        "kind",
+                        "trigger_time_ms",
+                        "completion_time_ms",
+                        "duration_ms",
+                        "bytes",
+                    ] {
+                        d.set_item(k, py.None())?;
+                    }
+                }
+                d.set_item("valid", false)?;
+                d.set_item("error", err)?;
+            }
+        }
+        list.append(d)?;
+    }
+    Ok(list)
+}
+
+fn manifest_dict<'py>(py: Python<'py>, m: &Manifest, path: &str) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("id", m.id)?;
+    d.set_item("kind", kind_str(m.kind))?;
+    d.set_item("trigger_time_ms", m.trigger_ms)?;
+    d.set_item("completion_time_ms", m.completion_ms)?;
+    d.set_item("duration_ms", m.duration_ms)?;
+    d.set_item("bytes", m.state_size())?;
+    d.set_item("path", path)?;
+    let aligns = PyList::empty(py);
+    for a in &m.alignments {
+        let ad = PyDict::new(py);
+        ad.set_item("task", &a.task)?;
+        ad.set_item("subtask", a.subtask)?;
+        ad.set_item("alignment_ms", a.alignment_us as f64 / 1000.0)?;
+        aligns.append(ad)?;
+    }
+    d.set_item("alignments", aligns)?;
+    let ops = PyList::empty(py);
+    for o in &m.operators {
+        let od = PyDict::new(py);
+        od.set_item("uid", &o.uid)?;
+        od.set_item("name", &o.name)?;
+        od.set_item("finished", o.finished)?;
+        let subs = PyList::empty(py);
+        for s in &o.subtasks {
+            let sd = PyDict::new(py);
+            sd.set_item("subtask", s.subtask)?;
+            sd.set_item("bytes", s.state.as_ref().map(|f| f.size).unwrap_or(0))?;
+            let kgs: Vec<(u32, u32)> = s
+                .state
+                .as_ref()
+                .map(|f| f.key_groups.iter().map(|r| (r.start, r.end)).collect())
+                .unwrap_or_default();
+            sd.set_item("key_groups", kgs)?;
+            sd.set_item("file", s.state.as_ref().map(|f| f.file.clone()))?;
+            let offsets: Vec<(String, u64)> = s
+                .source_offsets
+                .iter()
+                .map(|o| (o.split.clone(), o.offset))
+                .collect();
+            sd.set_item("source_offsets", offsets)?;
+            subs.append(sd)?;
+        }
+        od.set_item("subtasks", subs)?;
+        ops.append(od)?;
+    }
+    d.set_item("operators", ops)?;
+    Ok(d)
+}
+
+/// The manifest of one checkpoint, verified (every state file checked).
+#[pyfunction]
+pub fn inspect_checkpoint<'py>(
+    py: Python<'py>,
+    path: std::path::PathBuf,
+) -> PyResult<Bound<'py, PyDict>> {
+    let rc = CheckpointStorage::load_path(&path).map_err(|e| to_py(py, &e))?;
+    manifest_dict(py, rc.manifest(), &rc.dir().display().to_string())
+}
