@@ -88,17 +88,73 @@ def w2_check(result: pa.Table, batches: list[pa.RecordBatch], k: int) -> bool:
     return bool(np.array_equal(seen, present) and np.array_equal(got[present], expected[present]))
 
 
+def run_w3(args: argparse.Namespace) -> None:
+    """W3: W2 at K = 1,000,000 with a 1 s checkpoint interval, against the same run without."""
+    import tempfile
+
+    k = 1_000_000 if args.k == 10_000 else args.k
+    batches = make_data(args.n, k)
+    results = {}
+    for mode in ("off", "1s"):
+        with tempfile.TemporaryDirectory(dir=args.checkpoint_dir) as tmp:
+            checkpoint = ed.CheckpointConfig(tmp, interval="1s") if mode == "1s" else None
+            env = ed.StreamEnvironment(
+                parallelism=args.parallelism, batch_size=args.batch_size, checkpoint=checkpoint
+            )
+            sink = w2(env, batches, args.style).collect()
+            t1 = time.perf_counter()
+            result = env.execute(f"bench-W3-{mode}")
+            seconds = time.perf_counter() - t1
+            rss = peak_rss_mb()
+            check = w2_check(sink.to_arrow(), batches, k)
+            cps = list(result.checkpoints)
+            results[mode] = seconds
+            print(
+                json.dumps(
+                    {
+                        "engine": "eddyline",
+                        "workload": "W3" if mode == "1s" else "W2@K=1M",
+                        "n": args.n,
+                        "k": k,
+                        "style": args.style,
+                        "parallelism": args.parallelism,
+                        "checkpointing": mode,
+                        "seconds": round(seconds, 4),
+                        "rows_per_s": round(args.n / seconds),
+                        "peak_rss_mb": round(rss, 1),
+                        "checkpoints": len(cps),
+                        "checkpoint_bytes": [_get(c, "bytes") for c in cps],
+                        "checkpoint_ms": [round(_get(c, "duration_ms"), 1) for c in cps],
+                        "check": bool(check),
+                    }
+                )
+            )
+    print(json.dumps({"workload": "W3", "overhead": round(results["1s"] / results["off"], 3)}))
+
+
+def _get(stats: object, name: str) -> float:
+    return stats[name] if isinstance(stats, dict) else getattr(stats, name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--workload", choices=["W1", "W2"], required=True)
+    ap.add_argument("--workload", choices=["W1", "W2", "W3"], required=True)
+    ap.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="W3: where checkpoints go (default: a temporary directory)",
+    )
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--k", type=int, default=10_000)
     ap.add_argument("--style", choices=["native", "vectorized", "per_record"], default="native")
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=GEN_BATCH)
     args = ap.parse_args()
-    if args.workload == "W2" and args.style == "vectorized":
-        raise SystemExit("W2 has native and per_record styles")
+    if args.workload in ("W2", "W3") and args.style == "vectorized":
+        raise SystemExit("W2 and W3 have native and per_record styles")
+    if args.workload == "W3":
+        run_w3(args)
+        return
 
     batches = make_data(args.n, args.k)
     t0 = time.perf_counter()
