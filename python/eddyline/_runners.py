@@ -564,8 +564,8 @@ class _KeyedRunner(Runner):
                 self._state.setdefault(int(group), {}).update(entries)
             return
         for group, blob in data.items():
-            entries: dict[Hashable, Any] = pickle.loads(blob)
-            self._state.setdefault(int(group), {}).update(entries)
+            restored: dict[Hashable, Any] = pickle.loads(blob)
+            self._state.setdefault(int(group), {}).update(restored)
 
 
 class KeyedReduceRunner(_KeyedRunner):

@@ -245,7 +245,9 @@ def _checkpoints(directory: str, checkpoint_id: int | None = None) -> int:
             return _inspect_checkpoint(os.path.join(directory, f"chk-{checkpoint_id}"))
         if _is_checkpoint_path(directory):
             return _inspect_checkpoint(directory)
-        if not os.path.isdir(directory):
+        if not os.path.isdir(directory) or not any(
+            entry.startswith("chk-") for entry in os.listdir(directory)
+        ):
             print(f"no checkpoints found in {directory}")
             return 0
         return _list_checkpoints(directory)

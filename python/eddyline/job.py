@@ -7,9 +7,12 @@ checkpoint the running job.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import math
 import sys
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -227,6 +230,24 @@ def _is_tty(stream: TextIO) -> bool:
         return False
 
 
+_LIVE_HANDLES: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _cancel_running_jobs() -> None:
+    """Cancels jobs still running when the interpreter exits.
+
+    Their threads call into Python; letting them run into interpreter
+    finalization would abort the process. Each job is cancelled and waited
+    for briefly (committed output is never touched by a cancellation).
+    """
+    for handle in list(_LIVE_HANDLES):
+        with contextlib.suppress(Exception):  # best effort at exit
+            if handle.status in ("running", "restarting"):
+                handle.cancel()
+                handle.wait(10.0)
+
+
 class JobClient:
     """A submitted job.
 
@@ -240,6 +261,8 @@ class JobClient:
         collects: Sequence[tuple[CollectHandle, int]] = (),
     ) -> None:
         self._inner = handle
+        with contextlib.suppress(TypeError):  # a test double without weak references
+            _LIVE_HANDLES.add(handle)
         self._name = name
         self._collects = list(collects)
         self._result: JobResult | None = None
@@ -301,7 +324,8 @@ class JobClient:
             handle._set(self._inner.collected(node))
         failed = outcome.get("failed_checkpoints")
         if failed is None:
-            failed = self.failed_checkpoints
+            count = getattr(self._inner, "failed_checkpoints", None)
+            failed = count() if count is not None else 0
         self._result = JobResult(
             self._name,
             restarts=int(outcome.get("restarts", 0)),

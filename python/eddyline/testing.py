@@ -32,6 +32,7 @@ __all__ = [
     "assert_exact_ids",
     "assert_same_rows",
     "completed_checkpoints",
+    "id_report",
     "last_by_key",
     "read_parquet_dir",
     "to_rows",
@@ -332,7 +333,10 @@ class FailOnce:
     def __call__(self, item: Any) -> Any:
         if not self._done:
             if isinstance(item, pa.RecordBatch):
-                column = item.column(item.schema.get_field_index(self.column))
+                index = item.schema.get_field_index(self.column)
+                if index < 0:
+                    raise KeyError(f"FailOnce: no column {self.column!r} in {item.schema.names}")
+                column = item.column(index)
                 if len(column):
                     import pyarrow.compute as pc
 

@@ -19,7 +19,7 @@ use crate::gil::detached;
 use crate::graph::parse_graph;
 
 /// A running job.
-#[pyclass(name = "JobHandle", module = "eddyline._core", frozen)]
+#[pyclass(name = "JobHandle", module = "eddyline._core", frozen, weakref)]
 pub struct PyJobHandle {
     handle: Arc<JobHandle>,
     collect_stores: HashMap<usize, Arc<CollectStore>>,
@@ -231,6 +231,7 @@ impl PyJobHandle {
                     "checkpoints",
                     checkpoint_dicts(py, &self.handle.checkpoints())?,
                 )?;
+                d.set_item("failed_checkpoints", self.handle.failed_checkpoints())?;
                 d.set_item("metrics", metrics_dict(py, &self.handle)?)?;
                 Ok(d)
             }
@@ -257,14 +258,19 @@ impl PyJobHandle {
             .collect()
     }
 
-    /// Triggers a checkpoint now (not available without checkpointing).
+    /// Triggers a checkpoint and waits (GIL released) until it completed.
     fn trigger_checkpoint(&self, py: Python<'_>) -> PyResult<u64> {
-        Err(to_py(
-            py,
-            &eddyline_core::error::Error::checkpoint(
-                None,
-                "checkpointing is not enabled for this job",
-            ),
-        ))
+        let h = self.handle.clone();
+        detached(py, move || h.trigger_checkpoint()).map_err(|e| to_py(py, &e))
+    }
+
+    /// The checkpoints completed so far, oldest first.
+    fn checkpoints<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        checkpoint_dicts(py, &self.handle.checkpoints())
+    }
+
+    /// How many checkpoints were aborted.
+    fn failed_checkpoints(&self) -> u64 {
+        self.handle.failed_checkpoints()
     }
 }

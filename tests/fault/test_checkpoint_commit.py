@@ -1,0 +1,118 @@
+"""Failures while a checkpoint is taken: the two-phase-commit protocol stays exact.
+
+The reference :class:`RecordingTwoPhaseSink` logs every phase durably; the
+checker reads that commit history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import eddyline as ed
+from eddyline.testing import (
+    InjectedFailure,
+    RecordingTwoPhaseSink,
+    SleepPerBatch,
+    assert_exact_ids,
+    completed_checkpoints,
+    read_parquet_dir,
+)
+
+N = 60_000
+
+
+class FailingPreCommitSink(RecordingTwoPhaseSink):
+    """Raises once in ``pre_commit``, on the first attempt, after a checkpoint completed."""
+
+    def __init__(self, dir: Path, chk_dir: Path, marker_dir: Path) -> None:
+        super().__init__(dir)
+        self.chk_dir = str(chk_dir)
+        self.marker = os.path.join(marker_dir, "pre_commit_failed")
+
+    def pre_commit(self, txn: dict[str, Any]) -> None:
+        if self.attempt == 0 and completed_checkpoints(self.chk_dir):
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                note = {
+                    "checkpoint": txn["checkpoint"],
+                    "completed_before": completed_checkpoints(self.chk_dir),
+                }
+                with os.fdopen(fd, "w") as marker:
+                    json.dump(note, marker)
+                raise InjectedFailure(f"pre_commit failed for checkpoint {txn['checkpoint']}")
+        super().pre_commit(txn)
+
+
+def test_checkpoint_pre_commit_failure_recovers_exactly(
+    tmp_path: Path, chk_dir: Path, marker_dir: Path
+) -> None:
+    sink_dir = tmp_path / "sink"
+    sink = FailingPreCommitSink(sink_dir, chk_dir, marker_dir)
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
+        restart=ed.RestartStrategy.fixed_delay(3, "10ms"),
+        batch_size=200,
+    )
+    slow = env.from_sequence(0, N).map_batches(SleepPerBatch(0.003)).name("slow")
+    slow.sink_to(sink).name("txn_sink").uid("txn_sink")
+
+    result = env.execute("pre_commit_failure")
+
+    marker = Path(sink.marker)
+    assert marker.exists(), "pre_commit never failed"
+    note = json.loads(marker.read_text())
+    failed = note["checkpoint"]
+    assert note["completed_before"], "no checkpoint completed before the failure"
+    assert result.restarts == 1
+    completed = set(result.checkpoint_ids)
+    assert failed not in completed, f"checkpoint {failed} failed but is reported completed"
+
+    assert_exact_ids(
+        RecordingTwoPhaseSink.committed(sink_dir)["value"].to_pylist(), range(N), "committed"
+    )
+
+    # commit history: only completed checkpoints commit, each transaction once
+    log = RecordingTwoPhaseSink.read_log(sink_dir)
+    commits = [e for e in log if e["phase"] in ("commit", "recommit")]
+    assert commits, "nothing was committed"
+    assert {e["checkpoint"] for e in commits} <= completed, (
+        f"commits for checkpoints that never completed: "
+        f"{sorted({e['checkpoint'] for e in commits} - completed)}"
+    )
+    first_commits = Counter(e["txn"] for e in log if e["phase"] == "commit")
+    assert max(first_commits.values()) == 1
+    pre_committed = [e["txn"] for e in log if e["phase"] == "pre_commit"]
+    for entry in commits:
+        position = log.index(entry)
+        assert entry["txn"] in {e["txn"] for e in log[:position] if e["phase"] == "pre_commit"}
+    # the transactions of the failed checkpoint were never committed
+    assert not [e for e in commits if e["checkpoint"] == failed]
+    # the final checkpoint committed everything: no pre-committed transaction with rows is
+    # left uncommitted, except those of the failed attempt (aborted or replayed)
+    committed_txns = {e["txn"] for e in commits}
+    rows_of = {e["txn"]: e["rows"] for e in log if e["phase"] == "pre_commit"}
+    left = [t for t in pre_committed if t not in committed_txns and rows_of[t]]
+    assert all(re.match(r"s\d+-a0-", t) for t in left), f"uncommitted after restart: {left}"
+
+
+def test_checkpoint_unwritable_dir_fails_before_start(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    chk = blocker / "checkpoints"
+    out = tmp_path / "out"
+    env = ed.StreamEnvironment(checkpoint=ed.CheckpointConfig(chk, interval="50ms"))
+    env.from_sequence(0, 1000).sink_to(ed.ParquetSink(out))
+    with pytest.raises(ed.CheckpointError, match=re.escape(str(chk))):
+        env.execute("unwritable")
+    assert read_parquet_dir(out).num_rows == 0

@@ -1,0 +1,174 @@
+"""Corrupt, truncated and incomplete checkpoints are refused with a named error.
+
+One job runs to completion once (module fixture); every test works on its own
+copy of the checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import eddyline as ed
+from eddyline import _core
+from eddyline.cli import main
+from eddyline.testing import SleepPerBatch, completed_checkpoints, last_by_key
+
+N = 30_000
+KEYS = 13
+EXPECTED_SUMS = dict(
+    enumerate(np.bincount(np.arange(N) % KEYS, weights=np.arange(N)).astype(np.int64).tolist())
+)
+EXPECTED_COUNTS = dict(enumerate(np.bincount(np.arange(N) % KEYS).tolist()))
+
+
+def _job(chk_dir: Path) -> tuple[ed.StreamEnvironment, ed.CollectHandle, ed.CollectHandle]:
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="30ms", retained=3),
+        batch_size=200,
+    )
+    numbers = env.from_sequence(0, N).name("numbers").uid("numbers")
+    slow = numbers.map_batches(SleepPerBatch(0.002)).name("slow").uid("slow")
+    keyed = slow.with_columns(k=ed.col("value") % KEYS).name("tag").uid("tag").key_by("k")
+    sums = keyed.sum("value").name("sums").uid("sums").collect()
+    counts = keyed.count().name("counts").uid("counts").collect()
+    return env, sums, counts
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, ed.JobResult]:
+    chk = tmp_path_factory.mktemp("corruption") / "chk"
+    env, _, _ = _job(chk)
+    result = env.execute("to_corrupt")
+    assert len(result.checkpoint_ids) >= 3, result.checkpoint_ids
+    return chk, result
+
+
+@pytest.fixture
+def chk_copy(finished_run: tuple[Path, ed.JobResult], tmp_path: Path) -> Path:
+    source, _ = finished_run
+    copy = tmp_path / "chk"
+    shutil.copytree(source, copy)
+    return copy
+
+
+def _newest(chk: Path) -> Path:
+    return chk / f"chk-{completed_checkpoints(chk)[-1]}"
+
+
+def _state_file(checkpoint: Path, rng: random.Random) -> Path:
+    files = sorted(checkpoint.glob("*.state"))
+    assert files, f"no .state files in {checkpoint}: {sorted(p.name for p in checkpoint.iterdir())}"
+    return rng.choice(files)
+
+
+def _flip_byte(path: Path, rng: random.Random) -> None:
+    data = bytearray(path.read_bytes())
+    offset = rng.randrange(len(data))
+    data[offset] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path, rng: random.Random) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: rng.randrange(len(data))])
+
+
+def _restore(chk: Path, restore_from: str) -> ed.JobResult:
+    env, _, _ = _job(chk)
+    return env.execute("restore", restore_from=restore_from)
+
+
+def test_checkpoint_retained_are_all_listed(finished_run: tuple[Path, ed.JobResult]) -> None:
+    chk, result = finished_run
+    assert completed_checkpoints(chk) == result.checkpoint_ids[-3:]
+    listed = _core.list_checkpoints(str(chk))
+    assert [c["id"] for c in listed] == result.checkpoint_ids[-3:][::-1]
+    assert all(c["valid"] and c["error"] is None for c in listed)
+
+
+@pytest.mark.parametrize("damage", [_flip_byte, _truncate], ids=["flipped_byte", "truncated"])
+def test_checkpoint_damaged_state_file_is_refused(
+    chk_copy: Path, seed: int, damage: Callable[[Path, random.Random], None]
+) -> None:
+    rng = random.Random(seed)
+    newest = _newest(chk_copy)
+    victim = _state_file(newest, rng)
+    damage(victim, rng)
+    with pytest.raises(ed.CheckpointError, match=re.escape(victim.name)):
+        _restore(chk_copy, str(newest))
+    # no silent fall back to an older checkpoint either
+    with pytest.raises(ed.CheckpointError, match=re.escape(victim.name)):
+        _restore(chk_copy, "latest")
+
+
+def test_checkpoint_damaged_shows_invalid_in_cli(
+    chk_copy: Path, seed: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(seed)
+    newest = _newest(chk_copy)
+    victim = _state_file(newest, rng)
+    _flip_byte(victim, rng)
+    assert main(["checkpoints", str(chk_copy)]) == 0
+    out = capsys.readouterr().out
+    newest_id = int(newest.name.removeprefix("chk-"))
+    row = next(line for line in out.splitlines() if line.split()[:1] == [str(newest_id)])
+    assert row.split()[-1] == "NO", out
+    assert victim.name in out
+    assert main(["checkpoints", str(newest)]) == 2
+    assert victim.name in capsys.readouterr().err
+
+
+def test_checkpoint_without_manifest_is_refused(chk_copy: Path) -> None:
+    newest = _newest(chk_copy)
+    (newest / "_manifest.json").unlink()
+    with pytest.raises(ed.CheckpointError, match=re.escape(str(newest))):
+        _restore(chk_copy, str(newest))
+
+
+@pytest.mark.parametrize("what", ["missing", "plain_dir", "file"])
+def test_checkpoint_restore_from_non_checkpoint_is_refused(tmp_path: Path, what: str) -> None:
+    target = tmp_path / "target"
+    if what == "plain_dir":
+        target.mkdir()
+        (target / "data.txt").write_text("hello")
+    elif what == "file":
+        target.write_text("hello")
+    with pytest.raises(ed.CheckpointError, match=re.escape(str(target))):
+        _restore(tmp_path / "chk", str(target))
+
+
+def test_checkpoint_latest_on_empty_dir_starts_fresh(tmp_path: Path) -> None:
+    chk = tmp_path / "chk"
+    chk.mkdir()
+    env, sums, counts = _job(chk)
+    result = env.execute("fresh", restore_from="latest")
+    assert {k: r["count"] for k, r in last_by_key(counts, "k").items()} == EXPECTED_COUNTS
+    assert {k: r["value"] for k, r in last_by_key(sums, "k").items()} == EXPECTED_SUMS
+    assert result.checkpoint_ids
+
+
+def test_checkpoint_every_retained_one_is_a_restart_point(
+    finished_run: tuple[Path, ed.JobResult], tmp_path: Path
+) -> None:
+    source, _ = finished_run
+    for checkpoint_id in completed_checkpoints(source):
+        chk = tmp_path / f"copy-{checkpoint_id}"
+        shutil.copytree(source, chk)
+        env, sums, counts = _job(chk)
+        restored = env.execute("restart_point", restore_from=str(chk / f"chk-{checkpoint_id}"))
+        # state restored + the replayed rest of the input = the golden final values
+        final_counts = {k: r["count"] for k, r in last_by_key(counts, "k").items()}
+        final_sums = {k: r["value"] for k, r in last_by_key(sums, "k").items()}
+        assert final_counts == {k: EXPECTED_COUNTS[k] for k in final_counts}, checkpoint_id
+        assert final_sums == {k: EXPECTED_SUMS[k] for k in final_sums}, checkpoint_id
+        assert set(final_counts) == set(final_sums)
+        # ids continue after the restored one
+        assert all(i > checkpoint_id for i in restored.checkpoint_ids), restored.checkpoint_ids

@@ -1,0 +1,121 @@
+"""SIGKILL of the job process at random moments, then ``restore_from="latest"``.
+
+A job script writes ``from_sequence(0, N)`` to a ParquetSink with frequent
+checkpoints. The test kills it three times, each time only after a new
+checkpoint completed since its start, and lets the fourth run finish: the
+committed rows are exactly ``range(N)``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir, wait_until
+
+N = 200_000
+KILLS = 3
+RUN_TIMEOUT_S = 60.0
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import eddyline as ed
+    from eddyline.testing import SleepPerBatch
+
+    out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3),
+        batch_size=200,
+    )
+    numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
+    slow = numbers.map_batches(SleepPerBatch(0.005)).name("slow").uid("slow")
+    slow.sink_to(ed.ParquetSink(out)).name("files").uid("files")
+    client = env.execute_async("killable", restore_from="latest")
+    print("started", flush=True)
+    seen = set()
+    while True:
+        try:
+            result = client.wait(timeout=0.02)
+            done = True
+        except TimeoutError:
+            done = False
+        for stats in client.checkpoints if not done else result.checkpoints:
+            if stats.id not in seen:
+                seen.add(stats.id)
+                print(f"checkpoint {stats.id} completed", flush=True)
+        if done:
+            break
+    records = result.metrics["operators"]["numbers"]["records_out"]
+    print(f"source records {records}", flush=True)
+    print("finished", flush=True)
+    """
+)
+
+
+def _checkpoint_ids(output: str) -> list[int]:
+    return [int(m) for m in re.findall(r"^checkpoint (\d+) completed$", output, re.M)]
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Path) -> None:
+    rng = random.Random(seed)
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    command = [sys.executable, str(script), str(out), str(chk), str(N)]
+    outputs: list[str] = []
+
+    for kill in range(KILLS):
+        before = max(completed_checkpoints(chk), default=0)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(
+                lambda before=before, proc=proc: (
+                    max(completed_checkpoints(chk), default=0) > before or proc.poll() is not None
+                ),
+                timeout=RUN_TIMEOUT_S,
+                what=f"a new checkpoint in run {kill} (after chk-{before})",
+            )
+            time.sleep(rng.uniform(0.0, 0.25))  # the kill moment, from the seed
+            assert proc.poll() is None, (
+                f"run {kill} ended before it was killed; make the job longer:\n"
+                f"{proc.communicate()[1]}"
+            )
+            proc.send_signal(signal.SIGKILL)
+            stdout, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        outputs.append(stdout)
+
+    final = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+    assert final.returncode == 0, final.stderr
+    assert "finished" in final.stdout
+    outputs.append(final.stdout)
+
+    # exactly once: every id committed once, none missing
+    assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(N), "ParquetSink")
+
+    # the restarted runs resumed: checkpoint ids keep increasing across runs ...
+    per_run = [_checkpoint_ids(text) for text in outputs]
+    flat = [i for ids in per_run for i in ids]
+    assert flat == sorted(set(flat)), f"checkpoint ids per run: {per_run}"
+    assert per_run[-1], "the last run completed no checkpoint (not even the final one)"
+    # ... and the last run did not start from scratch
+    records = int(re.search(r"^source records (\d+)$", final.stdout, re.M).group(1))  # type: ignore[union-attr]
+    assert records < N, f"the last run re-read all {N} records: it did not restore"
