@@ -10,7 +10,9 @@
 pub mod filter;
 pub mod keyed_agg;
 pub mod project;
+pub mod timestamps;
 pub mod union;
+pub mod window;
 
 use arrow::record_batch::RecordBatch;
 

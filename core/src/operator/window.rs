@@ -1,0 +1,1823 @@
+//! Keyed event-time windows (tumbling and sliding) with native aggregates
+//! (DESIGN.md "Event time"; the window semantics are Flink's
+//! `WindowOperator` with `TumblingEventTimeWindows` /
+//! `SlidingEventTimeWindows` and an event-time trigger; keyed state per key
+//! group with copy-on-write snapshots as in [`crate::operator::keyed_agg`],
+//! DESIGN.md "Runtime" and "Checkpoints").
+//!
+//! # Semantics
+//!
+//! Windows are aligned to the epoch: a record with event time `t` (ms)
+//! belongs to every window `[start, start + size)` with
+//! `start = t - t.rem_euclid(slide) - i * slide` that contains `t`
+//! (tumbling windows have `slide = size`; `0 < slide <= size`).
+//!
+//! A window is *over* when the watermark `w` reaches its last millisecond:
+//! `end - 1 <= w`. A record whose windows are all over is *late*: it is
+//! dropped and counted ([`WindowOperator::late_records`], also shared as an
+//! atomic counter through [`WindowOperator::late_records_handle`] so the
+//! runtime can report it as a metric). A record some of whose (sliding)
+//! windows are over is added to the others only, as Flink does.
+//!
+//! `process_watermark(w)` fires every window that is over, emitting one batch
+//! with one row per (key, window): the key columns (input names and types,
+//! always nullable since the rows hold keys of many batches),
+//! `window_start`, `window_end` (the type of the event-time column: `Int64`
+//! milliseconds or the same timestamp type; seconds round towards negative
+//! infinity) and the aggregate, named after the aggregated column (`count`
+//! for count). Rows are ordered by `window_end`, then by the order in which
+//! the (key, window) pair was first seen. Fired windows are removed, then the
+//! watermark is forwarded. [`MAX_WATERMARK`] fires every window; `finish`
+//! fires nothing (a bounded input ends with `MAX_WATERMARK`). Watermarks that
+//! would regress are ignored.
+//!
+//! Aggregates follow [`crate::operator::keyed_agg`]: integers aggregate as
+//! `Int64` (sums wrap), floats as `Float64`, counts are `Int64`; nulls in the
+//! aggregated column are ignored (a window with only nulls has a null sum,
+//! min or max); null keys are a key of their own.
+//!
+//! # Processing a batch
+//!
+//! Keys are hashed once per batch ([`hash_keys`] for a single `Int64` key;
+//! otherwise the Arrow row format, encoded into a reused buffer and hashed
+//! with xxh3 exactly as [`hash_keys`] does), event times are converted to
+//! milliseconds in one pass and the aggregated column is cast once. Each
+//! record then updates its windows' accumulators in place; a new (key,
+//! window) pair allocates its map slot (and for row-format keys the key
+//! bytes), nothing else allocates per record.
+//!
+//! # State and snapshots
+//!
+//! State is a `Vec<Arc<group>>` indexed by `key_group - key_groups.start`,
+//! mutated through `Arc::make_mut`; a group is a `BTreeMap` from window start
+//! to a map from key to (first-seen sequence number, accumulator), so firing
+//! pops the first windows and the earliest open window start of a key group
+//! is its first entry ([`WindowOperator::earliest_open_window_start`]).
+//! `snapshot_state` clones the `Arc`s into [`StateBlob::Deferred`] views.
+//!
+//! Besides the windows, the current watermark is part of the state (unlike
+//! Flink, where it restarts at `Long.MIN_VALUE`), so records that were late
+//! before a failure are late after it and restored runs emit exactly the
+//! same windows. It is written into every key group's blob: once the
+//! operator has a watermark every owned key group is written, even an empty
+//! one. A subtask restored from several old subtasks takes the largest
+//! watermark.
+//!
+//! # Serialization format (version 1)
+//!
+//! One blob per key group:
+//!
+//! ```text
+//! byte 0      format version, currently 1
+//! bytes 1..   an Arrow IPC stream; schema metadata:
+//!               "eddyline.window"           the aggregate: sum | count | min | max
+//!               "eddyline.window.assigner"  "tumbling <size>" | "sliding <size> <slide>" (ms)
+//!               "eddyline.window.time_type" the event-time column's Arrow type (Display form)
+//!               "eddyline.window.watermark" the operator's watermark (decimal i64)
+//!             columns: the key columns (input names and types, nullable), then
+//!               __eddyline_window_start  Int64 (ms)
+//!               __eddyline_seq           UInt64 (first-seen order of the pair)
+//!               __eddyline_acc           Int64 or Float64, null = no value seen yet
+//!             one row per (key, window), ordered by (window_start, seq)
+//! ```
+//!
+//! Restoring checks the version, aggregate, assigner and layout, and that
+//! every key hashes to the key group the blob claims.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::io::Cursor;
+use std::ops::{Bound, Range};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, Int64Array, PrimitiveArray, RecordBatch, UInt64Array,
+};
+use arrow::buffer::{NullBuffer, ScalarBuffer};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::{
+    ArrowNativeType, ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema,
+    SchemaRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType, UInt64Type,
+};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow::row::{RowConverter, Rows, SortField};
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Result};
+use crate::event::MAX_WATERMARK;
+use crate::keygroup::{hash_keys, key_group};
+use crate::operator::keyed_agg::AggKind;
+use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
+use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::state::{DeferredState, OperatorState, StateBlob};
+
+/// The version byte that opens every serialized key-group blob.
+pub const STATE_FORMAT_VERSION: u8 = 1;
+
+const META_AGG: &str = "eddyline.window";
+const META_ASSIGNER: &str = "eddyline.window.assigner";
+const META_TIME_TYPE: &str = "eddyline.window.time_type";
+const META_WATERMARK: &str = "eddyline.window.watermark";
+const START_FIELD: &str = "__eddyline_window_start";
+const SEQ_FIELD: &str = "__eddyline_seq";
+const ACC_FIELD: &str = "__eddyline_acc";
+
+/// How records are assigned to windows (sizes in milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WindowAssigner {
+    /// Consecutive, non-overlapping windows of `size_ms`.
+    Tumbling { size_ms: i64 },
+    /// Windows of `size_ms` starting every `slide_ms` (`0 < slide <= size`).
+    Sliding { size_ms: i64, slide_ms: i64 },
+}
+
+impl WindowAssigner {
+    /// The window length in milliseconds.
+    pub fn size_ms(&self) -> i64 {
+        match *self {
+            WindowAssigner::Tumbling { size_ms } | WindowAssigner::Sliding { size_ms, .. } => {
+                size_ms
+            }
+        }
+    }
+
+    /// The distance between window starts in milliseconds.
+    pub fn slide_ms(&self) -> i64 {
+        match *self {
+            WindowAssigner::Tumbling { size_ms } => size_ms,
+            WindowAssigner::Sliding { slide_ms, .. } => slide_ms,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let (size, slide) = (self.size_ms(), self.slide_ms());
+        if size <= 0 || slide <= 0 || slide > size {
+            return Err(Error::graph(
+                "",
+                format!(
+                    "a window needs 0 < slide <= size, got size {size} ms and slide {slide} ms"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The form written into the state metadata.
+    fn describe(&self) -> String {
+        match *self {
+            WindowAssigner::Tumbling { size_ms } => format!("tumbling {size_ms}"),
+            WindowAssigner::Sliding { size_ms, slide_ms } => {
+                format!("sliding {size_ms} {slide_ms}")
+            }
+        }
+    }
+}
+
+/// What a window computes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowAgg {
+    /// A native aggregate of `column` (optional for count, which then counts
+    /// rows instead of the column's non-null values).
+    Native(AggKind, Option<String>),
+}
+
+/// Builds [`WindowOperator`]s: `keys` are the key columns, `time_column`
+/// the event-time column (a timestamp or `Int64` ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowFactory {
+    pub keys: Vec<String>,
+    pub time_column: String,
+    pub assigner: WindowAssigner,
+    pub agg: WindowAgg,
+}
+
+/// Whether the accumulator is an `i64` or an `f64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueKind {
+    Int,
+    Float,
+}
+
+impl ValueKind {
+    fn data_type(self) -> DataType {
+        match self {
+            ValueKind::Int => DataType::Int64,
+            ValueKind::Float => DataType::Float64,
+        }
+    }
+}
+
+/// The state layout: what the keyed state holds and what it emits.
+#[derive(Debug, Clone, PartialEq)]
+struct Layout {
+    key_fields: Vec<FieldRef>,
+    time_type: DataType,
+    value_kind: ValueKind,
+}
+
+impl Layout {
+    fn describe(&self) -> String {
+        format!(
+            "keys ({}), event time {} and a {} accumulator",
+            self.key_fields
+                .iter()
+                .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.time_type,
+            self.value_kind.data_type()
+        )
+    }
+
+    fn same_as(&self, other: &Layout) -> bool {
+        self.time_type == other.time_type
+            && self.value_kind == other.value_kind
+            && self.key_fields.len() == other.key_fields.len()
+            && self
+                .key_fields
+                .iter()
+                .zip(&other.key_fields)
+                .all(|(a, b)| a.data_type() == b.data_type())
+    }
+}
+
+/// An input schema resolved against a factory.
+#[derive(Debug, Clone)]
+struct Binding {
+    input: SchemaRef,
+    key_idx: Vec<usize>,
+    time_idx: usize,
+    value_idx: Option<usize>,
+    layout: Layout,
+    output: SchemaRef,
+}
+
+fn column_index(schema: &Schema, name: &str) -> Result<usize> {
+    schema.index_of(name).map_err(|_| {
+        Error::graph(
+            "",
+            format!(
+                "column '{name}' does not exist; available columns: {}",
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })
+}
+
+impl WindowFactory {
+    /// A factory for `agg` over `assigner` windows of `time_column`, grouped
+    /// by `keys`.
+    pub fn new(
+        keys: Vec<String>,
+        time_column: String,
+        assigner: WindowAssigner,
+        agg: WindowAgg,
+    ) -> Self {
+        WindowFactory {
+            keys,
+            time_column,
+            assigner,
+            agg,
+        }
+    }
+
+    /// The schema of the operator's output for `input` (build-time
+    /// validation): the key fields, `window_start`, `window_end`, then the
+    /// aggregate field.
+    pub fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef> {
+        Ok(self.bind(input)?.output)
+    }
+
+    fn kind(&self) -> AggKind {
+        let WindowAgg::Native(kind, _) = &self.agg;
+        *kind
+    }
+
+    fn agg_column(&self) -> Option<&str> {
+        let WindowAgg::Native(_, column) = &self.agg;
+        column.as_deref()
+    }
+
+    fn output_for(&self, layout: &Layout) -> SchemaRef {
+        let mut fields: Vec<FieldRef> = layout.key_fields.clone();
+        fields.push(Arc::new(Field::new(
+            "window_start",
+            layout.time_type.clone(),
+            false,
+        )));
+        fields.push(Arc::new(Field::new(
+            "window_end",
+            layout.time_type.clone(),
+            false,
+        )));
+        let (name, nullable) = match (self.kind(), self.agg_column()) {
+            (AggKind::Count, _) | (_, None) => ("count", false),
+            (_, Some(col)) => (col, true),
+        };
+        fields.push(Arc::new(Field::new(
+            name,
+            layout.value_kind.data_type(),
+            nullable,
+        )));
+        Arc::new(Schema::new(fields))
+    }
+
+    fn bind(&self, input: &SchemaRef) -> Result<Binding> {
+        self.assigner.validate()?;
+        let agg = self.kind();
+        if self.keys.is_empty() {
+            return Err(Error::graph(
+                "",
+                format!("a window {} needs at least one key column", agg.name()),
+            ));
+        }
+        let mut key_idx = Vec::with_capacity(self.keys.len());
+        let mut key_fields = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let idx = column_index(input, key)?;
+            let field = input.fields()[idx].clone();
+            if !RowConverter::supports_fields(&[SortField::new(field.data_type().clone())]) {
+                return Err(Error::schema(
+                    "",
+                    format!(
+                        "key column '{key}' has type {}, which cannot be used as a key",
+                        field.data_type()
+                    ),
+                ));
+            }
+            if matches!(field.name().as_str(), "window_start" | "window_end") {
+                return Err(Error::graph(
+                    "",
+                    format!("key column '{key}' clashes with the window's output columns"),
+                ));
+            }
+            key_idx.push(idx);
+            // Nullable: fired rows hold keys of earlier batches too.
+            key_fields.push(Arc::new(field.as_ref().clone().with_nullable(true)));
+        }
+        let time_idx = event_time_column(input, &self.time_column)?;
+        let (value_idx, value_kind) = match (agg, self.agg_column()) {
+            (AggKind::Count, None) => (None, ValueKind::Int),
+            (AggKind::Count, Some(col)) => (Some(column_index(input, col)?), ValueKind::Int),
+            (agg, None) => {
+                return Err(Error::graph(
+                    "",
+                    format!("a window {} needs a column to aggregate", agg.name()),
+                ))
+            }
+            (agg, Some(col)) => {
+                let idx = column_index(input, col)?;
+                let dt = input.field(idx).data_type();
+                let kind = if dt.is_integer() {
+                    ValueKind::Int
+                } else if dt.is_floating() {
+                    ValueKind::Float
+                } else {
+                    return Err(Error::schema(
+                        "",
+                        format!(
+                            "{} needs a numeric (integer or floating-point) column, but column '{col}' has type {dt}",
+                            agg.name()
+                        ),
+                    ));
+                };
+                (Some(idx), kind)
+            }
+        };
+        let layout = Layout {
+            key_fields,
+            time_type: input.field(time_idx).data_type().clone(),
+            value_kind,
+        };
+        Ok(Binding {
+            input: input.clone(),
+            key_idx,
+            time_idx,
+            value_idx,
+            output: self.output_for(&layout),
+            layout,
+        })
+    }
+}
+
+impl OperatorFactory for WindowFactory {
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(WindowOperator::new(self, ctx)?))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Accumulators
+
+/// The native accumulator type (`i64` or `f64`).
+trait Num: ArrowNativeType + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
+    type Arrow: ArrowPrimitiveType<Native = Self>;
+    const ONE: Self;
+    fn combine(self, agg: AggKind, other: Self) -> Self;
+}
+
+impl Num for i64 {
+    type Arrow = Int64Type;
+    const ONE: Self = 1;
+    #[inline]
+    fn combine(self, agg: AggKind, other: Self) -> Self {
+        match agg {
+            AggKind::Sum | AggKind::Count => self.wrapping_add(other),
+            AggKind::Min => Ord::min(self, other),
+            AggKind::Max => Ord::max(self, other),
+        }
+    }
+}
+
+impl Num for f64 {
+    type Arrow = Float64Type;
+    const ONE: Self = 1.0;
+    #[inline]
+    fn combine(self, agg: AggKind, other: Self) -> Self {
+        match agg {
+            AggKind::Sum | AggKind::Count => self + other,
+            AggKind::Min => f64::min(self, other),
+            AggKind::Max => f64::max(self, other),
+        }
+    }
+}
+
+/// A window's accumulator; `has == false` means no value was seen yet
+/// (a count always has a value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Acc<V> {
+    value: V,
+    has: bool,
+}
+
+impl<V: Num> Acc<V> {
+    fn empty(agg: AggKind) -> Self {
+        Acc {
+            value: V::default(),
+            has: agg == AggKind::Count,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, agg: AggKind, v: V) {
+        self.value = if self.has {
+            self.value.combine(agg, v)
+        } else {
+            v
+        };
+        self.has = true;
+    }
+}
+
+/// One (key, window) of the state.
+#[derive(Debug, Clone, Copy)]
+struct Entry<V> {
+    /// Order in which the pair was first seen (orders the fired rows).
+    seq: u64,
+    acc: Acc<V>,
+}
+
+/// What the aggregated column contributes in one batch: row `i` adds
+/// `values[i]` (or one, for counts) unless `skip` marks it null.
+struct Contribution<V: Num> {
+    values: Option<PrimitiveArray<V::Arrow>>,
+    skip: Option<NullBuffer>,
+}
+
+impl<V: Num> Contribution<V> {
+    fn new(agg: AggKind, column: Option<&ArrayRef>) -> Result<Self> {
+        let Some(column) = column else {
+            return Ok(Contribution {
+                values: None,
+                skip: None,
+            });
+        };
+        let skip = column.logical_nulls().filter(|n| n.null_count() > 0);
+        if agg == AggKind::Count {
+            return Ok(Contribution { values: None, skip });
+        }
+        let target = V::Arrow::DATA_TYPE;
+        let values = if column.data_type() == &target {
+            column.as_primitive::<V::Arrow>().clone()
+        } else {
+            let options = CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            let cast = cast_with_options(column, &target, &options).map_err(|e| {
+                Error::operator(
+                    "",
+                    format!(
+                        "cannot aggregate a {} value as {target}: {e}",
+                        column.data_type()
+                    ),
+                )
+            })?;
+            cast.as_primitive::<V::Arrow>().clone()
+        };
+        Ok(Contribution {
+            values: Some(values),
+            skip,
+        })
+    }
+
+    /// The value row `i` adds, if any.
+    #[inline]
+    fn at(&self, i: usize) -> Option<V> {
+        if let Some(skip) = &self.skip {
+            if skip.is_null(i) {
+                return None;
+            }
+        }
+        Some(self.values.as_ref().map_or(V::ONE, |v| v.values()[i]))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Keys
+
+/// How a key is held in the state: an `Option<i64>` for a single `Int64`
+/// key column, Arrow row-format bytes otherwise.
+trait StateKey: Eq + Hash + Clone + Send + Sync + 'static {
+    /// Per-operator encoding scratch.
+    type Codec: Send;
+    /// The keys of one batch, ready for lookups.
+    type Batch<'a>
+    where
+        Self: 'a;
+
+    fn codec(fields: &[FieldRef]) -> Result<Self::Codec>;
+
+    /// Encodes the key columns of a batch and hashes every row into `hashes`
+    /// exactly as [`hash_keys`] does.
+    fn prepare<'a>(
+        codec: &'a mut Self::Codec,
+        columns: &'a [ArrayRef],
+        hashes: &mut Vec<u64>,
+    ) -> Result<Self::Batch<'a>>;
+
+    /// The entry of row `row`'s key in `map`, created by `fresh` if missing.
+    fn upsert<'m, V: Copy>(
+        map: &'m mut FxHashMap<Self, Entry<V>>,
+        batch: &Self::Batch<'_>,
+        row: usize,
+        fresh: impl FnOnce() -> Entry<V>,
+    ) -> &'m mut Entry<V>;
+
+    /// Arrow key columns (of `fields`' types) holding `keys`.
+    fn to_columns<'k>(
+        fields: &[FieldRef],
+        keys: impl Iterator<Item = &'k Self>,
+    ) -> Result<Vec<ArrayRef>>;
+
+    /// The keys held by Arrow key columns.
+    fn from_columns(codec: &mut Self::Codec, columns: &[ArrayRef]) -> Result<Vec<Self>>;
+}
+
+/// The keys of one batch with a single `Int64` key column.
+struct IntKeys<'a> {
+    values: &'a [i64],
+    nulls: Option<&'a NullBuffer>,
+}
+
+impl StateKey for Option<i64> {
+    type Codec = ();
+    type Batch<'a> = IntKeys<'a>;
+
+    fn codec(_fields: &[FieldRef]) -> Result<()> {
+        Ok(())
+    }
+
+    fn prepare<'a>(
+        _codec: &'a mut (),
+        columns: &'a [ArrayRef],
+        hashes: &mut Vec<u64>,
+    ) -> Result<IntKeys<'a>> {
+        hash_keys(columns, hashes)?;
+        let keys = columns[0].as_primitive::<Int64Type>();
+        Ok(IntKeys {
+            values: keys.values(),
+            nulls: keys.nulls().filter(|n| n.null_count() > 0),
+        })
+    }
+
+    #[inline]
+    fn upsert<'m, V: Copy>(
+        map: &'m mut FxHashMap<Self, Entry<V>>,
+        batch: &IntKeys<'_>,
+        row: usize,
+        fresh: impl FnOnce() -> Entry<V>,
+    ) -> &'m mut Entry<V> {
+        let key = match batch.nulls {
+            Some(n) if n.is_null(row) => None,
+            _ => Some(batch.values[row]),
+        };
+        map.entry(key).or_insert_with(fresh)
+    }
+
+    fn to_columns<'k>(
+        _fields: &[FieldRef],
+        keys: impl Iterator<Item = &'k Self>,
+    ) -> Result<Vec<ArrayRef>> {
+        Ok(vec![Arc::new(keys.copied().collect::<Int64Array>())])
+    }
+
+    fn from_columns(_codec: &mut (), columns: &[ArrayRef]) -> Result<Vec<Self>> {
+        Ok(columns[0].as_primitive::<Int64Type>().iter().collect())
+    }
+}
+
+/// Row-format encoding of keys, with a reused buffer.
+struct RowCodec {
+    converter: RowConverter,
+    rows: Rows,
+}
+
+fn sort_fields(fields: &[FieldRef]) -> Vec<SortField> {
+    fields
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect()
+}
+
+impl StateKey for Box<[u8]> {
+    type Codec = RowCodec;
+    type Batch<'a> = &'a Rows;
+
+    fn codec(fields: &[FieldRef]) -> Result<RowCodec> {
+        let converter = RowConverter::new(sort_fields(fields))?;
+        let rows = converter.empty_rows(0, 0);
+        Ok(RowCodec { converter, rows })
+    }
+
+    fn prepare<'a>(
+        codec: &'a mut RowCodec,
+        columns: &'a [ArrayRef],
+        hashes: &mut Vec<u64>,
+    ) -> Result<&'a Rows> {
+        codec.rows.clear();
+        codec.converter.append(&mut codec.rows, columns)?;
+        hashes.clear();
+        hashes.extend(
+            codec
+                .rows
+                .iter()
+                .map(|r| xxhash_rust::xxh3::xxh3_64(r.as_ref())),
+        );
+        Ok(&codec.rows)
+    }
+
+    #[inline]
+    fn upsert<'m, V: Copy>(
+        map: &'m mut FxHashMap<Self, Entry<V>>,
+        batch: &&Rows,
+        row: usize,
+        fresh: impl FnOnce() -> Entry<V>,
+    ) -> &'m mut Entry<V> {
+        let key = batch.row(row);
+        let key = key.as_ref();
+        if !map.contains_key(key) {
+            map.insert(Box::from(key), fresh());
+        }
+        map.get_mut(key)
+            .expect("invariant: the key was inserted just above if it was missing")
+    }
+
+    fn to_columns<'k>(
+        fields: &[FieldRef],
+        keys: impl Iterator<Item = &'k Self>,
+    ) -> Result<Vec<ArrayRef>> {
+        let converter = RowConverter::new(sort_fields(fields))?;
+        let parser = converter.parser();
+        Ok(converter.convert_rows(keys.map(|k| parser.parse(k)))?)
+    }
+
+    fn from_columns(codec: &mut RowCodec, columns: &[ArrayRef]) -> Result<Vec<Self>> {
+        let rows = codec.converter.convert_columns(columns)?;
+        Ok(rows.iter().map(|r| Box::from(r.as_ref())).collect())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Keyed state
+
+/// The key groups a subtask owns.
+#[derive(Debug, Clone)]
+struct Ownership {
+    name: String,
+    key_groups: Range<usize>,
+    max_parallelism: usize,
+}
+
+impl Ownership {
+    #[inline]
+    fn local_index(&self, hash: u64) -> Result<usize> {
+        let kg = key_group(hash, self.max_parallelism);
+        if self.key_groups.contains(&kg) {
+            Ok(kg - self.key_groups.start)
+        } else {
+            Err(Error::operator(
+                &self.name,
+                format!(
+                    "received a key of key group {kg}, which this subtask does not own (it owns key groups {}..{}); the input is not partitioned by the key columns",
+                    self.key_groups.start, self.key_groups.end
+                ),
+            ))
+        }
+    }
+}
+
+/// The open windows of one key group: window start -> key -> entry.
+struct GroupState<K, V> {
+    windows: BTreeMap<i64, FxHashMap<K, Entry<V>>>,
+}
+
+impl<K: Clone, V: Clone> Clone for GroupState<K, V> {
+    fn clone(&self) -> Self {
+        GroupState {
+            windows: self.windows.clone(),
+        }
+    }
+}
+
+impl<K, V> GroupState<K, V> {
+    fn empty() -> Self {
+        GroupState {
+            windows: BTreeMap::new(),
+        }
+    }
+}
+
+/// What one batch needs besides the key columns.
+struct BatchInput<'a, V: Num> {
+    agg: AggKind,
+    size: i64,
+    slide: i64,
+    watermark: i64,
+    times: &'a [i64],
+    contribution: &'a Contribution<V>,
+}
+
+/// The rows a watermark fires, as output columns.
+struct Fired {
+    keys: Vec<ArrayRef>,
+    starts: Vec<i64>,
+    acc: ArrayRef,
+}
+
+/// The keyed state of one key layout and accumulator type.
+struct Store<K: StateKey, V: Num> {
+    codec: K::Codec,
+    groups: Vec<Arc<GroupState<K, V>>>,
+}
+
+impl<K: StateKey, V: Num> Store<K, V> {
+    fn new(layout: &Layout, n_groups: usize) -> Result<Self> {
+        Ok(Store {
+            codec: K::codec(&layout.key_fields)?,
+            groups: (0..n_groups)
+                .map(|_| Arc::new(GroupState::empty()))
+                .collect(),
+        })
+    }
+
+    /// Adds the records of one batch to their windows; returns how many
+    /// were late.
+    fn process(
+        &mut self,
+        key_cols: &[ArrayRef],
+        input: &BatchInput<'_, V>,
+        hashes: &mut Vec<u64>,
+        own: &Ownership,
+        next_seq: &mut u64,
+    ) -> Result<u64> {
+        let keys = K::prepare(&mut self.codec, key_cols, hashes)?;
+        let BatchInput {
+            agg,
+            size,
+            slide,
+            watermark,
+            times,
+            contribution,
+        } = *input;
+        let fresh_acc = Acc::<V>::empty(agg);
+        let mut late = 0u64;
+        for (i, (&t, &hash)) in times.iter().zip(hashes.iter()).enumerate() {
+            let local = own.local_index(hash)?;
+            let last_start = t - t.rem_euclid(slide);
+            // The window [start, start + size) is over when start + size - 1 <= watermark.
+            if last_start.saturating_add(size - 1) <= watermark {
+                late += 1;
+                continue;
+            }
+            let value = contribution.at(i);
+            let group = Arc::make_mut(&mut self.groups[local]);
+            let first_start = t.saturating_sub(size);
+            let mut start = last_start;
+            loop {
+                let map = group.windows.entry(start).or_default();
+                let entry = K::upsert(map, &keys, i, || {
+                    let seq = *next_seq;
+                    *next_seq += 1;
+                    Entry {
+                        seq,
+                        acc: fresh_acc,
+                    }
+                });
+                if let Some(v) = value {
+                    entry.acc.add(agg, v);
+                }
+                match start.checked_sub(slide) {
+                    Some(s) if s > first_start && s.saturating_add(size - 1) > watermark => {
+                        start = s
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(late)
+    }
+
+    /// Removes and returns the windows with a start before `cut` (all of
+    /// them when `cut` is `None`), ordered by (start, first-seen order).
+    fn fire(&mut self, cut: Option<i64>, key_fields: &[FieldRef]) -> Result<Option<Fired>> {
+        let range = match cut {
+            None => (Bound::Unbounded, Bound::Unbounded),
+            Some(c) => (Bound::Unbounded, Bound::Excluded(c)),
+        };
+        let mut rows: Vec<(i64, u64, &K, Acc<V>)> = Vec::new();
+        for group in &self.groups {
+            for (&start, map) in group.windows.range(range) {
+                rows.extend(map.iter().map(|(k, e)| (start, e.seq, k, e.acc)));
+            }
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        rows.sort_unstable_by_key(|r| (r.0, r.1));
+        let keys = K::to_columns(key_fields, rows.iter().map(|r| r.2))?;
+        let starts: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let acc = acc_array::<V>(rows.iter().map(|r| r.3));
+        drop(rows);
+        for group in &mut self.groups {
+            let rest_start = match cut {
+                None => None,
+                Some(c) => match group.windows.last_key_value() {
+                    Some((&last, _)) if last >= c => Some(c),
+                    _ => None,
+                },
+            };
+            match rest_start {
+                // Every window of the group fired: drop the map (a snapshot
+                // may still share it).
+                None => {
+                    if !group.windows.is_empty() {
+                        *group = Arc::new(GroupState::empty());
+                    }
+                }
+                Some(c) => {
+                    if group.windows.first_key_value().is_some_and(|(&s, _)| s < c) {
+                        let g = Arc::make_mut(group);
+                        let rest = g.windows.split_off(&c);
+                        g.windows = rest;
+                    }
+                }
+            }
+        }
+        Ok(Some(Fired { keys, starts, acc }))
+    }
+
+    fn earliest_open_window_start(&self) -> Option<i64> {
+        self.groups
+            .iter()
+            .filter_map(|g| g.windows.first_key_value().map(|(&s, _)| s))
+            .min()
+    }
+
+    fn snapshot(&self, meta: &Arc<SnapshotMeta>, start: usize, all: bool) -> Vec<(u32, StateBlob)> {
+        self.groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| all || !g.windows.is_empty())
+            .map(|(i, g)| {
+                let view = GroupSnapshot {
+                    meta: meta.clone(),
+                    group: g.clone(),
+                };
+                ((start + i) as u32, StateBlob::Deferred(Arc::new(view)))
+            })
+            .collect()
+    }
+
+    /// Inserts the restored rows of key group `kg` (local index `local`).
+    fn restore_rows(
+        &mut self,
+        local: usize,
+        kg: usize,
+        key_cols: &[ArrayRef],
+        starts: &Int64Array,
+        seqs: &UInt64Array,
+        acc: &PrimitiveArray<V::Arrow>,
+    ) -> Result<u64> {
+        let keys = K::from_columns(&mut self.codec, key_cols)?;
+        let group = Arc::make_mut(&mut self.groups[local]);
+        let mut max_seq = 0;
+        for (i, key) in keys.into_iter().enumerate() {
+            let entry = Entry {
+                seq: seqs.value(i),
+                acc: Acc {
+                    value: acc.values()[i],
+                    has: acc.is_valid(i),
+                },
+            };
+            max_seq = max_seq.max(entry.seq);
+            let map = group.windows.entry(starts.value(i)).or_default();
+            if map.insert(key, entry).is_some() {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the window state of key group {kg} holds a key twice for window start {}",
+                        starts.value(i)
+                    ),
+                ));
+            }
+        }
+        Ok(max_seq)
+    }
+}
+
+fn acc_array<V: Num>(accs: impl Iterator<Item = Acc<V>>) -> ArrayRef {
+    let (lower, _) = accs.size_hint();
+    let mut values = Vec::with_capacity(lower);
+    let mut valid = Vec::with_capacity(lower);
+    for a in accs {
+        values.push(a.value);
+        valid.push(a.has);
+    }
+    let nulls = if valid.iter().all(|v| *v) {
+        None
+    } else {
+        Some(NullBuffer::from(valid))
+    };
+    Arc::new(PrimitiveArray::<V::Arrow>::new(
+        ScalarBuffer::from(values),
+        nulls,
+    ))
+}
+
+/// Milliseconds as an array of the event-time column's type.
+fn time_array(ms: impl Iterator<Item = i64>, data_type: &DataType) -> Result<ArrayRef> {
+    let values: Vec<i64> = ms.map(|m| from_millis(m, data_type)).collect();
+    Ok(match data_type {
+        DataType::Int64 => Arc::new(Int64Array::from(values)),
+        DataType::Timestamp(unit, tz) => match unit {
+            TimeUnit::Second => Arc::new(
+                PrimitiveArray::<TimestampSecondType>::from(values).with_timezone_opt(tz.clone()),
+            ),
+            TimeUnit::Millisecond => Arc::new(
+                PrimitiveArray::<TimestampMillisecondType>::from(values)
+                    .with_timezone_opt(tz.clone()),
+            ),
+            TimeUnit::Microsecond => Arc::new(
+                PrimitiveArray::<TimestampMicrosecondType>::from(values)
+                    .with_timezone_opt(tz.clone()),
+            ),
+            TimeUnit::Nanosecond => Arc::new(
+                PrimitiveArray::<TimestampNanosecondType>::from(values)
+                    .with_timezone_opt(tz.clone()),
+            ),
+        },
+        other => {
+            return Err(Error::schema(
+                "",
+                format!("event time cannot be of type {other}"),
+            ))
+        }
+    })
+}
+
+/// The keyed state, by key layout and accumulator type.
+enum Engine {
+    IntInt(Store<Option<i64>, i64>),
+    IntFloat(Store<Option<i64>, f64>),
+    RowInt(Store<Box<[u8]>, i64>),
+    RowFloat(Store<Box<[u8]>, f64>),
+}
+
+/// Runs `$body` with `$s` bound to the store, whatever its types.
+macro_rules! with_store {
+    ($engine:expr, $s:ident => $body:expr) => {
+        match $engine {
+            Engine::IntInt($s) => $body,
+            Engine::IntFloat($s) => $body,
+            Engine::RowInt($s) => $body,
+            Engine::RowFloat($s) => $body,
+        }
+    };
+}
+
+impl Engine {
+    fn new(layout: &Layout, n_groups: usize) -> Result<Self> {
+        let int_key =
+            layout.key_fields.len() == 1 && layout.key_fields[0].data_type() == &DataType::Int64;
+        Ok(match (int_key, layout.value_kind) {
+            (true, ValueKind::Int) => Engine::IntInt(Store::new(layout, n_groups)?),
+            (true, ValueKind::Float) => Engine::IntFloat(Store::new(layout, n_groups)?),
+            (false, ValueKind::Int) => Engine::RowInt(Store::new(layout, n_groups)?),
+            (false, ValueKind::Float) => Engine::RowFloat(Store::new(layout, n_groups)?),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Serialization
+
+/// What every blob of one snapshot shares.
+struct SnapshotMeta {
+    agg: AggKind,
+    assigner: WindowAssigner,
+    layout: Layout,
+    watermark: i64,
+}
+
+/// A copy-on-write view of one key group.
+struct GroupSnapshot<K, V> {
+    meta: Arc<SnapshotMeta>,
+    group: Arc<GroupState<K, V>>,
+}
+
+impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let meta = &self.meta;
+        let n: usize = self.group.windows.values().map(|m| m.len()).sum();
+        let mut rows: Vec<(i64, u64, &K, Acc<V>)> = Vec::with_capacity(n);
+        for (&start, map) in &self.group.windows {
+            rows.extend(map.iter().map(|(k, e)| (start, e.seq, k, e.acc)));
+        }
+        rows.sort_unstable_by_key(|r| (r.0, r.1));
+        let key_fields = &meta.layout.key_fields;
+        let mut columns = K::to_columns(key_fields, rows.iter().map(|r| r.2))?;
+        let mut fields: Vec<Field> = key_fields.iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(START_FIELD, DataType::Int64, false));
+        columns.push(Arc::new(rows.iter().map(|r| r.0).collect::<Int64Array>()));
+        fields.push(Field::new(SEQ_FIELD, DataType::UInt64, false));
+        columns.push(Arc::new(rows.iter().map(|r| r.1).collect::<UInt64Array>()));
+        fields.push(Field::new(ACC_FIELD, V::Arrow::DATA_TYPE, true));
+        columns.push(acc_array::<V>(rows.iter().map(|r| r.3)));
+        let metadata = HashMap::from([
+            (META_AGG.to_string(), meta.agg.name().to_string()),
+            (META_ASSIGNER.to_string(), meta.assigner.describe()),
+            (
+                META_TIME_TYPE.to_string(),
+                meta.layout.time_type.to_string(),
+            ),
+            (META_WATERMARK.to_string(), meta.watermark.to_string()),
+        ]);
+        let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
+        let batch = RecordBatch::try_new(schema.clone(), columns)?;
+        let mut out = vec![STATE_FORMAT_VERSION];
+        let mut writer = StreamWriter::try_new(&mut out, &schema)?;
+        writer.write(&batch)?;
+        writer.finish()?;
+        drop(writer);
+        Ok(out)
+    }
+}
+
+/// One decoded key-group blob.
+struct DecodedGroup {
+    layout: Layout,
+    watermark: i64,
+    batches: Vec<RecordBatch>,
+}
+
+fn decode_group(
+    bytes: &[u8],
+    kg: usize,
+    agg: AggKind,
+    assigner: WindowAssigner,
+) -> Result<DecodedGroup> {
+    let bad =
+        |msg: String| Error::checkpoint(None, format!("the window state of key group {kg} {msg}"));
+    let Some((&version, body)) = bytes.split_first() else {
+        return Err(bad("is empty".to_string()));
+    };
+    if version != STATE_FORMAT_VERSION {
+        return Err(bad(format!(
+            "has format version {version}, but this build reads version {STATE_FORMAT_VERSION}"
+        )));
+    }
+    let reader = StreamReader::try_new(Cursor::new(body), None)
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let schema = reader.schema();
+    let meta = schema.metadata();
+    let get = |key: &str| meta.get(key).map(String::as_str).unwrap_or("unknown");
+    if get(META_AGG) != agg.name() {
+        return Err(bad(format!(
+            "was written by a '{}' window aggregate, not '{}'",
+            get(META_AGG),
+            agg.name()
+        )));
+    }
+    if get(META_ASSIGNER) != assigner.describe() {
+        return Err(bad(format!(
+            "was written by '{}' windows, not '{}'",
+            get(META_ASSIGNER),
+            assigner.describe()
+        )));
+    }
+    let time_type = DataType::from_str(get(META_TIME_TYPE))
+        .map_err(|e| bad(format!("has an unreadable event-time type: {e}")))?;
+    let watermark: i64 = get(META_WATERMARK)
+        .parse()
+        .map_err(|e| bad(format!("has an unreadable watermark: {e}")))?;
+    let fields = schema.fields();
+    if fields.len() < 4 {
+        return Err(bad("has no key columns".to_string()));
+    }
+    let n_keys = fields.len() - 3;
+    let value_kind = match (
+        fields[n_keys].data_type(),
+        fields[n_keys + 1].data_type(),
+        fields[n_keys + 2].data_type(),
+    ) {
+        (DataType::Int64, DataType::UInt64, DataType::Int64) => ValueKind::Int,
+        (DataType::Int64, DataType::UInt64, DataType::Float64) => ValueKind::Float,
+        (s, q, a) => {
+            return Err(bad(format!(
+                "has window/sequence/accumulator columns of types {s}, {q}, {a}"
+            )))
+        }
+    };
+    let layout = Layout {
+        key_fields: fields[..n_keys].to_vec(),
+        time_type,
+        value_kind,
+    };
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    Ok(DecodedGroup {
+        layout,
+        watermark,
+        batches,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// The operator
+
+/// Per-batch scratch buffers, reused across batches.
+#[derive(Debug, Default)]
+struct Scratch {
+    hashes: Vec<u64>,
+    times: Vec<i64>,
+    key_cols: Vec<ArrayRef>,
+}
+
+/// Keyed event-time windows; see the module documentation.
+pub struct WindowOperator {
+    factory: WindowFactory,
+    own: Ownership,
+    binding: Option<Binding>,
+    /// The state layout, once known (first batch or restore).
+    layout: Option<(Layout, SchemaRef)>,
+    engine: Option<Engine>,
+    watermark: i64,
+    next_seq: u64,
+    late: Arc<AtomicU64>,
+    scratch: Scratch,
+}
+
+impl std::fmt::Debug for WindowOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WindowOperator")
+            .field("factory", &self.factory)
+            .field("key_groups", &self.own.key_groups)
+            .field("watermark", &self.watermark)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WindowOperator {
+    /// An operator for the subtask described by `ctx` (its key groups and
+    /// `max_parallelism` decide which keys it may hold).
+    pub fn new(factory: &WindowFactory, ctx: &OperatorContext) -> Result<Self> {
+        factory
+            .assigner
+            .validate()
+            .map_err(|e| e.in_operator(&ctx.name))?;
+        if ctx.max_parallelism == 0
+            || ctx.key_groups.end > ctx.max_parallelism
+            || ctx.key_groups.start > ctx.key_groups.end
+        {
+            return Err(Error::graph(
+                &ctx.name,
+                format!(
+                    "key groups {}..{} do not fit max_parallelism {}",
+                    ctx.key_groups.start, ctx.key_groups.end, ctx.max_parallelism
+                ),
+            ));
+        }
+        Ok(WindowOperator {
+            factory: factory.clone(),
+            own: Ownership {
+                name: ctx.name.clone(),
+                key_groups: ctx.key_groups.clone(),
+                max_parallelism: ctx.max_parallelism,
+            },
+            binding: None,
+            layout: None,
+            engine: None,
+            watermark: i64::MIN,
+            next_seq: 0,
+            late: Arc::new(AtomicU64::new(0)),
+            scratch: Scratch::default(),
+        })
+    }
+
+    /// How many records were dropped as late (all their windows were over)
+    /// by this operator instance. Not part of the checkpointed state.
+    pub fn late_records(&self) -> u64 {
+        self.late.load(Ordering::Relaxed)
+    }
+
+    /// The late-record counter itself, for the runtime to read as a metric
+    /// after the operator was boxed.
+    pub fn late_records_handle(&self) -> Arc<AtomicU64> {
+        self.late.clone()
+    }
+
+    /// The current watermark (`i64::MIN` before the first one).
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// The earliest start of a window still open in any owned key group
+    /// (`None` when no window is open).
+    pub fn earliest_open_window_start(&self) -> Option<i64> {
+        self.engine
+            .as_ref()
+            .and_then(|e| with_store!(e, s => s.earliest_open_window_start()))
+    }
+
+    /// Creates the state for `layout` or checks that it matches.
+    fn adopt_layout(&mut self, layout: &Layout) -> Result<bool> {
+        match &self.layout {
+            Some((existing, _)) => Ok(existing.same_as(layout)),
+            None => {
+                self.engine = Some(Engine::new(layout, self.own.key_groups.len())?);
+                let output = self.factory.output_for(layout);
+                self.layout = Some((layout.clone(), output));
+                Ok(true)
+            }
+        }
+    }
+
+    /// Resolves `schema` (cached while the input schema stays the same).
+    fn bind(&mut self, schema: &SchemaRef) -> Result<()> {
+        if let Some(b) = &self.binding {
+            if Arc::ptr_eq(&b.input, schema) || b.input.fields() == schema.fields() {
+                return Ok(());
+            }
+        }
+        let binding = self
+            .factory
+            .bind(schema)
+            .map_err(|e| e.in_operator(&self.own.name))?;
+        if !self.adopt_layout(&binding.layout)? {
+            let held = self
+                .layout
+                .as_ref()
+                .map(|(l, _)| l.describe())
+                .unwrap_or_default();
+            return Err(Error::schema(
+                &self.own.name,
+                format!(
+                    "the state holds {held}, but the input has {}",
+                    binding.layout.describe()
+                ),
+            ));
+        }
+        self.binding = Some(binding);
+        Ok(())
+    }
+
+    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<()> {
+        let bytes = blob.to_bytes()?;
+        let decoded = decode_group(&bytes, kg, self.factory.kind(), self.factory.assigner)?;
+        if !self.adopt_layout(&decoded.layout)? {
+            let held = self
+                .layout
+                .as_ref()
+                .map(|(l, _)| l.describe())
+                .unwrap_or_default();
+            return Err(Error::checkpoint(
+                None,
+                format!(
+                    "the window state of key group {kg} holds {}, but the operator holds {held}",
+                    decoded.layout.describe()
+                ),
+            ));
+        }
+        self.watermark = self.watermark.max(decoded.watermark);
+        let n_keys = decoded.layout.key_fields.len();
+        let local = kg - self.own.key_groups.start;
+        for batch in decoded.batches {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let key_cols = &batch.columns()[..n_keys];
+            hash_keys(key_cols, &mut self.scratch.hashes)?;
+            if let Some(h) = self
+                .scratch
+                .hashes
+                .iter()
+                .find(|h| key_group(**h, self.own.max_parallelism) != kg)
+            {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the window state of key group {kg} holds a key of key group {} (max_parallelism is {}; was it changed?)",
+                        key_group(*h, self.own.max_parallelism),
+                        self.own.max_parallelism
+                    ),
+                ));
+            }
+            let starts = batch.column(n_keys).as_primitive::<Int64Type>();
+            let seqs = batch.column(n_keys + 1).as_primitive::<UInt64Type>();
+            let acc = batch.column(n_keys + 2);
+            let max_seq = match self.engine.as_mut() {
+                Some(Engine::IntInt(s)) => s.restore_rows(
+                    local,
+                    kg,
+                    key_cols,
+                    starts,
+                    seqs,
+                    acc.as_primitive::<Int64Type>(),
+                )?,
+                Some(Engine::RowInt(s)) => s.restore_rows(
+                    local,
+                    kg,
+                    key_cols,
+                    starts,
+                    seqs,
+                    acc.as_primitive::<Int64Type>(),
+                )?,
+                Some(Engine::IntFloat(s)) => s.restore_rows(
+                    local,
+                    kg,
+                    key_cols,
+                    starts,
+                    seqs,
+                    acc.as_primitive::<Float64Type>(),
+                )?,
+                Some(Engine::RowFloat(s)) => s.restore_rows(
+                    local,
+                    kg,
+                    key_cols,
+                    starts,
+                    seqs,
+                    acc.as_primitive::<Float64Type>(),
+                )?,
+                None => 0,
+            };
+            self.next_seq = self.next_seq.max(max_seq + 1);
+        }
+        Ok(())
+    }
+}
+
+/// What [`process_rows`] needs of the operator for one batch.
+struct BatchArgs<'a> {
+    factory: &'a WindowFactory,
+    batch: &'a RecordBatch,
+    value_idx: Option<usize>,
+    watermark: i64,
+    own: &'a Ownership,
+}
+
+/// Adds one batch (its times and key columns already in `scratch`) to
+/// `store`; returns the number of late records.
+fn process_rows<K: StateKey, V: Num>(
+    store: &mut Store<K, V>,
+    args: &BatchArgs<'_>,
+    scratch: &mut Scratch,
+    next_seq: &mut u64,
+) -> Result<u64> {
+    let agg = args.factory.kind();
+    let contribution = Contribution::<V>::new(agg, args.value_idx.map(|i| args.batch.column(i)))
+        .map_err(|e| e.in_operator(&args.own.name))?;
+    let input = BatchInput {
+        agg,
+        size: args.factory.assigner.size_ms(),
+        slide: args.factory.assigner.slide_ms(),
+        watermark: args.watermark,
+        times: &scratch.times,
+        contribution: &contribution,
+    };
+    store.process(
+        &scratch.key_cols,
+        &input,
+        &mut scratch.hashes,
+        args.own,
+        next_seq,
+    )
+}
+
+impl Operator for WindowOperator {
+    fn process_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        _out: &mut dyn Collector,
+    ) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.bind(batch.schema_ref())?;
+        let (Some(binding), Some(engine)) = (&self.binding, &mut self.engine) else {
+            return Err(Error::operator(
+                &self.own.name,
+                "the operator has no state layout after binding its input",
+            ));
+        };
+        event_times_millis(
+            batch.column(binding.time_idx),
+            &self.factory.time_column,
+            &mut self.scratch.times,
+        )
+        .map_err(|e| e.in_operator(&self.own.name))?;
+        self.scratch.key_cols.clear();
+        self.scratch
+            .key_cols
+            .extend(binding.key_idx.iter().map(|&i| batch.column(i).clone()));
+        let args = BatchArgs {
+            factory: &self.factory,
+            batch: &batch,
+            value_idx: binding.value_idx,
+            watermark: self.watermark,
+            own: &self.own,
+        };
+        let (scratch, next_seq) = (&mut self.scratch, &mut self.next_seq);
+        let late = with_store!(engine, s => process_rows(s, &args, scratch, next_seq))?;
+        if late > 0 {
+            self.late.fetch_add(late, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {
+        if watermark < self.watermark {
+            return Ok(());
+        }
+        self.watermark = watermark;
+        let size = self.factory.assigner.size_ms();
+        // Windows with start + size - 1 <= watermark are over.
+        let cut = if watermark == MAX_WATERMARK {
+            None
+        } else {
+            let c = i128::from(watermark) - i128::from(size) + 2;
+            Some(c.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
+        };
+        if let (Some(engine), Some((layout, output))) = (&mut self.engine, &self.layout) {
+            let fired = with_store!(engine, s => s.fire(cut, &layout.key_fields))
+                .map_err(|e| e.in_operator(&self.own.name))?;
+            if let Some(Fired { keys, starts, acc }) = fired {
+                let mut columns = keys;
+                columns.push(
+                    time_array(starts.iter().copied(), &layout.time_type)
+                        .map_err(|e| e.in_operator(&self.own.name))?,
+                );
+                columns.push(
+                    time_array(
+                        starts.iter().map(|s| s.saturating_add(size)),
+                        &layout.time_type,
+                    )
+                    .map_err(|e| e.in_operator(&self.own.name))?,
+                );
+                columns.push(acc);
+                let batch = RecordBatch::try_new(output.clone(), columns)
+                    .map_err(|e| Error::arrow(&self.own.name, &e))?;
+                out.emit(batch)?;
+            }
+        }
+        out.emit_watermark(watermark)
+    }
+
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
+        let (Some(engine), Some((layout, _))) = (&self.engine, &self.layout) else {
+            return Ok(OperatorState::default());
+        };
+        let meta = Arc::new(SnapshotMeta {
+            agg: self.factory.kind(),
+            assigner: self.factory.assigner,
+            layout: layout.clone(),
+            watermark: self.watermark,
+        });
+        let all = self.watermark > i64::MIN;
+        let start = self.own.key_groups.start;
+        let keyed = with_store!(engine, s => s.snapshot(&meta, start, all));
+        Ok(OperatorState {
+            operator: None,
+            keyed,
+        })
+    }
+
+    fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        if state.operator.is_some() {
+            return Err(Error::checkpoint(
+                None,
+                format!(
+                    "operator '{}' (a window {}) was given non-keyed state, which it never writes",
+                    self.own.name,
+                    self.factory.kind().name()
+                ),
+            ));
+        }
+        for (kg, blob) in &state.keyed {
+            let kg = *kg as usize;
+            if !self.own.key_groups.contains(&kg) {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "operator '{}' was given state for key group {kg}, which this subtask does not own (it owns key groups {}..{})",
+                        self.own.name, self.own.key_groups.start, self.own.key_groups.end
+                    ),
+                ));
+            }
+            self.restore_blob(kg, blob)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use arrow::array::{StringArray, TimestampMicrosecondArray};
+
+    #[derive(Default)]
+    struct Recorder {
+        batches: Vec<RecordBatch>,
+        watermarks: Vec<i64>,
+    }
+
+    impl Collector for Recorder {
+        fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+            self.batches.push(batch);
+            Ok(())
+        }
+        fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
+            self.watermarks.push(watermark);
+            Ok(())
+        }
+    }
+
+    fn ctx(key_groups: Range<usize>) -> OperatorContext {
+        OperatorContext {
+            name: "win".to_string(),
+            uid: "win".to_string(),
+            subtask_index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            key_groups,
+            attempt: 0,
+        }
+    }
+
+    fn factory(assigner: WindowAssigner, agg: AggKind, column: Option<&str>) -> WindowFactory {
+        WindowFactory::new(
+            vec!["k".into()],
+            "t".into(),
+            assigner,
+            WindowAgg::Native(agg, column.map(str::to_string)),
+        )
+    }
+
+    fn batch(k: Vec<Option<i64>>, t: Vec<i64>, v: Vec<Option<i64>>) -> RecordBatch {
+        RecordBatch::try_from_iter(vec![
+            ("k", Arc::new(Int64Array::from(k)) as ArrayRef),
+            ("t", Arc::new(Int64Array::from(t)) as ArrayRef),
+            ("v", Arc::new(Int64Array::from(v)) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    fn ints(col: &ArrayRef) -> Vec<Option<i64>> {
+        col.as_primitive::<Int64Type>().iter().collect()
+    }
+
+    const TUMBLE_10: WindowAssigner = WindowAssigner::Tumbling { size_ms: 10 };
+
+    #[test]
+    fn test_tumbling_sum_fires_in_window_end_then_first_seen_order() {
+        let f = factory(TUMBLE_10, AggKind::Sum, Some("v"));
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        let mut out = Recorder::default();
+        op.process_batch(
+            0,
+            batch(
+                vec![Some(2), Some(1), None, Some(2), Some(1)],
+                vec![3, 12, 5, 9, -1],
+                vec![Some(1), Some(2), Some(3), None, Some(5)],
+            ),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(op.earliest_open_window_start(), Some(-10));
+        op.process_watermark(9, &mut out).unwrap();
+        assert_eq!(out.watermarks, vec![9]);
+        let b = &out.batches[0];
+        let expected = f
+            .output_schema(&batch(vec![None], vec![0], vec![None]).schema())
+            .unwrap();
+        assert_eq!(b.schema(), expected);
+        assert_eq!(ints(b.column(0)), vec![Some(1), Some(2), None]);
+        assert_eq!(ints(b.column(1)), vec![Some(-10), Some(0), Some(0)]);
+        assert_eq!(ints(b.column(2)), vec![Some(0), Some(10), Some(10)]);
+        assert_eq!(ints(b.column(3)), vec![Some(5), Some(1), Some(3)]);
+        assert_eq!(op.earliest_open_window_start(), Some(10));
+        // A record of a window that is over is late.
+        op.process_batch(0, batch(vec![Some(1)], vec![4], vec![Some(1)]), &mut out)
+            .unwrap();
+        assert_eq!(op.late_records(), 1);
+        assert_eq!(op.late_records_handle().load(Ordering::Relaxed), 1);
+        op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+        assert_eq!(ints(out.batches[1].column(3)), vec![Some(2)]);
+        assert_eq!(op.earliest_open_window_start(), None);
+    }
+
+    #[test]
+    fn test_sliding_count_skips_windows_that_are_over() {
+        let assigner = WindowAssigner::Sliding {
+            size_ms: 10,
+            slide_ms: 5,
+        };
+        let f = factory(assigner, AggKind::Count, None);
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        let mut out = Recorder::default();
+        op.process_watermark(4, &mut out).unwrap();
+        // t = 7 belongs to [0, 10) and [5, 15); [0, 10) is not over yet.
+        op.process_batch(0, batch(vec![Some(1)], vec![7], vec![None]), &mut out)
+            .unwrap();
+        op.process_watermark(9, &mut out).unwrap();
+        // t = 8 now only joins [5, 15).
+        op.process_batch(0, batch(vec![Some(1)], vec![8], vec![None]), &mut out)
+            .unwrap();
+        op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+        let rows: Vec<_> = out
+            .batches
+            .iter()
+            .flat_map(|b| {
+                let s = ints(b.column(1));
+                let c = ints(b.column(3));
+                s.into_iter().zip(c)
+            })
+            .collect();
+        assert_eq!(rows, vec![(Some(0), Some(1)), (Some(5), Some(2))]);
+        assert_eq!(op.late_records(), 0);
+    }
+
+    #[test]
+    fn test_timestamp_time_column_keeps_its_type() {
+        let ty = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let t = TimestampMicrosecondArray::from(vec![1_500, 12_000]).with_timezone("UTC");
+        let b = RecordBatch::try_from_iter(vec![
+            ("k", Arc::new(StringArray::from(vec!["a", "a"])) as ArrayRef),
+            ("t", Arc::new(t) as ArrayRef),
+        ])
+        .unwrap();
+        let f = WindowFactory::new(
+            vec!["k".into()],
+            "t".into(),
+            TUMBLE_10,
+            WindowAgg::Native(AggKind::Count, None),
+        );
+        let schema = f.output_schema(&b.schema()).unwrap();
+        assert_eq!(schema.field(1).data_type(), &ty);
+        assert_eq!(schema.field(3).name(), "count");
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        let mut out = Recorder::default();
+        op.process_batch(0, b, &mut out).unwrap();
+        op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+        let o = &out.batches[0];
+        assert_eq!(o.schema(), schema);
+        let ends: Vec<i64> = o
+            .column(2)
+            .as_primitive::<TimestampMicrosecondType>()
+            .values()
+            .to_vec();
+        assert_eq!(ends, vec![10_000, 20_000]);
+    }
+
+    #[test]
+    fn test_build_errors() {
+        let s = batch(vec![], vec![], vec![]).schema();
+        let bad = factory(
+            WindowAssigner::Sliding {
+                size_ms: 5,
+                slide_ms: 10,
+            },
+            AggKind::Count,
+            None,
+        );
+        assert!(matches!(bad.output_schema(&s), Err(Error::Graph { .. })));
+        let mut f = factory(TUMBLE_10, AggKind::Sum, Some("v"));
+        f.time_column = "k2".into();
+        let err = f.output_schema(&s).unwrap_err();
+        assert!(err.to_string().contains("'k2' does not exist"), "{err}");
+        let sb = RecordBatch::try_from_iter(vec![
+            ("k", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+            ("t", Arc::new(StringArray::from(vec!["x"])) as ArrayRef),
+        ])
+        .unwrap();
+        let err = factory(TUMBLE_10, AggKind::Count, None)
+            .output_schema(&sb.schema())
+            .unwrap_err();
+        assert!(matches!(err, Error::Schema { .. }));
+        assert!(err.to_string().contains("'t' has type Utf8"), "{err}");
+    }
+
+    #[test]
+    fn test_snapshot_is_copy_on_write_and_restore_checks_ownership() {
+        let f = factory(TUMBLE_10, AggKind::Max, Some("v"));
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        let mut out = Recorder::default();
+        op.process_batch(
+            0,
+            batch(vec![Some(1), Some(2)], vec![1, 2], vec![Some(4), None]),
+            &mut out,
+        )
+        .unwrap();
+        let snap = op.snapshot_state(1).unwrap();
+        // No watermark yet: only the non-empty key groups are written.
+        assert_eq!(snap.keyed.len(), 2);
+        assert!(snap
+            .keyed
+            .iter()
+            .all(|(_, b)| matches!(b, StateBlob::Deferred(_))));
+        op.process_batch(0, batch(vec![Some(1)], vec![3], vec![Some(9)]), &mut out)
+            .unwrap();
+        let bytes: Vec<(u32, StateBlob)> = snap
+            .keyed
+            .iter()
+            .map(|(kg, b)| (*kg, StateBlob::Bytes(b.to_bytes().unwrap())))
+            .collect();
+        let mut fresh = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        fresh
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: bytes.clone(),
+            })
+            .unwrap();
+        // Restored before any batch: the output schema comes from the state.
+        fresh.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+        let b = out.batches.last().unwrap();
+        assert_eq!(ints(b.column(3)), vec![Some(4), None]);
+
+        let (kg, blob) = bytes[0].clone();
+        let other = (kg as usize + 1) % 128;
+        let mut narrow = WindowOperator::new(&f, &ctx(other..other + 1)).unwrap();
+        let err = narrow
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: vec![(kg, blob.clone())],
+            })
+            .unwrap_err();
+        assert!(matches!(err, Error::Checkpoint { .. }));
+        assert!(
+            err.to_string().contains(&format!("key group {kg}")),
+            "{err}"
+        );
+        let mut wrong = blob.as_bytes().unwrap().to_vec();
+        wrong[0] = 7;
+        let err = WindowOperator::new(&f, &ctx(0..128))
+            .unwrap()
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: vec![(kg, StateBlob::Bytes(Arc::new(wrong)))],
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("format version 7"), "{err}");
+        let sum = factory(TUMBLE_10, AggKind::Sum, Some("v"));
+        let err = WindowOperator::new(&sum, &ctx(0..128))
+            .unwrap()
+            .restore_state(OperatorState {
+                operator: None,
+                keyed: vec![(kg, blob)],
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("'max'"), "{err}");
+    }
+}
