@@ -34,6 +34,8 @@ pub struct BuiltGraph {
     pub graph: JobGraph,
     pub schemas: Vec<Option<SchemaRef>>,
     pub collect_stores: HashMap<usize, Arc<CollectStore>>,
+    /// Sinks that commit outside the process (Parquet files, Python 2PC sinks).
+    pub external_sinks: Vec<String>,
 }
 
 fn get<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
@@ -166,6 +168,7 @@ pub fn parse_graph(
     let mut out = Vec::new();
     let mut schemas: Vec<Option<SchemaRef>> = Vec::new();
     let mut collect_stores = HashMap::new();
+    let mut external_sinks = Vec::new();
     for item in nodes.iter() {
         let d = item.cast::<PyDict>()?;
         let id: usize = get(d, "id")?;
@@ -315,6 +318,9 @@ pub fn parse_graph(
             Err(NodeError::Core(e)) => return Err(to_py(py, &e.in_operator(&name))),
             Err(NodeError::Py(e)) => return Err(e),
         };
+        if role == Role::Sink && kind != "sink_collect" {
+            external_sinks.push(name.clone());
+        }
         schemas.push(schema.clone());
         out.push(Node {
             id,
@@ -336,6 +342,7 @@ pub fn parse_graph(
         graph,
         schemas,
         collect_stores,
+        external_sinks,
     })
 }
 

@@ -125,7 +125,8 @@ pub fn start_job(
         .unwrap_or(0);
     let run_tag = format!("{millis:x}");
     let built = parse_graph(py, nodes, max_p, &run_tag)?;
-    let cfg = config_from_py(config)?;
+    let mut cfg = config_from_py(config)?;
+    cfg.external_sinks = built.external_sinks.clone();
     let handle = JobHandle::start(built.graph, cfg).map_err(|e| to_py(py, &e))?;
     Ok(PyJobHandle {
         handle: Arc::new(handle),

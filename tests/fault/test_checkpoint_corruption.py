@@ -28,7 +28,9 @@ EXPECTED_SUMS = dict(
 EXPECTED_COUNTS = dict(enumerate(np.bincount(np.arange(N) % KEYS).tolist()))
 
 
-def _job(chk_dir: Path) -> tuple[ed.StreamEnvironment, ed.CollectHandle, ed.CollectHandle]:
+def _job(
+    chk_dir: Path, parquet_dir: Path | None = None
+) -> tuple[ed.StreamEnvironment, ed.CollectHandle, ed.CollectHandle]:
     env = ed.StreamEnvironment(
         2,
         checkpoint=ed.CheckpointConfig(chk_dir, interval="30ms", retained=3),
@@ -39,6 +41,8 @@ def _job(chk_dir: Path) -> tuple[ed.StreamEnvironment, ed.CollectHandle, ed.Coll
     keyed = slow.with_columns(k=ed.col("value") % KEYS).name("tag").uid("tag").key_by("k")
     sums = keyed.sum("value").name("sums").uid("sums").collect()
     counts = keyed.count().name("counts").uid("counts").collect()
+    if parquet_dir is not None:
+        slow.sink_to(ed.ParquetSink(str(parquet_dir))).name("files").uid("files")
     return env, sums, counts
 
 
@@ -81,8 +85,8 @@ def _truncate(path: Path, rng: random.Random) -> None:
     path.write_bytes(data[: rng.randrange(len(data))])
 
 
-def _restore(chk: Path, restore_from: str) -> ed.JobResult:
-    env, _, _ = _job(chk)
+def _restore(chk: Path, restore_from: str, parquet_dir: Path | None = None) -> ed.JobResult:
+    env, _, _ = _job(chk, parquet_dir)
     return env.execute("restore", restore_from=restore_from)
 
 
@@ -104,9 +108,27 @@ def test_checkpoint_damaged_state_file_is_refused(
     damage(victim, rng)
     with pytest.raises(ed.CheckpointError, match=re.escape(victim.name)):
         _restore(chk_copy, str(newest))
-    # no silent fall back to an older checkpoint either
-    with pytest.raises(ed.CheckpointError, match=re.escape(victim.name)):
-        _restore(chk_copy, "latest")
+
+
+def test_checkpoint_latest_skips_a_damaged_newest_only_without_external_sinks(
+    chk_copy: Path, seed: int, tmp_path: Path
+) -> None:
+    rng = random.Random(seed)
+    newest = _newest(chk_copy)
+    older = completed_checkpoints(chk_copy)[-2]
+    victim = _state_file(newest, rng)
+    _flip_byte(victim, rng)
+    # With a sink that commits outside the process, falling back could commit
+    # the output after the older checkpoint twice: refused, naming the file.
+    with pytest.raises(ed.CheckpointError, match=re.escape(victim.name)) as info:
+        _restore(chk_copy, "latest", tmp_path / "files")
+    assert "'files'" in str(info.value)
+    # A job whose only sinks are in-process (collect) can fall back to the
+    # newest *valid* checkpoint: nothing outside the process commits twice.
+    result = _restore(chk_copy, "latest")
+    assert result.checkpoint_ids, "the fallback run checkpointed"
+    assert min(result.checkpoint_ids) > older
+    assert not (tmp_path / "files").exists() or not list((tmp_path / "files").glob("part-*"))
 
 
 def test_checkpoint_damaged_shows_invalid_in_cli(

@@ -66,6 +66,11 @@ pub struct JobConfig {
     pub restart: RestartStrategy,
     pub checkpoint: Option<CheckpointConfig>,
     pub restore_from: Option<RestoreFrom>,
+    /// Names of sinks that commit outside this process (files, tables).
+    /// `restore_from = Latest` may skip a corrupt newest checkpoint only when
+    /// there are none: an older checkpoint would make them commit the output
+    /// after it a second time.
+    pub external_sinks: Vec<String>,
 }
 
 impl Default for JobConfig {
@@ -77,6 +82,7 @@ impl Default for JobConfig {
             restart: RestartStrategy::none(),
             checkpoint: None,
             restore_from: None,
+            external_sinks: Vec::new(),
         }
     }
 }
@@ -193,7 +199,7 @@ impl JobHandle {
             None => None,
             Some(RestoreFrom::Path(p)) => Some(CheckpointStorage::load_path(p)?),
             Some(RestoreFrom::Latest) => match &coordinator {
-                Some(c) => c.storage().latest_valid()?,
+                Some(c) => latest_restorable(c.storage(), &config.external_sinks)?,
                 None => return Err(Error::checkpoint(
                     None,
                     "restore_from=\"latest\" needs a checkpoint configuration (the dir to look in)",
@@ -292,6 +298,53 @@ impl Drop for JobHandle {
         if !self.status().is_terminal() {
             self.cancel();
         }
+    }
+}
+
+/// The newest checkpoint `restore_from = "latest"` may use: the newest
+/// valid one, skipping corrupt newer ones only when no sink commits outside
+/// the process (otherwise output committed by the skipped checkpoints would
+/// be committed twice, so this refuses and says why).
+fn latest_restorable(
+    storage: &CheckpointStorage,
+    external_sinks: &[String],
+) -> Result<Option<RestoredCheckpoint>> {
+    let summaries = storage.list()?;
+    let mut skipped: Vec<(u64, Error)> = Vec::new();
+    for s in &summaries {
+        match storage.load(s.id) {
+            Ok(rc) if skipped.is_empty() || external_sinks.is_empty() => return Ok(Some(rc)),
+            Ok(rc) => {
+                let (newest, err) = &skipped[0];
+                return Err(Error::checkpoint(
+                    Some(storage.dir().to_path_buf()),
+                    format!(
+                        "the newest checkpoint {newest} cannot be restored ({err}); falling back to \
+                         checkpoint {} could commit the output of the later checkpoints a second \
+                         time through sink(s) {}; repair or remove the broken checkpoint, or \
+                         restore checkpoint {} explicitly with restore_from='{}'",
+                        rc.id(),
+                        external_sinks
+                            .iter()
+                            .map(|n| format!("'{n}'"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        rc.id(),
+                        rc.dir().display()
+                    ),
+                ));
+            }
+            Err(e) => skipped.push((s.id, e)),
+        }
+    }
+    match skipped.first() {
+        None => Ok(None),
+        Some((newest, err)) => Err(Error::checkpoint(
+            Some(storage.dir().to_path_buf()),
+            format!(
+                "no checkpoint under it can be restored; the newest, {newest}, fails with: {err}"
+            ),
+        )),
     }
 }
 
