@@ -322,3 +322,65 @@ fn an_unwritable_checkpoint_dir_is_refused_before_the_job_starts() {
     assert!(matches!(err, Error::Checkpoint { .. }), "{err}");
     assert!(err.to_string().contains("sub"), "{err}");
 }
+
+/// A source that never ends on its own (so only a stop ends the job).
+fn endless_graph(p: usize) -> (JobGraph, Arc<CollectStore>) {
+    keyed_sum_graph(i64::MAX / 4, p, false, false)
+}
+
+fn committed_values(store: &CollectStore) -> BTreeMap<i64, i64> {
+    final_sums(store)
+}
+
+#[test]
+fn stop_with_savepoint_then_resume_continues_exactly() {
+    for p in [1, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let sp = tempfile::tempdir().unwrap();
+        // Run 1: stop without drain after some checkpoints.
+        let (g, store) = keyed_sum_graph(40_000, p, false, false);
+        let job = JobHandle::start(g, config(dir.path(), AlignmentMode::ExactlyOnce)).unwrap();
+        while job.checkpoints().len() < 2 {
+            assert!(
+                !job.wait_timeout(Duration::from_millis(2)),
+                "the job ended too early"
+            );
+        }
+        let path = job.stop_with_savepoint(sp.path(), false).unwrap();
+        job.result().unwrap();
+        assert!(path.join("_manifest.json").exists(), "{}", path.display());
+        let first = committed_values(&store);
+        // Run 2: resume from the savepoint to the end.
+        let (g2, store2) = keyed_sum_graph(40_000, p, false, false);
+        let mut cfg = config(dir.path(), AlignmentMode::ExactlyOnce);
+        cfg.restore_from = Some(RestoreFrom::Path(path));
+        JobHandle::start(g2, cfg).unwrap().result().unwrap();
+        let mut combined = first;
+        combined.extend(committed_values(&store2));
+        assert_eq!(combined, expected_sums(0..40_000), "p={p}");
+        assert!(
+            store2.committed_rows() > 0,
+            "the resumed run had work left (p={p})"
+        );
+    }
+}
+
+#[test]
+fn stop_with_drain_finishes_the_job_and_trigger_savepoint_keeps_it_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let sp = tempfile::tempdir().unwrap();
+    let (g, _store) = endless_graph(2);
+    let job = JobHandle::start(g, config(dir.path(), AlignmentMode::ExactlyOnce)).unwrap();
+    let saved = job.trigger_savepoint(sp.path()).unwrap();
+    assert!(saved.join("_manifest.json").exists());
+    assert!(
+        !job.wait_timeout(Duration::from_millis(20)),
+        "a savepoint does not stop the job"
+    );
+    let drained = job.stop_with_savepoint(sp.path(), true).unwrap();
+    job.result().unwrap();
+    assert_ne!(saved, drained);
+    // A drained savepoint is a final checkpoint: every operator finished.
+    let rc = eddyline_core::checkpoint::CheckpointStorage::load_path(&drained).unwrap();
+    assert!(rc.manifest().operators.iter().all(|o| o.finished));
+}

@@ -13,7 +13,9 @@ use eddyline_core::graph::{Edge, JobGraph, Node, NodeKind, Role};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
 use eddyline_core::operator::project::ProjectFactory;
+use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
+use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
 use eddyline_core::operator::OperatorFactory;
 use eddyline_core::partition::Partitioning;
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
@@ -263,6 +265,72 @@ pub fn parse_graph(
                         }
                     };
                     let f = KeyedAggFactory::new(get(d, "keys")?, agg, opt(d, "column")?);
+                    let s = match known(&input_schemas) {
+                        Some(s) => Some(f.output_schema(s)?),
+                        None => None,
+                    };
+                    (op(Arc::new(f)), Role::Operator, s)
+                }
+                "assign_timestamps" => {
+                    let f = AssignTimestampsFactory::new(
+                        get(d, "column")?,
+                        get(d, "max_out_of_orderness_ms")?,
+                    );
+                    let s = match known(&input_schemas) {
+                        Some(s) => Some(f.output_schema(s)?),
+                        None => None,
+                    };
+                    (op(Arc::new(f)), Role::Operator, s)
+                }
+                "window" => {
+                    let assigner: Vec<Bound<PyAny>> = get(d, "assigner")?;
+                    let kind: String = assigner
+                        .first()
+                        .map(|k| k.extract())
+                        .transpose()?
+                        .unwrap_or_default();
+                    let num = |i: usize| -> PyResult<i64> {
+                        assigner
+                            .get(i)
+                            .ok_or_else(|| {
+                                pyo3::exceptions::PyValueError::new_err(
+                                    "window assigner is incomplete",
+                                )
+                            })?
+                            .extract()
+                    };
+                    let assigner = match kind.as_str() {
+                        "tumbling" => WindowAssigner::Tumbling { size_ms: num(1)? },
+                        "sliding" => WindowAssigner::Sliding {
+                            size_ms: num(1)?,
+                            slide_ms: num(2)?,
+                        },
+                        other => {
+                            return Err(Error::graph(
+                                "",
+                                format!("unknown window assigner '{other}'"),
+                            )
+                            .into())
+                        }
+                    };
+                    let agg: String = get(d, "agg")?;
+                    let agg = match agg.as_str() {
+                        "sum" => AggKind::Sum,
+                        "count" => AggKind::Count,
+                        "min" => AggKind::Min,
+                        "max" => AggKind::Max,
+                        other => {
+                            return Err(
+                                Error::graph("", format!("unknown aggregate '{other}'")).into()
+                            )
+                        }
+                    };
+                    let f = WindowFactory::new(
+                        get(d, "keys")?,
+                        get(d, "time_column")?,
+                        assigner,
+                        WindowAgg::Native(agg, opt(d, "column")?),
+                    );
                     let s = match known(&input_schemas) {
                         Some(s) => Some(f.output_schema(s)?),
                         None => None,

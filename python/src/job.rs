@@ -75,6 +75,11 @@ fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
             c.checkpoint = Some(cc);
         }
     }
+    if let Some(v) = config.get_item("allow_non_restored_state")? {
+        if !v.is_none() {
+            c.allow_non_restored_state = v.extract()?;
+        }
+    }
     if let Some(v) = config.get_item("restore_from")? {
         if !v.is_none() {
             let s: String = v.extract()?;
@@ -180,6 +185,7 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
         od.set_item("records_out", o.records_out)?;
         od.set_item("batches_in", o.batches_in)?;
         od.set_item("batches_out", o.batches_out)?;
+        od.set_item("late_records", o.late_records)?;
         od.set_item(
             "kind",
             match o.role {
@@ -263,6 +269,29 @@ impl PyJobHandle {
     fn trigger_checkpoint(&self, py: Python<'_>) -> PyResult<u64> {
         let h = self.handle.clone();
         detached(py, move || h.trigger_checkpoint()).map_err(|e| to_py(py, &e))
+    }
+
+    /// Takes a savepoint into `path` without stopping (GIL released while
+    /// waiting); the savepoint's directory.
+    fn trigger_savepoint(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<String> {
+        let h = self.handle.clone();
+        detached(py, move || h.trigger_savepoint(path))
+            .map(|p| p.display().to_string())
+            .map_err(|e| to_py(py, &e))
+    }
+
+    /// Stops the job with a savepoint into `path`; the savepoint's directory.
+    #[pyo3(signature = (path, drain=false))]
+    fn stop_with_savepoint(
+        &self,
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        drain: bool,
+    ) -> PyResult<String> {
+        let h = self.handle.clone();
+        detached(py, move || h.stop_with_savepoint(path, drain))
+            .map(|p| p.display().to_string())
+            .map_err(|e| to_py(py, &e))
     }
 
     /// The checkpoints completed so far, oldest first.

@@ -38,6 +38,9 @@ impl OperatorFactory for PyRunnerFactory {
             hashes: Vec::new(),
             max_parallelism: ctx.max_parallelism,
             results: Vec::new(),
+            has_on_watermark: false,
+            has_end_input: false,
+            late: 0,
         }))
     }
 }
@@ -51,6 +54,9 @@ pub struct PyRunner {
     hashes: Vec<u64>,
     max_parallelism: usize,
     results: Vec<RecordBatch>,
+    has_on_watermark: bool,
+    has_end_input: bool,
+    late: u64,
 }
 
 impl PyRunner {
@@ -99,6 +105,15 @@ impl PyRunner {
         Ok(())
     }
 
+    /// Reads the runner's running count of late records (if it keeps one).
+    fn read_late(&mut self, runner: &Bound<'_, PyAny>) {
+        if let Ok(v) = runner.getattr("late_records") {
+            if let Ok(n) = v.extract::<u64>() {
+                self.late = n;
+            }
+        }
+    }
+
     fn emit_results(&mut self, out: &mut dyn Collector) -> Result<()> {
         for b in self.results.drain(..) {
             out.emit(b)?;
@@ -117,6 +132,9 @@ impl Operator for PyRunner {
             d.set_item("max_parallelism", ctx.max_parallelism)?;
             d.set_item("attempt", ctx.attempt)?;
             self.runner.call_method1(py, "open", (d,))?;
+            let runner = self.runner.bind(py);
+            self.has_on_watermark = runner.hasattr("on_watermark")?;
+            self.has_end_input = runner.hasattr("end_input")?;
             Ok(())
         })
         .map_err(|e| Python::attach(|py| from_py(py, &self.name, e)))
@@ -137,15 +155,50 @@ impl Operator for PyRunner {
                     Some(a) => Some(array_to_py(py, a)?),
                     None => None,
                 };
-                let res = self
-                    .runner
-                    .bind(py)
-                    .call_method1("process", (input, pb, pk))?;
+                let runner = self.runner.bind(py).clone();
+                let res = runner.call_method1("process", (input, pb, pk))?;
+                self.read_late(&runner);
                 self.collect_results(&res)
             })();
             r.map_err(|e| from_py(py, &name, e))
         })?;
         self.emit_results(out)
+    }
+
+    fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {
+        if self.has_on_watermark {
+            let name = self.name.clone();
+            Python::attach(|py| {
+                let r: PyResult<()> = (|| {
+                    let runner = self.runner.bind(py).clone();
+                    let res = runner.call_method1("on_watermark", (watermark,))?;
+                    self.read_late(&runner);
+                    self.collect_results(&res)
+                })();
+                r.map_err(|e| from_py(py, &name, e))
+            })?;
+            self.emit_results(out)?;
+        }
+        out.emit_watermark(watermark)
+    }
+
+    fn end_input(&mut self, input: usize, out: &mut dyn Collector) -> Result<()> {
+        if !self.has_end_input {
+            return Ok(());
+        }
+        let name = self.name.clone();
+        Python::attach(|py| {
+            let r: PyResult<()> = (|| {
+                let res = self.runner.bind(py).call_method1("end_input", (input,))?;
+                self.collect_results(&res)
+            })();
+            r.map_err(|e| from_py(py, &name, e))
+        })?;
+        self.emit_results(out)
+    }
+
+    fn late_records(&self) -> u64 {
+        self.late
     }
 
     fn finish(&mut self, out: &mut dyn Collector) -> Result<()> {

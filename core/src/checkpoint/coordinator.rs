@@ -77,6 +77,32 @@ pub struct CheckpointStats {
     pub operators: Vec<(String, String, u64, usize)>,
 }
 
+/// A completed checkpoint or savepoint, as a waiter hears of it.
+#[derive(Debug, Clone)]
+pub struct CheckpointDone {
+    pub id: u64,
+    pub path: PathBuf,
+}
+
+/// Who waits for a checkpoint.
+pub(crate) type Waiter = Sender<Result<CheckpointDone>>;
+
+/// What a user asked the coordinator for.
+#[derive(Debug, Clone)]
+pub(crate) enum Request {
+    Checkpoint,
+    Savepoint { path: PathBuf },
+    StopWithSavepoint { path: PathBuf, drain: bool },
+}
+
+struct Stopping {
+    drain: bool,
+    path: PathBuf,
+    waiter: Option<Waiter>,
+    savepoint_done: bool,
+    finalized: bool,
+}
+
 /// The state of one node of a task at a checkpoint.
 #[derive(Debug)]
 pub(crate) struct NodeSnapshot {
@@ -99,6 +125,12 @@ pub(crate) enum Outgoing {
     Trigger {
         task: usize,
         barrier: Barrier,
+    },
+    /// Stop a source: without `barrier` (drain) it ends its input; with one
+    /// it snapshots, forwards the savepoint barrier and stops undrained.
+    StopSource {
+        task: usize,
+        barrier: Option<Barrier>,
     },
     Notify {
         checkpoint: u64,
@@ -138,7 +170,10 @@ struct InFlight {
     alignments: Vec<TaskAlignment>,
     bytes: BTreeMap<String, u64>,
     offsets: BTreeMap<(usize, usize), Vec<SourceOffset>>,
-    waiters: Vec<Sender<Result<u64>>>,
+    waiters: Vec<Waiter>,
+    /// Whether tasks hear of the completion (false for plain savepoints,
+    /// whose transactions commit with the next checkpoint, as in Flink).
+    notify: bool,
 }
 
 /// Coordinates the checkpoints of one job across its attempts.
@@ -156,6 +191,8 @@ pub(crate) struct Coordinator {
     pub failed: Arc<AtomicU64>,
     /// The last completed checkpoint was taken with every task finished.
     final_done: bool,
+    queued: Vec<(Request, Option<Waiter>)>,
+    stopping: Option<Stopping>,
 }
 
 fn now_ms() -> u64 {
@@ -215,6 +252,8 @@ impl Coordinator {
             stats,
             failed,
             final_done: false,
+            queued: Vec::new(),
+            stopping: None,
         })
     }
 
@@ -254,6 +293,14 @@ impl Coordinator {
     pub fn begin_attempt(&mut self, out: &mut Vec<Outgoing>) {
         self.abort_inflight("the job restarted", out);
         self.final_done = false;
+        if let Some(stop) = self.stopping.take() {
+            if let Some(w) = stop.waiter {
+                let _ = w.send(Err(Error::checkpoint(
+                    Some(stop.path),
+                    "the job failed and restarted before the stop-with-savepoint completed",
+                )));
+            }
+        }
         self.next_trigger = Instant::now() + self.config.interval;
     }
 
@@ -272,41 +319,190 @@ impl Coordinator {
             return;
         }
         let all_finished = finished.iter().all(|f| *f);
+        if !self.queued.is_empty() {
+            let (req, waiter) = self.queued.remove(0);
+            self.request(req, waiter, tasks, finished, out);
+            return;
+        }
+        if let Some(stop) = &mut self.stopping {
+            if stop.drain {
+                if all_finished && !self.final_done {
+                    // The savepoint is the final checkpoint of a drained job.
+                    let path = stop.path.clone();
+                    let waiter = stop.waiter.take();
+                    let _ = self.start(
+                        BarrierKind::Savepoint,
+                        Some(&path),
+                        true,
+                        false,
+                        waiter,
+                        tasks,
+                        finished,
+                        out,
+                    );
+                }
+            } else if stop.savepoint_done && all_finished && !stop.finalized {
+                stop.finalized = true;
+                self.final_done = true;
+                out.push(Outgoing::Finalize);
+            }
+            return;
+        }
         if all_finished && !self.final_done {
-            let _ = self.trigger(BarrierKind::Checkpoint, None, tasks, finished, out);
+            let _ = self.start(
+                BarrierKind::Checkpoint,
+                None,
+                true,
+                false,
+                None,
+                tasks,
+                finished,
+                out,
+            );
             return;
         }
         if now >= self.next_trigger && !all_finished {
-            let _ = self.trigger(BarrierKind::Checkpoint, None, tasks, finished, out);
+            let _ = self.start(
+                BarrierKind::Checkpoint,
+                None,
+                true,
+                false,
+                None,
+                tasks,
+                finished,
+                out,
+            );
         }
     }
 
-    /// Triggers a checkpoint now. `waiter` hears its outcome.
-    pub fn trigger(
+    /// Handles a user request: a checkpoint joins the one in flight; a
+    /// savepoint waits for the one in flight; a stop begins stopping.
+    pub fn request(
+        &mut self,
+        req: Request,
+        waiter: Option<Waiter>,
+        tasks: &[TaskInfo],
+        finished: &[bool],
+        out: &mut Vec<Outgoing>,
+    ) {
+        if self.stopping.is_some() {
+            if let Some(w) = waiter {
+                let _ = w.send(Err(Error::checkpoint(None, "the job is stopping")));
+            }
+            return;
+        }
+        match req {
+            Request::Checkpoint => {
+                if let Some(f) = &mut self.inflight {
+                    if let Some(w) = waiter {
+                        f.waiters.push(w);
+                    }
+                    return;
+                }
+                let _ = self.start(
+                    BarrierKind::Checkpoint,
+                    None,
+                    true,
+                    false,
+                    waiter,
+                    tasks,
+                    finished,
+                    out,
+                );
+            }
+            Request::Savepoint { path } => {
+                if self.inflight.is_some() {
+                    self.queued.push((Request::Savepoint { path }, waiter));
+                    return;
+                }
+                let _ = self.start(
+                    BarrierKind::Savepoint,
+                    Some(&path),
+                    false,
+                    false,
+                    waiter,
+                    tasks,
+                    finished,
+                    out,
+                );
+            }
+            Request::StopWithSavepoint { path, drain } => {
+                if self.inflight.is_some() {
+                    self.queued
+                        .push((Request::StopWithSavepoint { path, drain }, waiter));
+                    return;
+                }
+                if drain {
+                    // Sources end their input (MAX_WATERMARK, EndOfData); the
+                    // savepoint is taken once every task finished.
+                    for (t, info) in tasks.iter().enumerate() {
+                        if info.is_source && !finished[t] {
+                            out.push(Outgoing::StopSource {
+                                task: t,
+                                barrier: None,
+                            });
+                        }
+                    }
+                    self.stopping = Some(Stopping {
+                        drain,
+                        path,
+                        waiter,
+                        savepoint_done: false,
+                        finalized: false,
+                    });
+                } else {
+                    self.stopping = Some(Stopping {
+                        drain,
+                        path: path.clone(),
+                        waiter: None,
+                        savepoint_done: false,
+                        finalized: false,
+                    });
+                    let _ = self.start(
+                        BarrierKind::Savepoint,
+                        Some(&path),
+                        true,
+                        true,
+                        waiter,
+                        tasks,
+                        finished,
+                        out,
+                    );
+                }
+            }
+        }
+    }
+
+    /// Starts checkpoint (or savepoint) `next_id`: sources (and finished
+    /// tasks) are triggered; with `stop`, sources stop after the barrier.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
         &mut self,
         kind: BarrierKind,
-        waiter: Option<Sender<Result<u64>>>,
+        savepoint_dir: Option<&std::path::Path>,
+        notify: bool,
+        stop: bool,
+        waiter: Option<Waiter>,
         tasks: &[TaskInfo],
         finished: &[bool],
         out: &mut Vec<Outgoing>,
     ) -> Result<u64> {
-        if let Some(f) = &mut self.inflight {
-            // One checkpoint at a time: a manual trigger joins the one in flight.
-            let id = f.barrier.id;
-            if let Some(w) = waiter {
-                f.waiters.push(w);
-            }
-            return Ok(id);
-        }
         let id = self.next_id;
         self.next_id += 1;
         self.next_trigger = Instant::now() + self.config.interval;
-        let pending = match self.storage.begin(id) {
+        let begun = match savepoint_dir {
+            None => self.storage.begin(id),
+            Some(dir) => CheckpointStorage::open(dir).and_then(|s| s.begin(id)),
+        };
+        let pending = match begun {
             Ok(p) => p,
             Err(e) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
                 if let Some(w) = waiter {
                     let _ = w.send(Err(e.clone()));
+                }
+                if stop {
+                    self.stopping = None;
                 }
                 return Err(e);
             }
@@ -330,11 +526,22 @@ impl Coordinator {
             bytes: BTreeMap::new(),
             offsets: BTreeMap::new(),
             waiters: waiter.into_iter().collect(),
+            notify,
         };
         for (t, info) in tasks.iter().enumerate() {
-            if info.is_source || finished[t] {
+            if finished[t] {
                 flight.triggered_directly[t] = true;
                 out.push(Outgoing::Trigger { task: t, barrier });
+            } else if info.is_source {
+                flight.triggered_directly[t] = true;
+                out.push(if stop {
+                    Outgoing::StopSource {
+                        task: t,
+                        barrier: Some(barrier),
+                    }
+                } else {
+                    Outgoing::Trigger { task: t, barrier }
+                });
             }
         }
         self.inflight = Some(flight);
@@ -494,6 +701,7 @@ impl Coordinator {
             operators,
         };
         let path = f.pending.dir().to_path_buf();
+        let path_for_waiters = path.clone();
         match f.pending.complete(info) {
             Ok(_) => {
                 let alignment = f
@@ -524,15 +732,32 @@ impl Coordinator {
                         .collect(),
                 };
                 self.stats.lock().push(stats);
-                self.last_completed = Some(id);
-                let _ = self.storage.retain(self.config.retained.max(1));
-                out.push(Outgoing::Notify { checkpoint: id });
-                if f.finished_at_ack.iter().all(|x| *x) {
+                let is_checkpoint = f.barrier.kind == BarrierKind::Checkpoint;
+                if is_checkpoint {
+                    self.last_completed = Some(id);
+                    let _ = self.storage.retain(self.config.retained.max(1));
+                }
+                if f.notify {
+                    out.push(Outgoing::Notify { checkpoint: id });
+                }
+                if let Some(stop) = &mut self.stopping {
+                    if !is_checkpoint {
+                        stop.savepoint_done = true;
+                    }
+                }
+                if f.notify && f.finished_at_ack.iter().all(|x| *x) {
                     self.final_done = true;
+                    if let Some(stop) = &mut self.stopping {
+                        stop.finalized = true;
+                    }
                     out.push(Outgoing::Finalize);
                 }
+                let done = CheckpointDone {
+                    id,
+                    path: path_for_waiters.clone(),
+                };
                 for w in f.waiters {
-                    let _ = w.send(Ok(id));
+                    let _ = w.send(Ok(done.clone()));
                 }
             }
             Err(e) => {
@@ -549,6 +774,14 @@ impl Coordinator {
     pub fn abort_inflight(&mut self, reason: &str, out: &mut Vec<Outgoing>) {
         if let Some(f) = self.inflight.take() {
             let id = f.barrier.id;
+            if f.barrier.kind == BarrierKind::Savepoint {
+                if let Some(stop) = &self.stopping {
+                    if !stop.drain {
+                        // A stop whose savepoint failed: the job keeps running.
+                        self.stopping = None;
+                    }
+                }
+            }
             let _ = f.pending.abort();
             self.failed.fetch_add(1, Ordering::Relaxed);
             out.push(Outgoing::Abort { checkpoint: id });
@@ -605,7 +838,15 @@ pub(crate) fn state_for(
 }
 
 /// Refuses a checkpoint that holds state for operators the graph lacks.
-pub(crate) fn check_compatible(rc: &RestoredCheckpoint, graph: &JobGraph) -> Result<()> {
+pub(crate) fn check_compatible(
+    rc: &RestoredCheckpoint,
+    graph: &JobGraph,
+    allow_non_restored_state: bool,
+) -> Result<()> {
+    check_finished_predecessors(rc, graph)?;
+    if allow_non_restored_state {
+        return Ok(());
+    }
     let mut unmatched = Vec::new();
     for uid in rc.uids() {
         if graph.nodes.iter().any(|n| n.uid == uid) {
@@ -628,9 +869,61 @@ pub(crate) fn check_compatible(rc: &RestoredCheckpoint, graph: &JobGraph) -> Res
             Some(rc.dir().to_path_buf()),
             format!(
                 "the checkpoint holds state of operators this job does not have: {}; \
-                 give operators stable .uid(...)s that match",
+                 give operators stable .uid(...)s that match, or pass \
+                 allow_non_restored_state=True to drop that state",
                 unmatched.join(", ")
             ),
         ))
     }
+}
+
+/// A fully finished operator is skipped on restore (FLIP-147); that is only
+/// sound if every operator feeding it finished too. A graph that adds a
+/// (running) predecessor to a finished operator is refused.
+fn check_finished_predecessors(rc: &RestoredCheckpoint, graph: &JobGraph) -> Result<()> {
+    for node in &graph.nodes {
+        let finished = rc
+            .manifest()
+            .operator(&node.uid)
+            .is_some_and(|o| o.finished);
+        if !finished {
+            continue;
+        }
+        for e in &node.inputs {
+            let pred = &graph.nodes[e.from];
+            let pred_finished = rc
+                .manifest()
+                .operator(&pred.uid)
+                .is_some_and(|o| o.finished);
+            if !pred_finished {
+                return Err(Error::checkpoint(
+                    Some(rc.dir().to_path_buf()),
+                    format!(
+                        "operator '{}' (uid '{}') had finished when the checkpoint was taken, \
+                         but its input '{}' (uid '{}') {}; a finished operator cannot get a new \
+                         or running predecessor",
+                        node.name,
+                        node.uid,
+                        pred.name,
+                        pred.uid,
+                        if rc.manifest().operator(&pred.uid).is_some() {
+                            "had not finished"
+                        } else {
+                            "is new"
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether every operator of `nodes` finished in `rc` (the task is skipped).
+pub(crate) fn all_finished(rc: &RestoredCheckpoint, graph: &JobGraph, nodes: &[usize]) -> bool {
+    nodes.iter().all(|n| {
+        rc.manifest()
+            .operator(&graph.nodes[*n].uid)
+            .is_some_and(|o| o.finished)
+    })
 }

@@ -97,6 +97,12 @@ pub trait Operator: Send {
     fn close(&mut self) -> Result<()> {
         Ok(())
     }
+
+    /// Records dropped so far because they arrived after the watermark had
+    /// passed all their windows (read after each call, for the metric).
+    fn late_records(&self) -> u64 {
+        0
+    }
 }
 
 /// Builds one operator instance per parallel subtask.

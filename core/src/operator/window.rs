@@ -1435,6 +1435,10 @@ fn process_rows<K: StateKey, V: Num>(
 }
 
 impl Operator for WindowOperator {
+    fn late_records(&self) -> u64 {
+        WindowOperator::late_records(self)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,

@@ -14,11 +14,11 @@ use parking_lot::{Condvar, Mutex};
 use crate::barrier::{AlignmentMode, BarrierAligner};
 use crate::channel::{bounded, DEFAULT_CHANNEL_CAPACITY};
 use crate::checkpoint::coordinator::{
-    check_compatible, state_for, CheckpointConfig, CheckpointStats, Coordinator, Outgoing, TaskInfo,
+    all_finished, check_compatible, state_for, CheckpointConfig, CheckpointDone, CheckpointStats,
+    Coordinator, Outgoing, Request, TaskInfo, Waiter,
 };
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
-use crate::event::BarrierKind;
 use crate::graph::{JobGraph, NodeKind};
 use crate::keygroup::key_group_range;
 use crate::operator::OperatorContext;
@@ -71,6 +71,9 @@ pub struct JobConfig {
     /// there are none: an older checkpoint would make them commit the output
     /// after it a second time.
     pub external_sinks: Vec<String>,
+    /// Restore even when the checkpoint holds state of operators the job
+    /// lacks (that state is dropped).
+    pub allow_non_restored_state: bool,
 }
 
 impl Default for JobConfig {
@@ -83,6 +86,7 @@ impl Default for JobConfig {
             checkpoint: None,
             restore_from: None,
             external_sinks: Vec::new(),
+            allow_non_restored_state: false,
         }
     }
 }
@@ -154,7 +158,7 @@ impl Shared {
 
 enum DriverMsg {
     Cancel,
-    Trigger(Sender<Result<u64>>),
+    Request(Request, Waiter),
 }
 
 /// A running (or ended) job.
@@ -207,7 +211,7 @@ impl JobHandle {
             },
         };
         if let Some(rc) = &restored {
-            check_compatible(rc, &graph)?;
+            check_compatible(rc, &graph, config.allow_non_restored_state)?;
             if let Some(c) = coordinator.as_mut() {
                 c.restored(rc.id());
             }
@@ -263,14 +267,43 @@ impl JobHandle {
         self.shared.failed_checkpoints.load(Ordering::Relaxed)
     }
 
-    /// Triggers a checkpoint and waits until it completed; its id.
-    pub fn trigger_checkpoint(&self) -> Result<u64> {
+    fn request(&self, req: Request) -> Result<CheckpointDone> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.driver_tx
-            .send(DriverMsg::Trigger(tx))
+            .send(DriverMsg::Request(req, tx))
             .map_err(|_| Error::checkpoint(None, "the job has ended"))?;
         rx.recv()
             .map_err(|_| Error::checkpoint(None, "the job ended before the checkpoint completed"))?
+    }
+
+    /// Triggers a checkpoint and waits until it completed; its id.
+    pub fn trigger_checkpoint(&self) -> Result<u64> {
+        self.request(Request::Checkpoint).map(|d| d.id)
+    }
+
+    /// Takes a savepoint into `dir` without stopping; its directory.
+    pub fn trigger_savepoint(
+        &self,
+        dir: impl Into<std::path::PathBuf>,
+    ) -> Result<std::path::PathBuf> {
+        self.request(Request::Savepoint { path: dir.into() })
+            .map(|d| d.path)
+    }
+
+    /// Stops the job with a savepoint into `dir` (FLIP-147): without
+    /// `drain` operators stop where they are; with it, event time ends and
+    /// operators finish first. Returns the savepoint's directory once it
+    /// completed; the job then ends.
+    pub fn stop_with_savepoint(
+        &self,
+        dir: impl Into<std::path::PathBuf>,
+        drain: bool,
+    ) -> Result<std::path::PathBuf> {
+        self.request(Request::StopWithSavepoint {
+            path: dir.into(),
+            drain,
+        })
+        .map(|d| d.path)
     }
 
     /// The current counters.
@@ -420,6 +453,9 @@ impl Attempt {
                 Outgoing::Trigger { task, barrier } => {
                     let _ = self.controls[task].send(Control::TriggerCheckpoint(barrier));
                 }
+                Outgoing::StopSource { task, barrier } => {
+                    let _ = self.controls[task].send(Control::StopSource(barrier));
+                }
                 Outgoing::Notify { checkpoint } => {
                     for c in &self.controls {
                         let _ = c.send(Control::NotifyComplete(checkpoint));
@@ -533,10 +569,8 @@ fn run_attempt(
                     first_error = Some(Error::Cancelled);
                     break;
                 }
-                Ok(DriverMsg::Trigger(reply)) => match coordinator.as_deref_mut() {
-                    Some(c) => {
-                        let _ = c.trigger(BarrierKind::Checkpoint, Some(reply), &run.tasks, &finished, &mut out);
-                    }
+                Ok(DriverMsg::Request(req, reply)) => match coordinator.as_deref_mut() {
+                    Some(c) => c.request(req, Some(reply), &run.tasks, &finished, &mut out),
                     None => {
                         let _ = reply.send(Err(Error::checkpoint(
                             None,
@@ -661,7 +695,10 @@ fn build_attempt(
             let mut slots = Vec::new();
             let mut contexts = Vec::new();
             let mut node_ids = Vec::new();
-            let mut restore = TaskRestore::default();
+            let mut restore = TaskRestore {
+                finished: restored.is_some_and(|rc| all_finished(rc, graph, &chain.nodes)),
+                ..TaskRestore::default()
+            };
             for &node_id in &chain.nodes {
                 let node = &graph.nodes[node_id];
                 let ctx = ctx_of(node_id);
@@ -669,6 +706,7 @@ fn build_attempt(
                     name: Arc::from(node.name.as_str()),
                     metrics: shared.metrics.nodes[node_id].2.clone(),
                     schema: node.output_schema.clone(),
+                    late: 0,
                 };
                 let state = match restored {
                     Some(rc) => state_for(

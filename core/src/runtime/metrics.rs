@@ -14,6 +14,8 @@ pub struct OperatorMetrics {
     pub records_out: AtomicU64,
     pub batches_in: AtomicU64,
     pub batches_out: AtomicU64,
+    /// Late records dropped (summed over subtasks).
+    pub late_records: AtomicU64,
 }
 
 impl OperatorMetrics {
@@ -41,6 +43,7 @@ pub struct OperatorMetricsSnapshot {
     pub records_out: u64,
     pub batches_in: u64,
     pub batches_out: u64,
+    pub late_records: u64,
 }
 
 /// A copy of a job's counters.
@@ -70,6 +73,7 @@ impl JobMetrics {
                     records_out: m.records_out.load(Ordering::Relaxed),
                     batches_in: m.batches_in.load(Ordering::Relaxed),
                     batches_out: m.batches_out.load(Ordering::Relaxed),
+                    late_records: m.late_records.load(Ordering::Relaxed),
                 })
                 .collect(),
         }

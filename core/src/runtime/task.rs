@@ -33,6 +33,9 @@ pub(crate) enum Control {
     /// Take a snapshot for this barrier now (sent to sources, and to tasks
     /// that finished and so receive no more barriers on their channels).
     TriggerCheckpoint(Barrier),
+    /// Stop-with-savepoint at a source: with a barrier, snapshot, forward
+    /// it and stop without draining; without, end the input (drain).
+    StopSource(Option<Barrier>),
     /// The checkpoint completed everywhere.
     NotifyComplete(u64),
     /// The checkpoint was aborted.
@@ -69,6 +72,21 @@ pub(crate) struct OpSlot {
     pub name: Arc<str>,
     pub metrics: Arc<OperatorMetrics>,
     pub schema: Option<SchemaRef>,
+    /// This subtask's contribution to the operator's late-record count.
+    pub late: u64,
+}
+
+impl OpSlot {
+    /// Adds what the operator dropped as late since the last look.
+    #[inline]
+    fn track_late(&mut self, now: u64) {
+        if now > self.late {
+            self.metrics
+                .late_records
+                .fetch_add(now - self.late, std::sync::atomic::Ordering::Relaxed);
+            self.late = now;
+        }
+    }
 }
 
 impl OpSlot {
@@ -207,8 +225,11 @@ fn push_batch(
         rest_slots,
         tail,
     };
-    op.process_batch(input, batch, &mut out)
-        .map_err(|e| e.in_operator(&name))
+    let r = op
+        .process_batch(input, batch, &mut out)
+        .map_err(|e| e.in_operator(&name));
+    out.slot.track_late(op.late_records());
+    r
 }
 
 fn push_watermark(
@@ -229,8 +250,11 @@ fn push_watermark(
         rest_slots,
         tail,
     };
-    op.process_watermark(watermark, &mut out)
-        .map_err(|e| e.in_operator(&name))
+    let r = op
+        .process_watermark(watermark, &mut out)
+        .map_err(|e| e.in_operator(&name));
+    out.slot.track_late(op.late_records());
+    r
 }
 
 /// One input channel of a task.
@@ -255,6 +279,9 @@ pub(crate) struct SourceHead {
 pub(crate) struct TaskRestore {
     pub source_offset: Option<Vec<u8>>,
     pub states: Vec<Option<crate::state::OperatorState>>,
+    /// Every operator of the task had finished in the restored checkpoint:
+    /// it is skipped (FLIP-147) and only sends EndOfData.
+    pub finished: bool,
 }
 
 /// A subtask ready to run on its own thread.
@@ -274,6 +301,15 @@ pub(crate) struct Task {
     pub node_ids: Vec<usize>,
     pub aligner: BarrierAligner,
     pub restore: TaskRestore,
+}
+
+/// How a task's input ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InputEnd {
+    /// All input ended for good: operators finish (windows and timers fire).
+    Drained,
+    /// Stop-with-savepoint without drain: operators stop where they are.
+    Undrained,
 }
 
 enum Step {
@@ -318,6 +354,7 @@ impl Task {
 
     fn run_inner(&mut self) -> Result<()> {
         let restore = std::mem::take(&mut self.restore);
+        let skip = restore.finished;
         if let (Some(src), Some(offset)) = (self.source.as_mut(), restore.source_offset) {
             src.reader
                 .seek(&offset)
@@ -338,14 +375,20 @@ impl Task {
             op.open(&self.contexts[i])
                 .map_err(|e| e.in_operator(&self.slots[i].name))?;
         }
-        if self.source.is_some() {
-            self.run_source()?;
+        let end = if skip {
+            InputEnd::Undrained
+        } else if self.source.is_some() {
+            self.run_source()?
         } else {
-            self.run_inputs()?;
+            self.run_inputs()?
+        };
+        if end == InputEnd::Drained {
+            let first_unfinished = if self.source.is_some() { 0 } else { 1 };
+            self.finish_chain(first_unfinished)?;
         }
-        let first_unfinished = if self.source.is_some() { 0 } else { 1 };
-        self.finish_chain(first_unfinished)?;
-        self.output.broadcast(Event::EndOfData { drain: true })?;
+        // A skipped (already finished) task ends its consumers' input for good.
+        let drain = skip || end == InputEnd::Drained;
+        self.output.broadcast(Event::EndOfData { drain })?;
         let _ = self.reports.send(TaskReport::Finished { task: self.id });
         self.await_finalize()?;
         for i in 0..self.ops.len() {
@@ -374,7 +417,7 @@ impl Task {
                 let action = self.aligner.on_cancel(id);
                 self.apply(action)
             }
-            Control::Finalize { .. } => Ok(()),
+            Control::Finalize { .. } | Control::StopSource(_) => Ok(()),
         }
     }
 
@@ -463,21 +506,30 @@ impl Task {
         }
     }
 
-    fn run_source(&mut self) -> Result<()> {
+    fn run_source(&mut self) -> Result<InputEnd> {
+        let mut drain_now = false;
         loop {
             match self.control.try_recv() {
+                Ok(Control::StopSource(Some(barrier))) => {
+                    self.snapshot(barrier, Duration::ZERO, false)?;
+                    return Ok(InputEnd::Undrained);
+                }
+                Ok(Control::StopSource(None)) => drain_now = true,
                 Ok(c) => self.handle_control(c)?,
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
             let Some(src) = self.source.as_mut() else {
-                return Ok(());
+                return Ok(InputEnd::Drained);
             };
-            match src
-                .reader
-                .poll_next()
-                .map_err(|e| e.in_operator(&src.slot.name))?
-            {
+            let poll = if drain_now {
+                SourcePoll::End
+            } else {
+                src.reader
+                    .poll_next()
+                    .map_err(|e| e.in_operator(&src.slot.name))?
+            };
+            match poll {
                 SourcePoll::Batch(batch) => {
                     let mut out = ChainOut {
                         slot: &mut src.slot,
@@ -491,6 +543,11 @@ impl Task {
                     .control
                     .recv_timeout(std::time::Duration::from_millis(10))
                 {
+                    Ok(Control::StopSource(Some(barrier))) => {
+                        self.snapshot(barrier, Duration::ZERO, false)?;
+                        return Ok(InputEnd::Undrained);
+                    }
+                    Ok(Control::StopSource(None)) => drain_now = true,
                     Ok(c) => self.handle_control(c)?,
                     Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
@@ -505,7 +562,7 @@ impl Task {
                         tail: &mut self.output,
                     };
                     out.emit_watermark(MAX_WATERMARK)?;
-                    return Ok(());
+                    return Ok(InputEnd::Drained);
                 }
             }
         }
@@ -557,7 +614,8 @@ impl Task {
         }
     }
 
-    fn run_inputs(&mut self) -> Result<()> {
+    fn run_inputs(&mut self) -> Result<InputEnd> {
+        let mut end = InputEnd::Drained;
         let mut live = self.inputs.iter().filter(|c| !c.ended).count();
         let mut live_per_input = vec![0usize; self.num_logical_inputs];
         for ch in &self.inputs {
@@ -583,7 +641,10 @@ impl Task {
                     ch.watermark = ch.watermark.max(wm);
                     self.advance_watermark(&mut combined_wm)?;
                 }
-                Step::Event(i, Event::EndOfData { .. }) => {
+                Step::Event(i, Event::EndOfData { drain }) => {
+                    if !drain {
+                        end = InputEnd::Undrained;
+                    }
                     let input = self.inputs[i].input;
                     self.inputs[i].ended = true;
                     self.inputs[i].watermark = MAX_WATERMARK;
@@ -592,9 +653,11 @@ impl Task {
                     if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
                         self.apply(action)?;
                     }
-                    self.advance_watermark(&mut combined_wm)?;
-                    if live_per_input[input] == 0 {
-                        self.end_head_input(input)?;
+                    if end == InputEnd::Drained {
+                        self.advance_watermark(&mut combined_wm)?;
+                        if live_per_input[input] == 0 {
+                            self.end_head_input(input)?;
+                        }
                     }
                 }
                 Step::Event(i, Event::Barrier(barrier)) => {
@@ -605,7 +668,7 @@ impl Task {
                 Step::Event(_, Event::Termination(_)) => {}
             }
         }
-        Ok(())
+        Ok(end)
     }
 
     fn advance_watermark(&mut self, combined: &mut i64) -> Result<()> {
@@ -675,7 +738,7 @@ impl Task {
                     self.snapshot(barrier, Duration::ZERO, true)?;
                 }
                 Ok(Control::NotifyComplete(id)) => self.notify_complete(id)?,
-                Ok(Control::AbortCheckpoint(_)) => {}
+                Ok(Control::AbortCheckpoint(_)) | Ok(Control::StopSource(_)) => {}
                 Ok(Control::Finalize { commit_end_of_job }) => {
                     if commit_end_of_job {
                         for i in 0..self.ops.len() {
