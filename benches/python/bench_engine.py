@@ -22,6 +22,62 @@ import eddyline as ed
 GEN_BATCH = 65_536
 
 
+class LatestPerKeySink(ed.TwoPhaseCommitSink):
+    """Keeps the newest value per key (BENCHMARKS.md: "the sink keeps the newest sum per key").
+
+    Committed values land in module-level numpy arrays: the sink's subtasks own
+    disjoint keys (hash partitioning), and commits arrive in checkpoint order.
+    """
+
+    latest: np.ndarray = np.zeros(0, dtype=np.int64)
+    seen: np.ndarray = np.zeros(0, dtype=bool)
+
+    @classmethod
+    def reset(cls, k: int) -> None:
+        cls.latest = np.zeros(k, dtype=np.int64)
+        cls.seen = np.zeros(k, dtype=bool)
+
+    def begin_transaction(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        return []
+
+    def write(self, txn: list[tuple[np.ndarray, np.ndarray]], batch: pa.RecordBatch) -> None:
+        txn.append((batch.column("key").to_numpy(), batch.column("value").to_numpy()))
+
+    def pre_commit(self, txn: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        pass
+
+    def commit(self, txn: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        for keys, values in txn:
+            LatestPerKeySink.latest[keys] = values
+            LatestPerKeySink.seen[keys] = True
+        txn.clear()
+
+    def abort(self, txn: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        txn.clear()
+
+
+class CountSink(ed.TwoPhaseCommitSink):
+    """Counts committed rows (W1: "count at the sink")."""
+
+    count = 0
+
+    def begin_transaction(self) -> list[int]:
+        return [0]
+
+    def write(self, txn: list[int], batch: pa.RecordBatch) -> None:
+        txn[0] += batch.num_rows
+
+    def pre_commit(self, txn: list[int]) -> None:
+        pass
+
+    def commit(self, txn: list[int]) -> None:
+        CountSink.count += txn[0]
+        txn[0] = 0
+
+    def abort(self, txn: list[int]) -> None:
+        txn[0] = 0
+
+
 def make_data(n: int, k: int) -> list[pa.RecordBatch]:
     """N rows of (key in [0, k), value in [0, 1000)), numpy default_rng(42), 65,536-row batches."""
     rng = np.random.default_rng(42)
@@ -34,12 +90,33 @@ def make_data(n: int, k: int) -> list[pa.RecordBatch]:
     return batches
 
 
+def parquet_input(n: int, k: int, directory: str) -> str:
+    """The workload data as one Parquet file, written once and reused."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"data-n{n}-k{k}.parquet")
+    if not os.path.exists(path):
+        tmp = path + ".tmp"
+        with pq.ParquetWriter(tmp, pa.schema([("key", pa.int64()), ("value", pa.int64())])) as w:
+            for b in make_data(n, k):
+                w.write_batch(b)
+        os.replace(tmp, path)
+    return path
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def w1(env: ed.StreamEnvironment, batches: list[pa.RecordBatch], style: str) -> ed.DataStream:
-    s = env.from_arrow(batches)
+def source(env: ed.StreamEnvironment, data: list[pa.RecordBatch] | str) -> ed.DataStream:
+    return env.from_parquet(data) if isinstance(data, str) else env.from_arrow(data)
+
+
+def w1(env: ed.StreamEnvironment, batches: list[pa.RecordBatch] | str, style: str) -> ed.DataStream:
+    s = source(env, batches)
     if style == "native":
         s = s.with_columns(value=ed.col("value") * 2).filter(ed.col("value") % 3 != 0)
     elif style == "vectorized":
@@ -65,26 +142,24 @@ def w1_reference(batches: list[pa.RecordBatch]) -> int:
     return total
 
 
-def w2(env: ed.StreamEnvironment, batches: list[pa.RecordBatch], style: str) -> ed.DataStream:
-    s = env.from_arrow(batches)
+def w2(env: ed.StreamEnvironment, batches: list[pa.RecordBatch] | str, style: str) -> ed.DataStream:
+    s = source(env, batches)
     keyed = s.key_by("key")
     if style == "native":
         return keyed.sum("value")
     return keyed.reduce(lambda acc, r: {"key": acc["key"], "value": acc["value"] + r["value"]})
 
 
-def w2_check(result: pa.Table, batches: list[pa.RecordBatch], k: int) -> bool:
-    keys = np.concatenate([b.column("key").to_numpy() for b in batches])
-    values = np.concatenate([b.column("value").to_numpy() for b in batches])
-    expected = np.bincount(keys, weights=values, minlength=k).astype(np.int64)
-    # Newest sum per key: the sink keeps the last row per key.
-    got = np.zeros(k, dtype=np.int64)
-    seen = np.zeros(k, dtype=bool)
-    kk = result.column("key").to_numpy()
-    vv = result.column("value").to_numpy()
-    got[kk] = vv  # later rows overwrite earlier ones (numpy assigns in order)
-    seen[kk] = True
-    present = np.bincount(keys, minlength=k) > 0
+def w2_check(batches: list[pa.RecordBatch], k: int) -> bool:
+    expected = np.zeros(k, dtype=np.int64)
+    present = np.zeros(k, dtype=bool)
+    for b in batches:
+        keys = b.column("key").to_numpy()
+        expected += np.bincount(keys, weights=b.column("value").to_numpy(), minlength=k).astype(
+            np.int64
+        )
+        present[keys] = True
+    got, seen = LatestPerKeySink.latest, LatestPerKeySink.seen
     return bool(np.array_equal(seen, present) and np.array_equal(got[present], expected[present]))
 
 
@@ -101,12 +176,13 @@ def run_w3(args: argparse.Namespace) -> None:
             env = ed.StreamEnvironment(
                 parallelism=args.parallelism, batch_size=args.batch_size, checkpoint=checkpoint
             )
-            sink = w2(env, batches, args.style).collect()
+            LatestPerKeySink.reset(k)
+            w2(env, batches, args.style).sink_to(LatestPerKeySink())
             t1 = time.perf_counter()
             result = env.execute(f"bench-W3-{mode}")
             seconds = time.perf_counter() - t1
             rss = peak_rss_mb()
-            check = w2_check(sink.to_arrow(), batches, k)
+            check = w2_check(batches, k)
             cps = list(result.checkpoints)
             results[mode] = seconds
             print(
@@ -149,6 +225,13 @@ def main() -> None:
     ap.add_argument("--style", choices=["native", "vectorized", "per_record"], default="native")
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=GEN_BATCH)
+    ap.add_argument(
+        "--input",
+        choices=["memory", "parquet"],
+        default="memory",
+        help="generated batches held in memory, or one Parquet file (made once) read by the job",
+    )
+    ap.add_argument("--data-dir", default="/tmp/eddyline-bench-data")
     args = ap.parse_args()
     if args.workload in ("W2", "W3") and args.style == "vectorized":
         raise SystemExit("W2 and W3 have native and per_record styles")
@@ -156,23 +239,29 @@ def main() -> None:
         run_w3(args)
         return
 
-    batches = make_data(args.n, args.k)
+    data: list[pa.RecordBatch] | str
+    if args.input == "parquet":
+        data = parquet_input(args.n, args.k, args.data_dir)
+    else:
+        data = make_data(args.n, args.k)
     t0 = time.perf_counter()
     env = ed.StreamEnvironment(parallelism=args.parallelism, batch_size=args.batch_size)
     if args.workload == "W1":
-        sink = w1(env, batches, args.style).collect()
+        CountSink.count = 0
+        w1(env, data, args.style).sink_to(CountSink())
     else:
-        sink = w2(env, batches, args.style).collect()
+        LatestPerKeySink.reset(args.k)
+        w2(env, data, args.style).sink_to(LatestPerKeySink())
     startup = time.perf_counter() - t0
     t1 = time.perf_counter()
     env.execute(f"bench-{args.workload}")
     seconds = time.perf_counter() - t1
     rss = peak_rss_mb()  # before the reference check allocates its own arrays
-    table = sink.to_arrow()
+    batches = make_data(args.n, args.k) if isinstance(data, str) else data
     if args.workload == "W1":
-        check = table.num_rows == w1_reference(batches)
+        check = CountSink.count == w1_reference(batches)
     else:
-        check = w2_check(table, batches, args.k)
+        check = w2_check(batches, args.k)
     print(
         json.dumps(
             {
@@ -183,6 +272,7 @@ def main() -> None:
                 "parallelism": args.parallelism,
                 "seconds": round(seconds, 4),
                 "rows_per_s": round(args.n / seconds),
+                "input": args.input,
                 "startup_s": round(startup, 4),
                 "peak_rss_mb": round(rss, 1),
                 "check": bool(check),
