@@ -29,16 +29,18 @@ from .errors import (
     CheckpointError,
     EddylineError,
     GraphError,
+    JobCancelledError,
     JobFailedError,
     SchemaError,
     ScopeError,
 )
 from .expr import Expr, col, lit
-from .functions import ProcessContext, ProcessFunction, ValueState
+from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
-from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
+from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
+from .windows import Sliding, TimeWindow, Tumbling
 
 __version__ = "0.1.0"
 
@@ -53,6 +55,7 @@ __all__ = [
     "EddylineError",
     "Expr",
     "GraphError",
+    "JobCancelledError",
     "JobClient",
     "JobFailedError",
     "JobResult",
@@ -64,10 +67,15 @@ __all__ = [
     "RestartStrategy",
     "SchemaError",
     "ScopeError",
+    "Sliding",
     "StreamEnvironment",
     "StreamScope",
+    "TimeWindow",
+    "TimerService",
+    "Tumbling",
     "TwoPhaseCommitSink",
     "ValueState",
+    "WindowedStream",
     "__version__",
     "col",
     "lit",

@@ -20,8 +20,10 @@ def start_job(nodes: list[NodeDict], config: dict[str, Any]) -> JobHandle:
     ``config``: ``{"name", "max_parallelism", "batch_size", "restart": None |
     {"attempts", "delay_s"}, "checkpoint": None | {"dir", "interval", "mode",
     "unaligned", "retained", "recovery", "timeout"}, "restore_from": None |
-    "latest" | path}``. Raises ``CheckpointError`` (before anything runs) for an
-    unwritable checkpoint dir, a missing or corrupt restore path.
+    "latest" | path, "allow_non_restored_state": bool}``. Raises
+    ``CheckpointError`` (before anything runs) for an unwritable checkpoint dir,
+    a missing or corrupt restore path, or a restore path holding state of
+    operators (by uid) the graph lacks unless ``allow_non_restored_state``.
     """
 
 def list_checkpoints(dir: str) -> list[dict[str, Any]]:
@@ -51,3 +53,8 @@ class JobHandle:
     def checkpoints(self) -> list[dict[str, Any]]:
         """The completed checkpoints so far, oldest first."""
     def failed_checkpoints(self) -> int: ...
+    def trigger_savepoint(self, path: str) -> str:
+        """Takes a savepoint without stopping; waits (GIL released); its directory."""
+    def stop_with_savepoint(self, path: str, drain: bool = False) -> str:
+        """Stops the sources with a savepoint (``drain``: MAX watermark and finish first);
+        waits until it completed and its 2PC sinks committed; its directory."""

@@ -69,6 +69,8 @@ class LogicalNode:
     name: str | None = None
     uid: str | None = None
     collect: CollectHandle | None = None
+    time_column: str | None = None
+    """The event-time column of the stream (set by the nearest upstream ``assign_timestamps``)."""
 
     @property
     def display_name(self) -> str:
@@ -113,6 +115,7 @@ class LogicalGraph:
         params: dict[str, Any] | None = None,
         keys: list[str] | None = None,
         stage: tuple[str, Callable[..., Any]] | None = None,
+        time_column: str | None = None,
     ) -> LogicalNode:
         """Appends a node and returns it."""
         node = LogicalNode(
@@ -125,6 +128,7 @@ class LogicalGraph:
             params=params or {},
             keys=keys,
             stage=stage,
+            time_column=time_column,
         )
         self.nodes.append(node)
         return node

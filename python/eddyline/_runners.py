@@ -3,7 +3,13 @@
 The Rust side creates one runner per parallel subtask by calling the node's
 factory, then calls ``open``, ``process`` (once per batch, with the GIL held
 for the whole batch), ``finish``, ``snapshot``/``restore``/
-``notify_checkpoint_complete`` and ``close``. Per-record functions are looped
+``notify_checkpoint_complete`` and ``close``. Optional methods, called only
+if a runner defines them: ``on_watermark(watermark)`` when the input
+watermark advances (before it is forwarded; ``2**63 - 1`` ends event time),
+``end_input(input)`` when one input ended; and the attribute
+``late_records`` (a running count the binding reports as a metric).
+Stopping a job with a savepoint without draining calls neither
+``finish`` nor ``on_watermark`` with the maximum watermark. Per-record functions are looped
 over the rows of a batch here: each column is converted to Python once, rows
 are built by a dict-literal comprehension compiled for the batch's schema, and
 consecutive per-record stages run in one generated loop.
@@ -13,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import heapq
+import itertools
 import pickle
 import traceback
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -21,8 +29,9 @@ from typing import Any, Literal, TypeAlias
 
 import pyarrow as pa
 
+from ._event_time import event_times
 from .errors import EddylineError, JobFailedError, SchemaError
-from .functions import ProcessContext, ProcessFunction, Row
+from .functions import MIN_WATERMARK, ProcessContext, ProcessFunction, Row
 
 RunnerOutput: TypeAlias = pa.RecordBatch | list[pa.RecordBatch] | None
 State: TypeAlias = bytes | dict[int, bytes]
@@ -613,8 +622,19 @@ class KeyedReduceRunner(_KeyedRunner):
         return self._writer.encode([entries[key] for key, entries in touched.items()])
 
 
+_KEYED_STATE_FORMAT = "eddyline.keyed_process.v2"
+
+
 class KeyedProcessRunner(_KeyedRunner):
-    """``key_by(...).process(fn)`` with per-key value state."""
+    """``key_by(...).process(fn)`` with per-key value state and event-time timers.
+
+    ``self._state[key_group][key]`` holds the key's named values;
+    ``self._timers[key_group][key]`` the timestamps of its timers, mirrored in
+    a heap of ``(timestamp, seq, key_group, key)`` entries (deleted timers
+    are skipped when popped). Timers fire in :meth:`on_watermark`, in
+    timestamp order, also those that ``on_timer`` registers at or below the
+    watermark. Both are checkpointed per key group.
+    """
 
     def __init__(
         self,
@@ -622,16 +642,30 @@ class KeyedProcessRunner(_KeyedRunner):
         keys: Sequence[str],
         fn: ProcessFunction | Callable[[Row, ProcessContext], Iterable[Row] | None],
         schema: pa.Schema | None,
+        time_column: str | None = None,
     ) -> None:
         super().__init__(node, keys)
         self._function = fn if isinstance(fn, ProcessFunction) else None
         self._fn = fn.process_element if isinstance(fn, ProcessFunction) else fn
         self._writer = RowWriter(node, schema)
-        self._context = ProcessContext(node, 0, 1, 0)
+        self._time_column = time_column
+        self._timers: dict[int, dict[Hashable, set[int]]] = {}
+        self._heap: list[tuple[int, int, int, Hashable]] = []
+        self._seq = itertools.count()
+        self._group = 0
+        self.watermark = MIN_WATERMARK
+        self._context = self._new_context(node, 0, 1, 0)
+
+    def _new_context(
+        self, name: str, subtask_index: int, parallelism: int, attempt: int
+    ) -> ProcessContext:
+        context = ProcessContext(name, subtask_index, parallelism, attempt)
+        context._timers = self
+        return context
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
-        self._context = ProcessContext(
+        self._context = self._new_context(
             self.name,
             int(ctx.get("subtask_index", 0)),
             int(ctx.get("parallelism", 1)),
@@ -639,6 +673,39 @@ class KeyedProcessRunner(_KeyedRunner):
         )
         if self._function is not None:
             call_user(self.name, self._function.open, self._context)
+
+    # ---- timers (the ProcessContext's timer backend) --------------------------
+
+    def register_timer(self, timestamp: int) -> None:
+        """Registers ``timestamp`` for the current key (idempotent)."""
+        if self._function is None or not _overrides(self._function, "on_timer"):
+            raise EddylineError(
+                f"operator '{self.name}': event-time timers need an ed.ProcessFunction that "
+                "implements on_timer(timestamp, ctx)",
+                operator=self.name,
+            )
+        key = self._context.key
+        group = self._group
+        per_key = self._timers.setdefault(group, {}).setdefault(key, set())
+        if timestamp not in per_key:
+            per_key.add(timestamp)
+            heapq.heappush(self._heap, (timestamp, next(self._seq), group, key))
+
+    def delete_timer(self, timestamp: int) -> None:
+        """Deletes the current key's timer at ``timestamp``, if any."""
+        key = self._context.key
+        keyed = self._timers.get(self._group)
+        per_key = keyed.get(key) if keyed is not None else None
+        if per_key is not None and timestamp in per_key:
+            per_key.discard(timestamp)
+            if not per_key:
+                del keyed[key]  # type: ignore[union-attr]
+
+    def timers_pending(self) -> int:
+        """How many timers are registered (for tests)."""
+        return sum(len(ts) for keyed in self._timers.values() for ts in keyed.values())
+
+    # ---- records --------------------------------------------------------------
 
     def process(
         self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
@@ -650,13 +717,19 @@ class KeyedProcessRunner(_KeyedRunner):
         rows = _compile_rows(tuple(batch.schema.names))(n, *columns)
         keys = self._keys_of(batch, columns)
         groups = self._groups_of(key_groups, n)
+        times: Sequence[int | None]
+        if self._time_column is not None and self._time_column in batch.schema.names:
+            times = event_times(batch, self._time_column, self.name)
+        else:
+            times = itertools.repeat(None, n)  # type: ignore[assignment]
         state = self._state
         fn = self._fn
         ctx = self._context
         out: list[Any] = []
         append = out.append
+        row: Row | None = None
         try:
-            for row, key, group in zip(rows, keys, groups, strict=True):
+            for row, key, group, timestamp in zip(rows, keys, groups, times, strict=False):
                 entries = state.get(group)
                 if entries is None:
                     entries = state[group] = {}
@@ -665,7 +738,9 @@ class KeyedProcessRunner(_KeyedRunner):
                 if fresh:
                     values = {}
                 ctx.key = key
+                ctx.timestamp = timestamp
                 ctx._values = values
+                self._group = group
                 result = fn(row, ctx)
                 if values:
                     if fresh:
@@ -689,12 +764,131 @@ class KeyedProcessRunner(_KeyedRunner):
             ) from exc
         finally:
             ctx.key = None
+            ctx.timestamp = None
             ctx._values = None
         return self._writer.encode(out)
+
+    def on_watermark(self, watermark: int) -> RunnerOutput:
+        """Fires the timers at or below ``watermark``, in timestamp order."""
+        if watermark <= self.watermark:
+            return None
+        self.watermark = watermark
+        heap = self._heap
+        if not heap or heap[0][0] > watermark:
+            return None
+        assert self._function is not None  # only a ProcessFunction registers timers
+        on_timer = self._function.on_timer
+        ctx = self._context
+        out: list[Any] = []
+        timestamp = 0
+        try:
+            while heap and heap[0][0] <= watermark:
+                timestamp, _, group, key = heapq.heappop(heap)
+                keyed = self._timers.get(group)
+                per_key = keyed.get(key) if keyed is not None else None
+                if per_key is None or timestamp not in per_key:
+                    continue  # deleted
+                per_key.discard(timestamp)
+                if not per_key:
+                    del keyed[key]  # type: ignore[union-attr]
+                entries = self._state.setdefault(group, {})
+                values = entries.get(key)
+                fresh = values is None
+                if fresh:
+                    values = {}
+                ctx.key = key
+                ctx.timestamp = timestamp
+                ctx._values = values
+                self._group = group
+                result = on_timer(timestamp, ctx)
+                if values:
+                    if fresh:
+                        entries[key] = values
+                elif not fresh:
+                    del entries[key]
+                if result is None:
+                    continue
+                if isinstance(result, dict):
+                    out.append(result)
+                else:
+                    out.extend(result)
+        except EddylineError:
+            raise
+        except Exception as exc:
+            raise user_error(
+                exc,
+                self.name,
+                detail=f"on_timer at {timestamp} for key {_short(ctx.key)}",
+                tb=_skip_frame(exc),
+            ) from exc
+        finally:
+            ctx.key = None
+            ctx.timestamp = None
+            ctx._values = None
+        return self._writer.encode(out)
+
+    def _lifecycle(self, hook: str, *args: Any) -> RunnerOutput:
+        if self._function is None or not _overrides(self._function, hook):
+            return None
+        result = call_user(self.name, getattr(self._function, hook), *args, self._context)
+        if result is None:
+            return None
+        return self._writer.encode([result] if isinstance(result, dict) else list(result))
+
+    def end_input(self, input: int) -> RunnerOutput:
+        """Calls ``ProcessFunction.end_input(input, ctx)``."""
+        return self._lifecycle("end_input", input)
+
+    def finish(self) -> RunnerOutput:
+        """Calls ``ProcessFunction.finish(ctx)`` (not when stopped without draining)."""
+        return self._lifecycle("finish")
+
+    # ---- state ----------------------------------------------------------------
+
+    def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
+        """One blob per key group with values or timers: ``(format, values, timers)``."""
+        groups = {g for g, entries in self._state.items() if entries}
+        groups.update(g for g, keyed in self._timers.items() if keyed)
+        return {
+            group: pickle.dumps(
+                (
+                    _KEYED_STATE_FORMAT,
+                    self._state.get(group, {}),
+                    {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
+                ),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            for group in sorted(groups)
+        }
+
+    def restore(self, data: State) -> None:
+        """Restores values and timers (also the value-only format of earlier versions)."""
+        if isinstance(data, bytes | bytearray | memoryview):
+            super().restore(data)
+            return
+        for group, blob in data.items():
+            restored = pickle.loads(blob)
+            group = int(group)
+            if isinstance(restored, dict):  # values only
+                self._state.setdefault(group, {}).update(restored)
+                continue
+            _, values, timers = restored
+            if values:
+                self._state.setdefault(group, {}).update(values)
+            keyed = self._timers.setdefault(group, {})
+            for key, stamps in timers.items():
+                keyed.setdefault(key, set()).update(stamps)
+                for ts in stamps:
+                    heapq.heappush(self._heap, (ts, next(self._seq), group, key))
 
     def close(self) -> None:
         if self._function is not None:
             call_user(self.name, self._function.close)
+
+
+def _overrides(function: ProcessFunction, hook: str) -> bool:
+    """True if ``function``'s class overrides the base class's ``hook``."""
+    return getattr(type(function), hook, None) is not getattr(ProcessFunction, hook)
 
 
 END_OF_JOB = 2**64 - 1

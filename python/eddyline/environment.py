@@ -252,7 +252,9 @@ class StreamEnvironment:
 
     # ---- execution ----------------------------------------------------------
 
-    def _config(self, name: str, restore_from: str | None) -> dict[str, Any]:
+    def _config(
+        self, name: str, restore_from: str | None, allow_non_restored_state: bool = False
+    ) -> dict[str, Any]:
         return {
             "name": name,
             "max_parallelism": self.max_parallelism,
@@ -260,6 +262,7 @@ class StreamEnvironment:
             "restart": self.restart._to_dict() if self.restart is not None else None,
             "checkpoint": self.checkpoint._to_dict() if self.checkpoint is not None else None,
             "restore_from": restore_from,
+            "allow_non_restored_state": allow_non_restored_state,
         }
 
     def build(self) -> list[dict[str, Any]]:
@@ -283,6 +286,7 @@ class StreamEnvironment:
         *,
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
+        allow_non_restored_state: bool = False,
     ) -> JobClient:
         """Starts the job and returns at once.
 
@@ -291,12 +295,19 @@ class StreamEnvironment:
             restore_from: A checkpoint or savepoint path, or ``"latest"``.
             runner: Reserved for other runners; only the default in-process
                 runner (``None``) is supported yet.
+            allow_non_restored_state: Drop, knowingly, the state that
+                ``restore_from`` holds for operators (by uid) this job lacks;
+                by default that is a ``CheckpointError`` naming them.
 
         Returns:
             A client to wait on, cancel or checkpoint the job.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"the job name must be a non-empty str, got {name!r}")
+        if not isinstance(allow_non_restored_state, bool):
+            raise TypeError(
+                f"allow_non_restored_state must be a bool, got {allow_non_restored_state!r}"
+            )
         if runner is not None:
             raise NotImplementedError(
                 f"runner={runner!r} is not supported yet; jobs run in-process (runner=None)"
@@ -312,7 +323,8 @@ class StreamEnvironment:
         core.build_graph(compiled.nodes, self.max_parallelism)
         for handle, _ in compiled.collects:
             handle._batches = None
-        handle = core.start_job(compiled.nodes, self._config(name, restore))
+        config = self._config(name, restore, allow_non_restored_state)
+        handle = core.start_job(compiled.nodes, config)
         return JobClient(handle, name, compiled.collects)
 
     def execute(
@@ -321,6 +333,7 @@ class StreamEnvironment:
         *,
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
+        allow_non_restored_state: bool = False,
     ) -> JobResult:
         """Runs the job to the end and returns its result.
 
@@ -331,8 +344,17 @@ class StreamEnvironment:
             name: The job name.
             restore_from: A checkpoint or savepoint path, or ``"latest"``.
             runner: Reserved for other runners; ``None`` runs in-process.
+            allow_non_restored_state: Drop, knowingly, the state that
+                ``restore_from`` holds for operators this job lacks.
 
         Raises:
             JobFailedError: The job failed and its restart strategy is exhausted.
+            CheckpointError: ``restore_from`` is missing, corrupt or holds state
+                of operators this job lacks (unless ``allow_non_restored_state``).
         """
-        return self.execute_async(name, restore_from=restore_from, runner=runner).wait()
+        return self.execute_async(
+            name,
+            restore_from=restore_from,
+            runner=runner,
+            allow_non_restored_state=allow_non_restored_state,
+        ).wait()

@@ -18,6 +18,7 @@ __all__ = [
     "CheckpointError",
     "EddylineError",
     "GraphError",
+    "JobCancelledError",
     "JobFailedError",
     "SchemaError",
     "ScopeError",
@@ -115,4 +116,12 @@ class JobFailedError(EddylineError):
     When a user function raised, ``operator`` names the operator, the
     original exception is kept as ``__cause__`` and its formatted traceback
     is in ``user_traceback``.
+    """
+
+
+class JobCancelledError(EddylineError):
+    """The job was cancelled (``JobClient.cancel()``, or Ctrl-C while waiting).
+
+    :meth:`JobClient.wait` raises it for a cancelled job; the output committed
+    before the cancellation stays committed.
     """

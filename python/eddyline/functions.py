@@ -7,16 +7,30 @@ Example:
     ...         n = (ctx.state.value() or 0) + 1
     ...         ctx.state.update(n)
     ...         return [{"key": ctx.key, "n": n}]
+
+Event-time timers (the stream needs ``assign_timestamps`` upstream):
+
+    >>> class EmitAfterIdle(ed.ProcessFunction):
+    ...     def process_element(self, row, ctx):
+    ...         ctx.state.update((ctx.state.value() or 0) + 1)
+    ...         ctx.timer_service.register_event_time_timer(ctx.timestamp + 1000)
+    ...     def on_timer(self, timestamp, ctx):
+    ...         return [{"key": ctx.key, "count": ctx.state.value(), "at": timestamp}]
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import EddylineError
 
-__all__ = ["ProcessContext", "ProcessFunction", "Row", "ValueState"]
+__all__ = ["ProcessContext", "ProcessFunction", "Row", "TimerService", "ValueState"]
+
+MIN_WATERMARK = -(2**63)
+"""The watermark before any was received (``Long.MIN_VALUE`` in Flink)."""
+MAX_WATERMARK = 2**63 - 1
+"""The end of event time: a bounded input ends with it, and it fires every timer and window."""
 
 Row = dict[str, Any]
 """A record as seen by per-record functions: column name to Python value."""
@@ -53,20 +67,92 @@ class ValueState:
         return f"ValueState({self.name!r})"
 
 
+class _TimerBackend(Protocol):
+    """What a runner offers a :class:`TimerService` (timers of the current key)."""
+
+    watermark: int
+
+    def register_timer(self, timestamp: int) -> None: ...
+
+    def delete_timer(self, timestamp: int) -> None: ...
+
+
+class TimerService:
+    """Event-time timers of the current key (``ctx.timer_service``).
+
+    A timer for ``t`` fires once the watermark reaches ``t`` (``t <= watermark``):
+    :meth:`ProcessFunction.on_timer` is called with ``t`` and the context of
+    the key that registered it. Timers of one key are unique by timestamp,
+    fire in timestamp order, and are keyed state (checkpointed). The end of a
+    bounded input (or a drain) fires every timer left.
+    """
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: ProcessContext) -> None:
+        self._ctx = ctx
+
+    def _backend(self) -> _TimerBackend:
+        ctx = self._ctx
+        if ctx._timers is None:
+            raise EddylineError(
+                f"operator '{ctx.name}': event-time timers need a keyed process function "
+                "(an ed.ProcessFunction that implements on_timer)",
+                operator=ctx.name,
+            )
+        ctx._current_values()  # only while a key is current
+        return ctx._timers
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        """Registers a timer of the current key at event time ``timestamp`` (ms)."""
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+            raise TypeError(
+                f"register_event_time_timer() needs an int timestamp in milliseconds, got "
+                f"{timestamp!r}"
+            )
+        self._backend().register_timer(timestamp)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        """Deletes the current key's timer at ``timestamp`` (a no-op if there is none)."""
+        self._backend().delete_timer(timestamp)
+
+    def current_watermark(self) -> int:
+        """The operator's current watermark (``-2**63`` before the first)."""
+        return self._ctx.current_watermark
+
+    def __repr__(self) -> str:
+        return f"TimerService({self._ctx.name!r})"
+
+
 class ProcessContext:
     """What a keyed process function sees besides the record.
 
     Attributes:
         key: The key of the record being processed (the value of the key
             column, or a tuple of values for several key columns); ``None``
-            outside :meth:`ProcessFunction.process_element`.
+            outside :meth:`ProcessFunction.process_element` and
+            :meth:`ProcessFunction.on_timer`.
+        timestamp: The event time (ms since the epoch) of the record being
+            processed, if the stream has event time (``assign_timestamps``
+            upstream); in ``on_timer`` the timer's timestamp; else ``None``.
         name: The operator name.
         subtask_index: Which parallel instance runs the function.
         parallelism: The operator's parallelism.
         attempt: The restart attempt (0 for the first run).
     """
 
-    __slots__ = ("_states", "_values", "attempt", "key", "name", "parallelism", "subtask_index")
+    __slots__ = (
+        "_states",
+        "_timer_service",
+        "_timers",
+        "_values",
+        "attempt",
+        "key",
+        "name",
+        "parallelism",
+        "subtask_index",
+        "timestamp",
+    )
 
     def __init__(self, name: str, subtask_index: int, parallelism: int, attempt: int) -> None:
         self.name = name
@@ -74,13 +160,26 @@ class ProcessContext:
         self.parallelism = parallelism
         self.attempt = attempt
         self.key: Hashable | None = None
+        self.timestamp: int | None = None
         self._values: dict[str, Any] | None = None
         self._states: dict[str, ValueState] = {}
+        self._timers: _TimerBackend | None = None
+        self._timer_service = TimerService(self)
 
     @property
     def state(self) -> ValueState:
         """The default value state (named ``"value"``) of the current key."""
         return self.get_state("value")
+
+    @property
+    def timer_service(self) -> TimerService:
+        """Event-time timers of the current key."""
+        return self._timer_service
+
+    @property
+    def current_watermark(self) -> int:
+        """The operator's current event-time watermark (``-2**63`` before the first)."""
+        return self._timers.watermark if self._timers is not None else MIN_WATERMARK
 
     def get_state(self, name: str, default: Any = None) -> ValueState:
         """Returns the value state called ``name`` of the current key.
@@ -98,8 +197,9 @@ class ProcessContext:
     def _current_values(self) -> dict[str, Any]:
         if self._values is None:
             raise EddylineError(
-                f"operator '{self.name}': keyed state is only available while a record is "
-                "processed (inside process_element), not in open() or close()",
+                f"operator '{self.name}': keyed state and timers are only available while a "
+                "record or a timer of a key is processed (process_element, on_timer), not in "
+                "open(), end_input(), finish() or close()",
                 operator=self.name,
             )
         return self._values
@@ -109,10 +209,14 @@ class ProcessContext:
 
 
 class ProcessFunction:
-    """Base class of keyed process functions with state.
+    """Base class of keyed process functions with state and event-time timers.
 
-    Override :meth:`process_element`; :meth:`open` and :meth:`close` are
-    optional. Each parallel instance gets its own copy of the object.
+    Override :meth:`process_element`; the lifecycle hooks are optional and
+    called in this order per parallel instance: :meth:`open`, records and
+    timers, :meth:`end_input` per input, :meth:`finish` (only when the input
+    really ended: not when the job is stopped with a savepoint without
+    draining), :meth:`close` (always, also after a failure). Each parallel
+    instance gets its own copy of the object.
     """
 
     def open(self, ctx: ProcessContext) -> None:
@@ -123,9 +227,26 @@ class ProcessFunction:
 
         Args:
             row: The record.
-            ctx: The context: ``ctx.key``, ``ctx.state``, ``ctx.get_state(name)``.
+            ctx: The context: ``ctx.key``, ``ctx.state``, ``ctx.get_state(name)``,
+                ``ctx.timestamp``, ``ctx.timer_service``, ``ctx.current_watermark``.
         """
         raise NotImplementedError("ProcessFunction subclasses must implement process_element")
 
+    def on_timer(self, timestamp: int, ctx: ProcessContext) -> Iterable[Row] | None:
+        """Called when an event-time timer of ``ctx.key`` fires; returns records to emit.
+
+        Keyed state of the timer's key is available through ``ctx``, and
+        ``ctx.timestamp`` is ``timestamp``.
+        """
+        return None
+
+    def end_input(self, input: int, ctx: ProcessContext) -> Iterable[Row] | None:
+        """Called when input ``input`` ended (after its last record); returns records to emit."""
+        return None
+
+    def finish(self, ctx: ProcessContext) -> Iterable[Row] | None:
+        """Called once after every input ended and every timer fired; returns records to emit."""
+        return None
+
     def close(self) -> None:
-        """Called once per parallel instance after the last record."""
+        """Called once per parallel instance at the end, also after failures."""

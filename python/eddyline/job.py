@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import os
 import sys
 import time
 import weakref
@@ -360,27 +361,51 @@ class JobClient:
         """
         return int(self._inner.trigger_checkpoint())
 
-    def trigger_savepoint(self, path: str) -> str:
-        """Takes a savepoint into ``path`` and returns its location.
+    def _savepoint_call(self, method: str, path: str | os.PathLike[str]) -> Any:
+        target = os.fspath(path)
+        if not isinstance(target, str) or not target:
+            raise TypeError(f"{method}() needs a directory path, got {path!r}")
+        call = getattr(self._inner, method, None)
+        if call is None:
+            raise CheckpointError(
+                f"{method}() is not supported by this build of eddyline._core: cannot write a "
+                f"savepoint of job '{self._name}' to {target!r}"
+            )
+        return call, target
+
+    def trigger_savepoint(self, path: str | os.PathLike[str]) -> str:
+        """Takes a savepoint into ``path`` without stopping the job; returns its directory.
+
+        Waits (GIL released) until the savepoint completed. Resume a job from
+        it with ``env.execute(restore_from=<the returned directory>)``.
 
         Raises:
-            CheckpointError: Savepoints are not supported yet.
+            CheckpointError: Checkpointing is not enabled for the job, or the
+                savepoint failed.
         """
-        raise CheckpointError(
-            f"savepoints are not supported yet: cannot write a savepoint of job "
-            f"'{self._name}' to {path!r}"
-        )
+        call, target = self._savepoint_call("trigger_savepoint", path)
+        return str(call(target))
 
-    def stop_with_savepoint(self, path: str, *, drain: bool = False) -> str:
-        """Stops the job with a final savepoint into ``path`` and returns its location.
+    def stop_with_savepoint(self, path: str | os.PathLike[str], *, drain: bool = False) -> str:
+        """Stops the job with a savepoint into ``path`` and returns the savepoint's directory.
+
+        The sources stop; the savepoint is the job's last checkpoint and
+        two-phase-commit sinks commit on it. Without ``drain`` nothing is
+        flushed: open windows and pending timers stay in the savepoint (and
+        fire after a resume), ``finish`` is not called. With ``drain=True`` the
+        job ends for good: the maximum watermark fires every window and timer
+        and the operators finish before the savepoint is taken.
+
+        After it returns, :meth:`wait` returns the job's result.
 
         Raises:
-            CheckpointError: Savepoints are not supported yet.
+            CheckpointError: Checkpointing is not enabled for the job, or the
+                savepoint failed (the job then keeps running).
         """
-        raise CheckpointError(
-            f"stop-with-savepoint is not supported yet: cannot stop job '{self._name}' with a "
-            f"savepoint to {path!r} (drain={drain})"
-        )
+        if not isinstance(drain, bool):
+            raise TypeError(f"stop_with_savepoint(): drain must be a bool, got {drain!r}")
+        call, target = self._savepoint_call("stop_with_savepoint", path)
+        return str(call(target, drain))
 
     def __repr__(self) -> str:
         return f"JobClient({self._name!r}, status={self.status!r})"

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
+from ._event_time import is_event_time_type
 from ._graph import LogicalEdge, LogicalNode
 from ._runners import (
     BatchRunner,
@@ -30,21 +31,26 @@ from ._runners import (
     RunnerFactory,
     TwoPhaseCommitRunner,
 )
+from ._window_runner import PythonWindowRunner, window_output_schema
+from .config import Duration, parse_duration
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
 from .functions import ProcessContext, ProcessFunction, Row
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
+from .windows import TimeWindow, WindowAssigner
 
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
 
-__all__ = ["ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream"]
+__all__ = ["ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream", "WindowedStream"]
 
 SchemaLike: TypeAlias = pa.Schema | Sequence[pa.Field] | Sequence[tuple[str, pa.DataType]]
 ProcessFn: TypeAlias = (
     ProcessFunction | type[ProcessFunction] | Callable[[Row, ProcessContext], Any]
 )
+WindowFn: TypeAlias = Callable[[Any, TimeWindow, list[Row]], Iterable[Row] | None]
+"""``fn(key, window, rows) -> iterable of rows`` for :meth:`WindowedStream.apply`."""
 
 
 def _as_schema(schema: SchemaLike | None, what: str) -> pa.Schema | None:
@@ -142,6 +148,11 @@ class DataStream(_Operators):
         """The name of the operator producing this stream."""
         return self._node.display_name
 
+    @property
+    def time_column(self) -> str | None:
+        """The event-time column (of the nearest upstream ``assign_timestamps``), if any."""
+        return self._node.time_column
+
     # ---- helpers ------------------------------------------------------------
 
     def _add(
@@ -155,15 +166,19 @@ class DataStream(_Operators):
         stage: tuple[str, Callable[..., Any]] | None = None,
         inputs: list[LogicalEdge] | None = None,
     ) -> DataStream:
-        node = self._env._graph.add(
+        edges = inputs if inputs is not None else [LogicalEdge(self._node.id)]
+        graph = self._env._graph
+        inherited = {graph.nodes[edge.node].time_column for edge in edges}
+        node = graph.add(
             op,
             kind,
-            inputs if inputs is not None else [LogicalEdge(self._node.id)],
+            edges,
             scope=self._node.scope,
             schema=schema,
             params=params,
             keys=keys,
             stage=stage,
+            time_column=inherited.pop() if len(inherited) == 1 else None,
         )
         return DataStream(self._env, node)
 
@@ -335,6 +350,61 @@ class DataStream(_Operators):
             used.update(dict.fromkeys(expr.columns()))
         return self._native("select", "select", {"columns": columns}, columns=used)
 
+    # ---- event time ---------------------------------------------------------
+
+    def assign_timestamps(
+        self, column: str, *, max_out_of_orderness: Duration = "0s"
+    ) -> DataStream:
+        """Gives the stream event time from ``column`` and emits watermarks.
+
+        The watermark follows the largest event time seen minus
+        ``max_out_of_orderness`` (minus 1 ms): records up to that much older
+        than the newest one are still on time for windows and timers
+        downstream. Batches pass through unchanged.
+
+        Args:
+            column: An Arrow timestamp column (any unit) or int64 milliseconds
+                since the epoch; must not hold nulls.
+            max_out_of_orderness: How far records may arrive out of order (a
+                duration: seconds as a number, or a string like ``"250ms"``).
+
+        Raises:
+            SchemaError: The column has another type.
+            GraphError: The column is not in the stream's schema.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment()
+            >>> s = env.from_collection([{"t": 1000, "v": 1}])
+            >>> s.assign_timestamps("t", max_out_of_orderness="2s").time_column
+            't'
+        """
+        if not isinstance(column, str) or not column:
+            raise TypeError(f"assign_timestamps() needs a column name, got {column!r}")
+        bound_s = parse_duration(max_out_of_orderness, what="max_out_of_orderness")
+        bound_ms = round(bound_s * 1000.0)
+        if abs(bound_ms - bound_s * 1000.0) > 1e-6:
+            raise ValueError(
+                f"invalid max_out_of_orderness {max_out_of_orderness!r}: must be a whole number of "
+                "milliseconds"
+            )
+        if self.schema is not None and column in self.schema.names:
+            found = self.schema.field(column).type
+            if not is_event_time_type(found):
+                raise SchemaError(
+                    f"operator 'assign_timestamps after {self.operator_name}': event-time column "
+                    f"'{column}' has type {found}, expected a timestamp or int64 milliseconds",
+                    operator=self.operator_name,
+                )
+        stream = self._native(
+            "assign_timestamps",
+            "assign_timestamps",
+            {"column": column, "max_out_of_orderness_ms": bound_ms},
+            columns=[column],
+        )
+        stream._node.time_column = column
+        return stream
+
     # ---- keyed, binary ------------------------------------------------------
 
     def key_by(self, keys: str | Sequence[str]) -> KeyedStream:
@@ -497,14 +567,164 @@ class KeyedStream:
         declared = _as_schema(schema, "process()")
         private = (2,) if isinstance(fn, ProcessFunction) else ()
         function = fn
+        time_column = self._stream.time_column
         return self._stream._python(
             "process",
             lambda name: RunnerFactory(
-                KeyedProcessRunner, name, keys, function, declared, private=private
+                KeyedProcessRunner, name, keys, function, declared, time_column, private=private
             ),
             schema=declared,
             keys=keys,
         )
+
+    def window(self, assigner: WindowAssigner) -> WindowedStream:
+        """Groups each key's records into event-time windows (``ed.Tumbling``, ``ed.Sliding``).
+
+        The event time is the column given to the nearest upstream
+        :meth:`DataStream.assign_timestamps`.
+
+        Raises:
+            GraphError: The stream has no event time.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment()
+            >>> s = env.from_collection([{"k": "a", "t": 1000, "v": 1}])
+            >>> s.assign_timestamps("t").key_by("k").window(ed.Tumbling("10s"))
+            WindowedStream(keys=['k'], Tumbling(size_ms=10000), time_column='t')
+        """
+        if not isinstance(assigner, WindowAssigner):
+            raise TypeError(
+                f"window() needs ed.Tumbling(size) or ed.Sliding(size, slide), got {assigner!r}"
+            )
+        time_column = self._stream.time_column
+        if time_column is None:
+            raise GraphError(
+                f"window() after '{self._stream.operator_name}': the stream has no event time; "
+                "call .assign_timestamps(column) upstream first",
+                operator=self._stream.operator_name,
+            )
+        schema = self._stream.schema
+        if schema is not None and time_column not in schema.names:
+            where = f"window after {self._stream.operator_name}"
+            raise _missing_columns_error(where, time_column, schema, "event-time column")
+        return WindowedStream(self, assigner, time_column)
+
+
+class WindowedStream:
+    """A keyed stream grouped into event-time windows (``keyed.window(assigner)``).
+
+    Each window emits one row per key when the watermark passes its end:
+    the key columns, ``window_start``, ``window_end`` (of the event-time
+    column's type) and the result. Records arriving after all their windows
+    fired are late: dropped and counted in the operator's ``late_records``
+    metric. (A side output for late records is not implemented.)
+    """
+
+    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, time_column: str) -> None:
+        self._keyed = keyed
+        self._stream = keyed._stream
+        self._assigner = assigner
+        self._time_column = time_column
+
+    @property
+    def assigner(self) -> WindowAssigner:
+        """The window assigner."""
+        return self._assigner
+
+    @property
+    def time_column(self) -> str:
+        """The event-time column."""
+        return self._time_column
+
+    def __repr__(self) -> str:
+        return (
+            f"WindowedStream(keys={self._keyed.keys!r}, {self._assigner!r}, "
+            f"time_column={self._time_column!r})"
+        )
+
+    def _agg(self, agg: str, column: str | None) -> DataStream:
+        if column is not None and not isinstance(column, str):
+            raise TypeError(f"{agg}() needs a column name, got {column!r}")
+        keys = self._keyed.keys
+        params = {
+            "keys": keys,
+            "time_column": self._time_column,
+            "assigner": self._assigner._to_param(),
+            "agg": agg,
+            "column": column,
+        }
+        columns = [self._time_column] + ([column] if column is not None else [])
+        stream = self._stream._native(f"window_{agg}", "window", params, keys=keys, columns=columns)
+        stream._node.time_column = None
+        return stream
+
+    def sum(self, column: str) -> DataStream:
+        """The sum of ``column`` per key and window (nulls ignored)."""
+        return self._agg("sum", column)
+
+    def count(self) -> DataStream:
+        """The number of records per key and window, in column ``count``."""
+        return self._agg("count", None)
+
+    def min(self, column: str) -> DataStream:
+        """The minimum of ``column`` per key and window (nulls ignored)."""
+        return self._agg("min", column)
+
+    def max(self, column: str) -> DataStream:
+        """The maximum of ``column`` per key and window (nulls ignored)."""
+        return self._agg("max", column)
+
+    def _python(
+        self, op: str, mode: str, fn: Callable[..., Any], schema: pa.Schema | None
+    ) -> DataStream:
+        keys = self._keyed.keys
+        size, slide = self._assigner.size_ms, self._assigner.slide_ms
+        time_column = self._time_column
+        stream = self._stream._python(
+            op,
+            lambda name: RunnerFactory(
+                PythonWindowRunner, name, keys, size, slide, time_column, mode, fn, schema
+            ),
+            schema=schema,
+            keys=keys,
+        )
+        stream._node.time_column = None
+        return stream
+
+    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
+        """Reduces each key's records per window: ``fn(acc_row, row) -> row``.
+
+        The first record of a window is its accumulator; each output row holds
+        the key columns, ``window_start``, ``window_end``, then the other
+        fields of the reduced row (which keeps the input schema).
+        """
+        _require_callable(fn, "reduce()")
+        schema = self._stream.schema
+        declared = (
+            window_output_schema(schema, self._keyed.keys, self._time_column)
+            if schema is not None
+            else None
+        )
+        return self._python("window_reduce", "reduce", fn, declared)
+
+    def apply(self, fn: WindowFn, *, schema: SchemaLike | None = None) -> DataStream:
+        """Evaluates ``fn(key, window, rows)`` once per key and window when the window fires.
+
+        ``key`` is the key value (a tuple for several key columns), ``window``
+        an :class:`~eddyline.TimeWindow` (``start``/``end`` in ms), ``rows``
+        the window's records as dicts in arrival order. ``fn`` returns an
+        iterable of dicts (or ``None``); each output row is the key columns,
+        ``window_start`` and ``window_end`` followed by the dict's fields (a
+        field of the same name in the dict wins).
+
+        Args:
+            fn: The window function.
+            schema: The full output schema (key columns and window bounds
+                included); inferred from the first output if omitted.
+        """
+        _require_callable(fn, "apply()")
+        return self._python("window_apply", "apply", fn, _as_schema(schema, "apply()"))
 
 
 class ConnectedStreams:
