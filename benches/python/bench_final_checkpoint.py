@@ -1,6 +1,6 @@
 """Extra time a bounded job spends on its final checkpoint (issue 5): interval 1 s vs none.
 
-    python benches/python/bench_final_checkpoint.py
+python benches/python/bench_final_checkpoint.py
 """
 
 from __future__ import annotations
