@@ -89,6 +89,59 @@ pub fn key_group_range(subtask: usize, parallelism: usize, max_parallelism: usiz
     start..end
 }
 
+/// The key groups a keyed operator's subtask owns, and the check that every
+/// key it receives hashes into them (the input must be hash-partitioned by
+/// the same key columns).
+#[derive(Debug, Clone)]
+pub struct KeyGroupOwnership {
+    /// The operator's name, for errors.
+    pub name: String,
+    pub key_groups: Range<usize>,
+    pub max_parallelism: usize,
+}
+
+impl KeyGroupOwnership {
+    /// The ownership of the subtask `ctx` describes; refuses key groups that
+    /// do not fit `max_parallelism`.
+    pub fn from_context(ctx: &crate::operator::OperatorContext) -> Result<Self> {
+        if ctx.max_parallelism == 0
+            || ctx.key_groups.end > ctx.max_parallelism
+            || ctx.key_groups.start > ctx.key_groups.end
+        {
+            return Err(Error::graph(
+                &ctx.name,
+                format!(
+                    "key groups {}..{} do not fit max_parallelism {}",
+                    ctx.key_groups.start, ctx.key_groups.end, ctx.max_parallelism
+                ),
+            ));
+        }
+        Ok(KeyGroupOwnership {
+            name: ctx.name.clone(),
+            key_groups: ctx.key_groups.clone(),
+            max_parallelism: ctx.max_parallelism,
+        })
+    }
+
+    /// The index of `hash`'s key group among the owned ones.
+    #[inline]
+    pub fn local_index(&self, hash: u64) -> Result<usize> {
+        let kg = key_group(hash, self.max_parallelism);
+        if self.key_groups.contains(&kg) {
+            Ok(kg - self.key_groups.start)
+        } else {
+            Err(Error::operator(
+                &self.name,
+                format!(
+                    "received a key of key group {kg}, which this subtask does not own (it owns \
+                     key groups {}..{}); the input is not partitioned by the key columns",
+                    self.key_groups.start, self.key_groups.end
+                ),
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,7 +61,6 @@
 
 use std::collections::HashMap;
 use std::io::Cursor;
-use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -79,7 +78,7 @@ use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
-use crate::keygroup::{hash_keys, key_group};
+use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -586,32 +585,6 @@ struct Scratch {
     out_valid: Vec<bool>,
 }
 
-/// The key groups a subtask owns.
-#[derive(Debug, Clone)]
-struct Ownership {
-    name: String,
-    key_groups: Range<usize>,
-    max_parallelism: usize,
-}
-
-impl Ownership {
-    #[inline]
-    fn local_index(&self, hash: u64) -> Result<usize> {
-        let kg = key_group(hash, self.max_parallelism);
-        if kg >= self.key_groups.start && kg < self.key_groups.end {
-            Ok(kg - self.key_groups.start)
-        } else {
-            Err(Error::operator(
-                &self.name,
-                format!(
-                    "received a key of key group {kg}, which this subtask does not own (it owns key groups {}..{}); the input is not partitioned by the key columns",
-                    self.key_groups.start, self.key_groups.end
-                ),
-            ))
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Keyed state
 
@@ -714,7 +687,7 @@ impl<V: Value> Store<V> {
         key_cols: &[ArrayRef],
         input: &ValueInput<V>,
         scratch: &mut Scratch,
-        own: &Ownership,
+        own: &KeyGroupOwnership,
     ) -> Result<ArrayRef> {
         let n = key_cols.first().map_or(0, |c| c.len());
         let Scratch {
@@ -1110,7 +1083,7 @@ fn decode_state(bytes: &[u8], kg: usize, agg: AggKind) -> Result<(SchemaRef, Vec
 /// A running keyed aggregate; see the module documentation.
 pub struct KeyedAggOperator {
     factory: KeyedAggFactory,
-    own: Ownership,
+    own: KeyGroupOwnership,
     binding: Option<Binding>,
     engine: Option<Engine>,
     scratch: Scratch,
@@ -1130,25 +1103,10 @@ impl KeyedAggOperator {
     /// An operator for the subtask described by `ctx` (its key groups and
     /// `max_parallelism` decide which keys it may hold).
     pub fn new(factory: &KeyedAggFactory, ctx: &OperatorContext) -> Result<Self> {
-        if ctx.max_parallelism == 0
-            || ctx.key_groups.end > ctx.max_parallelism
-            || ctx.key_groups.start > ctx.key_groups.end
-        {
-            return Err(Error::graph(
-                &ctx.name,
-                format!(
-                    "key groups {}..{} do not fit max_parallelism {}",
-                    ctx.key_groups.start, ctx.key_groups.end, ctx.max_parallelism
-                ),
-            ));
-        }
+        let own = KeyGroupOwnership::from_context(ctx)?;
         Ok(KeyedAggOperator {
             factory: factory.clone(),
-            own: Ownership {
-                name: ctx.name.clone(),
-                key_groups: ctx.key_groups.clone(),
-                max_parallelism: ctx.max_parallelism,
-            },
+            own,
             binding: None,
             engine: None,
             scratch: Scratch::default(),
@@ -1386,7 +1344,7 @@ mod tests {
         }
     }
 
-    fn ctx(key_groups: Range<usize>, max_parallelism: usize) -> OperatorContext {
+    fn ctx(key_groups: std::ops::Range<usize>, max_parallelism: usize) -> OperatorContext {
         OperatorContext {
             name: "agg".to_string(),
             uid: "agg".to_string(),

@@ -87,7 +87,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 use std::io::Cursor;
-use std::ops::{Bound, Range};
+use std::ops::Bound;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -109,7 +109,7 @@ use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
-use crate::keygroup::{hash_keys, key_group};
+use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
 use crate::operator::keyed_agg::AggKind;
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
@@ -710,32 +710,6 @@ impl StateKey for Box<[u8]> {
 // ---------------------------------------------------------------------------
 // Keyed state
 
-/// The key groups a subtask owns.
-#[derive(Debug, Clone)]
-struct Ownership {
-    name: String,
-    key_groups: Range<usize>,
-    max_parallelism: usize,
-}
-
-impl Ownership {
-    #[inline]
-    fn local_index(&self, hash: u64) -> Result<usize> {
-        let kg = key_group(hash, self.max_parallelism);
-        if self.key_groups.contains(&kg) {
-            Ok(kg - self.key_groups.start)
-        } else {
-            Err(Error::operator(
-                &self.name,
-                format!(
-                    "received a key of key group {kg}, which this subtask does not own (it owns key groups {}..{}); the input is not partitioned by the key columns",
-                    self.key_groups.start, self.key_groups.end
-                ),
-            ))
-        }
-    }
-}
-
 /// The open windows of one key group: window start -> key -> entry.
 struct GroupState<K, V> {
     windows: BTreeMap<i64, FxHashMap<K, Entry<V>>>,
@@ -797,7 +771,7 @@ impl<K: StateKey, V: Num> Store<K, V> {
         key_cols: &[ArrayRef],
         input: &BatchInput<'_, V>,
         hashes: &mut Vec<u64>,
-        own: &Ownership,
+        own: &KeyGroupOwnership,
         next_seq: &mut u64,
     ) -> Result<u64> {
         let keys = K::prepare(&mut self.codec, key_cols, hashes)?;
@@ -1187,7 +1161,7 @@ struct Scratch {
 /// Keyed event-time windows; see the module documentation.
 pub struct WindowOperator {
     factory: WindowFactory,
-    own: Ownership,
+    own: KeyGroupOwnership,
     binding: Option<Binding>,
     /// The state layout, once known (first batch or restore).
     layout: Option<(Layout, SchemaRef)>,
@@ -1216,25 +1190,10 @@ impl WindowOperator {
             .assigner
             .validate()
             .map_err(|e| e.in_operator(&ctx.name))?;
-        if ctx.max_parallelism == 0
-            || ctx.key_groups.end > ctx.max_parallelism
-            || ctx.key_groups.start > ctx.key_groups.end
-        {
-            return Err(Error::graph(
-                &ctx.name,
-                format!(
-                    "key groups {}..{} do not fit max_parallelism {}",
-                    ctx.key_groups.start, ctx.key_groups.end, ctx.max_parallelism
-                ),
-            ));
-        }
+        let own = KeyGroupOwnership::from_context(ctx)?;
         Ok(WindowOperator {
             factory: factory.clone(),
-            own: Ownership {
-                name: ctx.name.clone(),
-                key_groups: ctx.key_groups.clone(),
-                max_parallelism: ctx.max_parallelism,
-            },
+            own,
             binding: None,
             layout: None,
             engine: None,
@@ -1403,7 +1362,7 @@ struct BatchArgs<'a> {
     batch: &'a RecordBatch,
     value_idx: Option<usize>,
     watermark: i64,
-    own: &'a Ownership,
+    own: &'a KeyGroupOwnership,
 }
 
 /// Adds one batch (its times and key columns already in `scratch`) to
@@ -1588,7 +1547,7 @@ mod tests {
         }
     }
 
-    fn ctx(key_groups: Range<usize>) -> OperatorContext {
+    fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
         OperatorContext {
             name: "win".to_string(),
             uid: "win".to_string(),
