@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod event;
 pub mod expr;
+pub mod feedback;
 
 pub mod keygroup;
 pub mod operator;
@@ -20,5 +21,7 @@ pub mod channel;
 pub mod graph;
 pub mod partition;
 pub mod runtime;
+pub mod scope;
 pub mod sink;
 pub mod source;
+pub mod termination;
