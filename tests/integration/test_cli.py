@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -23,12 +22,6 @@ def test_demo_prints_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.timeout(600)
 def test_demo_default_size_via_python_m() -> None:
-    try:
-        spec = importlib.util.find_spec("eddyline._core")
-    except ValueError:
-        spec = None
-    if spec is None or spec.origin is None:
-        pytest.skip("needs the built extension in a fresh interpreter")
     proc = subprocess.run(
         [sys.executable, "-m", "eddyline.cli", "demo"],
         capture_output=True,
