@@ -123,6 +123,21 @@ impl KeyGroupOwnership {
         })
     }
 
+    /// Checks that restored state for key group `kg` belongs to this subtask.
+    pub fn check_restored(&self, kg: usize) -> Result<()> {
+        if self.key_groups.contains(&kg) {
+            return Ok(());
+        }
+        Err(Error::checkpoint(
+            None,
+            format!(
+                "operator '{}' was given state for key group {kg}, which this subtask does not \
+                 own (it owns key groups {}..{})",
+                self.name, self.key_groups.start, self.key_groups.end
+            ),
+        ))
+    }
+
     /// The index of `hash`'s key group among the owned ones.
     #[inline]
     pub fn local_index(&self, hash: u64) -> Result<usize> {

@@ -722,7 +722,6 @@ class KeyedProcessRunner(_KeyedRunner):
             times = event_times(batch, self._time_column, self.name)
         else:
             times = itertools.repeat(None, n)  # type: ignore[assignment]
-        state = self._state
         fn = self._fn
         ctx = self._context
         out: list[Any] = []
@@ -730,23 +729,7 @@ class KeyedProcessRunner(_KeyedRunner):
         row: Row | None = None
         try:
             for row, key, group, timestamp in zip(rows, keys, groups, times, strict=False):
-                entries = state.get(group)
-                if entries is None:
-                    entries = state[group] = {}
-                values = entries.get(key)
-                fresh = values is None
-                if fresh:
-                    values = {}
-                ctx.key = key
-                ctx.timestamp = timestamp
-                ctx._values = values
-                self._group = group
-                result = fn(row, ctx)
-                if values:
-                    if fresh:
-                        entries[key] = values
-                elif not fresh:
-                    del entries[key]
+                result = self._call_for_key(group, key, timestamp, fn, row)
                 if result is None:
                     continue
                 if isinstance(result, dict):
@@ -767,6 +750,33 @@ class KeyedProcessRunner(_KeyedRunner):
             ctx.timestamp = None
             ctx._values = None
         return self._writer.encode(out)
+
+    def _call_for_key(
+        self, group: int, key: Hashable, timestamp: int | None, fn: Callable[..., Any], arg: Any
+    ) -> Any:
+        """Calls ``fn(arg, ctx)`` with ``ctx`` bound to ``key``'s state and writes it back.
+
+        A key whose state ends up empty holds no entry, so snapshots stay small.
+        """
+        ctx = self._context
+        entries = self._state.get(group)
+        if entries is None:
+            entries = self._state[group] = {}
+        values = entries.get(key)
+        fresh = values is None
+        if fresh:
+            values = {}
+        ctx.key = key
+        ctx.timestamp = timestamp
+        ctx._values = values
+        self._group = group
+        result = fn(arg, ctx)
+        if values:
+            if fresh:
+                entries[key] = values
+        elif not fresh:
+            del entries[key]
+        return result
 
     def on_watermark(self, watermark: int) -> RunnerOutput:
         """Fires the timers at or below ``watermark``, in timestamp order."""
@@ -791,21 +801,7 @@ class KeyedProcessRunner(_KeyedRunner):
                 per_key.discard(timestamp)
                 if not per_key:
                     del keyed[key]  # type: ignore[union-attr]
-                entries = self._state.setdefault(group, {})
-                values = entries.get(key)
-                fresh = values is None
-                if fresh:
-                    values = {}
-                ctx.key = key
-                ctx.timestamp = timestamp
-                ctx._values = values
-                self._group = group
-                result = on_timer(timestamp, ctx)
-                if values:
-                    if fresh:
-                        entries[key] = values
-                elif not fresh:
-                    del entries[key]
+                result = self._call_for_key(group, key, timestamp, on_timer, timestamp)
                 if result is None:
                     continue
                 if isinstance(result, dict):

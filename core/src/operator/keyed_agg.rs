@@ -1311,15 +1311,7 @@ impl Operator for KeyedAggOperator {
         }
         for (kg, blob) in &state.keyed {
             let kg = *kg as usize;
-            if !self.own.key_groups.contains(&kg) {
-                return Err(Error::checkpoint(
-                    None,
-                    format!(
-                        "operator '{}' was given state for key group {kg}, which this subtask does not own (it owns key groups {}..{})",
-                        self.own.name, self.own.key_groups.start, self.own.key_groups.end
-                    ),
-                ));
-            }
+            self.own.check_restored(kg)?;
             self.restore_blob(kg, blob)?;
         }
         Ok(())
