@@ -100,6 +100,13 @@ impl Error {
         }
     }
 
+    /// A scope error at `operator`.
+    pub fn scope(operator: &str, message: impl Into<String>) -> Self {
+        Error::Scope {
+            message: format!("operator '{operator}': {}", message.into()),
+        }
+    }
+
     /// A checkpoint error about `path`.
     pub fn checkpoint(path: Option<PathBuf>, message: impl Into<String>) -> Self {
         Error::Checkpoint {

@@ -81,6 +81,7 @@ fn node(id: usize, name: &str, p: usize, inputs: Vec<Edge>, kind: NodeKind, role
         kind,
         role,
         output_schema: None,
+        scope: eddyline_core::scope::StreamScope::root(),
     }
 }
 
@@ -89,6 +90,7 @@ fn fwd(from: usize) -> Edge {
         from,
         partitioning: Partitioning::Forward,
         input: 0,
+        port: 0,
     }
 }
 
@@ -122,11 +124,13 @@ fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<
                     from: 0,
                     partitioning: Partitioning::Rebalance,
                     input: 0,
+                    port: 0,
                 },
                 Edge {
                     from: 1,
                     partitioning: Partitioning::Rebalance,
                     input: 0,
+                    port: 0,
                 },
             ],
             NodeKind::Operator(Arc::new(UnionFactory)),
@@ -172,6 +176,7 @@ fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<
                 keys: vec!["key".into()],
             },
             input: 0,
+            port: 0,
         }],
         NodeKind::Operator(Arc::new(KeyedAggFactory::new(
             vec!["key".into()],
@@ -192,6 +197,7 @@ fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<
         JobGraph {
             nodes,
             max_parallelism: 128,
+            loops: vec![],
         },
         store,
     )

@@ -65,6 +65,7 @@ fn graph(
         kind: NodeKind::Source(Arc::new(SequenceSource::new(0, n))),
         role: Role::Source,
         output_schema: None,
+        scope: eddyline_core::scope::StreamScope::root(),
     };
     let double = Node {
         id: 1,
@@ -75,10 +76,12 @@ fn graph(
             from: 0,
             partitioning,
             input: 0,
+            port: 0,
         }],
         kind: NodeKind::Operator(Arc::new(DoubleFactory(fail_at))),
         role: Role::Operator,
         output_schema: None,
+        scope: eddyline_core::scope::StreamScope::root(),
     };
     let sink = Node {
         id: 2,
@@ -89,15 +92,18 @@ fn graph(
             from: 1,
             partitioning: Partitioning::Forward,
             input: 0,
+            port: 0,
         }],
         kind: NodeKind::Operator(Arc::new(CollectSinkFactory::new(store.clone()))),
         role: Role::Sink,
         output_schema: None,
+        scope: eddyline_core::scope::StreamScope::root(),
     };
     (
         JobGraph {
             nodes: vec![source, double, sink],
             max_parallelism: 128,
+            loops: vec![],
         },
         store,
     )

@@ -193,6 +193,7 @@ pub fn parse_graph(
                     from,
                     partitioning: parse_partitioning(&part, keys)?,
                     input,
+                    port: 0,
                 });
             }
         }
@@ -399,11 +400,13 @@ pub fn parse_graph(
             kind: node_kind,
             role,
             output_schema: schema,
+            scope: eddyline_core::scope::StreamScope::root(),
         });
     }
     let graph = JobGraph {
         nodes: out,
         max_parallelism,
+        loops: vec![],
     };
     graph.validate().map_err(|e| to_py(py, &e))?;
     Ok(BuiltGraph {

@@ -186,6 +186,8 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
         od.set_item("batches_in", o.batches_in)?;
         od.set_item("batches_out", o.batches_out)?;
         od.set_item("late_records", o.late_records)?;
+        od.set_item("spilled_bytes", o.spilled_bytes)?;
+        od.set_item("spill_files", o.spill_files)?;
         od.set_item(
             "kind",
             match o.role {

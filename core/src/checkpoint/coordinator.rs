@@ -117,6 +117,23 @@ pub(crate) struct TaskInfo {
     pub nodes: Vec<usize>,
     pub subtask: usize,
     pub is_source: bool,
+    /// The task heads a loop: it keeps running after its inputs finished
+    /// (termination rounds), so the coordinator triggers it directly once
+    /// every predecessor task finished (FLIP-147), and the head takes the
+    /// snapshot after the last record of its finished inputs.
+    pub loop_head: bool,
+    /// The tasks whose output this task reads (loop feedback excluded).
+    pub predecessors: Vec<usize>,
+}
+
+impl TaskInfo {
+    /// A loop head whose predecessors all finished, so no barrier reaches
+    /// it through its input channels any more.
+    fn needs_direct_trigger(&self, finished: &[bool]) -> bool {
+        self.loop_head
+            && !self.predecessors.is_empty()
+            && self.predecessors.iter().all(|p| finished[*p])
+    }
 }
 
 /// Messages the coordinator asks the driver to deliver to tasks.
@@ -529,7 +546,7 @@ impl Coordinator {
             notify,
         };
         for (t, info) in tasks.iter().enumerate() {
-            if finished[t] {
+            if finished[t] || info.needs_direct_trigger(finished) {
                 flight.triggered_directly[t] = true;
                 out.push(Outgoing::Trigger { task: t, barrier });
             } else if info.is_source {
@@ -550,7 +567,13 @@ impl Coordinator {
 
     /// A task finished: if it has not acknowledged the checkpoint in flight
     /// (its inputs ended before the barrier reached it), trigger it directly.
-    pub fn on_task_finished(&mut self, task: usize, out: &mut Vec<Outgoing>) {
+    pub fn on_task_finished(
+        &mut self,
+        task: usize,
+        tasks: &[TaskInfo],
+        finished: &[bool],
+        out: &mut Vec<Outgoing>,
+    ) {
         if let Some(f) = &mut self.inflight {
             if !f.reported[task] && !f.triggered_directly[task] {
                 f.triggered_directly[task] = true;
@@ -558,6 +581,20 @@ impl Coordinator {
                     task,
                     barrier: f.barrier,
                 });
+            }
+            // Loop heads whose last predecessor just finished.
+            for (t, info) in tasks.iter().enumerate() {
+                if !f.reported[t]
+                    && !f.triggered_directly[t]
+                    && info.predecessors.contains(&task)
+                    && info.needs_direct_trigger(finished)
+                {
+                    f.triggered_directly[t] = true;
+                    out.push(Outgoing::Trigger {
+                        task: t,
+                        barrier: f.barrier,
+                    });
+                }
             }
         }
     }

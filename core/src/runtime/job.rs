@@ -19,16 +19,20 @@ use crate::checkpoint::coordinator::{
 };
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
+use crate::feedback::FeedbackQueue;
 use crate::graph::{JobGraph, NodeKind};
 use crate::keygroup::key_group_range;
 use crate::operator::OperatorContext;
 use crate::partition::{Partitioner, Partitioning};
+use crate::runtime::loop_head::LoopHead;
 use crate::runtime::metrics::{JobMetrics, MetricsSnapshot, OperatorMetrics};
 use crate::runtime::plan::Plan;
 use crate::runtime::task::{
-    Control, InputChannel, OpSlot, OutputEdge, SourceHead, Task, TaskOutput, TaskReport,
+    Control, InputChannel, OpSlot, OutSender, OutputEdge, SourceHead, Task, TaskOutput, TaskReport,
     TaskRestore,
 };
+use crate::termination::BodyTermination;
+use std::collections::HashMap;
 
 /// How often and how soon a failed job is restarted.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -444,6 +448,9 @@ struct Attempt {
     threads: Vec<JoinHandle<()>>,
     reports: Receiver<TaskReport>,
     tasks: Vec<TaskInfo>,
+    /// The loops' feedback queues: closed (spill files deleted) when the
+    /// attempt's threads are gone.
+    queues: Vec<Arc<FeedbackQueue>>,
 }
 
 impl Attempt {
@@ -486,6 +493,9 @@ impl Attempt {
         drop(self.controls);
         for t in self.threads {
             let _ = t.join();
+        }
+        for q in &self.queues {
+            let _ = q.close();
         }
     }
 }
@@ -536,7 +546,7 @@ fn run_attempt(
                 Ok(TaskReport::Finished { task }) => {
                     finished[task] = true;
                     match coordinator.as_deref_mut() {
-                        Some(c) => c.on_task_finished(task, &mut out),
+                        Some(c) => c.on_task_finished(task, &run.tasks, &finished, &mut out),
                         None => {
                             if finished.iter().all(|f| *f) {
                                 for ctl in &run.controls {
@@ -609,6 +619,9 @@ fn run_attempt(
     for t in run.threads {
         let _ = t.join();
     }
+    for q in &run.queues {
+        q.close()?;
+    }
     Ok(())
 }
 
@@ -653,7 +666,7 @@ fn build_attempt(
                 let mut senders = Vec::with_capacity(targets.len());
                 for down in targets {
                     let (tx, rx) = bounded(config.channel_capacity);
-                    senders.push(tx);
+                    senders.push(OutSender::Channel(tx));
                     inputs[ci][down].push(InputChannel {
                         rx,
                         input: edge.input,
@@ -666,10 +679,97 @@ fn build_attempt(
                 outputs[from_chain][up].edges.push(OutputEdge {
                     partitioner: Partitioner::new(edge.partitioning.clone(), consumers, max_p, up),
                     senders,
+                    port: edge.port,
                 });
             }
         }
     }
+    // Feedback edges (FLIP-15): one never-blocking queue per (tail subtask,
+    // head subtask) pair; forward when the parallelisms match, else every
+    // tail subtask writes to every head subtask round-robin.
+    let mut all_queues: Vec<Arc<FeedbackQueue>> = Vec::new();
+    let mut head_queues: HashMap<usize, Vec<Vec<Arc<FeedbackQueue>>>> = HashMap::new();
+    for l in &graph.loops {
+        let head_chain = plan.chain_of[l.head];
+        let tail_chain = plan.chain_of[l.tail];
+        let head_name = &graph.nodes[l.head].name;
+        if plan.chains[head_chain].nodes[0] != l.head
+            || plan.chains[tail_chain].nodes.last() != Some(&l.tail)
+        {
+            return Err(Error::graph(
+                head_name,
+                "internal: a loop head must start its chain and a loop tail must end its chain",
+            ));
+        }
+        let hp = plan.chains[head_chain].parallelism;
+        let tp = plan.chains[tail_chain].parallelism;
+        let forward = hp == tp;
+        let writers = if forward { 1 } else { tp };
+        let spill_dir = l
+            .spill_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill"));
+        let per_queue = (l.feedback_memory / writers).max(1);
+        let queues: Vec<Vec<Arc<FeedbackQueue>>> = (0..hp)
+            .map(|h| {
+                (0..writers)
+                    .map(|w| {
+                        let q = Arc::new(FeedbackQueue::new(
+                            format!("{head_name} {h} from {}", if forward { h } else { w }),
+                            spill_dir.clone(),
+                            per_queue,
+                        ));
+                        all_queues.push(q.clone());
+                        q
+                    })
+                    .collect()
+            })
+            .collect();
+        for (t, out) in outputs[tail_chain].iter_mut().enumerate() {
+            let senders: Vec<OutSender> = if forward {
+                vec![OutSender::Feedback(queues[t][0].clone())]
+            } else {
+                (0..hp)
+                    .map(|h| OutSender::Feedback(queues[h][t].clone()))
+                    .collect()
+            };
+            let partitioning = if forward {
+                Partitioning::Forward
+            } else {
+                Partitioning::Rebalance
+            };
+            let consumers = senders.len();
+            out.edges.push(OutputEdge {
+                partitioner: Partitioner::new(partitioning, consumers, max_p, t),
+                senders,
+                port: 0,
+            });
+        }
+        head_queues.insert(l.head, queues);
+    }
+    // Task ids are assigned chain by chain, subtask by subtask.
+    let mut first_task = Vec::with_capacity(n_chains);
+    let mut next_task = 0;
+    for chain in &plan.chains {
+        first_task.push(next_task);
+        next_task += chain.parallelism;
+    }
+    let predecessors = |ci: usize, subtask: usize| -> Vec<usize> {
+        let head = &graph.nodes[plan.chains[ci].nodes[0]];
+        let mut out = Vec::new();
+        for edge in &head.inputs {
+            let from_chain = plan.chain_of[edge.from];
+            let up_p = plan.chains[from_chain].parallelism;
+            if edge.partitioning == Partitioning::Forward {
+                out.push(first_task[from_chain] + subtask);
+            } else {
+                out.extend((0..up_p).map(|u| first_task[from_chain] + u));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    };
     let (report_tx, report_rx) = unbounded();
     let mut controls = Vec::new();
     let mut tasks = Vec::new();
@@ -746,6 +846,32 @@ fn build_attempt(
             let (ctl_tx, ctl_rx) = unbounded();
             controls.push(ctl_tx);
             let task_inputs: Vec<InputChannel> = chain_inputs.next().unwrap_or_default();
+            let head_node = &graph.nodes[chain.nodes[0]];
+            let loop_head = match graph.loop_with_head(chain.nodes[0]) {
+                Some(l) => {
+                    let queues = head_queues
+                        .get(&l.head)
+                        .and_then(|q| q.get(subtask))
+                        .cloned()
+                        .unwrap_or_default();
+                    Some(Box::new(LoopHead::new(
+                        l.id,
+                        Arc::from(head_node.name.as_str()),
+                        queues,
+                        l.priority,
+                        l.co,
+                        task_inputs.len(),
+                        l.feedback_memory,
+                        l.spill_dir
+                            .clone()
+                            .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill")),
+                        shared.metrics.nodes[l.head].2.clone(),
+                    )))
+                }
+                None => None,
+            };
+            let body_term = (!head_node.scope.is_root() && loop_head.is_none())
+                .then(|| BodyTermination::new(task_inputs.len()));
             infos.push(TaskInfo {
                 name: chain
                     .nodes
@@ -756,6 +882,8 @@ fn build_attempt(
                 nodes: chain.nodes.clone(),
                 subtask,
                 is_source: source.is_some(),
+                loop_head: loop_head.is_some(),
+                predecessors: predecessors(ci, subtask),
             });
             tasks.push(Task {
                 id: tasks.len(),
@@ -772,6 +900,9 @@ fn build_attempt(
                 reports: report_tx.clone(),
                 node_ids,
                 restore,
+                scope: head_node.scope.loop_path(),
+                body_term,
+                loop_head,
             });
         }
     }
@@ -790,6 +921,7 @@ fn build_attempt(
                     threads,
                     reports: report_rx,
                     tasks: infos,
+                    queues: all_queues,
                 };
                 run.cancel_and_join();
                 return Err(Error::operator(
@@ -804,5 +936,6 @@ fn build_attempt(
         threads,
         reports: report_rx,
         tasks: infos,
+        queues: all_queues,
     })
 }

@@ -16,6 +16,10 @@ pub struct OperatorMetrics {
     pub batches_out: AtomicU64,
     /// Late records dropped (summed over subtasks).
     pub late_records: AtomicU64,
+    /// Loop heads: bytes of feedback spilled to disk.
+    pub spilled_bytes: AtomicU64,
+    /// Loop heads: feedback spill files written.
+    pub spill_files: AtomicU64,
 }
 
 impl OperatorMetrics {
@@ -44,6 +48,8 @@ pub struct OperatorMetricsSnapshot {
     pub batches_in: u64,
     pub batches_out: u64,
     pub late_records: u64,
+    pub spilled_bytes: u64,
+    pub spill_files: u64,
 }
 
 /// A copy of a job's counters.
@@ -74,6 +80,8 @@ impl JobMetrics {
                     batches_in: m.batches_in.load(Ordering::Relaxed),
                     batches_out: m.batches_out.load(Ordering::Relaxed),
                     late_records: m.late_records.load(Ordering::Relaxed),
+                    spilled_bytes: m.spilled_bytes.load(Ordering::Relaxed),
+                    spill_files: m.spill_files.load(Ordering::Relaxed),
                 })
                 .collect(),
         }

@@ -4,6 +4,7 @@
 //! cancellation, final commit).
 
 pub mod job;
+pub(crate) mod loop_head;
 pub mod metrics;
 pub mod plan;
 pub(crate) mod task;

@@ -33,7 +33,19 @@ impl Plan {
                     let pred_chain = chain_of[edge.from];
                     let single_consumer = graph.consumers(edge.from).len() == 1;
                     let pred_is_tail = chains[pred_chain].nodes.last() == Some(&edge.from);
-                    (pred.parallelism == node.parallelism && single_consumer && pred_is_tail)
+                    // Operators of different scopes are never chained; a
+                    // loop tail ends its chain (its output is the feedback);
+                    // a co-loop head routes by port, so it runs alone.
+                    let same_scope = pred.scope == node.scope;
+                    let feeds_back = graph.is_loop_tail(edge.from);
+                    let co_head = graph.loop_with_head(edge.from).is_some_and(|l| l.co);
+                    (pred.parallelism == node.parallelism
+                        && single_consumer
+                        && pred_is_tail
+                        && same_scope
+                        && !feeds_back
+                        && !co_head
+                        && edge.port == 0)
                         .then_some(pred_chain)
                 }
                 _ => None,

@@ -21,11 +21,14 @@ use crate::channel::{EventReceiver, EventSender};
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
+use crate::feedback::FeedbackQueue;
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::partition::Partitioner;
+use crate::runtime::loop_head::LoopHead;
 use crate::runtime::metrics::OperatorMetrics;
 use crate::sink::END_OF_JOB;
 use crate::source::{SourcePoll, SourceReader};
+use crate::termination::BodyTermination;
 
 /// Messages from the supervisor to a task.
 #[derive(Debug, Clone)]
@@ -133,40 +136,64 @@ pub fn schema_string(schema: &SchemaRef) -> String {
     format!("[{}]", fields.join(", "))
 }
 
+/// Where an output edge delivers to one consumer subtask: a bounded
+/// channel (blocks when full: backpressure) or a loop's feedback queue
+/// (never blocks; spills to disk).
+pub(crate) enum OutSender {
+    Channel(EventSender),
+    Feedback(Arc<FeedbackQueue>),
+}
+
+impl OutSender {
+    #[inline]
+    pub fn send(&self, event: Event) -> Result<()> {
+        match self {
+            OutSender::Channel(s) => s.send(event).map_err(|_| Error::Cancelled),
+            OutSender::Feedback(q) => q.push(event),
+        }
+    }
+}
+
 /// One outgoing edge of a task.
 pub(crate) struct OutputEdge {
     pub partitioner: Partitioner,
     /// One sender per consumer subtask reachable by this edge.
-    pub senders: Vec<EventSender>,
+    pub senders: Vec<OutSender>,
+    /// The output port the edge reads (see `graph::Edge::port`).
+    pub port: u8,
 }
 
 /// Everything a task emits goes through here.
 #[derive(Default)]
 pub(crate) struct TaskOutput {
     pub edges: Vec<OutputEdge>,
+    /// The port data batches are emitted on now (a co-loop head switches
+    /// to port 1 for feedback); control events go to every port.
+    pub port: u8,
 }
 
 impl TaskOutput {
-    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+    pub(crate) fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+        let port = self.port;
         for edge in &mut self.edges {
             let OutputEdge {
                 partitioner,
                 senders,
+                port: edge_port,
             } = edge;
+            if *edge_port != port {
+                continue;
+            }
             // A clone of a batch shares its buffers (reference counts only).
-            partitioner.route(batch.clone(), |c, part| {
-                senders[c]
-                    .send(Event::Data(part))
-                    .map_err(|_| Error::Cancelled)
-            })?;
+            partitioner.route(batch.clone(), |c, part| senders[c].send(Event::Data(part)))?;
         }
         Ok(())
     }
 
-    fn broadcast(&mut self, event: Event) -> Result<()> {
+    pub(crate) fn broadcast(&mut self, event: Event) -> Result<()> {
         for edge in &mut self.edges {
             for s in &edge.senders {
-                s.send(event.clone()).map_err(|_| Error::Cancelled)?;
+                s.send(event.clone())?;
             }
         }
         Ok(())
@@ -205,7 +232,7 @@ impl Collector for ChainOut<'_> {
     }
 }
 
-fn push_batch(
+pub(crate) fn push_batch(
     ops: &mut [Box<dyn Operator>],
     slots: &mut [OpSlot],
     tail: &mut TaskOutput,
@@ -232,7 +259,7 @@ fn push_batch(
     r
 }
 
-fn push_watermark(
+pub(crate) fn push_watermark(
     ops: &mut [Box<dyn Operator>],
     slots: &mut [OpSlot],
     tail: &mut TaskOutput,
@@ -301,11 +328,19 @@ pub(crate) struct Task {
     pub node_ids: Vec<usize>,
     pub aligner: BarrierAligner,
     pub restore: TaskRestore,
+    /// The loop ids of the task's scope, outermost first (empty outside
+    /// every loop). Termination tokens of other loops are dropped here: they
+    /// left their loop.
+    pub scope: Vec<u32>,
+    /// Token alignment of a task inside a loop body (not a loop head).
+    pub body_term: Option<BodyTermination>,
+    /// The loop head state when the task's first operator heads a loop.
+    pub loop_head: Option<Box<LoopHead>>,
 }
 
 /// How a task's input ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum InputEnd {
+pub(crate) enum InputEnd {
     /// All input ended for good: operators finish (windows and timers fire).
     Drained,
     /// Stop-with-savepoint without drain: operators stop where they are.
@@ -353,8 +388,15 @@ impl Task {
     }
 
     fn run_inner(&mut self) -> Result<()> {
-        let restore = std::mem::take(&mut self.restore);
+        let mut restore = std::mem::take(&mut self.restore);
         let skip = restore.finished;
+        if let Some(head) = self.loop_head.as_mut() {
+            // The loop head's state is its FLIP-16 feedback log.
+            if let Some(state) = restore.states.first_mut().and_then(Option::take) {
+                head.restore_log(state)
+                    .map_err(|e| e.in_operator(&self.slots[0].name))?;
+            }
+        }
         if let (Some(src), Some(offset)) = (self.source.as_mut(), restore.source_offset) {
             src.reader
                 .seek(&offset)
@@ -379,6 +421,8 @@ impl Task {
             InputEnd::Undrained
         } else if self.source.is_some() {
             self.run_source()?
+        } else if self.loop_head.is_some() {
+            self.run_loop_head()?
         } else {
             self.run_inputs()?
         };
@@ -405,9 +449,12 @@ impl Task {
     }
 
     /// Handles a control message while the task runs.
-    fn handle_control(&mut self, c: Control) -> Result<()> {
+    pub(crate) fn handle_control(&mut self, c: Control) -> Result<()> {
         match c {
             Control::Cancel => Err(Error::Cancelled),
+            Control::TriggerCheckpoint(barrier) if self.loop_head.is_some() => {
+                self.trigger_loop_head(barrier)
+            }
             Control::TriggerCheckpoint(barrier) => {
                 // Only sources are triggered while running.
                 self.snapshot(barrier, Duration::ZERO, false)
@@ -423,7 +470,31 @@ impl Task {
 
     /// Takes the synchronous part of a snapshot of every operator of the
     /// chain, reports it, and (while running) forwards the barrier.
-    fn snapshot(&mut self, barrier: Barrier, alignment: Duration, finished: bool) -> Result<()> {
+    pub(crate) fn snapshot(
+        &mut self,
+        barrier: Barrier,
+        alignment: Duration,
+        finished: bool,
+    ) -> Result<()> {
+        if !finished && self.loop_head.is_some() {
+            return self.begin_loop_checkpoint(barrier, alignment);
+        }
+        let states = self.chain_states(barrier.id)?;
+        let _ = self.reports.send(TaskReport::Snapshot {
+            task: self.id,
+            checkpoint: barrier.id,
+            states,
+            alignment,
+            finished,
+        });
+        if !finished {
+            self.output.broadcast(Event::Barrier(barrier))?;
+        }
+        Ok(())
+    }
+
+    /// The synchronous snapshot of the source offset and every operator.
+    pub(crate) fn chain_states(&mut self, checkpoint: u64) -> Result<Vec<NodeSnapshot>> {
         let mut states = Vec::with_capacity(self.ops.len() + 1);
         if let Some(src) = &self.source {
             states.push(NodeSnapshot {
@@ -439,27 +510,17 @@ impl Task {
         for i in 0..self.ops.len() {
             let name = self.slots[i].name.clone();
             let state = self.ops[i]
-                .snapshot_state(barrier.id)
+                .snapshot_state(checkpoint)
                 .map_err(|e| e.in_operator(&name))?;
             states.push(NodeSnapshot {
                 node: self.node_ids[i],
                 state,
             });
         }
-        let _ = self.reports.send(TaskReport::Snapshot {
-            task: self.id,
-            checkpoint: barrier.id,
-            states,
-            alignment,
-            finished,
-        });
-        if !finished {
-            self.output.broadcast(Event::Barrier(barrier))?;
-        }
-        Ok(())
+        Ok(states)
     }
 
-    fn notify_complete(&mut self, id: u64) -> Result<()> {
+    pub(crate) fn notify_complete(&mut self, id: u64) -> Result<()> {
         for i in 0..self.ops.len() {
             let name = self.slots[i].name.clone();
             self.ops[i]
@@ -470,7 +531,7 @@ impl Task {
     }
 
     /// Obeys the barrier aligner.
-    fn apply(&mut self, action: AlignerAction) -> Result<()> {
+    pub(crate) fn apply(&mut self, action: AlignerAction) -> Result<()> {
         match action {
             AlignerAction::Nothing => Ok(()),
             AlignerAction::Block(ch) => {
@@ -628,6 +689,9 @@ impl Task {
                 Step::Control(c) => self.handle_control(c)?,
                 Step::Event(i, Event::Data(batch)) => {
                     let input = self.inputs[i].input;
+                    if let Some(t) = self.body_term.as_mut() {
+                        t.on_record();
+                    }
                     push_batch(
                         &mut self.ops,
                         &mut self.slots,
@@ -653,6 +717,12 @@ impl Task {
                     if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
                         self.apply(action)?;
                     }
+                    if let Some(t) = self.body_term.as_mut() {
+                        let name = &self.slots[0].name;
+                        for token in t.on_channel_ended(i).map_err(|e| e.in_operator(name))? {
+                            self.output.broadcast(Event::Termination(token))?;
+                        }
+                    }
                     if end == InputEnd::Drained {
                         self.advance_watermark(&mut combined_wm)?;
                         if live_per_input[input] == 0 {
@@ -665,13 +735,25 @@ impl Task {
                     self.apply(action)?;
                 }
                 Step::Event(_, Event::EndOfPartition) => {}
-                Step::Event(_, Event::Termination(_)) => {}
+                Step::Event(i, Event::Termination(token)) => {
+                    if !self.scope.contains(&token.loop_id) {
+                        continue; // the token left its loop
+                    }
+                    if let Some(t) = self.body_term.as_mut() {
+                        let name = &self.slots[0].name;
+                        if let Some(token) =
+                            t.on_token(i, token).map_err(|e| e.in_operator(name))?
+                        {
+                            self.output.broadcast(Event::Termination(token))?;
+                        }
+                    }
+                }
             }
         }
         Ok(end)
     }
 
-    fn advance_watermark(&mut self, combined: &mut i64) -> Result<()> {
+    pub(crate) fn advance_watermark(&mut self, combined: &mut i64) -> Result<()> {
         let min = self
             .inputs
             .iter()
@@ -685,7 +767,7 @@ impl Task {
         Ok(())
     }
 
-    fn end_head_input(&mut self, input: usize) -> Result<()> {
+    pub(crate) fn end_head_input(&mut self, input: usize) -> Result<()> {
         let (Some((op, rest_ops)), Some((slot, rest_slots))) =
             (self.ops.split_first_mut(), self.slots.split_first_mut())
         else {

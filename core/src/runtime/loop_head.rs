@@ -1,0 +1,596 @@
+//! The loop head task: where a loop's input and its feedback enter the loop
+//! body.
+//!
+//! Implements, on top of the pure pieces in `feedback.rs` and
+//! `termination.rs`:
+//!
+//! * FLIP-15 "Cyclic Flow Control": the feedback arrives through one
+//!   [`FeedbackQueue`] per loop tail subtask writing to this head (writers
+//!   never block, the queue spills). The head reads the feedback first
+//!   (`feedback_first`), or only while a queue is above its memory threshold
+//!   and otherwise takes turns with the loop input (`adaptive`). Only the
+//!   head can block in the cycle (on its bounded channels into the body),
+//!   and the body always drains into the never-blocking feedback queues, so
+//!   the cyclic backpressure graph cannot deadlock.
+//! * FLIP-15 "Job Termination": once every loop input channel delivered
+//!   EndOfData (drain), the head runs TerminationAttempt rounds
+//!   ([`LoopHeadTermination`]); when it decides the loop is empty it ends
+//!   like any task whose input ended: the chain finishes and EndOfData goes
+//!   into the body and out of the loop. No timer is involved.
+//! * FLIP-16 loop logging: when barrier `n` has been aligned on the loop
+//!   input (or the coordinator triggers the head directly after its inputs
+//!   finished), the head takes the synchronous snapshot of its chain,
+//!   forwards the barrier into the body, and logs every feedback record that
+//!   arrives on a feedback queue until barrier `n` came back on that queue.
+//!   The log (a spilling queue itself) becomes the head's state in
+//!   checkpoint `n`, reported once the barrier came back on every queue. On
+//!   restore the head re-emits the log before it reads anything else.
+//!
+//! Watermarks of the loop input are not forwarded into the body: records
+//! circulating in a loop carry event times older than any watermark the
+//! input could promise. Event time inside a loop (and downstream of it)
+//! advances when the loop ends.
+
+use std::collections::VecDeque;
+use std::io::Cursor;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+use arrow::record_batch::RecordBatch;
+use crossbeam_channel::{Select, TryRecvError};
+use parking_lot::Mutex;
+
+use crate::checkpoint::coordinator::NodeSnapshot;
+use crate::error::{Error, Result};
+use crate::event::{Barrier, Event, MAX_WATERMARK};
+use crate::feedback::FeedbackQueue;
+use crate::graph::LoopPriority;
+use crate::runtime::metrics::OperatorMetrics;
+use crate::runtime::task::{push_batch, push_watermark, Control, InputEnd, Task, TaskReport};
+use crate::state::{DeferredState, OperatorState, StateBlob};
+use crate::termination::{HeadAction, LoopHeadTermination};
+
+/// One feedback queue read by a head subtask (written by one tail subtask).
+pub(crate) struct FeedbackIn {
+    pub queue: Arc<FeedbackQueue>,
+    pub ended: bool,
+}
+
+/// A loop checkpoint whose barrier went into the body and has not yet come
+/// back on every feedback queue.
+struct PendingLog {
+    barrier: Barrier,
+    states: Vec<NodeSnapshot>,
+    alignment: Duration,
+    /// Per feedback queue: the barrier came back on it.
+    returned: Vec<bool>,
+    log: Arc<FeedbackQueue>,
+}
+
+/// Loop head state of a task whose first operator heads a loop.
+pub(crate) struct LoopHead {
+    pub loop_id: u32,
+    name: Arc<str>,
+    feedback: Vec<FeedbackIn>,
+    priority: LoopPriority,
+    co: bool,
+    term: LoopHeadTermination,
+    pending: VecDeque<PendingLog>,
+    restored: Vec<RecordBatch>,
+    log_memory: usize,
+    spill_dir: PathBuf,
+    fb_cursor: usize,
+    fair_turn: bool,
+    metrics: Arc<OperatorMetrics>,
+    /// The newest checkpoint whose barrier went into the body.
+    begun: u64,
+    /// A direct trigger that waits for the loop input's last records.
+    deferred: Option<Barrier>,
+}
+
+impl LoopHead {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        loop_id: u32,
+        name: Arc<str>,
+        queues: Vec<Arc<FeedbackQueue>>,
+        priority: LoopPriority,
+        co: bool,
+        input_channels: usize,
+        log_memory: usize,
+        spill_dir: PathBuf,
+        metrics: Arc<OperatorMetrics>,
+    ) -> Self {
+        let term = LoopHeadTermination::new(loop_id, input_channels, queues.len());
+        LoopHead {
+            loop_id,
+            name,
+            feedback: queues
+                .into_iter()
+                .map(|queue| FeedbackIn {
+                    queue,
+                    ended: false,
+                })
+                .collect(),
+            priority,
+            co,
+            term,
+            pending: VecDeque::new(),
+            restored: Vec::new(),
+            log_memory,
+            spill_dir,
+            fb_cursor: 0,
+            fair_turn: false,
+            metrics,
+            begun: 0,
+            deferred: None,
+        }
+    }
+
+    /// Takes the FLIP-16 log of the restored checkpoint, to re-emit first.
+    pub fn restore_log(&mut self, state: OperatorState) -> Result<()> {
+        let Some(blob) = state.operator else {
+            return Ok(());
+        };
+        let bytes = blob.to_bytes()?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let reader = StreamReader::try_new(Cursor::new(bytes.as_slice()), None).map_err(|e| {
+            Error::checkpoint(
+                None,
+                format!("the feedback log of loop {} is corrupt: {e}", self.loop_id),
+            )
+        })?;
+        for batch in reader {
+            self.restored.push(batch.map_err(|e| {
+                Error::checkpoint(
+                    None,
+                    format!("the feedback log of loop {} is corrupt: {e}", self.loop_id),
+                )
+            })?);
+        }
+        Ok(())
+    }
+
+    fn any_above_threshold(&self) -> bool {
+        self.feedback
+            .iter()
+            .any(|f| !f.ended && f.queue.is_above_threshold())
+    }
+
+    /// Pops the next feedback event, round-robin over the queues.
+    fn try_feedback(&mut self) -> Result<Option<(usize, Event)>> {
+        let n = self.feedback.len();
+        for k in 0..n {
+            let q = (self.fb_cursor + k) % n;
+            if self.feedback[q].ended {
+                continue;
+            }
+            if let Some(ev) = self.feedback[q].queue.try_pop()? {
+                self.fb_cursor = (q + 1) % n;
+                return Ok(Some((q, ev)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Adds the spill counters of the feedback queues to the metrics.
+    fn record_spill_stats(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for f in &self.feedback {
+            self.metrics
+                .spilled_bytes
+                .fetch_add(f.queue.spilled_bytes_total(), Relaxed);
+            self.metrics
+                .spill_files
+                .fetch_add(f.queue.spill_files_written(), Relaxed);
+        }
+    }
+}
+
+/// The feedback log of one loop checkpoint, serialized on the checkpoint
+/// writer thread (as one Arrow IPC stream; empty when nothing was logged).
+struct LogState {
+    log: Arc<FeedbackQueue>,
+    bytes: Mutex<Option<Arc<Vec<u8>>>>,
+}
+
+impl DeferredState for LogState {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let mut cached = self.bytes.lock();
+        if let Some(b) = cached.as_ref() {
+            return Ok(b.as_ref().clone());
+        }
+        let mut out = Vec::new();
+        let mut writer: Option<StreamWriter<&mut Vec<u8>>> = None;
+        let name = self.log.name().to_string();
+        let arrow_err = |e: arrow::error::ArrowError| Error::arrow(name.clone(), &e);
+        while let Some(ev) = self.log.try_pop()? {
+            let Event::Data(batch) = ev else { continue };
+            if writer.is_none() {
+                writer = Some(StreamWriter::try_new(&mut out, &batch.schema()).map_err(arrow_err)?);
+            }
+            if let Some(w) = writer.as_mut() {
+                w.write(&batch).map_err(arrow_err)?;
+            }
+        }
+        if let Some(mut w) = writer {
+            w.finish().map_err(arrow_err)?;
+        }
+        self.log.close()?;
+        *cached = Some(Arc::new(out.clone()));
+        Ok(out)
+    }
+}
+
+enum HeadStep {
+    Control(Control),
+    Input(usize, Event),
+    Feedback(usize, Event),
+}
+
+impl Task {
+    fn head(&mut self) -> &mut LoopHead {
+        match self.loop_head.as_deref_mut() {
+            Some(h) => h,
+            None => unreachable!("run_loop_head runs only in loop head tasks"),
+        }
+    }
+
+    fn head_ref(&self) -> &LoopHead {
+        match self.loop_head.as_deref() {
+            Some(h) => h,
+            None => unreachable!("run_loop_head runs only in loop head tasks"),
+        }
+    }
+
+    /// Runs a loop head until the loop terminated (or was stopped without
+    /// draining and its pending loop checkpoints completed).
+    pub(crate) fn run_loop_head(&mut self) -> Result<InputEnd> {
+        let name = self.head_ref().name.clone();
+        // FLIP-16: the restored log goes into the body before anything else.
+        let restored = std::mem::take(&mut self.head().restored);
+        for batch in restored {
+            self.head()
+                .term
+                .on_record()
+                .map_err(|e| e.in_operator(&name))?;
+            self.emit_feedback(batch)?;
+        }
+        let mut live = self.inputs.iter().filter(|c| !c.ended).count();
+        let mut undrained = false;
+        let mut terminated = false;
+        let mut cursor = 0;
+        if live == 0 {
+            let action = self.head().term.start();
+            terminated |= self.head_actions(action)?;
+        }
+        while !terminated {
+            if undrained && live == 0 && self.head_ref().pending.is_empty() {
+                self.head_ref().record_spill_stats();
+                return Ok(InputEnd::Undrained);
+            }
+            match self.next_head_step(&mut cursor)? {
+                HeadStep::Control(c) => {
+                    if let Control::AbortCheckpoint(id) = c {
+                        let head = self.head();
+                        head.pending.retain(|p| p.barrier.id > id);
+                        if head.deferred.is_some_and(|d| d.id <= id) {
+                            head.deferred = None;
+                        }
+                    }
+                    self.handle_control(c)?;
+                }
+                HeadStep::Input(i, ev) => match ev {
+                    Event::Data(batch) => {
+                        self.head()
+                            .term
+                            .on_record()
+                            .map_err(|e| e.in_operator(&name))?;
+                        let input = self.inputs[i].input;
+                        push_batch(
+                            &mut self.ops,
+                            &mut self.slots,
+                            &mut self.output,
+                            input,
+                            batch,
+                        )?;
+                    }
+                    Event::Barrier(barrier) => {
+                        let action = self.aligner.on_barrier(i, barrier, Instant::now());
+                        self.apply(action)?;
+                    }
+                    Event::EndOfData { drain } => {
+                        self.inputs[i].ended = true;
+                        live -= 1;
+                        if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
+                            self.apply(action)?;
+                        }
+                        if live == 0 {
+                            if let Some(b) = self.head().deferred.take() {
+                                self.begin_loop_checkpoint(b, Duration::ZERO)?;
+                            }
+                        }
+                        if drain {
+                            let actions = self
+                                .head()
+                                .term
+                                .on_input_ended(i)
+                                .map_err(|e| e.in_operator(&name))?;
+                            for a in actions {
+                                terminated |= self.head_actions(Some(a))?;
+                            }
+                        } else {
+                            undrained = true;
+                        }
+                    }
+                    Event::Termination(token) => {
+                        if self.scope.contains(&token.loop_id) {
+                            let action = self
+                                .head()
+                                .term
+                                .on_input_token(i, token)
+                                .map_err(|e| e.in_operator(&name))?;
+                            terminated |= self.head_actions(action)?;
+                        }
+                    }
+                    // Watermarks stay outside the loop (module docs).
+                    Event::Watermark(_) | Event::EndOfPartition => {}
+                },
+                HeadStep::Feedback(q, ev) => match ev {
+                    Event::Data(batch) => {
+                        let head = self.head();
+                        head.term.on_record().map_err(|e| e.in_operator(&name))?;
+                        for p in head.pending.iter() {
+                            if !p.returned[q] {
+                                p.log.push(Event::Data(batch.clone()))?;
+                            }
+                        }
+                        self.emit_feedback(batch)?;
+                    }
+                    Event::Barrier(barrier) => self.barrier_returned(q, barrier.id)?,
+                    Event::Termination(token) => {
+                        let action = self
+                            .head()
+                            .term
+                            .on_feedback_token(q, token)
+                            .map_err(|e| e.in_operator(&name))?;
+                        terminated |= self.head_actions(action)?;
+                    }
+                    Event::EndOfData { .. } => {
+                        self.head().feedback[q].ended = true;
+                        for p in self.head().pending.iter_mut() {
+                            p.returned[q] = true;
+                        }
+                        self.complete_loop_checkpoints()?;
+                    }
+                    Event::Watermark(_) | Event::EndOfPartition => {}
+                },
+            }
+        }
+        // The loop is empty: no feedback record can arrive any more, so the
+        // logs of checkpoints whose barrier is still in the body are
+        // complete; the body tasks ack those checkpoints themselves.
+        for p in self.head().pending.iter_mut() {
+            p.returned.iter_mut().for_each(|r| *r = true);
+        }
+        self.complete_loop_checkpoints()?;
+        self.head_ref().record_spill_stats();
+        push_watermark(
+            &mut self.ops,
+            &mut self.slots,
+            &mut self.output,
+            MAX_WATERMARK,
+        )?;
+        Ok(InputEnd::Drained)
+    }
+
+    /// Obeys the termination protocol; true once the loop terminated.
+    fn head_actions(&mut self, action: Option<HeadAction>) -> Result<bool> {
+        match action {
+            None => Ok(false),
+            Some(HeadAction::Emit(token)) => {
+                self.output.broadcast(Event::Termination(token))?;
+                Ok(false)
+            }
+            Some(HeadAction::Terminate) => Ok(true),
+        }
+    }
+
+    /// Sends a feedback batch into the body: on port 1 for a co-loop (the
+    /// body's feedback input), else through the chain like loop input.
+    fn emit_feedback(&mut self, batch: RecordBatch) -> Result<()> {
+        if self.head_ref().co {
+            let slot = &self.slots[0];
+            slot.metrics.add_in(batch.num_rows());
+            slot.metrics.add_out(batch.num_rows());
+            self.output.port = 1;
+            let r = self.output.emit(batch);
+            self.output.port = 0;
+            r
+        } else {
+            push_batch(&mut self.ops, &mut self.slots, &mut self.output, 0, batch)
+        }
+    }
+
+    /// The coordinator triggered the head directly because every task
+    /// feeding it finished (FLIP-147). The snapshot must follow the last
+    /// record of those inputs, so it waits until every input channel
+    /// delivered EndOfData.
+    pub(crate) fn trigger_loop_head(&mut self, barrier: Barrier) -> Result<()> {
+        if self.inputs.iter().all(|c| c.ended) {
+            self.begin_loop_checkpoint(barrier, Duration::ZERO)
+        } else {
+            let head = self.head();
+            if barrier.id > head.begun {
+                head.deferred = Some(barrier);
+            }
+            Ok(())
+        }
+    }
+
+    /// FLIP-16: snapshot the chain now, send the barrier into the body and
+    /// log the feedback until it comes back.
+    pub(crate) fn begin_loop_checkpoint(
+        &mut self,
+        barrier: Barrier,
+        alignment: Duration,
+    ) -> Result<()> {
+        let head = self.head();
+        if head.deferred.is_some_and(|d| d.id <= barrier.id) {
+            head.deferred = None;
+        }
+        if barrier.id <= head.begun {
+            return Ok(()); // reached the head both through a channel and directly
+        }
+        head.begun = barrier.id;
+        let states = self.chain_states(barrier.id)?;
+        let head = self.head();
+        let returned: Vec<bool> = head.feedback.iter().map(|f| f.ended).collect();
+        let log = Arc::new(FeedbackQueue::new(
+            format!("{} log {}", head.name, barrier.id),
+            head.spill_dir.clone(),
+            head.log_memory,
+        ));
+        head.pending.push_back(PendingLog {
+            barrier,
+            states,
+            alignment,
+            returned,
+            log,
+        });
+        self.output.broadcast(Event::Barrier(barrier))?;
+        self.complete_loop_checkpoints()
+    }
+
+    /// Barrier `id` came back on feedback queue `q`.
+    fn barrier_returned(&mut self, q: usize, id: u64) -> Result<()> {
+        let head = self.head();
+        // Channels are FIFO: an older barrier that has not come back on `q`
+        // never will (its checkpoint was aborted in the body).
+        head.pending.retain(|p| p.barrier.id >= id || p.returned[q]);
+        for p in head.pending.iter_mut() {
+            if p.barrier.id == id {
+                p.returned[q] = true;
+            }
+        }
+        self.complete_loop_checkpoints()
+    }
+
+    /// Reports the loop checkpoints whose barrier came back everywhere.
+    fn complete_loop_checkpoints(&mut self) -> Result<()> {
+        loop {
+            let head = self.head();
+            let Some(front) = head.pending.front() else {
+                return Ok(());
+            };
+            if !front.returned.iter().all(|r| *r) {
+                return Ok(());
+            }
+            let Some(p) = head.pending.pop_front() else {
+                return Ok(());
+            };
+            let mut states = p.states;
+            if let Some(first) = states.first_mut() {
+                first.state.operator = Some(StateBlob::Deferred(Arc::new(LogState {
+                    log: p.log,
+                    bytes: Mutex::new(None),
+                })));
+            }
+            let _ = self.reports.send(TaskReport::Snapshot {
+                task: self.id,
+                checkpoint: p.barrier.id,
+                states,
+                alignment: p.alignment,
+                finished: false,
+            });
+        }
+    }
+
+    fn next_head_step(&mut self, cursor: &mut usize) -> Result<HeadStep> {
+        loop {
+            match self.control.try_recv() {
+                Ok(c) => return Ok(HeadStep::Control(c)),
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+            }
+            let head = self.head();
+            let feedback_first = match head.priority {
+                LoopPriority::FeedbackFirst => true,
+                LoopPriority::Adaptive => {
+                    head.fair_turn = !head.fair_turn;
+                    head.fair_turn || head.any_above_threshold()
+                }
+            };
+            if feedback_first {
+                if let Some((q, ev)) = self.head().try_feedback()? {
+                    return Ok(HeadStep::Feedback(q, ev));
+                }
+            }
+            let n = self.inputs.len();
+            for k in 0..n {
+                let i = (*cursor + k) % n;
+                let ch = &self.inputs[i];
+                if ch.ended || ch.blocked {
+                    continue;
+                }
+                match ch.rx.try_recv() {
+                    Ok(ev) => {
+                        *cursor = (i + 1) % n;
+                        return Ok(HeadStep::Input(i, ev));
+                    }
+                    Err(TryRecvError::Empty) => {}
+                    Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+                }
+            }
+            if !feedback_first {
+                if let Some((q, ev)) = self.head().try_feedback()? {
+                    return Ok(HeadStep::Feedback(q, ev));
+                }
+            }
+            // Nothing ready: wait on the live inputs, the control channel and
+            // the feedback queues' wake-up tokens.
+            let head = self.head_ref();
+            let mut sel = Select::new();
+            let mut index = Vec::with_capacity(n);
+            for (i, ch) in self.inputs.iter().enumerate() {
+                if !ch.ended && !ch.blocked {
+                    sel.recv(&ch.rx);
+                    index.push(i);
+                }
+            }
+            let control_op = sel.recv(&self.control);
+            let first_fb = index.len() + 1;
+            let mut fb_index = Vec::new();
+            for (q, f) in head.feedback.iter().enumerate() {
+                if !f.ended {
+                    sel.recv(f.queue.ready());
+                    fb_index.push(q);
+                }
+            }
+            let op = sel.select();
+            let k = op.index();
+            if k == control_op {
+                return match op.recv(&self.control) {
+                    Ok(c) => Ok(HeadStep::Control(c)),
+                    Err(_) => Err(Error::Cancelled),
+                };
+            }
+            if k >= first_fb {
+                // A wake-up token: consume it and look again.
+                let q = fb_index[k - first_fb];
+                let _ = op.recv(head.feedback[q].queue.ready());
+                continue;
+            }
+            let i = index[k];
+            return match op.recv(&self.inputs[i].rx) {
+                Ok(ev) => Ok(HeadStep::Input(i, ev)),
+                Err(_) => Err(Error::Cancelled),
+            };
+        }
+    }
+}
