@@ -36,6 +36,7 @@ from .errors import (
 )
 from .expr import Expr, col, lit
 from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
+from .loops import CoLoopFunction, LoopFunction
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointError",
     "CheckpointStats",
+    "CoLoopFunction",
     "CollectHandle",
     "ConnectedStreams",
     "DataStream",
@@ -60,6 +62,7 @@ __all__ = [
     "JobFailedError",
     "JobResult",
     "KeyedStream",
+    "LoopFunction",
     "OperatorCheckpointStats",
     "ParquetSink",
     "ProcessContext",

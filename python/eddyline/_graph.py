@@ -41,10 +41,12 @@ def native() -> Any:
 
 @dataclass
 class LogicalEdge:
-    """An input of a logical node: the producing node and the input index."""
+    """An input of a logical node: the producing node, the input index, and the
+    producer's output port (1 only for the feedback side of a co-loop head)."""
 
     node: int
     input: int = 0
+    port: int = 0
 
 
 @dataclass
@@ -154,20 +156,38 @@ class LogicalGraph:
             if nid in seen:
                 continue
             seen.add(nid)
-            stack.extend(edge.node for edge in self.nodes[nid].inputs)
+            node = self.nodes[nid]
+            stack.extend(edge.node for edge in node.inputs)
+            feedback = node.params.get("feedback_node") if node.kind == "loop_head" else None
+            if feedback is not None:
+                stack.append(feedback)
         return sorted(seen)
 
-    def compile(self, targets: Iterable[int]) -> CompiledGraph:
+    def compile(self, targets: Iterable[int], *, complete: bool = False) -> CompiledGraph:
         """Translates the nodes leading to ``targets`` into binding node dicts.
 
+        With ``complete`` (a graph about to run) every loop must be closed.
+
         Raises:
-            GraphError: If two operators share a uid.
+            GraphError: If two operators share a uid, or a loop has no feedback.
         """
         needed = self._ancestors(targets)
         consumers: dict[int, int] = dict.fromkeys(needed, 0)
         for nid in needed:
-            for edge in self.nodes[nid].inputs:
+            node = self.nodes[nid]
+            for edge in node.inputs:
                 consumers[edge.node] += 1
+            if node.kind == "loop_head":
+                feedback = node.params.get("feedback_node")
+                if feedback is not None:
+                    # The feedback edge is a consumer too: never fuse past it.
+                    consumers[feedback] += 1
+                elif complete:
+                    raise GraphError(
+                        f"loop '{node.display_name}' is still being built (its loop function "
+                        "has not returned); a job cannot run from inside a loop function",
+                        operator=node.display_name,
+                    )
 
         groups: list[_Group] = []
         group_of: dict[int, int] = {}
@@ -210,6 +230,7 @@ class LogicalGraph:
                         "partition": partition,
                         "keys": keys,
                         "input": edge.input,
+                        "port": edge.port,
                     }
                 )
             name = "+".join(member.display_name for member in members)
@@ -234,6 +255,7 @@ class LogicalGraph:
                 "uid": uid,
                 "parallelism": parallelism,
                 "inputs": inputs,
+                "scope": first.scope._loop_path(),
             }
             if first.kind == "record":
                 stages: list[Stage] = []
@@ -252,6 +274,15 @@ class LogicalGraph:
                 common["output_schema"] = first.params.get("output_schema")
                 common["num_inputs"] = first.params.get("num_inputs", 1)
                 common["keys"] = list(first.keys) if first.keys else None
+            elif first.kind == "loop_head":
+                feedback = first.params.get("feedback_node")
+                common["loop"] = first.scope.loop_id
+                common["feedback_from"] = group_of.get(feedback) if feedback is not None else None
+                common["feedback_memory"] = first.params["feedback_memory"]
+                common["priority"] = first.params["priority"]
+                common["co"] = first.params["co"]
+                common["spill_dir"] = first.params.get("spill_dir")
+                common["feedback_schema"] = first.params.get("feedback_schema")
             else:
                 common.update(first.params)
                 if first.kind == "keyed_agg":

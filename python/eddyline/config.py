@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any, Final, Literal
 
-__all__ = ["CheckpointConfig", "Duration", "RestartStrategy", "parse_duration"]
+__all__ = ["CheckpointConfig", "Duration", "RestartStrategy", "parse_duration", "parse_size"]
 
 Duration = float | int | str
 """A duration: seconds as a number, or a string such as ``"250ms"`` or ``"2min"``."""
@@ -31,6 +31,49 @@ _DURATION_RE: Final = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$")
 
 CheckpointMode = Literal["exactly_once", "at_least_once"]
 RecoveryMode = Literal["latest", "recompute"]
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+
+
+def parse_size(value: int | str, *, what: str = "size") -> int:
+    """Parses a byte size: an int, or a string like ``"64MiB"``, ``"512KiB"``, ``"1GB"``.
+
+    Example:
+        >>> parse_size("64MiB"), parse_size("1kB"), parse_size(4096)
+        (67108864, 1000, 4096)
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int or a string like '64MiB', got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = text[len(number) :]
+        if unit not in _SIZE_UNITS or not number:
+            raise ValueError(
+                f"{what} {value!r} is not a size: use a number of bytes or a string like "
+                "'512KiB', '64MiB', '1GiB'"
+            )
+        try:
+            size = int(float(number) * _SIZE_UNITS[unit])
+        except ValueError:
+            raise ValueError(f"{what} {value!r} is not a size") from None
+    else:
+        raise TypeError(f"{what} must be an int or a string like '64MiB', got {value!r}")
+    if size <= 0:
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return size
 
 
 def parse_duration(value: Duration, *, what: str = "duration") -> float:

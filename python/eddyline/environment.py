@@ -276,7 +276,7 @@ class StreamEnvironment:
             raise GraphError(
                 "the job has no sink: add stream.collect() or stream.sink_to(...) before executing"
             )
-        compiled = self._graph.compile(sinks)
+        compiled = self._graph.compile(sinks, complete=True)
         native().build_graph(compiled.nodes, self.max_parallelism)
         return compiled.nodes
 
@@ -318,7 +318,7 @@ class StreamEnvironment:
             raise GraphError(
                 "the job has no sink: add stream.collect() or stream.sink_to(...) before executing"
             )
-        compiled = self._graph.compile(sinks)
+        compiled = self._graph.compile(sinks, complete=True)
         core = native()
         core.build_graph(compiled.nodes, self.max_parallelism)
         for handle, _ in compiled.collects:

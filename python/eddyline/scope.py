@@ -25,7 +25,12 @@ __all__ = ["StreamScope"]
 class _Loop:
     """Identity of one loop; scopes are equal when they belong to the same loop."""
 
-    __slots__ = ()
+    __slots__ = ("id",)
+    _next = 1
+
+    def __init__(self) -> None:
+        self.id = _Loop._next
+        _Loop._next += 1
 
 
 class StreamScope:
@@ -83,6 +88,20 @@ class StreamScope:
             raise ScopeError("the top-level scope (level 0) has no outer scope to unnest to")
         return self._parent
 
+    @property
+    def loop_id(self) -> int | None:
+        """The id of the loop this scope belongs to (``None`` at the top level)."""
+        return None if self._loop is None else self._loop.id
+
+    def _loop_path(self) -> list[int]:
+        """Loop ids from the outermost loop to this scope's loop."""
+        path: list[int] = []
+        scope: StreamScope | None = self
+        while scope is not None and scope._loop is not None:
+            path.append(scope._loop.id)
+            scope = scope._parent
+        return path[::-1]
+
     def outer_scopes(self) -> list[StreamScope]:
         """Returns the scopes enclosing this one, innermost first, ending at level 0.
 
@@ -117,7 +136,7 @@ class StreamScope:
     def __repr__(self) -> str:
         if self._loop is None:
             return "StreamScope(level=0)"
-        return f"StreamScope(level={self.level}, loop=0x{id(self._loop):x})"
+        return f"StreamScope(level={self.level}, loop={self._loop.id})"
 
 
 _TOP = StreamScope()

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -32,10 +33,11 @@ from ._runners import (
     TwoPhaseCommitRunner,
 )
 from ._window_runner import PythonWindowRunner, window_output_schema
-from .config import Duration, parse_duration
+from .config import Duration, parse_duration, parse_size
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
 from .functions import ProcessContext, ProcessFunction, Row
+from .loops import CoLoopFunction, LoopFunction, call_loop_function
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .windows import TimeWindow, WindowAssigner
@@ -124,12 +126,19 @@ class DataStream(_Operators):
     Streams are created by the sources of a :class:`~eddyline.StreamEnvironment`.
     """
 
-    def __init__(self, env: StreamEnvironment, node: LogicalNode) -> None:
+    def __init__(self, env: StreamEnvironment, node: LogicalNode, port: int = 0) -> None:
         self._env = env
         self._node = node
+        self._port = port
 
     def __repr__(self) -> str:
+        if self._port:
+            return f"DataStream({self._node.display_name!r}, feedback)"
         return f"DataStream({self._node.display_name!r})"
+
+    def _edge(self, input: int = 0) -> LogicalEdge:
+        """An edge reading this stream into logical input ``input``."""
+        return LogicalEdge(self._node.id, input, self._port)
 
     # ---- properties ---------------------------------------------------------
 
@@ -141,6 +150,9 @@ class DataStream(_Operators):
     @property
     def schema(self) -> pa.Schema | None:
         """The stream's schema if it is known before running, else ``None``."""
+        if self._port:
+            schema: pa.Schema | None = self._node.params.get("feedback_schema")
+            return schema
         return self._node.schema
 
     @property
@@ -166,7 +178,7 @@ class DataStream(_Operators):
         stage: tuple[str, Callable[..., Any]] | None = None,
         inputs: list[LogicalEdge] | None = None,
     ) -> DataStream:
-        edges = inputs if inputs is not None else [LogicalEdge(self._node.id)]
+        edges = inputs if inputs is not None else [self._edge()]
         graph = self._env._graph
         inherited = {graph.nodes[edge.node].time_column for edge in edges}
         node = graph.add(
@@ -441,13 +453,172 @@ class DataStream(_Operators):
                     operator=self.operator_name,
                 )
         known = all(s.schema is not None for s in streams)
-        inputs = [LogicalEdge(self._node.id)] + [LogicalEdge(s._node.id) for s in streams]
+        inputs = [self._edge()] + [s._edge() for s in streams]
         return self._add("union", "union", schema=schema if known else None, inputs=inputs)
 
     def connect(self, other: DataStream) -> ConnectedStreams:
         """Connects two streams (possibly of different schemas) for a two-input operator."""
         self._same_env(other, "connect()")
         return ConnectedStreams(self, other)
+
+    # ---- loops --------------------------------------------------------------
+
+    def _open_loop(
+        self,
+        what: str,
+        *,
+        co: bool,
+        feedback_memory: int | str,
+        priority: str,
+        spill_dir: str | os.PathLike[str] | None,
+        feedback_schema: pa.Schema | None,
+    ) -> LogicalNode:
+        if priority not in ("feedback_first", "adaptive"):
+            raise ValueError(
+                f"{what}: priority must be 'feedback_first' or 'adaptive', got {priority!r}"
+            )
+        memory = parse_size(feedback_memory, what=f"{what}: feedback_memory")
+        params: dict[str, Any] = {
+            "feedback_node": None,
+            "feedback_memory": memory,
+            "priority": priority,
+            "co": co,
+            "spill_dir": os.fspath(spill_dir) if spill_dir is not None else None,
+            "feedback_schema": _nullable(feedback_schema),
+        }
+        return self._env._graph.add(
+            "iterate",
+            "loop_head",
+            [self._edge()],
+            scope=self.scope.nest(),
+            schema=_nullable(self.schema),
+            params=params,
+            time_column=self.time_column,
+        )
+
+    def _close_loop(
+        self, what: str, head: LogicalNode, result: tuple[Any, Any], expected: pa.Schema | None
+    ) -> DataStream:
+        feedback, output = result
+        for role, stream in (("feedback", feedback), ("output", output)):
+            if not isinstance(stream, DataStream):
+                raise TypeError(
+                    f"{what}: the loop function must return (feedback, output) DataStreams; "
+                    f"its {role} is a {type(stream).__name__}"
+                )
+            if stream._env is not self._env:
+                raise GraphError(f"{what}: the loop's {role} belongs to another StreamEnvironment")
+            if stream.scope != head.scope:
+                raise ScopeError(
+                    f"{what}: the loop's {role} '{stream.operator_name}' is in scope "
+                    f"{stream.scope!r}, not in the loop's scope {head.scope!r}; build it from "
+                    "the stream the loop function received",
+                    operator=stream.operator_name,
+                )
+        if feedback._port:
+            raise GraphError(
+                f"{what}: the feedback stream of the loop cannot be fed back unchanged",
+                operator=head.display_name,
+            )
+        got = feedback.schema
+        if expected is not None and got is not None and not _same_columns(expected, got):
+            raise SchemaError(
+                f"{what}: the feedback '{feedback.operator_name}' has schema\n{got}\nbut the "
+                f"loop's feedback must have schema\n{expected}",
+                operator=feedback.operator_name,
+            )
+        head.params["feedback_node"] = feedback._node.id
+        node = self._env._graph.add(
+            "loop_output",
+            "loop_exit",
+            [output._edge()],
+            scope=self.scope,
+            schema=output.schema,
+            time_column=output.time_column,
+        )
+        return DataStream(self._env, node)
+
+    def iterate(
+        self,
+        loop_fn: LoopFunction | Callable[[DataStream], tuple[DataStream, DataStream]],
+        *,
+        feedback_memory: int | str = "64MiB",
+        priority: str = "feedback_first",
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> DataStream:
+        """Runs ``loop_fn`` as a loop over this stream and returns the loop's output.
+
+        ``loop_fn(stream)`` (or ``loop_fn.loop(stream)``) gets the stream
+        inside the loop (this stream's records plus everything fed back) and
+        returns ``(feedback, output)``. The feedback must have this stream's
+        schema. Feedback is buffered without ever blocking the loop; above
+        ``feedback_memory`` (per loop head subtask) it spills to ``spill_dir``
+        (a temporary directory by default) as Arrow IPC. ``priority`` decides
+        which input the loop head reads first: ``"feedback_first"``, or
+        ``"adaptive"`` (feedback first only while it is above its memory
+        budget, otherwise loop input and feedback take turns). The loop ends
+        when its input ended and no record is left inside it; there is no
+        timeout.
+
+        Raises:
+            ScopeError: If the feedback or output is not built inside the loop.
+            SchemaError: If the feedback's schema differs from this stream's.
+        """
+        head = self._open_loop(
+            "iterate()",
+            co=False,
+            feedback_memory=feedback_memory,
+            priority=priority,
+            spill_dir=spill_dir,
+            feedback_schema=None,
+        )
+        graph = self._env._graph
+        try:
+            inner = DataStream(self._env, head)
+            result = call_loop_function(loop_fn, inner, "iterate()")
+            return self._close_loop("iterate()", head, result, self.schema)
+        except BaseException:
+            if head.params.get("feedback_node") is None:
+                _abandon_loop(graph, head)
+            raise
+
+    def iterate_with_feedback(
+        self,
+        co_loop_fn: CoLoopFunction | Callable[[ConnectedStreams], tuple[DataStream, DataStream]],
+        *,
+        feedback_schema: SchemaLike,
+        feedback_memory: int | str = "64MiB",
+        priority: str = "feedback_first",
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> DataStream:
+        """Like :meth:`iterate`, but the body sees the loop input and the feedback apart.
+
+        ``co_loop_fn`` gets a :class:`ConnectedStreams` of (loop input,
+        feedback) and returns ``(feedback, output)``; the feedback has
+        ``feedback_schema``, which may differ from this stream's schema.
+        """
+        declared = _as_schema(feedback_schema, "iterate_with_feedback()")
+        if declared is None:
+            raise TypeError("iterate_with_feedback() needs a feedback_schema")
+        head = self._open_loop(
+            "iterate_with_feedback()",
+            co=True,
+            feedback_memory=feedback_memory,
+            priority=priority,
+            spill_dir=spill_dir,
+            feedback_schema=declared,
+        )
+        graph = self._env._graph
+        try:
+            connected = ConnectedStreams(
+                DataStream(self._env, head), DataStream(self._env, head, port=1)
+            )
+            result = call_loop_function(co_loop_fn, connected, "iterate_with_feedback()")
+            return self._close_loop("iterate_with_feedback()", head, result, declared)
+        except BaseException:
+            if head.params.get("feedback_node") is None:
+                _abandon_loop(graph, head)
+            raise
 
     # ---- sinks --------------------------------------------------------------
 
@@ -475,6 +646,23 @@ class DataStream(_Operators):
                 f"{type(sink).__name__}"
             )
         return DataStreamSink(self._env, stream._node)
+
+
+def _nullable(schema: pa.Schema | None) -> pa.Schema | None:
+    """``schema`` with every field nullable (what a loop head emits)."""
+    if schema is None:
+        return None
+    return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+
+
+def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    return a.names == b.names and all(x.type == y.type for x, y in zip(a, b, strict=True))
+
+
+def _abandon_loop(graph: Any, head: LogicalNode) -> None:
+    """Removes a loop whose function failed: its head and everything built on it."""
+    while graph.nodes and graph.nodes[-1].id >= head.id:
+        graph.nodes.pop()
 
 
 class DataStreamSink(_Operators):
@@ -738,7 +926,7 @@ class ConnectedStreams:
         return f"ConnectedStreams({self.first.operator_name!r}, {self.second.operator_name!r})"
 
     def _inputs(self) -> list[LogicalEdge]:
-        return [LogicalEdge(self.first._node.id, 0), LogicalEdge(self.second._node.id, 1)]
+        return [self.first._edge(0), self.second._edge(1)]
 
     def map(
         self,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue, UnaryOp};
-use eddyline_core::graph::{Edge, JobGraph, Node, NodeKind, Role};
+use eddyline_core::graph::{Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
 use eddyline_core::operator::project::ProjectFactory;
@@ -18,6 +18,7 @@ use eddyline_core::operator::union::UnionFactory;
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
 use eddyline_core::operator::OperatorFactory;
 use eddyline_core::partition::Partitioning;
+use eddyline_core::scope::StreamScope;
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::sink::parquet::ParquetSinkFactory;
 use eddyline_core::source::arrow_batches::ArrowBatchesSource;
@@ -171,6 +172,9 @@ pub fn parse_graph(
     let mut schemas: Vec<Option<SchemaRef>> = Vec::new();
     let mut collect_stores = HashMap::new();
     let mut external_sinks = Vec::new();
+    let mut feedback_schemas: HashMap<usize, Option<SchemaRef>> = HashMap::new();
+    let mut loops: Vec<LoopSpec> = Vec::new();
+    let mut scopes: HashMap<Vec<u32>, StreamScope> = HashMap::new();
     for item in nodes.iter() {
         let d = item.cast::<PyDict>()?;
         let id: usize = get(d, "id")?;
@@ -188,12 +192,17 @@ pub fn parse_graph(
                 let part: String = get(e, "partition")?;
                 let keys: Vec<String> = opt(e, "keys")?.unwrap_or_default();
                 let input: usize = opt(e, "input")?.unwrap_or(0);
-                input_schemas.push(schemas.get(from).cloned().flatten());
+                let port: u8 = opt(e, "port")?.unwrap_or(0);
+                // The feedback side of a co-loop head has the feedback schema.
+                input_schemas.push(match port {
+                    0 => schemas.get(from).cloned().flatten(),
+                    _ => feedback_schemas.get(&from).cloned().flatten(),
+                });
                 inputs.push(Edge {
                     from,
                     partitioning: parse_partitioning(&part, keys)?,
                     input,
-                    port: 0,
+                    port,
                 });
             }
         }
@@ -338,6 +347,57 @@ pub fn parse_graph(
                     };
                     (op(Arc::new(f)), Role::Operator, s)
                 }
+                "loop_head" => {
+                    let loop_id: u32 = get(d, "loop")?;
+                    let tail: Option<usize> = opt(d, "feedback_from")?;
+                    let priority = match get::<String>(d, "priority")?.as_str() {
+                        "feedback_first" => LoopPriority::FeedbackFirst,
+                        "adaptive" => LoopPriority::Adaptive,
+                        other => {
+                            return Err(Error::graph(
+                                "",
+                                format!(
+                                "priority must be 'feedback_first' or 'adaptive', got '{other}'"
+                            ),
+                            )
+                            .into())
+                        }
+                    };
+                    let co: bool = opt(d, "co")?.unwrap_or(false);
+                    let feedback_schema = match opt::<Bound<PyAny>>(d, "feedback_schema")? {
+                        Some(s) => {
+                            Some(schema_from_py(&s).map_err(|e| Error::graph("", e.to_string()))?)
+                        }
+                        None => None,
+                    };
+                    let fb = if co {
+                        feedback_schema
+                    } else {
+                        input_schemas.first().cloned().flatten()
+                    };
+                    feedback_schemas.insert(id, fb.as_ref().map(nullable));
+                    loops.push(LoopSpec {
+                        id: loop_id,
+                        head: id,
+                        // A loop still being built (validation only) has no
+                        // tail yet: the head stands in for it.
+                        tail: tail.unwrap_or(id),
+                        feedback_memory: get(d, "feedback_memory")?,
+                        priority,
+                        co,
+                        spill_dir: opt::<PathBuf>(d, "spill_dir")?,
+                    });
+                    let s = input_schemas.first().cloned().flatten();
+                    (
+                        op(Arc::new(UnionFactory)),
+                        Role::Operator,
+                        s.as_ref().map(nullable),
+                    )
+                }
+                "loop_exit" => {
+                    let s = input_schemas.first().cloned().flatten();
+                    (op(Arc::new(UnionFactory)), Role::Operator, s)
+                }
                 "union" => {
                     let all: Option<Vec<SchemaRef>> = input_schemas.iter().cloned().collect();
                     let s = match all {
@@ -400,13 +460,16 @@ pub fn parse_graph(
             kind: node_kind,
             role,
             output_schema: schema,
-            scope: eddyline_core::scope::StreamScope::root(),
+            scope: scope_of(
+                &mut scopes,
+                &opt::<Vec<u32>>(d, "scope")?.unwrap_or_default(),
+            ),
         });
     }
     let graph = JobGraph {
         nodes: out,
         max_parallelism,
-        loops: vec![],
+        loops,
     };
     graph.validate().map_err(|e| to_py(py, &e))?;
     Ok(BuiltGraph {
@@ -415,6 +478,38 @@ pub fn parse_graph(
         collect_stores,
         external_sinks,
     })
+}
+
+/// `schema` with every field nullable (what a loop head emits).
+fn nullable(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    ))
+}
+
+/// The scope of a loop path (outermost loop first); one shared value per
+/// path so equal paths are the same scope.
+fn scope_of(cache: &mut HashMap<Vec<u32>, StreamScope>, path: &[u32]) -> StreamScope {
+    if let Some(s) = cache.get(path) {
+        return s.clone();
+    }
+    let mut scope = StreamScope::root();
+    for (i, id) in path.iter().enumerate() {
+        scope = match cache.get(&path[..=i]) {
+            Some(s) => s.clone(),
+            None => {
+                let s = scope.nest(*id);
+                cache.insert(path[..=i].to_vec(), s.clone());
+                s
+            }
+        };
+    }
+    scope
 }
 
 /// A failure while building one node: a core error (named after the node

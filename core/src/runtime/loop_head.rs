@@ -37,6 +37,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
@@ -89,6 +90,8 @@ pub(crate) struct LoopHead {
     begun: u64,
     /// A direct trigger that waits for the loop input's last records.
     deferred: Option<Barrier>,
+    /// Per port: the last batch schema seen and its all-nullable version.
+    relaxed: [Option<(SchemaRef, SchemaRef)>; 2],
 }
 
 impl LoopHead {
@@ -127,6 +130,7 @@ impl LoopHead {
             metrics,
             begun: 0,
             deferred: None,
+            relaxed: [None, None],
         }
     }
 
@@ -176,6 +180,34 @@ impl LoopHead {
             }
         }
         Ok(None)
+    }
+
+    /// Loop input and feedback differ in nullability (a body operator may
+    /// make a column nullable, or not): every batch leaves the head with
+    /// all fields nullable, so the body sees one schema per port. Only the
+    /// schema is replaced; the columns are shared.
+    fn relax(&mut self, port: usize, batch: RecordBatch) -> Result<RecordBatch> {
+        let schema = batch.schema();
+        let target = match &self.relaxed[port] {
+            Some((from, to)) if Arc::ptr_eq(from, &schema) => to.clone(),
+            _ => {
+                let to: SchemaRef = Arc::new(Schema::new_with_metadata(
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.as_ref().clone().with_nullable(true))
+                        .collect::<Vec<_>>(),
+                    schema.metadata().clone(),
+                ));
+                self.relaxed[port] = Some((schema.clone(), to.clone()));
+                to
+            }
+        };
+        if schema.fields().iter().all(|f| f.is_nullable()) {
+            return Ok(batch);
+        }
+        RecordBatch::try_new(target, batch.columns().to_vec())
+            .map_err(|e| Error::arrow(self.name.to_string(), &e))
     }
 
     /// Adds the spill counters of the feedback queues to the metrics.
@@ -292,6 +324,7 @@ impl Task {
                             .on_record()
                             .map_err(|e| e.in_operator(&name))?;
                         let input = self.inputs[i].input;
+                        let batch = self.head().relax(0, batch)?;
                         push_batch(
                             &mut self.ops,
                             &mut self.slots,
@@ -404,6 +437,8 @@ impl Task {
     /// Sends a feedback batch into the body: on port 1 for a co-loop (the
     /// body's feedback input), else through the chain like loop input.
     fn emit_feedback(&mut self, batch: RecordBatch) -> Result<()> {
+        let port = usize::from(self.head_ref().co);
+        let batch = self.head().relax(port, batch)?;
         if self.head_ref().co {
             let slot = &self.slots[0];
             slot.metrics.add_in(batch.num_rows());

@@ -1,0 +1,5 @@
+"""Loop suites (issue 4): they need the native extension; a missing build fails, never skips."""
+
+from __future__ import annotations
+
+import eddyline._core  # noqa: F401
