@@ -74,6 +74,9 @@ impl OperatorFactory for FlakyFactory {
     fn recomputable(&self) -> bool {
         true
     }
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(Flaky {
             armed: self.armed.clone(),

@@ -793,7 +793,10 @@ impl Coordinator {
                     recomputes: graph
                         .nodes
                         .iter()
-                        .map(|n| per_node(n.id).is_some())
+                        .map(|n| {
+                            matches!(n.kind, crate::graph::NodeKind::Operator(_))
+                                && per_node(n.id).is_some()
+                        })
                         .collect(),
                     null_state_checkpoint: null_state
                         .as_ref()

@@ -26,7 +26,8 @@
 //! recomputes when its factory is recomputable, it is not a sink, every
 //! operator feeding it is a source or recomputes too (a persisted operator
 //! drops its input while the later barriers replay, so nothing behind it
-//! could be rebuilt), and the checkpoint it is restored from does not hold
+//! could be rebuilt), none of its inputs is a round-robin (rebalance) edge
+//! (whose dealing restarts with the replay), and the checkpoint it is restored from does not hold
 //! persisted state for it. Recomputing operators write no state into
 //! checkpoints (savepoints always hold full state).
 //!
@@ -52,6 +53,7 @@ use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
 use crate::event::{Barrier, BarrierKind};
 use crate::graph::{JobGraph, NodeKind, Role};
+use crate::partition::Partitioning;
 use crate::source::decode_positions;
 
 /// How a job recovers (`CheckpointConfig(recovery=...)`).
@@ -92,10 +94,18 @@ pub fn recomputed_nodes(
         if node.role == Role::Sink || !f.recomputable() {
             continue;
         }
-        let inputs_replay = node
-            .inputs
-            .iter()
-            .all(|e| matches!(graph.nodes[e.from].kind, NodeKind::Source(_)) || out[e.from]);
+        // Round-robin routing restarts with the replay and would deal the
+        // replayed batches to other subtasks than the original run did.
+        // An operator that must start exactly at its null-state watermark
+        // cannot feed one that may need it exact from an earlier point.
+        let inputs_replay = node.inputs.iter().all(|e| {
+            let up = &graph.nodes[e.from];
+            e.partitioning != Partitioning::Rebalance
+                && match &up.kind {
+                    NodeKind::Source(_) => true,
+                    NodeKind::Operator(f) => out[e.from] && f.replayable_from_earlier(),
+                }
+        });
         let persisted_state = restored.is_some_and(|rc| {
             rc.manifest()
                 .operator(&node.uid)
@@ -118,7 +128,10 @@ pub struct NullStateLedger {
 /// What [`NullStateLedger::resolve`] decided for one checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NullStateOutcome {
-    /// The replay point of each node (`None`: not recomputed).
+    /// What each node records as its `null_state_checkpoint`: a source the
+    /// checkpoint it rewinds to, a recomputed operator read by no recomputed
+    /// operator its own null-state watermark (it starts there), another
+    /// recomputed operator its replay point; `None`: persisted.
     pub per_node: Vec<Option<u64>>,
     /// The null-state checkpoint: the smallest replay point, or the
     /// checkpoint itself.
@@ -172,6 +185,7 @@ impl NullStateLedger {
         reported: &BTreeMap<usize, u64>,
     ) -> NullStateOutcome {
         let mut per_node: Vec<Option<u64>> = vec![None; graph.nodes.len()];
+        let mut starts: Vec<Option<u64>> = vec![None; graph.nodes.len()];
         // Nodes are in topological order: inputs are earlier nodes.
         for node in &graph.nodes {
             if !recomputed.get(node.id).copied().unwrap_or(false) {
@@ -194,8 +208,28 @@ impl NullStateLedger {
                 r = r.min(up_r.unwrap_or(w));
             }
             per_node[node.id] = Some(r);
+            starts[node.id] = Some(w);
         }
         let null_state_checkpoint = per_node.iter().flatten().copied().min().unwrap_or(id);
+        // A recomputed operator no recomputed operator reads from (a leaf)
+        // starts exactly at its own null-state watermark: it records that,
+        // and drops its replayed input until then. Inner ones record their
+        // replay point. Sources record where they rewind to.
+        for node in &graph.nodes {
+            match node.kind {
+                NodeKind::Source(_) => per_node[node.id] = Some(null_state_checkpoint),
+                NodeKind::Operator(_) if per_node[node.id].is_some() => {
+                    let leaf = graph
+                        .consumers(node.id)
+                        .iter()
+                        .all(|c| !recomputed.get(*c).copied().unwrap_or(false));
+                    if leaf {
+                        per_node[node.id] = starts[node.id];
+                    }
+                }
+                NodeKind::Operator(_) => {}
+            }
+        }
         let recorded = graph
             .nodes
             .iter()

@@ -123,6 +123,10 @@ impl OperatorFactory for FilterFactory {
         true
     }
 
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(FilterOperator::new(self.expr.clone())))
     }

@@ -139,6 +139,16 @@ pub trait OperatorFactory: Send + Sync {
     fn recomputable(&self) -> bool {
         false
     }
+
+    /// FLINK-4120: whether replaying from *any* checkpoint before the
+    /// reported null-state watermark also rebuilds the state (windows, the
+    /// largest timestamp and stateless operators: yes; a deduplication
+    /// whose entries expire: no, it must start exactly there). Only such
+    /// operators may feed other recomputed operators, which may need them
+    /// exact from an earlier point. Default: no.
+    fn replayable_from_earlier(&self) -> bool {
+        false
+    }
 }
 
 impl<F> OperatorFactory for F

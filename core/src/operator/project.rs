@@ -315,6 +315,10 @@ impl OperatorFactory for ProjectFactory {
         true
     }
 
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ProjectOperator {
             mode: self.mode,

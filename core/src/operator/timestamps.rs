@@ -213,6 +213,10 @@ impl OperatorFactory for AssignTimestampsFactory {
         true
     }
 
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(AssignTimestampsOperator::new(self, ctx)?))
     }

@@ -35,6 +35,10 @@ impl OperatorFactory for UnionFactory {
         true
     }
 
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(UnionOperator))
     }

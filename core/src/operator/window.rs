@@ -416,6 +416,10 @@ impl OperatorFactory for WindowFactory {
         true
     }
 
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(WindowOperator::new(self, ctx)?))
     }

@@ -30,6 +30,9 @@ pub(crate) struct AttemptRecompute {
     pub replayed: Vec<bool>,
     /// The replay of the restore, if it needs one.
     pub plan: Option<ReplayPlan>,
+    /// Per node: the checkpoint it starts from when replayed (a leaf starts
+    /// at its own null-state watermark and drops the replay before it).
+    pub starts: Vec<u64>,
     /// The restored checkpoint (0: none).
     pub restored: u64,
 }
@@ -57,9 +60,26 @@ impl AttemptRecompute {
                     })
             })
             .collect();
+        let replayed: Vec<bool> = replayed;
+        let from = plan.as_ref().map_or(0, |p| p.from);
+        let starts = graph
+            .nodes
+            .iter()
+            .map(|n| {
+                let leaf = graph.consumers(n.id).iter().all(|c| !replayed[*c]);
+                let own = restored
+                    .and_then(|rc| rc.manifest().operator(&n.uid))
+                    .and_then(|o| o.null_state_checkpoint);
+                match own {
+                    Some(w) if replayed[n.id] && leaf => w.max(from),
+                    _ => from,
+                }
+            })
+            .collect();
         Ok(AttemptRecompute {
             recomputed: recomputed_nodes(graph, recovery, restored),
             replayed,
+            starts,
             plan,
             restored: restored.map_or(0, RestoredCheckpoint::id),
         })
@@ -108,10 +128,11 @@ impl AttemptRecompute {
             start_epochs: op_nodes
                 .iter()
                 .map(|n| match &self.plan {
-                    Some(p) if self.replayed[*n] => p.from,
+                    Some(_) if self.replayed[*n] => self.starts[*n],
                     _ => self.restored,
                 })
                 .collect(),
+            passed: self.plan.as_ref().map_or(0, |p| p.from),
             replay_until: self.plan.as_ref().map(|p| p.until),
             source,
             deferred: Vec::new(),
@@ -134,6 +155,8 @@ pub(crate) struct TaskRecompute {
     pub source: Option<SourceReplay>,
     /// Checkpoint triggers that arrived while the source replayed.
     pub deferred: Vec<Barrier>,
+    /// The last replayed barrier that passed (the replay start before).
+    pub passed: u64,
 }
 
 impl TaskRecompute {
@@ -142,9 +165,13 @@ impl TaskRecompute {
         self.replay_until.is_some()
     }
 
-    /// Whether operator `i` drops its input now (persisted, replaying).
+    /// Whether operator `i` drops its input now: while replaying, a
+    /// persisted operator until the end of the replay, a recomputed one
+    /// until the barrier of the checkpoint it starts from passed.
     pub fn drops(&self, i: usize) -> bool {
-        self.replaying() && !self.replayed.get(i).copied().unwrap_or(false)
+        self.replaying()
+            && (!self.replayed.get(i).copied().unwrap_or(false)
+                || self.passed < self.start_epoch(i))
     }
 
     /// The checkpoint operator `i` starts from.
@@ -176,6 +203,7 @@ impl TaskRecompute {
 
     /// A replayed barrier passed: returns true when it ended the replay.
     pub fn passed(&mut self, barrier: &Barrier) -> bool {
+        self.passed = barrier.id;
         if self.replay_until == Some(barrier.id) {
             self.replay_until = None;
             true

@@ -488,10 +488,11 @@ impl Task {
     fn pass_replayed(&mut self, barrier: Barrier) -> Result<()> {
         start_epoch(&mut self.ops, &barrier);
         self.output.broadcast(Event::Barrier(barrier))?;
-        if self.recompute.passed(&barrier) {
-            for slot in &mut self.slots {
-                slot.replay_drop = false;
-            }
+        let ended = self.recompute.passed(&barrier);
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            slot.replay_drop = self.recompute.drops(i);
+        }
+        if ended {
             for b in std::mem::take(&mut self.recompute.deferred) {
                 self.snapshot(b, Duration::ZERO, false)?;
             }
