@@ -29,12 +29,14 @@ def start_job(nodes: list[NodeDict], config: dict[str, Any]) -> JobHandle:
 def list_checkpoints(dir: str) -> list[dict[str, Any]]:
     """The checkpoints under ``dir``, newest first: ``{"id", "kind",
     "trigger_time_ms", "completion_time_ms", "duration_ms", "bytes", "path",
-    "valid", "error"}``."""
+    "valid", "error", "null_state_checkpoint"}``."""
 
 def inspect_checkpoint(path: str) -> dict[str, Any]:
     """One checkpoint (``DIR/chk-N``): its stats, ``"alignments"`` and
-    ``"operators"`` (uid, name, finished, subtasks with bytes, key groups and
-    file). Raises ``CheckpointError`` naming the file when it is corrupt."""
+    ``"operators"`` (uid, name, finished, recomputes, null_state_checkpoint,
+    bytes, subtasks with bytes, key groups and file), and the checkpoint's
+    ``"null_state_checkpoint"`` (FLINK-4120). Raises ``CheckpointError``
+    naming the file when it is corrupt."""
 
 class JobHandle:
     """A running (or ended) job."""

@@ -25,7 +25,7 @@ import pickle
 import traceback
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from types import CodeType, TracebackType
-from typing import Any, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import pyarrow as pa
 
@@ -348,10 +348,33 @@ def _one_or_many(batches: list[pa.RecordBatch]) -> RunnerOutput:
 
 
 class Runner:
-    """Base runner: no-op lifecycle, no state. Subclasses implement ``process``."""
+    """Base runner: no-op lifecycle, no state. Subclasses implement ``process``.
+
+    FLINK-4120: a runner class whose ``recomputable`` is true (or whose
+    :meth:`recomputable_for` says so for its arguments) persists no state
+    with ``CheckpointConfig(recovery="recompute")``; it reports
+    :meth:`null_state_watermark` with every checkpoint and hears of every
+    barrier (also replayed ones) through :meth:`on_barrier`.
+    """
 
     name: str = "python"
     ctx: dict[str, Any]
+    # True only for stateless runners: a replay from any earlier checkpoint
+    # rebuilds their (empty) state; keyed process functions start exactly
+    # at their null-state watermark.
+    recomputable: ClassVar[bool] = False
+
+    @classmethod
+    def recomputable_for(cls, *args: Any) -> bool:
+        """Whether a runner built from ``args`` can rebuild its state by replay."""
+        return cls.recomputable
+
+    def null_state_watermark(self, checkpoint_id: int) -> int | None:
+        """The earliest checkpoint its state can be rebuilt from (stateless: this one)."""
+        return checkpoint_id
+
+    def on_barrier(self, checkpoint_id: int) -> None:
+        """The barrier of checkpoint ``checkpoint_id`` passed (also when replayed)."""
 
     def open(self, ctx: dict[str, Any]) -> None:
         """Called once per subtask before any batch."""
@@ -392,6 +415,8 @@ class Runner:
 
 class RecordChainRunner(Runner):
     """Runs rows through fused per-record stages (map, flat_map, filter)."""
+
+    recomputable = True  # stateless; user functions must be deterministic
 
     def __init__(self, node: str, stages: Sequence[Stage], schema: pa.Schema | None) -> None:
         self.name = node
@@ -450,6 +475,8 @@ class RecordChainRunner(Runner):
 class ConnectedRecordRunner(Runner):
     """``connect(...).map(fn1, fn2)``: rows of input ``i`` go through ``fns[i]``."""
 
+    recomputable = True  # stateless; user functions must be deterministic
+
     def __init__(self, node: str, fns: Sequence[Callable[[Row], Row]], schema: pa.Schema | None):
         self.name = node
         self._fns = tuple(fns)
@@ -487,6 +514,8 @@ class ConnectedRecordRunner(Runner):
 
 class BatchRunner(Runner):
     """``map_batches(fn)`` and ``connect(...).map_batches(fn1, fn2)``."""
+
+    recomputable = True  # stateless; user functions must be deterministic
 
     def __init__(
         self,
@@ -665,14 +694,34 @@ class KeyedProcessRunner(_KeyedRunner):
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
+        epoch = self._context.current_checkpoint
         self._context = self._new_context(
             self.name,
             int(ctx.get("subtask_index", 0)),
             int(ctx.get("parallelism", 1)),
             int(ctx.get("attempt", 0)),
         )
+        self._context.current_checkpoint = epoch
         if self._function is not None:
             call_user(self.name, self._function.open, self._context)
+
+    # ---- recompute (FLINK-4120) -----------------------------------------------
+
+    @classmethod
+    def recomputable_for(cls, *args: Any) -> bool:
+        """Recomputable when the function is a ProcessFunction declaring it."""
+        fn = args[2] if len(args) > 2 else None
+        return isinstance(fn, ProcessFunction) and _overrides(fn, "null_state_watermark")
+
+    def null_state_watermark(self, checkpoint_id: int) -> int | None:
+        if self._function is None:
+            return None
+        return call_user(self.name, self._function.null_state_watermark, checkpoint_id)
+
+    def on_barrier(self, checkpoint_id: int) -> None:
+        self._context.current_checkpoint = checkpoint_id
+        if self._function is not None and _overrides(self._function, "on_barrier"):
+            call_user(self.name, self._function.on_barrier, checkpoint_id, self._context)
 
     # ---- timers (the ProcessContext's timer backend) --------------------------
 
@@ -998,6 +1047,16 @@ class RunnerFactory:
     def __call__(self) -> Runner:
         args = [private_copy(a) if i in self.private else a for i, a in enumerate(self.args)]
         return self.cls(*args)
+
+    @property
+    def recomputable(self) -> bool:
+        """Whether its runners rebuild their state by replay (read by the engine)."""
+        return self.cls.recomputable_for(*self.args)
+
+    @property
+    def replayable_from_earlier(self) -> bool:
+        """Whether a replay from before the null-state watermark also rebuilds the state."""
+        return self.cls.recomputable and self.recomputable
 
     def __repr__(self) -> str:
         return f"RunnerFactory({self.cls.__name__})"

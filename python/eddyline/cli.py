@@ -164,18 +164,32 @@ def _list_checkpoints(directory: str) -> int:
                 _size(int(info.get("bytes") or 0)),
                 _ms(info.get("duration_ms")),
                 alignment,
+                _null_state(info),
                 "yes" if valid else "NO",
             ]
         )
         if not valid:
             problems.append(f"  chk-{info.get('id')}: {info.get('error') or 'invalid'}")
     print(f"{len(found)} checkpoints in {directory} (newest first):")
-    header = ["id", "kind", "triggered", "size", "duration", "alignment", "valid"]
+    header = ["id", "kind", "triggered", "size", "duration", "alignment", "null-state", "valid"]
     print("\n".join(_table(header, rows, indent="  ")))
     if problems:
         print("invalid checkpoints:")
         print("\n".join(problems))
     return 0
+
+
+def _null_state(info: dict[str, Any]) -> str:
+    """The null-state checkpoint column: ``-`` when it is the checkpoint itself.
+
+    Example:
+        >>> _null_state({"id": 5, "null_state_checkpoint": 2}), _null_state({"id": 5})
+        ('2', '-')
+    """
+    ns = info.get("null_state_checkpoint")
+    if ns is None or ns == info.get("id"):
+        return "-"
+    return str(ns)
 
 
 def _key_groups(ranges: Sequence[Sequence[int]]) -> str:
@@ -199,6 +213,12 @@ def _inspect_checkpoint(path: str) -> int:
         f"completed {_when(info.get('completion_time_ms'))}, "
         f"duration {_ms(info.get('duration_ms'))}, size {_size(int(info.get('bytes') or 0))}"
     )
+    ns = info.get("null_state_checkpoint")
+    if ns is not None and ns != info.get("id"):
+        print(
+            f"  null-state checkpoint {ns}: a recompute recovery rewinds the sources to it and "
+            "replays the later barriers"
+        )
     alignments = info.get("alignments") or []
     if alignments:
         worst = max(alignments, key=lambda a: float(a.get("alignment_ms", 0.0)))
@@ -212,9 +232,13 @@ def _inspect_checkpoint(path: str) -> int:
         subtasks = op.get("subtasks") or []
         total = sum(int(sub.get("bytes") or 0) for sub in subtasks)
         finished = ", finished" if op.get("finished") else ""
+        if op.get("recomputes"):
+            how = f"recomputes from checkpoint {op.get('null_state_checkpoint')}"
+        else:
+            how = "persisted"
         print(
             f"    {op.get('uid')} ('{op.get('name')}'): {len(subtasks)} subtasks, "
-            f"{_size(total)}{finished}"
+            f"{_size(total)}, {how}{finished}"
         )
         rows = [
             [

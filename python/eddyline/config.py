@@ -134,7 +134,12 @@ class CheckpointConfig:
         retained: How many completed checkpoints to keep (at least 1).
         recovery: ``"latest"`` restores all state from the latest checkpoint;
             ``"recompute"`` persists no state for operators that can rebuild it
-            from a bounded stretch of input and replays that input instead.
+            from a bounded stretch of input and replays that input instead
+            (FLINK-4120). Replay must reproduce the run: user functions must be
+            deterministic, sources must return the same batches from the same
+            offsets, and ``batch_size`` must not change (a replayed barrier not
+            met at its recorded offset is a ``CheckpointError``). Needs
+            ``mode="exactly_once"`` and ``unaligned=False``.
         timeout: How long one checkpoint may take before it is aborted (its
             transactions then never commit); must be positive.
 
@@ -186,6 +191,12 @@ class CheckpointConfig:
             raise ValueError(f"retained must be an int >= 1, got {retained!r}")
         if recovery not in ("latest", "recompute"):
             raise ValueError(f"recovery must be 'latest' or 'recompute', got {recovery!r}")
+        if recovery == "recompute" and (mode != "exactly_once" or unaligned):
+            raise ValueError(
+                "recovery='recompute' needs mode='exactly_once' with aligned barriers "
+                "(unaligned=False): replayed state is only exact when every barrier cuts the "
+                "input where it did in the original run"
+            )
         timeout_s = parse_duration(timeout, what="checkpoint timeout")
         if timeout_s <= 0:
             raise ValueError(f"checkpoint timeout must be positive, got {timeout!r}")

@@ -139,6 +139,11 @@ class ProcessContext:
         subtask_index: Which parallel instance runs the function.
         parallelism: The operator's parallelism.
         attempt: The restart attempt (0 for the first run).
+        current_checkpoint: The last checkpoint whose barrier passed the
+            operator (0 before the first; also counts barriers replayed by a
+            recompute recovery). Functions that declare
+            :meth:`ProcessFunction.null_state_watermark` remember it when a
+            piece of state begins.
     """
 
     __slots__ = (
@@ -147,6 +152,7 @@ class ProcessContext:
         "_timers",
         "_values",
         "attempt",
+        "current_checkpoint",
         "key",
         "name",
         "parallelism",
@@ -159,6 +165,7 @@ class ProcessContext:
         self.subtask_index = subtask_index
         self.parallelism = parallelism
         self.attempt = attempt
+        self.current_checkpoint = 0
         self.key: Hashable | None = None
         self.timestamp: int | None = None
         self._values: dict[str, Any] | None = None
@@ -250,3 +257,24 @@ class ProcessFunction:
 
     def close(self) -> None:
         """Called once per parallel instance at the end, also after failures."""
+
+    def null_state_watermark(self, checkpoint_id: int) -> int | None:
+        """Declares the function's state recomputable (FLINK-4120) by overriding this.
+
+        Called when checkpoint ``checkpoint_id`` is taken; returns the earliest
+        checkpoint from whose source positions the function's current state
+        (values and timers of every key) can be rebuilt by processing the input
+        again: ``checkpoint_id`` when it holds no state, else the
+        :attr:`ProcessContext.current_checkpoint` seen when its oldest live
+        state began. ``None`` means "persist my state". With
+        ``CheckpointConfig(recovery="recompute")`` a function that overrides
+        this persists no state; a recovery replays the input from the job's
+        null-state checkpoint. Replaying must rebuild exactly the same state:
+        the function must be deterministic (no clocks, randomness, external
+        reads, or iteration over unordered sets that affects results). Not
+        overridden: the state is always persisted.
+        """
+        return None
+
+    def on_barrier(self, checkpoint_id: int, ctx: ProcessContext) -> None:
+        """Called when the barrier of checkpoint ``checkpoint_id`` passed (also replayed ones)."""

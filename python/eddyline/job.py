@@ -38,12 +38,16 @@ class OperatorCheckpointStats:
         name: The operator's name.
         bytes: The size of its state in the checkpoint, over all subtasks.
         subtasks: How many subtasks acknowledged the checkpoint.
+        recomputes: True when the operator persisted no state and is rebuilt
+            by replaying input on recovery (``CheckpointConfig(recovery="recompute")``);
+            False when its state was persisted.
     """
 
     uid: str
     name: str
     bytes: int
     subtasks: int
+    recomputes: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ class CheckpointStats:
         bytes: Its total size.
         path: Its directory (``DIR/chk-<id>``).
         operators: Per-operator stats, by operator uid.
+        null_state_checkpoint: The checkpoint a recompute-mode recovery of
+            this one rewinds the sources to (FLINK-4120); the id itself when no
+            operator recomputes (0 means the start of the job).
 
     Example:
         >>> stats = CheckpointStats.from_dict({"id": 3, "kind": "checkpoint",
@@ -82,6 +89,7 @@ class CheckpointStats:
     operators: Mapping[str, OperatorCheckpointStats] = field(
         default_factory=dict, hash=False, compare=True
     )
+    null_state_checkpoint: int = -1
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckpointStats:
@@ -92,6 +100,7 @@ class CheckpointStats:
                 name=str(op.get("name", uid)),
                 bytes=int(op.get("bytes", 0)),
                 subtasks=int(op.get("subtasks", 0)),
+                recomputes=bool(op.get("recomputes", False)),
             )
             for uid, op in dict(data.get("operators") or {}).items()
         }
@@ -104,6 +113,7 @@ class CheckpointStats:
             bytes=int(data.get("bytes", 0)),
             path=str(data.get("path", "")),
             operators=operators,
+            null_state_checkpoint=int(data.get("null_state_checkpoint", data["id"])),
         )
 
     def __getitem__(self, key: str) -> Any:

@@ -765,6 +765,45 @@ class KeyedStream:
             keys=keys,
         )
 
+    def dedup(self, ttl: Duration) -> DataStream:
+        """Drops duplicate records per key within ``ttl`` of event time.
+
+        The first record of a key is emitted; later records of that key are
+        dropped until the watermark passes the first one's event time plus
+        ``ttl``, after which the next record is emitted again (PySpark's
+        ``dropDuplicatesWithinWatermark``, Flink SQL's keep-first-row
+        deduplication with a state TTL). Needs event time
+        (:meth:`DataStream.assign_timestamps` upstream). Its state can be
+        recomputed: with ``CheckpointConfig(recovery="recompute")`` it is not
+        persisted but rebuilt by replaying the input.
+
+        Raises:
+            GraphError: The stream has no event time.
+            ValueError: ``ttl`` is not positive.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment()
+            >>> s = env.from_collection([{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 2, "v": 2}])
+            >>> out = s.assign_timestamps("t").key_by("k").dedup("1s").collect()
+            >>> _ = env.execute()
+            >>> out.to_pylist()
+            [{'k': 'a', 't': 1, 'v': 1}]
+        """
+        from ._dedup import Deduplicate
+
+        seconds = parse_duration(ttl, what="dedup ttl")
+        if seconds <= 0:
+            raise ValueError(f"dedup ttl must be positive, got {ttl!r}")
+        if self._stream.time_column is None:
+            raise GraphError(
+                f"dedup(): stream '{self._stream.operator_name}' has no event time; call "
+                "assign_timestamps(...) before key_by(...).dedup(...)"
+            )
+        return self.process(Deduplicate(round(seconds * 1000)), schema=self._stream.schema).name(
+            "dedup"
+        )
+
     def window(self, assigner: WindowAssigner) -> WindowedStream:
         """Groups each key's records into event-time windows (``ed.Tumbling``, ``ed.Sliding``).
 

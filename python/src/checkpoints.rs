@@ -1,6 +1,7 @@
 //! `list_checkpoints` and `inspect_checkpoint`: read-only views of a
 //! checkpoint directory for the CLI and for users.
 
+use eddyline_core::checkpoint::recompute::null_state_checkpoint_of;
 use eddyline_core::checkpoint::{CheckpointStorage, Manifest};
 use eddyline_core::event::BarrierKind;
 use pyo3::prelude::*;
@@ -34,7 +35,8 @@ pub fn list_checkpoints<'py>(
         // A summary only reads the manifest; verify every file as a restore would.
         let verified = storage.load(s.id);
         match (&s.info, verified) {
-            (Ok(info), Ok(_)) => {
+            (Ok(info), Ok(rc)) => {
+                d.set_item("null_state_checkpoint", null_state_checkpoint_of(&rc))?;
                 d.set_item("kind", kind_str(info.kind))?;
                 d.set_item("trigger_time_ms", info.trigger_ms)?;
                 d.set_item("completion_time_ms", info.completion_ms)?;
@@ -61,6 +63,7 @@ pub fn list_checkpoints<'py>(
                         info.completion_ms.saturating_sub(info.trigger_ms),
                     )?;
                     d.set_item("bytes", info.state_size)?;
+                    d.set_item("null_state_checkpoint", py.None())?;
                 } else {
                     for k in [
                         "kind",
@@ -68,6 +71,7 @@ pub fn list_checkpoints<'py>(
                         "completion_time_ms",
                         "duration_ms",
                         "bytes",
+                        "null_state_checkpoint",
                     ] {
                         d.set_item(k, py.None())?;
                     }
@@ -90,6 +94,15 @@ fn manifest_dict<'py>(py: Python<'py>, m: &Manifest, path: &str) -> PyResult<Bou
     d.set_item("duration_ms", m.duration_ms)?;
     d.set_item("bytes", m.state_size())?;
     d.set_item("path", path)?;
+    d.set_item(
+        "null_state_checkpoint",
+        m.operators
+            .iter()
+            .filter_map(|o| o.null_state_checkpoint)
+            .min()
+            .unwrap_or(m.id)
+            .min(m.id),
+    )?;
     let aligns = PyList::empty(py);
     for a in &m.alignments {
         let ad = PyDict::new(py);
@@ -105,6 +118,20 @@ fn manifest_dict<'py>(py: Python<'py>, m: &Manifest, path: &str) -> PyResult<Bou
         od.set_item("uid", &o.uid)?;
         od.set_item("name", &o.name)?;
         od.set_item("finished", o.finished)?;
+        // Sources record where they rewind to; they are not recomputed.
+        let is_source = o.subtasks.iter().any(|s| !s.source_offsets.is_empty());
+        od.set_item(
+            "recomputes",
+            o.null_state_checkpoint.is_some() && !is_source,
+        )?;
+        od.set_item("null_state_checkpoint", o.null_state_checkpoint)?;
+        od.set_item(
+            "bytes",
+            o.subtasks
+                .iter()
+                .filter_map(|s| s.state.as_ref().map(|f| f.size))
+                .sum::<u64>(),
+        )?;
         let subs = PyList::empty(py);
         for s in &o.subtasks {
             let sd = PyDict::new(py);

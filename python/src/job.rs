@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use eddyline_core::barrier::AlignmentMode;
 use eddyline_core::checkpoint::coordinator::{CheckpointConfig, CheckpointStats};
+use eddyline_core::checkpoint::Recovery;
 use eddyline_core::event::BarrierKind;
 use eddyline_core::graph::Role;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
@@ -68,6 +69,20 @@ fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
             }
             if let Some(x) = d.get_item("unaligned")? {
                 cc.unaligned = x.extract()?;
+            }
+            if let Some(x) = d.get_item("recovery")? {
+                if !x.is_none() {
+                    let recovery: String = x.extract()?;
+                    cc.recovery = match recovery.as_str() {
+                        "latest" => Recovery::Latest,
+                        "recompute" => Recovery::Recompute,
+                        other => {
+                            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                                "unknown recovery mode '{other}'"
+                            )))
+                        }
+                    };
+                }
             }
             if let Some(x) = d.get_item("retained")? {
                 cc.retained = x.extract::<usize>()?.max(1);
@@ -160,12 +175,14 @@ fn checkpoint_dicts<'py>(
         d.set_item("alignment_ms", c.alignment.as_secs_f64() * 1000.0)?;
         d.set_item("bytes", c.bytes)?;
         d.set_item("path", c.path.display().to_string())?;
+        d.set_item("null_state_checkpoint", c.null_state_checkpoint)?;
         let ops = PyDict::new(py);
-        for (uid, name, bytes, subtasks) in &c.operators {
+        for (i, (uid, name, bytes, subtasks)) in c.operators.iter().enumerate() {
             let od = PyDict::new(py);
             od.set_item("name", name)?;
             od.set_item("bytes", bytes)?;
             od.set_item("subtasks", subtasks)?;
+            od.set_item("recomputes", c.recomputes.get(i).copied().unwrap_or(false))?;
             ops.set_item(uid, od)?;
         }
         d.set_item("operators", ops)?;

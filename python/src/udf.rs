@@ -24,6 +24,26 @@ pub struct PyRunnerFactory {
 }
 
 impl OperatorFactory for PyRunnerFactory {
+    /// The runner factory's `recomputable` attribute (FLINK-4120).
+    fn recomputable(&self) -> bool {
+        Python::attach(|py| {
+            self.factory
+                .getattr(py, "recomputable")
+                .and_then(|v| v.extract::<bool>(py))
+                .unwrap_or(false)
+        })
+    }
+
+    /// The runner factory's `replayable_from_earlier` attribute.
+    fn replayable_from_earlier(&self) -> bool {
+        Python::attach(|py| {
+            self.factory
+                .getattr(py, "replayable_from_earlier")
+                .and_then(|v| v.extract::<bool>(py))
+                .unwrap_or(false)
+        })
+    }
+
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         let runner = Python::attach(|py| {
             self.factory
@@ -123,6 +143,24 @@ impl PyRunner {
 }
 
 impl Operator for PyRunner {
+    /// The runner's `null_state_watermark(checkpoint_id)` (FLINK-4120); a
+    /// runner that fails to answer is treated as not recomputable.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        Python::attach(|py| {
+            self.runner
+                .call_method1(py, "null_state_watermark", (checkpoint_id,))
+                .and_then(|v| v.extract::<Option<u64>>(py))
+                .ok()
+                .flatten()
+        })
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) {
+        Python::attach(|py| {
+            let _ = self.runner.call_method1(py, "on_barrier", (checkpoint_id,));
+        });
+    }
+
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         Python::attach(|py| {
             let d = PyDict::new(py);

@@ -67,7 +67,7 @@ def test_checkpoint_config_accepts_pathlike_and_durations(tmp_path: object) -> N
     cfg = ed.CheckpointConfig(
         tmp_path,  # type: ignore[arg-type]
         interval="250ms",
-        mode="at_least_once",
+        mode="exactly_once",
         retained=1,
         recovery="recompute",
         timeout="1.5s",
@@ -82,6 +82,8 @@ def test_checkpoint_config_accepts_pathlike_and_durations(tmp_path: object) -> N
     ("kwargs", "match"),
     [
         ({"interval": 0}, "interval must be positive"),
+        ({"recovery": "recompute", "mode": "at_least_once"}, "needs mode='exactly_once'"),
+        ({"recovery": "recompute", "unaligned": True}, "needs mode='exactly_once'"),
         ({"interval": "fast"}, "invalid checkpoint interval"),
         ({"mode": "twice"}, "mode"),
         ({"retained": 0}, "retained"),

@@ -25,6 +25,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
+use crate::checkpoint::recompute::{NullStateLedger, Recovery};
 use crate::checkpoint::{
     CheckpointInfo, CheckpointStorage, OperatorEntry, PendingCheckpoint, RestoredCheckpoint,
     SourceOffset, StateHandle, StateWriter, SubtaskEntry, TaskAlignment,
@@ -46,6 +47,8 @@ pub struct CheckpointConfig {
     pub retained: usize,
     /// A checkpoint not completed after this long is aborted.
     pub timeout: Duration,
+    /// Persist every operator's state, or recompute what can be (FLINK-4120).
+    pub recovery: Recovery,
 }
 
 impl CheckpointConfig {
@@ -58,6 +61,7 @@ impl CheckpointConfig {
             unaligned: false,
             retained: 3,
             timeout: Duration::from_secs(600),
+            recovery: Recovery::Latest,
         }
     }
 }
@@ -75,6 +79,12 @@ pub struct CheckpointStats {
     pub path: PathBuf,
     /// (uid, name, bytes, subtasks) per operator.
     pub operators: Vec<(String, String, u64, usize)>,
+    /// Per operator (same order): whether it recomputes its state instead
+    /// of persisting it (FLINK-4120).
+    pub recomputes: Vec<bool>,
+    /// The checkpoint a recompute recovery of this one rewinds the sources
+    /// to (the id itself when nothing recomputes).
+    pub null_state_checkpoint: u64,
 }
 
 /// A completed checkpoint or savepoint, as a waiter hears of it.
@@ -108,6 +118,8 @@ struct Stopping {
 pub(crate) struct NodeSnapshot {
     pub node: usize,
     pub state: OperatorState,
+    /// The operator's null-state watermark, if it recomputes (FLINK-4120).
+    pub null_state: Option<u64>,
 }
 
 /// What the coordinator knows of one task of the current attempt.
@@ -187,6 +199,8 @@ struct InFlight {
     alignments: Vec<TaskAlignment>,
     bytes: BTreeMap<String, u64>,
     offsets: BTreeMap<(usize, usize), Vec<SourceOffset>>,
+    /// The smallest null-state watermark reported per node.
+    null_states: BTreeMap<usize, u64>,
     waiters: Vec<Waiter>,
     /// Whether tasks hear of the completion (false for plain savepoints,
     /// whose transactions commit with the next checkpoint, as in Flink).
@@ -210,6 +224,10 @@ pub(crate) struct Coordinator {
     final_done: bool,
     queued: Vec<(Request, Option<Waiter>)>,
     stopping: Option<Stopping>,
+    /// Replay points of the retained checkpoints (FLINK-4120).
+    ledger: NullStateLedger,
+    /// Which nodes recompute in the current attempt.
+    recomputed: Vec<bool>,
 }
 
 fn now_ms() -> u64 {
@@ -227,7 +245,22 @@ impl Coordinator {
         stats: Arc<Mutex<Vec<CheckpointStats>>>,
         failed: Arc<AtomicU64>,
     ) -> Result<Self> {
+        if config.recovery == Recovery::Recompute
+            && (config.mode != AlignmentMode::ExactlyOnce || config.unaligned)
+        {
+            return Err(Error::checkpoint(
+                Some(config.dir.clone()),
+                "recovery='recompute' needs exactly-once checkpoints with aligned barriers \
+                 (mode='exactly_once', unaligned=False): replayed state is only exact when \
+                 every barrier cuts the input where it did in the original run",
+            ));
+        }
         let storage = CheckpointStorage::open(&config.dir)?;
+        let ledger = if config.recovery == Recovery::Recompute {
+            NullStateLedger::load(&storage)
+        } else {
+            NullStateLedger::default()
+        };
         let newest = storage.list()?.first().map(|s| s.id).unwrap_or(0);
         let (write_tx, write_rx) = unbounded::<WriteJob>();
         let (done_tx, done_rx) = unbounded::<WriteDone>();
@@ -271,12 +304,24 @@ impl Coordinator {
             final_done: false,
             queued: Vec::new(),
             stopping: None,
+            ledger,
+            recomputed: Vec::new(),
         })
     }
 
     /// The storage.
     pub fn storage(&self) -> &CheckpointStorage {
         &self.storage
+    }
+
+    /// How the job recovers.
+    pub fn recovery(&self) -> Recovery {
+        self.config.recovery
+    }
+
+    /// Which nodes recompute in the attempt that starts now.
+    pub fn set_recomputed(&mut self, recomputed: Vec<bool>) {
+        self.recomputed = recomputed;
     }
 
     /// The alignment mode tasks use.
@@ -542,6 +587,7 @@ impl Coordinator {
             alignments: Vec::new(),
             bytes: BTreeMap::new(),
             offsets: BTreeMap::new(),
+            null_states: BTreeMap::new(),
             waiters: waiter.into_iter().collect(),
             notify,
         };
@@ -635,6 +681,10 @@ impl Coordinator {
         };
         for snap in states {
             let node = &graph.nodes[snap.node];
+            if let Some(w) = snap.null_state {
+                let e = f.null_states.entry(snap.node).or_insert(w);
+                *e = (*e).min(w);
+            }
             if let (true, Some(StateBlob::Bytes(b))) = (
                 matches!(node.kind, crate::graph::NodeKind::Source(_)),
                 snap.state.operator.as_ref(),
@@ -708,6 +758,16 @@ impl Coordinator {
             return;
         };
         let id = f.barrier.id;
+        let is_checkpoint = f.barrier.kind == BarrierKind::Checkpoint;
+        let null_state = if is_checkpoint && self.config.recovery == Recovery::Recompute {
+            Some(
+                self.ledger
+                    .resolve(graph, &self.recomputed, id, &f.null_states),
+            )
+        } else {
+            None
+        };
+        let per_node = |n: usize| null_state.as_ref().and_then(|o| o.per_node[n]);
         let mut operators = Vec::new();
         for node in &graph.nodes {
             let node_tasks: Vec<usize> = tasks
@@ -720,7 +780,7 @@ impl Coordinator {
                 uid: node.uid.clone(),
                 name: node.name.clone(),
                 finished: node_tasks.iter().all(|t| f.finished_at_ack[*t]),
-                null_state_checkpoint: None,
+                null_state_checkpoint: per_node(node.id),
                 subtasks: (0..node.parallelism)
                     .map(|s| SubtaskEntry {
                         subtask: s as u32,
@@ -767,13 +827,39 @@ impl Coordinator {
                             )
                         })
                         .collect(),
+                    recomputes: graph
+                        .nodes
+                        .iter()
+                        .map(|n| {
+                            matches!(n.kind, crate::graph::NodeKind::Operator(_))
+                                && per_node(n.id).is_some()
+                        })
+                        .collect(),
+                    null_state_checkpoint: null_state
+                        .as_ref()
+                        .map_or(id, |o| o.null_state_checkpoint),
                 };
-                self.stats.lock().push(stats);
-                let is_checkpoint = f.barrier.kind == BarrierKind::Checkpoint;
                 if is_checkpoint {
                     self.last_completed = Some(id);
-                    let _ = self.storage.retain(self.config.retained.max(1));
+                    match &null_state {
+                        Some(o) => {
+                            let _ = self
+                                .storage
+                                .retain_since(self.config.retained.max(1), o.null_state_checkpoint);
+                            if let Ok(kept) = self.storage.list() {
+                                if let Some(oldest) = kept.last() {
+                                    self.ledger.forget_before(oldest.id);
+                                }
+                            }
+                        }
+                        None => {
+                            let _ = self.storage.retain(self.config.retained.max(1));
+                        }
+                    }
                 }
+                // Published after retention: whoever sees the stats of a
+                // checkpoint sees the storage as it leaves it.
+                self.stats.lock().push(stats);
                 if f.notify {
                     out.push(Outgoing::Notify { checkpoint: id });
                 }
@@ -798,6 +884,7 @@ impl Coordinator {
                 }
             }
             Err(e) => {
+                self.ledger.discard(id);
                 self.failed.fetch_add(1, Ordering::Relaxed);
                 out.push(Outgoing::Abort { checkpoint: id });
                 for w in f.waiters {

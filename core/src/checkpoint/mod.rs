@@ -46,12 +46,14 @@
 
 pub mod coordinator;
 pub mod manifest;
+pub mod recompute;
 pub mod storage;
 
 pub use manifest::{
     Manifest, OperatorEntry, SourceOffset, StateFileEntry, SubtaskEntry, TaskAlignment,
     MANIFEST_VERSION,
 };
+pub use recompute::{NullStateLedger, Recovery, ReplayPlan, SourceReplay};
 pub use storage::{
     CheckpointInfo, CheckpointStorage, CheckpointSummary, CompletedCheckpoint, PendingCheckpoint,
     RestoredCheckpoint, StateHandle, StateWriter, SummaryInfo, MANIFEST_FILE,

@@ -317,6 +317,14 @@ impl CheckpointStorage {
     /// newest completed checkpoint (newer ones may be in progress). Returns
     /// the ids deleted.
     pub fn retain(&self, n: usize) -> Result<Vec<u64>> {
+        self.retain_since(n, u64::MAX)
+    }
+
+    /// Like [`retain`](Self::retain), but also keeps every completed
+    /// checkpoint with an id `>= since` (FLINK-4120: the checkpoints back to
+    /// the null-state checkpoint of the newest one, whose source offsets a
+    /// recompute recovery replays). Returns the ids deleted.
+    pub fn retain_since(&self, n: usize, since: u64) -> Result<Vec<u64>> {
         let all = self.checkpoint_dirs()?;
         let newest_completed = all
             .iter()
@@ -327,7 +335,7 @@ impl CheckpointStorage {
         for (id, dir) in all {
             let delete = if dir.join(MANIFEST_FILE).is_file() {
                 kept += 1;
-                kept > n
+                kept > n && id < since
             } else {
                 newest_completed.is_some_and(|newest| id < newest)
             };
@@ -361,7 +369,7 @@ fn remove_checkpoint_dir(dir: &Path) -> Result<()> {
     }
 }
 
-fn read_manifest(path: &Path) -> Result<Manifest> {
+pub(crate) fn read_manifest(path: &Path) -> Result<Manifest> {
     let bytes = fs::read(path).map_err(|e| {
         Error::checkpoint(
             Some(path.to_path_buf()),

@@ -69,6 +69,11 @@ impl FilterOperator {
 }
 
 impl Operator for FilterOperator {
+    /// Stateless: its (empty) state is that of the current checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        Some(checkpoint_id)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,
@@ -113,6 +118,15 @@ impl FilterFactory {
 }
 
 impl OperatorFactory for FilterFactory {
+    /// Stateless: nothing to rebuild (FLINK-4120).
+    fn recomputable(&self) -> bool {
+        true
+    }
+
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(FilterOperator::new(self.expr.clone())))
     }

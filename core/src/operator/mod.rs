@@ -103,12 +103,52 @@ pub trait Operator: Send {
     fn late_records(&self) -> u64 {
         0
     }
+
+    /// FLINK-4120: this operator's null-state watermark at checkpoint
+    /// `checkpoint_id` (called right after `snapshot_state` of that
+    /// checkpoint): the earliest checkpoint from whose source positions its
+    /// current state can be rebuilt from its input alone (`checkpoint_id`
+    /// itself when it holds no state). `None`: its state cannot be rebuilt
+    /// and must be persisted (the default). Only operators whose factory
+    /// says [`OperatorFactory::recomputable`] are asked.
+    fn null_state_watermark(&self, _checkpoint_id: u64) -> Option<u64> {
+        None
+    }
+
+    /// The barrier of checkpoint `checkpoint_id` passed this operator: the
+    /// records that follow belong to the epoch after it. Called after
+    /// `snapshot_state`, for barriers replayed during a recompute recovery
+    /// (which take no snapshot), and once before `open` with the checkpoint
+    /// the operator starts from (0 on a fresh start). Operators that report
+    /// a null-state watermark use it to remember in which epoch their state
+    /// began.
+    fn on_barrier(&mut self, _checkpoint_id: u64) {}
 }
 
 /// Builds one operator instance per parallel subtask.
 pub trait OperatorFactory: Send + Sync {
     /// A fresh operator for subtask `ctx.subtask_index`.
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>>;
+
+    /// FLINK-4120: whether the operators it builds can rebuild their state
+    /// from a bounded stretch of input (they then report
+    /// [`Operator::null_state_watermark`]). With `recovery = recompute`
+    /// such operators persist no state. Replaying their input must give
+    /// the same state: their functions must be deterministic. Default:
+    /// no.
+    fn recomputable(&self) -> bool {
+        false
+    }
+
+    /// FLINK-4120: whether replaying from *any* checkpoint before the
+    /// reported null-state watermark also rebuilds the state (windows, the
+    /// largest timestamp and stateless operators: yes; a deduplication
+    /// whose entries expire: no, it must start exactly there). Only such
+    /// operators may feed other recomputed operators, which may need them
+    /// exact from an earlier point. Default: no.
+    fn replayable_from_earlier(&self) -> bool {
+        false
+    }
 }
 
 impl<F> OperatorFactory for F

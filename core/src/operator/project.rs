@@ -233,6 +233,11 @@ impl ProjectOperator {
 }
 
 impl Operator for ProjectOperator {
+    /// Stateless: its (empty) state is that of the current checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        Some(checkpoint_id)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,
@@ -305,6 +310,15 @@ impl ProjectFactory {
 }
 
 impl OperatorFactory for ProjectFactory {
+    /// Stateless: nothing to rebuild (FLINK-4120).
+    fn recomputable(&self) -> bool {
+        true
+    }
+
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ProjectOperator {
             mode: self.mode,

@@ -207,6 +207,16 @@ impl AssignTimestampsFactory {
 }
 
 impl OperatorFactory for AssignTimestampsFactory {
+    /// Its state (the largest timestamp) is rebuilt by replaying from before
+    /// the record that carried it (FLINK-4120).
+    fn recomputable(&self) -> bool {
+        true
+    }
+
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(AssignTimestampsOperator::new(self, ctx)?))
     }
@@ -224,6 +234,11 @@ pub struct AssignTimestampsOperator {
     max_timestamp: i64,
     /// Last watermark emitted, `i64::MIN` before the first.
     last_emitted: i64,
+    /// The last checkpoint whose barrier passed (FLINK-4120 epochs).
+    epoch: u64,
+    /// The epoch in which `max_timestamp` was last raised: replaying from
+    /// that checkpoint rebuilds it (the null-state watermark).
+    max_epoch: u64,
 }
 
 impl AssignTimestampsOperator {
@@ -239,6 +254,8 @@ impl AssignTimestampsOperator {
             binding: None,
             max_timestamp: i64::MIN,
             last_emitted: i64::MIN,
+            epoch: 0,
+            max_epoch: 0,
         })
     }
 
@@ -285,7 +302,10 @@ impl Operator for AssignTimestampsOperator {
         // raw values converts to the maximum in milliseconds.
         let max_raw = raw.iter().copied().max().unwrap_or(i64::MIN);
         let max_ms = to_millis(max_raw, column.data_type());
-        self.max_timestamp = self.max_timestamp.max(max_ms);
+        if max_ms > self.max_timestamp {
+            self.max_timestamp = max_ms;
+            self.max_epoch = self.epoch;
+        }
         out.emit(batch)?;
         if let Some(w) = self.current_watermark() {
             if w > self.last_emitted {
@@ -294,6 +314,18 @@ impl Operator for AssignTimestampsOperator {
             }
         }
         Ok(())
+    }
+
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        Some(if self.max_timestamp == i64::MIN {
+            checkpoint_id
+        } else {
+            self.max_epoch
+        })
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) {
+        self.epoch = checkpoint_id;
     }
 
     fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {

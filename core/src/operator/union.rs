@@ -30,6 +30,15 @@ impl UnionFactory {
 }
 
 impl OperatorFactory for UnionFactory {
+    /// Stateless: nothing to rebuild (FLINK-4120).
+    fn recomputable(&self) -> bool {
+        true
+    }
+
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(UnionOperator))
     }
@@ -83,6 +92,11 @@ pub fn output_schema(inputs: &[SchemaRef]) -> Result<SchemaRef> {
 }
 
 impl Operator for UnionOperator {
+    /// Stateless: its (empty) state is that of the current checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        Some(checkpoint_id)
+    }
+
     fn process_batch(
         &mut self,
         _input: usize,

@@ -410,6 +410,16 @@ impl WindowFactory {
 }
 
 impl OperatorFactory for WindowFactory {
+    /// Open windows are rebuilt by replaying from the checkpoint before the
+    /// first record of the oldest one (FLINK-4120).
+    fn recomputable(&self) -> bool {
+        true
+    }
+
+    fn replayable_from_earlier(&self) -> bool {
+        true
+    }
+
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(WindowOperator::new(self, ctx)?))
     }
@@ -1170,6 +1180,12 @@ pub struct WindowOperator {
     next_seq: u64,
     late: Arc<AtomicU64>,
     scratch: Scratch,
+    /// The last checkpoint whose barrier passed (FLINK-4120 epochs).
+    epoch: u64,
+    /// Per epoch that received records, oldest first: the largest window
+    /// start a record of that epoch touched. An epoch stays while that
+    /// start is open; the first one left is the null-state watermark.
+    epochs: std::collections::VecDeque<(u64, i64)>,
 }
 
 impl std::fmt::Debug for WindowOperator {
@@ -1201,6 +1217,8 @@ impl WindowOperator {
             next_seq: 0,
             late: Arc::new(AtomicU64::new(0)),
             scratch: Scratch::default(),
+            epoch: 0,
+            epochs: std::collections::VecDeque::new(),
         })
     }
 
@@ -1433,6 +1451,13 @@ impl Operator for WindowOperator {
         };
         let (scratch, next_seq) = (&mut self.scratch, &mut self.next_seq);
         let late = with_store!(engine, s => process_rows(s, &args, scratch, next_seq))?;
+        if let Some(&t) = self.scratch.times.iter().max() {
+            let touched = t - t.rem_euclid(self.factory.assigner.slide_ms());
+            match self.epochs.back_mut() {
+                Some((e, hi)) if *e == self.epoch => *hi = (*hi).max(touched),
+                _ => self.epochs.push_back((self.epoch, touched)),
+            }
+        }
         if late > 0 {
             self.late.fetch_add(late, Ordering::Relaxed);
         }
@@ -1452,6 +1477,15 @@ impl Operator for WindowOperator {
             let c = i128::from(watermark) - i128::from(size) + 2;
             Some(c.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
         };
+        if let Some(c) = cut {
+            // Epochs whose records touched only windows that are now over
+            // no longer hold state.
+            while self.epochs.front().is_some_and(|(_, hi)| *hi < c) {
+                self.epochs.pop_front();
+            }
+        } else {
+            self.epochs.clear();
+        }
         if let (Some(engine), Some((layout, output))) = (&mut self.engine, &self.layout) {
             let fired = with_store!(engine, s => s.fire(cut, &layout.key_fields))
                 .map_err(|e| e.in_operator(&self.own.name))?;
@@ -1475,6 +1509,14 @@ impl Operator for WindowOperator {
             }
         }
         out.emit_watermark(watermark)
+    }
+
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) {
+        self.epoch = checkpoint_id;
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {

@@ -27,6 +27,7 @@ use crate::partition::{Partitioner, Partitioning};
 use crate::runtime::loop_head::LoopHead;
 use crate::runtime::metrics::{JobMetrics, MetricsSnapshot, OperatorMetrics};
 use crate::runtime::plan::Plan;
+use crate::runtime::replay::AttemptRecompute;
 use crate::runtime::task::{
     Control, InputChannel, OpSlot, OutSender, OutputEdge, SourceHead, Task, TaskOutput, TaskReport,
     TaskRestore,
@@ -176,6 +177,15 @@ impl JobHandle {
     /// Validates `graph` and starts running it on background threads.
     pub fn start(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
         graph.validate()?;
+        if let (Some(c), Some(l)) = (&config.checkpoint, graph.loops.first()) {
+            if c.recovery == crate::checkpoint::recompute::Recovery::Recompute {
+                return Err(Error::graph(
+                    &graph.nodes[l.head].name,
+                    "recovery='recompute' does not support loops yet: records in flight in a \
+                     loop cannot be rebuilt from the sources; use recovery='latest'",
+                ));
+            }
+        }
         let metrics = JobMetrics {
             nodes: graph
                 .nodes
@@ -515,6 +525,17 @@ fn run_attempt(
         .as_ref()
         .map(|c| c.mode())
         .unwrap_or(AlignmentMode::ExactlyOnce);
+    let recompute = AttemptRecompute::prepare(
+        graph,
+        coordinator
+            .as_ref()
+            .map(|c| c.recovery())
+            .unwrap_or_default(),
+        restored.as_ref(),
+    )?;
+    if let Some(c) = coordinator.as_deref_mut() {
+        c.set_recomputed(recompute.recomputed.clone());
+    }
     let run = build_attempt(
         graph,
         plan,
@@ -523,6 +544,7 @@ fn run_attempt(
         attempt,
         mode,
         restored.as_ref(),
+        &recompute,
     )?;
     drop(restored);
     let total = run.controls.len();
@@ -625,6 +647,7 @@ fn run_attempt(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn build_attempt(
     graph: &JobGraph,
     plan: &Plan,
@@ -633,6 +656,7 @@ fn build_attempt(
     attempt: u32,
     mode: AlignmentMode,
     restored: Option<&RestoredCheckpoint>,
+    recompute: &AttemptRecompute,
 ) -> Result<Attempt> {
     let max_p = graph.max_parallelism;
     // Channels: for every edge into a chain head, one channel per connected
@@ -796,7 +820,8 @@ fn build_attempt(
             let mut contexts = Vec::new();
             let mut node_ids = Vec::new();
             let mut restore = TaskRestore {
-                finished: restored.is_some_and(|rc| all_finished(rc, graph, &chain.nodes)),
+                finished: restored.is_some_and(|rc| all_finished(rc, graph, &chain.nodes))
+                    && !recompute.replays_chain(graph, &chain.nodes),
                 ..TaskRestore::default()
             };
             for &node_id in &chain.nodes {
@@ -807,6 +832,7 @@ fn build_attempt(
                     metrics: shared.metrics.nodes[node_id].2.clone(),
                     schema: node.output_schema.clone(),
                     late: 0,
+                    replay_drop: false,
                 };
                 let state = match restored {
                     Some(rc) => state_for(
@@ -830,9 +856,12 @@ fn build_attempt(
                             node: node_id,
                         });
                         source_context = Some(ctx);
-                        restore.source_offset = state
-                            .and_then(|s| s.operator)
-                            .and_then(|b| b.as_bytes().map(<[u8]>::to_vec));
+                        restore.source_offset = match recompute.source_start(&node.uid, subtask) {
+                            Some(start) => start,
+                            None => state
+                                .and_then(|s| s.operator)
+                                .and_then(|b| b.as_bytes().map(<[u8]>::to_vec)),
+                        };
                     }
                     NodeKind::Operator(f) => {
                         ops.push(f.create(&ctx).map_err(|e| e.in_operator(&node.name))?);
@@ -898,6 +927,7 @@ fn build_attempt(
                 output: chain_outputs.next().unwrap_or_default(),
                 control: ctl_rx,
                 reports: report_tx.clone(),
+                recompute: recompute.for_task(graph, &chain.nodes, &node_ids, subtask),
                 node_ids,
                 restore,
                 scope: head_node.scope.loop_path(),

@@ -483,7 +483,8 @@ impl Task {
             return Ok(()); // reached the head both through a channel and directly
         }
         head.begun = barrier.id;
-        let states = self.chain_states(barrier.id)?;
+        let states = self.chain_states(&barrier)?;
+        crate::runtime::replay::start_epoch(&mut self.ops, &barrier);
         let head = self.head();
         let returned: Vec<bool> = head.feedback.iter().map(|f| f.ended).collect();
         let log = Arc::new(FeedbackQueue::new(

@@ -7,6 +7,7 @@ pub mod job;
 pub(crate) mod loop_head;
 pub mod metrics;
 pub mod plan;
+pub(crate) mod replay;
 pub(crate) mod task;
 
 pub use job::{JobConfig, JobHandle, JobOutcome, JobStatus, RestartStrategy, RestoreFrom};

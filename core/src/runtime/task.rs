@@ -26,6 +26,7 @@ use crate::operator::{Collector, Operator, OperatorContext};
 use crate::partition::Partitioner;
 use crate::runtime::loop_head::LoopHead;
 use crate::runtime::metrics::OperatorMetrics;
+use crate::runtime::replay::{start_epoch, TaskRecompute};
 use crate::sink::END_OF_JOB;
 use crate::source::{SourcePoll, SourceReader};
 use crate::termination::BodyTermination;
@@ -77,6 +78,9 @@ pub(crate) struct OpSlot {
     pub schema: Option<SchemaRef>,
     /// This subtask's contribution to the operator's late-record count.
     pub late: u64,
+    /// A persisted operator drops its input while a recompute recovery
+    /// replays (FLINK-4120; see [`crate::runtime::replay`]).
+    pub replay_drop: bool,
 }
 
 impl OpSlot {
@@ -244,6 +248,9 @@ pub(crate) fn push_batch(
     else {
         return tail.emit(batch);
     };
+    if slot.replay_drop {
+        return Ok(());
+    }
     slot.metrics.add_in(batch.num_rows());
     let name = slot.name.clone();
     let mut out = ChainOut {
@@ -270,6 +277,9 @@ pub(crate) fn push_watermark(
     else {
         return tail.broadcast(Event::Watermark(watermark));
     };
+    if slot.replay_drop {
+        return Ok(());
+    }
     let name = slot.name.clone();
     let mut out = ChainOut {
         slot,
@@ -336,6 +346,8 @@ pub(crate) struct Task {
     pub body_term: Option<BodyTermination>,
     /// The loop head state when the task's first operator heads a loop.
     pub loop_head: Option<Box<LoopHead>>,
+    /// Recompute-mode bookkeeping (FLINK-4120).
+    pub recompute: TaskRecompute,
 }
 
 /// How a task's input ended.
@@ -414,6 +426,8 @@ impl Task {
                 .map_err(|e| e.in_operator(&src.slot.name))?;
         }
         for (i, op) in self.ops.iter_mut().enumerate() {
+            op.on_barrier(self.recompute.start_epoch(i));
+            self.slots[i].replay_drop = self.recompute.drops(i);
             op.open(&self.contexts[i])
                 .map_err(|e| e.in_operator(&self.slots[i].name))?;
         }
@@ -476,10 +490,14 @@ impl Task {
         alignment: Duration,
         finished: bool,
     ) -> Result<()> {
+        if self.recompute.is_replayed(&barrier) {
+            return self.pass_replayed(barrier);
+        }
         if !finished && self.loop_head.is_some() {
             return self.begin_loop_checkpoint(barrier, alignment);
         }
-        let states = self.chain_states(barrier.id)?;
+        let states = self.chain_states(&barrier)?;
+        start_epoch(&mut self.ops, &barrier);
         let _ = self.reports.send(TaskReport::Snapshot {
             task: self.id,
             checkpoint: barrier.id,
@@ -494,7 +512,7 @@ impl Task {
     }
 
     /// The synchronous snapshot of the source offset and every operator.
-    pub(crate) fn chain_states(&mut self, checkpoint: u64) -> Result<Vec<NodeSnapshot>> {
+    pub(crate) fn chain_states(&mut self, barrier: &Barrier) -> Result<Vec<NodeSnapshot>> {
         let mut states = Vec::with_capacity(self.ops.len() + 1);
         if let Some(src) = &self.source {
             states.push(NodeSnapshot {
@@ -505,19 +523,54 @@ impl Task {
                     ))),
                     keyed: Vec::new(),
                 },
+                null_state: None,
             });
         }
         for i in 0..self.ops.len() {
             let name = self.slots[i].name.clone();
-            let state = self.ops[i]
-                .snapshot_state(checkpoint)
-                .map_err(|e| e.in_operator(&name))?;
+            let state = if self.recompute.persists(i, barrier) {
+                self.ops[i]
+                    .snapshot_state(barrier.id)
+                    .map_err(|e| e.in_operator(&name))?
+            } else {
+                crate::state::OperatorState::default()
+            };
             states.push(NodeSnapshot {
                 node: self.node_ids[i],
                 state,
+                null_state: self.recompute.null_state(i, self.ops[i].as_ref(), barrier),
             });
         }
         Ok(states)
+    }
+
+    /// A barrier replayed by a recompute recovery: operators learn the
+    /// epoch, nothing is snapshotted; the last one ends the replay.
+    fn pass_replayed(&mut self, barrier: Barrier) -> Result<()> {
+        start_epoch(&mut self.ops, &barrier);
+        self.output.broadcast(Event::Barrier(barrier))?;
+        let ended = self.recompute.passed(&barrier);
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            slot.replay_drop = self.recompute.drops(i);
+        }
+        if ended {
+            for b in std::mem::take(&mut self.recompute.deferred) {
+                self.snapshot(b, Duration::ZERO, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A replaying source re-injects the barriers recorded at its offset.
+    fn inject_replayed(&mut self) -> Result<()> {
+        let Some(src) = self.source.as_ref() else {
+            return Ok(());
+        };
+        let name = src.slot.name.clone();
+        for b in self.recompute.due(&src.reader.offset(), &name)? {
+            self.snapshot(b, Duration::ZERO, false)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn notify_complete(&mut self, id: u64) -> Result<()> {
@@ -571,6 +624,9 @@ impl Task {
         let mut drain_now = false;
         loop {
             match self.control.try_recv() {
+                Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
+                    self.recompute.deferred.push(b)
+                }
                 Ok(Control::StopSource(Some(barrier))) => {
                     self.snapshot(barrier, Duration::ZERO, false)?;
                     return Ok(InputEnd::Undrained);
@@ -580,6 +636,7 @@ impl Task {
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
+            self.inject_replayed()?;
             let Some(src) = self.source.as_mut() else {
                 return Ok(InputEnd::Drained);
             };
@@ -604,6 +661,9 @@ impl Task {
                     .control
                     .recv_timeout(std::time::Duration::from_millis(10))
                 {
+                    Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
+                        self.recompute.deferred.push(b)
+                    }
                     Ok(Control::StopSource(Some(barrier))) => {
                         self.snapshot(barrier, Duration::ZERO, false)?;
                         return Ok(InputEnd::Undrained);
@@ -616,6 +676,8 @@ impl Task {
                     }
                 },
                 SourcePoll::End => {
+                    self.recompute
+                        .check_end(&src.reader.offset(), &src.slot.name)?;
                     let mut out = ChainOut {
                         slot: &mut src.slot,
                         rest_ops: &mut self.ops,
