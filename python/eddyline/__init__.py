@@ -39,6 +39,7 @@ from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
+from .sources import Source
 from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
 from .windows import Sliding, TimeWindow, Tumbling
 
@@ -68,6 +69,7 @@ __all__ = [
     "SchemaError",
     "ScopeError",
     "Sliding",
+    "Source",
     "StreamEnvironment",
     "StreamScope",
     "TimeWindow",
