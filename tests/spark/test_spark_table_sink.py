@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import threading
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -12,6 +16,8 @@ import pytest
 import eddyline as ed
 from eddyline.spark import SparkTableSink
 from eddyline.spark.sink import STAGING
+from eddyline.spark.source import PINS_DIR
+from eddyline.testing import SleepPerBatch
 
 N = 20_000
 KEYS = 37
@@ -42,6 +48,11 @@ def test_keyed_sum_from_spark_to_table_equals_numpy_reference(spark: Any, tmp_pa
     sums = env.from_spark(df).select("k", "amount").key_by("k").sum("amount")
     sums.sink_to(SparkTableSink(spark, "sums_ref", path=str(tmp_path / "sums")))
     env.execute("spark-sum")
+
+    with open(tmp_path / "chk" / PINS_DIR / "from_spark_0" / "pin.json", encoding="utf-8") as fh:
+        pinned = json.load(fh)
+    assert pinned["snapshot"] is None, "a plain Parquet scan is pinned as its file list"
+    assert pinned["files"] == sorted(f.removeprefix("file://") for f in df.inputFiles())
 
     rows = [r.asDict() for r in spark.table("sums_ref").collect()]
     reference = np.bincount(keys, weights=amounts, minlength=KEYS).astype(np.int64)
@@ -116,3 +127,70 @@ def test_table_sink_rejects_unwritable_location(spark: Any, tmp_path: Any) -> No
     with pytest.raises(ed.GraphError, match=r"operator 'sink_\d+': cannot write into the location"):
         stream.sink_to(SparkTableSink(spark, "blocked", path=str(blocker / "t")))
     assert not spark.catalog.tableExists("blocked")
+
+
+def test_from_spark_without_checkpointing_reads_a_snapshot(spark: Any) -> None:
+    df = spark.range(0, 1000, numPartitions=2).selectExpr("id", "id * 2 AS twice")
+    env = ed.StreamEnvironment(2)
+    out = env.from_spark(df).collect()
+    env.execute()
+    assert sorted((r["id"], r["twice"]) for r in out.to_pylist()) == [
+        (i, 2 * i) for i in range(1000)
+    ]
+
+
+def test_from_spark_unreadable_dataframe_is_a_graph_error(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "gone")
+    spark.range(10).write.parquet(path)
+    df = spark.read.parquet(path)
+    shutil.rmtree(path)
+    env = ed.StreamEnvironment()
+    with pytest.raises(
+        ed.GraphError, match="operator 'from_spark': cannot read the Spark DataFrame"
+    ):
+        env.from_spark(df)
+
+
+def test_concurrent_reader_never_sees_part_of_a_checkpoint(spark: Any, tmp_path: Any) -> None:
+    location = str(tmp_path / "t")
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="100ms"), batch_size=100
+    )
+    numbers = env.from_sequence(0, 6000)
+    slow = numbers.map_batches(SleepPerBatch(0.01))
+    schema = pa.schema([("value", pa.int64())])
+    slow.sink_to(SparkTableSink(spark, "polled", path=location, schema=schema))
+    seen: list[dict[str, set[str]]] = []
+    stop = threading.Event()
+    reader = spark.newSession()  # its own cached listings: reads the table like an outsider
+
+    def poll() -> None:
+        while not stop.is_set():
+            files = reader.read.schema("value long").parquet(location).inputFiles()
+            by_checkpoint: dict[str, set[str]] = defaultdict(set)
+            for f in files:
+                name = os.path.basename(f)
+                by_checkpoint[name.split("-s")[0]].add(name)
+            seen.append(by_checkpoint)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        env.execute("polled")
+    finally:
+        stop.set()
+        poller.join()
+    final = seen[-1] if seen else {}
+    complete: dict[str, set[str]] = defaultdict(set)
+    for f in spark.read.parquet(location).inputFiles():
+        name = os.path.basename(f)
+        complete[name.split("-s")[0]].add(name)
+    assert sorted(r.value for r in spark.read.parquet(location).collect()) == list(range(6000))
+    assert len(complete) > 1, "the run committed only one checkpoint: nothing to observe"
+    assert len(seen) > 3 and any(0 < len(s) < len(complete) for s in seen), (
+        "the reader never observed the table mid-run"
+    )
+    for snapshot in seen:
+        for key, names in snapshot.items():
+            assert names == complete[key], f"the reader saw part of checkpoint {key}"
+    assert final.keys() <= complete.keys()

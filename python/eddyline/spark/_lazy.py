@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 from ..errors import EddylineError
 
 __all__ = ["SparkNotInstalledError", "require_pyspark"]
@@ -15,8 +13,10 @@ class SparkNotInstalledError(EddylineError, ImportError):
 
 def require_pyspark(feature: str) -> None:
     """Raises :class:`SparkNotInstalledError` naming ``feature`` when pyspark is missing."""
-    if importlib.util.find_spec("pyspark") is None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
         raise SparkNotInstalledError(
             f"{feature} needs pyspark, which is not installed; install eddyline's Spark "
             'extra with: pip install "eddyline[spark]"'
-        )
+        ) from exc

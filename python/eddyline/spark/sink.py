@@ -89,6 +89,8 @@ class SparkTableSink(TwoPhaseCommitSink):
             created as an unmanaged Parquet table at ``path`` (or, without
             ``path``, as a managed table in the warehouse).
         path: Where a new table's files live (local filesystem).
+        schema: The rows' Arrow schema, for streams whose schema is only known
+            at run time (by default the stream's schema).
 
     Raises:
         SchemaError: The existing table's columns differ from the stream's.
@@ -101,12 +103,20 @@ class SparkTableSink(TwoPhaseCommitSink):
         >>> totals.sink_to(SparkTableSink(spark, "totals"))         # doctest: +SKIP
     """
 
-    def __init__(self, spark: Any, table: str, *, path: str | os.PathLike[str] | None = None):
+    def __init__(
+        self,
+        spark: Any,
+        table: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        schema: pa.Schema | None = None,
+    ) -> None:
         require_pyspark("SparkTableSink")
         if not isinstance(table, str) or not table:
             raise ValueError(f"SparkTableSink needs a table name, got {table!r}")
         self.table = table
         self.path = os.fspath(path) if path is not None else None
+        self.schema = schema
         self.location: str | None = None
         self._token = uuid.uuid4().hex
         _SESSIONS[self._token] = spark
@@ -126,10 +136,12 @@ class SparkTableSink(TwoPhaseCommitSink):
     def _bind(self, operator: str, schema: pa.Schema | None) -> None:
         """Creates or checks the table for a stream of ``schema`` (driver side)."""
         spark = _SESSIONS[self._token]
+        schema = schema if schema is not None else self.schema
         if schema is None:
             raise GraphError(
                 f"operator '{operator}': SparkTableSink({self.table!r}) needs the stream's "
-                "schema when it is attached; give the preceding operator an output schema",
+                "schema when it is attached; give the preceding operator an output schema "
+                "(e.g. map_batches(fn, schema=...)) or pass SparkTableSink(..., schema=...)",
                 operator=operator,
             )
         from pyspark.sql.pandas.types import from_arrow_schema

@@ -154,6 +154,28 @@ def _has_completed_checkpoint(directory: str) -> bool:
     return any(c.get("valid") for c in native().list_checkpoints(directory))
 
 
+def _check_input_files(df: Any, operator: str) -> None:
+    """Fails early when a file the DataFrame scans is gone (Spark would fail at run time)."""
+    try:
+        uris = list(df.inputFiles())
+    except Exception as exc:
+        raise GraphError(
+            f"operator '{operator}': cannot read the Spark DataFrame: {_first_line(exc)}",
+            operator=operator,
+        ) from exc
+    for uri in uris:
+        try:
+            path = local_path(uri)
+        except ValueError:
+            continue  # not on the local filesystem: Spark reads it
+        if not os.path.exists(path):
+            raise GraphError(
+                f"operator '{operator}': cannot read the Spark DataFrame: its input file "
+                f"{path!r} does not exist",
+                operator=operator,
+            )
+
+
 class _SparkPin:
     """Pins the input of one ``from_spark`` source when its job starts."""
 
@@ -225,6 +247,7 @@ def from_spark(env: StreamEnvironment, df: Any) -> DataStream:
             f"operator '{operator}': cannot read the Spark DataFrame: {_first_line(exc)}",
             operator=operator,
         ) from exc
+    _check_input_files(df, operator)
     files = _plain_parquet_files(df)
     if files is not None:
         probe = files
