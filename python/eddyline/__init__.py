@@ -83,3 +83,12 @@ __all__ = [
     "lit",
     "parse_duration",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``ed.spark`` without an explicit ``import eddyline.spark`` (it needs no pyspark to import).
+    if name == "spark":
+        import importlib
+
+        return importlib.import_module(".spark", __name__)
+    raise AttributeError(f"module 'eddyline' has no attribute {name!r}")

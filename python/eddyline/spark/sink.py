@@ -124,6 +124,8 @@ class SparkTableSink(TwoPhaseCommitSink):
         self._seq = 0
         self._lineage: set[str] = set()
         self._opened = False
+        self._logged: set[str] = set()
+        self._logged_upto = -1
 
     def __repr__(self) -> str:
         return f"SparkTableSink({self.table!r})"
@@ -337,7 +339,7 @@ class SparkTableSink(TwoPhaseCommitSink):
         staged_dir = os.path.join(root, STAGING, txn.key)
         log = SinkLog(root)
         with _LOG_LOCK:
-            logged = {os.path.basename(f) for f in log.files_upto(log.latest())}
+            logged = self._logged_files(log)
             publish = []
             with contextlib.suppress(FileNotFoundError):
                 for name in sorted(os.listdir(staged_dir)):
@@ -358,12 +360,24 @@ class SparkTableSink(TwoPhaseCommitSink):
             if publish:
                 fsync_dir(root)
                 log.append(publish)
+                logged.update(os.path.basename(f) for f in publish)
             with contextlib.suppress(OSError):
                 os.rmdir(staged_dir)
         spark = _SESSIONS.get(self._token)
         if spark is not None and publish:
             with contextlib.suppress(Exception):  # best effort: only the cached listing
                 spark.catalog.refreshTable(self.table)
+
+    def _logged_files(self, log: SinkLog) -> set[str]:
+        """Names of the files the log lists, read incrementally (batches are immutable)."""
+        latest = log.latest()
+        if self._logged_upto < 0:
+            self._logged = {os.path.basename(f) for f in log.files_upto(latest)}
+        else:
+            for batch in range(self._logged_upto + 1, latest + 1):
+                self._logged.update(os.path.basename(f) for f in log.new_files(batch))
+        self._logged_upto = latest
+        return self._logged
 
     def abort(self, txn: _Txn) -> None:
         if txn.writer is not None:
