@@ -40,6 +40,7 @@ from .loops import CoLoopFunction, LoopFunction
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
+from .sources import Source
 from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
 from .windows import Sliding, TimeWindow, Tumbling
 
@@ -71,6 +72,7 @@ __all__ = [
     "SchemaError",
     "ScopeError",
     "Sliding",
+    "Source",
     "StreamEnvironment",
     "StreamScope",
     "TimeWindow",
@@ -84,3 +86,12 @@ __all__ = [
     "lit",
     "parse_duration",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``ed.spark`` without an explicit ``import eddyline.spark`` (it needs no pyspark to import).
+    if name == "spark":
+        import importlib
+
+        return importlib.import_module(".spark", __name__)
+    raise AttributeError(f"module 'eddyline' has no attribute {name!r}")

@@ -11,7 +11,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -21,6 +21,7 @@ from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
 from .job import JobClient, JobResult
 from .scope import StreamScope
+from .sources import Source, SourceReaderFactory
 from .stream import DataStream, SchemaLike, _as_schema
 
 __all__ = ["StreamEnvironment"]
@@ -97,6 +98,8 @@ class StreamEnvironment:
         self.restart = restart
         self.batch_size = batch_size
         self._graph = LogicalGraph(lambda: self.parallelism)
+        # Called with ``restore_from`` right before a job starts (from_spark pins its input).
+        self._before_run: list[Callable[[str | None], None]] = []
         self._scope = StreamScope.top()
 
     def __repr__(self) -> str:
@@ -250,6 +253,43 @@ class StreamEnvironment:
                 )
         return self._source("from_parquet", "source_parquet", schema, {"paths": files})
 
+    def from_source(self, source: Source) -> DataStream:
+        """A source implementing :class:`ed.Source` (splits, read from an offset, report it).
+
+        The offsets the source reports are checkpointed; after a failure each
+        split is read again from its offset in the last completed checkpoint.
+        """
+        if not isinstance(source, Source):
+            raise TypeError(f"from_source() needs an ed.Source, got {type(source).__name__}")
+        try:
+            schema = source.schema()
+        except Exception as exc:
+            raise GraphError(
+                f"from_source(): {type(source).__name__}.schema() raised {exc!r}"
+            ) from exc
+        if not isinstance(schema, pa.Schema):
+            raise SchemaError(
+                f"from_source(): {type(source).__name__}.schema() returned "
+                f"{type(schema).__name__}, not a pyarrow.Schema"
+            )
+        op = getattr(source, "operator_name", "from_source")
+        params = {"make_reader": SourceReaderFactory(source, op), "schema": schema}
+        return self._source(op, "source_python", schema, params)
+
+    def from_spark(self, df: Any) -> DataStream:
+        """A Spark DataFrame as a replayable, checkpointed source.
+
+        The input is pinned when the job starts (the DataFrame's Parquet files
+        when it is a plain scan of them, otherwise a Parquet snapshot written
+        once under the checkpoint dir) and read by the native Parquet reader;
+        offsets are positions in the pinned input, so a restore replays exactly
+        the same rows. Needs pyspark (``pip install "eddyline[spark]"``); see
+        :func:`eddyline.spark.from_spark`.
+        """
+        from .spark.source import from_spark
+
+        return from_spark(self, df)
+
     # ---- execution ----------------------------------------------------------
 
     def _config(
@@ -314,6 +354,9 @@ class StreamEnvironment:
             )
         restore = os.fspath(restore_from) if restore_from is not None else None
         sinks = self._graph.sinks()
+        if sinks:
+            for hook in self._before_run:
+                hook(restore)
         if not sinks:
             raise GraphError(
                 "the job has no sink: add stream.collect() or stream.sink_to(...) before executing"

@@ -640,6 +640,13 @@ class DataStream(_Operators):
                 schema=None,
                 is_sink=True,
             )
+            bind = getattr(sink, "_bind", None)  # sinks that check their target when attached
+            if bind is not None:
+                try:
+                    bind(stream._node.display_name, self.schema)
+                except BaseException:
+                    self._env._graph.discard_last(stream._node)
+                    raise
         else:
             raise TypeError(
                 f"sink_to() needs an ed.ParquetSink or an ed.TwoPhaseCommitSink, got "

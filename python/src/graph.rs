@@ -30,6 +30,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::arrow::{batch_from_py, schema_from_py, schema_to_py};
 use crate::errors::to_py;
+use crate::source::PySourceFactory;
 use crate::udf::PyRunnerFactory;
 
 /// A graph ready to run, with the stores of its collect sinks.
@@ -236,6 +237,16 @@ pub fn parse_graph(
                     let s = src.schema();
                     (NodeKind::Source(src), Role::Source, s)
                 }
+                "source_python" => {
+                    let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
+                        .map_err(|e| Error::graph("", e.to_string()))?;
+                    let make_reader: Py<PyAny> = get(d, "make_reader")?;
+                    let src = Arc::new(PySourceFactory {
+                        make_reader,
+                        schema: schema.clone(),
+                    });
+                    (NodeKind::Source(src), Role::Source, Some(schema))
+                }
                 "filter" => {
                     let expr = parse_expr(&get::<Bound<PyAny>>(d, "expr")?)?;
                     let f = FilterFactory::new(expr);
@@ -417,7 +428,13 @@ pub fn parse_graph(
                     };
                     let sink: bool = opt(d, "sink")?.unwrap_or(false);
                     let role = if sink { Role::Sink } else { Role::Operator };
-                    (op(Arc::new(PyRunnerFactory { factory, keys })), role, s)
+                    let run_tag = run_tag.to_string();
+                    let f = PyRunnerFactory {
+                        factory,
+                        keys,
+                        run_tag,
+                    };
+                    (op(Arc::new(f)), role, s)
                 }
                 "sink_collect" => {
                     let store = CollectStore::new();

@@ -2,8 +2,9 @@
 //!
 //! Glue only: conversions between Python and core types (`graph.rs`,
 //! `arrow.rs`), the one error table (`errors.rs`), the one place the GIL is
-//! released (`gil.rs`), the job handle (`job.rs`) and the operator that
-//! calls Python runners once per batch (`udf.rs`). The logic of user
+//! released (`gil.rs`), the job handle (`job.rs`), the operator that
+//! calls Python runners once per batch (`udf.rs`) and the reader that polls
+//! Python sources (`source.rs`). The logic of user
 //! functions lives in the pure-Python package, the engine in core.
 
 mod arrow;
@@ -12,6 +13,7 @@ mod errors;
 mod gil;
 mod graph;
 mod job;
+mod source;
 mod udf;
 
 use pyo3::prelude::*;

@@ -21,6 +21,8 @@ use crate::errors::from_py;
 pub struct PyRunnerFactory {
     pub factory: Py<PyAny>,
     pub keys: Option<Vec<String>>,
+    /// Unique per job run (one `execute`), shared by all subtasks and attempts.
+    pub run_tag: String,
 }
 
 impl OperatorFactory for PyRunnerFactory {
@@ -54,6 +56,7 @@ impl OperatorFactory for PyRunnerFactory {
             name: ctx.name.clone(),
             runner,
             keys: self.keys.clone(),
+            run_tag: self.run_tag.clone(),
             key_indices: Vec::new(),
             hashes: Vec::new(),
             max_parallelism: ctx.max_parallelism,
@@ -70,6 +73,7 @@ pub struct PyRunner {
     name: String,
     runner: Py<PyAny>,
     keys: Option<Vec<String>>,
+    run_tag: String,
     key_indices: Vec<usize>,
     hashes: Vec<u64>,
     max_parallelism: usize,
@@ -169,6 +173,7 @@ impl Operator for PyRunner {
             d.set_item("parallelism", ctx.parallelism)?;
             d.set_item("max_parallelism", ctx.max_parallelism)?;
             d.set_item("attempt", ctx.attempt)?;
+            d.set_item("run_tag", &self.run_tag)?;
             self.runner.call_method1(py, "open", (d,))?;
             let runner = self.runner.bind(py);
             self.has_on_watermark = runner.hasattr("on_watermark")?;

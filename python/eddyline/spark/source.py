@@ -1,0 +1,387 @@
+"""Reading Spark data into eddyline: ``env.from_spark(df)`` and ``from_spark_files(path)``.
+
+``from_spark(df)`` pins its input when the job starts, so that every replay
+reads exactly the same rows:
+
+* a DataFrame that is a plain scan of Parquet files (``df.inputFiles()``, no
+  filter, projection or partition columns) is pinned as its sorted file list;
+* any other DataFrame is written once, by Spark, as a Parquet snapshot under
+  the checkpoint dir (a temporary dir when checkpointing is off).
+
+The pin is recorded in ``<checkpoint dir>/_eddyline_spark_sources/<uid>/pin.json``
+(by the source's uid, or its name when it has none); a job restored from a
+checkpoint (``restore_from=``) reads the recorded pin instead of pinning
+again. The pinned files are read by the native Parquet source: batches go
+from the file to Rust without passing through Python, and the checkpointed
+offsets are (file, row) positions in the pinned input.
+
+``from_spark_files(path)`` tails the ``_spark_metadata`` log of a Spark
+streaming file sink: it only ever sees files of committed micro-batches.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..errors import CheckpointError, GraphError, SchemaError
+from ..sources import Source
+from ._filelog import SinkLog, fsync_dir, local_path
+from ._lazy import require_pyspark
+
+if TYPE_CHECKING:
+    from .._graph import LogicalNode
+    from ..environment import StreamEnvironment
+    from ..stream import DataStream
+
+__all__ = ["SparkFilesSource", "from_spark", "from_spark_files"]
+
+PINS_DIR = "_eddyline_spark_sources"
+_TEMP_DIRS: list[str] = []
+
+
+@atexit.register
+def _remove_temp_dirs() -> None:
+    for path in _TEMP_DIRS:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _temp_dir() -> str:
+    path = tempfile.mkdtemp(prefix="eddyline-spark-")
+    _TEMP_DIRS.append(path)
+    return path
+
+
+def _safe(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", key)
+
+
+def _data_files(directory: str) -> list[str]:
+    return sorted(
+        os.path.join(directory, name)
+        for name in os.listdir(directory)
+        if not name.startswith(("_", ".")) and name.endswith(".parquet")
+    )
+
+
+def _plain_parquet_files(df: Any) -> list[str] | None:
+    """The sorted local files of a DataFrame that is a bare Parquet scan, else ``None``."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:  # Spark Connect: no plan to inspect; snapshot instead
+        return None
+    try:
+        plan = jdf.queryExecution().optimizedPlan()
+        if plan.getClass().getSimpleName() != "LogicalRelation":
+            return None
+        relation = plan.relation()
+        if relation.getClass().getSimpleName() != "HadoopFsRelation":
+            return None
+        if relation.fileFormat().getClass().getSimpleName() != "ParquetFileFormat":
+            return None
+        if relation.partitionSchema().length() > 0:
+            return None
+        uris = list(df.inputFiles())
+        files = sorted(local_path(u) for u in uris)
+    except Exception:
+        return None
+    if not files:
+        return None
+    try:
+        schemas = {pq.read_schema(f).remove_metadata() for f in files[:1]}
+        first = schemas.pop()
+        if [n.lower() for n in first.names] != [c.lower() for c in df.columns]:
+            return None
+        for other in files[1:]:
+            if not pq.read_schema(other).remove_metadata().equals(first):
+                return None
+    except (OSError, pa.ArrowException):
+        return None
+    return files
+
+
+def _write_snapshot(df: Any, directory: str, operator: str) -> list[str]:
+    try:
+        df.write.mode("errorifexists").parquet(directory)
+    except Exception as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise GraphError(
+            f"operator '{operator}': cannot read the Spark DataFrame (writing its snapshot to "
+            f"{directory!r} failed): {_first_line(exc)}",
+            operator=operator,
+        ) from exc
+    if not os.path.exists(os.path.join(directory, "_SUCCESS")):
+        raise GraphError(
+            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot "
+            f"{directory!r}",
+            operator=operator,
+        )
+    files = _data_files(directory)
+    if not files:
+        raise GraphError(
+            f"operator '{operator}': the snapshot {directory!r} holds no Parquet file",
+            operator=operator,
+        )
+    return files
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+def _has_completed_checkpoint(directory: str) -> bool:
+    from .._graph import native
+
+    return any(c.get("valid") for c in native().list_checkpoints(directory))
+
+
+def _check_input_files(df: Any, operator: str) -> None:
+    """Fails early when a file the DataFrame scans is gone (Spark would fail at run time)."""
+    try:
+        uris = list(df.inputFiles())
+    except Exception as exc:
+        raise GraphError(
+            f"operator '{operator}': cannot read the Spark DataFrame: {_first_line(exc)}",
+            operator=operator,
+        ) from exc
+    for uri in uris:
+        try:
+            path = local_path(uri)
+        except ValueError:
+            continue  # not on the local filesystem: Spark reads it
+        if not os.path.exists(path):
+            raise GraphError(
+                f"operator '{operator}': cannot read the Spark DataFrame: its input file "
+                f"{path!r} does not exist",
+                operator=operator,
+            )
+
+
+class _SparkPin:
+    """Pins the input of one ``from_spark`` source when its job starts."""
+
+    def __init__(
+        self, env: StreamEnvironment, node: LogicalNode, df: Any, files: list[str] | None
+    ) -> None:
+        self.env = env
+        self.node = node
+        self.df = df
+        self.files = files
+
+    def _snapshot(self, directory: str) -> list[str]:
+        return _write_snapshot(self.df, directory, self.node.display_name)
+
+    def resolve(self, restore_from: str | None) -> None:
+        node = self.node
+        operator = node.display_name
+        checkpoint = self.env.checkpoint
+        if checkpoint is None:
+            paths = self.files or self._snapshot(os.path.join(_temp_dir(), "snapshot"))
+            node.params["paths"] = paths
+            return
+        base = os.path.join(checkpoint.dir, PINS_DIR, _safe(node.uid or operator))
+        manifest = os.path.join(base, "pin.json")
+        if restore_from is not None:
+            if os.path.exists(manifest):
+                with open(manifest, encoding="utf-8") as fh:
+                    pinned = json.load(fh)
+                paths = list(pinned["files"])
+                for path in paths:
+                    if not os.path.exists(path):
+                        raise CheckpointError(
+                            f"from_spark source '{operator}' cannot replay its pinned input: "
+                            f"{path!r} (recorded in {manifest!r}) is gone",
+                            operator=operator,
+                        )
+                node.params["paths"] = paths
+                return
+            fresh = restore_from == "latest" and not _has_completed_checkpoint(checkpoint.dir)
+            if not fresh:
+                raise CheckpointError(
+                    f"from_spark source '{operator}' has no pinned input recorded at "
+                    f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
+                    "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
+                    operator=operator,
+                )
+        os.makedirs(base, exist_ok=True)
+        if self.files is not None:
+            paths, snapshot = self.files, None
+        else:
+            snapshot = os.path.join(base, f"snapshot-{uuid.uuid4().hex[:12]}")
+            paths = self._snapshot(snapshot)
+        _write_json(manifest, {"operator": operator, "files": paths, "snapshot": snapshot})
+        node.params["paths"] = paths
+
+
+def from_spark(env: StreamEnvironment, df: Any) -> DataStream:
+    """Implements :meth:`StreamEnvironment.from_spark` (see the module docs)."""
+    require_pyspark("env.from_spark()")
+    from pyspark.sql import DataFrame
+
+    if not isinstance(df, DataFrame):
+        raise TypeError(f"from_spark() needs a pyspark.sql.DataFrame, got {type(df).__name__}")
+    operator = "from_spark"
+    try:
+        df.schema  # noqa: B018 - analyses the plan: an unreadable DataFrame fails here
+    except Exception as exc:
+        raise GraphError(
+            f"operator '{operator}': cannot read the Spark DataFrame: {_first_line(exc)}",
+            operator=operator,
+        ) from exc
+    _check_input_files(df, operator)
+    files = _plain_parquet_files(df)
+    if files is not None:
+        probe = files
+    else:
+        # The schema the snapshot will have, from an empty snapshot written the same way.
+        probe = _write_snapshot(df.limit(0), os.path.join(_temp_dir(), "schema"), operator)
+    schema = pq.read_schema(probe[0]).remove_metadata()
+    stream = env._source(operator, "source_parquet", schema, {"paths": probe})
+    env._before_run.append(_SparkPin(env, stream._node, df, files).resolve)
+    return stream
+
+
+class SparkFilesSource(Source):
+    """Tails the ``_spark_metadata`` log of a Spark streaming file sink (Parquet).
+
+    Unbounded unless ``stop_after_batch`` is given. The offset is (log batch,
+    file in that batch, row in that file); only files of committed batches are
+    ever read.
+    """
+
+    operator_name = "from_spark_files"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        schema: pa.Schema | None = None,
+        stop_after_batch: int | None = None,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self.stop_after_batch = stop_after_batch
+        self._schema = schema
+        self._files: tuple[int, list[str]] | None = None
+        self._open: tuple[tuple[int, int, int], Any] | None = None
+        log = SinkLog(self.path)
+        if schema is None:
+            latest = log.latest()
+            if latest < 0:
+                raise GraphError(
+                    f"from_spark_files(): {self.path!r} has no committed batch in its "
+                    "_spark_metadata log yet; pass schema= to start before the first one",
+                    operator=self.operator_name,
+                )
+            files = log.files_upto(latest)
+            if not files:
+                raise GraphError(
+                    f"from_spark_files(): the log in {self.path!r} lists no file; pass schema=",
+                    operator=self.operator_name,
+                )
+            self._schema = pq.read_schema(files[0]).remove_metadata()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_files"] = None
+        state["_open"] = None
+        return state
+
+    def schema(self) -> pa.Schema:
+        assert self._schema is not None
+        return self._schema
+
+    def splits(self) -> list[Any]:
+        return [self.path]
+
+    def initial_offset(self, split: Any) -> tuple[int, int, int]:
+        return (0, 0, 0)
+
+    def _batch_files(self, batch: int) -> list[str]:
+        if self._files is None or self._files[0] != batch:
+            self._files = (batch, SinkLog(self.path).new_files(batch))
+        return self._files[1]
+
+    def read(
+        self, split: Any, offset: tuple[int, int, int], max_rows: int
+    ) -> tuple[pa.RecordBatch | None, Any] | None:
+        batch, index, row = offset
+        log = SinkLog(self.path)
+        while True:
+            if self.stop_after_batch is not None and batch > self.stop_after_batch:
+                return None
+            if batch > log.latest():
+                return None, (batch, index, row)
+            files = self._batch_files(batch)
+            if index < len(files):
+                break
+            batch, index, row = batch + 1, 0, 0
+        key = (batch, index, row)
+        if self._open is None or self._open[0] != key:
+            reader = pq.ParquetFile(files[index]).iter_batches(batch_size=max_rows)
+            skip = row
+            pending: list[pa.RecordBatch] = []
+            for chunk in reader:
+                if skip >= chunk.num_rows:
+                    skip -= chunk.num_rows
+                    continue
+                pending.append(chunk.slice(skip))
+                break
+            self._open = (key, (pending, reader))
+        pending, reader = self._open[1]
+        chunk = pending.pop() if pending else next(reader, None)
+        if chunk is None:
+            self._open = None
+            return pa.RecordBatch.from_pylist([], schema=self.schema()), (batch, index + 1, 0)
+        chunk = _conform(chunk, self.schema(), self.operator_name)
+        nxt = (batch, index, row + chunk.num_rows)
+        self._open = (nxt, (pending, reader))
+        return chunk, nxt
+
+
+def _conform(chunk: pa.RecordBatch, schema: pa.Schema, operator: str) -> pa.RecordBatch:
+    if chunk.schema.equals(schema):
+        return chunk
+    try:
+        return chunk.select(schema.names).cast(schema)
+    except (KeyError, pa.ArrowException, ValueError) as exc:
+        raise SchemaError(
+            f"source '{operator}': a committed file has schema\n{chunk.schema}\nnot\n{schema}",
+            operator=operator,
+        ) from exc
+
+
+def from_spark_files(
+    path: str | os.PathLike[str],
+    *,
+    schema: pa.Schema | None = None,
+    stop_after_batch: int | None = None,
+) -> SparkFilesSource:
+    """A source tailing the committed output of a Spark streaming Parquet file sink.
+
+    Use it with ``env.from_source(from_spark_files(path))``.
+
+    Args:
+        path: The sink's output directory (the one holding ``_spark_metadata``).
+        schema: The schema, needed only when no batch is committed yet.
+        stop_after_batch: End after this log batch (default: run until cancelled).
+    """
+    return SparkFilesSource(path, schema=schema, stop_after_batch=stop_after_batch)

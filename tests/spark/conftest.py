@@ -1,0 +1,48 @@
+"""One local[2] SparkSession for the whole Spark suite (JVM start costs ~10 s).
+
+The UI is off, shuffles use 2 partitions, the warehouse lives under a pytest
+temp dir, and the Python workers run this interpreter (so they import this
+eddyline). Every test here is marked ``spark``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    root = tmp_path_factory.mktemp("spark")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("eddyline-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.warehouse.dir", str(root / "warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={root}")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    from eddyline.spark import register
+
+    register(session)
+    yield session
+    session.stop()
