@@ -36,8 +36,8 @@ from .errors import (
 )
 from .expr import Expr, col, lit
 from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
-from .loops import CoLoopFunction, LoopFunction
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
+from .loops import CoLoopFunction, LoopFunction
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .sources import Source

@@ -75,7 +75,6 @@ def call_loop_function(fn: Any, arg: Any, what: str) -> tuple[Any, Any]:
         )
     if not (isinstance(result, tuple) and len(result) == 2):
         raise TypeError(
-            f"{what}: the loop function must return (feedback, output), got "
-            f"{type(result).__name__}"
+            f"{what}: the loop function must return (feedback, output), got {type(result).__name__}"
         )
     return result

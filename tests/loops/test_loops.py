@@ -62,9 +62,7 @@ class Countdown(ed.LoopFunction):
 
         after_inner = prepared.iterate(inner_body)
         assert after_inner.scope == s.scope and after_inner.scope.level == 1
-        stepped = after_inner.select("id", "outer", "acc").with_columns(
-            outer=ed.col("outer") - 1
-        )
+        stepped = after_inner.select("id", "outer", "acc").with_columns(outer=ed.col("outer") - 1)
         return stepped.filter(ed.col("outer") > 0), stepped.filter(ed.col("outer") == 0)
 
 

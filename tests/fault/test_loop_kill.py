@@ -1,0 +1,195 @@
+"""Loops under faults (FLIP-16's test plan, issue 4 (e) and issue 5 (f)).
+
+(e) A Collatz job with a loop writes (x, steps) to a ParquetSink with frequent
+checkpoints; it is SIGKILLed at random moments (each after a new checkpoint
+completed) and restored with ``restore_from="latest"``: the committed output is
+exactly the failure-free output. The loop's in-flight feedback at each
+checkpoint lives in the FLIP-16 loop log and is re-emitted on restore, so no
+record is lost or iterated twice.
+
+(f) A loop whose input finished early keeps checkpointing (the coordinator
+triggers the loop head directly once its input tasks finished) and terminates.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import eddyline as ed
+from eddyline._core import inspect_checkpoint
+from eddyline.testing import SleepPerBatch, completed_checkpoints, read_parquet_dir, wait_until
+
+N = 6000
+KILLS = 3
+RUN_TIMEOUT_S = 90.0
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import eddyline as ed
+    from eddyline.testing import SleepPerBatch
+
+    out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3),
+        batch_size=100,
+    )
+
+    def body(s):
+        done = s.filter(ed.col("x") == 1)
+        odd = ed.col("x") % 2
+        step = (
+            s.filter(ed.col("x") > 1)
+            .map_batches(SleepPerBatch(0.0005))
+            .with_columns(
+                x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
+                steps=ed.col("steps") + 1,
+            )
+        )
+        return step, done
+
+    numbers = env.from_sequence(1, n + 1).name("numbers").uid("numbers")
+    start = numbers.with_columns(x=ed.col("value"), steps=ed.lit(0))
+    out_stream = start.iterate(body).name("collatz").uid("collatz")
+    out_stream.select("value", "steps").sink_to(ed.ParquetSink(out)).name("files").uid("files")
+    client = env.execute_async("collatz", restore_from="latest")
+    print("started", flush=True)
+    result = client.wait()
+    print(f"checkpoints {result.checkpoint_ids}", flush=True)
+    print("finished", flush=True)
+    """
+)
+
+
+def collatz_steps(n: int) -> int:
+    steps = 0
+    while n != 1:
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        steps += 1
+    return steps
+
+
+@pytest.mark.timeout(300)
+def test_loop_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Path) -> None:
+    rng = random.Random(seed)
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    command = [sys.executable, str(script), str(out), str(chk), str(N)]
+    killed = 0
+    for kill in range(KILLS):
+        before = max(completed_checkpoints(chk), default=0)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(
+                lambda before=before, proc=proc: (
+                    max(completed_checkpoints(chk), default=0) > before or proc.poll() is not None
+                ),
+                timeout=RUN_TIMEOUT_S,
+                what=f"a new checkpoint in run {kill} (after chk-{before})",
+            )
+            time.sleep(rng.uniform(0.0, 0.3))  # the kill moment, from the seed
+            if proc.poll() is not None:
+                break  # the job finished before this kill: the rest is checked below
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=RUN_TIMEOUT_S)
+            killed += 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert killed >= 1, "the job was never killed mid-run; make it longer"
+
+    final = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+    assert final.returncode == 0, final.stderr
+    assert "finished" in final.stdout
+
+    table = read_parquet_dir(out)
+    got = sorted(zip(table["value"].to_pylist(), table["steps"].to_pylist(), strict=True))
+    expected = [(x, collatz_steps(x)) for x in range(1, N + 1)]
+    assert len(got) == len(expected), f"{len(got)} rows committed for {N} inputs"
+    assert got == expected
+
+
+def test_loop_whose_input_finished_early_checkpoints_and_terminates(tmp_path: Path) -> None:
+    chk = tmp_path / "chk"
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(chk, interval="30ms", retained=1000), batch_size=50
+    )
+
+    def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        nxt = s.map_batches(SleepPerBatch(0.002)).with_columns(n=ed.col("n") - 1)
+        return nxt.filter(ed.col("n") > 0), nxt.filter(ed.col("n") <= 0)
+
+    src = env.from_sequence(0, 400).name("numbers").uid("numbers")
+    looped = src.with_columns(n=ed.col("value") % 40 + 1).iterate(body).uid("looped")
+    out = looped.collect()
+    result = env.execute("early-input")
+
+    assert sorted(r["value"] for r in out.to_pylist()) == list(range(400))
+    after_input = []
+    for checkpoint in completed_checkpoints(chk):
+        manifest = inspect_checkpoint(str(chk / f"chk-{checkpoint}"))
+        flags = {op["uid"]: bool(op["finished"]) for op in manifest["operators"]}
+        if flags.get("numbers") and not flags.get("looped"):
+            after_input.append(checkpoint)
+    assert after_input, (
+        "no checkpoint completed while the loop ran after its input finished; "
+        f"checkpoints: {result.checkpoint_ids}"
+    )
+    assert set(after_input) <= set(result.checkpoint_ids)
+
+
+def test_loop_logs_are_in_checkpoints_and_restore_exactly(tmp_path: Path) -> None:
+    """Fail mid-run after two checkpoints completed, restore ``latest`` in a new
+    environment: the committed output is exact."""
+    chk = tmp_path / "chk"
+    go = tmp_path / "go"
+    files = tmp_path / "files"
+
+    def build(fail: bool) -> ed.StreamEnvironment:
+        env = ed.StreamEnvironment(
+            2, checkpoint=ed.CheckpointConfig(chk, interval="1h", retained=5), batch_size=20
+        )
+
+        def stop_when_told(batch):  # type: ignore[no-untyped-def]
+            if fail and go.exists():
+                raise RuntimeError("stop here")
+            time.sleep(0.005)
+            return batch
+
+        def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+            nxt = s.map_batches(stop_when_told).with_columns(n=ed.col("n") - 1)
+            return nxt.filter(ed.col("n") > 0), nxt.filter(ed.col("n") <= 0)
+
+        src = env.from_sequence(0, 600).uid("numbers")
+        looped = src.with_columns(n=ed.col("value") % 20 + 1).iterate(body).uid("looped")
+        looped.sink_to(ed.ParquetSink(files)).uid("files")
+        return env
+
+    client = build(True).execute_async("first")
+    first = client.trigger_checkpoint()
+    second = client.trigger_checkpoint()
+    assert second > first
+    go.write_text("fail now")
+    with pytest.raises(ed.JobFailedError, match="stop here"):
+        client.wait(timeout=60)
+    partial = read_parquet_dir(files).num_rows
+    assert partial < 600, "the first run failed before it committed everything"
+
+    build(False).execute("second", restore_from="latest")
+    table = read_parquet_dir(files)
+    assert sorted(table["value"].to_pylist()) == list(range(600))
+    assert set(table["n"].to_pylist()) == {0}
