@@ -200,3 +200,37 @@ def test_loop_output_feeds_windows_after_the_loop() -> None:
         key = (i % 3, (i * 100) // 1000 * 1000)
         expected[key] = expected.get(key, 0) + 2 * i
     assert got == expected
+
+
+def test_nested_loops_restart_from_a_checkpoint_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A failure inside the inner loop after a checkpoint: both loops' logs restore."""
+    from eddyline.testing import FailOnce, SleepPerBatch
+
+    chk = tmp_path / "chk"
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    ids = range(1500)
+    env = ed.StreamEnvironment(
+        2,
+        batch_size=32,
+        checkpoint=ed.CheckpointConfig(chk, interval="20ms"),
+        restart=ed.RestartStrategy.fixed_delay(attempts=2, delay="10ms"),
+    )
+    flaky = FailOnce(SleepPerBatch(0.002), markers, column="id", at=0, armed_by=chk)
+
+    class FlakyCountdown(Countdown):
+        def loop(self, s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+            return super().loop(s.map_batches(flaky))
+
+    src = (
+        env.from_sequence(0, len(ids))
+        .with_columns(id=ed.col("value"), outer=ed.col("value") % 4 + 1, acc=ed.lit(0))
+        .select("id", "outer", "acc")
+    )
+    out = src.iterate(FlakyCountdown()).collect()
+    result = env.execute("nested-restart")
+    assert flaky.fired_info() is not None, "the failure fired"
+    assert result.restarts == 1
+    rows = out.to_pylist()
+    assert len(rows) == len(ids)
+    assert {r["id"]: r["acc"] for r in rows} == nested_reference(ids)
