@@ -102,9 +102,14 @@ class CompiledGraph:
 class LogicalGraph:
     """The nodes of one environment, in creation order."""
 
-    def __init__(self, default_parallelism: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        default_parallelism: Callable[[], int],
+        batch_size: Callable[[], int] = lambda: 8192,
+    ) -> None:
         self.nodes: list[LogicalNode] = []
         self._default_parallelism = default_parallelism
+        self._batch_size = batch_size
 
     def add(
         self,
@@ -264,7 +269,9 @@ class LogicalGraph:
                     kind, fn = member.stage
                     stages.append((kind, fn, member.display_name))  # type: ignore[arg-type]
                 common["kind"] = "python"
-                common["factory"] = RunnerFactory(RecordChainRunner, name, stages, last.schema)
+                common["factory"] = RunnerFactory(
+                    RecordChainRunner, name, stages, last.schema, self._batch_size()
+                )
                 common["output_schema"] = last.schema
                 common["num_inputs"] = 1
                 common["keys"] = None

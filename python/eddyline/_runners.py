@@ -418,7 +418,14 @@ class RecordChainRunner(Runner):
 
     recomputable = True  # stateless; user functions must be deterministic
 
-    def __init__(self, node: str, stages: Sequence[Stage], schema: pa.Schema | None) -> None:
+    def __init__(
+        self,
+        node: str,
+        stages: Sequence[Stage],
+        schema: pa.Schema | None,
+        max_rows: int = 8192,
+    ) -> None:
+        self._max_rows = max(1, max_rows)
         self.name = node
         self._kinds = tuple(kind for kind, _, _ in stages)
         self._fns = tuple(fn for _, fn, _ in stages)
@@ -451,7 +458,13 @@ class RecordChainRunner(Runner):
             if not any(out):
                 return None
             return batch.filter(pa.array(out, type=pa.bool_()))
-        return self._writer.encode(out)
+        if len(out) <= self._max_rows:
+            return self._writer.encode(out)
+        # flat_map may multiply rows: emit batches of at most batch_size rows, so
+        # that batches do not grow without bound (e.g. pass after pass in a loop).
+        step = self._max_rows
+        chunks = [self._writer.encode(out[i : i + step]) for i in range(0, len(out), step)]
+        return [chunk for chunk in chunks if chunk is not None]
 
     def _failure(
         self, exc: Exception, code: CodeType, where: dict[int, tuple[int, str]]

@@ -97,7 +97,7 @@ class StreamEnvironment:
         self.checkpoint = checkpoint
         self.restart = restart
         self.batch_size = batch_size
-        self._graph = LogicalGraph(lambda: self.parallelism)
+        self._graph = LogicalGraph(lambda: self.parallelism, lambda: self.batch_size)
         # Called with ``restore_from`` right before a job starts (from_spark pins its input).
         self._before_run: list[Callable[[str | None], None]] = []
         self._scope = StreamScope.top()

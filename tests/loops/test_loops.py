@@ -234,3 +234,28 @@ def test_nested_loops_restart_from_a_checkpoint_exactly(tmp_path) -> None:  # ty
     rows = out.to_pylist()
     assert len(rows) == len(ids)
     assert {r["id"]: r["acc"] for r in rows} == nested_reference(ids)
+
+
+def test_flat_map_output_is_split_at_batch_size_so_loop_batches_stay_bounded() -> None:
+    """A per-record flat_map doubling records in a loop emits batches of at most
+    batch_size rows, so batches do not double pass after pass."""
+    env = ed.StreamEnvironment(1, batch_size=64)
+    seen: list[int] = []
+
+    def sizes(batch: pa.RecordBatch) -> pa.RecordBatch:
+        seen.append(batch.num_rows)
+        return batch
+
+    def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        twice = s.flat_map(lambda r: [{**r, "d": r["d"] + 1}, {**r, "d": r["d"] + 1}])
+        checked = twice.map_batches(sizes)
+        return checked.filter(ed.col("d") < 10), checked.filter(ed.col("d") >= 10)
+
+    src = env.from_sequence(0, 4).with_columns(d=ed.lit(0))
+    out = src.iterate(body).key_by("value").count().collect()
+    env.execute("bounded-batches")
+    final: dict[int, int] = {}
+    for row in out.to_pylist():
+        final[row["value"]] = max(final.get(row["value"], 0), row["count"])
+    assert final == {v: 2**10 for v in range(4)}
+    assert max(seen) <= 64
