@@ -55,7 +55,10 @@ impl Operator for Flaky {
         Ok(())
     }
     fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
-        std::thread::sleep(Duration::from_micros(200));
+        // Until the failure fired, go slowly enough that the checkpoints it
+        // waits for complete first, even on a busy machine.
+        let waiting = self.fail && self.attempt == 0 && !self.fired.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_micros(if waiting { 2000 } else { 200 }));
         if self.fail
             && self.attempt == 0
             && self.completed >= 2

@@ -45,7 +45,13 @@ impl Operator for Flaky {
         Ok(())
     }
     fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
-        std::thread::sleep(Duration::from_micros(200));
+        // Until the failure fired, go slowly enough that the checkpoints it
+        // waits for complete before the input runs out, even on a busy machine.
+        let waiting = self.attempt == 0
+            && self
+                .fail_after
+                .is_some_and(|after| self.completed < after && !self.armed.load(Ordering::SeqCst));
+        std::thread::sleep(Duration::from_micros(if waiting { 3000 } else { 200 }));
         if let Some(after) = self.fail_after {
             if self.attempt == 0
                 && self.completed >= after
