@@ -15,7 +15,7 @@ import pytest
 
 SEEDS = 8
 DEPTH = 16
-PAD = 120  # bytes of padding per record: the feedback would hold ~60 MB unspilled
+PAD = 1000  # bytes of padding per record: ~585 MB go through the feedback edge
 
 SCRIPT = textwrap.dedent(
     """
@@ -108,8 +108,8 @@ def test_amplification_spills_is_exact_and_memory_stays_bounded(tmp_path: Path) 
     # the feedback went to disk, and nothing is left there
     assert report["spill_files"] > 0 and report["spilled_bytes"] > 0, report
     assert report["left"] == [], report["left"]
-    # bounded: the feedback alone would peak near SEEDS * 2**15 * (PAD + 24) bytes
-    # (~40 MB) per level if held in memory; the whole process stays well below the
-    # unbounded total (SEEDS * 2**16 records of ~150 bytes through the loop, plus
-    # the interpreter, pyarrow and the collected counts).
-    assert report["maxrss_kib"] < 250 * 1024, report["maxrss_kib"]
+    # bounded: most of what went through the feedback edge was never held in
+    # memory at once. (Measured here: ~110 MB peak for ~585 MB fed back; the bound
+    # leaves room for allocator behaviour on a busy machine.)
+    peak = report["maxrss_kib"] * 1024
+    assert peak < 0.8 * report["spilled_bytes"], (peak, report["spilled_bytes"])
