@@ -3,98 +3,29 @@
 //! completed checkpoint, and restore in a "new process" (a new JobHandle).
 #![allow(clippy::unwrap_used)] // test helpers
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 use eddyline_core::barrier::AlignmentMode;
 use eddyline_core::checkpoint::coordinator::CheckpointConfig;
-use eddyline_core::error::{Error, Result};
+use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
-use eddyline_core::graph::{Edge, JobGraph, Node, NodeKind, Role};
+use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
 use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::union::UnionFactory;
-use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::partition::Partitioning;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 
-/// Passes batches through slowly; on attempt 0 it fails on the first batch
-/// after a checkpoint completed (so recovery is from a real checkpoint).
-struct Flaky {
-    armed: Arc<AtomicBool>,
-    fail: bool,
-    attempt: u32,
-    completed: bool,
-}
+use common::{fwd, node, FlakyFactory};
 
-impl Operator for Flaky {
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.attempt = ctx.attempt;
-        Ok(())
-    }
-    fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
-        std::thread::sleep(Duration::from_micros(300));
-        if self.fail
-            && self.attempt == 0
-            && self.completed
-            && !self.armed.swap(true, Ordering::SeqCst)
-        {
-            return Err(Error::operator("", "injected failure after a checkpoint"));
-        }
-        out.emit(b)
-    }
-    fn notify_checkpoint_complete(&mut self, _id: u64) -> Result<()> {
-        self.completed = true;
-        Ok(())
-    }
-}
-
-struct FlakyFactory {
-    armed: Arc<AtomicBool>,
-    fail: bool,
-}
-
-impl OperatorFactory for FlakyFactory {
-    fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(Flaky {
-            armed: self.armed.clone(),
-            fail: self.fail,
-            attempt: 0,
-            completed: false,
-        }))
-    }
-}
-
-fn node(id: usize, name: &str, p: usize, inputs: Vec<Edge>, kind: NodeKind, role: Role) -> Node {
-    Node {
-        id,
-        name: name.into(),
-        uid: name.into(),
-        parallelism: p,
-        inputs,
-        kind,
-        role,
-        output_schema: None,
-        scope: eddyline_core::scope::StreamScope::root(),
-    }
-}
-
-fn fwd(from: usize) -> Edge {
-    Edge {
-        from,
-        partitioning: Partitioning::Forward,
-        input: 0,
-        port: 0,
-    }
-}
-
-/// seq(0..n) [+ seq2 via union] -> flaky -> with_columns(key = value % 13) -> hash -> sum(value) -> collect
 fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<CollectStore>) {
     let store = CollectStore::new();
     let mut nodes = vec![node(
@@ -144,10 +75,7 @@ fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<
         "flaky",
         p,
         vec![fwd(last)],
-        NodeKind::Operator(Arc::new(FlakyFactory {
-            armed: Arc::new(AtomicBool::new(false)),
-            fail,
-        })),
+        NodeKind::Operator(Arc::new(FlakyFactory::new(fail.then_some(1)))),
         Role::Operator,
     ));
     let key = Expr::binary(

@@ -8,21 +8,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 use eddyline_core::checkpoint::coordinator::CheckpointConfig;
-use eddyline_core::error::{Error, Result};
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::union::UnionFactory;
-use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use eddyline_core::operator::OperatorFactory;
 use eddyline_core::partition::Partitioning;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy};
 use eddyline_core::scope::StreamScope;
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
+
+mod common;
+use common::FlakyFactory;
 
 fn col(name: &str) -> Expr {
     Expr::Column(name.into())
@@ -37,56 +39,6 @@ fn bin(op: BinaryOp, l: Expr, r: Expr) -> Expr {
         op,
         left: Box::new(l),
         right: Box::new(r),
-    }
-}
-
-/// Passes batches through; on attempt 0 fails once after a checkpoint
-/// completed, when armed.
-struct Flaky {
-    fired: Arc<AtomicBool>,
-    fail: bool,
-    attempt: u32,
-    completed: u32,
-}
-
-impl Operator for Flaky {
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.attempt = ctx.attempt;
-        Ok(())
-    }
-    fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
-        // Until the failure fired, go slowly enough that the checkpoints it
-        // waits for complete first, even on a busy machine.
-        let waiting = self.fail && self.attempt == 0 && !self.fired.load(Ordering::SeqCst);
-        std::thread::sleep(Duration::from_micros(if waiting { 2000 } else { 200 }));
-        if self.fail
-            && self.attempt == 0
-            && self.completed >= 2
-            && !self.fired.swap(true, Ordering::SeqCst)
-        {
-            return Err(Error::operator("", "injected failure inside the loop"));
-        }
-        out.emit(b)
-    }
-    fn notify_checkpoint_complete(&mut self, _id: u64) -> Result<()> {
-        self.completed += 1;
-        Ok(())
-    }
-}
-
-struct FlakyFactory {
-    fired: Arc<AtomicBool>,
-    fail: bool,
-}
-
-impl OperatorFactory for FlakyFactory {
-    fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(Flaky {
-            fired: self.fired.clone(),
-            fail: self.fail,
-            attempt: 0,
-            completed: 0,
-        }))
     }
 }
 
@@ -210,8 +162,8 @@ fn countdown_graph(
         dec,
         Partitioning::Forward,
         Arc::new(FlakyFactory {
-            fail: flaky.is_some(),
-            fired: flaky.unwrap_or_default(),
+            fired: flaky.clone().unwrap_or_default(),
+            ..FlakyFactory::new(flaky.is_some().then_some(2))
         }),
         &inner,
     );

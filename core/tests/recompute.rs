@@ -7,125 +7,28 @@
 #![allow(clippy::unwrap_used)] // test helpers
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
 use eddyline_core::checkpoint::coordinator::{CheckpointConfig, CheckpointStats};
 use eddyline_core::checkpoint::{CheckpointStorage, Recovery};
-use eddyline_core::error::{Error, Result};
+use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
-use eddyline_core::graph::{Edge, JobGraph, Node, NodeKind, Role};
+use eddyline_core::graph::{JobGraph, NodeKind, Role};
 use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
-use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use eddyline_core::partition::Partitioning;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 
+mod common;
+use common::{by_key, fwd, node, FlakyFactory};
+
 const KEYS: i64 = 7;
-
-/// Passes batches through slowly (stateless, so recomputable); on attempt 0
-/// it fails once, on the first batch after `after` checkpoints completed.
-struct Flaky {
-    armed: Arc<AtomicBool>,
-    fail_after: Option<usize>,
-    attempt: u32,
-    completed: usize,
-}
-
-impl Operator for Flaky {
-    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
-        self.attempt = ctx.attempt;
-        Ok(())
-    }
-    fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
-        // Until the failure fired, go slowly enough that the checkpoints it
-        // waits for complete before the input runs out, even on a busy machine.
-        let waiting = self.attempt == 0
-            && self
-                .fail_after
-                .is_some_and(|after| self.completed < after && !self.armed.load(Ordering::SeqCst));
-        std::thread::sleep(Duration::from_micros(if waiting { 3000 } else { 200 }));
-        if let Some(after) = self.fail_after {
-            if self.attempt == 0
-                && self.completed >= after
-                && !self.armed.swap(true, Ordering::SeqCst)
-            {
-                return Err(Error::operator("", "injected failure after a checkpoint"));
-            }
-        }
-        out.emit(b)
-    }
-    fn notify_checkpoint_complete(&mut self, _id: u64) -> Result<()> {
-        self.completed += 1;
-        Ok(())
-    }
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
-        Some(checkpoint_id)
-    }
-}
-
-struct FlakyFactory {
-    armed: Arc<AtomicBool>,
-    fail_after: Option<usize>,
-}
-
-impl OperatorFactory for FlakyFactory {
-    fn recomputable(&self) -> bool {
-        true
-    }
-    fn replayable_from_earlier(&self) -> bool {
-        true
-    }
-    fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(Flaky {
-            armed: self.armed.clone(),
-            fail_after: self.fail_after,
-            attempt: 0,
-            completed: 0,
-        }))
-    }
-}
-
-fn node(id: usize, name: &str, p: usize, inputs: Vec<Edge>, kind: NodeKind, role: Role) -> Node {
-    Node {
-        id,
-        name: name.into(),
-        uid: name.into(),
-        parallelism: p,
-        inputs,
-        kind,
-        role,
-        output_schema: None,
-        scope: eddyline_core::scope::StreamScope::root(),
-    }
-}
-
-fn fwd(from: usize) -> Edge {
-    Edge {
-        from,
-        partitioning: Partitioning::Forward,
-        input: 0,
-        port: 0,
-    }
-}
-
-fn by_key(from: usize) -> Edge {
-    Edge {
-        from,
-        partitioning: Partitioning::Hash {
-            keys: vec!["key".into()],
-        },
-        input: 0,
-        port: 0,
-    }
-}
 
 struct Job {
     graph: JobGraph,
@@ -159,8 +62,8 @@ fn windowed_job(n: i64, fail_after: Option<usize>, size: i64, running_sum: bool)
             1,
             vec![fwd(0)],
             NodeKind::Operator(Arc::new(FlakyFactory {
-                armed: Arc::new(AtomicBool::new(false)),
-                fail_after,
+                recomputable: true,
+                ..FlakyFactory::new(fail_after)
             })),
             Role::Operator,
         ),

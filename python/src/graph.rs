@@ -9,7 +9,9 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue, UnaryOp};
-use eddyline_core::graph::{Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role};
+use eddyline_core::graph::{
+    all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
+};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
 use eddyline_core::operator::project::ProjectFactory;
@@ -386,7 +388,7 @@ pub fn parse_graph(
                     } else {
                         input_schemas.first().cloned().flatten()
                     };
-                    feedback_schemas.insert(id, fb.as_ref().map(nullable));
+                    feedback_schemas.insert(id, fb.as_ref().map(all_nullable));
                     loops.push(LoopSpec {
                         id: loop_id,
                         head: id,
@@ -402,7 +404,7 @@ pub fn parse_graph(
                     (
                         op(Arc::new(UnionFactory)),
                         Role::Operator,
-                        s.as_ref().map(nullable),
+                        s.as_ref().map(all_nullable),
                     )
                 }
                 "loop_exit" => {
@@ -495,18 +497,6 @@ pub fn parse_graph(
         collect_stores,
         external_sinks,
     })
-}
-
-/// `schema` with every field nullable (what a loop head emits).
-fn nullable(schema: &SchemaRef) -> SchemaRef {
-    Arc::new(arrow::datatypes::Schema::new_with_metadata(
-        schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<_>>(),
-        schema.metadata().clone(),
-    ))
 }
 
 /// The scope of a loop path (outermost loop first); one shared value per

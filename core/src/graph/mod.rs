@@ -81,6 +81,19 @@ pub enum LoopPriority {
     Adaptive,
 }
 
+/// `schema` with every field nullable: what a loop head emits, since its
+/// loop input and its feedback may differ in nullability.
+pub fn all_nullable(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    ))
+}
+
 /// One loop of the graph: its head (the node the loop input and the
 /// feedback enter through) and its tail (the node whose output is fed
 /// back). The feedback edge is not an [`Edge`]: the runtime replaces it with

@@ -37,20 +37,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
-use crossbeam_channel::{Select, TryRecvError};
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
 use crate::feedback::FeedbackQueue;
-use crate::graph::LoopPriority;
+use crate::graph::{all_nullable, LoopPriority};
 use crate::runtime::metrics::OperatorMetrics;
-use crate::runtime::task::{push_batch, push_watermark, Control, InputEnd, Task, TaskReport};
+use crate::runtime::task::{push_batch, push_watermark, Control, InputEnd, Step, Task, TaskReport};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 use crate::termination::{HeadAction, LoopHeadTermination};
 
@@ -191,14 +191,7 @@ impl LoopHead {
         let target = match &self.relaxed[port] {
             Some((from, to)) if Arc::ptr_eq(from, &schema) => to.clone(),
             _ => {
-                let to: SchemaRef = Arc::new(Schema::new_with_metadata(
-                    schema
-                        .fields()
-                        .iter()
-                        .map(|f| f.as_ref().clone().with_nullable(true))
-                        .collect::<Vec<_>>(),
-                    schema.metadata().clone(),
-                ));
+                let to = all_nullable(&schema);
                 self.relaxed[port] = Some((schema.clone(), to.clone()));
                 to
             }
@@ -549,10 +542,8 @@ impl Task {
 
     fn next_head_step(&mut self, cursor: &mut usize) -> Result<HeadStep> {
         loop {
-            match self.control.try_recv() {
-                Ok(c) => return Ok(HeadStep::Control(c)),
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+            if let Some(c) = self.poll_control()? {
+                return Ok(HeadStep::Control(c));
             }
             let head = self.head();
             let feedback_first = match head.priority {
@@ -567,66 +558,28 @@ impl Task {
                     return Ok(HeadStep::Feedback(q, ev));
                 }
             }
-            let n = self.inputs.len();
-            for k in 0..n {
-                let i = (*cursor + k) % n;
-                let ch = &self.inputs[i];
-                if ch.ended || ch.blocked {
-                    continue;
-                }
-                match ch.rx.try_recv() {
-                    Ok(ev) => {
-                        *cursor = (i + 1) % n;
-                        return Ok(HeadStep::Input(i, ev));
-                    }
-                    Err(TryRecvError::Empty) => {}
-                    Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
-                }
+            if let Some((i, ev)) = self.poll_inputs(cursor)? {
+                return Ok(HeadStep::Input(i, ev));
             }
             if !feedback_first {
                 if let Some((q, ev)) = self.head().try_feedback()? {
                     return Ok(HeadStep::Feedback(q, ev));
                 }
             }
-            // Nothing ready: wait on the live inputs, the control channel and
-            // the feedback queues' wake-up tokens.
-            let head = self.head_ref();
-            let mut sel = Select::new();
-            let mut index = Vec::with_capacity(n);
-            for (i, ch) in self.inputs.iter().enumerate() {
-                if !ch.ended && !ch.blocked {
-                    sel.recv(&ch.rx);
-                    index.push(i);
-                }
+            // Nothing ready: wait on the inputs, the control channel and the
+            // feedback queues' wake-up tokens.
+            let wakers: Vec<&Receiver<()>> = self
+                .head_ref()
+                .feedback
+                .iter()
+                .filter(|f| !f.ended)
+                .map(|f| f.queue.ready())
+                .collect();
+            match self.wait_step(&wakers)? {
+                None => continue,
+                Some(Step::Control(c)) => return Ok(HeadStep::Control(c)),
+                Some(Step::Event(i, ev)) => return Ok(HeadStep::Input(i, ev)),
             }
-            let control_op = sel.recv(&self.control);
-            let first_fb = index.len() + 1;
-            let mut fb_index = Vec::new();
-            for (q, f) in head.feedback.iter().enumerate() {
-                if !f.ended {
-                    sel.recv(f.queue.ready());
-                    fb_index.push(q);
-                }
-            }
-            let op = sel.select();
-            let k = op.index();
-            if k == control_op {
-                return match op.recv(&self.control) {
-                    Ok(c) => Ok(HeadStep::Control(c)),
-                    Err(_) => Err(Error::Cancelled),
-                };
-            }
-            if k >= first_fb {
-                // A wake-up token: consume it and look again.
-                let q = fb_index[k - first_fb];
-                let _ = op.recv(head.feedback[q].queue.ready());
-                continue;
-            }
-            let i = index[k];
-            return match op.recv(&self.inputs[i].rx) {
-                Ok(ev) => Ok(HeadStep::Input(i, ev)),
-                Err(_) => Err(Error::Cancelled),
-            };
         }
     }
 }

@@ -359,7 +359,7 @@ pub(crate) enum InputEnd {
     Undrained,
 }
 
-enum Step {
+pub(crate) enum Step {
     Event(usize, Event),
     Control(Control),
 }
@@ -692,11 +692,31 @@ impl Task {
     }
 
     fn next_step(&mut self, cursor: &mut usize) -> Result<Step> {
-        match self.control.try_recv() {
-            Ok(c) => return Ok(Step::Control(c)),
-            Err(TryRecvError::Empty) => {}
-            Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
+        if let Some(c) = self.poll_control()? {
+            return Ok(Step::Control(c));
         }
+        if let Some((i, ev)) = self.poll_inputs(cursor)? {
+            return Ok(Step::Event(i, ev));
+        }
+        loop {
+            if let Some(step) = self.wait_step(&[])? {
+                return Ok(step);
+            }
+        }
+    }
+
+    /// A control message, if one is waiting.
+    pub(crate) fn poll_control(&self) -> Result<Option<Control>> {
+        match self.control.try_recv() {
+            Ok(c) => Ok(Some(c)),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(Error::Cancelled),
+        }
+    }
+
+    /// The next event of the live, unblocked input channels, round-robin
+    /// from `cursor`, without waiting.
+    pub(crate) fn poll_inputs(&self, cursor: &mut usize) -> Result<Option<(usize, Event)>> {
         let n = self.inputs.len();
         for k in 0..n {
             let i = (*cursor + k) % n;
@@ -707,15 +727,21 @@ impl Task {
             match ch.rx.try_recv() {
                 Ok(ev) => {
                     *cursor = (i + 1) % n;
-                    return Ok(Step::Event(i, ev));
+                    return Ok(Some((i, ev)));
                 }
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
         }
-        // Nothing ready: block on every live channel and the control channel.
+        Ok(None)
+    }
+
+    /// Blocks until the control channel, a live unblocked input channel or
+    /// one of `wakers` (wake-up tokens, e.g. of feedback queues) is ready.
+    /// `None` when a waker fired (its token is consumed): look again.
+    pub(crate) fn wait_step(&self, wakers: &[&Receiver<()>]) -> Result<Option<Step>> {
         let mut sel = Select::new();
-        let mut index = Vec::with_capacity(n);
+        let mut index = Vec::with_capacity(self.inputs.len());
         for (i, ch) in self.inputs.iter().enumerate() {
             if !ch.ended && !ch.blocked {
                 sel.recv(&ch.rx);
@@ -723,16 +749,24 @@ impl Task {
             }
         }
         let control_op = sel.recv(&self.control);
+        for w in wakers {
+            sel.recv(w);
+        }
         let op = sel.select();
-        if op.index() == control_op {
+        let k = op.index();
+        if k == control_op {
             return match op.recv(&self.control) {
-                Ok(c) => Ok(Step::Control(c)),
+                Ok(c) => Ok(Some(Step::Control(c))),
                 Err(_) => Err(Error::Cancelled),
             };
         }
-        let i = index[op.index()];
+        if k > control_op {
+            let _ = op.recv(wakers[k - control_op - 1]);
+            return Ok(None);
+        }
+        let i = index[k];
         match op.recv(&self.inputs[i].rx) {
-            Ok(ev) => Ok(Step::Event(i, ev)),
+            Ok(ev) => Ok(Some(Step::Event(i, ev))),
             Err(_) => Err(Error::Cancelled),
         }
     }

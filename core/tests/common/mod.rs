@@ -1,0 +1,125 @@
+//! Helpers shared by the integration tests: graph building and an operator
+//! that fails once on purpose.
+#![allow(dead_code)] // each test crate uses a part
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use eddyline_core::error::{Error, Result};
+use eddyline_core::graph::{Edge, Node, NodeKind, Role};
+use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use eddyline_core::partition::Partitioning;
+use eddyline_core::scope::StreamScope;
+
+/// A node outside every loop, its uid equal to its name.
+pub fn node(
+    id: usize,
+    name: &str,
+    p: usize,
+    inputs: Vec<Edge>,
+    kind: NodeKind,
+    role: Role,
+) -> Node {
+    Node {
+        id,
+        name: name.into(),
+        uid: name.into(),
+        parallelism: p,
+        inputs,
+        kind,
+        role,
+        output_schema: None,
+        scope: StreamScope::root(),
+    }
+}
+
+/// A forward edge from `from`.
+pub fn fwd(from: usize) -> Edge {
+    Edge::new(from, Partitioning::Forward, 0)
+}
+
+/// An edge from `from` hash-partitioned on column `key`.
+pub fn by_key(from: usize) -> Edge {
+    Edge::new(
+        from,
+        Partitioning::Hash {
+            keys: vec!["key".into()],
+        },
+        0,
+    )
+}
+
+/// Passes batches through slowly. With `fail_after = Some(n)` it fails once
+/// (over all subtasks; `fired` records it), on attempt 0, on the first batch
+/// after `n` checkpoints completed; until then it goes slower still, so a
+/// busy machine cannot finish the input before those checkpoints complete.
+/// `recomputable`: stateless, its state rebuilt by any replay.
+pub struct FlakyFactory {
+    pub fired: Arc<AtomicBool>,
+    pub fail_after: Option<usize>,
+    pub recomputable: bool,
+}
+
+impl FlakyFactory {
+    /// Fails once after `fail_after` checkpoints (never with `None`).
+    pub fn new(fail_after: Option<usize>) -> Self {
+        FlakyFactory {
+            fired: Arc::new(AtomicBool::new(false)),
+            fail_after,
+            recomputable: false,
+        }
+    }
+}
+
+impl OperatorFactory for FlakyFactory {
+    fn recomputable(&self) -> bool {
+        self.recomputable
+    }
+    fn replayable_from_earlier(&self) -> bool {
+        self.recomputable
+    }
+    fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(Flaky {
+            fired: self.fired.clone(),
+            fail_after: self.fail_after,
+            recomputable: self.recomputable,
+            attempt: 0,
+            completed: 0,
+        }))
+    }
+}
+
+struct Flaky {
+    fired: Arc<AtomicBool>,
+    fail_after: Option<usize>,
+    recomputable: bool,
+    attempt: u32,
+    completed: usize,
+}
+
+impl Operator for Flaky {
+    fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
+        self.attempt = ctx.attempt;
+        Ok(())
+    }
+    fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
+        let pending =
+            self.attempt == 0 && self.fail_after.is_some() && !self.fired.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_micros(if pending { 2500 } else { 200 }));
+        if let Some(after) = self.fail_after {
+            if pending && self.completed >= after && !self.fired.swap(true, Ordering::SeqCst) {
+                return Err(Error::operator("", "injected failure after a checkpoint"));
+            }
+        }
+        out.emit(b)
+    }
+    fn notify_checkpoint_complete(&mut self, _id: u64) -> Result<()> {
+        self.completed += 1;
+        Ok(())
+    }
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        self.recomputable.then_some(checkpoint_id)
+    }
+}
