@@ -538,6 +538,38 @@ class DataStream(_Operators):
         )
         return DataStream(self._env, node)
 
+    def _loop(
+        self,
+        what: str,
+        fn: Any,
+        *,
+        co: bool,
+        feedback_memory: int | str,
+        priority: str,
+        spill_dir: str | os.PathLike[str] | None,
+        feedback_schema: pa.Schema | None,
+    ) -> DataStream:
+        """Opens a loop, builds its body with ``fn`` and closes it; a failing body
+        leaves nothing behind in the graph."""
+        head = self._open_loop(
+            what,
+            co=co,
+            feedback_memory=feedback_memory,
+            priority=priority,
+            spill_dir=spill_dir,
+            feedback_schema=feedback_schema,
+        )
+        try:
+            inner = DataStream(self._env, head)
+            arg: Any = ConnectedStreams(inner, DataStream(self._env, head, port=1)) if co else inner
+            result = call_loop_function(fn, arg, what)
+            expected = feedback_schema if co else self.schema
+            return self._close_loop(what, head, result, expected)
+        except BaseException:
+            if head.params.get("feedback_node") is None:
+                _abandon_loop(self._env._graph, head)
+            raise
+
     def iterate(
         self,
         loop_fn: LoopFunction | Callable[[DataStream], tuple[DataStream, DataStream]],
@@ -564,23 +596,15 @@ class DataStream(_Operators):
             ScopeError: If the feedback or output is not built inside the loop.
             SchemaError: If the feedback's schema differs from this stream's.
         """
-        head = self._open_loop(
+        return self._loop(
             "iterate()",
+            loop_fn,
             co=False,
             feedback_memory=feedback_memory,
             priority=priority,
             spill_dir=spill_dir,
             feedback_schema=None,
         )
-        graph = self._env._graph
-        try:
-            inner = DataStream(self._env, head)
-            result = call_loop_function(loop_fn, inner, "iterate()")
-            return self._close_loop("iterate()", head, result, self.schema)
-        except BaseException:
-            if head.params.get("feedback_node") is None:
-                _abandon_loop(graph, head)
-            raise
 
     def iterate_with_feedback(
         self,
@@ -600,25 +624,15 @@ class DataStream(_Operators):
         declared = _as_schema(feedback_schema, "iterate_with_feedback()")
         if declared is None:
             raise TypeError("iterate_with_feedback() needs a feedback_schema")
-        head = self._open_loop(
+        return self._loop(
             "iterate_with_feedback()",
+            co_loop_fn,
             co=True,
             feedback_memory=feedback_memory,
             priority=priority,
             spill_dir=spill_dir,
             feedback_schema=declared,
         )
-        graph = self._env._graph
-        try:
-            connected = ConnectedStreams(
-                DataStream(self._env, head), DataStream(self._env, head, port=1)
-            )
-            result = call_loop_function(co_loop_fn, connected, "iterate_with_feedback()")
-            return self._close_loop("iterate_with_feedback()", head, result, declared)
-        except BaseException:
-            if head.params.get("feedback_node") is None:
-                _abandon_loop(graph, head)
-            raise
 
     # ---- sinks --------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import re
 import threading
 import time
@@ -31,8 +32,10 @@ __all__ = [
     "SleepPerBatch",
     "assert_exact_ids",
     "assert_same_rows",
+    "collatz_steps",
     "completed_checkpoints",
     "id_report",
+    "kill_after_checkpoints",
     "last_by_key",
     "read_parquet_dir",
     "to_rows",
@@ -239,6 +242,86 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def kill_after_checkpoints(
+    command: Sequence[str],
+    checkpoint_dir: str | os.PathLike[str],
+    *,
+    kills: int,
+    rng: random.Random,
+    timeout: float,
+    new_checkpoints: int = 1,
+    max_delay: float = 0.25,
+    allow_early_end: bool = False,
+) -> list[str]:
+    """Runs a job script ``kills`` times, SIGKILLing each run, then once to its end.
+
+    Each run is killed at a random moment (up to ``max_delay`` s, drawn from
+    ``rng``) after ``new_checkpoints`` more checkpoints completed in
+    ``checkpoint_dir`` since it started, so every restore has a newer
+    checkpoint to start from. A run that ends before its kill is an error,
+    unless ``allow_early_end`` (then no more runs are killed).
+
+    Returns:
+        The stdout of every killed run, then that of the final run (which
+        must exit with status 0).
+    """
+    import signal
+    import subprocess
+
+    outputs: list[str] = []
+    for kill in range(kills):
+        before = max(completed_checkpoints(checkpoint_dir), default=0)
+        proc = subprocess.Popen(
+            list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            wait_until(
+                lambda before=before, proc=proc: (  # type: ignore[misc]
+                    max(completed_checkpoints(checkpoint_dir), default=0)
+                    >= before + new_checkpoints
+                    or proc.poll() is not None
+                ),
+                timeout=timeout,
+                what=f"{new_checkpoints} new checkpoint(s) in run {kill} (after chk-{before})",
+            )
+            time.sleep(rng.uniform(0.0, max_delay))  # the kill moment, from the seed
+            if proc.poll() is not None:
+                if allow_early_end:
+                    break
+                raise AssertionError(
+                    f"run {kill} ended before it was killed; make the job longer:\n"
+                    f"{proc.communicate()[1]}"
+                )
+            proc.send_signal(signal.SIGKILL)
+            stdout, _ = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if proc.returncode != -signal.SIGKILL:
+            raise AssertionError(f"run {kill} exited with {proc.returncode}, not by SIGKILL")
+        outputs.append(stdout)
+    final = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
+    if final.returncode != 0:
+        raise AssertionError(f"the final run failed:\n{final.stderr}")
+    outputs.append(final.stdout)
+    return outputs
+
+
+def collatz_steps(n: int) -> int:
+    """How many Collatz steps (``n/2`` if even, ``3n+1`` if odd) take ``n`` to 1.
+
+    Example:
+        >>> [collatz_steps(n) for n in (1, 2, 3, 6)]
+        [0, 1, 7, 8]
+    """
+    steps = 0
+    while n != 1:
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        steps += 1
+    return steps
 
 
 class FailOnce:

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import random
 import re
-import signal
-import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir, wait_until
+from eddyline.testing import assert_exact_ids, kill_after_checkpoints, read_parquet_dir
 
 N = 200_000
 KILLS = 3
@@ -74,39 +71,11 @@ def test_checkpoint_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Pat
     script.write_text(SCRIPT)
     out, chk = tmp_path / "out", tmp_path / "chk"
     command = [sys.executable, str(script), str(out), str(chk), str(N)]
-    outputs: list[str] = []
-
-    for kill in range(KILLS):
-        before = max(completed_checkpoints(chk), default=0)
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_until(
-                lambda before=before, proc=proc: (
-                    max(completed_checkpoints(chk), default=0) > before or proc.poll() is not None
-                ),
-                timeout=RUN_TIMEOUT_S,
-                what=f"a new checkpoint in run {kill} (after chk-{before})",
-            )
-            time.sleep(rng.uniform(0.0, 0.25))  # the kill moment, from the seed
-            assert proc.poll() is None, (
-                f"run {kill} ended before it was killed; make the job longer:\n"
-                f"{proc.communicate()[1]}"
-            )
-            proc.send_signal(signal.SIGKILL)
-            stdout, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == -signal.SIGKILL
-        outputs.append(stdout)
-
-    final = subprocess.run(
-        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    outputs = kill_after_checkpoints(
+        command, chk, kills=KILLS, rng=rng, timeout=RUN_TIMEOUT_S, max_delay=0.25
     )
-    assert final.returncode == 0, final.stderr
-    assert "finished" in final.stdout
-    outputs.append(final.stdout)
+    final = outputs[-1]
+    assert "finished" in final
 
     # exactly once: every id committed once, none missing
     assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(N), "ParquetSink")
@@ -117,5 +86,5 @@ def test_checkpoint_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Pat
     assert flat == sorted(set(flat)), f"checkpoint ids per run: {per_run}"
     assert per_run[-1], "the last run completed no checkpoint (not even the final one)"
     # ... and the last run did not start from scratch
-    records = int(re.search(r"^source records (\d+)$", final.stdout, re.M).group(1))  # type: ignore[union-attr]
+    records = int(re.search(r"^source records (\d+)$", final, re.M).group(1))  # type: ignore[union-attr]
     assert records < N, f"the last run re-read all {N} records: it did not restore"

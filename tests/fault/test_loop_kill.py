@@ -14,8 +14,6 @@ triggers the loop head directly once its input tasks finished) and terminates.
 from __future__ import annotations
 
 import random
-import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -25,7 +23,14 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import SleepPerBatch, completed_checkpoints, read_parquet_dir, wait_until
+from eddyline.testing import (
+    SleepPerBatch,
+    collatz_steps,
+    completed_checkpoints,
+    kill_after_checkpoints,
+    read_parquet_dir,
+    wait_until,
+)
 
 N = 6000
 KILLS = 3
@@ -71,14 +76,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def collatz_steps(n: int) -> int:
-    steps = 0
-    while n != 1:
-        n = n // 2 if n % 2 == 0 else 3 * n + 1
-        steps += 1
-    return steps
-
-
 @pytest.mark.timeout(300)
 def test_loop_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Path) -> None:
     rng = random.Random(seed)
@@ -86,35 +83,17 @@ def test_loop_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Path) -> 
     script.write_text(SCRIPT)
     out, chk = tmp_path / "out", tmp_path / "chk"
     command = [sys.executable, str(script), str(out), str(chk), str(N)]
-    killed = 0
-    for kill in range(KILLS):
-        before = max(completed_checkpoints(chk), default=0)
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_until(
-                lambda before=before, proc=proc: (
-                    max(completed_checkpoints(chk), default=0) > before or proc.poll() is not None
-                ),
-                timeout=RUN_TIMEOUT_S,
-                what=f"a new checkpoint in run {kill} (after chk-{before})",
-            )
-            time.sleep(rng.uniform(0.0, 0.3))  # the kill moment, from the seed
-            if proc.poll() is not None:
-                break  # the job finished before this kill: the rest is checked below
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=RUN_TIMEOUT_S)
-            killed += 1
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert killed >= 1, "the job was never killed mid-run; make it longer"
-
-    final = subprocess.run(
-        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    outputs = kill_after_checkpoints(
+        command,
+        chk,
+        kills=KILLS,
+        rng=rng,
+        timeout=RUN_TIMEOUT_S,
+        max_delay=0.3,
+        allow_early_end=True,
     )
-    assert final.returncode == 0, final.stderr
-    assert "finished" in final.stdout
+    assert len(outputs) > 1, "the job was never killed mid-run; make it longer"
+    assert "finished" in outputs[-1]
 
     table = read_parquet_dir(out)
     got = sorted(zip(table["value"].to_pylist(), table["steps"].to_pylist(), strict=True))
@@ -211,12 +190,17 @@ def test_loop_stop_with_savepoint_then_resume_is_exact(tmp_path: Path, drain: bo
             return nxt.filter(ed.col("n") > 0), nxt.filter(ed.col("n") <= 0)
 
         src = env.from_sequence(0, 1000).name("numbers").uid("numbers")
-        looped = src.with_columns(n=ed.col("value") % 15 + 1).iterate(body).uid("looped")
-        looped.sink_to(ed.ParquetSink(files)).uid("files")
+        looped = src.with_columns(n=ed.col("value") % 15 + 1).iterate(body)
+        looped.name("looped").uid("looped").sink_to(ed.ParquetSink(files)).uid("files")
         return env
 
     client = build().execute_async("first")
-    time.sleep(0.4)  # mid-run: the loop holds records in flight
+    # mid-run: some records left the loop while others are still going round
+    wait_until(
+        lambda: client.metrics()["operators"]["looped"]["records_out"] > 100,
+        timeout=30,
+        what="records leaving the loop",
+    )
     savepoint = client.stop_with_savepoint(str(tmp_path / "sp"), drain=drain)
     result = client.wait(timeout=60)
     first = read_parquet_dir(files)

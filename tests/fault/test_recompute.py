@@ -14,11 +14,8 @@ from __future__ import annotations
 
 import random
 import re
-import signal
-import subprocess
 import sys
 import textwrap
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -30,6 +27,7 @@ from eddyline.testing import (
     FailOnce,
     SleepPerBatch,
     completed_checkpoints,
+    kill_after_checkpoints,
     read_parquet_dir,
     wait_until,
 )
@@ -121,36 +119,17 @@ def run_with_kills(seed: int, tmp_path: Path, mode: str) -> tuple[Path, list[str
     script.write_text(SCRIPT)
     out, chk = tmp_path / "out", tmp_path / "chk"
     command = [sys.executable, str(script), str(out), str(chk), str(N), mode]
-    outputs: list[str] = []
-    for kill in range(KILLS):
-        before = max(completed_checkpoints(chk), default=0)
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            # Several checkpoints, so that windows span some of them.
-            wait_until(
-                lambda before=before, proc=proc: (
-                    max(completed_checkpoints(chk), default=0) > before + 2
-                    or proc.poll() is not None
-                ),
-                timeout=RUN_TIMEOUT_S,
-                what=f"new checkpoints in run {kill} (after chk-{before})",
-            )
-            time.sleep(rng.uniform(0.0, 0.2))
-            assert proc.poll() is None, f"run {kill} ended before the kill:\n{proc.communicate()}"
-            proc.send_signal(signal.SIGKILL)
-            stdout, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == -signal.SIGKILL
-        outputs.append(stdout)
-    final = subprocess.run(
-        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    # Several checkpoints per run, so that windows span some of them.
+    outputs = kill_after_checkpoints(
+        command,
+        chk,
+        kills=KILLS,
+        rng=rng,
+        timeout=RUN_TIMEOUT_S,
+        new_checkpoints=3,
+        max_delay=0.2,
     )
-    assert final.returncode == 0, final.stderr
-    assert "finished" in final.stdout
-    outputs.append(final.stdout)
+    assert "finished" in outputs[-1]
     return out, outputs
 
 

@@ -12,14 +12,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-
-
-def collatz_steps(n: int) -> int:
-    steps = 0
-    while n != 1:
-        n = n // 2 if n % 2 == 0 else 3 * n + 1
-        steps += 1
-    return steps
+from eddyline.testing import collatz_steps
 
 
 def collatz_body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
