@@ -13,6 +13,7 @@ pub mod expr;
 pub mod feedback;
 
 pub mod keygroup;
+pub mod net;
 pub mod operator;
 pub mod state;
 

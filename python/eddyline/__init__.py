@@ -38,6 +38,7 @@ from .expr import Expr, col, lit
 from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
 from .loops import CoLoopFunction, LoopFunction
+from .runners import ProcessRunner
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .sources import Source
@@ -68,6 +69,7 @@ __all__ = [
     "ParquetSink",
     "ProcessContext",
     "ProcessFunction",
+    "ProcessRunner",
     "RestartStrategy",
     "SchemaError",
     "ScopeError",

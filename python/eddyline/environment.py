@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -333,8 +334,9 @@ class StreamEnvironment:
         Args:
             name: The job name.
             restore_from: A checkpoint or savepoint path, or ``"latest"``.
-            runner: Reserved for other runners; only the default in-process
-                runner (``None``) is supported yet.
+            runner: Where the subtasks run: ``None`` (threads of this
+                process), :class:`eddyline.ProcessRunner` or
+                ``eddyline.spark.SparkRunner``.
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators (by uid) this job lacks;
                 by default that is a ``CheckpointError`` naming them.
@@ -348,9 +350,10 @@ class StreamEnvironment:
             raise TypeError(
                 f"allow_non_restored_state must be a bool, got {allow_non_restored_state!r}"
             )
-        if runner is not None:
-            raise NotImplementedError(
-                f"runner={runner!r} is not supported yet; jobs run in-process (runner=None)"
+        if runner is not None and not callable(getattr(runner, "_start", None)):
+            raise TypeError(
+                "runner must be None, ed.ProcessRunner(...) or eddyline.spark.SparkRunner(...), "
+                f"got {runner!r}"
             )
         restore = os.fspath(restore_from) if restore_from is not None else None
         sinks = self._graph.sinks()
@@ -367,7 +370,11 @@ class StreamEnvironment:
         for handle, _ in compiled.collects:
             handle._batches = None
         config = self._config(name, restore, allow_non_restored_state)
-        handle = core.start_job(compiled.nodes, config)
+        config["run_tag"] = f"{time.time_ns() // 1_000_000:x}"
+        if runner is None:
+            handle = core.start_job(compiled.nodes, config)
+        else:
+            handle = runner._start(core, compiled.nodes, config, _job_spec(compiled.nodes, config))
         return JobClient(handle, name, compiled.collects)
 
     def execute(
@@ -386,7 +393,9 @@ class StreamEnvironment:
         Args:
             name: The job name.
             restore_from: A checkpoint or savepoint path, or ``"latest"``.
-            runner: Reserved for other runners; ``None`` runs in-process.
+            runner: ``None`` runs in-process; :class:`eddyline.ProcessRunner`
+                in local worker processes; ``eddyline.spark.SparkRunner`` as
+                Spark tasks.
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators this job lacks.
 
@@ -401,3 +410,24 @@ class StreamEnvironment:
             runner=runner,
             allow_non_restored_state=allow_non_restored_state,
         ).wait()
+
+
+def _job_spec(nodes: list[Any], config: dict[str, Any]) -> bytes:
+    """The job as worker processes receive it (node dicts and config, pickled)."""
+    import cloudpickle
+
+    try:
+        return bytes(cloudpickle.dumps((nodes, config)))
+    except Exception as exc:
+        names = []
+        for node in nodes:
+            try:
+                cloudpickle.dumps(node)
+            except Exception:
+                names.append(str(node.get("name")))
+        where = f" (operator(s) {', '.join(repr(n) for n in names)})" if names else ""
+        raise GraphError(
+            f"the job cannot be sent to worker processes{where}: {type(exc).__name__}: {exc}; "
+            "functions and sinks must be picklable by cloudpickle",
+            operator=names[0] if names else None,
+        ) from exc

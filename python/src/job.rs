@@ -9,7 +9,9 @@ use eddyline_core::checkpoint::coordinator::{CheckpointConfig, CheckpointStats};
 use eddyline_core::checkpoint::Recovery;
 use eddyline_core::event::BarrierKind;
 use eddyline_core::graph::Role;
-use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
+use eddyline_core::runtime::{
+    Distribution, JobConfig, JobHandle, Launcher, RestartStrategy, RestoreFrom,
+};
 use eddyline_core::sink::collect::CollectStore;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -19,6 +21,60 @@ use crate::errors::to_py;
 use crate::gil::detached;
 use crate::graph::parse_graph;
 
+/// A Python object that starts and stops the worker processes of a job:
+/// `launch(attempt, workers, driver, secret)`, `check()` (raises once the
+/// workers cannot come up) and `stop()`.
+struct PyLauncher(Py<PyAny>);
+
+impl PyLauncher {
+    fn call(
+        &self,
+        name: &str,
+        args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
+    ) -> eddyline_core::Result<()> {
+        Python::attach(|py| {
+            let result = args(py).and_then(|a| self.0.bind(py).call_method1(name, a));
+            result.map(|_| ()).map_err(|e| {
+                eddyline_core::Error::operator(
+                    "",
+                    format!("the runner's {name}() failed: {}", e.value(py)),
+                )
+            })
+        })
+    }
+}
+
+impl Launcher for PyLauncher {
+    fn launch(
+        &mut self,
+        attempt: u64,
+        workers: usize,
+        driver: &str,
+        secret: &str,
+    ) -> eddyline_core::Result<()> {
+        let (d, s) = (driver.to_string(), secret.to_string());
+        self.call("launch", move |py| {
+            pyo3::types::PyTuple::new(
+                py,
+                [
+                    attempt.into_pyobject(py)?.into_any(),
+                    workers.into_pyobject(py)?.into_any(),
+                    d.into_pyobject(py)?.into_any(),
+                    s.into_pyobject(py)?.into_any(),
+                ],
+            )
+        })
+    }
+
+    fn check(&mut self) -> eddyline_core::Result<()> {
+        self.call("check", |py| Ok(pyo3::types::PyTuple::empty(py)))
+    }
+
+    fn stop(&mut self) {
+        let _ = self.call("stop", |py| Ok(pyo3::types::PyTuple::empty(py)));
+    }
+}
+
 /// A running job.
 #[pyclass(name = "JobHandle", module = "eddyline._core", frozen, weakref)]
 pub struct PyJobHandle {
@@ -26,7 +82,7 @@ pub struct PyJobHandle {
     collect_stores: HashMap<usize, Arc<CollectStore>>,
 }
 
-fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
+pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
     let mut c = JobConfig::default();
     if let Some(v) = config.get_item("name")? {
         c.name = v.extract()?;
@@ -127,12 +183,21 @@ fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
     Ok(c)
 }
 
-/// Builds the graph from the node dicts and starts it.
+/// Builds the graph from the node dicts and starts it: in this process, or,
+/// with `launcher`, in `workers` worker processes it launches (each
+/// rebuilds the job from `spec`, see `eddyline._worker`).
 #[pyfunction]
+#[pyo3(signature = (nodes, config, launcher=None, workers=1, spec=None, bind="127.0.0.1:0".to_string(), start_timeout_s=120.0))]
+#[allow(clippy::too_many_arguments)]
 pub fn start_job(
     py: Python<'_>,
     nodes: &Bound<'_, PyList>,
     config: &Bound<'_, PyDict>,
+    launcher: Option<Py<PyAny>>,
+    workers: usize,
+    spec: Option<Vec<u8>>,
+    bind: String,
+    start_timeout_s: f64,
 ) -> PyResult<PyJobHandle> {
     let max_p: usize = config
         .get_item("max_parallelism")?
@@ -143,11 +208,28 @@ pub fn start_job(
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    let run_tag = format!("{millis:x}");
+    let run_tag: String = match config.get_item("run_tag")? {
+        Some(v) if !v.is_none() => v.extract()?,
+        _ => format!("{millis:x}"),
+    };
     let built = parse_graph(py, nodes, max_p, &run_tag)?;
     let mut cfg = config_from_py(config)?;
     cfg.external_sinks = built.external_sinks.clone();
-    let handle = JobHandle::start(built.graph, cfg).map_err(|e| to_py(py, &e))?;
+    let handle = match launcher {
+        None => JobHandle::start(built.graph, cfg),
+        Some(launcher) => {
+            let dist = Distribution {
+                workers: workers.max(1),
+                launcher: Box::new(PyLauncher(launcher)),
+                spec: Arc::new(spec.unwrap_or_default()),
+                collect_stores: built.collect_stores.clone(),
+                bind,
+                start_timeout: Duration::from_secs_f64(start_timeout_s.max(1.0)),
+            };
+            JobHandle::start_distributed(built.graph, cfg, dist)
+        }
+    }
+    .map_err(|e| to_py(py, &e))?;
     Ok(PyJobHandle {
         handle: Arc::new(handle),
         collect_stores: built.collect_stores,

@@ -15,6 +15,7 @@ mod graph;
 mod job;
 mod source;
 mod udf;
+mod worker;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checkpoints::list_checkpoints, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::inspect_checkpoint, m)?)?;
     m.add_class::<job::PyJobHandle>()?;
+    m.add_function(wrap_pyfunction!(worker::worker_connect, m)?)?;
+    m.add_class::<worker::PyWorkerSession>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

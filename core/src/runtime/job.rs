@@ -22,8 +22,10 @@ use crate::error::{Error, Result};
 use crate::feedback::FeedbackQueue;
 use crate::graph::{JobGraph, NodeKind};
 use crate::keygroup::key_group_range;
+use crate::net::data::DataPlane;
 use crate::operator::OperatorContext;
 use crate::partition::{Partitioner, Partitioning};
+use crate::runtime::dist::{DistDriver, Distribution, RemoteAttempt, WorkerLink};
 use crate::runtime::loop_head::LoopHead;
 use crate::runtime::metrics::{JobMetrics, MetricsSnapshot, OperatorMetrics};
 use crate::runtime::plan::Plan;
@@ -134,11 +136,11 @@ pub struct JobOutcome {
     pub metrics: MetricsSnapshot,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     status: Mutex<(JobStatus, Option<Error>)>,
     changed: Condvar,
     restarts: AtomicU32,
-    metrics: JobMetrics,
+    pub(crate) metrics: JobMetrics,
     started: Instant,
     ended: Mutex<Option<Instant>>,
     checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
@@ -146,6 +148,27 @@ struct Shared {
 }
 
 impl Shared {
+    /// Fresh status and counters for the nodes of `graph`.
+    pub(crate) fn new(graph: &JobGraph) -> Shared {
+        let metrics = JobMetrics {
+            nodes: graph
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.role, Arc::new(OperatorMetrics::default())))
+                .collect(),
+        };
+        Shared {
+            status: Mutex::new((JobStatus::Running, None)),
+            changed: Condvar::new(),
+            restarts: AtomicU32::new(0),
+            metrics,
+            started: Instant::now(),
+            ended: Mutex::new(None),
+            checkpoints: Arc::new(Mutex::new(Vec::new())),
+            failed_checkpoints: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        }
+    }
+
     fn set_status(&self, status: JobStatus, error: Option<Error>) {
         let mut g = self.status.lock();
         if status.is_terminal() {
@@ -176,6 +199,24 @@ pub struct JobHandle {
 impl JobHandle {
     /// Validates `graph` and starts running it on background threads.
     pub fn start(graph: JobGraph, config: JobConfig) -> Result<JobHandle> {
+        Self::start_with(graph, config, None)
+    }
+
+    /// Like [`JobHandle::start`], but the subtasks run in the worker
+    /// processes `dist` launches; this process keeps the coordinator.
+    pub fn start_distributed(
+        graph: JobGraph,
+        config: JobConfig,
+        dist: Distribution,
+    ) -> Result<JobHandle> {
+        Self::start_with(graph, config, Some(dist))
+    }
+
+    fn start_with(
+        graph: JobGraph,
+        config: JobConfig,
+        dist: Option<Distribution>,
+    ) -> Result<JobHandle> {
         graph.validate()?;
         if let (Some(c), Some(l)) = (&config.checkpoint, graph.loops.first()) {
             if c.recovery == crate::checkpoint::recompute::Recovery::Recompute {
@@ -186,23 +227,7 @@ impl JobHandle {
                 ));
             }
         }
-        let metrics = JobMetrics {
-            nodes: graph
-                .nodes
-                .iter()
-                .map(|n| (n.name.clone(), n.role, Arc::new(OperatorMetrics::default())))
-                .collect(),
-        };
-        let shared = Arc::new(Shared {
-            status: Mutex::new((JobStatus::Running, None)),
-            changed: Condvar::new(),
-            restarts: AtomicU32::new(0),
-            metrics,
-            started: Instant::now(),
-            ended: Mutex::new(None),
-            checkpoints: Arc::new(Mutex::new(Vec::new())),
-            failed_checkpoints: Arc::new(std::sync::atomic::AtomicU64::new(0)),
-        });
+        let shared = Arc::new(Shared::new(&graph));
         // Storage problems and bad restore paths are reported now, before
         // anything runs.
         let mut coordinator = match &config.checkpoint {
@@ -230,11 +255,18 @@ impl JobHandle {
                 c.restored(rc.id());
             }
         }
+        let dist = match dist {
+            Some(d) => {
+                check_distributable(&graph, d.workers)?;
+                Some(DistDriver::new(d)?)
+            }
+            None => None,
+        };
         let (driver_tx, driver_rx) = unbounded();
         let s = shared.clone();
         let driver = std::thread::Builder::new()
             .name(format!("eddyline-{}", config.name))
-            .spawn(move || drive(graph, config, s, driver_rx, coordinator, restored))
+            .spawn(move || drive(graph, config, s, driver_rx, coordinator, restored, dist))
             .map_err(|e| {
                 Error::operator("", format!("cannot start the job's driver thread: {e}"))
             })?;
@@ -402,6 +434,7 @@ fn drive(
     driver_rx: Receiver<DriverMsg>,
     mut coordinator: Option<Coordinator>,
     mut restored: Option<RestoredCheckpoint>,
+    mut dist: Option<DistDriver>,
 ) {
     let plan = Plan::new(&graph);
     let mut attempt: u32 = 0;
@@ -415,6 +448,7 @@ fn drive(
             &driver_rx,
             coordinator.as_mut(),
             restored.take(),
+            dist.as_mut(),
         );
         match outcome {
             Ok(()) => {
@@ -453,14 +487,96 @@ fn drive(
     }
 }
 
-struct Attempt {
-    controls: Vec<Sender<Control>>,
+/// Where the control messages of one task go.
+pub(crate) enum ControlPort {
+    /// A task thread of this process.
+    Local(Sender<Control>),
+    /// Task `.1`, run by a worker process.
+    Remote(Arc<WorkerLink>, usize),
+    /// A task another worker runs (seen from a worker).
+    Absent,
+}
+
+impl ControlPort {
+    fn send(&self, c: Control) {
+        match self {
+            ControlPort::Local(s) => {
+                let _ = s.send(c);
+            }
+            ControlPort::Remote(link, task) => link.send_control(*task, &c),
+            ControlPort::Absent => {}
+        }
+    }
+}
+
+/// Which worker runs which subtask: subtask `s` of every chain runs in
+/// worker `s % workers` (forward edges stay in one process).
+pub(crate) struct Placement<'a> {
+    pub workers: usize,
+    /// This process's worker index; `None` for a driver that runs no task.
+    pub me: Option<usize>,
+    /// The remote channels of this worker (when `workers > 1`).
+    pub plane: Option<&'a mut DataPlane>,
+}
+
+impl Placement<'_> {
+    /// Everything in this process.
+    pub(crate) fn local() -> Placement<'static> {
+        Placement {
+            workers: 1,
+            me: Some(0),
+            plane: None,
+        }
+    }
+
+    fn owner(&self, subtask: usize) -> usize {
+        subtask % self.workers.max(1)
+    }
+
+    fn owns(&self, subtask: usize) -> bool {
+        self.me == Some(self.owner(subtask))
+    }
+
+    fn plane(&mut self) -> Result<&mut DataPlane> {
+        self.plane
+            .as_deref_mut()
+            .ok_or_else(|| Error::operator("", "internal: a remote channel without a data plane"))
+    }
+}
+
+/// Refuses what a distributed run cannot do yet, before anything starts.
+fn check_distributable(graph: &JobGraph, workers: usize) -> Result<()> {
+    if workers <= 1 {
+        return Ok(());
+    }
+    let plan = Plan::new(graph);
+    for l in &graph.loops {
+        let hp = plan.chains[plan.chain_of[l.head]].parallelism;
+        let tp = plan.chains[plan.chain_of[l.tail]].parallelism;
+        if hp != tp {
+            return Err(Error::graph(
+                &graph.nodes[l.head].name,
+                format!(
+                    "this loop's head runs at parallelism {hp} and its tail at {tp}: its \
+                     feedback would cross worker processes, which is not supported; give the \
+                     loop body the parallelism of its head"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) struct Attempt {
+    controls: Vec<ControlPort>,
     threads: Vec<JoinHandle<()>>,
-    reports: Receiver<TaskReport>,
+    pub reports: Receiver<TaskReport>,
     tasks: Vec<TaskInfo>,
     /// The loops' feedback queues: closed (spill files deleted) when the
     /// attempt's threads are gone.
     queues: Vec<Arc<FeedbackQueue>>,
+    /// The worker processes running the tasks (driver of a distributed job).
+    remote: Option<RemoteAttempt>,
 }
 
 impl Attempt {
@@ -468,24 +584,24 @@ impl Attempt {
         for msg in out.drain(..) {
             match msg {
                 Outgoing::Trigger { task, barrier } => {
-                    let _ = self.controls[task].send(Control::TriggerCheckpoint(barrier));
+                    self.controls[task].send(Control::TriggerCheckpoint(barrier));
                 }
                 Outgoing::StopSource { task, barrier } => {
-                    let _ = self.controls[task].send(Control::StopSource(barrier));
+                    self.controls[task].send(Control::StopSource(barrier));
                 }
                 Outgoing::Notify { checkpoint } => {
                     for c in &self.controls {
-                        let _ = c.send(Control::NotifyComplete(checkpoint));
+                        c.send(Control::NotifyComplete(checkpoint));
                     }
                 }
                 Outgoing::Abort { checkpoint } => {
                     for c in &self.controls {
-                        let _ = c.send(Control::AbortCheckpoint(checkpoint));
+                        c.send(Control::AbortCheckpoint(checkpoint));
                     }
                 }
                 Outgoing::Finalize => {
                     for c in &self.controls {
-                        let _ = c.send(Control::Finalize {
+                        c.send(Control::Finalize {
                             commit_end_of_job: false,
                         });
                     }
@@ -496,17 +612,37 @@ impl Attempt {
 }
 
 impl Attempt {
-    fn cancel_and_join(self) {
+    pub(crate) fn cancel_and_join(self) {
         for c in &self.controls {
-            let _ = c.send(Control::Cancel);
+            c.send(Control::Cancel);
         }
+        let _ = self.join_local();
+    }
+
+    /// The control senders of this process's tasks, by task id.
+    pub(crate) fn local_controls(&self) -> Vec<Option<Sender<Control>>> {
+        self.controls
+            .iter()
+            .map(|c| match c {
+                ControlPort::Local(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Waits for this process's task threads and closes the loops' queues.
+    pub(crate) fn join_local(self) -> Result<()> {
         drop(self.controls);
         for t in self.threads {
             let _ = t.join();
         }
+        let mut result = Ok(());
         for q in &self.queues {
-            let _ = q.close();
+            if let Err(e) = q.close() {
+                result = Err(e);
+            }
         }
+        result
     }
 }
 
@@ -520,6 +656,7 @@ fn run_attempt(
     driver_rx: &Receiver<DriverMsg>,
     mut coordinator: Option<&mut Coordinator>,
     restored: Option<RestoredCheckpoint>,
+    dist: Option<&mut DistDriver>,
 ) -> Result<()> {
     let mode = coordinator
         .as_ref()
@@ -536,7 +673,15 @@ fn run_attempt(
     if let Some(c) = coordinator.as_deref_mut() {
         c.set_recomputed(recompute.recomputed.clone());
     }
-    let run = build_attempt(
+    let mut place = match &dist {
+        Some(d) => Placement {
+            workers: d.dist.workers,
+            me: None,
+            plane: None,
+        },
+        None => Placement::local(),
+    };
+    let mut run = build_attempt(
         graph,
         plan,
         config,
@@ -545,12 +690,42 @@ fn run_attempt(
         mode,
         restored.as_ref(),
         &recompute,
+        &mut place,
     )?;
+    let mut dist = dist;
+    if let Some(d) = dist.as_deref_mut() {
+        let metrics = shared.metrics.nodes.iter().map(|n| n.2.clone()).collect();
+        let cancelled = || match driver_rx.try_recv() {
+            Ok(DriverMsg::Cancel) => true,
+            Ok(DriverMsg::Request(_, reply)) => {
+                let _ = reply.send(Err(Error::checkpoint(
+                    None,
+                    "the job is still starting its workers; try again",
+                )));
+                false
+            }
+            Err(_) => false,
+        };
+        let remote = d.start_attempt(
+            attempt as u64,
+            &run.tasks,
+            restored.as_ref(),
+            metrics,
+            &cancelled,
+        )?;
+        let n = d.dist.workers;
+        for (t, info) in run.tasks.iter().enumerate() {
+            run.controls[t] = ControlPort::Remote(remote.links[info.subtask % n].clone(), t);
+        }
+        run.reports = remote.reports.clone();
+        run.remote = Some(remote);
+    }
     drop(restored);
     let total = run.controls.len();
     let mut finished = vec![false; total];
     let mut closed = 0usize;
     let mut first_error: Option<Error> = None;
+    let mut user_cancel = false;
     let mut out = Vec::new();
     if let Some(c) = coordinator.as_deref_mut() {
         c.begin_attempt(&mut out);
@@ -572,7 +747,7 @@ fn run_attempt(
                         None => {
                             if finished.iter().all(|f| *f) {
                                 for ctl in &run.controls {
-                                    let _ = ctl.send(Control::Finalize { commit_end_of_job: true });
+                                    ctl.send(Control::Finalize { commit_end_of_job: true });
                                 }
                             }
                         }
@@ -599,6 +774,7 @@ fn run_attempt(
             recv(driver_rx) -> msg => match msg {
                 Ok(DriverMsg::Cancel) | Err(_) => {
                     first_error = Some(Error::Cancelled);
+                    user_cancel = true;
                     break;
                 }
                 Ok(DriverMsg::Request(req, reply)) => match coordinator.as_deref_mut() {
@@ -625,6 +801,29 @@ fn run_attempt(
         // Prefer the root cause over the cancellations it triggered.
         let mut root = err;
         let reports = run.reports.clone();
+        let remote = run.remote.take();
+        if let (Some(d), Some(r)) = (dist.as_deref_mut(), remote) {
+            if matches!(root, Error::Cancelled) && !user_cancel {
+                // A worker's task stopped because a peer connection broke:
+                // the peer's own loss is reported by its connection.
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while let Ok(rep) = reports.recv_deadline(deadline) {
+                    if let TaskReport::Failed { error, .. } = rep {
+                        if !matches!(error, Error::Cancelled) {
+                            root = error;
+                            break;
+                        }
+                    }
+                }
+                if matches!(root, Error::Cancelled) {
+                    root = Error::operator(
+                        "",
+                        "a worker's task stopped because a connection to another worker broke",
+                    );
+                }
+            }
+            d.end_attempt(r, true);
+        }
         run.cancel_and_join();
         if matches!(root, Error::Cancelled) {
             while let Ok(r) = reports.try_recv() {
@@ -638,17 +837,14 @@ fn run_attempt(
         }
         return Err(root);
     }
-    for t in run.threads {
-        let _ = t.join();
+    if let (Some(d), Some(r)) = (dist, run.remote.take()) {
+        d.end_attempt(r, false);
     }
-    for q in &run.queues {
-        q.close()?;
-    }
-    Ok(())
+    run.join_local()
 }
 
 #[allow(clippy::too_many_arguments)]
-fn build_attempt(
+pub(crate) fn build_attempt(
     graph: &JobGraph,
     plan: &Plan,
     config: &JobConfig,
@@ -657,6 +853,7 @@ fn build_attempt(
     mode: AlignmentMode,
     restored: Option<&RestoredCheckpoint>,
     recompute: &AttemptRecompute,
+    place: &mut Placement<'_>,
 ) -> Result<Attempt> {
     let max_p = graph.max_parallelism;
     // Channels: for every edge into a chain head, one channel per connected
@@ -672,6 +869,8 @@ fn build_attempt(
         .iter()
         .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
         .collect();
+    // Channels are numbered in this (deterministic) order in every process.
+    let mut channel_id: u32 = 0;
     for (ci, chain) in plan.chains.iter().enumerate() {
         let head = &graph.nodes[chain.nodes[0]];
         if matches!(head.kind, NodeKind::Source(_)) {
@@ -687,17 +886,42 @@ fn build_attempt(
                     Partitioning::Forward => vec![up],
                     _ => (0..down_p).collect(),
                 };
+                let up_here = place.owns(up);
                 let mut senders = Vec::with_capacity(targets.len());
                 for down in targets {
-                    let (tx, rx) = bounded(config.channel_capacity);
-                    senders.push(OutSender::Channel(tx));
+                    let id = channel_id;
+                    channel_id += 1;
+                    let down_here = place.owns(down);
+                    let (rx, credit) = match (up_here, down_here) {
+                        (true, true) => {
+                            let (tx, rx) = bounded(config.channel_capacity);
+                            senders.push(OutSender::Channel(tx));
+                            (rx, None)
+                        }
+                        (true, false) => {
+                            let to = place.owner(down);
+                            let tx = place.plane()?.outbound(to, id);
+                            senders.push(OutSender::Remote(Box::new(tx)));
+                            continue;
+                        }
+                        (false, true) => {
+                            let from = place.owner(up);
+                            let (rx, credit) = place.plane()?.inbound(from, id);
+                            (rx, Some(credit))
+                        }
+                        (false, false) => continue,
+                    };
                     inputs[ci][down].push(InputChannel {
                         rx,
+                        credit,
                         input: edge.input,
                         ended: false,
                         blocked: false,
                         watermark: i64::MIN,
                     });
+                }
+                if !up_here {
+                    continue;
                 }
                 let consumers = senders.len();
                 outputs[from_chain][up].edges.push(OutputEdge {
@@ -804,6 +1028,27 @@ fn build_attempt(
         let mut chain_outputs = std::mem::take(&mut outputs[ci]).into_iter();
         let mut chain_inputs = std::mem::take(&mut inputs[ci]).into_iter();
         for subtask in 0..p {
+            let head_node = &graph.nodes[chain.nodes[0]];
+            let info = TaskInfo {
+                name: chain
+                    .nodes
+                    .iter()
+                    .map(|n| graph.nodes[*n].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" -> "),
+                nodes: chain.nodes.clone(),
+                subtask,
+                is_source: matches!(head_node.kind, NodeKind::Source(_)),
+                loop_head: graph.loop_with_head(chain.nodes[0]).is_some(),
+                predecessors: predecessors(ci, subtask),
+            };
+            let task_output = chain_outputs.next().unwrap_or_default();
+            let task_inputs: Vec<InputChannel> = chain_inputs.next().unwrap_or_default();
+            if !place.owns(subtask) {
+                controls.push(ControlPort::Absent);
+                infos.push(info);
+                continue;
+            }
             let ctx_of = |node: usize| OperatorContext {
                 name: graph.nodes[node].name.clone(),
                 uid: graph.nodes[node].uid.clone(),
@@ -873,9 +1118,7 @@ fn build_attempt(
                 }
             }
             let (ctl_tx, ctl_rx) = unbounded();
-            controls.push(ctl_tx);
-            let task_inputs: Vec<InputChannel> = chain_inputs.next().unwrap_or_default();
-            let head_node = &graph.nodes[chain.nodes[0]];
+            controls.push(ControlPort::Local(ctl_tx));
             let loop_head = match graph.loop_with_head(chain.nodes[0]) {
                 Some(l) => {
                     let queues = head_queues
@@ -901,21 +1144,10 @@ fn build_attempt(
             };
             let body_term = (!head_node.scope.is_root() && loop_head.is_none())
                 .then(|| BodyTermination::new(task_inputs.len()));
-            infos.push(TaskInfo {
-                name: chain
-                    .nodes
-                    .iter()
-                    .map(|n| graph.nodes[*n].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" -> "),
-                nodes: chain.nodes.clone(),
-                subtask,
-                is_source: source.is_some(),
-                loop_head: loop_head.is_some(),
-                predecessors: predecessors(ci, subtask),
-            });
+            let id = infos.len();
+            infos.push(info);
             tasks.push(Task {
-                id: tasks.len(),
+                id,
                 source,
                 source_context,
                 ops,
@@ -924,7 +1156,7 @@ fn build_attempt(
                 aligner: BarrierAligner::new(task_inputs.len(), mode),
                 inputs: task_inputs,
                 num_logical_inputs: graph.num_inputs(chain.nodes[0]).max(1),
-                output: chain_outputs.next().unwrap_or_default(),
+                output: task_output,
                 control: ctl_rx,
                 reports: report_tx.clone(),
                 recompute: recompute.for_task(graph, &chain.nodes, &node_ids, subtask),
@@ -952,6 +1184,7 @@ fn build_attempt(
                     reports: report_rx,
                     tasks: infos,
                     queues: all_queues,
+                    remote: None,
                 };
                 run.cancel_and_join();
                 return Err(Error::operator(
@@ -967,5 +1200,6 @@ fn build_attempt(
         reports: report_rx,
         tasks: infos,
         queues: all_queues,
+        remote: None,
     })
 }

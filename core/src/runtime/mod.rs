@@ -3,6 +3,7 @@
 //! them with bounded channels, and supervises the job (failure, restart,
 //! cancellation, final commit).
 
+pub mod dist;
 pub mod job;
 pub(crate) mod loop_head;
 pub mod metrics;
@@ -10,5 +11,6 @@ pub mod plan;
 pub(crate) mod replay;
 pub(crate) mod task;
 
+pub use dist::{Distribution, Launcher, WorkerSession};
 pub use job::{JobConfig, JobHandle, JobOutcome, JobStatus, RestartStrategy, RestoreFrom};
 pub use metrics::{MetricsSnapshot, OperatorMetrics, OperatorMetricsSnapshot};

@@ -22,6 +22,7 @@ use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
 use crate::feedback::FeedbackQueue;
+use crate::net::data::{CreditReturn, RemoteSender};
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::partition::Partitioner;
 use crate::runtime::loop_head::LoopHead;
@@ -146,6 +147,8 @@ pub fn schema_string(schema: &SchemaRef) -> String {
 pub(crate) enum OutSender {
     Channel(EventSender),
     Feedback(Arc<FeedbackQueue>),
+    /// A consumer subtask in another worker process.
+    Remote(Box<RemoteSender>),
 }
 
 impl OutSender {
@@ -153,6 +156,7 @@ impl OutSender {
     pub fn send(&self, event: Event) -> Result<()> {
         match self {
             OutSender::Channel(s) => s.send(event).map_err(|_| Error::Cancelled),
+            OutSender::Remote(s) => s.send(event),
             OutSender::Feedback(q) => q.push(event),
         }
     }
@@ -297,6 +301,8 @@ pub(crate) fn push_watermark(
 /// One input channel of a task.
 pub(crate) struct InputChannel {
     pub rx: EventReceiver,
+    /// Credits to return to a sender in another process as events are taken.
+    pub credit: Option<CreditReturn>,
     /// The logical input of the head operator this channel feeds.
     pub input: usize,
     pub ended: bool,
@@ -726,6 +732,9 @@ impl Task {
             }
             match ch.rx.try_recv() {
                 Ok(ev) => {
+                    if let Some(c) = &ch.credit {
+                        c.consumed();
+                    }
                     *cursor = (i + 1) % n;
                     return Ok(Some((i, ev)));
                 }
@@ -766,7 +775,12 @@ impl Task {
         }
         let i = index[k];
         match op.recv(&self.inputs[i].rx) {
-            Ok(ev) => Ok(Some(Step::Event(i, ev))),
+            Ok(ev) => {
+                if let Some(c) = &self.inputs[i].credit {
+                    c.consumed();
+                }
+                Ok(Some(Step::Event(i, ev)))
+            }
             Err(_) => Err(Error::Cancelled),
         }
     }

@@ -18,6 +18,28 @@ use crate::state::{OperatorState, StateBlob};
 
 type TxnKey = (u64, usize);
 
+/// One operation on a collect store; a worker process forwards them to the
+/// driver's store (see [`CollectStore::forward_to`]).
+#[derive(Debug, Clone)]
+pub enum CollectOp {
+    Stage {
+        checkpoint: u64,
+        subtask: usize,
+        batches: Vec<RecordBatch>,
+    },
+    Commit {
+        checkpoint: u64,
+        subtask: usize,
+    },
+    Restore {
+        subtask: usize,
+        checkpoint: Option<u64>,
+    },
+}
+
+/// Where a worker's collect store sends its operations.
+pub type CollectForward = Arc<dyn Fn(CollectOp) -> Result<()> + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     staged: BTreeMap<TxnKey, Vec<RecordBatch>>,
@@ -28,6 +50,7 @@ struct Inner {
 #[derive(Default)]
 pub struct CollectStore {
     inner: Mutex<Inner>,
+    forward: Mutex<Option<CollectForward>>,
 }
 
 impl CollectStore {
@@ -36,8 +59,62 @@ impl CollectStore {
         Arc::new(CollectStore::default())
     }
 
+    /// In a worker process: send every operation to `forward` (the driver
+    /// holds the store the user reads) instead of applying it here.
+    pub fn forward_to(&self, forward: CollectForward) {
+        *self.forward.lock() = Some(forward);
+    }
+
+    /// Applies `op` here, or forwards it (see [`CollectStore::forward_to`]).
+    pub fn apply(&self, op: CollectOp) -> Result<()> {
+        let forward = self.forward.lock().clone();
+        if let Some(f) = forward {
+            return f(op);
+        }
+        match op {
+            CollectOp::Stage {
+                checkpoint,
+                subtask,
+                batches,
+            } => self.stage_here(checkpoint, subtask, batches),
+            CollectOp::Commit {
+                checkpoint,
+                subtask,
+            } => self.commit_here(checkpoint, subtask),
+            CollectOp::Restore {
+                subtask,
+                checkpoint,
+            } => self.restore_here(subtask, checkpoint),
+        }
+        Ok(())
+    }
+
     /// Stages (pre-commits) the batches of `subtask` for `checkpoint`.
-    pub fn stage(&self, checkpoint: u64, subtask: usize, batches: Vec<RecordBatch>) {
+    pub fn stage(&self, checkpoint: u64, subtask: usize, batches: Vec<RecordBatch>) -> Result<()> {
+        self.apply(CollectOp::Stage {
+            checkpoint,
+            subtask,
+            batches,
+        })
+    }
+
+    /// Commits every staged transaction of `subtask` up to `checkpoint`.
+    pub fn commit(&self, checkpoint: u64, subtask: usize) -> Result<()> {
+        self.apply(CollectOp::Commit {
+            checkpoint,
+            subtask,
+        })
+    }
+
+    /// Restores `subtask` at `checkpoint` (see `restore_here`).
+    pub fn restore(&self, subtask: usize, checkpoint: Option<u64>) -> Result<()> {
+        self.apply(CollectOp::Restore {
+            subtask,
+            checkpoint,
+        })
+    }
+
+    fn stage_here(&self, checkpoint: u64, subtask: usize, batches: Vec<RecordBatch>) {
         let mut inner = self.inner.lock();
         if inner.committed.contains_key(&(checkpoint, subtask)) {
             return;
@@ -45,8 +122,7 @@ impl CollectStore {
         inner.staged.insert((checkpoint, subtask), batches);
     }
 
-    /// Commits every staged transaction of `subtask` up to `checkpoint`.
-    pub fn commit(&self, checkpoint: u64, subtask: usize) {
+    fn commit_here(&self, checkpoint: u64, subtask: usize) {
         let mut inner = self.inner.lock();
         let keys: Vec<TxnKey> = inner
             .staged
@@ -66,7 +142,7 @@ impl CollectStore {
     /// completed), what it staged later is dropped (those checkpoints never
     /// completed, their records will be produced again). `None`: the job
     /// starts from scratch and everything `subtask` staged is dropped.
-    pub fn restore(&self, subtask: usize, checkpoint: Option<u64>) {
+    fn restore_here(&self, subtask: usize, checkpoint: Option<u64>) {
         let mut inner = self.inner.lock();
         let keys: Vec<TxnKey> = inner
             .staged
@@ -135,7 +211,7 @@ pub struct CollectSink {
 impl Operator for CollectSink {
     fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
         if !self.restored {
-            self.store.restore(self.subtask, None);
+            self.store.restore(self.subtask, None)?;
         }
         Ok(())
     }
@@ -150,7 +226,7 @@ impl Operator for CollectSink {
             .ok_or_else(|| {
                 crate::error::Error::checkpoint(None, "the collect sink's state is malformed")
             })?;
-        self.store.restore(self.subtask, Some(checkpoint));
+        self.store.restore(self.subtask, Some(checkpoint))?;
         self.restored = true;
         Ok(())
     }
@@ -171,7 +247,7 @@ impl Operator for CollectSink {
 
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
         let batches = std::mem::take(&mut self.current);
-        self.store.stage(checkpoint_id, self.subtask, batches);
+        self.store.stage(checkpoint_id, self.subtask, batches)?;
         Ok(OperatorState {
             operator: Some(StateBlob::Bytes(Arc::new(
                 checkpoint_id.to_le_bytes().to_vec(),
@@ -181,7 +257,6 @@ impl Operator for CollectSink {
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.store.commit(checkpoint_id, self.subtask);
-        Ok(())
+        self.store.commit(checkpoint_id, self.subtask)
     }
 }

@@ -1,0 +1,505 @@
+//! The data plane between worker processes: every channel whose producer
+//! and consumer subtasks live in different workers is carried over one TCP
+//! connection per (sending worker, receiving worker) pair, as frames of
+//! Arrow IPC (batches) and encoded control events, in channel order.
+//!
+//! Flow control is credit based, per channel: a sender starts with
+//! `capacity` credits, spends one per event and blocks at zero; the
+//! receiver returns credits as its task takes events off the channel. The
+//! receiving side therefore never blocks reading the socket (its queue can
+//! never hold more than `capacity` events per channel), so one channel held
+//! back by barrier alignment never stalls the other channels sharing the
+//! connection, and backpressure crosses processes exactly like a full local
+//! channel.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::net::auth::{client_handshake, server_handshake, Secret};
+use crate::net::wire::{
+    decode_control_event, encode_control_event, read_frame, write_frame, BatchDecoder,
+    BatchEncoder, Dec, Enc,
+};
+
+const TAG_PEER_HELLO: u8 = 1;
+const TAG_DATA: u8 = 2;
+const TAG_DATA_FRESH: u8 = 3;
+const TAG_EVENT: u8 = 4;
+const TAG_CREDIT: u8 = 5;
+
+/// How long a worker keeps retrying to reach a peer's data port.
+const CONNECT_PATIENCE: Duration = Duration::from_secs(60);
+
+fn lost(peer: usize, why: &str) -> Error {
+    Error::operator(
+        "",
+        format!("the data connection to worker {peer} was lost: {why}"),
+    )
+}
+
+/// The sending end of one (this worker -> peer) connection.
+struct OutLink {
+    peer: usize,
+    writer: Mutex<Option<TcpStream>>,
+    credits: Mutex<HashMap<u32, u32>>,
+    ready: Condvar,
+    broken: AtomicBool,
+}
+
+impl OutLink {
+    fn fail(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+        let _g = self.credits.lock();
+        self.ready.notify_all();
+    }
+}
+
+/// Writes one remote channel. Used by exactly one task.
+pub struct RemoteSender {
+    channel: u32,
+    link: Arc<OutLink>,
+    encoder: Mutex<BatchEncoder>,
+}
+
+impl RemoteSender {
+    /// Sends `event`, blocking while the channel has no credit.
+    pub fn send(&self, event: Event) -> Result<()> {
+        {
+            let mut credits = self.link.credits.lock();
+            loop {
+                if self.link.broken.load(Ordering::SeqCst) {
+                    return Err(Error::Cancelled);
+                }
+                let c = credits.entry(self.channel).or_insert(0);
+                if *c > 0 && self.link.writer.lock().is_some() {
+                    *c -= 1;
+                    break;
+                }
+                self.link.ready.wait(&mut credits);
+            }
+        }
+        let (tag, payload) = match &event {
+            Event::Data(batch) => {
+                let (fresh, bytes) = self.encoder.lock().encode(batch)?;
+                (if fresh { TAG_DATA_FRESH } else { TAG_DATA }, bytes)
+            }
+            other => (TAG_EVENT, encode_control_event(other)),
+        };
+        let mut w = self.link.writer.lock();
+        let Some(stream) = w.as_mut() else {
+            return Err(Error::Cancelled);
+        };
+        if let Err(e) = write_frame(stream, tag, self.channel, &[&payload]) {
+            drop(w);
+            self.link.fail();
+            return Err(lost(self.link.peer, &e.to_string()));
+        }
+        Ok(())
+    }
+}
+
+/// The receiving end of one (peer -> this worker) connection.
+struct InLink {
+    writer: Mutex<Option<TcpStream>>,
+    channels: Mutex<HashMap<u32, Sender<Event>>>,
+}
+
+/// Returns credits of one remote input channel to its sender as the task
+/// consumes events.
+pub struct CreditReturn {
+    channel: u32,
+    link: Arc<InLink>,
+    pending: AtomicU32,
+    batch: u32,
+}
+
+impl CreditReturn {
+    /// One event was taken off the channel.
+    #[inline]
+    pub fn consumed(&self) {
+        let n = self.pending.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= self.batch {
+            let mut w = self.link.writer.lock();
+            if let Some(stream) = w.as_mut() {
+                self.pending.store(0, Ordering::Relaxed);
+                // A broken connection surfaces on the reading side.
+                let _ = write_frame(stream, TAG_CREDIT, self.channel, &[&n.to_le_bytes()]);
+            }
+        }
+    }
+}
+
+/// The remote channels of one worker in one attempt.
+pub struct DataPlane {
+    me: usize,
+    attempt: u64,
+    secret: Secret,
+    capacity: u32,
+    listener: Option<TcpListener>,
+    out: HashMap<usize, Arc<OutLink>>,
+    inb: HashMap<usize, Arc<InLink>>,
+    shutdown: Arc<AtomicBool>,
+    local_addr: Option<SocketAddr>,
+}
+
+impl DataPlane {
+    /// A plane for worker `me` of `attempt`, accepting peers on `listener`.
+    pub fn new(
+        me: usize,
+        attempt: u64,
+        secret: Secret,
+        listener: TcpListener,
+        capacity: usize,
+    ) -> DataPlane {
+        let local_addr = listener.local_addr().ok();
+        DataPlane {
+            me,
+            attempt,
+            secret,
+            capacity: capacity.max(1) as u32,
+            listener: Some(listener),
+            out: HashMap::new(),
+            inb: HashMap::new(),
+            shutdown: Arc::new(AtomicBool::new(false)),
+            local_addr,
+        }
+    }
+
+    /// The sender of channel `channel` to worker `peer`.
+    pub fn outbound(&mut self, peer: usize, channel: u32) -> RemoteSender {
+        let link = self
+            .out
+            .entry(peer)
+            .or_insert_with(|| {
+                Arc::new(OutLink {
+                    peer,
+                    writer: Mutex::new(None),
+                    credits: Mutex::new(HashMap::new()),
+                    ready: Condvar::new(),
+                    broken: AtomicBool::new(false),
+                })
+            })
+            .clone();
+        link.credits.lock().insert(channel, self.capacity);
+        RemoteSender {
+            channel,
+            link,
+            encoder: Mutex::new(BatchEncoder::default()),
+        }
+    }
+
+    /// The receiving end of channel `channel` from worker `peer`.
+    pub fn inbound(&mut self, peer: usize, channel: u32) -> (Receiver<Event>, CreditReturn) {
+        let link = self
+            .inb
+            .entry(peer)
+            .or_insert_with(|| {
+                Arc::new(InLink {
+                    writer: Mutex::new(None),
+                    channels: Mutex::new(HashMap::new()),
+                })
+            })
+            .clone();
+        // Unbounded, but never holds more than `capacity` events: the
+        // sender spends a credit per event.
+        let (tx, rx) = unbounded();
+        link.channels.lock().insert(channel, tx);
+        (
+            rx,
+            CreditReturn {
+                channel,
+                link,
+                pending: AtomicU32::new(0),
+                batch: (self.capacity / 2).max(1),
+            },
+        )
+    }
+
+    /// Connects to the peers this worker sends to (their listeners are
+    /// bound before the driver hands out addresses) and starts accepting
+    /// the peers that send to it.
+    pub fn start(&mut self, addrs: &[SocketAddr]) -> Result<()> {
+        let expected: Vec<usize> = self.inb.keys().copied().collect();
+        if let Some(listener) = self.listener.take() {
+            let inb = self.inb.clone();
+            let secret = self.secret.clone();
+            let attempt = self.attempt;
+            let shutdown = self.shutdown.clone();
+            std::thread::Builder::new()
+                .name("eddyline-accept".into())
+                .spawn(move || accept_peers(listener, inb, expected, secret, attempt, shutdown))
+                .map_err(|e| Error::operator("", format!("cannot start a thread: {e}")))?;
+        }
+        for (&peer, link) in &self.out {
+            let addr = addrs
+                .get(peer)
+                .ok_or_else(|| Error::operator("", format!("no data address for worker {peer}")))?;
+            let mut stream = dial(*addr, peer)?;
+            client_handshake(&mut stream, &self.secret)?;
+            let mut hello = Enc::default();
+            hello.u32(self.me as u32).u64(self.attempt);
+            write_frame(&mut stream, TAG_PEER_HELLO, 0, &[&hello.0])
+                .map_err(|e| lost(peer, &e.to_string()))?;
+            let _ = stream.set_nodelay(true);
+            let reader = stream.try_clone().map_err(|e| lost(peer, &e.to_string()))?;
+            *link.writer.lock() = Some(stream);
+            {
+                let _g = link.credits.lock();
+                link.ready.notify_all();
+            }
+            let l = link.clone();
+            std::thread::Builder::new()
+                .name(format!("eddyline-credits-{peer}"))
+                .spawn(move || read_credits(reader, l))
+                .map_err(|e| Error::operator("", format!("cannot start a thread: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Stops everything: blocked senders return, sockets close.
+    pub fn shutdown(&self) {
+        if self.shutdown.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for link in self.out.values() {
+            link.fail();
+            if let Some(s) = link.writer.lock().as_ref() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        for link in self.inb.values() {
+            if let Some(s) = link.writer.lock().as_ref() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            link.channels.lock().clear();
+        }
+        // Wake the acceptor if it still waits for peers.
+        if let Some(addr) = self.local_addr {
+            let _ = TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for DataPlane {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn dial(addr: SocketAddr, peer: usize) -> Result<TcpStream> {
+    let start = Instant::now();
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            Ok(s) => return Ok(s),
+            Err(e) if start.elapsed() < CONNECT_PATIENCE => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(lost(peer, &format!("cannot connect to {addr}: {e}"))),
+        }
+    }
+}
+
+fn read_credits(mut stream: TcpStream, link: Arc<OutLink>) {
+    while let Ok(Some(frame)) = read_frame(&mut stream) {
+        if frame.tag != TAG_CREDIT {
+            break;
+        }
+        let Ok(n) = Dec::new(&frame.payload).u32() else {
+            break;
+        };
+        let mut credits = link.credits.lock();
+        *credits.entry(frame.channel).or_insert(0) += n;
+        link.ready.notify_all();
+    }
+    link.fail();
+}
+
+fn accept_peers(
+    listener: TcpListener,
+    inb: HashMap<usize, Arc<InLink>>,
+    expected: Vec<usize>,
+    secret: Secret,
+    attempt: u64,
+    shutdown: Arc<AtomicBool>,
+) {
+    let mut waiting: Vec<usize> = expected;
+    while !waiting.is_empty() && !shutdown.load(Ordering::SeqCst) {
+        let Ok((mut stream, _)) = listener.accept() else {
+            continue;
+        };
+        if shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        if server_handshake(&mut stream, &secret).is_err() {
+            continue;
+        }
+        let Ok(Some(hello)) = read_frame(&mut stream) else {
+            continue;
+        };
+        let mut d = Dec::new(&hello.payload);
+        let (Ok(peer), Ok(their_attempt)) = (d.u32(), d.u64()) else {
+            continue;
+        };
+        let peer = peer as usize;
+        // Fencing: a peer of another attempt (a zombie) is turned away.
+        if hello.tag != TAG_PEER_HELLO || their_attempt != attempt || !waiting.contains(&peer) {
+            continue;
+        }
+        let Some(link) = inb.get(&peer).cloned() else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(writer) = stream.try_clone() else {
+            continue;
+        };
+        *link.writer.lock() = Some(writer);
+        waiting.retain(|p| *p != peer);
+        let _ = std::thread::Builder::new()
+            .name(format!("eddyline-recv-{peer}"))
+            .spawn(move || read_data(stream, link));
+    }
+}
+
+fn read_data(mut stream: TcpStream, link: Arc<InLink>) {
+    let senders: HashMap<u32, Sender<Event>> = link.channels.lock().clone();
+    let mut decoders: HashMap<u32, BatchDecoder> = HashMap::new();
+    while let Ok(Some(frame)) = read_frame(&mut stream) {
+        let Some(tx) = senders.get(&frame.channel) else {
+            break;
+        };
+        let event = match frame.tag {
+            TAG_DATA | TAG_DATA_FRESH => {
+                match decoders
+                    .entry(frame.channel)
+                    .or_default()
+                    .decode(frame.tag == TAG_DATA_FRESH, frame.payload)
+                {
+                    Ok(b) => Event::Data(b),
+                    Err(_) => break,
+                }
+            }
+            TAG_EVENT => match decode_control_event(&frame.payload) {
+                Ok(ev) => ev,
+                Err(_) => break,
+            },
+            _ => break,
+        };
+        if tx.send(event).is_err() {
+            // The task is gone (its attempt ended); nothing more to deliver.
+            break;
+        }
+    }
+    // Dropping the senders disconnects the channels: a task still reading
+    // one learns that its producer is gone.
+    link.channels.lock().clear();
+    drop(senders);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::record_batch::RecordBatch;
+
+    fn batch(n: i64) -> RecordBatch {
+        let a: ArrayRef = Arc::new(Int64Array::from_iter_values(0..n));
+        RecordBatch::try_from_iter([("v", a)]).unwrap()
+    }
+
+    fn planes(secret: &Secret, capacity: usize) -> (DataPlane, DataPlane, Vec<SocketAddr>) {
+        let l0 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l1 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addrs = vec![l0.local_addr().unwrap(), l1.local_addr().unwrap()];
+        (
+            DataPlane::new(0, 1, secret.clone(), l0, capacity),
+            DataPlane::new(1, 1, secret.clone(), l1, capacity),
+            addrs,
+        )
+    }
+
+    #[test]
+    fn events_cross_in_order_with_backpressure() {
+        let secret = Secret::generate().unwrap();
+        let (mut p0, mut p1, addrs) = planes(&secret, 2);
+        let tx_a = p0.outbound(1, 7);
+        let tx_b = p0.outbound(1, 8);
+        let (rx_a, cr_a) = p1.inbound(0, 7);
+        let (rx_b, cr_b) = p1.inbound(0, 8);
+        p1.start(&addrs).unwrap();
+        p0.start(&addrs).unwrap();
+        // Channel 7 is not consumed: its sender runs out of credit after 2
+        // events, while channel 8 keeps flowing on the same connection.
+        let blocked = std::thread::spawn(move || {
+            for i in 0..5 {
+                tx_a.send(Event::Watermark(i)).unwrap();
+            }
+            tx_a.send(Event::EndOfPartition).unwrap();
+        });
+        for i in 0..50 {
+            tx_b.send(Event::Data(batch(i % 7 + 1))).unwrap();
+            let ev = rx_b.recv().unwrap();
+            cr_b.consumed();
+            assert_eq!(ev.num_rows(), (i % 7 + 1) as usize);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(rx_a.len(), 2, "the sender must stop at its credit");
+        let mut got = Vec::new();
+        loop {
+            let ev = rx_a.recv().unwrap();
+            cr_a.consumed();
+            match ev {
+                Event::Watermark(w) => got.push(w),
+                Event::EndOfPartition => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(got, vec![0, 1, 2, 3, 4]);
+        blocked.join().unwrap();
+    }
+
+    #[test]
+    fn a_peer_of_another_attempt_is_fenced() {
+        let secret = Secret::generate().unwrap();
+        let l1 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr1 = l1.local_addr().unwrap();
+        let l0 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr0 = l0.local_addr().unwrap();
+        let mut zombie = DataPlane::new(0, 1, secret.clone(), l0, 4);
+        let mut p1 = DataPlane::new(1, 2, secret.clone(), l1, 4);
+        let z = zombie.outbound(1, 3);
+        let (rx, _cr) = p1.inbound(0, 3);
+        p1.start(&[addr0, addr1]).unwrap();
+        zombie.start(&[addr0, addr1]).unwrap();
+        // The zombie's frames never reach the consumer.
+        let _ = z.send(Event::Watermark(1));
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+        p1.shutdown();
+    }
+
+    #[test]
+    fn shutdown_releases_a_sender_waiting_for_credit() {
+        let secret = Secret::generate().unwrap();
+        let (mut p0, mut p1, addrs) = planes(&secret, 1);
+        let tx = Arc::new(p0.outbound(1, 1));
+        let (_rx, _cr) = p1.inbound(0, 1);
+        p1.start(&addrs).unwrap();
+        p0.start(&addrs).unwrap();
+        tx.send(Event::Watermark(0)).unwrap();
+        let t = {
+            let tx = tx.clone();
+            std::thread::spawn(move || tx.send(Event::Watermark(1)))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        p0.shutdown();
+        assert!(t.join().unwrap().is_err());
+    }
+}
