@@ -1,0 +1,249 @@
+"""ProcessRunner (issue 6 item 1): the same job in N local worker processes.
+
+Checked against plain-Python references and against in-process runs: keyed
+sums and per-record functions across processes, event-time windows (watermarks
+cross the data plane), a loop, exactly-once collect and Parquet output when a
+worker process is SIGKILLed or a task fails once, and the errors a user gets
+for bad runners, unpicklable functions and raising functions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import eddyline as ed
+from eddyline.testing import (
+    FailOnce,
+    SleepPerBatch,
+    collatz_steps,
+    completed_checkpoints,
+    read_parquet_dir,
+    wait_until,
+)
+
+RUN_TIMEOUT_S = 120.0
+
+
+def _sums(rows: list[dict[str, int]], key: str = "k", value: str = "v") -> dict[int, int]:
+    out: dict[int, int] = {}
+    for r in rows:
+        out[r[key]] = r[value]
+    return out
+
+
+@pytest.mark.parametrize(("parallelism", "workers"), [(2, 2), (3, 2), (4, 4)])
+def test_per_record_map_and_keyed_sum_equal_the_reference(parallelism: int, workers: int) -> None:
+    n = 30_000
+    env = ed.StreamEnvironment(parallelism, batch_size=1000)
+    table = pa.table({"id": list(range(n))})
+    out = (
+        env.from_arrow(table)
+        .map(lambda r: {"k": r["id"] % 17, "v": r["id"] * 3, "pid": os.getpid()})
+        .key_by("k")
+        .sum("v")
+        .collect()
+    )
+    result = env.execute("sum", runner=ed.ProcessRunner(workers=workers))
+    expected: dict[int, int] = {}
+    for i in range(n):
+        expected[i % 17] = expected.get(i % 17, 0) + 3 * i
+    assert _sums(out.to_pylist()) == expected
+    ops = result.metrics["operators"]
+    assert ops["map_1"]["records_in"] == n, "every worker's metrics reach the driver"
+    assert result.restarts == 0
+
+
+def test_per_record_functions_run_in_several_worker_processes() -> None:
+    env = ed.StreamEnvironment(2, batch_size=100)
+    out = env.from_sequence(0, 4000).map(lambda r: {"value": r["value"], "pid": os.getpid()})
+    handle = out.collect()
+    env.execute("pids", runner=ed.ProcessRunner(workers=2))
+    rows = handle.to_pylist()
+    assert sorted(r["value"] for r in rows) == list(range(4000))
+    pids = {r["pid"] for r in rows}
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def _windowed(env: ed.StreamEnvironment) -> ed.CollectHandle:
+    n = 5000
+    rows = [{"t": i * 7 % 50_000, "k": i % 5, "v": 1} for i in range(n)]
+    return (
+        env.from_collection(rows)
+        .assign_timestamps("t", max_out_of_orderness="60s")
+        .key_by("k")
+        .window(ed.Tumbling("5s"))
+        .sum("v")
+        .collect()
+    )
+
+
+def test_event_time_windows_match_an_in_process_run() -> None:
+    local_env = ed.StreamEnvironment(2, batch_size=256)
+    local = _windowed(local_env)
+    local_env.execute("local")
+    env = ed.StreamEnvironment(2, batch_size=256)
+    remote = _windowed(env)
+    env.execute("remote", runner=ed.ProcessRunner(workers=2))
+    got = Counter(tuple(sorted(r.items())) for r in remote.to_pylist())
+    want = Counter(tuple(sorted(r.items())) for r in local.to_pylist())
+    assert got == want
+    assert sum(r["v"] for r in remote.to_pylist()) == 5000
+
+
+def test_a_loop_runs_in_worker_processes() -> None:
+    env = ed.StreamEnvironment(2, batch_size=64)
+    xs = env.from_sequence(1, 3000).with_columns(x=ed.col("value"), steps=ed.lit(0))
+
+    def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        done = s.filter(ed.col("x") == 1)
+        odd = ed.col("x") % 2
+        step = s.filter(ed.col("x") > 1).with_columns(
+            x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
+            steps=ed.col("steps") + 1,
+        )
+        return step, done
+
+    out = xs.iterate(body).collect()
+    env.execute("collatz", runner=ed.ProcessRunner(workers=2))
+    got = {r["value"]: r["steps"] for r in out.to_pylist()}
+    assert got == {n: collatz_steps(n) for n in range(1, 3000)}
+
+
+def _ids_job(
+    out_dir: Path, chk: Path, n: int, fail: FailOnce | None = None
+) -> tuple[ed.StreamEnvironment, ed.CollectHandle]:
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms"),
+        restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),
+        batch_size=50,
+    )
+    ids = env.from_sequence(0, n).set_parallelism(1)
+    slow = ids.map_batches(SleepPerBatch(0.004)).set_parallelism(2)
+    if fail is not None:
+        slow = slow.map(fail)
+    tagged = slow.map(lambda r: {"id": r["value"], "g": r["value"] % 3, "pid": os.getpid()})
+    tagged.sink_to(ed.ParquetSink(out_dir))
+    counts = tagged.key_by("g").count().collect()
+    return env, counts
+
+
+def _assert_exact_ids(out_dir: Path, n: int) -> None:
+    ids = read_parquet_dir(out_dir).column("id").to_pylist()
+    counts = Counter(ids)
+    dup = [i for i, c in counts.items() if c > 1]
+    lost = sorted(set(range(n)) - set(counts))
+    assert not dup and not lost, f"duplicated {dup[:10]}, lost {lost[:10]}"
+
+
+def test_sigkill_of_a_worker_restarts_every_worker_from_the_latest_checkpoint(
+    tmp_path: Path,
+) -> None:
+    n = 12_000
+    out_dir, chk = tmp_path / "out", tmp_path / "chk"
+    env, counts = _ids_job(out_dir, chk, n)
+    runner = ed.ProcessRunner(workers=2)
+    client = env.execute_async("kill", runner=runner)
+    wait_until(lambda: len(completed_checkpoints(chk)) >= 2, timeout=60, what="2 checkpoints")
+    before = runner.worker_pids()
+    assert len(before) == 2, "both workers are running before the kill"
+    assert client.status == "running", "the job must still run when the worker is killed"
+    os.kill(before[1], signal.SIGKILL)
+    result = client.wait(timeout=RUN_TIMEOUT_S)
+    assert result.restarts >= 1
+    _assert_exact_ids(out_dir, n)
+    # The collect sink committed exactly once too: its final counts add up.
+    final = _sums(counts.to_pylist(), key="g", value="count")
+    assert sum(final.values()) == n
+    pids = set(read_parquet_dir(out_dir).column("pid").to_pylist())
+    assert len(pids) >= 3, "rows were written by the workers of both attempts"
+
+
+def test_a_task_failing_once_restarts_and_commits_exactly_once(tmp_path: Path) -> None:
+    n = 6000
+    out_dir, chk, marker = tmp_path / "out", tmp_path / "chk", tmp_path / "marker"
+    marker.mkdir()
+    fail = FailOnce(None, marker, column="value", at=n // 2, armed_by=chk)
+    env, _ = _ids_job(out_dir, chk, n, fail)
+    result = env.execute("fail-once", runner=ed.ProcessRunner(workers=2))
+    assert fail.fired and fail.fired_info()["armed_after"], "fired after a checkpoint"
+    assert result.restarts == 1
+    _assert_exact_ids(out_dir, n)
+
+
+def test_a_raising_function_names_the_operator_and_keeps_the_traceback() -> None:
+    env = ed.StreamEnvironment(2, restart=ed.RestartStrategy.none())
+
+    def explode(r: dict[str, int]) -> dict[str, int]:
+        if r["value"] == 777:
+            raise ValueError("bad record 777")
+        return r
+
+    env.from_sequence(0, 2000).map(explode).name("explode").collect()
+    with pytest.raises(ed.JobFailedError) as info:
+        env.execute("raises", runner=ed.ProcessRunner(workers=2))
+    assert info.value.operator == "explode"
+    assert "bad record 777" in str(info.value)
+    assert "ValueError" in (info.value.user_traceback or "")
+
+
+def test_an_unpicklable_function_is_a_graph_error_before_anything_runs() -> None:
+    env = ed.StreamEnvironment(2)
+    lock = threading.Lock()
+
+    def locked(r: dict[str, int]) -> dict[str, int]:
+        with lock:
+            return r
+
+    env.from_sequence(0, 10).map(locked).name("locked").collect()
+    with pytest.raises(ed.GraphError, match=r"worker processes.*locked"):
+        env.execute("unpicklable", runner=ed.ProcessRunner(workers=2))
+
+
+@pytest.mark.parametrize("workers", [0, -1, "2", 1.5, True])
+def test_bad_worker_counts_are_rejected(workers: object) -> None:
+    with pytest.raises(ValueError, match="workers"):
+        ed.ProcessRunner(workers=workers)  # type: ignore[arg-type]
+
+
+def test_an_unknown_runner_is_a_type_error() -> None:
+    env = ed.StreamEnvironment(1)
+    env.from_sequence(0, 3).collect()
+    with pytest.raises(TypeError, match="runner"):
+        env.execute("bad", runner=object())
+
+
+def test_a_loop_whose_feedback_would_cross_processes_is_refused() -> None:
+    env = ed.StreamEnvironment(2)
+    xs = env.from_sequence(1, 10).with_columns(x=ed.col("value"))
+
+    def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        step = s.filter(ed.col("x") > 1).with_columns(x=ed.col("x") - 1).set_parallelism(1)
+        return step, s.filter(ed.col("x") <= 1)
+
+    xs.iterate(body).collect()
+    with pytest.raises(ed.GraphError, match="cross worker processes"):
+        env.execute("loop", runner=ed.ProcessRunner(workers=2))
+
+
+def test_checkpoints_and_savepoints_are_taken_through_the_workers(tmp_path: Path) -> None:
+    n = 8000
+    out_dir, chk = tmp_path / "out", tmp_path / "chk"
+    env, _ = _ids_job(out_dir, chk, n)
+    client = env.execute_async("savepoint", runner=ed.ProcessRunner(workers=2))
+    wait_until(lambda: completed_checkpoints(chk), timeout=60, what="a checkpoint")
+    savepoint = client.stop_with_savepoint(tmp_path / "sp")
+    stopped = client.wait(timeout=RUN_TIMEOUT_S)
+    assert any(c.kind == "savepoint" for c in stopped.checkpoints)
+    committed = len(read_parquet_dir(out_dir)) if out_dir.exists() else 0
+    assert committed < n, "the job stopped before its end"
+    env2, _ = _ids_job(out_dir, tmp_path / "chk2", n)
+    env2.execute("resume", restore_from=savepoint, runner=ed.ProcessRunner(workers=2))
+    _assert_exact_ids(out_dir, n)
