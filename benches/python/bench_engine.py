@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import tempfile
 import time
 
 import numpy as np
@@ -51,6 +53,9 @@ class LatestPerKeySink(ed.TwoPhaseCommitSink):
             LatestPerKeySink.latest[keys] = values
             LatestPerKeySink.seen[keys] = True
         txn.clear()
+        out = os.environ.get(OUT_ENV)
+        if out:  # a worker process: leave the state where the driver can merge it
+            np.savez(_out_file(out, "w2", ".npz"), latest=self.latest, seen=self.seen)
 
     def abort(self, txn: list[tuple[np.ndarray, np.ndarray]]) -> None:
         txn.clear()
@@ -73,6 +78,31 @@ class CountSink(ed.TwoPhaseCommitSink):
     def commit(self, txn: list[int]) -> None:
         CountSink.count += txn[0]
         txn[0] = 0
+        out = os.environ.get(OUT_ENV)
+        if out:
+            with open(_out_file(out, "w1", ".count"), "w") as f:
+                f.write(str(CountSink.count))
+
+
+OUT_ENV = "EDDYLINE_BENCH_OUT"
+
+
+def _out_file(directory: str, what: str, suffix: str) -> str:
+    return os.path.join(directory, f"{what}-{os.getpid()}{suffix}")
+
+
+def merge_worker_results(directory: str) -> None:
+    """Folds the sinks' committed state left by worker processes into the class attributes."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.endswith(".count"):
+            with open(path) as f:
+                CountSink.count += int(f.read())
+        elif name.endswith(".npz"):
+            state = np.load(path)
+            seen = state["seen"]
+            LatestPerKeySink.latest[seen] = state["latest"][seen]
+            LatestPerKeySink.seen |= seen
 
     def abort(self, txn: list[int]) -> None:
         txn[0] = 0
@@ -232,6 +262,12 @@ def main() -> None:
         help="generated batches held in memory, or one Parquet file (made once) read by the job",
     )
     ap.add_argument("--data-dir", default="/tmp/eddyline-bench-data")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="run with ed.ProcessRunner(workers=N) (0: the in-process runner)",
+    )
     args = ap.parse_args()
     if args.workload in ("W2", "W3") and args.style == "vectorized":
         raise SystemExit("W2 and W3 have native and per_record styles")
@@ -254,8 +290,16 @@ def main() -> None:
         w2(env, data, args.style).sink_to(LatestPerKeySink())
     startup = time.perf_counter() - t0
     t1 = time.perf_counter()
-    env.execute(f"bench-{args.workload}")
-    seconds = time.perf_counter() - t1
+    if args.workers:
+        with tempfile.TemporaryDirectory() as out:
+            os.environ[OUT_ENV] = out
+            env.execute(f"bench-{args.workload}", runner=ed.ProcessRunner(workers=args.workers))
+            seconds = time.perf_counter() - t1
+            del os.environ[OUT_ENV]
+            merge_worker_results(out)
+    else:
+        env.execute(f"bench-{args.workload}")
+        seconds = time.perf_counter() - t1
     rss = peak_rss_mb()  # before the reference check allocates its own arrays
     batches = make_data(args.n, args.k) if isinstance(data, str) else data
     if args.workload == "W1":
@@ -270,6 +314,7 @@ def main() -> None:
                 "n": args.n,
                 "style": args.style,
                 "parallelism": args.parallelism,
+                "workers": args.workers,
                 "seconds": round(seconds, 4),
                 "rows_per_s": round(args.n / seconds),
                 "input": args.input,
