@@ -41,7 +41,14 @@ from .loops import CoLoopFunction, LoopFunction
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .sources import Source
-from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
+from .stream import (
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+    OutputTag,
+    WindowedStream,
+)
 from .windows import Sliding, TimeWindow, Tumbling
 
 __version__ = "0.1.0"
@@ -65,6 +72,7 @@ __all__ = [
     "KeyedStream",
     "LoopFunction",
     "OperatorCheckpointStats",
+    "OutputTag",
     "ParquetSink",
     "ProcessContext",
     "ProcessFunction",
