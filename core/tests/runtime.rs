@@ -213,3 +213,126 @@ fn cancel_stops_a_running_job() {
     assert!(job.wait_timeout(Duration::from_secs(30)));
     assert_eq!(job.status(), JobStatus::Cancelled);
 }
+
+/// Sends the values divisible by `modulus` to output port 1, the others
+/// to port 0 (a stand-in for a window's late records).
+struct Splitter {
+    modulus: i64,
+}
+
+impl Operator for Splitter {
+    fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
+        let v = b.column(0).as_primitive::<Int64Type>();
+        let side: arrow::array::BooleanArray = v
+            .values()
+            .iter()
+            .map(|x| Some(x % self.modulus == 0))
+            .collect();
+        let main = arrow::compute::not(&side)?;
+        out.emit(arrow::compute::filter_record_batch(&b, &main)?)?;
+        out.emit_to_port(1, arrow::compute::filter_record_batch(&b, &side)?)
+    }
+}
+
+fn splitter(modulus: i64) -> NodeKind {
+    NodeKind::Operator(Arc::new(
+        move |_ctx: &OperatorContext| -> Result<Box<dyn Operator>> {
+            Ok(Box::new(Splitter { modulus }))
+        },
+    ))
+}
+
+fn edge(from: usize, port: u8) -> Edge {
+    Edge {
+        from,
+        partitioning: Partitioning::Forward,
+        input: 0,
+        port,
+    }
+}
+
+fn plain_node(id: usize, name: &str, p: usize, inputs: Vec<Edge>, kind: NodeKind) -> Node {
+    Node {
+        id,
+        name: name.into(),
+        uid: name.into(),
+        parallelism: p,
+        inputs,
+        role: if name.starts_with("sink") {
+            Role::Sink
+        } else {
+            Role::Operator
+        },
+        kind,
+        output_schema: None,
+        scope: eddyline_core::scope::StreamScope::root(),
+    }
+}
+
+fn collect_node(id: usize, name: &str, p: usize, from: Edge) -> (Node, Arc<CollectStore>) {
+    let store = CollectStore::new();
+    let kind = NodeKind::Operator(Arc::new(CollectSinkFactory::new(store.clone())));
+    (plain_node(id, name, p, vec![from], kind), store)
+}
+
+#[test]
+fn side_output_port_reaches_only_the_edges_of_that_port() {
+    for p in [1, 2] {
+        let source = NodeKind::Source(Arc::new(SequenceSource::new(0, 3000)));
+        let mut src = plain_node(0, "seq", p, vec![], source);
+        src.role = Role::Source;
+        let split = plain_node(1, "split", p, vec![edge(0, 0)], splitter(3));
+        let (main, main_store) = collect_node(2, "sink_main", p, edge(1, 0));
+        let (side, side_store) = collect_node(3, "sink_side", p, edge(1, 1));
+        let g = JobGraph {
+            nodes: vec![src, split, main, side],
+            max_parallelism: 128,
+            loops: vec![],
+        };
+        let cfg = JobConfig {
+            batch_size: 7,
+            ..JobConfig::default()
+        };
+        let job = JobHandle::start(g, cfg).unwrap();
+        job.result().unwrap();
+        let side_expected: Vec<i64> = (0..3000).filter(|x| x % 3 == 0).collect();
+        let main_expected: Vec<i64> = (0..3000).filter(|x| x % 3 != 0).collect();
+        assert_eq!(sorted_values(&side_store), side_expected, "p={p}");
+        assert_eq!(sorted_values(&main_store), main_expected, "p={p}");
+    }
+}
+
+#[test]
+fn side_output_of_an_operator_chained_into_another_reaches_no_edge() {
+    // seq -> split3 -> split5 run as one chain (split3's only consumer reads
+    // its port 0); split5's port 1 goes to a sink. split3's port 1 has no
+    // reader: its values (multiples of 3) must not leak into split5's port 1.
+    let mut src = plain_node(
+        0,
+        "seq",
+        2,
+        vec![],
+        NodeKind::Source(Arc::new(SequenceSource::new(0, 3000))),
+    );
+    src.role = Role::Source;
+    let split3 = plain_node(1, "split3", 2, vec![edge(0, 0)], splitter(3));
+    let split5 = plain_node(2, "split5", 2, vec![edge(1, 0)], splitter(5));
+    let (main, main_store) = collect_node(3, "sink_main", 2, edge(2, 0));
+    let (side, side_store) = collect_node(4, "sink_side", 2, edge(2, 1));
+    let g = JobGraph {
+        nodes: vec![src, split3, split5, main, side],
+        max_parallelism: 128,
+        loops: vec![],
+    };
+    let plan = eddyline_core::runtime::plan::Plan::new(&g);
+    assert_eq!(
+        plan.chain_of[1], plan.chain_of[2],
+        "split3 and split5 are chained"
+    );
+    let job = JobHandle::start(g, JobConfig::default()).unwrap();
+    job.result().unwrap();
+    let side_expected: Vec<i64> = (0..3000).filter(|x| x % 3 != 0 && x % 5 == 0).collect();
+    let main_expected: Vec<i64> = (0..3000).filter(|x| x % 3 != 0 && x % 5 != 0).collect();
+    assert_eq!(sorted_values(&side_store), side_expected);
+    assert_eq!(sorted_values(&main_store), main_expected);
+}

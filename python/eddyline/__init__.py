@@ -42,7 +42,14 @@ from .runners import ProcessRunner
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .sources import Source
-from .stream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream, WindowedStream
+from .stream import (
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+    OutputTag,
+    WindowedStream,
+)
 from .windows import Sliding, TimeWindow, Tumbling
 
 __version__ = "0.1.0"
@@ -66,6 +73,7 @@ __all__ = [
     "KeyedStream",
     "LoopFunction",
     "OperatorCheckpointStats",
+    "OutputTag",
     "ParquetSink",
     "ProcessContext",
     "ProcessFunction",

@@ -42,7 +42,8 @@ def native() -> Any:
 @dataclass
 class LogicalEdge:
     """An input of a logical node: the producing node, the input index, and the
-    producer's output port (1 only for the feedback side of a co-loop head)."""
+    producer's output port (1 only for the feedback side of a co-loop head and
+    for a window's late records)."""
 
     node: int
     input: int = 0
@@ -73,6 +74,8 @@ class LogicalNode:
     collect: CollectHandle | None = None
     time_column: str | None = None
     """The event-time column of the stream (set by the nearest upstream ``assign_timestamps``)."""
+    side_outputs: dict[str, tuple[int, pa.Schema | None]] = field(default_factory=dict)
+    """The node's side outputs: output tag name -> (output port, schema if known)."""
 
     @property
     def display_name(self) -> str:
@@ -294,6 +297,9 @@ class LogicalGraph:
                 common.update(first.params)
                 if first.kind == "keyed_agg":
                     common["keys"] = list(first.keys or [])
+            if first.side_outputs:
+                # Only windows have a side output: their late records, on port 1.
+                common["late_output"] = True
             if first.collect is not None:
                 collects.append((first.collect, index))
             out.append(common)

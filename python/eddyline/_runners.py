@@ -8,6 +8,9 @@ if a runner defines them: ``on_watermark(watermark)`` when the input
 watermark advances (before it is forwarded; ``2**63 - 1`` ends event time),
 ``end_input(input)`` when one input ended; and the attribute
 ``late_records`` (a running count the binding reports as a metric).
+A runner returns ``None``, a batch or a list of batches; an item
+``(port, batch)`` emits on an output port instead of port 0 (a window's late
+records go to port 1, its side output).
 Stopping a job with a savepoint without draining calls neither
 ``finish`` nor ``on_watermark`` with the maximum watermark. Per-record functions are looped
 over the rows of a batch here: each column is converted to Python once, rows
@@ -33,7 +36,11 @@ from ._event_time import event_times
 from .errors import EddylineError, JobFailedError, SchemaError
 from .functions import MIN_WATERMARK, ProcessContext, ProcessFunction, Row
 
-RunnerOutput: TypeAlias = pa.RecordBatch | list[pa.RecordBatch] | None
+PortBatch: TypeAlias = tuple[int, pa.RecordBatch]
+"""A batch for output port ``port`` (a side output), as ``(port, batch)``."""
+RunnerOutput: TypeAlias = (
+    pa.RecordBatch | PortBatch | list[pa.RecordBatch] | list[pa.RecordBatch | PortBatch] | None
+)
 State: TypeAlias = bytes | dict[int, bytes]
 """A runner's checkpointed state: operator state (``bytes``), or keyed state
 (one blob per key group, ``{key_group: bytes}``)."""

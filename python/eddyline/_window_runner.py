@@ -4,7 +4,10 @@ Windows are assigned and fired exactly like the native ``window`` operator
 (see :mod:`eddyline.windows`): a record with event time ``t`` joins every
 window ``[start, start + size)`` holding ``t`` that is not over yet (over:
 ``end - 1 <= watermark``); a record whose windows are all over is late,
-counted in :attr:`PythonWindowRunner.late_records` and dropped. The binding
+counted in :attr:`PythonWindowRunner.late_records` and dropped, or, with
+``late_output``, returned unchanged for output port 1 (the side output) as
+its batch is processed: the batch itself when all its rows are late, else
+one filtered batch. The binding
 calls :meth:`~PythonWindowRunner.on_watermark` when the input watermark
 advances; every window that is over then fires, ordered by window end.
 
@@ -41,6 +44,8 @@ __all__ = ["PythonWindowRunner", "window_output_schema"]
 
 WindowMode = Literal["reduce", "apply"]
 _STATE_FORMAT = "eddyline.window.v1"
+LATE_PORT = 1
+"""The output port of late records (the window's side output)."""
 
 
 def window_output_schema(
@@ -77,8 +82,10 @@ class PythonWindowRunner(_KeyedRunner):
         mode: WindowMode,
         fn: Callable[..., Any],
         schema: pa.Schema | None,
+        late_output: bool = False,
     ) -> None:
         super().__init__(node, keys)
+        self._late_output = late_output
         self._size = size_ms
         self._slide = slide_ms
         self._time_column = time_column
@@ -123,12 +130,12 @@ class PythonWindowRunner(_KeyedRunner):
         reduce = self._mode == "reduce"
         fn = self._fn
         state = self._state
-        late = 0
-        for row, key, group, t in zip(rows, keys, groups, times, strict=True):
+        late_rows: list[int] = []
+        for i, (row, key, group, t) in enumerate(zip(rows, keys, groups, times, strict=True)):
             watermark = self._watermark_of(group)
             start = t - t % slide
             if start + size - 1 <= watermark:
-                late += 1
+                late_rows.append(i)
                 continue
             windows = state.get(group)
             if windows is None:
@@ -155,8 +162,15 @@ class PythonWindowRunner(_KeyedRunner):
                 else:
                     accs[key] = dict(row)
                 start -= slide
-        self.late_records += late
-        return None
+        self.late_records += len(late_rows)
+        if not late_rows or not self._late_output:
+            return None
+        if len(late_rows) == n:
+            return (LATE_PORT, batch)
+        mask = [False] * n
+        for i in late_rows:
+            mask[i] = True
+        return (LATE_PORT, batch.filter(pa.array(mask, pa.bool_())))
 
     # ---- firing -------------------------------------------------------------
 

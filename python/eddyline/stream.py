@@ -32,7 +32,7 @@ from ._runners import (
     RunnerFactory,
     TwoPhaseCommitRunner,
 )
-from ._window_runner import PythonWindowRunner, window_output_schema
+from ._window_runner import LATE_PORT, PythonWindowRunner, window_output_schema
 from .config import Duration, parse_duration, parse_size
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
@@ -45,7 +45,14 @@ from .windows import TimeWindow, WindowAssigner
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
 
-__all__ = ["ConnectedStreams", "DataStream", "DataStreamSink", "KeyedStream", "WindowedStream"]
+__all__ = [
+    "ConnectedStreams",
+    "DataStream",
+    "DataStreamSink",
+    "KeyedStream",
+    "OutputTag",
+    "WindowedStream",
+]
 
 SchemaLike: TypeAlias = pa.Schema | Sequence[pa.Field] | Sequence[tuple[str, pa.DataType]]
 ProcessFn: TypeAlias = (
@@ -78,6 +85,41 @@ def _missing_columns_error(
         f"(columns: {columns})",
         operator=operator,
     )
+
+
+class OutputTag:
+    """Names a side output of an operator (Flink's ``OutputTag``).
+
+    Give it to :meth:`KeyedStream.window` as ``late_output`` to receive the
+    window's late records, then read them with :meth:`DataStream.side_output`.
+    Tags are equal when their names are.
+
+    Example:
+        >>> import eddyline as ed
+        >>> ed.OutputTag("late")
+        OutputTag('late')
+    """
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"OutputTag() needs a non-empty str name, got {name!r}")
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The tag's name."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self._name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OutputTag) and other._name == self._name
+
+    def __hash__(self) -> int:
+        return hash((OutputTag, self._name))
 
 
 class _Operators:
@@ -133,8 +175,19 @@ class DataStream(_Operators):
 
     def __repr__(self) -> str:
         if self._port:
+            tag = self._side_output_name()
+            if tag is not None:
+                return f"DataStream({self._node.display_name!r}, side_output={tag!r})"
             return f"DataStream({self._node.display_name!r}, feedback)"
         return f"DataStream({self._node.display_name!r})"
+
+    def _side_output_name(self) -> str | None:
+        """The tag name of the side output this stream reads, if it reads one."""
+        if self._port:
+            for name, (port, _) in self._node.side_outputs.items():
+                if port == self._port:
+                    return name
+        return None
 
     def _edge(self, input: int = 0) -> LogicalEdge:
         """An edge reading this stream into logical input ``input``."""
@@ -151,6 +204,9 @@ class DataStream(_Operators):
     def schema(self) -> pa.Schema | None:
         """The stream's schema if it is known before running, else ``None``."""
         if self._port:
+            tag = self._side_output_name()
+            if tag is not None:
+                return self._node.side_outputs[tag][1]
             schema: pa.Schema | None = self._node.params.get("feedback_schema")
             return schema
         return self._node.schema
@@ -634,6 +690,53 @@ class DataStream(_Operators):
             feedback_schema=declared,
         )
 
+    # ---- side outputs -------------------------------------------------------
+
+    def side_output(self, tag: OutputTag) -> DataStream:
+        """The side output ``tag`` of the operator producing this stream.
+
+        A window given ``late_output=tag`` (see :meth:`KeyedStream.window`)
+        emits its late records there, unchanged, with the window's input
+        schema, in order with its other output and covered by checkpoints
+        like any output. They are still counted in ``late_records``.
+
+        Raises:
+            TypeError: ``tag`` is not an :class:`OutputTag`.
+            GraphError: The operator has no side output ``tag``.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment(1, batch_size=1)
+            >>> rows = [{"k": "a", "t": 5000}, {"k": "a", "t": 1000}]
+            >>> late = ed.OutputTag("late")
+            >>> s = env.from_collection(rows).assign_timestamps("t")
+            >>> counts = s.key_by("k").window(ed.Tumbling("1s"), late_output=late).count()
+            >>> handle = counts.side_output(late).collect()
+            >>> _ = env.execute()
+            >>> handle.to_pylist()
+            [{'k': 'a', 't': 1000}]
+        """
+        name = self._node.display_name
+        if not isinstance(tag, OutputTag):
+            raise TypeError(
+                f"side_output() of operator '{name}' needs an ed.OutputTag, got {tag!r}"
+            )
+        entry = self._node.side_outputs.get(tag.name) if not self._port else None
+        if entry is None:
+            if self._port:
+                what = "a side output or loop feedback stream has no side outputs"
+            elif self._node.side_outputs:
+                known = ", ".join(repr(t) for t in self._node.side_outputs)
+                what = f"its side outputs are {known}"
+            else:
+                what = (
+                    "only a window given the tag as window(..., late_output=tag) has a side output"
+                )
+            raise GraphError(
+                f"operator '{name}' has no side output {tag.name!r}: {what}", operator=name
+            )
+        return DataStream(self._env, self._node, entry[0])
+
     # ---- sinks --------------------------------------------------------------
 
     def collect(self) -> CollectHandle:
@@ -825,13 +928,20 @@ class KeyedStream:
             "dedup"
         )
 
-    def window(self, assigner: WindowAssigner) -> WindowedStream:
+    def window(
+        self, assigner: WindowAssigner, *, late_output: OutputTag | None = None
+    ) -> WindowedStream:
         """Groups each key's records into event-time windows (``ed.Tumbling``, ``ed.Sliding``).
 
         The event time is the column given to the nearest upstream
-        :meth:`DataStream.assign_timestamps`.
+        :meth:`DataStream.assign_timestamps`. Records arriving after all
+        their windows fired are late: counted in the operator's
+        ``late_records`` metric and dropped, or, with ``late_output``, sent
+        unchanged to the window's side output, read with
+        ``windowed_result.side_output(late_output)``.
 
         Raises:
+            TypeError: ``late_output`` is not an :class:`OutputTag`.
             GraphError: The stream has no event time.
 
         Example:
@@ -845,6 +955,11 @@ class KeyedStream:
             raise TypeError(
                 f"window() needs ed.Tumbling(size) or ed.Sliding(size, slide), got {assigner!r}"
             )
+        if late_output is not None and not isinstance(late_output, OutputTag):
+            raise TypeError(
+                f"window(): late_output must be an ed.OutputTag, got {late_output!r} (after "
+                f"operator '{self._stream.operator_name}')"
+            )
         time_column = self._stream.time_column
         if time_column is None:
             raise GraphError(
@@ -856,7 +971,7 @@ class KeyedStream:
         if schema is not None and time_column not in schema.names:
             where = f"window after {self._stream.operator_name}"
             raise _missing_columns_error(where, time_column, schema, "event-time column")
-        return WindowedStream(self, assigner, time_column)
+        return WindowedStream(self, assigner, time_column, late_output)
 
 
 class WindowedStream:
@@ -865,15 +980,30 @@ class WindowedStream:
     Each window emits one row per key when the watermark passes its end:
     the key columns, ``window_start``, ``window_end`` (of the event-time
     column's type) and the result. Records arriving after all their windows
-    fired are late: dropped and counted in the operator's ``late_records``
-    metric. (A side output for late records is not implemented.)
+    fired are late: counted in the operator's ``late_records`` metric and
+    dropped, or, if the window was given ``late_output=tag``, emitted
+    unchanged on the result's ``side_output(tag)``.
     """
 
-    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, time_column: str) -> None:
+    def __init__(
+        self,
+        keyed: KeyedStream,
+        assigner: WindowAssigner,
+        time_column: str,
+        late_output: OutputTag | None = None,
+    ) -> None:
         self._keyed = keyed
         self._stream = keyed._stream
         self._assigner = assigner
         self._time_column = time_column
+        self._late_output = late_output
+
+    def _declare_late_output(self, stream: DataStream) -> DataStream:
+        """Registers the late-record side output on the window's node."""
+        stream._node.time_column = None
+        if self._late_output is not None:
+            stream._node.side_outputs[self._late_output.name] = (LATE_PORT, self._stream.schema)
+        return stream
 
     @property
     def assigner(self) -> WindowAssigner:
@@ -904,8 +1034,7 @@ class WindowedStream:
         }
         columns = [self._time_column] + ([column] if column is not None else [])
         stream = self._stream._native(f"window_{agg}", "window", params, keys=keys, columns=columns)
-        stream._node.time_column = None
-        return stream
+        return self._declare_late_output(stream)
 
     def sum(self, column: str) -> DataStream:
         """The sum of ``column`` per key and window (nulls ignored)."""
@@ -929,16 +1058,25 @@ class WindowedStream:
         keys = self._keyed.keys
         size, slide = self._assigner.size_ms, self._assigner.slide_ms
         time_column = self._time_column
+        late_output = self._late_output is not None
         stream = self._stream._python(
             op,
             lambda name: RunnerFactory(
-                PythonWindowRunner, name, keys, size, slide, time_column, mode, fn, schema
+                PythonWindowRunner,
+                name,
+                keys,
+                size,
+                slide,
+                time_column,
+                mode,
+                fn,
+                schema,
+                late_output,
             ),
             schema=schema,
             keys=keys,
         )
-        stream._node.time_column = None
-        return stream
+        return self._declare_late_output(stream)
 
     def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
         """Reduces each key's records per window: ``fn(acc_row, row) -> row``.

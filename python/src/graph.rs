@@ -175,7 +175,9 @@ pub fn parse_graph(
     let mut schemas: Vec<Option<SchemaRef>> = Vec::new();
     let mut collect_stores = HashMap::new();
     let mut external_sinks = Vec::new();
-    let mut feedback_schemas: HashMap<usize, Option<SchemaRef>> = HashMap::new();
+    // The schema of each node's port 1: a co-loop head's feedback or a
+    // window's late records (its input schema).
+    let mut port1_schemas: HashMap<usize, Option<SchemaRef>> = HashMap::new();
     let mut loops: Vec<LoopSpec> = Vec::new();
     let mut scopes: HashMap<Vec<u32>, StreamScope> = HashMap::new();
     for item in nodes.iter() {
@@ -196,10 +198,9 @@ pub fn parse_graph(
                 let keys: Vec<String> = opt(e, "keys")?.unwrap_or_default();
                 let input: usize = opt(e, "input")?.unwrap_or(0);
                 let port: u8 = opt(e, "port")?.unwrap_or(0);
-                // The feedback side of a co-loop head has the feedback schema.
                 input_schemas.push(match port {
                     0 => schemas.get(from).cloned().flatten(),
-                    _ => feedback_schemas.get(&from).cloned().flatten(),
+                    _ => port1_schemas.get(&from).cloned().flatten(),
                 });
                 inputs.push(Edge {
                     from,
@@ -348,12 +349,15 @@ pub fn parse_graph(
                             )
                         }
                     };
-                    let f = WindowFactory::new(
+                    let mut f = WindowFactory::new(
                         get(d, "keys")?,
                         get(d, "time_column")?,
                         assigner,
                         WindowAgg::Native(agg, opt(d, "column")?),
                     );
+                    if opt(d, "late_output")?.unwrap_or(false) {
+                        f = f.with_late_output();
+                    }
                     let s = match known(&input_schemas) {
                         Some(s) => Some(f.output_schema(s)?),
                         None => None,
@@ -388,7 +392,7 @@ pub fn parse_graph(
                     } else {
                         input_schemas.first().cloned().flatten()
                     };
-                    feedback_schemas.insert(id, fb.as_ref().map(all_nullable));
+                    port1_schemas.insert(id, fb.as_ref().map(all_nullable));
                     loops.push(LoopSpec {
                         id: loop_id,
                         head: id,
@@ -468,6 +472,11 @@ pub fn parse_graph(
         };
         if role == Role::Sink && kind != "sink_collect" {
             external_sinks.push(name.clone());
+        }
+        // A window (native or Python) with a late output emits its late
+        // records, unchanged, on port 1.
+        if opt::<bool>(d, "late_output")?.unwrap_or(false) {
+            port1_schemas.insert(id, input_schemas.first().cloned().flatten());
         }
         schemas.push(schema.clone());
         out.push(Node {

@@ -12,7 +12,7 @@ use eddyline_core::keygroup::{hash_keys, key_group};
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::state::{OperatorState, StateBlob};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::arrow::{array_to_py, batch_from_py, batch_to_py};
 use crate::errors::from_py;
@@ -77,7 +77,8 @@ pub struct PyRunner {
     key_indices: Vec<usize>,
     hashes: Vec<u64>,
     max_parallelism: usize,
-    results: Vec<RecordBatch>,
+    /// What the runner returned, with the output port of each batch.
+    results: Vec<(u8, RecordBatch)>,
     has_on_watermark: bool,
     has_end_input: bool,
     late: u64,
@@ -114,18 +115,20 @@ impl PyRunner {
         Ok(Some(Arc::new(kgs)))
     }
 
-    /// Converts what a runner returned (None, a batch, or a list of batches).
+    /// Converts what a runner returned: None, a batch, or a list of
+    /// batches, where a `(port, batch)` tuple emits on an output port (a
+    /// window's late records go to port 1).
     fn collect_results(&mut self, obj: &Bound<'_, PyAny>) -> PyResult<()> {
         if obj.is_none() {
             return Ok(());
         }
         if let Ok(list) = obj.cast::<PyList>() {
             for item in list.iter() {
-                self.results.push(batch_from_py(&item)?);
+                self.results.push(port_batch(&item)?);
             }
             return Ok(());
         }
-        self.results.push(batch_from_py(obj)?);
+        self.results.push(port_batch(obj)?);
         Ok(())
     }
 
@@ -139,11 +142,20 @@ impl PyRunner {
     }
 
     fn emit_results(&mut self, out: &mut dyn Collector) -> Result<()> {
-        for b in self.results.drain(..) {
-            out.emit(b)?;
+        for (port, b) in self.results.drain(..) {
+            out.emit_to_port(port, b)?;
         }
         Ok(())
     }
+}
+
+/// A batch, or a `(port, batch)` tuple, with its output port.
+fn port_batch(item: &Bound<'_, PyAny>) -> PyResult<(u8, RecordBatch)> {
+    if let Ok(t) = item.cast::<PyTuple>() {
+        let (port, batch): (u8, Bound<'_, PyAny>) = t.extract()?;
+        return Ok((port, batch_from_py(&batch)?));
+    }
+    Ok((0, batch_from_py(item)?))
 }
 
 impl Operator for PyRunner {

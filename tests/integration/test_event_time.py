@@ -89,6 +89,8 @@ class Reference:
     late: int
     watermarks: list[int]
     """The watermark after each batch (non-decreasing)."""
+    late_rows: list[dict[str, Any]]
+    """The late records, in arrival order."""
 
 
 def reference(data: EventInput, size: int, slide: int) -> Reference:
@@ -96,14 +98,14 @@ def reference(data: EventInput, size: int, slide: int) -> Reference:
     watermark = MIN_WM
     max_ts = MIN_WM
     windows: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    late = 0
+    late_rows = []
     watermarks = []
     for batch in data.batches:
         for row in batch:
             t = row["t"]
             last = t - t % slide
             if last + size - 1 <= watermark:
-                late += 1
+                late_rows.append(row)
                 continue
             start = last
             while start > t - size and start + size - 1 > watermark:
@@ -112,7 +114,7 @@ def reference(data: EventInput, size: int, slide: int) -> Reference:
         max_ts = max(max_ts, max(row["t"] for row in batch))
         watermark = max(watermark, max_ts - data.bound_ms - 1)
         watermarks.append(watermark)
-    return Reference(dict(windows), late, watermarks)
+    return Reference(dict(windows), len(late_rows), watermarks, late_rows)
 
 
 def expected_agg(ref: Reference, size: int, agg: str) -> list[dict[str, Any]]:
@@ -313,6 +315,131 @@ def test_window_python_state_survives_a_failure(tmp_path: Path) -> None:
     )
     assert result.restarts == 1
     assert_same_rows(handle.to_pylist(), expected_apply(ref, size))
+
+
+# ---------------------------------------------------------------------------
+# late records on a side output
+
+
+LATE = ed.OutputTag("late")
+
+
+def late_side_input(seed: int) -> EventInput:
+    """Small batches with stragglers: many batches hold both late and on-time records."""
+    data = make_input(random.Random(seed), 500, bound_ms=200, late_every=7, max_batch=6)
+    return data
+
+
+@pytest.mark.parametrize("assigner", ASSIGNERS)
+def test_late_side_output_native_window_has_exactly_the_late_rows(
+    parallelism: int, assigner: ed.windows.WindowAssigner
+) -> None:
+    data = late_side_input(parallelism * 31 + assigner.slide_ms)
+    ref = reference(data, assigner.size_ms, assigner.slide_ms)
+    late_ids = {row["id"] for row in ref.late_rows}
+    mixed = [
+        batch for batch in data.batches if 0 < sum(r["id"] in late_ids for r in batch) < len(batch)
+    ]
+    assert ref.late > 10 and mixed, "the input needs batches with late and on-time records"
+
+    env, stamped = event_env(parallelism, data)
+    sums = stamped.key_by("k").window(assigner, late_output=LATE).sum("v").name("win")
+    late = sums.side_output(LATE)
+    assert late.schema == stamped.schema
+    main_handle = sums.collect()
+    late_handle = late.collect()
+    result = env.execute("late-side-native")
+
+    assert_same_rows(late_handle.to_pylist(), ref.late_rows)
+    assert late_handle.to_arrow().schema == data.arrow()[0].schema
+    assert result.metrics["operators"]["win"]["late_records"] == ref.late
+    assert_same_rows(main_handle.to_pylist(), expected_agg(ref, assigner.size_ms, "sum"))
+    # Per key, late records leave in arrival order.
+    got_ids = [row["id"] for row in late_handle.to_pylist()]
+    for key in KEYS:
+        key_ids = [r["id"] for r in late_handle.to_pylist() if r["k"] == key]
+        assert key_ids == sorted(key_ids), f"late records of key {key} out of order"
+    assert len(got_ids) == len(set(got_ids))
+
+    # The same job without a late output: the same windows, the same count.
+    env2, stamped2 = event_env(parallelism, data)
+    plain = stamped2.key_by("k").window(assigner).sum("v").name("win").collect()
+    plain_result = env2.execute("late-dropped-native")
+    assert_same_rows(plain.to_pylist(), main_handle.to_pylist())
+    assert plain_result.metrics["operators"]["win"]["late_records"] == ref.late
+
+
+@pytest.mark.parametrize("kind", ["reduce", "apply"])
+def test_late_side_output_python_window_has_exactly_the_late_rows(
+    parallelism: int, kind: str
+) -> None:
+    data = late_side_input(parallelism * 17 + len(kind))
+    size = 1000
+    ref = reference(data, size, size)
+    assert ref.late > 10
+
+    env, stamped = event_env(parallelism, data)
+    windowed = stamped.key_by("k").window(ed.Tumbling("1s"), late_output=LATE)
+    out = (windowed.reduce(add_v) if kind == "reduce" else windowed.apply(summarize)).name("win")
+    main_handle = out.collect()
+    # The side output feeds further operators like any stream.
+    late_handle = out.side_output(LATE).map(lambda r: {**r, "late": True}).collect()
+    result = env.execute(f"late-side-{kind}")
+
+    assert_same_rows(late_handle.to_pylist(), [{**row, "late": True} for row in ref.late_rows])
+    assert result.metrics["operators"]["win"]["late_records"] == ref.late
+    expected = (expected_reduce if kind == "reduce" else expected_apply)(ref, size)
+    assert_same_rows(main_handle.to_pylist(), expected)
+
+
+@pytest.mark.parametrize("python", [False, True], ids=["native", "python"])
+def test_late_side_output_unread_keeps_the_window_output(python: bool) -> None:
+    """A late output nobody reads changes nothing, also when the window is chained on."""
+    data = late_side_input(5)
+    ref = reference(data, 1000, 1000)
+    env, stamped = event_env(2, data)
+    windowed = stamped.key_by("k").window(ed.Tumbling("1s"), late_output=LATE)
+    if python:
+        out = windowed.apply(summarize).name("win").map(lambda r: r)
+        expected = expected_apply(ref, 1000)
+    else:
+        out = windowed.sum("v").name("win").with_columns(v=ed.col("v"))
+        expected = expected_agg(ref, 1000, "sum")
+    handle = out.collect()
+    result = env.execute("late-unread")
+    assert_same_rows(handle.to_pylist(), expected)
+    assert result.metrics["operators"]["win"]["late_records"] == ref.late
+
+
+def test_late_side_output_errors_name_the_operator() -> None:
+    env = ed.StreamEnvironment()
+    stamped = env.from_collection([{"k": "a", "t": 5, "v": 1}]).assign_timestamps("t")
+    keyed = stamped.key_by("k")
+    with pytest.raises(TypeError, match="OutputTag"):
+        keyed.window(ed.Tumbling("1s"), late_output="late")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="non-empty str"):
+        ed.OutputTag("")
+
+    without = keyed.window(ed.Tumbling("1s")).sum("v").name("plain_win")
+    with pytest.raises(ed.GraphError, match="operator 'plain_win' has no side output 'late'"):
+        without.side_output(LATE)
+
+    with_tag = keyed.window(ed.Tumbling("1s"), late_output=LATE).count().name("win")
+    with pytest.raises(ed.GraphError, match=r"operator 'win' has no side output 'other'.*'late'"):
+        with_tag.side_output(ed.OutputTag("other"))
+    with pytest.raises(TypeError, match=r"operator 'win' needs an ed\.OutputTag"):
+        with_tag.side_output("late")  # type: ignore[arg-type]
+    late = with_tag.side_output(LATE)
+    assert late.schema == stamped.schema
+    assert "side_output='late'" in repr(late)
+    assert with_tag.side_output(ed.OutputTag("late")).schema == stamped.schema
+    with pytest.raises(ed.GraphError, match="operator 'win' has no side output"):
+        late.side_output(LATE)
+    with pytest.raises(ed.GraphError, match="operator 'after' has no side output 'late'"):
+        with_tag.map(lambda r: r).name("after").side_output(LATE)
+    py_win = keyed.window(ed.Tumbling("1s")).apply(summarize).name("py_win")
+    with pytest.raises(ed.GraphError, match="operator 'py_win' has no side output 'late'"):
+        py_win.side_output(LATE)
 
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ pub mod window;
 
 use arrow::record_batch::RecordBatch;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::state::OperatorState;
 
 /// Where an operator sends what it produces. Implemented by the runtime:
@@ -26,7 +26,27 @@ pub trait Collector {
     fn emit(&mut self, batch: RecordBatch) -> Result<()>;
     /// Emits a watermark downstream.
     fn emit_watermark(&mut self, watermark: i64) -> Result<()>;
+
+    /// Emits a batch on output port `port` (see `graph::Edge::port`): port 0
+    /// is [`Collector::emit`]; other ports are side outputs (a window's late
+    /// records on [`LATE_PORT`]), read only by edges of that port. Their
+    /// batches need not have the operator's output schema. The default
+    /// supports port 0 only.
+    fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
+        if port == 0 {
+            return self.emit(batch);
+        }
+        Err(Error::operator(
+            "",
+            format!(
+                "the operator emitted on output port {port}, which this collector does not support"
+            ),
+        ))
+    }
 }
+
+/// The output port of a window's late records (its side output).
+pub const LATE_PORT: u8 = 1;
 
 /// What an operator learns about where it runs when it is opened.
 #[derive(Debug, Clone)]
@@ -98,8 +118,9 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// Records dropped so far because they arrived after the watermark had
-    /// passed all their windows (read after each call, for the metric).
+    /// Records that arrived after the watermark had passed all their windows
+    /// so far, dropped or sent to the late side output (read after each
+    /// call, for the metric).
     fn late_records(&self) -> u64 {
         0
     }

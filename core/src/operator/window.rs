@@ -14,10 +14,16 @@
 //!
 //! A window is *over* when the watermark `w` reaches its last millisecond:
 //! `end - 1 <= w`. A record whose windows are all over is *late*: it is
-//! dropped and counted ([`WindowOperator::late_records`], also shared as an
-//! atomic counter through [`WindowOperator::late_records_handle`] so the
-//! runtime can report it as a metric). A record some of whose (sliding)
-//! windows are over is added to the others only, as Flink does.
+//! counted ([`WindowOperator::late_records`], also shared as an atomic
+//! counter through [`WindowOperator::late_records_handle`] so the runtime
+//! can report it as a metric) and dropped, or, with
+//! [`WindowFactory::with_late_output`], emitted unchanged on the side output
+//! port [`LATE_PORT`] (Flink's `sideOutputLateData`) right when its batch is
+//! processed, so late rows keep their order relative to the data and the
+//! barriers. A batch whose rows are all late is passed on as it is; otherwise
+//! the late rows are selected with one filter kernel per batch. A record some
+//! of whose (sliding) windows are over is added to the others only, as Flink
+//! does.
 //!
 //! `process_watermark(w)` fires every window that is over, emitting one batch
 //! with one row per (key, window): the key columns (input names and types,
@@ -95,8 +101,9 @@ use std::sync::Arc;
 use arrow::array::{
     Array, ArrayRef, AsArray, Int64Array, PrimitiveArray, RecordBatch, UInt64Array,
 };
+use arrow::array::{BooleanArray, BooleanBufferBuilder};
 use arrow::buffer::{NullBuffer, ScalarBuffer};
-use arrow::compute::{cast_with_options, CastOptions};
+use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
 use arrow::datatypes::{
     ArrowNativeType, ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema,
     SchemaRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
@@ -112,7 +119,7 @@ use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
 use crate::operator::keyed_agg::AggKind;
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
 /// The version byte that opens every serialized key-group blob.
@@ -193,6 +200,9 @@ pub struct WindowFactory {
     pub time_column: String,
     pub assigner: WindowAssigner,
     pub agg: WindowAgg,
+    /// Late records go to the side output [`LATE_PORT`] instead of being
+    /// dropped (they are counted either way).
+    pub late_output: bool,
 }
 
 /// Whether the accumulator is an `i64` or an `f64`.
@@ -287,7 +297,15 @@ impl WindowFactory {
             time_column,
             assigner,
             agg,
+            late_output: false,
         }
+    }
+
+    /// Sends late records to the side output [`LATE_PORT`] (unchanged, with
+    /// the input schema) instead of dropping them.
+    pub fn with_late_output(mut self) -> Self {
+        self.late_output = true;
+        self
     }
 
     /// The schema of the operator's output for `input` (build-time
@@ -775,7 +793,8 @@ impl<K: StateKey, V: Num> Store<K, V> {
     }
 
     /// Adds the records of one batch to their windows; returns how many
-    /// were late.
+    /// were late. With `late_rows`, the indices of the late records are
+    /// appended to it (in order).
     fn process(
         &mut self,
         key_cols: &[ArrayRef],
@@ -783,6 +802,7 @@ impl<K: StateKey, V: Num> Store<K, V> {
         hashes: &mut Vec<u64>,
         own: &KeyGroupOwnership,
         next_seq: &mut u64,
+        mut late_rows: Option<&mut Vec<u32>>,
     ) -> Result<u64> {
         let keys = K::prepare(&mut self.codec, key_cols, hashes)?;
         let BatchInput {
@@ -801,6 +821,10 @@ impl<K: StateKey, V: Num> Store<K, V> {
             // The window [start, start + size) is over when start + size - 1 <= watermark.
             if last_start.saturating_add(size - 1) <= watermark {
                 late += 1;
+                if let Some(rows) = late_rows.as_deref_mut() {
+                    // Batches are far below u32::MAX rows (Arrow offsets are i32).
+                    rows.push(i as u32);
+                }
                 continue;
             }
             let value = contribution.at(i);
@@ -1166,6 +1190,8 @@ struct Scratch {
     hashes: Vec<u64>,
     times: Vec<i64>,
     key_cols: Vec<ArrayRef>,
+    /// The indices of the late rows of the batch (with a late output).
+    late_rows: Vec<u32>,
 }
 
 /// Keyed event-time windows; see the module documentation.
@@ -1222,8 +1248,8 @@ impl WindowOperator {
         })
     }
 
-    /// How many records were dropped as late (all their windows were over)
-    /// by this operator instance. Not part of the checkpointed state.
+    /// How many records were late (all their windows were over; dropped or
+    /// sent to the late output) in this operator instance. Not checkpointed.
     pub fn late_records(&self) -> u64 {
         self.late.load(Ordering::Relaxed)
     }
@@ -1402,13 +1428,34 @@ fn process_rows<K: StateKey, V: Num>(
         times: &scratch.times,
         contribution: &contribution,
     };
+    scratch.late_rows.clear();
+    let late_rows = args.factory.late_output.then_some(&mut scratch.late_rows);
     store.process(
         &scratch.key_cols,
         &input,
         &mut scratch.hashes,
         args.own,
         next_seq,
+        late_rows,
     )
+}
+
+/// The late rows of `batch` (indices `late_rows`, ascending): the batch
+/// itself when every row is late, else one filtered copy.
+fn late_batch(
+    batch: RecordBatch,
+    late_rows: &[u32],
+) -> std::result::Result<RecordBatch, arrow::error::ArrowError> {
+    let n = batch.num_rows();
+    if late_rows.len() == n {
+        return Ok(batch);
+    }
+    let mut mask = BooleanBufferBuilder::new(n);
+    mask.append_n(n, false);
+    for &i in late_rows {
+        mask.set_bit(i as usize, true);
+    }
+    filter_record_batch(&batch, &BooleanArray::new(mask.finish(), None))
 }
 
 impl Operator for WindowOperator {
@@ -1420,7 +1467,7 @@ impl Operator for WindowOperator {
         &mut self,
         _input: usize,
         batch: RecordBatch,
-        _out: &mut dyn Collector,
+        out: &mut dyn Collector,
     ) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
@@ -1460,6 +1507,11 @@ impl Operator for WindowOperator {
         }
         if late > 0 {
             self.late.fetch_add(late, Ordering::Relaxed);
+            if self.factory.late_output {
+                let rows = late_batch(batch, &self.scratch.late_rows)
+                    .map_err(|e| Error::arrow(&self.own.name, &e))?;
+                out.emit_to_port(LATE_PORT, rows)?;
+            }
         }
         Ok(())
     }
@@ -1568,6 +1620,8 @@ mod tests {
     struct Recorder {
         batches: Vec<RecordBatch>,
         watermarks: Vec<i64>,
+        /// Batches emitted on a side port, with the port.
+        side: Vec<(u8, RecordBatch)>,
     }
 
     impl Collector for Recorder {
@@ -1577,6 +1631,13 @@ mod tests {
         }
         fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
             self.watermarks.push(watermark);
+            Ok(())
+        }
+        fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
+            if port == 0 {
+                return self.emit(batch);
+            }
+            self.side.push((port, batch));
             Ok(())
         }
     }
@@ -1816,5 +1877,128 @@ mod tests {
             })
             .unwrap_err();
         assert!(err.to_string().contains("'max'"), "{err}");
+    }
+
+    /// Runs the same input through a window with and without a late output.
+    fn run_late(late_output: bool) -> (WindowOperator, Recorder) {
+        let mut f = factory(TUMBLE_10, AggKind::Sum, Some("v"));
+        if late_output {
+            f = f.with_late_output();
+        }
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        let mut out = Recorder::default();
+        op.process_batch(
+            0,
+            batch(vec![Some(1), Some(2)], vec![3, 15], vec![Some(1), Some(2)]),
+            &mut out,
+        )
+        .unwrap();
+        op.process_watermark(12, &mut out).unwrap();
+        // [0, 10) is over: the records at 4 and 9 are late, 11 and 25 are not.
+        op.process_batch(
+            0,
+            batch(
+                vec![Some(1), Some(2), Some(3), None],
+                vec![4, 11, 9, 25],
+                vec![Some(10), Some(20), Some(30), Some(40)],
+            ),
+            &mut out,
+        )
+        .unwrap();
+        op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+        (op, out)
+    }
+
+    #[test]
+    fn test_late_output_emits_exactly_the_late_rows_unchanged() {
+        let (op, out) = run_late(true);
+        assert_eq!(op.late_records(), 2);
+        assert_eq!(out.side.len(), 1);
+        let (port, late) = &out.side[0];
+        assert_eq!(*port, LATE_PORT);
+        // The schema of the input batch (only `k` holds nulls) and the late
+        // rows, in arrival order.
+        assert_eq!(
+            late.schema(),
+            batch(vec![None], vec![0], vec![Some(0)]).schema()
+        );
+        assert_eq!(ints(late.column(0)), vec![Some(1), Some(3)]);
+        assert_eq!(ints(late.column(1)), vec![Some(4), Some(9)]);
+        assert_eq!(ints(late.column(2)), vec![Some(10), Some(30)]);
+    }
+
+    #[test]
+    fn test_late_output_leaves_the_main_output_unchanged() {
+        let (with_op, with) = run_late(true);
+        let (without_op, without) = run_late(false);
+        assert_eq!(with.batches, without.batches);
+        assert_eq!(with.watermarks, without.watermarks);
+        assert_eq!(with_op.late_records(), without_op.late_records());
+        // Without a late output late records are only counted.
+        assert!(without.side.is_empty());
+        assert!(!with.batches.is_empty());
+    }
+
+    #[test]
+    fn test_late_output_passes_an_all_late_batch_through_without_copying() {
+        let f = factory(TUMBLE_10, AggKind::Sum, Some("v")).with_late_output();
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        let mut out = Recorder::default();
+        op.process_watermark(100, &mut out).unwrap();
+        let all_late = batch(vec![Some(1), Some(2)], vec![1, 50], vec![Some(1), None]);
+        op.process_batch(0, all_late.clone(), &mut out).unwrap();
+        assert_eq!(op.late_records(), 2);
+        let (_, late) = &out.side[0];
+        for (a, b) in late.columns().iter().zip(all_late.columns()) {
+            assert!(Arc::ptr_eq(a, b), "an all-late batch was copied");
+        }
+        // A batch without late rows emits nothing on the side.
+        op.process_batch(0, batch(vec![Some(1)], vec![101], vec![Some(1)]), &mut out)
+            .unwrap();
+        assert_eq!(out.side.len(), 1);
+        assert_eq!(op.late_records(), 2);
+    }
+
+    #[test]
+    fn test_late_output_of_a_sliding_window_only_takes_records_with_every_window_over() {
+        let slide = WindowAssigner::Sliding {
+            size_ms: 10,
+            slide_ms: 5,
+        };
+        let f = factory(slide, AggKind::Count, None).with_late_output();
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        let mut out = Recorder::default();
+        op.process_watermark(9, &mut out).unwrap();
+        // t=7 is in [0, 10) (over) and [5, 15) (open): not late. t=3 is in
+        // [-5, 5) and [0, 10), both over: late.
+        op.process_batch(
+            0,
+            batch(vec![Some(1), Some(1)], vec![7, 3], vec![None, None]),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(op.late_records(), 1);
+        assert_eq!(ints(out.side[0].1.column(1)), vec![Some(3)]);
+    }
+
+    #[test]
+    fn test_default_collector_rejects_side_ports() {
+        struct PortZeroOnly(Vec<RecordBatch>);
+        impl Collector for PortZeroOnly {
+            fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+                self.0.push(batch);
+                Ok(())
+            }
+            fn emit_watermark(&mut self, _watermark: i64) -> Result<()> {
+                Ok(())
+            }
+        }
+        let mut c = PortZeroOnly(Vec::new());
+        let b = batch(vec![Some(1)], vec![1], vec![Some(1)]);
+        c.emit_to_port(0, b.clone()).unwrap();
+        assert_eq!(c.0.len(), 1);
+        let err = c.emit_to_port(LATE_PORT, b).unwrap_err().in_operator("win");
+        assert!(err.to_string().contains("output port 1"), "{err}");
+        assert!(err.to_string().contains("win"), "{err}");
     }
 }

@@ -182,7 +182,11 @@ pub(crate) struct TaskOutput {
 
 impl TaskOutput {
     pub(crate) fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        let port = self.port;
+        self.emit_port(self.port, batch)
+    }
+
+    /// Emits `batch` to the edges that read output port `port` only.
+    pub(crate) fn emit_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
         for edge in &mut self.edges {
             let OutputEdge {
                 partitioner,
@@ -237,6 +241,23 @@ impl Collector for ChainOut<'_> {
         } else {
             push_watermark(self.rest_ops, self.rest_slots, self.tail, watermark)
         }
+    }
+
+    /// Port 0 continues down the chain. A side output (port > 0) goes to
+    /// the task's edges of that port when the operator ends the chain. An
+    /// operator followed by a chained one has no consumer on another port
+    /// (`Plan` chains a node only into a producer whose single consumer reads
+    /// port 0), so its side output has no reader and is dropped; the task's
+    /// port edges belong to the chain's last operator.
+    fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
+        if port == 0 {
+            return self.emit(batch);
+        }
+        if batch.num_rows() == 0 || !self.rest_ops.is_empty() {
+            return Ok(());
+        }
+        self.slot.metrics.add_out(batch.num_rows());
+        self.tail.emit_port(port, batch)
     }
 }
 
