@@ -153,7 +153,7 @@ def test_loop_logs_are_in_checkpoints_and_restore_exactly(tmp_path: Path) -> Non
             nxt = s.map_batches(stop_when_told).with_columns(n=ed.col("n") - 1)
             return nxt.filter(ed.col("n") > 0), nxt.filter(ed.col("n") <= 0)
 
-        src = env.from_sequence(0, 600).uid("numbers")
+        src = env.from_sequence(0, 1500).uid("numbers")
         looped = src.with_columns(n=ed.col("value") % 20 + 1).iterate(body).uid("looped")
         looped.sink_to(ed.ParquetSink(files)).uid("files")
         return env
@@ -166,11 +166,11 @@ def test_loop_logs_are_in_checkpoints_and_restore_exactly(tmp_path: Path) -> Non
     with pytest.raises(ed.JobFailedError, match="stop here"):
         client.wait(timeout=60)
     partial = read_parquet_dir(files).num_rows
-    assert partial < 600, "the first run failed before it committed everything"
+    assert partial < 1500, "the first run failed before it committed everything"
 
     build(False).execute("second", restore_from="latest")
     table = read_parquet_dir(files)
-    assert sorted(table["value"].to_pylist()) == list(range(600))
+    assert sorted(table["value"].to_pylist()) == list(range(1500))
     assert set(table["n"].to_pylist()) == {0}
 
 
