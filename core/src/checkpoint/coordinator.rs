@@ -971,8 +971,9 @@ fn source_offsets(subtask: usize, offset: &[u8]) -> Vec<SourceOffset> {
 /// node's factory decides ([`Redistribution`]): entry lists are dealt
 /// round-robin (FLIP-147: what a partially finished operator has left is
 /// redistributed); anything else is a `CheckpointError` naming the
-/// operator. A subtask dealt no entries still gets an (empty) list, so it
-/// knows it has nothing left to do: a source then reads nothing.
+/// operator, unless the operator fully finished (its task is skipped).
+/// A subtask dealt no entries still gets an (empty) list, so it knows it
+/// has nothing left to do: a source then reads nothing.
 pub(crate) fn state_for(
     rc: &RestoredCheckpoint,
     node: &Node,
@@ -989,7 +990,9 @@ pub(crate) fn state_for(
     let operator = if old_p == parallelism {
         rc.state(uid, subtask as u32)
             .and_then(|s| s.operator.clone())
-    } else if rc.operator_blobs(uid).is_empty() {
+    } else if rc.operator_blobs(uid).is_empty() || entry.finished && !redistributes(node) {
+        // A fully finished operator is skipped (FLIP-147): its non-keyed
+        // state is not needed, whether or not it could be redistributed.
         None
     } else {
         Some(StateBlob::Bytes(Arc::new(redistributed(
@@ -1004,6 +1007,18 @@ pub(crate) fn state_for(
         return Ok(None);
     }
     Ok(Some(OperatorState { operator, keyed }))
+}
+
+/// What the factory of `node` says of its non-keyed state.
+fn redistribution_of(node: &Node) -> Redistribution {
+    match &node.kind {
+        NodeKind::Source(f) => f.redistribution(),
+        NodeKind::Operator(f) => f.redistribution(),
+    }
+}
+
+fn redistributes(node: &Node) -> bool {
+    redistribution_of(node) == Redistribution::EvenSplit
 }
 
 /// The entry list of new subtask `subtask` of `parallelism`: its share of
@@ -1026,11 +1041,7 @@ fn redistributed(
             ),
         )
     };
-    let how = match &node.kind {
-        NodeKind::Source(f) => f.redistribution(),
-        NodeKind::Operator(f) => f.redistribution(),
-    };
-    if let Redistribution::Unsupported(why) = how {
+    if let Redistribution::Unsupported(why) = redistribution_of(node) {
         return Err(refuse(why));
     }
     let mut old = Vec::with_capacity(old_p);
