@@ -177,3 +177,87 @@ impl SourceReader for ArrowBatchesReader {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+
+    use super::*;
+    use crate::state::even_split;
+
+    fn source(n: i64) -> ArrowBatchesSource {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, false)]));
+        let batches = (0..n)
+            .map(|i| {
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![i]))])
+                    .unwrap()
+            })
+            .collect();
+        ArrowBatchesSource::new(batches, schema).unwrap()
+    }
+
+    fn ctx(subtask: usize, parallelism: usize) -> OperatorContext {
+        OperatorContext {
+            name: "src".into(),
+            uid: "src".into(),
+            subtask_index: subtask,
+            parallelism,
+            max_parallelism: 128,
+            key_groups: 0..128,
+            attempt: 0,
+        }
+    }
+
+    fn drain(r: &mut dyn SourceReader, limit: usize) -> Vec<i64> {
+        let mut out = Vec::new();
+        while out.len() < limit {
+            match r.poll_next().unwrap() {
+                SourcePoll::Batch(b) => out.push(b.column(0).as_primitive::<Int64Type>().value(0)),
+                _ => break,
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn test_strides_left_over_move_to_another_parallelism_exactly() {
+        let src = source(11);
+        let mut read = Vec::new();
+        let mut offsets = Vec::new();
+        for (s, limit) in [(0, usize::MAX), (1, 2)] {
+            let mut r = src.create(&ctx(s, 2), 1).unwrap();
+            read.extend(drain(r.as_mut(), limit));
+            offsets.push(r.offset());
+        }
+        assert_eq!(decode_entries(&offsets[0]).unwrap().len(), 0, "finished");
+        for p in [1, 3] {
+            let views: Vec<Option<&[u8]>> = offsets.iter().map(|o| Some(o.as_slice())).collect();
+            let mut all = read.clone();
+            for (s, share) in even_split(&views, p).unwrap().into_iter().enumerate() {
+                let mut r = src.create(&ctx(s, p), 1).unwrap();
+                r.seek(&encode_entries(&share)).unwrap();
+                all.extend(drain(r.as_mut(), usize::MAX));
+            }
+            all.sort_unstable();
+            assert_eq!(all, (0..11).collect::<Vec<_>>(), "p={p}");
+        }
+    }
+
+    #[test]
+    fn test_offset_of_an_older_checkpoint_restores_at_the_same_parallelism() {
+        let src = source(11);
+        let mut r = src.create(&ctx(1, 2), 1).unwrap();
+        r.seek(&encode_positions(&[3])).unwrap();
+        assert_eq!(drain(r.as_mut(), usize::MAX), vec![7, 9]);
+        let mut r = src.create(&ctx(1, 2), 1).unwrap();
+        let err = r.seek(&encode_positions(&[6])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("fewer than its checkpointed offset 6"),
+            "{err}"
+        );
+    }
+}

@@ -171,3 +171,66 @@ impl SourceReader for SequenceReader {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    fn ctx(subtask: usize, parallelism: usize) -> OperatorContext {
+        OperatorContext {
+            name: "seq".into(),
+            uid: "seq".into(),
+            subtask_index: subtask,
+            parallelism,
+            max_parallelism: 128,
+            key_groups: 0..128,
+            attempt: 0,
+        }
+    }
+
+    fn drain(r: &mut dyn SourceReader) -> Vec<i64> {
+        let mut out = Vec::new();
+        while let SourcePoll::Batch(b) = r.poll_next().unwrap() {
+            out.extend(b.column(0).as_primitive::<Int64Type>().values().iter());
+        }
+        out
+    }
+
+    #[test]
+    fn test_entries_name_their_range_and_any_subtask_continues_them() {
+        let src = SequenceSource::new(0, 10);
+        let mut r = src.create(&ctx(1, 2), 2).unwrap();
+        assert!(matches!(r.poll_next().unwrap(), SourcePoll::Batch(_)));
+        let offset = r.offset();
+        assert_eq!(
+            decode_entries(&offset).unwrap(),
+            vec![encode_positions(&[5, 10, 7])]
+        );
+        let mut other = src.create(&ctx(0, 3), 2).unwrap();
+        other.seek(&offset).unwrap();
+        assert_eq!(drain(other.as_mut()), vec![7, 8, 9]);
+        let mut nothing = src.create(&ctx(2, 3), 2).unwrap();
+        nothing.seek(&encode_entries::<Vec<u8>>(&[])).unwrap();
+        assert_eq!(drain(nothing.as_mut()), Vec::<i64>::new());
+        let err = other
+            .seek(&encode_entries(&[encode_positions(&[5, 12, 7])]))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("does not fit the sequence [0, 10)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn test_offset_of_an_older_checkpoint_restores_at_the_same_parallelism() {
+        let src = SequenceSource::new(0, 10);
+        let mut r = src.create(&ctx(1, 2), 10).unwrap();
+        r.seek(&encode_positions(&[8])).unwrap();
+        assert_eq!(drain(r.as_mut()), vec![8, 9]);
+        assert!(r.seek(&encode_positions(&[3])).is_err());
+    }
+}
