@@ -66,3 +66,160 @@ impl OperatorState {
         self.operator.is_none() && self.keyed.is_empty()
     }
 }
+
+/// The first bytes of non-keyed state held as a list of entries.
+const ENTRY_LIST_MAGIC: [u8; 8] = *b"EDLIST01";
+
+/// Encodes non-keyed state as a list of independent entries, Flink's
+/// operator list state (FLIP-147, "partially finished operators"): each
+/// entry (a source split with its offset, a pending transaction, ...) can be
+/// restored by any subtask, so the entries of all old subtasks can be dealt
+/// to the subtasks of another parallelism.
+///
+/// Layout (little-endian): `"EDLIST01"` | count u64 | per entry: length
+/// u64 | bytes, zero-padded to a multiple of 8. Entries whose lengths are
+/// multiples of 8 (the built-in sources' u64 fields) keep the whole
+/// encoding a sequence of u64 words.
+pub fn encode_entries<B: AsRef<[u8]>>(entries: &[B]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        16 + entries
+            .iter()
+            .map(|e| 8 + e.as_ref().len().next_multiple_of(8))
+            .sum::<usize>(),
+    );
+    out.extend_from_slice(&ENTRY_LIST_MAGIC);
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for e in entries {
+        let e = e.as_ref();
+        out.extend_from_slice(&(e.len() as u64).to_le_bytes());
+        out.extend_from_slice(e);
+        out.resize(out.len().next_multiple_of(8), 0);
+    }
+    out
+}
+
+/// Decodes what [`encode_entries`] wrote; `None` when `bytes` is not an
+/// entry list (state written in another format, e.g. before entry lists
+/// existed) or is malformed.
+pub fn decode_entries(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let rest = bytes.strip_prefix(&ENTRY_LIST_MAGIC)?;
+    let word = |b: &[u8], at: usize| -> Option<u64> {
+        let w: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(w))
+    };
+    let count = usize::try_from(word(rest, 0)?).ok()?;
+    let mut at = 8;
+    let mut entries = Vec::with_capacity(count.min(rest.len() / 8));
+    for _ in 0..count {
+        let len = usize::try_from(word(rest, at)?).ok()?;
+        at += 8;
+        let end = at.checked_add(len)?;
+        entries.push(rest.get(at..end)?.to_vec());
+        at = end.checked_next_multiple_of(8)?;
+    }
+    (at == rest.len()).then_some(entries)
+}
+
+/// How an operator's non-keyed state is handed to the subtasks of a restore
+/// at another parallelism (keyed state always moves by key group).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Redistribution {
+    /// Every subtask writes an entry list ([`encode_entries`]); on restore
+    /// the entries of all old subtasks, in subtask order, are dealt
+    /// round-robin to the new subtasks (entry `j` to subtask `j % p`). A
+    /// subtask that finished contributes the entries it has left (none for
+    /// a source that read everything). Each entry lands on exactly one new
+    /// subtask, so a pending transaction is committed by exactly one.
+    EvenSplit,
+    /// The state belongs to the subtask that wrote it; restoring it at
+    /// another parallelism is refused with this reason.
+    Unsupported(String),
+}
+
+impl Redistribution {
+    /// The default of operators that did not choose: their non-keyed state
+    /// stays with its subtask.
+    pub fn unsupported() -> Self {
+        Redistribution::Unsupported(
+            "its non-keyed state belongs to the subtask that wrote it and cannot be split \
+             or merged"
+                .into(),
+        )
+    }
+}
+
+/// Deals the entry lists of the old subtasks (`old[s]`: subtask `s`'s
+/// non-keyed state, if any) to `parallelism` new subtasks, round-robin in
+/// entry order. `Err(s)`: old subtask `s` holds state that is not an entry
+/// list.
+pub fn even_split(
+    old: &[Option<&[u8]>],
+    parallelism: usize,
+) -> std::result::Result<Vec<Vec<Vec<u8>>>, usize> {
+    let p = parallelism.max(1);
+    let mut new = vec![Vec::new(); p];
+    let mut next = 0;
+    for (s, blob) in old.iter().enumerate() {
+        let Some(blob) = blob else { continue };
+        for e in decode_entries(blob).ok_or(s)? {
+            new[next % p].push(e);
+            next += 1;
+        }
+    }
+    Ok(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_lists_round_trip_and_stay_word_aligned() {
+        let entries = vec![vec![], vec![1u8, 2, 3], vec![7u8; 16]];
+        let bytes = encode_entries(&entries);
+        assert_eq!(bytes.len() % 8, 0);
+        assert_eq!(decode_entries(&bytes), Some(entries));
+        assert_eq!(
+            decode_entries(&encode_entries::<Vec<u8>>(&[])),
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn other_blobs_are_not_entry_lists() {
+        assert_eq!(decode_entries(&42u64.to_le_bytes()), None);
+        assert_eq!(decode_entries(b""), None);
+        let mut truncated = encode_entries(&[vec![1u8; 9]]);
+        truncated.pop();
+        assert_eq!(decode_entries(&truncated), None);
+        let mut extended = encode_entries(&[vec![1u8; 8]]);
+        extended.push(0);
+        assert_eq!(decode_entries(&extended), None);
+    }
+
+    #[test]
+    fn even_split_deals_every_entry_once_in_order() {
+        let a = encode_entries(&[b"a0".to_vec(), b"a1".to_vec(), b"a2".to_vec()]);
+        let b = encode_entries(&[b"b0".to_vec()]);
+        let done = encode_entries::<Vec<u8>>(&[]);
+        let old = [
+            Some(a.as_slice()),
+            Some(done.as_slice()),
+            None,
+            Some(b.as_slice()),
+        ];
+        let new = even_split(&old, 3).unwrap();
+        assert_eq!(
+            new,
+            vec![
+                vec![b"a0".to_vec(), b"b0".to_vec()],
+                vec![b"a1".to_vec()],
+                vec![b"a2".to_vec()],
+            ]
+        );
+        let one = even_split(&old, 1).unwrap();
+        assert_eq!(one[0].len(), 4);
+        let legacy = 5u64.to_le_bytes();
+        assert_eq!(even_split(&[Some(a.as_slice()), Some(&legacy)], 2), Err(1));
+    }
+}

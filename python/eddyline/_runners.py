@@ -41,9 +41,10 @@ PortBatch: TypeAlias = tuple[int, pa.RecordBatch]
 RunnerOutput: TypeAlias = (
     pa.RecordBatch | PortBatch | list[pa.RecordBatch] | list[pa.RecordBatch | PortBatch] | None
 )
-State: TypeAlias = bytes | dict[int, bytes]
-"""A runner's checkpointed state: operator state (``bytes``), or keyed state
-(one blob per key group, ``{key_group: bytes}``)."""
+State: TypeAlias = bytes | list[bytes] | dict[int, bytes]
+"""A runner's checkpointed state: operator state (``bytes``, or a list of
+independent entries that a restore at another parallelism deals to the new
+subtasks), or keyed state (one blob per key group, ``{key_group: bytes}``)."""
 StageKind = Literal["map", "flat_map", "filter"]
 Stage: TypeAlias = tuple[StageKind, Callable[..., Any], str]
 """One per-record stage: its kind, the user function and the operator name."""
@@ -370,6 +371,11 @@ class Runner:
     # rebuilds their (empty) state; keyed process functions start exactly
     # at their null-state watermark.
     recomputable: ClassVar[bool] = False
+    # True for runners whose operator state is a list of entries that any
+    # subtask can restore (FLIP-147: dealt round-robin to the subtasks of a
+    # restore at another parallelism). Other operator state stays with its
+    # subtask, and such a restore is refused with a CheckpointError.
+    redistributable: ClassVar[bool] = False
 
     @classmethod
     def recomputable_for(cls, *args: Any) -> bool:
@@ -401,8 +407,11 @@ class Runner:
         """Returns the state for checkpoint ``checkpoint_id``.
 
         ``bytes`` is operator state (restored into the same subtask index);
-        ``{key_group: bytes}`` is keyed state, redistributed by key group, so
-        that it can be restored at another parallelism. ``None``: no state.
+        ``list[bytes]`` is operator state as independent entries (runners with
+        ``redistributable``: at another parallelism each entry goes to one new
+        subtask); ``{key_group: bytes}`` is keyed state, redistributed by key
+        group, so that it can be restored at another parallelism. ``None``: no
+        state.
         """
         return None
 
@@ -410,7 +419,8 @@ class Runner:
         """Restores state written by :meth:`snapshot`.
 
         Keyed state arrives as ``{key_group: bytes}`` holding only the key
-        groups this subtask owns now.
+        groups this subtask owns now; entry lists as ``list[bytes]``, the
+        entries dealt to this subtask.
         """
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -971,6 +981,8 @@ class TwoPhaseCommitRunner(Runner):
     the open transaction and commits it; no transaction begins after it.
     """
 
+    redistributable: ClassVar[bool] = True
+
     def __init__(self, node: str, sink: Any) -> None:
         self.name = node
         self._sink = sink
@@ -1005,19 +1017,28 @@ class TwoPhaseCommitRunner(Runner):
             self._open = False
             if checkpoint_id != END_OF_JOB and not self._finished:
                 self._begin()
-        return pickle.dumps(self._pending, protocol=pickle.HIGHEST_PROTOCOL)
+        return [
+            pickle.dumps((checkpoint, txn), protocol=pickle.HIGHEST_PROTOCOL)
+            for checkpoint, txn in sorted(self._pending.items(), key=lambda item: item[0])
+        ]
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         for done in sorted(c for c in self._pending if c <= checkpoint_id):
             call_user(self.name, self._sink.commit, self._pending.pop(done))
 
     def restore(self, data: State) -> None:
-        if not isinstance(data, bytes | bytearray | memoryview):
+        # Every pending transaction restored belongs to a completed checkpoint:
+        # commit it (idempotent). At another parallelism each one was dealt to
+        # exactly one subtask.
+        if isinstance(data, list):
+            pending: dict[int, Any] = dict(pickle.loads(entry) for entry in data)
+        elif isinstance(data, bytes | bytearray | memoryview):
+            pending = pickle.loads(data)  # a checkpoint written before entry lists
+        else:
             raise TypeError(
-                f"operator '{self.name}': a two-phase-commit sink has operator state (bytes), "
-                f"got {type(data).__name__}"
+                f"operator '{self.name}': a two-phase-commit sink has operator state "
+                f"(a list of bytes), got {type(data).__name__}"
             )
-        pending: dict[int, Any] = pickle.loads(data)
         for checkpoint_id in sorted(pending):
             call_user(self.name, self._sink.commit, pending[checkpoint_id])
 
@@ -1072,6 +1093,11 @@ class RunnerFactory:
     def recomputable(self) -> bool:
         """Whether its runners rebuild their state by replay (read by the engine)."""
         return self.cls.recomputable_for(*self.args)
+
+    @property
+    def redistributable(self) -> bool:
+        """Whether its runners' operator state can move to other subtasks (read by the engine)."""
+        return self.cls.redistributable
 
     @property
     def replayable_from_earlier(self) -> bool:

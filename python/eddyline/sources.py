@@ -6,7 +6,9 @@ The splits are dealt round-robin to the source's parallel subtasks; each
 subtask reads its splits one after the other. The offsets are checkpointed,
 so after a failure every split is read again from where the last completed
 checkpoint left it: a source whose ``read`` returns the same rows for the same
-``(split, offset)`` is replayed exactly once.
+``(split, offset)`` is replayed exactly once. A checkpoint records the offset
+of every split not yet read to its end, so a job can be restored at another
+parallelism: the splits left over are dealt to the new subtasks.
 
 Example:
     >>> import pyarrow as pa
@@ -87,7 +89,15 @@ class SourceSubtaskReader:
     """One subtask's reader over its share of a :class:`Source`'s splits.
 
     The binding calls :meth:`poll` (a batch, ``None`` for "nothing yet" or
-    ``False`` for "exhausted"), :meth:`offset` (bytes) and :meth:`seek`.
+    ``False`` for "exhausted"), :meth:`entries` and :meth:`seek_entries`.
+
+    Its checkpointed offset is a list of entries, one per split it has not
+    read to its end, each ``pickle((split index, offset))`` with the split's
+    position in :meth:`Source.splits`: any subtask can continue any split, so
+    when a job is restored at another parallelism the splits left over are
+    dealt to the new subtasks (FLIP-147), and splits that were read to their
+    end are not read again. :meth:`seek` still takes the offset of older
+    checkpoints (``pickle((position among this subtask's splits, offset))``).
     """
 
     def __init__(
@@ -96,19 +106,30 @@ class SourceSubtaskReader:
         self._source = source
         self._operator = operator
         self._schema = source.schema()
-        self._splits = [s for i, s in enumerate(source.splits()) if i % parallelism == subtask]
+        self._all = list(source.splits())
+        # Indices into ``self._all`` of the splits to read, in order.
+        self._queue = [i for i in range(len(self._all)) if i % parallelism == subtask]
+        # Restored offsets of queued splits not started yet.
+        self._restored: dict[int, Any] = {}
         self._batch_size = batch_size
         self._index = 0
-        self._offset: Any = source.initial_offset(self._splits[0]) if self._splits else None
+        self._offset: Any = self._start(0)
+
+    def _start(self, index: int) -> Any:
+        if index >= len(self._queue):
+            return None
+        split = self._queue[index]
+        if split in self._restored:
+            return self._restored.pop(split)
+        return self._source.initial_offset(self._all[split])
 
     def poll(self) -> pa.RecordBatch | bool | None:
-        while self._index < len(self._splits):
-            split = self._splits[self._index]
+        while self._index < len(self._queue):
+            split = self._all[self._queue[self._index]]
             result = self._source.read(split, self._offset, self._batch_size)
             if result is None:
                 self._index += 1
-                if self._index < len(self._splits):
-                    self._offset = self._source.initial_offset(self._splits[self._index])
+                self._offset = self._start(self._index)
                 continue
             batch, next_offset = result
             if batch is None:
@@ -132,14 +153,47 @@ class SourceSubtaskReader:
         self._source.close()
         return False
 
+    def entries(self) -> list[bytes]:
+        """One ``pickle((split index, offset))`` per split not read to its end."""
+        out = []
+        for pos in range(self._index, len(self._queue)):
+            split = self._queue[pos]
+            if pos == self._index:
+                offset = self._offset
+            elif split in self._restored:
+                offset = self._restored[split]
+            else:
+                offset = self._source.initial_offset(self._all[split])
+            out.append(pickle.dumps((split, offset), protocol=pickle.HIGHEST_PROTOCOL))
+        return out
+
+    def seek_entries(self, entries: list[bytes]) -> None:
+        """Reads exactly the splits of ``entries``, each from its offset."""
+        queue: list[int] = []
+        restored: dict[int, Any] = {}
+        for data in entries:
+            split, offset = pickle.loads(data)
+            if not isinstance(split, int) or not 0 <= split < len(self._all):
+                raise CheckpointError(
+                    f"source '{self._operator}' has {len(self._all)} splits, but its checkpoint "
+                    f"holds an offset of split {split!r}",
+                    operator=self._operator,
+                )
+            queue.append(split)
+            restored[split] = offset
+        self._queue, self._restored, self._index = queue, restored, 0
+        self._offset = self._start(0)
+
     def offset(self) -> bytes:
+        """The offset format of older checkpoints (kept for :meth:`seek`)."""
         return pickle.dumps((self._index, self._offset), protocol=pickle.HIGHEST_PROTOCOL)
 
     def seek(self, data: bytes) -> None:
+        """Restores an offset of an older checkpoint (this subtask's own splits)."""
         index, offset = pickle.loads(data)
-        if index > len(self._splits):
+        if index > len(self._queue):
             raise CheckpointError(
-                f"source '{self._operator}' has {len(self._splits)} splits in this subtask, "
+                f"source '{self._operator}' has {len(self._queue)} splits in this subtask, "
                 f"fewer than its checkpointed split index {index}",
                 operator=self._operator,
             )

@@ -9,6 +9,7 @@ use arrow::datatypes::SchemaRef;
 use eddyline_core::error::{Error, Result};
 use eddyline_core::operator::OperatorContext;
 use eddyline_core::source::{SourceFactory, SourcePoll, SourceReader};
+use eddyline_core::state::{decode_entries, encode_entries, Redistribution};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes};
 
@@ -38,11 +39,18 @@ impl SourceFactory for PySourceFactory {
     fn schema(&self) -> Option<SchemaRef> {
         Some(self.schema.clone())
     }
+
+    /// Every split not read to its end is an entry (`SourceSubtaskReader.entries`).
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::EvenSplit
+    }
 }
 
 /// One subtask's Python reader: `poll()` returns a `pyarrow.RecordBatch`,
-/// `None` (nothing available yet) or `False` (exhausted); `offset()` returns
-/// bytes; `seek(bytes)` rewinds.
+/// `None` (nothing available yet) or `False` (exhausted); `entries()`
+/// returns its offset as a list of bytes, one per split left, which
+/// `seek_entries(list)` restores (in any subtask); `seek(bytes)` restores
+/// the single-blob offset of older checkpoints.
 pub struct PySourceReader {
     name: String,
     reader: Py<PyAny>,
@@ -72,8 +80,9 @@ impl SourceReader for PySourceReader {
         Python::attach(|py| {
             self.reader
                 .bind(py)
-                .call_method0("offset")
-                .and_then(|b| b.extract::<Vec<u8>>())
+                .call_method0("entries")
+                .and_then(|l| l.extract::<Vec<Vec<u8>>>())
+                .map(|entries| encode_entries(&entries))
                 .unwrap_or_default()
         })
     }
@@ -86,11 +95,17 @@ impl SourceReader for PySourceReader {
             ));
         }
         Python::attach(|py| {
-            self.reader
-                .bind(py)
-                .call_method1("seek", (PyBytes::new(py, offset),))
-                .map(|_| ())
-                .map_err(|e| from_py(py, &self.name, e))
+            let reader = self.reader.bind(py);
+            let done = match decode_entries(offset) {
+                Some(entries) => {
+                    let list: Vec<Bound<'_, PyBytes>> =
+                        entries.iter().map(|e| PyBytes::new(py, e)).collect();
+                    reader.call_method1("seek_entries", (list,))
+                }
+                // An offset of an older checkpoint.
+                None => reader.call_method1("seek", (PyBytes::new(py, offset),)),
+            };
+            done.map(|_| ()).map_err(|e| from_py(py, &self.name, e))
         })
     }
 }

@@ -10,7 +10,9 @@ use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use eddyline_core::error::{Error, Result};
 use eddyline_core::keygroup::{hash_keys, key_group};
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use eddyline_core::state::{OperatorState, StateBlob};
+use eddyline_core::state::{
+    decode_entries, encode_entries, OperatorState, Redistribution, StateBlob,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
@@ -44,6 +46,23 @@ impl OperatorFactory for PyRunnerFactory {
                 .and_then(|v| v.extract::<bool>(py))
                 .unwrap_or(false)
         })
+    }
+
+    /// The runner factory's `redistributable` attribute: its runners'
+    /// operator state is a list of entries that may be dealt to the
+    /// subtasks of another parallelism (FLIP-147).
+    fn redistribution(&self) -> Redistribution {
+        let yes = Python::attach(|py| {
+            self.factory
+                .getattr(py, "redistributable")
+                .and_then(|v| v.extract::<bool>(py))
+                .unwrap_or(false)
+        });
+        if yes {
+            Redistribution::EvenSplit
+        } else {
+            Redistribution::unsupported()
+        }
     }
 
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
@@ -302,6 +321,19 @@ impl Operator for PyRunner {
                     keyed,
                 });
             }
+            if let Ok(l) = res.cast::<PyList>() {
+                // Operator state as a list of entries (redistributable).
+                let entries: Vec<Vec<u8>> = l.extract().map_err(|_| {
+                    Error::operator(
+                        self.name.clone(),
+                        "the runner's snapshot() returned a list that does not hold only bytes",
+                    )
+                })?;
+                return Ok(OperatorState {
+                    operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
+                    keyed: Vec::new(),
+                });
+            }
             let bytes: Vec<u8> = res
                 .cast::<PyBytes>()
                 .map(|b| b.as_bytes().to_vec())
@@ -322,11 +354,16 @@ impl Operator for PyRunner {
         if let Some(blob) = state.operator {
             let bytes = blob.to_bytes()?;
             return Python::attach(|py| {
-                self.runner
-                    .bind(py)
-                    .call_method1("restore", (PyBytes::new(py, &bytes),))
-                    .map(|_| ())
-                    .map_err(|e| from_py(py, &self.name, e))
+                let runner = self.runner.bind(py);
+                let done = match decode_entries(&bytes) {
+                    Some(entries) => {
+                        let list: Vec<Bound<'_, PyBytes>> =
+                            entries.iter().map(|e| PyBytes::new(py, e)).collect();
+                        runner.call_method1("restore", (list,))
+                    }
+                    None => runner.call_method1("restore", (PyBytes::new(py, &bytes),)),
+                };
+                done.map(|_| ()).map_err(|e| from_py(py, &self.name, e))
             });
         }
         let mut blobs = Vec::with_capacity(state.keyed.len());

@@ -156,7 +156,7 @@ def test_two_phase_commit_runner_commits_only_completed_checkpoints() -> None:
     runner.open({"subtask_index": 0, "attempt": 0})
     runner.process(0, pa.record_batch({"x": [1, 2]}), None)
     state = runner.snapshot(3)
-    assert isinstance(state, bytes)
+    assert isinstance(state, list) and all(isinstance(e, bytes) for e in state)
     runner.process(0, pa.record_batch({"x": [3]}), None)
     runner.snapshot(4)
     runner.notify_checkpoint_complete(3)
@@ -174,7 +174,29 @@ def test_two_phase_commit_runner_commits_only_completed_checkpoints() -> None:
     restored.restore(state)
     assert restored_sink.log == [("commit", [1, 2])]
     with pytest.raises(TypeError, match="operator state"):
-        restored.restore({0: state})
+        restored.restore({0: b""})
+
+
+def test_two_phase_commit_runner_pending_transactions_move_one_to_one_subtask() -> None:
+    """FLIP-147 redistribution: the entries (one per pending transaction) dealt
+    to several new subtasks are committed once each; the single-blob state of
+    older checkpoints still restores."""
+    sink = ListSink()
+    runner = TwoPhaseCommitRunner("sink", sink)
+    runner.open({"subtask_index": 0, "attempt": 0})
+    for checkpoint, values in [(3, [1]), (4, [2]), (5, [3])]:
+        runner.process(0, pa.record_batch({"x": values}), None)
+        state = runner.snapshot(checkpoint)
+    assert TwoPhaseCommitRunner.redistributable and len(state) == 3
+    sinks = [ListSink(), ListSink()]
+    for i, new_sink in enumerate(sinks):
+        new = TwoPhaseCommitRunner("sink", new_sink)
+        new.restore(state[i::2])
+    commits = sorted(v for s in sinks for kind, v in s.log if kind == "commit")
+    assert commits == [[1], [2], [3]]
+    legacy_sink = ListSink()
+    TwoPhaseCommitRunner("sink", legacy_sink).restore(pickle.dumps({3: [1], 4: [2]}))
+    assert legacy_sink.log == [("commit", [1]), ("commit", [2])]
 
 
 def test_fail_once_fires_once_across_copies(tmp_path: Path) -> None:

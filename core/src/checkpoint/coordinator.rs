@@ -32,9 +32,11 @@ use crate::checkpoint::{
 };
 use crate::error::{Error, Result};
 use crate::event::{Barrier, BarrierKind};
-use crate::graph::JobGraph;
+use crate::graph::{JobGraph, Node, NodeKind};
 use crate::source::decode_positions;
-use crate::state::{OperatorState, StateBlob};
+use crate::state::{
+    decode_entries, encode_entries, even_split, OperatorState, Redistribution, StateBlob,
+};
 
 /// How and where a job checkpoints.
 #[derive(Debug, Clone)]
@@ -689,18 +691,8 @@ impl Coordinator {
                 matches!(node.kind, crate::graph::NodeKind::Source(_)),
                 snap.state.operator.as_ref(),
             ) {
-                let positions = decode_positions(b, b.len() / 8).unwrap_or_default();
-                f.offsets.insert(
-                    (snap.node, info.subtask),
-                    positions
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| SourceOffset {
-                            split: format!("{}/{}", info.subtask, i),
-                            offset: *p,
-                        })
-                        .collect(),
-                );
+                f.offsets
+                    .insert((snap.node, info.subtask), source_offsets(info.subtask, b));
             }
             if snap.state.is_empty() {
                 continue;
@@ -926,16 +918,70 @@ impl Drop for Coordinator {
     }
 }
 
+/// The offsets a source subtask reports, as the manifest lists them. An
+/// entry list gives one line per split left: the split named by its
+/// leading u64 fields, the offset its last field (built-in sources), or by
+/// its position in the list with the entry's size (other sources); a
+/// subtask with nothing left lists `<subtask>/done`. Older offsets list
+/// their u64 positions.
+fn source_offsets(subtask: usize, offset: &[u8]) -> Vec<SourceOffset> {
+    let Some(entries) = decode_entries(offset) else {
+        let positions = decode_positions(offset, offset.len() / 8).unwrap_or_default();
+        return positions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| SourceOffset {
+                split: format!("{subtask}/{i}"),
+                offset: *p,
+            })
+            .collect();
+    };
+    if entries.is_empty() {
+        return vec![SourceOffset {
+            split: format!("{subtask}/done"),
+            offset: 0,
+        }];
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| match decode_positions(e, e.len() / 8) {
+            Some(fields) if e.len() % 8 == 0 && fields.len() >= 2 => {
+                let (last, split) = fields.split_last().expect("invariant: two fields or more");
+                let split: Vec<String> = split.iter().map(u64::to_string).collect();
+                SourceOffset {
+                    split: format!("{subtask}/{}", split.join(":")),
+                    offset: *last,
+                }
+            }
+            _ => SourceOffset {
+                split: format!("{subtask}/{i}"),
+                offset: e.len() as u64,
+            },
+        })
+        .collect()
+}
+
 /// The state to restore for subtask `subtask` (of `parallelism`, owning
-/// `key_groups`) of the operator `uid`, from `rc`.
+/// `key_groups`) of `node`, from `rc`.
+///
+/// At the parallelism of the checkpoint every subtask gets back what it
+/// wrote (also state written before entry lists existed). At another
+/// parallelism keyed state moves by key group, and non-keyed state as the
+/// node's factory decides ([`Redistribution`]): entry lists are dealt
+/// round-robin (FLIP-147: what a partially finished operator has left is
+/// redistributed); anything else is a `CheckpointError` naming the
+/// operator, unless the operator fully finished (its task is skipped).
+/// A subtask dealt no entries still gets an (empty) list, so it knows it
+/// has nothing left to do: a source then reads nothing.
 pub(crate) fn state_for(
     rc: &RestoredCheckpoint,
-    uid: &str,
-    name: &str,
+    node: &Node,
     subtask: usize,
     parallelism: usize,
     key_groups: std::ops::Range<usize>,
 ) -> Result<Option<OperatorState>> {
+    let uid = node.uid.as_str();
     let Some(entry) = rc.manifest().operator(uid) else {
         return Ok(None);
     };
@@ -944,21 +990,84 @@ pub(crate) fn state_for(
     let operator = if old_p == parallelism {
         rc.state(uid, subtask as u32)
             .and_then(|s| s.operator.clone())
-    } else if rc.operator_blobs(uid).is_empty() {
+    } else if rc.operator_blobs(uid).is_empty() || entry.finished && !redistributes(node) {
+        // A fully finished operator is skipped (FLIP-147): its non-keyed
+        // state is not needed, whether or not it could be redistributed.
         None
     } else {
-        return Err(Error::checkpoint(
-            Some(rc.dir().to_path_buf()),
-            format!(
-                "operator '{name}' (uid '{uid}') has non-keyed state taken at parallelism {old_p}; \
-                 restoring it at parallelism {parallelism} is not supported"
-            ),
-        ));
+        Some(StateBlob::Bytes(Arc::new(redistributed(
+            rc,
+            node,
+            old_p,
+            subtask,
+            parallelism,
+        )?)))
     };
     if operator.is_none() && keyed.is_empty() {
         return Ok(None);
     }
     Ok(Some(OperatorState { operator, keyed }))
+}
+
+/// What the factory of `node` says of its non-keyed state.
+fn redistribution_of(node: &Node) -> Redistribution {
+    match &node.kind {
+        NodeKind::Source(f) => f.redistribution(),
+        NodeKind::Operator(f) => f.redistribution(),
+    }
+}
+
+fn redistributes(node: &Node) -> bool {
+    redistribution_of(node) == Redistribution::EvenSplit
+}
+
+/// The entry list of new subtask `subtask` of `parallelism`: its share of
+/// the entries of the `old_p` subtasks of `node` in `rc`.
+fn redistributed(
+    rc: &RestoredCheckpoint,
+    node: &Node,
+    old_p: usize,
+    subtask: usize,
+    parallelism: usize,
+) -> Result<Vec<u8>> {
+    let (uid, name) = (node.uid.as_str(), node.name.as_str());
+    let refuse = |why: String| {
+        Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "operator '{name}' (uid '{uid}') has non-keyed state taken at parallelism \
+                 {old_p}; restoring it at parallelism {parallelism} is not supported: {why}; \
+                 restore it at parallelism {old_p}"
+            ),
+        )
+    };
+    if let Redistribution::Unsupported(why) = redistribution_of(node) {
+        return Err(refuse(why));
+    }
+    let mut old = Vec::with_capacity(old_p);
+    for s in 0..old_p {
+        let blob = rc
+            .state(uid, s as u32)
+            .and_then(|st| st.operator.as_ref())
+            .map(StateBlob::to_bytes)
+            .transpose()?;
+        old.push(blob);
+    }
+    let views: Vec<Option<&[u8]>> = old
+        .iter()
+        .map(|b| b.as_deref().map(|v| v.as_slice()))
+        .collect();
+    let mut shares = even_split(&views, parallelism).map_err(|s| {
+        refuse(format!(
+            "the state of its subtask {s} is not a list of entries (it was written by a \
+             version of eddyline that could not redistribute it)"
+        ))
+    })?;
+    let mine = shares
+        .get_mut(subtask)
+        .map(std::mem::take)
+        .unwrap_or_default();
+    Ok(encode_entries(&mine))
 }
 
 /// Refuses a checkpoint that holds state for operators the graph lacks.

@@ -17,7 +17,7 @@ pub mod window;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::state::OperatorState;
+use crate::state::{OperatorState, Redistribution};
 
 /// Where an operator sends what it produces. Implemented by the runtime:
 /// either the next operator of the chain or the task's output partitioner.
@@ -169,6 +169,17 @@ pub trait OperatorFactory: Send + Sync {
     /// exact from an earlier point. Default: no.
     fn replayable_from_earlier(&self) -> bool {
         false
+    }
+
+    /// How the non-keyed state of its operators is dealt to the subtasks of
+    /// a restore at another parallelism (FLIP-147: the remaining state of a
+    /// partially finished operator is redistributed as on rescaling).
+    /// Default: not at all; restoring such state at another parallelism is
+    /// a `CheckpointError` naming the operator. Operators that answer
+    /// [`Redistribution::EvenSplit`] write their non-keyed state with
+    /// [`crate::state::encode_entries`].
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::unsupported()
     }
 }
 

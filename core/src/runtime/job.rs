@@ -1080,14 +1080,7 @@ pub(crate) fn build_attempt(
                     replay_drop: false,
                 };
                 let state = match restored {
-                    Some(rc) => state_for(
-                        rc,
-                        &node.uid,
-                        &node.name,
-                        subtask,
-                        p,
-                        ctx.key_groups.clone(),
-                    )?,
+                    Some(rc) => state_for(rc, node, subtask, p, ctx.key_groups.clone())?,
                     None => None,
                 };
                 match &node.kind {

@@ -5,6 +5,11 @@
 //! area. Staging lives in the store (in the driver), not in the subtask, so
 //! it survives a subtask restart, and committing the same (checkpoint,
 //! subtask) twice is a no-op.
+//!
+//! A subtask's state is an entry list with the one entry `(subtask,
+//! checkpoint)`: restoring it commits what that subtask staged up to the
+//! checkpoint. At another parallelism (FLIP-147 redistribution) the entries
+//! are dealt to the new subtasks, each to exactly one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +19,8 @@ use parking_lot::Mutex;
 
 use crate::error::Result;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use crate::state::{OperatorState, StateBlob};
+use crate::source::{decode_positions, encode_positions};
+use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
 
 type TxnKey = (u64, usize);
 
@@ -190,6 +196,11 @@ impl CollectSinkFactory {
 }
 
 impl OperatorFactory for CollectSinkFactory {
+    /// One entry `(subtask, checkpoint)` per subtask.
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::EvenSplit
+    }
+
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(CollectSink {
             store: self.store.clone(),
@@ -216,17 +227,33 @@ impl Operator for CollectSink {
         Ok(())
     }
 
+    /// Commits what the old subtasks of its entries staged up to their
+    /// checkpoint. At another parallelism each old subtask's entry lands
+    /// on exactly one new subtask, so each is committed once.
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
-        let checkpoint = state
+        let malformed =
+            || crate::error::Error::checkpoint(None, "the collect sink's state is malformed");
+        let bytes = state
             .operator
             .as_ref()
             .and_then(|b| b.as_bytes())
-            .and_then(|b| <[u8; 8]>::try_from(b).ok())
-            .map(u64::from_le_bytes)
-            .ok_or_else(|| {
-                crate::error::Error::checkpoint(None, "the collect sink's state is malformed")
-            })?;
-        self.store.restore(self.subtask, Some(checkpoint))?;
+            .ok_or_else(malformed)?;
+        match decode_entries(bytes) {
+            Some(entries) => {
+                for e in entries {
+                    let f = decode_positions(&e, 2).ok_or_else(malformed)?;
+                    let old = usize::try_from(f[0]).map_err(|_| malformed())?;
+                    self.store.restore(old, Some(f[1]))?;
+                }
+            }
+            None => {
+                // State of an older checkpoint: this subtask's checkpoint.
+                let checkpoint = <[u8; 8]>::try_from(bytes)
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| malformed())?;
+                self.store.restore(self.subtask, Some(checkpoint))?;
+            }
+        }
         self.restored = true;
         Ok(())
     }
@@ -248,10 +275,9 @@ impl Operator for CollectSink {
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
         let batches = std::mem::take(&mut self.current);
         self.store.stage(checkpoint_id, self.subtask, batches)?;
+        let entry = encode_positions(&[self.subtask as u64, checkpoint_id]);
         Ok(OperatorState {
-            operator: Some(StateBlob::Bytes(Arc::new(
-                checkpoint_id.to_le_bytes().to_vec(),
-            ))),
+            operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&[entry])))),
             keyed: Vec::new(),
         })
     }

@@ -6,6 +6,15 @@
 //! which `pyarrow.dataset` and Spark read. Renames are atomic and a commit
 //! whose pending file is gone but whose final file exists is a no-op, so
 //! commits are idempotent.
+//!
+//! A subtask's state is an entry list, one entry per pre-committed
+//! transaction not yet committed (`id \t pending path \t final path`).
+//! Restoring commits each entry it gets; at another parallelism (FLIP-147
+//! redistribution) the entries of all old subtasks are dealt to the new
+//! subtasks, so every pending transaction is committed by exactly one.
+//! The parallelism only changes from one job run to another, and file
+//! names carry the run tag, so the clean-up in `open` (this run's tag and
+//! subtask index) never removes a pending file another subtask was dealt.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -17,7 +26,7 @@ use parquet::arrow::ArrowWriter;
 
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use crate::state::{OperatorState, StateBlob};
+use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
 
 /// Factory of Parquet sink subtasks.
 pub struct ParquetSinkFactory {
@@ -36,6 +45,11 @@ impl ParquetSinkFactory {
 }
 
 impl OperatorFactory for ParquetSinkFactory {
+    /// One entry per pending transaction.
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::EvenSplit
+    }
+
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ParquetSink {
             name: ctx.name.clone(),
@@ -198,15 +212,13 @@ impl Operator for ParquetSink {
 
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
         self.pre_commit(checkpoint_id)?;
-        let listing: Vec<u8> = self
+        let entries: Vec<Vec<u8>> = self
             .pending
             .iter()
-            .flat_map(|(id, (p, f))| {
-                format!("{id}\t{}\t{}\n", p.display(), f.display()).into_bytes()
-            })
+            .map(|(id, (p, f))| format!("{id}\t{}\t{}", p.display(), f.display()).into_bytes())
             .collect();
         Ok(OperatorState {
-            operator: Some(StateBlob::Bytes(Arc::new(listing))),
+            operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
             keyed: Vec::new(),
         })
     }
@@ -227,8 +239,20 @@ impl Operator for ParquetSink {
             .as_ref()
             .and_then(|b| b.as_bytes())
             .ok_or_else(bad)?;
-        let text = std::str::from_utf8(bytes).map_err(|_| bad())?;
-        for line in text.lines() {
+        // One entry per pending transaction; an older checkpoint's state is
+        // the transactions as lines of one text.
+        let lines: Vec<String> = match decode_entries(bytes) {
+            Some(entries) => entries
+                .into_iter()
+                .map(|e| String::from_utf8(e).map_err(|_| bad()))
+                .collect::<Result<_>>()?,
+            None => std::str::from_utf8(bytes)
+                .map_err(|_| bad())?
+                .lines()
+                .map(str::to_string)
+                .collect(),
+        };
+        for line in &lines {
             let parts: Vec<&str> = line.split('\t').collect();
             match parts.as_slice() {
                 ["tag", tag] => self.restored_tag = Some((*tag).to_string()),

@@ -11,6 +11,7 @@ use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
 use crate::operator::OperatorContext;
+use crate::state::Redistribution;
 
 /// What a source has to offer right now.
 #[derive(Debug)]
@@ -44,6 +45,18 @@ pub trait SourceFactory: Send + Sync {
     fn create(&self, ctx: &OperatorContext, batch_size: usize) -> Result<Box<dyn SourceReader>>;
     /// The schema of every batch, when known before running.
     fn schema(&self) -> Option<SchemaRef>;
+    /// How the readers' offsets are dealt to the subtasks of a restore at
+    /// another parallelism (FLIP-147: a partially finished source hands
+    /// its remaining splits to whichever subtasks run now). Sources that
+    /// answer [`Redistribution::EvenSplit`] report their offset as an entry
+    /// list ([`crate::state::encode_entries`]), one entry per split not yet
+    /// read to its end, each naming its split independently of the
+    /// subtask, and their readers' `seek` takes such a list as the splits
+    /// to read, replacing the ones `create` dealt them. Default: not at
+    /// all (a `CheckpointError` naming the source).
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::unsupported()
+    }
 }
 
 /// Encodes a list of u64 positions as an offset.

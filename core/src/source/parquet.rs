@@ -1,11 +1,16 @@
 //! `from_parquet(path)`: Parquet files read with arrow-rs' Parquet reader.
 //!
-//! Files are dealt round-robin to subtasks; a subtask's offset is (index of
-//! its current file, rows of that file already emitted), so a restore
-//! re-opens the file and skips exactly the rows already emitted.
+//! Files are dealt round-robin to subtasks; a subtask's offset is an entry
+//! list (FLIP-147 redistribution) with one entry `(file index, rows of that
+//! file already emitted)` per file it has not read to its end, so a restore
+//! re-opens each file and skips exactly the rows already emitted, in
+//! whichever subtask the file lands at another parallelism. Offsets of
+//! older checkpoints (position among the subtask's files, rows) still
+//! restore at the same parallelism.
 
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -13,10 +18,11 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
 use crate::error::{Error, Result};
 use crate::operator::OperatorContext;
+use crate::state::{decode_entries, encode_entries, Redistribution};
 
 /// Factory of Parquet readers over a fixed, ordered list of files.
 pub struct ParquetSource {
-    paths: Vec<PathBuf>,
+    paths: Arc<Vec<PathBuf>>,
     schema: SchemaRef,
 }
 
@@ -53,24 +59,24 @@ impl ParquetSource {
                 ));
             }
         }
-        Ok(ParquetSource { paths, schema })
+        Ok(ParquetSource {
+            paths: Arc::new(paths),
+            schema,
+        })
     }
 }
 
 impl SourceFactory for ParquetSource {
     fn create(&self, ctx: &OperatorContext, batch_size: usize) -> Result<Box<dyn SourceReader>> {
         let p = ctx.parallelism.max(1);
-        let mine = self
-            .paths
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % p == ctx.subtask_index)
-            .map(|(_, path)| path.clone())
+        let mine = (0..self.paths.len())
+            .filter(|i| i % p == ctx.subtask_index)
+            .map(|i| (i, 0))
             .collect();
         Ok(Box::new(ParquetReader {
+            paths: self.paths.clone(),
             files: mine,
             file: 0,
-            rows_in_file: 0,
             reader: None,
             batch_size: batch_size.max(1),
         }))
@@ -79,35 +85,48 @@ impl SourceFactory for ParquetSource {
     fn schema(&self) -> Option<SchemaRef> {
         Some(self.schema.clone())
     }
+
+    /// Every file not read to its end is an entry `(file index, rows emitted)`.
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::EvenSplit
+    }
 }
 
 /// One subtask's reader.
 pub struct ParquetReader {
-    files: Vec<PathBuf>,
+    /// Every file of the source, in order.
+    paths: Arc<Vec<PathBuf>>,
+    /// The files this subtask reads (indices into `paths`), each with the
+    /// rows already emitted.
+    files: Vec<(usize, u64)>,
+    /// The position in `files` of the file being read.
     file: usize,
-    rows_in_file: u64,
     reader: Option<ParquetRecordBatchReader>,
     batch_size: usize,
 }
 
 impl ParquetReader {
+    fn malformed() -> Error {
+        Error::checkpoint(None, "the Parquet source's offset is malformed")
+    }
+
     fn open_current(&mut self) -> Result<()> {
-        let path = &self.files[self.file];
+        let (index, rows) = self.files[self.file];
+        let path = &self.paths[index];
         let builder = open_builder(path)?;
         let total = builder.metadata().file_metadata().num_rows() as u64;
-        if self.rows_in_file > total {
+        if rows > total {
             return Err(Error::checkpoint(
                 None,
                 format!(
-                    "Parquet file '{}' has {total} rows, fewer than its checkpointed offset {}",
+                    "Parquet file '{}' has {total} rows, fewer than its checkpointed offset {rows}",
                     path.display(),
-                    self.rows_in_file
                 ),
             ));
         }
         let reader = builder
             .with_batch_size(self.batch_size)
-            .with_offset(self.rows_in_file as usize)
+            .with_offset(rows as usize)
             .build()
             .map_err(|e| Error::Io {
                 operator: String::new(),
@@ -133,45 +152,72 @@ impl SourceReader for ParquetReader {
             };
             match reader.next() {
                 Some(Ok(batch)) => {
-                    self.rows_in_file += batch.num_rows() as u64;
+                    self.files[self.file].1 += batch.num_rows() as u64;
                     return Ok(SourcePoll::Batch(batch));
                 }
                 Some(Err(e)) => {
                     return Err(Error::Io {
                         operator: String::new(),
-                        path: self.files[self.file].clone(),
+                        path: self.paths[self.files[self.file].0].clone(),
                         message: e.to_string(),
                     })
                 }
                 None => {
                     self.reader = None;
                     self.file += 1;
-                    self.rows_in_file = 0;
                 }
             }
         }
     }
 
     fn offset(&self) -> Vec<u8> {
-        encode_positions(&[self.file as u64, self.rows_in_file])
+        let entries: Vec<Vec<u8>> = self.files[self.file.min(self.files.len())..]
+            .iter()
+            .map(|(i, rows)| encode_positions(&[*i as u64, *rows]))
+            .collect();
+        encode_entries(&entries)
     }
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
-        let pos = decode_positions(offset, 2)
-            .ok_or_else(|| Error::checkpoint(None, "the Parquet source's offset is malformed"))?;
-        if pos[0] as usize > self.files.len() {
-            return Err(Error::checkpoint(
-                None,
-                format!(
-                    "the Parquet source has {} files, fewer than its checkpointed file index {}",
-                    self.files.len(),
-                    pos[0]
-                ),
-            ));
-        }
-        self.file = pos[0] as usize;
-        self.rows_in_file = pos[1];
         self.reader = None;
+        let Some(entries) = decode_entries(offset) else {
+            // An offset of an older checkpoint: (position among the
+            // subtask's files, rows emitted of that file).
+            let pos = decode_positions(offset, 2).ok_or_else(Self::malformed)?;
+            if pos[0] as usize > self.files.len() {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the Parquet source has {} files, fewer than its checkpointed file index {}",
+                        self.files.len(),
+                        pos[0]
+                    ),
+                ));
+            }
+            self.file = pos[0] as usize;
+            if let Some(f) = self.files.get_mut(self.file) {
+                f.1 = pos[1];
+            }
+            return Ok(());
+        };
+        let mut files = Vec::with_capacity(entries.len());
+        for e in entries {
+            let f = decode_positions(&e, 2).ok_or_else(Self::malformed)?;
+            let index = usize::try_from(f[0]).unwrap_or(usize::MAX);
+            if index >= self.paths.len() {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the Parquet source has {} files, fewer than its checkpointed file index {}",
+                        self.paths.len(),
+                        f[0]
+                    ),
+                ));
+            }
+            files.push((index, f[1]));
+        }
+        self.files = files;
+        self.file = 0;
         Ok(())
     }
 }

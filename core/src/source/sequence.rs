@@ -1,6 +1,10 @@
 //! `from_sequence(start, end)`: an int64 column `value` with
 //! `start <= value < end`, split into contiguous ranges per subtask. The
-//! offset is the next value to emit.
+//! offset is an entry list (FLIP-147 redistribution): one entry
+//! `(start, end, next)` per range not yet read to its end, so the ranges
+//! left over can be dealt to the subtasks of another parallelism. Offsets
+//! of older checkpoints (the next value of the subtask's range) still
+//! restore at the same parallelism.
 
 use std::sync::Arc;
 
@@ -11,6 +15,7 @@ use arrow::record_batch::RecordBatch;
 use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
 use crate::error::{Error, Result};
 use crate::operator::OperatorContext;
+use crate::state::{decode_entries, encode_entries, Redistribution};
 
 /// Factory of sequence readers.
 pub struct SequenceSource {
@@ -42,9 +47,13 @@ impl SourceFactory for SequenceSource {
         let lo = self.start as i128 + (total * i / p) as i128;
         let hi = self.start as i128 + (total * (i + 1) / p) as i128;
         Ok(Box::new(SequenceReader {
-            next: lo as i64,
-            end: hi as i64,
-            split_start: lo as i64,
+            ranges: vec![Range {
+                start: lo as i64,
+                end: hi as i64,
+                next: lo as i64,
+            }],
+            current: 0,
+            bounds: (self.start, self.end),
             batch_size: batch_size.max(1) as i64,
             schema: self.schema.clone(),
         }))
@@ -53,49 +62,175 @@ impl SourceFactory for SequenceSource {
     fn schema(&self) -> Option<SchemaRef> {
         Some(self.schema.clone())
     }
+
+    /// Every unfinished range is an entry `(start, end, next)`.
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::EvenSplit
+    }
 }
 
-/// One subtask's share of the sequence.
-pub struct SequenceReader {
-    next: i64,
+/// A split of the sequence: `[start, end)`, read up to `next`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Range {
+    start: i64,
     end: i64,
-    split_start: i64,
+    next: i64,
+}
+
+/// One subtask's share of the sequence: its ranges, read one after the
+/// other.
+pub struct SequenceReader {
+    ranges: Vec<Range>,
+    current: usize,
+    /// The whole sequence `[start, end)`.
+    bounds: (i64, i64),
     batch_size: i64,
     schema: SchemaRef,
 }
 
-impl SourceReader for SequenceReader {
-    fn poll_next(&mut self) -> Result<SourcePoll> {
-        if self.next >= self.end {
-            return Ok(SourcePoll::End);
-        }
-        let hi = self.next.saturating_add(self.batch_size).min(self.end);
-        let values: ArrayRef = Arc::new(Int64Array::from_iter_values(self.next..hi));
-        self.next = hi;
-        Ok(SourcePoll::Batch(RecordBatch::try_new(
-            self.schema.clone(),
-            vec![values],
-        )?))
+impl SequenceReader {
+    fn malformed() -> Error {
+        Error::checkpoint(None, "the sequence source's offset is malformed")
     }
 
-    fn offset(&self) -> Vec<u8> {
-        encode_positions(&[self.next as u64])
-    }
-
-    fn seek(&mut self, offset: &[u8]) -> Result<()> {
-        let pos = decode_positions(offset, 1)
-            .ok_or_else(|| Error::checkpoint(None, "the sequence source's offset is malformed"))?;
-        let pos = pos[0] as i64;
-        if pos < self.split_start || pos > self.end {
+    /// The legacy offset (before entry lists): the next value of the
+    /// subtask's single range.
+    fn seek_legacy(&mut self, offset: &[u8]) -> Result<()> {
+        let pos = decode_positions(offset, 1).ok_or_else(Self::malformed)?[0] as i64;
+        let Some(r) = self.ranges.first_mut() else {
+            return Err(Self::malformed());
+        };
+        if pos < r.start || pos > r.end {
             return Err(Error::checkpoint(
                 None,
                 format!(
                     "the sequence source's checkpointed offset {pos} lies outside its split [{}, {})",
-                    self.split_start, self.end
+                    r.start, r.end
                 ),
             ));
         }
-        self.next = pos;
+        r.next = pos;
         Ok(())
+    }
+}
+
+impl SourceReader for SequenceReader {
+    fn poll_next(&mut self) -> Result<SourcePoll> {
+        while let Some(r) = self.ranges.get_mut(self.current) {
+            if r.next >= r.end {
+                self.current += 1;
+                continue;
+            }
+            let hi = r.next.saturating_add(self.batch_size).min(r.end);
+            let values: ArrayRef = Arc::new(Int64Array::from_iter_values(r.next..hi));
+            r.next = hi;
+            return Ok(SourcePoll::Batch(RecordBatch::try_new(
+                self.schema.clone(),
+                vec![values],
+            )?));
+        }
+        Ok(SourcePoll::End)
+    }
+
+    fn offset(&self) -> Vec<u8> {
+        let entries: Vec<Vec<u8>> = self.ranges[self.current.min(self.ranges.len())..]
+            .iter()
+            .filter(|r| r.next < r.end)
+            .map(|r| encode_positions(&[r.start as u64, r.end as u64, r.next as u64]))
+            .collect();
+        encode_entries(&entries)
+    }
+
+    fn seek(&mut self, offset: &[u8]) -> Result<()> {
+        let Some(entries) = decode_entries(offset) else {
+            return self.seek_legacy(offset);
+        };
+        let (lo, hi) = self.bounds;
+        let mut ranges = Vec::with_capacity(entries.len());
+        for e in entries {
+            let f = decode_positions(&e, 3).ok_or_else(Self::malformed)?;
+            let r = Range {
+                start: f[0] as i64,
+                end: f[1] as i64,
+                next: f[2] as i64,
+            };
+            if r.start < lo || r.end > hi || r.next < r.start || r.next > r.end {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the sequence source's checkpointed split [{}, {}) at offset {} does not \
+                         fit the sequence [{lo}, {hi})",
+                        r.start, r.end, r.next
+                    ),
+                ));
+            }
+            ranges.push(r);
+        }
+        self.ranges = ranges;
+        self.current = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
+
+    use super::*;
+
+    fn ctx(subtask: usize, parallelism: usize) -> OperatorContext {
+        OperatorContext {
+            name: "seq".into(),
+            uid: "seq".into(),
+            subtask_index: subtask,
+            parallelism,
+            max_parallelism: 128,
+            key_groups: 0..128,
+            attempt: 0,
+        }
+    }
+
+    fn drain(r: &mut dyn SourceReader) -> Vec<i64> {
+        let mut out = Vec::new();
+        while let SourcePoll::Batch(b) = r.poll_next().unwrap() {
+            out.extend(b.column(0).as_primitive::<Int64Type>().values().iter());
+        }
+        out
+    }
+
+    #[test]
+    fn test_entries_name_their_range_and_any_subtask_continues_them() {
+        let src = SequenceSource::new(0, 10);
+        let mut r = src.create(&ctx(1, 2), 2).unwrap();
+        assert!(matches!(r.poll_next().unwrap(), SourcePoll::Batch(_)));
+        let offset = r.offset();
+        assert_eq!(
+            decode_entries(&offset).unwrap(),
+            vec![encode_positions(&[5, 10, 7])]
+        );
+        let mut other = src.create(&ctx(0, 3), 2).unwrap();
+        other.seek(&offset).unwrap();
+        assert_eq!(drain(other.as_mut()), vec![7, 8, 9]);
+        let mut nothing = src.create(&ctx(2, 3), 2).unwrap();
+        nothing.seek(&encode_entries::<Vec<u8>>(&[])).unwrap();
+        assert_eq!(drain(nothing.as_mut()), Vec::<i64>::new());
+        let err = other
+            .seek(&encode_entries(&[encode_positions(&[5, 12, 7])]))
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("does not fit the sequence [0, 10)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn test_offset_of_an_older_checkpoint_restores_at_the_same_parallelism() {
+        let src = SequenceSource::new(0, 10);
+        let mut r = src.create(&ctx(1, 2), 10).unwrap();
+        r.seek(&encode_positions(&[8])).unwrap();
+        assert_eq!(drain(r.as_mut()), vec![8, 9]);
+        assert!(r.seek(&encode_positions(&[3])).is_err());
     }
 }
