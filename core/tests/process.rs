@@ -3,6 +3,8 @@
 //! own copy of the graph, talking to the driver and to each other over
 //! authenticated loopback TCP exactly as worker processes do.
 
+#![allow(clippy::unwrap_used)] // test helpers
+
 mod common;
 
 use std::collections::BTreeMap;
