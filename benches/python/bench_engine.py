@@ -120,19 +120,37 @@ def make_data(n: int, k: int) -> list[pa.RecordBatch]:
     return batches
 
 
-def parquet_input(n: int, k: int, directory: str) -> str:
-    """The workload data as one Parquet file, written once and reused."""
-    import os
+def parquet_input(n: int, k: int, directory: str, files: int = 1) -> str:
+    """The workload data as Parquet, written once and reused: one file, or a
+    directory of ``files`` files (the batches dealt round-robin) so that every
+    source subtask has a file to read."""
+    import shutil
 
     import pyarrow.parquet as pq
 
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"data-n{n}-k{k}.parquet")
+    schema = pa.schema([("key", pa.int64()), ("value", pa.int64())])
+    if files <= 1:
+        path = os.path.join(directory, f"data-n{n}-k{k}.parquet")
+        if not os.path.exists(path):
+            tmp = path + ".tmp"
+            with pq.ParquetWriter(tmp, schema) as w:
+                for b in make_data(n, k):
+                    w.write_batch(b)
+            os.replace(tmp, path)
+        return path
+    path = os.path.join(directory, f"data-n{n}-k{k}-f{files}")
     if not os.path.exists(path):
         tmp = path + ".tmp"
-        with pq.ParquetWriter(tmp, pa.schema([("key", pa.int64()), ("value", pa.int64())])) as w:
-            for b in make_data(n, k):
-                w.write_batch(b)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        writers = [
+            pq.ParquetWriter(os.path.join(tmp, f"part-{i}.parquet"), schema) for i in range(files)
+        ]
+        for i, b in enumerate(make_data(n, k)):
+            writers[i % files].write_batch(b)
+        for w in writers:
+            w.close()
         os.replace(tmp, path)
     return path
 
@@ -263,6 +281,12 @@ def main() -> None:
     )
     ap.add_argument("--data-dir", default="/tmp/eddyline-bench-data")
     ap.add_argument(
+        "--files",
+        type=int,
+        default=1,
+        help="--input parquet: split the input into this many files (one per source subtask)",
+    )
+    ap.add_argument(
         "--workers",
         type=int,
         default=0,
@@ -277,7 +301,7 @@ def main() -> None:
 
     data: list[pa.RecordBatch] | str
     if args.input == "parquet":
-        data = parquet_input(args.n, args.k, args.data_dir)
+        data = parquet_input(args.n, args.k, args.data_dir, args.files)
     else:
         data = make_data(args.n, args.k)
     t0 = time.perf_counter()
