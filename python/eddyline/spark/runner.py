@@ -23,10 +23,13 @@ job's restart strategy allows; every worker restores from the latest
 completed checkpoint. The attempt number is baked into each task, so the
 driver turns away tasks of an older attempt (a Spark gang retry of a job the
 driver already gave up on, or a task that outlived its cancellation).
-Spark's own gang retries (``spark.stage.maxConsecutiveAttempts``, 4 by
-default, a static conf that must be set before the session starts) only help
-while the workers of an attempt are still connecting; the driver's
-resubmission is the retry budget beyond them.
+Spark's own gang retries (up to ``spark.stage.maxConsecutiveAttempts``, 4 by
+default, a static conf that can only be raised before the session starts)
+rerun the tasks with the same attempt number: they can complete an attempt
+only while none of its workers has connected yet, because the driver holds a
+connected worker's place. The driver's resubmission, bounded by the job's
+restart strategy (``ed.RestartStrategy``), is the retry budget beyond them, so
+long jobs raise the restart strategy, not Spark's conf.
 """
 
 from __future__ import annotations
