@@ -342,6 +342,8 @@ class FailOnce:
         armed_by: A checkpoint directory: arm only once a completed checkpoint
             (``chk-N/_manifest.json``) exists in it, so that recovery has a
             checkpoint to start from. ``None``: armed at once.
+        exit_code: Instead of raising, end the process at once with
+            ``os._exit(exit_code)`` (a crashed worker process or Spark task).
 
     Example:
         >>> import tempfile
@@ -366,8 +368,10 @@ class FailOnce:
         column: str = "value",
         at: int = 0,
         armed_by: str | os.PathLike[str] | None = None,
+        exit_code: int | None = None,
     ) -> None:
         self.fn = fn
+        self.exit_code = exit_code
         self.marker = os.path.join(os.fspath(marker_dir), "fired")
         self.column = column
         self.at = at
@@ -408,6 +412,8 @@ class FailOnce:
             json.dump(note, marker)
             marker.flush()
             os.fsync(marker.fileno())
+        if self.exit_code is not None:
+            os._exit(self.exit_code)
         raise InjectedFailure(
             f"injected failure at {self.column}={value} (armed after checkpoints "
             f"{self._armed_after})"

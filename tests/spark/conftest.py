@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 
@@ -33,6 +35,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         SparkSession.builder.master("local[2]")
         .appName("eddyline-tests")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.warehouse.dir", str(root / "warehouse"))
@@ -46,3 +49,30 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     register(session)
     yield session
     session.stop()
+
+
+KeyedSumInput = tuple[Any, dict[int, int]]
+
+
+@pytest.fixture
+def keyed_sum_input(spark: Any, tmp_path: Any) -> Callable[[int], KeyedSumInput]:
+    """``make(n)``: a Parquet DataFrame of ``n`` rows (id, k, amount) in 3 files, and
+    the numpy reference of the sum of ``amount`` per key ``k``."""
+
+    def make(n: int) -> KeyedSumInput:
+        rng = np.random.default_rng(6)
+        keys = rng.integers(0, 37, n)
+        amounts = rng.integers(1, 1000, n)
+        table = pa.table(
+            {
+                "id": np.arange(n, dtype=np.int64),
+                "k": pa.array(keys, pa.int64()),
+                "amount": amounts,
+            }
+        )
+        path = str(tmp_path / "in")
+        spark.createDataFrame(table.to_pandas()).repartition(3).write.parquet(path)
+        sums = np.bincount(keys, weights=amounts, minlength=37).astype(np.int64)
+        return spark.read.parquet(path), {k: int(v) for k, v in enumerate(sums) if v}
+
+    return make

@@ -4,6 +4,8 @@
 * :func:`from_spark_files` — tail a Spark streaming file sink's committed output
   (``env.from_source(from_spark_files(path))``).
 * :class:`SparkTableSink` — exactly-once appends to a Spark table.
+* :class:`SparkRunner` — run a job's workers as Spark barrier tasks
+  (``env.execute(name, runner=SparkRunner(spark, workers=N))``).
 * :func:`register` — makes ``spark.readStream.format("eddyline").load(dir)``
   read the committed output of a ``ParquetSink`` or ``SparkTableSink``.
 
@@ -17,12 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 from ._lazy import SparkNotInstalledError, require_pyspark
+from .runner import SparkRunner
 from .sink import SparkTableSink
 from .source import SparkFilesSource, from_spark_files
 
 __all__ = [
     "SparkFilesSource",
     "SparkNotInstalledError",
+    "SparkRunner",
     "SparkTableSink",
     "from_spark_files",
     "register",

@@ -11,9 +11,14 @@ Two-phase commit on eddyline's checkpoints:
 * **pre-commit** (checkpoint ``n`` taken) — the file is closed, fsynced and
   moved into ``_eddyline_staging/<run>-a<attempt>-c<n>/``;
 * **commit** (checkpoint ``n`` completed) — whichever subtask commits first
-  moves every staged file of ``n`` to its final name in the location and
+  hard-links every staged file of ``n`` to its final name in the location and
   appends one log batch listing them all: one atomic step, so a Spark reader
-  sees the whole checkpoint or nothing of it. Files already in the log are
+  sees the whole checkpoint or nothing of it. Only then are the staged names
+  removed, so the staging dir lists the whole checkpoint until it is
+  published. Subtasks in other worker processes (``SparkRunner``,
+  ``ProcessRunner``) may commit the same checkpoint at the same time: the log
+  append recomputes what is missing whenever another writer took the batch id
+  first, so ``n`` is listed by exactly one batch. Files already in the log are
   skipped, so a commit repeated after a restore changes nothing;
 * **restore** — the restored checkpoint's transactions are committed again
   (idempotent), then staging left by checkpoints that never completed in the
@@ -21,7 +26,10 @@ Two-phase commit on eddyline's checkpoints:
 
 The Spark session is used only in the driver, when the sink is attached to a
 stream (to create or check the table) and, in-process, to refresh the table's
-cached file listing after a commit.
+cached file listing after a commit. It is not part of the sink's pickled state
+(worker processes get the sink without it and only write files and the log);
+under a runner, :func:`refresh_tables` refreshes the listing in the driver
+after each attempt.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ INPROGRESS = "inprogress"
 # Spark sessions by sink token, for refreshing a table after a commit in this
 # process (sessions cannot be pickled into the per-subtask sink copies).
 _SESSIONS: dict[str, Any] = {}
+# Tables of the sinks attached in this process, by sink token (see refresh_tables).
+_TABLES: dict[str, str] = {}
 _LOG_LOCK = threading.Lock()
 
 
@@ -211,6 +221,7 @@ class SparkTableSink(TwoPhaseCommitSink):
             )
         self._check_location(operator, location)
         self.location = location
+        _TABLES[self._token] = self.table
 
     def _check_location(self, operator: str, location: str) -> None:
         probe = os.path.join(location, STAGING, f".probe-{uuid.uuid4().hex}")
@@ -340,31 +351,46 @@ class SparkTableSink(TwoPhaseCommitSink):
         log = SinkLog(root)
         with _LOG_LOCK:
             logged = self._logged_files(log)
-            publish = []
-            with contextlib.suppress(FileNotFoundError):
-                for name in sorted(os.listdir(staged_dir)):
-                    final = os.path.join(root, name)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.rename(os.path.join(staged_dir, name), final)
-                    if name not in logged and os.path.exists(final):
-                        publish.append(final)
-            if txn.file is not None and txn.file not in logged:
-                final = os.path.join(root, txn.file)
-                if not os.path.exists(final):
+            try:
+                staged = sorted(os.listdir(staged_dir))
+            except FileNotFoundError:
+                staged = []
+            # Every subtask pre-committed into the staging dir before the
+            # checkpoint completed, and a staged file stays there until a log
+            # batch lists it: the dir names the whole checkpoint.
+            names = [n for n in staged if n not in logged]
+            if txn.file is not None and txn.file not in logged and txn.file not in staged:
+                if not os.path.exists(os.path.join(root, txn.file)):
                     raise EddylineError(
                         f"SparkTableSink({self.table!r}) cannot commit checkpoint "
                         f"{txn.checkpoint}: its file {txn.file!r} is neither staged nor published",
                     )
-                if final not in publish:
-                    publish.append(final)
-            if publish:
+                names.append(txn.file)
+            published = None
+            if names:
+                for name in names:
+                    with contextlib.suppress(FileExistsError, FileNotFoundError):
+                        # A link, not a rename: the staged name stays until logged.
+                        os.link(os.path.join(staged_dir, name), os.path.join(root, name))
                 fsync_dir(root)
-                log.append(publish)
-                logged.update(os.path.basename(f) for f in publish)
+                final = [os.path.abspath(os.path.join(root, n)) for n in names]
+                # One batch lists the whole checkpoint; a committer in another
+                # process that got there first leaves nothing missing.
+                published = log.append_missing(f for f in final if os.path.exists(f))
+                logged = self._logged_files(log)
+                unlisted = [n for n in names if n not in logged]
+                if unlisted:
+                    raise EddylineError(
+                        f"SparkTableSink({self.table!r}) cannot commit checkpoint "
+                        f"{txn.checkpoint}: {unlisted[0]!r} is not in the log after publishing",
+                    )
+            for name in staged:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(staged_dir, name))
             with contextlib.suppress(OSError):
                 os.rmdir(staged_dir)
         spark = _SESSIONS.get(self._token)
-        if spark is not None and publish:
+        if spark is not None and published is not None:
             with contextlib.suppress(Exception):  # best effort: only the cached listing
                 spark.catalog.refreshTable(self.table)
 
@@ -388,6 +414,17 @@ class SparkTableSink(TwoPhaseCommitSink):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(txn.inprogress)
             txn.inprogress = None
+
+
+def refresh_tables(spark: Any) -> None:
+    """Refreshes ``spark``'s cached file listing of every table a sink attached here writes.
+
+    Worker processes commit without a session; the driver calls this after
+    their attempt so that ``spark.table(table)`` sees what they committed.
+    """
+    for table in {t for token, t in list(_TABLES.items()) if _SESSIONS.get(token) is spark}:
+        with contextlib.suppress(Exception):  # best effort: only the cached listing
+            spark.catalog.refreshTable(table)
 
 
 def _owner(name: str) -> tuple[str, int] | None:
