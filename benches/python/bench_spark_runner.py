@@ -86,7 +86,7 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in runners}
     with tempfile.TemporaryDirectory() as tmp:
         # One warm-up each (imports, Spark's first job, Python worker daemon).
-        for name, make in runners.items():
+        for make in runners.values():
             run(make(), args.n, tmp)
         for i in range(args.runs):
             for name, make in runners.items():

@@ -14,8 +14,21 @@ JobStatus = Literal["running", "restarting", "finished", "failed", "cancelled"]
 def build_graph(nodes: list[NodeDict], max_parallelism: int) -> list[pa.Schema | None]:
     """Validates a graph; returns each node's output schema (None where unknown)."""
 
-def start_job(nodes: list[NodeDict], config: dict[str, Any]) -> JobHandle:
+def start_job(
+    nodes: list[NodeDict],
+    config: dict[str, Any],
+    launcher: Any = None,
+    workers: int = 1,
+    spec: bytes | None = None,
+    bind: str = "127.0.0.1:0",
+    start_timeout_s: float = 120.0,
+) -> JobHandle:
     """Starts a job on background threads and returns at once.
+
+    With ``launcher`` (an object with ``launch(attempt, workers, driver,
+    secret)``, ``check()`` and ``stop()``) the subtasks run in ``workers``
+    worker processes it starts, each rebuilding the job from ``spec``; this
+    process listens for them on ``bind`` and keeps the coordinator.
 
     ``config``: ``{"name", "max_parallelism", "batch_size", "restart": None |
     {"attempts", "delay_s"}, "checkpoint": None | {"dir", "interval", "mode",
@@ -60,3 +73,28 @@ class JobHandle:
     def stop_with_savepoint(self, path: str, drain: bool = False) -> str:
         """Stops the sources with a savepoint (``drain``: MAX watermark and finish first);
         waits until it completed and its 2PC sinks committed; its directory."""
+
+def worker_connect(
+    driver: str,
+    secret: str,
+    index: int,
+    attempt: int | None = None,
+    bind_host: str = "127.0.0.1",
+) -> WorkerSession:
+    """Connects to the driver as worker ``index`` and waits for the job."""
+
+class WorkerSession:
+    """A worker connected to its driver, holding the job it was given."""
+
+    @property
+    def spec(self) -> bytes: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+    def fail(self, message: str) -> None:
+        """Tells the driver this worker cannot run the job."""
+    def run(self, nodes: list[NodeDict], config: dict[str, Any]) -> None:
+        """Runs this worker's subtasks until the attempt ends (GIL released)."""

