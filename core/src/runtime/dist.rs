@@ -516,7 +516,28 @@ impl WorkerSession {
     /// Runs this worker's subtasks of `graph` until the attempt ends.
     /// `collect_stores` are this process's stores of collect sinks: their
     /// operations are forwarded to the driver.
+    /// An error (say, a checkpoint this worker cannot restore) is reported
+    /// to the driver, which fails or restarts the job with it.
     pub fn run(
+        self,
+        graph: JobGraph,
+        config: JobConfig,
+        collect_stores: HashMap<usize, Arc<CollectStore>>,
+    ) -> Result<()> {
+        let report = self.control.try_clone().ok();
+        let result = self.run_tasks(graph, config, collect_stores);
+        if let (Err(error), Some(mut stream)) = (&result, report) {
+            if let Ok(bytes) = encode_report(&TaskReport::Failed {
+                task: 0,
+                error: error.clone(),
+            }) {
+                let _ = write_frame(&mut stream, TAG_REPORT, 0, &[&bytes]);
+            }
+        }
+        result
+    }
+
+    fn run_tasks(
         self,
         graph: JobGraph,
         config: JobConfig,
