@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import eddyline as ed
+from eddyline.testing import collatz_body
 
 GEN_BATCH = 65_536
 LOOP_HEAD = "loop_head"
@@ -93,14 +94,7 @@ class LeafSink(ed.TwoPhaseCommitSink):
 
 def collatz_native(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
     """Rust expressions: records at 1 leave; the others take one step and come back."""
-    s = s.name(LOOP_HEAD)
-    done = s.filter(ed.col("x") == 1)
-    odd = ed.col("x") % 2
-    step = s.filter(ed.col("x") > 1).with_columns(
-        x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
-        steps=ed.col("steps") + 1,
-    )
-    return step, done
+    return collatz_body(s.name(LOOP_HEAD))
 
 
 def collatz_per_record(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:

@@ -9,8 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::AsArray;
-use arrow::datatypes::Int64Type;
 use eddyline_core::barrier::AlignmentMode;
 use eddyline_core::checkpoint::coordinator::CheckpointConfig;
 use eddyline_core::error::Error;
@@ -24,7 +22,7 @@ use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom}
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 
-use common::{fwd, node, FlakyFactory};
+use common::{expected_sums, final_sums, fwd, node, FlakyFactory};
 
 fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<CollectStore>) {
     let store = CollectStore::new();
@@ -129,30 +127,6 @@ fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<
         },
         store,
     )
-}
-
-/// The newest sum per key, in commit order (checkpoint, subtask).
-fn final_sums(store: &CollectStore) -> BTreeMap<i64, i64> {
-    let mut out = BTreeMap::new();
-    for b in store.committed() {
-        let k = b.column_by_name("key").unwrap().as_primitive::<Int64Type>();
-        let v = b
-            .column_by_name("value")
-            .unwrap()
-            .as_primitive::<Int64Type>();
-        for i in 0..b.num_rows() {
-            out.insert(k.value(i), v.value(i));
-        }
-    }
-    out
-}
-
-fn expected_sums(values: impl Iterator<Item = i64>) -> BTreeMap<i64, i64> {
-    let mut out = BTreeMap::new();
-    for v in values {
-        *out.entry(v % 13).or_insert(0) += v;
-    }
-    out
 }
 
 fn config(dir: &std::path::Path, mode: AlignmentMode) -> JobConfig {

@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use arrow::array::AsArray;
-use arrow::datatypes::Int64Type;
 use eddyline_core::checkpoint::coordinator::CheckpointConfig;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
@@ -28,7 +26,7 @@ use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 use eddyline_core::Result;
 
-use common::{fwd, node, FlakyFactory};
+use common::{expected_sums, final_sums, fwd, node, FlakyFactory};
 
 /// seq (p) -> flaky (p) -> key = value % 13 -> sum by key (hash, p) -> collect.
 fn graph(n: i64, p: usize, flaky: &Arc<FlakyFactory>, store: Arc<CollectStore>) -> JobGraph {
@@ -182,17 +180,7 @@ fn run(n: i64, p: usize, workers: usize, fail: bool) -> (BTreeMap<i64, i64>, u32
         .map(|o| o.records_in)
         .unwrap_or(0);
     assert_eq!(flaky.fired.load(Ordering::SeqCst), fail);
-    let mut sums = BTreeMap::new();
-    for b in store.committed() {
-        let k = b.column_by_name("key").unwrap().as_primitive::<Int64Type>();
-        let v = b
-            .column_by_name("value")
-            .unwrap()
-            .as_primitive::<Int64Type>();
-        for i in 0..b.num_rows() {
-            sums.insert(k.value(i), v.value(i));
-        }
-    }
+    let sums = final_sums(&store);
     (
         sums,
         outcome.restarts,
@@ -201,19 +189,11 @@ fn run(n: i64, p: usize, workers: usize, fail: bool) -> (BTreeMap<i64, i64>, u32
     )
 }
 
-fn expected(n: i64) -> BTreeMap<i64, i64> {
-    let mut out = BTreeMap::new();
-    for v in 0..n {
-        *out.entry(v % 13).or_insert(0) += v;
-    }
-    out
-}
-
 #[test]
 fn two_workers_compute_what_one_process_computes() {
     for (p, workers) in [(2, 2), (3, 2), (1, 2)] {
         let (sums, restarts, launches, records_in) = run(20_000, p, workers, false);
-        assert_eq!(sums, expected(20_000), "p={p} workers={workers}");
+        assert_eq!(sums, expected_sums(0..20_000), "p={p} workers={workers}");
         assert_eq!((restarts, launches), (0, 1));
         // Metrics of every worker reach the driver.
         assert_eq!(records_in, 20_000, "p={p}");
@@ -225,5 +205,5 @@ fn a_failed_task_restarts_every_worker_from_the_latest_checkpoint() {
     let (sums, restarts, launches, _) = run(20_000, 2, 2, true);
     assert_eq!(restarts, 1);
     assert_eq!(launches, 2, "the driver launched a new set of workers");
-    assert_eq!(sums, expected(20_000));
+    assert_eq!(sums, expected_sums(0..20_000));
 }

@@ -26,7 +26,7 @@ use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 
 mod common;
-use common::{by_key, fwd, node, FlakyFactory};
+use common::{by_key, final_sums, fwd, node, FlakyFactory};
 
 const KEYS: i64 = 7;
 
@@ -181,22 +181,6 @@ fn expected_windows(n: i64, size: i64) -> BTreeMap<(i64, i64, i64, i64), usize> 
     sums.into_iter()
         .map(|((k, s), v)| ((k, s, s + size, v), 1))
         .collect()
-}
-
-/// The newest running sum per key.
-fn final_sums(store: &CollectStore) -> BTreeMap<i64, i64> {
-    let mut out = BTreeMap::new();
-    for b in store.committed() {
-        let k = b.column_by_name("key").unwrap().as_primitive::<Int64Type>();
-        let v = b
-            .column_by_name("value")
-            .unwrap()
-            .as_primitive::<Int64Type>();
-        for i in 0..b.num_rows() {
-            out.insert(k.value(i), v.value(i));
-        }
-    }
-    out
 }
 
 fn config(dir: &std::path::Path, recovery: Recovery, batch_size: usize) -> JobConfig {

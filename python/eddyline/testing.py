@@ -19,11 +19,14 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import pyarrow as pa
 
 from .sinks import CollectHandle, TwoPhaseCommitSink
+
+if TYPE_CHECKING:
+    from .stream import DataStream
 
 __all__ = [
     "FailOnce",
@@ -322,6 +325,23 @@ def collatz_steps(n: int) -> int:
         n = n // 2 if n % 2 == 0 else 3 * n + 1
         steps += 1
     return steps
+
+
+def collatz_body(s: DataStream) -> tuple[DataStream, DataStream]:
+    """A Collatz loop body in Rust expressions, for ``stream.iterate``.
+
+    Records with ``x == 1`` leave the loop; the others take one step
+    (``x // 2`` or ``3x + 1``) and ``steps + 1`` and go round again.
+    """
+    from .expr import col, lit
+
+    done = s.filter(col("x") == 1)
+    odd = col("x") % 2
+    step = s.filter(col("x") > 1).with_columns(
+        x=odd * (col("x") * 3 + 1) + (lit(1) - odd) * (col("x") // 2),
+        steps=col("steps") + 1,
+    )
+    return step, done
 
 
 class FailOnce:

@@ -12,18 +12,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import collatz_steps
-
-
-def collatz_body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
-    """Records at 1 leave the loop; the others take one Collatz step and come back."""
-    done = s.filter(ed.col("x") == 1)
-    odd = ed.col("x") % 2
-    step = s.filter(ed.col("x") > 1).with_columns(
-        x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
-        steps=ed.col("steps") + 1,
-    )
-    return step, done
+from eddyline.testing import collatz_body, collatz_steps
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])

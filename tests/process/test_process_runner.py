@@ -22,6 +22,7 @@ import eddyline as ed
 from eddyline.testing import (
     FailOnce,
     SleepPerBatch,
+    collatz_body,
     collatz_steps,
     completed_checkpoints,
     read_parquet_dir,
@@ -101,16 +102,7 @@ def test_a_loop_runs_in_worker_processes() -> None:
     env = ed.StreamEnvironment(2, batch_size=64)
     xs = env.from_sequence(1, 3000).with_columns(x=ed.col("value"), steps=ed.lit(0))
 
-    def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
-        done = s.filter(ed.col("x") == 1)
-        odd = ed.col("x") % 2
-        step = s.filter(ed.col("x") > 1).with_columns(
-            x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
-            steps=ed.col("steps") + 1,
-        )
-        return step, done
-
-    out = xs.iterate(body).collect()
+    out = xs.iterate(collatz_body).collect()
     env.execute("collatz", runner=ed.ProcessRunner(workers=2))
     got = {r["value"]: r["steps"] for r in out.to_pylist()}
     assert got == {n: collatz_steps(n) for n in range(1, 3000)}

@@ -2,16 +2,19 @@
 //! that fails once on purpose.
 #![allow(dead_code)] // each test crate uses a part
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::Int64Type;
 use eddyline_core::error::{Error, Result};
 use eddyline_core::graph::{Edge, Node, NodeKind, Role};
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::partition::Partitioning;
 use eddyline_core::scope::StreamScope;
+use eddyline_core::sink::collect::CollectStore;
 
 /// A node outside every loop, its uid equal to its name.
 pub fn node(
@@ -122,4 +125,33 @@ impl Operator for Flaky {
     fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
         self.recomputable.then_some(checkpoint_id)
     }
+}
+
+/// The newest running sum per key in a collect store's committed batches
+/// (columns `key` and `value`), in commit order (checkpoint, subtask).
+pub fn final_sums(store: &CollectStore) -> BTreeMap<i64, i64> {
+    let mut out = BTreeMap::new();
+    for b in store.committed() {
+        let k = b
+            .column_by_name("key")
+            .expect("a key column")
+            .as_primitive::<Int64Type>();
+        let v = b
+            .column_by_name("value")
+            .expect("a value column")
+            .as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            out.insert(k.value(i), v.value(i));
+        }
+    }
+    out
+}
+
+/// The sum of `values` per `value % 13`.
+pub fn expected_sums(values: impl Iterator<Item = i64>) -> BTreeMap<i64, i64> {
+    let mut out = BTreeMap::new();
+    for v in values {
+        *out.entry(v % 13).or_insert(0) += v;
+    }
+    out
 }
