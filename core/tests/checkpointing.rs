@@ -12,17 +12,14 @@ use std::time::Duration;
 use eddyline_core::barrier::AlignmentMode;
 use eddyline_core::checkpoint::coordinator::CheckpointConfig;
 use eddyline_core::error::Error;
-use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
-use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
-use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::union::UnionFactory;
 use eddyline_core::partition::Partitioning;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 
-use common::{expected_sums, final_sums, fwd, node, FlakyFactory};
+use common::{expected_sums, final_sums, fwd, key_mod_node, node, sum_by_key_node, FlakyFactory};
 
 fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<CollectStore>) {
     let store = CollectStore::new();
@@ -76,41 +73,8 @@ fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<
         NodeKind::Operator(Arc::new(FlakyFactory::new(fail.then_some(1)))),
         Role::Operator,
     ));
-    let key = Expr::binary(
-        BinaryOp::Mod,
-        Expr::col("value"),
-        Expr::lit(ScalarValue::Int64(13)),
-    );
-    nodes.push(node(
-        id + 1,
-        "key",
-        p,
-        vec![fwd(id)],
-        NodeKind::Operator(Arc::new(ProjectFactory::with_columns(vec![(
-            "key".into(),
-            key,
-        )]))),
-        Role::Operator,
-    ));
-    nodes.push(node(
-        id + 2,
-        "sum",
-        p,
-        vec![Edge {
-            from: id + 1,
-            partitioning: Partitioning::Hash {
-                keys: vec!["key".into()],
-            },
-            input: 0,
-            port: 0,
-        }],
-        NodeKind::Operator(Arc::new(KeyedAggFactory::new(
-            vec!["key".into()],
-            AggKind::Sum,
-            Some("value".into()),
-        ))),
-        Role::Operator,
-    ));
+    nodes.push(key_mod_node(id + 1, p, id, 13));
+    nodes.push(sum_by_key_node(id + 2, p, id + 1));
     nodes.push(node(
         id + 3,
         "collect",

@@ -14,11 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use eddyline_core::checkpoint::coordinator::CheckpointConfig;
-use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
-use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
-use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
-use eddyline_core::operator::project::ProjectFactory;
-use eddyline_core::partition::Partitioning;
+use eddyline_core::graph::{JobGraph, NodeKind, Role};
 use eddyline_core::runtime::{
     Distribution, JobConfig, JobHandle, Launcher, RestartStrategy, WorkerSession,
 };
@@ -26,15 +22,10 @@ use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 use eddyline_core::Result;
 
-use common::{expected_sums, final_sums, fwd, node, FlakyFactory};
+use common::{expected_sums, final_sums, fwd, key_mod_node, node, sum_by_key_node, FlakyFactory};
 
 /// seq (p) -> flaky (p) -> key = value % 13 -> sum by key (hash, p) -> collect.
 fn graph(n: i64, p: usize, flaky: &Arc<FlakyFactory>, store: Arc<CollectStore>) -> JobGraph {
-    let key = Expr::binary(
-        BinaryOp::Mod,
-        Expr::col("value"),
-        Expr::lit(ScalarValue::Int64(13)),
-    );
     JobGraph {
         nodes: vec![
             node(
@@ -53,35 +44,8 @@ fn graph(n: i64, p: usize, flaky: &Arc<FlakyFactory>, store: Arc<CollectStore>) 
                 NodeKind::Operator(flaky.clone()),
                 Role::Operator,
             ),
-            node(
-                2,
-                "key",
-                p,
-                vec![fwd(1)],
-                NodeKind::Operator(Arc::new(ProjectFactory::with_columns(vec![(
-                    "key".into(),
-                    key,
-                )]))),
-                Role::Operator,
-            ),
-            node(
-                3,
-                "sum",
-                p,
-                vec![Edge::new(
-                    2,
-                    Partitioning::Hash {
-                        keys: vec!["key".into()],
-                    },
-                    0,
-                )],
-                NodeKind::Operator(Arc::new(KeyedAggFactory::new(
-                    vec!["key".into()],
-                    AggKind::Sum,
-                    Some("value".into()),
-                ))),
-                Role::Operator,
-            ),
+            key_mod_node(2, p, 1, 13),
+            sum_by_key_node(3, p, 2),
             node(
                 4,
                 "collect",

@@ -21,10 +21,7 @@ use eddyline_core::barrier::AlignmentMode;
 use eddyline_core::checkpoint::coordinator::CheckpointConfig;
 use eddyline_core::checkpoint::CheckpointStorage;
 use eddyline_core::error::{Error, Result};
-use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
-use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
-use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
@@ -35,7 +32,7 @@ use eddyline_core::sink::parquet::ParquetSinkFactory;
 use eddyline_core::source::sequence::SequenceSource;
 use eddyline_core::state::decode_entries;
 
-use common::{by_key, fwd, node};
+use common::{fwd, key_mod_node, node, sum_by_key_node};
 
 /// Values of the sequence read by subtasks at different speeds.
 const UNEVEN: i64 = 20_000;
@@ -99,11 +96,6 @@ fn graph(p: usize, delay: Duration, fast_done: Arc<AtomicBool>, sink: &Sink) -> 
         input: 0,
         port: 0,
     };
-    let key = Expr::binary(
-        BinaryOp::Mod,
-        Expr::col("value"),
-        Expr::lit(ScalarValue::Int64(13)),
-    );
     let sink_factory: Arc<dyn OperatorFactory> = match sink {
         Sink::Collect(store) => Arc::new(CollectSinkFactory::new(store.clone())),
         Sink::Parquet(dir, tag) => Arc::new(ParquetSinkFactory::new(dir, *tag)),
@@ -145,29 +137,8 @@ fn graph(p: usize, delay: Duration, fast_done: Arc<AtomicBool>, sink: &Sink) -> 
             NodeKind::Operator(Arc::new(UnionFactory)),
             Role::Operator,
         ),
-        node(
-            4,
-            "key",
-            p,
-            vec![fwd(3)],
-            NodeKind::Operator(Arc::new(ProjectFactory::with_columns(vec![(
-                "key".into(),
-                key,
-            )]))),
-            Role::Operator,
-        ),
-        node(
-            5,
-            "sum",
-            p,
-            vec![by_key(4)],
-            NodeKind::Operator(Arc::new(KeyedAggFactory::new(
-                vec!["key".into()],
-                AggKind::Sum,
-                Some("value".into()),
-            ))),
-            Role::Operator,
-        ),
+        key_mod_node(4, p, 3, 13),
+        sum_by_key_node(5, p, 4),
         node(
             6,
             "sink",

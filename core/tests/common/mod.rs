@@ -10,7 +10,10 @@ use std::time::Duration;
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use eddyline_core::error::{Error, Result};
+use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, Node, NodeKind, Role};
+use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
+use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::partition::Partitioning;
 use eddyline_core::scope::StreamScope;
@@ -154,4 +157,40 @@ pub fn expected_sums(values: impl Iterator<Item = i64>) -> BTreeMap<i64, i64> {
         *out.entry(v % 13).or_insert(0) += v;
     }
     out
+}
+
+/// `key = value % modulus`, fed forward from `from`.
+pub fn key_mod_node(id: usize, p: usize, from: usize, modulus: i64) -> Node {
+    let key = Expr::binary(
+        BinaryOp::Mod,
+        Expr::col("value"),
+        Expr::lit(ScalarValue::Int64(modulus)),
+    );
+    node(
+        id,
+        "key",
+        p,
+        vec![fwd(from)],
+        NodeKind::Operator(Arc::new(ProjectFactory::with_columns(vec![(
+            "key".into(),
+            key,
+        )]))),
+        Role::Operator,
+    )
+}
+
+/// The running sum of `value` per `key`, hash-partitioned from `from`.
+pub fn sum_by_key_node(id: usize, p: usize, from: usize) -> Node {
+    node(
+        id,
+        "sum",
+        p,
+        vec![by_key(from)],
+        NodeKind::Operator(Arc::new(KeyedAggFactory::new(
+            vec!["key".into()],
+            AggKind::Sum,
+            Some("value".into()),
+        ))),
+        Role::Operator,
+    )
 }
