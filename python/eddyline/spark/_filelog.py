@@ -181,7 +181,7 @@ class SinkLog:
         """
         wanted = sorted(set(candidates))
         return self._append(
-            lambda: [f for f in wanted if f not in set(self.files_upto(self.latest()))],
+            lambda latest: [f for f in wanted if f not in set(self.files_upto(latest))],
             allow_empty=False,
         )
 
@@ -192,17 +192,22 @@ class SinkLog:
         batch id.
         """
         fixed = list(files)
-        batch = self._append(lambda: fixed, allow_empty=True)
+        batch = self._append(lambda _latest: fixed, allow_empty=True)
         assert batch is not None
         return batch
 
-    def _append(self, files_now: Callable[[], list[str]], *, allow_empty: bool) -> int | None:
+    def _append(self, files_now: Callable[[int], list[str]], *, allow_empty: bool) -> int | None:
+        """Writes batch ``latest + 1`` with ``files_now(latest)``; when another writer
+        took that id first, reads the log again and retries. The files are worked
+        out against the same ``latest`` the new batch follows: a batch another writer
+        added in between makes the link fail, so no file is ever listed twice."""
         os.makedirs(self.dir, exist_ok=True)
         while True:
-            files = files_now()
+            latest = self.latest()
+            files = files_now(latest)
             if not files and not allow_empty:
                 return None
-            batch = self.latest() + 1
+            batch = latest + 1
             compact = (batch + 1) % COMPACT_INTERVAL == 0
             listed = (self.files_upto(batch - 1) if compact else []) + files
             body = [_entry(p) for p in listed]
