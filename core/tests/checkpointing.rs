@@ -19,18 +19,13 @@ use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom}
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::sequence::SequenceSource;
 
-use common::{expected_sums, final_sums, fwd, key_mod_node, node, sum_by_key_node, FlakyFactory};
+use common::{
+    expected_sums, final_sums, fwd, key_mod_node, node, seq_node, sum_by_key_node, FlakyFactory,
+};
 
 fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<CollectStore>) {
     let store = CollectStore::new();
-    let mut nodes = vec![node(
-        0,
-        "seq",
-        p,
-        vec![],
-        NodeKind::Source(Arc::new(SequenceSource::new(0, n))),
-        Role::Source,
-    )];
+    let mut nodes = vec![seq_node(0, p, n)];
     let mut last = 0;
     if union {
         nodes.push(node(

@@ -58,17 +58,9 @@ impl Builder {
         scope: &StreamScope,
     ) -> usize {
         let id = self.nodes.len();
-        self.nodes.push(Node {
-            id,
-            name: name.into(),
-            uid: name.into(),
-            parallelism: p,
-            inputs,
-            kind,
-            role,
-            output_schema: None,
-            scope: scope.clone(),
-        });
+        let mut n = common::node(id, name, p, inputs, kind, role);
+        n.scope = scope.clone();
+        self.nodes.push(n);
         id
     }
 

@@ -19,23 +19,17 @@ use eddyline_core::runtime::{
     Distribution, JobConfig, JobHandle, Launcher, RestartStrategy, WorkerSession,
 };
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
-use eddyline_core::source::sequence::SequenceSource;
 use eddyline_core::Result;
 
-use common::{expected_sums, final_sums, fwd, key_mod_node, node, sum_by_key_node, FlakyFactory};
+use common::{
+    expected_sums, final_sums, fwd, key_mod_node, node, seq_node, sum_by_key_node, FlakyFactory,
+};
 
 /// seq (p) -> flaky (p) -> key = value % 13 -> sum by key (hash, p) -> collect.
 fn graph(n: i64, p: usize, flaky: &Arc<FlakyFactory>, store: Arc<CollectStore>) -> JobGraph {
     JobGraph {
         nodes: vec![
-            node(
-                0,
-                "seq",
-                p,
-                vec![],
-                NodeKind::Source(Arc::new(SequenceSource::new(0, n))),
-                Role::Source,
-            ),
+            seq_node(0, p, n),
             node(
                 1,
                 "flaky",

@@ -23,10 +23,9 @@ use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
-use eddyline_core::source::sequence::SequenceSource;
 
 mod common;
-use common::{by_key, final_sums, fwd, node, FlakyFactory};
+use common::{by_key, final_sums, fwd, node, seq_node, FlakyFactory};
 
 const KEYS: i64 = 7;
 
@@ -48,14 +47,7 @@ fn windowed_job(n: i64, fail_after: Option<usize>, size: i64, running_sum: bool)
         Expr::lit(ScalarValue::Int64(KEYS)),
     );
     let mut nodes = vec![
-        node(
-            0,
-            "seq",
-            1,
-            vec![],
-            NodeKind::Source(Arc::new(SequenceSource::new(0, n))),
-            Role::Source,
-        ),
+        seq_node(0, 1, n),
         node(
             1,
             "flaky",

@@ -51,6 +51,8 @@ struct OutLink {
     writer: Mutex<Option<TcpStream>>,
     credits: Mutex<HashMap<u32, u32>>,
     ready: Condvar,
+    /// Set once `writer` holds the connection (read without its lock).
+    connected: AtomicBool,
     broken: AtomicBool,
 }
 
@@ -79,7 +81,7 @@ impl RemoteSender {
                     return Err(Error::Cancelled);
                 }
                 let c = credits.entry(self.channel).or_insert(0);
-                if *c > 0 && self.link.writer.lock().is_some() {
+                if *c > 0 && self.link.connected.load(Ordering::Acquire) {
                     *c -= 1;
                     break;
                 }
@@ -184,6 +186,7 @@ impl DataPlane {
                     writer: Mutex::new(None),
                     credits: Mutex::new(HashMap::new()),
                     ready: Condvar::new(),
+                    connected: AtomicBool::new(false),
                     broken: AtomicBool::new(false),
                 })
             })
@@ -251,6 +254,7 @@ impl DataPlane {
             let _ = stream.set_nodelay(true);
             let reader = stream.try_clone().map_err(|e| lost(peer, &e.to_string()))?;
             *link.writer.lock() = Some(stream);
+            link.connected.store(true, Ordering::Release);
             {
                 let _g = link.credits.lock();
                 link.ready.notify_all();

@@ -18,6 +18,7 @@ use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFact
 use eddyline_core::partition::Partitioning;
 use eddyline_core::scope::StreamScope;
 use eddyline_core::sink::collect::CollectStore;
+use eddyline_core::source::sequence::SequenceSource;
 
 /// A node outside every loop, its uid equal to its name.
 pub fn node(
@@ -39,6 +40,18 @@ pub fn node(
         output_schema: None,
         scope: StreamScope::root(),
     }
+}
+
+/// Source `seq`: the int64 column `value` over `0..end`.
+pub fn seq_node(id: usize, p: usize, end: i64) -> Node {
+    node(
+        id,
+        "seq",
+        p,
+        vec![],
+        NodeKind::Source(Arc::new(SequenceSource::new(0, end))),
+        Role::Source,
+    )
 }
 
 /// A forward edge from `from`.
