@@ -319,6 +319,35 @@ pub(crate) fn push_watermark(
     r
 }
 
+/// FLIP-27: tells the first operator of a source task's chain the split
+/// of the batch the source is about to emit (`None`: the source has nothing
+/// now) and the source's open splits.
+fn source_progress(
+    ops: &mut [Box<dyn Operator>],
+    slots: &mut [OpSlot],
+    tail: &mut TaskOutput,
+    split: Option<u64>,
+    open: &[u64],
+) -> Result<()> {
+    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
+        (ops.split_first_mut(), slots.split_first_mut())
+    else {
+        return Ok(());
+    };
+    if slot.replay_drop {
+        return Ok(());
+    }
+    let name = slot.name.clone();
+    let mut out = ChainOut {
+        slot,
+        rest_ops,
+        rest_slots,
+        tail,
+    };
+    op.on_source_progress(split, open, &mut out)
+        .map_err(|e| e.in_operator(&name))
+}
+
 /// One input channel of a task.
 pub(crate) struct InputChannel {
     pub rx: EventReceiver,
@@ -676,6 +705,15 @@ impl Task {
             };
             match poll {
                 SourcePoll::Batch(batch) => {
+                    // FLIP-27: the operator after the source learns the
+                    // split of the batch (per-split watermarks).
+                    source_progress(
+                        &mut self.ops,
+                        &mut self.slots,
+                        &mut self.output,
+                        src.reader.last_split(),
+                        src.reader.open_splits(),
+                    )?;
                     let mut out = ChainOut {
                         slot: &mut src.slot,
                         rest_ops: &mut self.ops,
@@ -684,24 +722,35 @@ impl Task {
                     };
                     out.emit(batch)?;
                 }
-                SourcePoll::Idle => match self
-                    .control
-                    .recv_timeout(std::time::Duration::from_millis(10))
-                {
-                    Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
-                        self.recompute.deferred.push(b)
+                SourcePoll::Idle => {
+                    // Lets the operator after the source take time-based
+                    // decisions (split idleness) while no batch comes.
+                    source_progress(
+                        &mut self.ops,
+                        &mut self.slots,
+                        &mut self.output,
+                        None,
+                        src.reader.open_splits(),
+                    )?;
+                    match self
+                        .control
+                        .recv_timeout(std::time::Duration::from_millis(10))
+                    {
+                        Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
+                            self.recompute.deferred.push(b)
+                        }
+                        Ok(Control::StopSource(Some(barrier))) => {
+                            self.snapshot(barrier, Duration::ZERO, false)?;
+                            return Ok(InputEnd::Undrained);
+                        }
+                        Ok(Control::StopSource(None)) => drain_now = true,
+                        Ok(c) => self.handle_control(c)?,
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                            return Err(Error::Cancelled)
+                        }
                     }
-                    Ok(Control::StopSource(Some(barrier))) => {
-                        self.snapshot(barrier, Duration::ZERO, false)?;
-                        return Ok(InputEnd::Undrained);
-                    }
-                    Ok(Control::StopSource(None)) => drain_now = true,
-                    Ok(c) => self.handle_control(c)?,
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                        return Err(Error::Cancelled)
-                    }
-                },
+                }
                 SourcePoll::End => {
                     self.recompute
                         .check_end(&src.reader.offset(), &src.slot.name)?;
