@@ -27,6 +27,14 @@ pub trait Collector {
     /// Emits a watermark downstream.
     fn emit_watermark(&mut self, watermark: i64) -> Result<()>;
 
+    /// Tells the consumers that this output is idle (FLIP-27 idleness):
+    /// until it sends data or a watermark again, it does not hold back
+    /// their watermark. The default (collectors that feed no channel)
+    /// ignores it.
+    fn emit_idle(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Emits a batch on output port `port` (see `graph::Edge::port`): port 0
     /// is [`Collector::emit`]; other ports are side outputs (a window's late
     /// records on [`LATE_PORT`]), read only by edges of that port. Their

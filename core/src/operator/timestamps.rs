@@ -31,7 +31,9 @@
 //! `idle_timeout` (Flink's `withIdleness`), a split that delivered no batch
 //! for that long no longer holds it back either, until it delivers again;
 //! as the source task calls the operator while it has nothing to read, this
-//! also happens while no split delivers. Placed elsewhere (not right after
+//! also happens while no split delivers. When every split is idle the
+//! subtask is: it tells its consumers ([`Collector::emit_idle`]), whose
+//! combined watermark then ignores its channels until it sends again. Placed elsewhere (not right after
 //! a source), the operator sees one stream and keeps one largest timestamp;
 //! an `idle_timeout` there is refused with a graph error when the first
 //! batch arrives (nothing would ever call it while its input is quiet).
@@ -308,6 +310,13 @@ pub struct AssignTimestampsOperator {
     splits: Vec<SplitClock>,
     /// The split of the batch about to arrive.
     current: Option<u64>,
+    /// That batch is the last of its split (the source no longer lists
+    /// it): the split counts for the watermark after the batch, then
+    /// leaves.
+    finishing: bool,
+    /// Every split is idle and the consumers were told (FLIP-27): the
+    /// subtask does not hold back their watermark until its next batch.
+    idle_announced: bool,
     /// Restored per-split timestamps, taken by the splits when they open
     /// (dropped once the source named its splits).
     restored_splits: Vec<(u64, i64)>,
@@ -334,6 +343,8 @@ impl AssignTimestampsOperator {
             per_split: false,
             splits: Vec::new(),
             current: None,
+            finishing: false,
+            idle_announced: false,
             restored_splits: Vec::new(),
         })
     }
@@ -379,6 +390,16 @@ impl AssignTimestampsOperator {
                 out.emit_watermark(w)?;
             }
         }
+        // A subtask whose splits are all idle is idle itself: its
+        // consumers stop waiting for it (until its next batch).
+        if !self.idle_announced
+            && self.per_split
+            && !self.splits.is_empty()
+            && self.splits.iter().all(|s| self.is_idle(s, now))
+        {
+            self.idle_announced = true;
+            out.emit_idle()?;
+        }
         Ok(())
     }
 
@@ -390,25 +411,29 @@ impl AssignTimestampsOperator {
         {
             return;
         }
-        let mut next = Vec::with_capacity(open.len());
+        let mut next = Vec::with_capacity(open.len() + 1);
         for &id in open {
-            let clock = match self.splits.iter().find(|s| s.id == id) {
-                Some(s) => *s,
-                None => SplitClock {
-                    id,
-                    max_timestamp: self
-                        .restored_splits
-                        .iter()
-                        .find(|(r, _)| *r == id)
-                        .map_or(i64::MIN, |(_, ts)| *ts),
-                    max_epoch: self.epoch,
-                    last_active: now,
-                },
-            };
-            next.push(clock);
+            next.push(self.clock_of(id, now));
         }
         self.splits = next;
         self.restored_splits.clear();
+    }
+
+    /// The clock of split `id`: its own, a restored one, or a fresh one.
+    fn clock_of(&self, id: u64, now: Instant) -> SplitClock {
+        match self.splits.iter().find(|s| s.id == id) {
+            Some(s) => *s,
+            None => SplitClock {
+                id,
+                max_timestamp: self
+                    .restored_splits
+                    .iter()
+                    .find(|(r, _)| *r == id)
+                    .map_or(i64::MIN, |(_, ts)| *ts),
+                max_epoch: self.epoch,
+                last_active: now,
+            },
+        }
     }
 
     /// The largest event time seen so far (ms), if any.
@@ -463,7 +488,9 @@ impl Operator for AssignTimestampsOperator {
             ));
         }
         let now = Instant::now();
-        if let Some(id) = self.current.take() {
+        self.idle_announced = false;
+        let current = self.current.take();
+        if let Some(id) = current {
             let epoch = self.epoch;
             if let Some(split) = self.splits.iter_mut().find(|s| s.id == id) {
                 if max_ms > split.max_timestamp {
@@ -474,7 +501,11 @@ impl Operator for AssignTimestampsOperator {
             }
         }
         out.emit(batch)?;
-        self.advance(now, out)
+        self.advance(now, out)?;
+        if std::mem::take(&mut self.finishing) {
+            self.splits.retain(|s| Some(s.id) != current);
+        }
+        Ok(())
     }
 
     fn on_source_progress(
@@ -489,7 +520,16 @@ impl Operator for AssignTimestampsOperator {
         }
         self.per_split = true;
         let now = Instant::now();
+        // The batch of a split the source already retired (its last one)
+        // still counts for the watermark after it.
+        let finishing = split
+            .filter(|id| !open.contains(id))
+            .map(|id| self.clock_of(id, now));
         self.sync_splits(open, now);
+        self.finishing = finishing.is_some();
+        if let Some(clock) = finishing {
+            self.splits.push(clock);
+        }
         self.current = split;
         if split.is_none() && self.idle_timeout.is_some() {
             self.advance(now, out)?;
@@ -634,6 +674,7 @@ mod tests {
     struct Recorder {
         batches: Vec<RecordBatch>,
         watermarks: Vec<i64>,
+        idles: usize,
     }
 
     impl Collector for Recorder {
@@ -643,6 +684,10 @@ mod tests {
         }
         fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
             self.watermarks.push(watermark);
+            Ok(())
+        }
+        fn emit_idle(&mut self) -> Result<()> {
+            self.idles += 1;
             Ok(())
         }
     }
@@ -760,9 +805,17 @@ mod tests {
     }
 
     fn progress(op: &mut AssignTimestampsOperator, split: Option<u64>, open: &[u64]) -> Vec<i64> {
+        progress_out(op, split, open).watermarks
+    }
+
+    fn progress_out(
+        op: &mut AssignTimestampsOperator,
+        split: Option<u64>,
+        open: &[u64],
+    ) -> Recorder {
         let mut out = Recorder::default();
         op.on_source_progress(split, open, &mut out).unwrap();
-        out.watermarks
+        out
     }
 
     #[test]
@@ -785,11 +838,15 @@ mod tests {
         op.process_batch(0, batch(vec![Some(20)]), &mut out)
             .unwrap();
         assert_eq!(out.watermarks, vec![9, 19]);
-        // Split 3 finished: it no longer holds the watermark back.
+        // The last batch of split 3 (the source no longer lists it) still
+        // counts, then split 3 no longer holds the watermark back.
+        progress(&mut op, Some(3), &[7]);
+        op.process_batch(0, batch(vec![Some(30)]), &mut out)
+            .unwrap();
         progress(&mut op, Some(7), &[7]);
         op.process_batch(0, batch(vec![Some(2001)]), &mut out)
             .unwrap();
-        assert_eq!(out.watermarks, vec![9, 19, 2000]);
+        assert_eq!(out.watermarks, vec![9, 19, 29, 2000]);
     }
 
     #[test]
@@ -805,9 +862,12 @@ mod tests {
             "split 2 not idle yet"
         );
         std::thread::sleep(Duration::from_millis(40));
-        // Split 2 never delivered and split 1 went quiet too: both idle,
-        // nothing to go by.
-        assert!(progress(&mut op, None, &[1, 2]).is_empty());
+        // Split 2 never delivered and split 1 went quiet too: the subtask
+        // is idle and says so, once.
+        let idle = progress_out(&mut op, None, &[1, 2]);
+        assert!(idle.watermarks.is_empty());
+        assert_eq!(idle.idles, 1);
+        assert_eq!(progress_out(&mut op, None, &[1, 2]).idles, 0);
         progress(&mut op, Some(1), &[1, 2]);
         op.process_batch(0, batch(vec![Some(200)]), &mut out)
             .unwrap();

@@ -243,6 +243,12 @@ impl Collector for ChainOut<'_> {
         }
     }
 
+    /// Idleness is a property of the task's output channels: it skips the
+    /// rest of the chain.
+    fn emit_idle(&mut self) -> Result<()> {
+        self.tail.broadcast(Event::Idle)
+    }
+
     /// Port 0 continues down the chain. A side output (port > 0) goes to
     /// the task's edges of that port when the operator ends the chain. An
     /// operator followed by a chained one has no consumer on another port
@@ -358,6 +364,9 @@ pub(crate) struct InputChannel {
     pub ended: bool,
     pub blocked: bool,
     pub watermark: i64,
+    /// The producer said it is idle (FLIP-27) and sent nothing since: the
+    /// channel does not hold back the combined watermark.
+    pub idle: bool,
 }
 
 /// The source at the head of a source task.
@@ -868,6 +877,7 @@ impl Task {
             match self.next_step(&mut cursor)? {
                 Step::Control(c) => self.handle_control(c)?,
                 Step::Event(i, Event::Data(batch)) => {
+                    self.inputs[i].idle = false;
                     let input = self.inputs[i].input;
                     if let Some(t) = self.body_term.as_mut() {
                         t.on_record();
@@ -883,7 +893,16 @@ impl Task {
                 Step::Event(i, Event::Watermark(wm)) => {
                     let ch = &mut self.inputs[i];
                     ch.watermark = ch.watermark.max(wm);
+                    ch.idle = false;
                     self.advance_watermark(&mut combined_wm)?;
+                }
+                Step::Event(i, Event::Idle) => {
+                    self.inputs[i].idle = true;
+                    self.advance_watermark(&mut combined_wm)?;
+                    // Every live input idle: so is this task's output.
+                    if self.inputs.iter().all(|c| c.ended || c.idle) {
+                        self.output.broadcast(Event::Idle)?;
+                    }
                 }
                 Step::Event(i, Event::EndOfData { drain }) => {
                     if !drain {
@@ -934,12 +953,26 @@ impl Task {
     }
 
     pub(crate) fn advance_watermark(&mut self, combined: &mut i64) -> Result<()> {
-        let min = self
-            .inputs
-            .iter()
-            .map(|c| c.watermark)
-            .min()
-            .unwrap_or(MAX_WATERMARK);
+        // Idle channels do not count (FLIP-27), unless nothing else is
+        // live: the watermark then waits (an ended channel's MAX_WATERMARK
+        // must not overtake an idle one that may send again).
+        let live = |c: &&InputChannel| !c.ended;
+        let min = if self.inputs.iter().filter(live).any(|c| !c.idle) {
+            self.inputs
+                .iter()
+                .filter(|c| !c.idle)
+                .map(|c| c.watermark)
+                .min()
+                .unwrap_or(MAX_WATERMARK)
+        } else if self.inputs.iter().any(|c| c.idle && !c.ended) {
+            return Ok(());
+        } else {
+            self.inputs
+                .iter()
+                .map(|c| c.watermark)
+                .min()
+                .unwrap_or(MAX_WATERMARK)
+        };
         if min > *combined {
             *combined = min;
             push_watermark(&mut self.ops, &mut self.slots, &mut self.output, min)?;

@@ -49,24 +49,23 @@ impl SourceFactory for SequenceSource {
         let i = ctx.subtask_index as u128;
         let lo = self.start as i128 + (total * i / p) as i128;
         let hi = self.start as i128 + (total * (i + 1) / p) as i128;
-        let range = Range {
+        let own = Range {
             start: lo as i64,
             end: hi as i64,
             next: lo as i64,
         };
-        Ok(Box::new(SequenceReader {
-            open: if range.next < range.end {
-                vec![range.id()]
-            } else {
-                Vec::new()
-            },
-            ranges: vec![range],
+        let mut reader = SequenceReader {
+            ranges: Vec::new(),
+            open: Vec::new(),
             cursor: 0,
             last: None,
+            own,
             bounds: (self.start, self.end),
             batch_size: batch_size.max(1) as i64,
             schema: self.schema.clone(),
-        }))
+        };
+        reader.set_ranges(vec![own]);
+        Ok(Box::new(reader))
     }
 
     fn schema(&self) -> Option<SchemaRef> {
@@ -105,6 +104,8 @@ pub struct SequenceReader {
     cursor: usize,
     /// The range of the last batch.
     last: Option<u64>,
+    /// The subtask's own range of a fresh start (for older offsets).
+    own: Range,
     /// The whole sequence `[start, end)`.
     bounds: (i64, i64),
     batch_size: i64,
@@ -120,9 +121,7 @@ impl SequenceReader {
     /// subtask's single range.
     fn seek_legacy(&mut self, offset: &[u8]) -> Result<()> {
         let pos = decode_positions(offset, 1).ok_or_else(Self::malformed)?[0] as i64;
-        let Some(r) = self.ranges.first_mut() else {
-            return Err(Self::malformed());
-        };
+        let mut r = self.own;
         if pos < r.start || pos > r.end {
             return Err(Error::checkpoint(
                 None,
@@ -133,7 +132,6 @@ impl SequenceReader {
             ));
         }
         r.next = pos;
-        let r = *r;
         self.set_ranges(vec![r]);
         Ok(())
     }
