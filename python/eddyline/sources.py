@@ -182,8 +182,7 @@ class SourceSubtaskReader:
                 )
             self._offsets[index] = next_offset
             if batch.num_rows == 0:
-                quiet += 1
-                continue
+                continue  # progress without rows (e.g. the end of a file): read on
             return batch, index, self._open_if_changed()
         self._source.close()
         return False
