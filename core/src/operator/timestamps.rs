@@ -851,7 +851,9 @@ mod tests {
 
     #[test]
     fn test_idle_split_stops_holding_the_watermark_back_until_it_delivers() {
-        let f = AssignTimestampsFactory::new("t".into(), 0).with_idle_timeout(Some(30));
+        // Generous against a busy machine: the steps between two sleeps
+        // must take less than the timeout.
+        let f = AssignTimestampsFactory::new("t".into(), 0).with_idle_timeout(Some(200));
         let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
         let mut out = Recorder::default();
         progress(&mut op, Some(1), &[1, 2]);
@@ -861,7 +863,7 @@ mod tests {
             progress(&mut op, None, &[1, 2]).is_empty(),
             "split 2 not idle yet"
         );
-        std::thread::sleep(Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(250));
         // Split 2 never delivered and split 1 went quiet too: the subtask
         // is idle and says so, once.
         let idle = progress_out(&mut op, None, &[1, 2]);
@@ -887,7 +889,7 @@ mod tests {
         op.process_batch(0, batch(vec![Some(260)]), &mut out)
             .unwrap();
         assert_eq!(out.watermarks, vec![199, 259]);
-        std::thread::sleep(Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(250));
         progress(&mut op, Some(2), &[1, 2]);
         op.process_batch(0, batch(vec![Some(280)]), &mut out)
             .unwrap();
