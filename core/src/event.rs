@@ -56,6 +56,10 @@ pub enum Event {
     Barrier(Barrier),
     /// Event-time watermark, milliseconds since the epoch.
     Watermark(i64),
+    /// The producer has no data for now (FLIP-27 idleness, Flink's idle
+    /// watermark status): until it sends data or a watermark again, its
+    /// channel does not hold back the consumer's watermark.
+    Idle,
     /// The producer's operator logic finished (FLIP-147); `drain` is false
     /// for stop-with-savepoint without drain.
     EndOfData { drain: bool },

@@ -131,6 +131,12 @@ pub enum Redistribution {
     /// a source that read everything). Each entry lands on exactly one new
     /// subtask, so a pending transaction is committed by exactly one.
     EvenSplit,
+    /// Every subtask writes an entry list; on restore at another
+    /// parallelism every new subtask gets the entries of all old subtasks,
+    /// in subtask order (Flink's union list state), and keeps what
+    /// concerns it (a timestamp assigner: the watermarks of the splits it
+    /// reads now, and the smallest watermark of the old subtasks).
+    Union,
     /// The state belongs to the subtask that wrote it; restoring it at
     /// another parallelism is refused with this reason.
     Unsupported(String),
@@ -146,6 +152,19 @@ impl Redistribution {
                 .into(),
         )
     }
+}
+
+/// The entries of all old subtasks (`old[s]`: subtask `s`'s non-keyed
+/// state, if any), in subtask order: what every new subtask gets under
+/// [`Redistribution::Union`]. `Err(s)`: old subtask `s` holds state that is
+/// not an entry list.
+pub fn union_entries(old: &[Option<&[u8]>]) -> std::result::Result<Vec<Vec<u8>>, usize> {
+    let mut all = Vec::new();
+    for (s, blob) in old.iter().enumerate() {
+        let Some(blob) = blob else { continue };
+        all.extend(decode_entries(blob).ok_or(s)?);
+    }
+    Ok(all)
 }
 
 /// Deals the entry lists of the old subtasks (`old[s]`: subtask `s`'s

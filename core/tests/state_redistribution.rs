@@ -22,7 +22,6 @@ use eddyline_core::checkpoint::coordinator::CheckpointConfig;
 use eddyline_core::checkpoint::CheckpointStorage;
 use eddyline_core::error::{Error, Result};
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
-use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::partition::Partitioning;
@@ -30,7 +29,7 @@ use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom}
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::sink::parquet::ParquetSinkFactory;
 use eddyline_core::source::sequence::SequenceSource;
-use eddyline_core::state::decode_entries;
+use eddyline_core::state::{decode_entries, OperatorState, StateBlob};
 
 use common::{fwd, key_mod_node, node, sum_by_key_node};
 
@@ -79,6 +78,27 @@ impl Operator for Throttle {
         }
         Ok(())
     }
+}
+
+/// Counts the batches its subtask saw, as non-keyed state of the default
+/// redistribution (it stays with its subtask).
+struct BatchCounter(u64);
+
+impl Operator for BatchCounter {
+    fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
+        self.0 += 1;
+        out.emit(b)
+    }
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
+        Ok(OperatorState {
+            operator: Some(StateBlob::Bytes(Arc::new(self.0.to_le_bytes().to_vec()))),
+            keyed: Vec::new(),
+        })
+    }
+}
+
+fn batch_counter(_ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+    Ok(Box::new(BatchCounter(0)))
 }
 
 enum Sink {
@@ -366,10 +386,10 @@ fn non_redistributable_operator_state_is_a_checkpoint_error_naming_the_operator(
             ),
             node(
                 1,
-                "stamp",
+                "counter",
                 p,
                 vec![fwd(0)],
-                NodeKind::Operator(Arc::new(AssignTimestampsFactory::new("value".into(), 0))),
+                NodeKind::Operator(Arc::new(batch_counter)),
                 Role::Operator,
             ),
             node(
@@ -397,7 +417,7 @@ fn non_redistributable_operator_state_is_a_checkpoint_error_naming_the_operator(
         .unwrap_err();
     assert!(matches!(err, Error::Checkpoint { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("operator 'stamp'"), "{msg}");
+    assert!(msg.contains("operator 'counter'"), "{msg}");
     assert!(
         msg.contains("parallelism 2") && msg.contains("parallelism 1"),
         "{msg}"

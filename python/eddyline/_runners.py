@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import pyarrow as pa
 
-from ._event_time import event_times
+from ._event_time import event_times, key_group_range
 from .errors import EddylineError, JobFailedError, SchemaError
 from .functions import MIN_WATERMARK, ProcessContext, ProcessFunction, Row
 
@@ -923,15 +923,31 @@ class KeyedProcessRunner(_KeyedRunner):
     # ---- state ----------------------------------------------------------------
 
     def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
-        """One blob per key group with values or timers: ``(format, values, timers)``."""
+        """One blob per key group: ``(format, values, timers, watermark)``.
+
+        Written for the key groups with values or timers and, once the
+        runner has a watermark, for every key group it owns (even empty
+        ones), so the watermark survives a restore (issue 12.3; like the
+        window operator's, DESIGN.md "Keyed state layer").
+        """
         groups = {g for g, entries in self._state.items() if entries}
         groups.update(g for g, keyed in self._timers.items() if keyed)
+        if self.watermark > MIN_WATERMARK:
+            ctx = getattr(self, "ctx", {})
+            groups.update(
+                key_group_range(
+                    int(ctx.get("subtask_index", 0)),
+                    int(ctx.get("parallelism", 1)),
+                    int(ctx.get("max_parallelism", 128)),
+                )
+            )
         return {
             group: pickle.dumps(
                 (
                     _KEYED_STATE_FORMAT,
                     self._state.get(group, {}),
                     {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
+                    self.watermark,
                 ),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
@@ -939,7 +955,11 @@ class KeyedProcessRunner(_KeyedRunner):
         }
 
     def restore(self, data: State) -> None:
-        """Restores values and timers (also the value-only format of earlier versions)."""
+        """Restores values, timers and the watermark (the largest of the key groups given).
+
+        Also the formats of earlier versions: values only, and values with
+        timers but no watermark.
+        """
         if isinstance(data, bytes | bytearray | memoryview):
             super().restore(data)
             return
@@ -951,7 +971,9 @@ class KeyedProcessRunner(_KeyedRunner):
             if isinstance(restored, dict):  # values only
                 self._state.setdefault(group, {}).update(restored)
                 continue
-            _, values, timers = restored
+            _, values, timers, *rest = restored
+            if rest:
+                self.watermark = max(self.watermark, int(rest[0]))
             if values:
                 self._state.setdefault(group, {}).update(values)
             keyed = self._timers.setdefault(group, {})

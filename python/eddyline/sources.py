@@ -3,7 +3,10 @@
 A source is a list of *splits* (files, partitions, log segments, ...); each
 split is read from an *offset* that the source itself defines and reports.
 The splits are dealt round-robin to the source's parallel subtasks; each
-subtask reads its splits one after the other. The offsets are checkpointed,
+subtask reads its splits interleaved, a batch of each in turn, so every split
+makes progress (also when all are unbounded) and event time advances per
+split (FLIP-27: ``assign_timestamps`` right after the source keeps one
+watermark per split and emits their minimum). The offsets are checkpointed,
 so after a failure every split is read again from where the last completed
 checkpoint left it: a source whose ``read`` returns the same rows for the same
 ``(split, offset)`` is replayed exactly once. A checkpoint records the offset
@@ -85,11 +88,21 @@ class Source:
         """Optional hook: called when a subtask stops reading (not guaranteed on a crash)."""
 
 
+_INITIAL = object()
+"""Marks a split that starts at its :meth:`Source.initial_offset`."""
+
+
 class SourceSubtaskReader:
     """One subtask's reader over its share of a :class:`Source`'s splits.
 
-    The binding calls :meth:`poll` (a batch, ``None`` for "nothing yet" or
-    ``False`` for "exhausted"), :meth:`entries` and :meth:`seek_entries`.
+    The splits are read interleaved (DESIGN.md "Event time per split"): each
+    :meth:`poll` asks the next open split in turn, skipping splits that have
+    nothing now, and returns ``(batch, split index, open)`` where ``open`` is
+    the tuple of open split indices when it changed since the last answer
+    (else ``None``); ``None`` when no split has anything now (``(None, None,
+    open)`` if the open splits changed meanwhile) and ``False`` when every
+    split is exhausted. The binding also calls :meth:`open_splits`,
+    :meth:`entries` and :meth:`seek_entries`.
 
     Its checkpointed offset is a list of entries, one per split it has not
     read to its end, each ``pickle((split index, offset))`` with the split's
@@ -107,33 +120,54 @@ class SourceSubtaskReader:
         self._operator = operator
         self._schema = source.schema()
         self._all = list(source.splits())
-        # Indices into ``self._all`` of the splits to read, in order.
-        self._queue = [i for i in range(len(self._all)) if i % parallelism == subtask]
-        # Restored offsets of queued splits not started yet.
-        self._restored: dict[int, Any] = {}
         self._batch_size = batch_size
-        self._index = 0
-        self._offset: Any = self._start(0)
+        # The subtask's own splits of a fresh start (for older offsets).
+        self._own = [i for i in range(len(self._all)) if i % parallelism == subtask]
+        self._set_open(dict.fromkeys(self._own, _INITIAL))
 
-    def _start(self, index: int) -> Any:
-        if index >= len(self._queue):
+    def _set_open(self, offsets: dict[int, Any]) -> None:
+        """Reads the splits of ``offsets`` (index -> offset or ``_INITIAL``)."""
+        self._open: list[int] = list(offsets)
+        self._offsets: dict[int, Any] = {
+            i: self._source.initial_offset(self._all[i]) if o is _INITIAL else o
+            for i, o in offsets.items()
+        }
+        self._cursor = 0
+        self._changed = True
+
+    def _open_if_changed(self) -> tuple[int, ...] | None:
+        if not self._changed:
             return None
-        split = self._queue[index]
-        if split in self._restored:
-            return self._restored.pop(split)
-        return self._source.initial_offset(self._all[split])
+        self._changed = False
+        return tuple(self._open)
 
-    def poll(self) -> pa.RecordBatch | bool | None:
-        while self._index < len(self._queue):
-            split = self._all[self._queue[self._index]]
-            result = self._source.read(split, self._offset, self._batch_size)
+    def open_splits(self) -> list[int]:
+        """The indices (in :meth:`Source.splits`) of the splits not read to their end."""
+        return list(self._open)
+
+    def poll(
+        self,
+    ) -> tuple[pa.RecordBatch | None, int | None, tuple[int, ...] | None] | bool | None:
+        quiet = 0  # splits in a row that had nothing
+        while self._open:
+            if quiet >= len(self._open):
+                opened = self._open_if_changed()
+                return None if opened is None else (None, None, opened)
+            pos = self._cursor % len(self._open)
+            index = self._open[pos]
+            result = self._source.read(self._all[index], self._offsets[index], self._batch_size)
             if result is None:
-                self._index += 1
-                self._offset = self._start(self._index)
+                # Exhausted: the split leaves; the next one moves up to ``pos``.
+                del self._open[pos]
+                del self._offsets[index]
+                self._cursor = pos
+                self._changed = True
                 continue
+            self._cursor = pos + 1
             batch, next_offset = result
             if batch is None:
-                return None
+                quiet += 1
+                continue
             if not isinstance(batch, pa.RecordBatch):
                 raise SchemaError(
                     f"source '{self._operator}' returned {type(batch).__name__} from read(), "
@@ -146,31 +180,23 @@ class SourceSubtaskReader:
                     f"but declared\n{self._schema}",
                     operator=self._operator,
                 )
-            self._offset = next_offset
+            self._offsets[index] = next_offset
             if batch.num_rows == 0:
-                continue
-            return batch
+                continue  # progress without rows (e.g. the end of a file): read on
+            return batch, index, self._open_if_changed()
         self._source.close()
         return False
 
     def entries(self) -> list[bytes]:
         """One ``pickle((split index, offset))`` per split not read to its end."""
-        out = []
-        for pos in range(self._index, len(self._queue)):
-            split = self._queue[pos]
-            if pos == self._index:
-                offset = self._offset
-            elif split in self._restored:
-                offset = self._restored[split]
-            else:
-                offset = self._source.initial_offset(self._all[split])
-            out.append(pickle.dumps((split, offset), protocol=pickle.HIGHEST_PROTOCOL))
-        return out
+        return [
+            pickle.dumps((index, self._offsets[index]), protocol=pickle.HIGHEST_PROTOCOL)
+            for index in self._open
+        ]
 
     def seek_entries(self, entries: list[bytes]) -> None:
         """Reads exactly the splits of ``entries``, each from its offset."""
-        queue: list[int] = []
-        restored: dict[int, Any] = {}
+        offsets: dict[int, Any] = {}
         for data in entries:
             split, offset = pickle.loads(data)
             if not isinstance(split, int) or not 0 <= split < len(self._all):
@@ -179,25 +205,25 @@ class SourceSubtaskReader:
                     f"holds an offset of split {split!r}",
                     operator=self._operator,
                 )
-            queue.append(split)
-            restored[split] = offset
-        self._queue, self._restored, self._index = queue, restored, 0
-        self._offset = self._start(0)
-
-    def offset(self) -> bytes:
-        """The offset format of older checkpoints (kept for :meth:`seek`)."""
-        return pickle.dumps((self._index, self._offset), protocol=pickle.HIGHEST_PROTOCOL)
+            offsets[split] = offset
+        self._set_open(offsets)
 
     def seek(self, data: bytes) -> None:
-        """Restores an offset of an older checkpoint (this subtask's own splits)."""
+        """Restores an offset of an older checkpoint (this subtask's own splits).
+
+        The splits before the checkpointed one had been read to their end.
+        """
         index, offset = pickle.loads(data)
-        if index > len(self._queue):
+        if index > len(self._own):
             raise CheckpointError(
-                f"source '{self._operator}' has {len(self._queue)} splits in this subtask, "
+                f"source '{self._operator}' has {len(self._own)} splits in this subtask, "
                 f"fewer than its checkpointed split index {index}",
                 operator=self._operator,
             )
-        self._index, self._offset = index, offset
+        left: dict[int, Any] = dict.fromkeys(self._own[index:], _INITIAL)
+        if left:
+            left[self._own[index]] = offset
+        self._set_open(left)
 
 
 class SourceReaderFactory:

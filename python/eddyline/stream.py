@@ -421,24 +421,37 @@ class DataStream(_Operators):
     # ---- event time ---------------------------------------------------------
 
     def assign_timestamps(
-        self, column: str, *, max_out_of_orderness: Duration = "0s"
+        self,
+        column: str,
+        *,
+        max_out_of_orderness: Duration = "0s",
+        idle_timeout: Duration | None = None,
     ) -> DataStream:
         """Gives the stream event time from ``column`` and emits watermarks.
 
         The watermark follows the largest event time seen minus
         ``max_out_of_orderness`` (minus 1 ms): records up to that much older
         than the newest one are still on time for windows and timers
-        downstream. Batches pass through unchanged.
+        downstream. Batches pass through unchanged. Right after a source,
+        the watermark is kept per split (file, range, user-source split) and
+        the smallest is emitted (FLIP-27): records are late only by their
+        own split's order.
 
         Args:
             column: An Arrow timestamp column (any unit) or int64 milliseconds
                 since the epoch; must not hold nulls.
             max_out_of_orderness: How far records may arrive out of order (a
                 duration: seconds as a number, or a string like ``"250ms"``).
+            idle_timeout: A split that delivered nothing for this long stops
+                holding the watermark back until it delivers again (Flink's
+                ``withIdleness``). Only right after a source (at its
+                parallelism, as its only consumer).
 
         Raises:
             SchemaError: The column has another type.
-            GraphError: The column is not in the stream's schema.
+            GraphError: The column is not in the stream's schema, or
+                ``idle_timeout`` is given away from a source.
+            ValueError: A duration is invalid (``idle_timeout`` must be positive).
 
         Example:
             >>> import eddyline as ed
@@ -456,6 +469,22 @@ class DataStream(_Operators):
                 f"invalid max_out_of_orderness {max_out_of_orderness!r}: must be a whole number of "
                 "milliseconds"
             )
+        params: dict[str, Any] = {"column": column, "max_out_of_orderness_ms": bound_ms}
+        if idle_timeout is not None:
+            idle_ms = parse_duration(idle_timeout, what="idle_timeout") * 1000.0
+            if idle_ms < 1 or abs(round(idle_ms) - idle_ms) > 1e-6:
+                raise ValueError(
+                    f"invalid idle_timeout {idle_timeout!r}: must be a positive whole number of "
+                    "milliseconds"
+                )
+            if not self._node.kind.startswith("source_"):
+                raise GraphError(
+                    f"operator 'assign_timestamps after {self.operator_name}': idle_timeout "
+                    "works only right after a source (env.from_...()); elsewhere nothing tells "
+                    "the operator that its input is idle",
+                    operator=self.operator_name,
+                )
+            params["idle_timeout_ms"] = round(idle_ms)
         if self.schema is not None and column in self.schema.names:
             found = self.schema.field(column).type
             if not is_event_time_type(found):
@@ -464,12 +493,7 @@ class DataStream(_Operators):
                     f"'{column}' has type {found}, expected a timestamp or int64 milliseconds",
                     operator=self.operator_name,
                 )
-        stream = self._native(
-            "assign_timestamps",
-            "assign_timestamps",
-            {"column": column, "max_out_of_orderness_ms": bound_ms},
-            columns=[column],
-        )
+        stream = self._native("assign_timestamps", "assign_timestamps", params, columns=[column])
         stream._node.time_column = column
         return stream
 

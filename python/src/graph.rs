@@ -299,7 +299,8 @@ pub fn parse_graph(
                     let f = AssignTimestampsFactory::new(
                         get(d, "column")?,
                         get(d, "max_out_of_orderness_ms")?,
-                    );
+                    )
+                    .with_idle_timeout(opt(d, "idle_timeout_ms")?);
                     let s = match known(&input_schemas) {
                         Some(s) => Some(f.output_schema(s)?),
                         None => None,

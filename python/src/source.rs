@@ -3,7 +3,10 @@
 //! Glue only. The Python side (`eddyline/sources.py`) deals the source's
 //! splits to subtasks and keeps the offsets; this file calls its reader once
 //! per poll with the GIL taken, hands the batch to Rust zero-copy and passes
-//! the offset bytes to and from the checkpoint.
+//! the offset bytes to and from the checkpoint. It keeps the reader's open
+//! splits and the split of the last batch for per-split event time (FLIP-27,
+//! DESIGN.md "Event time per split"); the reader reports them only when they
+//! change.
 
 use arrow::datatypes::SchemaRef;
 use eddyline_core::error::{Error, Result};
@@ -30,10 +33,14 @@ impl SourceFactory for PySourceFactory {
                 .call1(py, (ctx.subtask_index, ctx.parallelism, batch_size))
                 .map_err(|e| from_py(py, &ctx.name, e))
         })?;
-        Ok(Box::new(PySourceReader {
+        let mut r = PySourceReader {
             name: ctx.name.clone(),
             reader,
-        }))
+            open: Vec::new(),
+            last: None,
+        };
+        r.refresh_open()?;
+        Ok(Box::new(r))
     }
 
     fn schema(&self) -> Option<SchemaRef> {
@@ -46,14 +53,35 @@ impl SourceFactory for PySourceFactory {
     }
 }
 
-/// One subtask's Python reader: `poll()` returns a `pyarrow.RecordBatch`,
-/// `None` (nothing available yet) or `False` (exhausted); `entries()`
+/// One subtask's Python reader: `poll()` returns `(batch, split, open)`
+/// (`batch` a `pyarrow.RecordBatch` or `None`, `open` the open splits when
+/// they changed, else `None`), `None` (nothing available yet) or `False`
+/// (exhausted); `open_splits()` lists the open splits; `entries()`
 /// returns its offset as a list of bytes, one per split left, which
 /// `seek_entries(list)` restores (in any subtask); `seek(bytes)` restores
 /// the single-blob offset of older checkpoints.
 pub struct PySourceReader {
     name: String,
     reader: Py<PyAny>,
+    /// The split indices the reader has not read to their end.
+    open: Vec<u64>,
+    /// The split of the last batch.
+    last: Option<u64>,
+}
+
+impl PySourceReader {
+    /// Asks the reader for its open splits (after creation and seeks).
+    fn refresh_open(&mut self) -> Result<()> {
+        Python::attach(|py| {
+            self.open = self
+                .reader
+                .bind(py)
+                .call_method0("open_splits")
+                .and_then(|l| l.extract::<Vec<u64>>())
+                .map_err(|e| from_py(py, &self.name, e))?;
+            Ok(())
+        })
+    }
 }
 
 impl SourceReader for PySourceReader {
@@ -62,15 +90,32 @@ impl SourceReader for PySourceReader {
             let r: PyResult<SourcePoll> = (|| {
                 let res = self.reader.bind(py).call_method0("poll")?;
                 if res.is_none() {
-                    Ok(SourcePoll::Idle)
-                } else if res.is_instance_of::<PyBool>() {
-                    Ok(SourcePoll::End)
-                } else {
-                    Ok(SourcePoll::Batch(batch_from_py(&res)?))
+                    return Ok(SourcePoll::Idle);
                 }
+                if res.is_instance_of::<PyBool>() {
+                    return Ok(SourcePoll::End);
+                }
+                let (batch, split, open): (Bound<'_, PyAny>, Option<u64>, Option<Vec<u64>>) =
+                    res.extract()?;
+                if let Some(open) = open {
+                    self.open = open;
+                }
+                if batch.is_none() {
+                    return Ok(SourcePoll::Idle);
+                }
+                self.last = split;
+                Ok(SourcePoll::Batch(batch_from_py(&batch)?))
             })();
             r.map_err(|e| from_py(py, &self.name, e))
         })
+    }
+
+    fn last_split(&self) -> Option<u64> {
+        self.last
+    }
+
+    fn open_splits(&self) -> &[u64] {
+        &self.open
     }
 
     fn offset(&self) -> Vec<u8> {
@@ -106,6 +151,7 @@ impl SourceReader for PySourceReader {
                 None => reader.call_method1("seek", (PyBytes::new(py, offset),)),
             };
             done.map(|_| ()).map_err(|e| from_py(py, &self.name, e))
-        })
+        })?;
+        self.refresh_open()
     }
 }

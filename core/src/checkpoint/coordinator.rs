@@ -35,7 +35,8 @@ use crate::event::{Barrier, BarrierKind};
 use crate::graph::{JobGraph, Node, NodeKind};
 use crate::source::decode_positions;
 use crate::state::{
-    decode_entries, encode_entries, even_split, OperatorState, Redistribution, StateBlob,
+    decode_entries, encode_entries, even_split, union_entries, OperatorState, Redistribution,
+    StateBlob,
 };
 
 /// How and where a job checkpoints.
@@ -1018,7 +1019,10 @@ fn redistribution_of(node: &Node) -> Redistribution {
 }
 
 fn redistributes(node: &Node) -> bool {
-    redistribution_of(node) == Redistribution::EvenSplit
+    matches!(
+        redistribution_of(node),
+        Redistribution::EvenSplit | Redistribution::Union
+    )
 }
 
 /// The entry list of new subtask `subtask` of `parallelism`: its share of
@@ -1041,7 +1045,8 @@ fn redistributed(
             ),
         )
     };
-    if let Redistribution::Unsupported(why) = redistribution_of(node) {
+    let how = redistribution_of(node);
+    if let Redistribution::Unsupported(why) = how {
         return Err(refuse(why));
     }
     let mut old = Vec::with_capacity(old_p);
@@ -1057,12 +1062,16 @@ fn redistributed(
         .iter()
         .map(|b| b.as_deref().map(|v| v.as_slice()))
         .collect();
-    let mut shares = even_split(&views, parallelism).map_err(|s| {
+    let not_entries = |s: usize| {
         refuse(format!(
             "the state of its subtask {s} is not a list of entries (it was written by a \
              version of eddyline that could not redistribute it)"
         ))
-    })?;
+    };
+    if how == Redistribution::Union {
+        return Ok(encode_entries(&union_entries(&views).map_err(not_entries)?));
+    }
+    let mut shares = even_split(&views, parallelism).map_err(not_entries)?;
     let mine = shares
         .get_mut(subtask)
         .map(std::mem::take)

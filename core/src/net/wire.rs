@@ -216,6 +216,9 @@ pub fn encode_control_event(ev: &Event) -> Vec<u8> {
         Event::EndOfPartition => {
             e.u8(4);
         }
+        Event::Idle => {
+            e.u8(6);
+        }
         Event::Termination(t) => {
             e.u8(5).u32(t.loop_id).u64(t.round).u8(match t.activity {
                 Activity::Idle => 0,
@@ -236,6 +239,7 @@ pub fn decode_control_event(buf: &[u8]) -> Result<Event> {
             drain: d.u8()? != 0,
         },
         4 => Event::EndOfPartition,
+        6 => Event::Idle,
         5 => Event::Termination(TerminationToken {
             loop_id: d.u32()?,
             round: d.u64()?,
@@ -345,6 +349,7 @@ mod tests {
             Event::Watermark(-5),
             Event::EndOfData { drain: false },
             Event::EndOfPartition,
+            Event::Idle,
             Event::Termination(TerminationToken {
                 loop_id: 3,
                 round: 17,

@@ -27,6 +27,14 @@ pub trait Collector {
     /// Emits a watermark downstream.
     fn emit_watermark(&mut self, watermark: i64) -> Result<()>;
 
+    /// Tells the consumers that this output is idle (FLIP-27 idleness):
+    /// until it sends data or a watermark again, it does not hold back
+    /// their watermark. The default (collectors that feed no channel)
+    /// ignores it.
+    fn emit_idle(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Emits a batch on output port `port` (see `graph::Edge::port`): port 0
     /// is [`Collector::emit`]; other ports are side outputs (a window's late
     /// records on [`LATE_PORT`]), read only by edges of that port. Their
@@ -144,6 +152,24 @@ pub trait Operator: Send {
     /// a null-state watermark use it to remember in which epoch their state
     /// began.
     fn on_barrier(&mut self, _checkpoint_id: u64) {}
+
+    /// FLIP-27 per-split event time (DESIGN.md "Event time per split"):
+    /// called only on the first operator of a source task's chain (the one
+    /// right after the source). Before each batch the source emits,
+    /// `split` names the split it came from
+    /// ([`crate::source::SourceReader::last_split`]); while the source has
+    /// nothing to emit it is called with `split = None` about every 10 ms,
+    /// so that time-based decisions (idleness) can be taken without input.
+    /// `open` lists the splits the source has not read to their end.
+    /// Default: nothing.
+    fn on_source_progress(
+        &mut self,
+        _split: Option<u64>,
+        _open: &[u64],
+        _out: &mut dyn Collector,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Builds one operator instance per parallel subtask.

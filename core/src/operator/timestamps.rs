@@ -20,16 +20,41 @@
 //! which a bounded source sends when it ends and which is forwarded so the
 //! windows downstream fire.
 //!
+//! # Per-split watermarks (FLIP-27, DESIGN.md "Event time per split")
+//!
+//! Chained right after a source, the operator learns the split of every
+//! batch and the source's open splits
+//! ([`Operator::on_source_progress`]). It then keeps the largest timestamp
+//! per split and emits the smallest of the splits' watermarks: records are
+//! late only by their own split's order. An open split without records yet
+//! holds the watermark back; a finished split no longer does. With an
+//! `idle_timeout` (Flink's `withIdleness`), a split that delivered no batch
+//! for that long no longer holds it back either, until it delivers again;
+//! as the source task calls the operator while it has nothing to read, this
+//! also happens while no split delivers. When every split is idle the
+//! subtask is: it tells its consumers ([`Collector::emit_idle`]), whose
+//! combined watermark then ignores its channels until it sends again. Placed elsewhere (not right after
+//! a source), the operator sees one stream and keeps one largest timestamp;
+//! an `idle_timeout` there is refused with a graph error when the first
+//! batch arrives (nothing would ever call it while its input is quiet).
+//!
 //! # State
 //!
-//! The largest timestamp seen, as non-keyed operator state: byte 0 is the
-//! format version ([`STATE_FORMAT_VERSION`]), bytes 1..9 the timestamp as a
-//! little-endian `i64` (`i64::MIN` when nothing was seen). After a restore
-//! the watermark does not regress, and the first batch re-emits the restored
-//! watermark so that the operators downstream (which restart without a
-//! watermark) learn it again.
+//! An entry list ([`crate::state::encode_entries`]) of u64 words: one
+//! subtask entry `(0, largest timestamp)` and one entry `(1, split id,
+//! largest timestamp)` per open split (timestamps as two's complement,
+//! `i64::MIN` when nothing was seen). After a restore the watermark does
+//! not regress, and the first batch re-emits the restored watermark so that
+//! the operators downstream (which restart without a watermark) learn it
+//! again. At another parallelism every new subtask gets every entry
+//! ([`Redistribution::Union`]): it starts from the smallest largest
+//! timestamp of the old subtasks, so never above any of their watermarks,
+//! and takes the per-split timestamps of the splits its source reads now.
+//! The single-timestamp state of older versions (byte 0 the format version
+//! [`STATE_FORMAT_VERSION`], bytes 1..9 the timestamp) still restores.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{
@@ -40,10 +65,16 @@ use arrow::datatypes::{
 use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use crate::state::{OperatorState, StateBlob};
+use crate::source::{decode_positions, encode_positions};
+use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
 
-/// The version byte that opens the serialized state.
+/// The version byte that opens the single-timestamp state of older
+/// versions (still restored).
 pub const STATE_FORMAT_VERSION: u8 = 1;
+
+/// Entry kinds of the state's entry list.
+const SUBTASK_ENTRY: u64 = 0;
+const SPLIT_ENTRY: u64 = 1;
 
 /// Checks that `name` is a usable event-time column of `schema` and returns
 /// its index (shared with the window operator).
@@ -173,6 +204,9 @@ pub(crate) fn event_times_millis(
 pub struct AssignTimestampsFactory {
     pub column: String,
     pub max_out_of_orderness_ms: i64,
+    /// FLIP-27 `withIdleness`: a split without a batch for this long stops
+    /// holding the watermark back. `None`: never.
+    pub idle_timeout_ms: Option<i64>,
 }
 
 impl AssignTimestampsFactory {
@@ -181,7 +215,14 @@ impl AssignTimestampsFactory {
         AssignTimestampsFactory {
             column,
             max_out_of_orderness_ms,
+            idle_timeout_ms: None,
         }
+    }
+
+    /// The same with an idle timeout (see the module documentation).
+    pub fn with_idle_timeout(mut self, idle_timeout_ms: Option<i64>) -> Self {
+        self.idle_timeout_ms = idle_timeout_ms;
+        self
     }
 
     /// Validates the input schema at build time; the output schema is the
@@ -202,6 +243,12 @@ impl AssignTimestampsFactory {
                 ),
             ));
         }
+        if let Some(ms) = self.idle_timeout_ms.filter(|ms| *ms <= 0) {
+            return Err(Error::graph(
+                "",
+                format!("idle_timeout must be positive, got {ms} ms"),
+            ));
+        }
         Ok(())
     }
 }
@@ -220,6 +267,23 @@ impl OperatorFactory for AssignTimestampsFactory {
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(AssignTimestampsOperator::new(self, ctx)?))
     }
+
+    /// Every new subtask gets every old entry (see the module documentation).
+    fn redistribution(&self) -> Redistribution {
+        Redistribution::Union
+    }
+}
+
+/// The event-time progress of one split (FLIP-27).
+#[derive(Debug, Clone, Copy)]
+struct SplitClock {
+    id: u64,
+    /// Largest timestamp of the split (ms), `i64::MIN` before its first.
+    max_timestamp: i64,
+    /// The epoch in which `max_timestamp` was last raised (FLINK-4120).
+    max_epoch: u64,
+    /// When the split last delivered a batch (or opened).
+    last_active: Instant,
 }
 
 /// Assigns event time and generates watermarks; see the module documentation.
@@ -239,6 +303,23 @@ pub struct AssignTimestampsOperator {
     /// The epoch in which `max_timestamp` was last raised: replaying from
     /// that checkpoint rebuilds it (the null-state watermark).
     max_epoch: u64,
+    idle_timeout: Option<Duration>,
+    /// A source told the operator its splits: watermarks are per split.
+    per_split: bool,
+    /// The source's open splits, in its order.
+    splits: Vec<SplitClock>,
+    /// The split of the batch about to arrive.
+    current: Option<u64>,
+    /// That batch is the last of its split (the source no longer lists
+    /// it): the split counts for the watermark after the batch, then
+    /// leaves.
+    finishing: bool,
+    /// Every split is idle and the consumers were told (FLIP-27): the
+    /// subtask does not hold back their watermark until its next batch.
+    idle_announced: bool,
+    /// Restored per-split timestamps, taken by the splits when they open
+    /// (dropped once the source named its splits).
+    restored_splits: Vec<(u64, i64)>,
 }
 
 impl AssignTimestampsOperator {
@@ -256,7 +337,103 @@ impl AssignTimestampsOperator {
             last_emitted: i64::MIN,
             epoch: 0,
             max_epoch: 0,
+            idle_timeout: factory
+                .idle_timeout_ms
+                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            per_split: false,
+            splits: Vec::new(),
+            current: None,
+            finishing: false,
+            idle_announced: false,
+            restored_splits: Vec::new(),
         })
+    }
+
+    /// The watermark of a largest timestamp.
+    fn watermark_of(&self, max_timestamp: i64) -> i64 {
+        max_timestamp
+            .saturating_sub(self.bound)
+            .saturating_sub(1)
+            .min(MAX_WATERMARK - 1)
+    }
+
+    fn is_idle(&self, split: &SplitClock, now: Instant) -> bool {
+        self.idle_timeout
+            .is_some_and(|t| now.saturating_duration_since(split.last_active) >= t)
+    }
+
+    /// The watermark to emit now: per split, the smallest watermark of the
+    /// splits that are not idle (`None` while one of them has no record
+    /// yet, or all are idle); otherwise that of the largest timestamp.
+    fn watermark_now(&self, now: Instant) -> Option<i64> {
+        if !self.per_split {
+            return self.current_watermark();
+        }
+        let mut min: Option<i64> = None;
+        for split in &self.splits {
+            if self.is_idle(split, now) {
+                continue;
+            }
+            if split.max_timestamp == i64::MIN {
+                return None;
+            }
+            let w = self.watermark_of(split.max_timestamp);
+            min = Some(min.map_or(w, |m| m.min(w)));
+        }
+        min
+    }
+
+    fn advance(&mut self, now: Instant, out: &mut dyn Collector) -> Result<()> {
+        if let Some(w) = self.watermark_now(now) {
+            if w > self.last_emitted {
+                self.last_emitted = w;
+                out.emit_watermark(w)?;
+            }
+        }
+        // A subtask whose splits are all idle is idle itself: its
+        // consumers stop waiting for it (until its next batch).
+        if !self.idle_announced
+            && self.per_split
+            && !self.splits.is_empty()
+            && self.splits.iter().all(|s| self.is_idle(s, now))
+        {
+            self.idle_announced = true;
+            out.emit_idle()?;
+        }
+        Ok(())
+    }
+
+    /// Makes `splits` follow the source's open splits (allocates only when
+    /// they changed: a split opened or finished).
+    fn sync_splits(&mut self, open: &[u64], now: Instant) {
+        if self.splits.len() == open.len()
+            && self.splits.iter().zip(open).all(|(s, id)| s.id == *id)
+        {
+            return;
+        }
+        let mut next = Vec::with_capacity(open.len() + 1);
+        for &id in open {
+            next.push(self.clock_of(id, now));
+        }
+        self.splits = next;
+        self.restored_splits.clear();
+    }
+
+    /// The clock of split `id`: its own, a restored one, or a fresh one.
+    fn clock_of(&self, id: u64, now: Instant) -> SplitClock {
+        match self.splits.iter().find(|s| s.id == id) {
+            Some(s) => *s,
+            None => SplitClock {
+                id,
+                max_timestamp: self
+                    .restored_splits
+                    .iter()
+                    .find(|(r, _)| *r == id)
+                    .map_or(i64::MIN, |(_, ts)| *ts),
+                max_epoch: self.epoch,
+                last_active: now,
+            },
+        }
     }
 
     /// The largest event time seen so far (ms), if any.
@@ -266,11 +443,7 @@ impl AssignTimestampsOperator {
 
     /// The watermark the timestamps seen so far allow, if any.
     pub fn current_watermark(&self) -> Option<i64> {
-        self.max_timestamp().map(|m| {
-            m.saturating_sub(self.bound)
-                .saturating_sub(1)
-                .min(MAX_WATERMARK - 1)
-        })
+        self.max_timestamp().map(|m| self.watermark_of(m))
     }
 
     fn column_index(&mut self, schema: &SchemaRef) -> Result<usize> {
@@ -306,17 +479,76 @@ impl Operator for AssignTimestampsOperator {
             self.max_timestamp = max_ms;
             self.max_epoch = self.epoch;
         }
-        out.emit(batch)?;
-        if let Some(w) = self.current_watermark() {
-            if w > self.last_emitted {
-                self.last_emitted = w;
-                out.emit_watermark(w)?;
+        if self.idle_timeout.is_some() && !self.per_split {
+            return Err(Error::graph(
+                self.name.clone(),
+                "idle_timeout works only right after a source (assign_timestamps directly \
+                 on env.from_...(), at the source's parallelism, as its only consumer): \
+                 elsewhere nothing tells the operator that its input is idle",
+            ));
+        }
+        let now = Instant::now();
+        self.idle_announced = false;
+        let current = self.current.take();
+        if let Some(id) = current {
+            let epoch = self.epoch;
+            if let Some(split) = self.splits.iter_mut().find(|s| s.id == id) {
+                if max_ms > split.max_timestamp {
+                    split.max_timestamp = max_ms;
+                    split.max_epoch = epoch;
+                }
+                split.last_active = now;
             }
+        }
+        out.emit(batch)?;
+        self.advance(now, out)?;
+        if std::mem::take(&mut self.finishing) {
+            self.splits.retain(|s| Some(s.id) != current);
+        }
+        Ok(())
+    }
+
+    fn on_source_progress(
+        &mut self,
+        split: Option<u64>,
+        open: &[u64],
+        out: &mut dyn Collector,
+    ) -> Result<()> {
+        if !self.per_split && split.is_none() && open.is_empty() {
+            // The source does not name its splits.
+            return Ok(());
+        }
+        self.per_split = true;
+        let now = Instant::now();
+        // The batch of a split the source already retired (its last one)
+        // still counts for the watermark after it.
+        let finishing = split
+            .filter(|id| !open.contains(id))
+            .map(|id| self.clock_of(id, now));
+        self.sync_splits(open, now);
+        self.finishing = finishing.is_some();
+        if let Some(clock) = finishing {
+            self.splits.push(clock);
+        }
+        self.current = split;
+        if split.is_none() && self.idle_timeout.is_some() {
+            self.advance(now, out)?;
         }
         Ok(())
     }
 
     fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+        if self.per_split {
+            // Every split's largest timestamp must be rebuilt.
+            return Some(
+                self.splits
+                    .iter()
+                    .filter(|s| s.max_timestamp != i64::MIN)
+                    .map(|s| s.max_epoch)
+                    .min()
+                    .unwrap_or(checkpoint_id),
+            );
+        }
         Some(if self.max_timestamp == i64::MIN {
             checkpoint_id
         } else {
@@ -337,11 +569,22 @@ impl Operator for AssignTimestampsOperator {
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
-        let mut bytes = Vec::with_capacity(9);
-        bytes.push(STATE_FORMAT_VERSION);
-        bytes.extend_from_slice(&self.max_timestamp.to_le_bytes());
+        let word = |ts: i64| ts as u64;
+        let mut entries = Vec::with_capacity(1 + self.splits.len() + self.restored_splits.len());
+        entries.push(encode_positions(&[SUBTASK_ENTRY, word(self.max_timestamp)]));
+        for s in &self.splits {
+            entries.push(encode_positions(&[
+                SPLIT_ENTRY,
+                s.id,
+                word(s.max_timestamp),
+            ]));
+        }
+        // Restored splits the source has not named yet (no batch so far).
+        for (id, ts) in &self.restored_splits {
+            entries.push(encode_positions(&[SPLIT_ENTRY, *id, word(*ts)]));
+        }
         Ok(OperatorState {
-            operator: Some(StateBlob::Bytes(Arc::new(bytes))),
+            operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
             keyed: Vec::new(),
         })
     }
@@ -369,6 +612,42 @@ impl Operator for AssignTimestampsOperator {
                 ),
             )
         };
+        if let Some(entries) = decode_entries(&bytes) {
+            // The smallest largest timestamp of the old subtasks (one
+            // subtask entry each): never above any of their watermarks.
+            let mut floor: Option<i64> = None;
+            for e in entries {
+                let words = decode_positions(&e, e.len() / 8)
+                    .filter(|w| !w.is_empty())
+                    .ok_or_else(|| bad(format!("holds a malformed entry of {} bytes", e.len())))?;
+                match (words[0], words.len()) {
+                    (SUBTASK_ENTRY, 2) => {
+                        let ts = words[1] as i64;
+                        floor = Some(floor.map_or(ts, |f| f.min(ts)));
+                    }
+                    (SPLIT_ENTRY, 3) => {
+                        let (id, ts) = (words[1], words[2] as i64);
+                        // A split written twice (a subtask that carried it
+                        // before reading it): the larger timestamp is the
+                        // newer one.
+                        match self.restored_splits.iter_mut().find(|(r, _)| *r == id) {
+                            Some(r) => r.1 = r.1.max(ts),
+                            None => self.restored_splits.push((id, ts)),
+                        }
+                    }
+                    (kind, n) => {
+                        return Err(bad(format!(
+                            "holds an entry of kind {kind} with {n} words, which this build does \
+                             not read"
+                        )))
+                    }
+                }
+            }
+            if let Some(f) = floor {
+                self.max_timestamp = self.max_timestamp.max(f);
+            }
+            return Ok(());
+        }
         match bytes.split_first() {
             Some((&STATE_FORMAT_VERSION, body)) => {
                 let ts: [u8; 8] = body
@@ -395,6 +674,7 @@ mod tests {
     struct Recorder {
         batches: Vec<RecordBatch>,
         watermarks: Vec<i64>,
+        idles: usize,
     }
 
     impl Collector for Recorder {
@@ -404,6 +684,10 @@ mod tests {
         }
         fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
             self.watermarks.push(watermark);
+            Ok(())
+        }
+        fn emit_idle(&mut self) -> Result<()> {
+            self.idles += 1;
             Ok(())
         }
     }
@@ -518,5 +802,164 @@ mod tests {
             })
             .unwrap_err();
         assert!(err.to_string().contains("format version 9"), "{err}");
+    }
+
+    fn progress(op: &mut AssignTimestampsOperator, split: Option<u64>, open: &[u64]) -> Vec<i64> {
+        progress_out(op, split, open).watermarks
+    }
+
+    fn progress_out(
+        op: &mut AssignTimestampsOperator,
+        split: Option<u64>,
+        open: &[u64],
+    ) -> Recorder {
+        let mut out = Recorder::default();
+        op.on_source_progress(split, open, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn test_per_split_watermark_is_the_minimum_of_the_splits() {
+        let f = AssignTimestampsFactory::new("t".into(), 0);
+        let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        let mut out = Recorder::default();
+        // Split 7 runs far ahead of split 3: only split 3 moves the watermark.
+        progress(&mut op, Some(7), &[3, 7]);
+        op.process_batch(0, batch(vec![Some(1000)]), &mut out)
+            .unwrap();
+        assert!(out.watermarks.is_empty(), "split 3 has no record yet");
+        progress(&mut op, Some(3), &[3, 7]);
+        op.process_batch(0, batch(vec![Some(10)]), &mut out)
+            .unwrap();
+        progress(&mut op, Some(7), &[3, 7]);
+        op.process_batch(0, batch(vec![Some(2000)]), &mut out)
+            .unwrap();
+        progress(&mut op, Some(3), &[3, 7]);
+        op.process_batch(0, batch(vec![Some(20)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![9, 19]);
+        // The last batch of split 3 (the source no longer lists it) still
+        // counts, then split 3 no longer holds the watermark back.
+        progress(&mut op, Some(3), &[7]);
+        op.process_batch(0, batch(vec![Some(30)]), &mut out)
+            .unwrap();
+        progress(&mut op, Some(7), &[7]);
+        op.process_batch(0, batch(vec![Some(2001)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![9, 19, 29, 2000]);
+    }
+
+    #[test]
+    fn test_idle_split_stops_holding_the_watermark_back_until_it_delivers() {
+        // Generous against a busy machine: the steps between two sleeps
+        // must take less than the timeout.
+        let f = AssignTimestampsFactory::new("t".into(), 0).with_idle_timeout(Some(200));
+        let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        let mut out = Recorder::default();
+        progress(&mut op, Some(1), &[1, 2]);
+        op.process_batch(0, batch(vec![Some(100)]), &mut out)
+            .unwrap();
+        assert!(
+            progress(&mut op, None, &[1, 2]).is_empty(),
+            "split 2 not idle yet"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+        // Split 2 never delivered and split 1 went quiet too: the subtask
+        // is idle and says so, once.
+        let idle = progress_out(&mut op, None, &[1, 2]);
+        assert!(idle.watermarks.is_empty());
+        assert_eq!(idle.idles, 1);
+        assert_eq!(progress_out(&mut op, None, &[1, 2]).idles, 0);
+        progress(&mut op, Some(1), &[1, 2]);
+        op.process_batch(0, batch(vec![Some(200)]), &mut out)
+            .unwrap();
+        // Split 1 is active again, split 2 is still idle.
+        assert_eq!(out.watermarks, vec![199]);
+        // Split 2 delivers: it counts again (its records below the
+        // watermark are late; the watermark never regresses).
+        progress(&mut op, Some(2), &[1, 2]);
+        op.process_batch(0, batch(vec![Some(150)]), &mut out)
+            .unwrap();
+        progress(&mut op, Some(1), &[1, 2]);
+        op.process_batch(0, batch(vec![Some(300)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![199]);
+        // Split 1 goes quiet for the timeout: split 2 alone moves it.
+        progress(&mut op, Some(2), &[1, 2]);
+        op.process_batch(0, batch(vec![Some(260)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![199, 259]);
+        std::thread::sleep(Duration::from_millis(250));
+        progress(&mut op, Some(2), &[1, 2]);
+        op.process_batch(0, batch(vec![Some(280)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![199, 259, 279]);
+    }
+
+    #[test]
+    fn test_idle_timeout_away_from_a_source_is_refused() {
+        let f = AssignTimestampsFactory::new("t".into(), 0).with_idle_timeout(Some(30));
+        let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        let err = op
+            .process_batch(0, batch(vec![Some(1)]), &mut Recorder::default())
+            .unwrap_err();
+        assert!(matches!(err, Error::Graph { .. }), "{err}");
+        assert!(err.to_string().contains("operator 'ts'"), "{err}");
+        assert!(err.to_string().contains("right after a source"), "{err}");
+        let err = AssignTimestampsFactory::new("t".into(), 0)
+            .with_idle_timeout(Some(0))
+            .output_schema(&batch(vec![Some(1)]).schema())
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("idle_timeout must be positive"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn test_union_restore_starts_from_the_smallest_old_watermark_and_keeps_splits() {
+        let f = AssignTimestampsFactory::new("t".into(), 0);
+        let mut old = Vec::new();
+        for (split, ts) in [(0u64, 500), (1, 100)] {
+            let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+            progress(&mut op, Some(split), &[split]);
+            op.process_batch(0, batch(vec![Some(ts)]), &mut Recorder::default())
+                .unwrap();
+            let st = op.snapshot_state(1).unwrap();
+            old.push(st.operator.unwrap().to_bytes().unwrap());
+        }
+        let views: Vec<Option<&[u8]>> = old.iter().map(|b| Some(b.as_slice())).collect();
+        let all = encode_entries(&crate::state::union_entries(&views).unwrap());
+        let restore = |op: &mut AssignTimestampsOperator| {
+            op.restore_state(OperatorState {
+                operator: Some(StateBlob::Bytes(Arc::new(all.clone()))),
+                keyed: vec![],
+            })
+            .unwrap()
+        };
+        // Not after a source: the smallest of the old largest timestamps.
+        let mut plain = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        restore(&mut plain);
+        assert_eq!(plain.max_timestamp(), Some(100));
+        // After a source reading both splits: each split's own timestamp.
+        let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        restore(&mut op);
+        let mut out = Recorder::default();
+        progress(&mut op, Some(0), &[0, 1]);
+        op.process_batch(0, batch(vec![Some(10)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![99]);
+        // A snapshot before the source named its splits keeps them.
+        let mut early = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        restore(&mut early);
+        let again = early.snapshot_state(2).unwrap();
+        let mut later = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        later.restore_state(again).unwrap();
+        let mut out = Recorder::default();
+        progress(&mut later, Some(1), &[0, 1]);
+        later
+            .process_batch(0, batch(vec![Some(10)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![99]);
     }
 }

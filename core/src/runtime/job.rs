@@ -918,6 +918,7 @@ pub(crate) fn build_attempt(
                         ended: false,
                         blocked: false,
                         watermark: i64::MIN,
+                        idle: false,
                     });
                 }
                 if !up_here {

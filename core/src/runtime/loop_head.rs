@@ -365,7 +365,7 @@ impl Task {
                         }
                     }
                     // Watermarks stay outside the loop (module docs).
-                    Event::Watermark(_) | Event::EndOfPartition => {}
+                    Event::Watermark(_) | Event::Idle | Event::EndOfPartition => {}
                 },
                 HeadStep::Feedback(q, ev) => match ev {
                     Event::Data(batch) => {
@@ -394,7 +394,7 @@ impl Task {
                         }
                         self.complete_loop_checkpoints()?;
                     }
-                    Event::Watermark(_) | Event::EndOfPartition => {}
+                    Event::Watermark(_) | Event::Idle | Event::EndOfPartition => {}
                 },
             }
         }

@@ -243,6 +243,12 @@ impl Collector for ChainOut<'_> {
         }
     }
 
+    /// Idleness is a property of the task's output channels: it skips the
+    /// rest of the chain.
+    fn emit_idle(&mut self) -> Result<()> {
+        self.tail.broadcast(Event::Idle)
+    }
+
     /// Port 0 continues down the chain. A side output (port > 0) goes to
     /// the task's edges of that port when the operator ends the chain. An
     /// operator followed by a chained one has no consumer on another port
@@ -319,6 +325,35 @@ pub(crate) fn push_watermark(
     r
 }
 
+/// FLIP-27: tells the first operator of a source task's chain the split
+/// of the batch the source is about to emit (`None`: the source has nothing
+/// now) and the source's open splits.
+fn source_progress(
+    ops: &mut [Box<dyn Operator>],
+    slots: &mut [OpSlot],
+    tail: &mut TaskOutput,
+    split: Option<u64>,
+    open: &[u64],
+) -> Result<()> {
+    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
+        (ops.split_first_mut(), slots.split_first_mut())
+    else {
+        return Ok(());
+    };
+    if slot.replay_drop {
+        return Ok(());
+    }
+    let name = slot.name.clone();
+    let mut out = ChainOut {
+        slot,
+        rest_ops,
+        rest_slots,
+        tail,
+    };
+    op.on_source_progress(split, open, &mut out)
+        .map_err(|e| e.in_operator(&name))
+}
+
 /// One input channel of a task.
 pub(crate) struct InputChannel {
     pub rx: EventReceiver,
@@ -329,6 +364,9 @@ pub(crate) struct InputChannel {
     pub ended: bool,
     pub blocked: bool,
     pub watermark: i64,
+    /// The producer said it is idle (FLIP-27) and sent nothing since: the
+    /// channel does not hold back the combined watermark.
+    pub idle: bool,
 }
 
 /// The source at the head of a source task.
@@ -676,6 +714,15 @@ impl Task {
             };
             match poll {
                 SourcePoll::Batch(batch) => {
+                    // FLIP-27: the operator after the source learns the
+                    // split of the batch (per-split watermarks).
+                    source_progress(
+                        &mut self.ops,
+                        &mut self.slots,
+                        &mut self.output,
+                        src.reader.last_split(),
+                        src.reader.open_splits(),
+                    )?;
                     let mut out = ChainOut {
                         slot: &mut src.slot,
                         rest_ops: &mut self.ops,
@@ -684,24 +731,35 @@ impl Task {
                     };
                     out.emit(batch)?;
                 }
-                SourcePoll::Idle => match self
-                    .control
-                    .recv_timeout(std::time::Duration::from_millis(10))
-                {
-                    Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
-                        self.recompute.deferred.push(b)
+                SourcePoll::Idle => {
+                    // Lets the operator after the source take time-based
+                    // decisions (split idleness) while no batch comes.
+                    source_progress(
+                        &mut self.ops,
+                        &mut self.slots,
+                        &mut self.output,
+                        None,
+                        src.reader.open_splits(),
+                    )?;
+                    match self
+                        .control
+                        .recv_timeout(std::time::Duration::from_millis(10))
+                    {
+                        Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
+                            self.recompute.deferred.push(b)
+                        }
+                        Ok(Control::StopSource(Some(barrier))) => {
+                            self.snapshot(barrier, Duration::ZERO, false)?;
+                            return Ok(InputEnd::Undrained);
+                        }
+                        Ok(Control::StopSource(None)) => drain_now = true,
+                        Ok(c) => self.handle_control(c)?,
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                            return Err(Error::Cancelled)
+                        }
                     }
-                    Ok(Control::StopSource(Some(barrier))) => {
-                        self.snapshot(barrier, Duration::ZERO, false)?;
-                        return Ok(InputEnd::Undrained);
-                    }
-                    Ok(Control::StopSource(None)) => drain_now = true,
-                    Ok(c) => self.handle_control(c)?,
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                        return Err(Error::Cancelled)
-                    }
-                },
+                }
                 SourcePoll::End => {
                     self.recompute
                         .check_end(&src.reader.offset(), &src.slot.name)?;
@@ -819,6 +877,7 @@ impl Task {
             match self.next_step(&mut cursor)? {
                 Step::Control(c) => self.handle_control(c)?,
                 Step::Event(i, Event::Data(batch)) => {
+                    self.inputs[i].idle = false;
                     let input = self.inputs[i].input;
                     if let Some(t) = self.body_term.as_mut() {
                         t.on_record();
@@ -834,7 +893,16 @@ impl Task {
                 Step::Event(i, Event::Watermark(wm)) => {
                     let ch = &mut self.inputs[i];
                     ch.watermark = ch.watermark.max(wm);
+                    ch.idle = false;
                     self.advance_watermark(&mut combined_wm)?;
+                }
+                Step::Event(i, Event::Idle) => {
+                    self.inputs[i].idle = true;
+                    self.advance_watermark(&mut combined_wm)?;
+                    // Every live input idle: so is this task's output.
+                    if self.inputs.iter().all(|c| c.ended || c.idle) {
+                        self.output.broadcast(Event::Idle)?;
+                    }
                 }
                 Step::Event(i, Event::EndOfData { drain }) => {
                     if !drain {
@@ -885,12 +953,26 @@ impl Task {
     }
 
     pub(crate) fn advance_watermark(&mut self, combined: &mut i64) -> Result<()> {
-        let min = self
-            .inputs
-            .iter()
-            .map(|c| c.watermark)
-            .min()
-            .unwrap_or(MAX_WATERMARK);
+        // Idle channels do not count (FLIP-27), unless nothing else is
+        // live: the watermark then waits (an ended channel's MAX_WATERMARK
+        // must not overtake an idle one that may send again).
+        let live = |c: &&InputChannel| !c.ended;
+        let min = if self.inputs.iter().filter(live).any(|c| !c.idle) {
+            self.inputs
+                .iter()
+                .filter(|c| !c.idle)
+                .map(|c| c.watermark)
+                .min()
+                .unwrap_or(MAX_WATERMARK)
+        } else if self.inputs.iter().any(|c| c.idle && !c.ended) {
+            return Ok(());
+        } else {
+            self.inputs
+                .iter()
+                .map(|c| c.watermark)
+                .min()
+                .unwrap_or(MAX_WATERMARK)
+        };
         if min > *combined {
             *combined = min;
             push_watermark(&mut self.ops, &mut self.slots, &mut self.output, min)?;

@@ -5,7 +5,9 @@
 //! per stride of batches not yet emitted to its end, so replay is exact and
 //! the strides left over can be dealt to the subtasks of another
 //! parallelism. Offsets of older checkpoints (the number of batches the
-//! subtask emitted) still restore at the same parallelism.
+//! subtask emitted) still restore at the same parallelism. A subtask given
+//! several strides reads them interleaved, a batch of each in turn, each
+//! named by its first batch (DESIGN.md "Event time per split").
 
 use std::sync::Arc;
 
@@ -47,15 +49,20 @@ impl ArrowBatchesSource {
 
 impl SourceFactory for ArrowBatchesSource {
     fn create(&self, ctx: &OperatorContext, _batch_size: usize) -> Result<Box<dyn SourceReader>> {
-        Ok(Box::new(ArrowBatchesReader {
+        let mut reader = ArrowBatchesReader {
             batches: self.batches.clone(),
-            strides: vec![Stride {
+            strides: Vec::new(),
+            open: Vec::new(),
+            cursor: 0,
+            last: None,
+            own: Stride {
                 first: ctx.subtask_index as u64,
                 step: ctx.parallelism.max(1) as u64,
                 emitted: 0,
-            }],
-            current: 0,
-        }))
+            },
+        };
+        reader.set_strides(vec![reader.own]);
+        Ok(Box::new(reader))
     }
 
     fn schema(&self) -> Option<SchemaRef> {
@@ -93,8 +100,16 @@ impl Stride {
 /// One subtask's reader.
 pub struct ArrowBatchesReader {
     batches: Arc<Vec<RecordBatch>>,
+    /// The strides not emitted to their end.
     strides: Vec<Stride>,
-    current: usize,
+    /// `open[i]` is the split id (`first`) of `strides[i]`.
+    open: Vec<u64>,
+    /// The position in `strides` of the stride to read next.
+    cursor: usize,
+    /// The stride of the last batch.
+    last: Option<u64>,
+    /// The subtask's own stride of a fresh start (for older offsets).
+    own: Stride,
 }
 
 impl ArrowBatchesReader {
@@ -116,21 +131,44 @@ impl ArrowBatchesReader {
         }
         Ok(())
     }
+
+    /// Reads exactly `strides` from now on.
+    fn set_strides(&mut self, strides: Vec<Stride>) {
+        let len = self.batches.len();
+        self.strides = strides
+            .into_iter()
+            .filter(|s| s.emitted < s.len(len))
+            .collect();
+        self.open = self.strides.iter().map(|s| s.first).collect();
+        self.cursor = 0;
+    }
 }
 
 impl SourceReader for ArrowBatchesReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        while let Some(s) = self.strides.get_mut(self.current) {
-            match usize::try_from(s.next())
+        let len = self.batches.len();
+        while !self.strides.is_empty() {
+            let pos = self.cursor % self.strides.len();
+            let s = &mut self.strides[pos];
+            let batch = usize::try_from(s.next())
                 .ok()
-                .and_then(|i| self.batches.get(i))
-            {
-                Some(b) => {
-                    s.emitted += 1;
-                    return Ok(SourcePoll::Batch(b.clone()));
-                }
-                None => self.current += 1,
+                .and_then(|i| self.batches.get(i));
+            let Some(b) = batch else {
+                self.strides.remove(pos);
+                self.open.remove(pos);
+                self.cursor = pos;
+                continue;
+            };
+            s.emitted += 1;
+            self.last = Some(s.first);
+            if s.emitted >= s.len(len) {
+                self.strides.remove(pos);
+                self.open.remove(pos);
+                self.cursor = pos;
+            } else {
+                self.cursor = pos + 1;
             }
+            return Ok(SourcePoll::Batch(b.clone()));
         }
         Ok(SourcePoll::End)
     }
@@ -146,16 +184,23 @@ impl SourceReader for ArrowBatchesReader {
         encode_entries(&entries)
     }
 
+    fn last_split(&self) -> Option<u64> {
+        self.last
+    }
+
+    fn open_splits(&self) -> &[u64] {
+        &self.open
+    }
+
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
         let Some(entries) = decode_entries(offset) else {
             // An offset of an older checkpoint: batches emitted of the
             // subtask's own stride.
             let pos = decode_positions(offset, 1).ok_or_else(Self::malformed)?;
-            let mut s = *self.strides.first().ok_or_else(Self::malformed)?;
+            let mut s = self.own;
             s.emitted = pos[0];
             self.check(&s)?;
-            self.strides = vec![s];
-            self.current = 0;
+            self.set_strides(vec![s]);
             return Ok(());
         };
         let mut strides = Vec::with_capacity(entries.len());
@@ -172,8 +217,7 @@ impl SourceReader for ArrowBatchesReader {
             self.check(&s)?;
             strides.push(s);
         }
-        self.strides = strides;
-        self.current = 0;
+        self.set_strides(strides);
         Ok(())
     }
 }

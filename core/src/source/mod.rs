@@ -37,6 +37,23 @@ pub trait SourceReader: Send {
     fn offset(&self) -> Vec<u8>;
     /// Moves to a position previously returned by `offset`.
     fn seek(&mut self, offset: &[u8]) -> Result<()>;
+
+    /// FLIP-27 per-split event time (DESIGN.md "Event time per split"): the
+    /// split of the batch `poll_next` returned last, by an id that names
+    /// the split independently of the subtask reading it (the same id after
+    /// a restore at another parallelism). `None`: the reader does not tell
+    /// its splits apart (the default).
+    fn last_split(&self) -> Option<u64> {
+        None
+    }
+
+    /// The ids (as [`SourceReader::last_split`]) of the splits this reader
+    /// has not read to their end. A reader with several splits reads them
+    /// interleaved, a batch of each in turn, so that every split makes
+    /// progress and no split's event time runs far ahead of another's.
+    fn open_splits(&self) -> &[u64] {
+        &[]
+    }
 }
 
 /// Builds one reader per parallel subtask of a source node.

@@ -6,7 +6,9 @@
 //! re-opens each file and skips exactly the rows already emitted, in
 //! whichever subtask the file lands at another parallelism. Offsets of
 //! older checkpoints (position among the subtask's files, rows) still
-//! restore at the same parallelism.
+//! restore at the same parallelism. A subtask reads its files interleaved,
+//! a batch of each in turn (DESIGN.md "Event time per split"), so one
+//! file's event time never runs ahead of another's.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -73,13 +75,16 @@ impl SourceFactory for ParquetSource {
             .filter(|i| i % p == ctx.subtask_index)
             .map(|i| (i, 0))
             .collect();
-        Ok(Box::new(ParquetReader {
+        let mut reader = ParquetReader {
             paths: self.paths.clone(),
-            files: mine,
-            file: 0,
-            reader: None,
+            files: Vec::new(),
+            open: Vec::new(),
+            cursor: 0,
+            last: None,
             batch_size: batch_size.max(1),
-        }))
+        };
+        reader.set_files(mine);
+        Ok(Box::new(reader))
     }
 
     fn schema(&self) -> Option<SchemaRef> {
@@ -92,16 +97,30 @@ impl SourceFactory for ParquetSource {
     }
 }
 
-/// One subtask's reader.
+/// One file of a subtask: its index in the source's list, the rows already
+/// emitted, and its reader once its turn came.
+struct FileSplit {
+    index: usize,
+    rows: u64,
+    /// The file's row count, known once it is open.
+    total: u64,
+    reader: Option<ParquetRecordBatchReader>,
+}
+
+/// One subtask's reader: its files are read interleaved, a batch of each
+/// in turn (FLIP-27 per-split event time, DESIGN.md "Event time per
+/// split"), each file named by its index in the source's list.
 pub struct ParquetReader {
     /// Every file of the source, in order.
     paths: Arc<Vec<PathBuf>>,
-    /// The files this subtask reads (indices into `paths`), each with the
-    /// rows already emitted.
-    files: Vec<(usize, u64)>,
-    /// The position in `files` of the file being read.
-    file: usize,
-    reader: Option<ParquetRecordBatchReader>,
+    /// The files this subtask has not read to their end.
+    files: Vec<FileSplit>,
+    /// `open[i]` is the index of `files[i]`.
+    open: Vec<u64>,
+    /// The position in `files` of the file to read next.
+    cursor: usize,
+    /// The file of the last batch.
+    last: Option<u64>,
     batch_size: usize,
 }
 
@@ -110,94 +129,131 @@ impl ParquetReader {
         Error::checkpoint(None, "the Parquet source's offset is malformed")
     }
 
-    fn open_current(&mut self) -> Result<()> {
-        let (index, rows) = self.files[self.file];
-        let path = &self.paths[index];
+    /// Reads exactly `files` (index, rows already emitted) from now on.
+    fn set_files(&mut self, files: Vec<(usize, u64)>) {
+        self.files = files
+            .into_iter()
+            .map(|(index, rows)| FileSplit {
+                index,
+                rows,
+                total: u64::MAX,
+                reader: None,
+            })
+            .collect();
+        self.open = self.files.iter().map(|f| f.index as u64).collect();
+        self.cursor = 0;
+    }
+
+    fn open_file(paths: &[PathBuf], f: &mut FileSplit, batch_size: usize) -> Result<()> {
+        let path = &paths[f.index];
         let builder = open_builder(path)?;
         let total = builder.metadata().file_metadata().num_rows() as u64;
-        if rows > total {
+        if f.rows > total {
             return Err(Error::checkpoint(
                 None,
                 format!(
-                    "Parquet file '{}' has {total} rows, fewer than its checkpointed offset {rows}",
+                    "Parquet file '{}' has {total} rows, fewer than its checkpointed offset {}",
                     path.display(),
+                    f.rows
                 ),
             ));
         }
         let reader = builder
-            .with_batch_size(self.batch_size)
-            .with_offset(rows as usize)
+            .with_batch_size(batch_size)
+            .with_offset(f.rows as usize)
             .build()
             .map_err(|e| Error::Io {
                 operator: String::new(),
                 path: path.clone(),
                 message: e.to_string(),
             })?;
-        self.reader = Some(reader);
+        f.total = total;
+        f.reader = Some(reader);
         Ok(())
+    }
+
+    /// Drops the file at `pos` (read to its end); the next one moves up.
+    fn retire(&mut self, pos: usize) {
+        self.files.remove(pos);
+        self.open.remove(pos);
+        self.cursor = pos;
     }
 }
 
 impl SourceReader for ParquetReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        loop {
-            if self.file >= self.files.len() {
-                return Ok(SourcePoll::End);
+        while !self.files.is_empty() {
+            let pos = self.cursor % self.files.len();
+            let f = &mut self.files[pos];
+            if f.reader.is_none() {
+                Self::open_file(&self.paths, f, self.batch_size)?;
             }
-            if self.reader.is_none() {
-                self.open_current()?;
-            }
-            let Some(reader) = self.reader.as_mut() else {
+            let Some(reader) = f.reader.as_mut() else {
                 continue;
             };
             match reader.next() {
                 Some(Ok(batch)) => {
-                    self.files[self.file].1 += batch.num_rows() as u64;
+                    f.rows += batch.num_rows() as u64;
+                    self.last = Some(f.index as u64);
+                    if f.rows >= f.total {
+                        self.retire(pos);
+                    } else {
+                        self.cursor = pos + 1;
+                    }
                     return Ok(SourcePoll::Batch(batch));
                 }
                 Some(Err(e)) => {
                     return Err(Error::Io {
                         operator: String::new(),
-                        path: self.paths[self.files[self.file].0].clone(),
+                        path: self.paths[f.index].clone(),
                         message: e.to_string(),
                     })
                 }
-                None => {
-                    self.reader = None;
-                    self.file += 1;
-                }
+                None => self.retire(pos),
             }
         }
+        Ok(SourcePoll::End)
     }
 
     fn offset(&self) -> Vec<u8> {
-        let entries: Vec<Vec<u8>> = self.files[self.file.min(self.files.len())..]
+        let entries: Vec<Vec<u8>> = self
+            .files
             .iter()
-            .map(|(i, rows)| encode_positions(&[*i as u64, *rows]))
+            .map(|f| encode_positions(&[f.index as u64, f.rows]))
             .collect();
         encode_entries(&entries)
     }
 
+    fn last_split(&self) -> Option<u64> {
+        self.last
+    }
+
+    fn open_splits(&self) -> &[u64] {
+        &self.open
+    }
+
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
-        self.reader = None;
         let Some(entries) = decode_entries(offset) else {
             // An offset of an older checkpoint: (position among the
-            // subtask's files, rows emitted of that file).
+            // subtask's files, rows emitted of that file); the files before
+            // it were read to their end.
             let pos = decode_positions(offset, 2).ok_or_else(Self::malformed)?;
-            if pos[0] as usize > self.files.len() {
+            let mine: Vec<(usize, u64)> = self.files.iter().map(|f| (f.index, f.rows)).collect();
+            if pos[0] as usize > mine.len() {
                 return Err(Error::checkpoint(
                     None,
                     format!(
                         "the Parquet source has {} files, fewer than its checkpointed file index {}",
-                        self.files.len(),
+                        mine.len(),
                         pos[0]
                     ),
                 ));
             }
-            self.file = pos[0] as usize;
-            if let Some(f) = self.files.get_mut(self.file) {
+            let mut left: Vec<(usize, u64)> = mine[pos[0] as usize..].to_vec();
+            if let Some(f) = left.first_mut() {
                 f.1 = pos[1];
             }
+            self.set_files(left);
             return Ok(());
         };
         let mut files = Vec::with_capacity(entries.len());
@@ -216,8 +272,7 @@ impl SourceReader for ParquetReader {
             }
             files.push((index, f[1]));
         }
-        self.files = files;
-        self.file = 0;
+        self.set_files(files);
         Ok(())
     }
 }

@@ -4,7 +4,10 @@
 //! `(start, end, next)` per range not yet read to its end, so the ranges
 //! left over can be dealt to the subtasks of another parallelism. Offsets
 //! of older checkpoints (the next value of the subtask's range) still
-//! restore at the same parallelism.
+//! restore at the same parallelism. A subtask given several ranges (after
+//! such a restore) reads them interleaved, a batch of each in turn, and
+//! names each by its start (FLIP-27 per-split event time, DESIGN.md "Event
+//! time per split").
 
 use std::sync::Arc;
 
@@ -46,17 +49,23 @@ impl SourceFactory for SequenceSource {
         let i = ctx.subtask_index as u128;
         let lo = self.start as i128 + (total * i / p) as i128;
         let hi = self.start as i128 + (total * (i + 1) / p) as i128;
-        Ok(Box::new(SequenceReader {
-            ranges: vec![Range {
-                start: lo as i64,
-                end: hi as i64,
-                next: lo as i64,
-            }],
-            current: 0,
+        let own = Range {
+            start: lo as i64,
+            end: hi as i64,
+            next: lo as i64,
+        };
+        let mut reader = SequenceReader {
+            ranges: Vec::new(),
+            open: Vec::new(),
+            cursor: 0,
+            last: None,
+            own,
             bounds: (self.start, self.end),
             batch_size: batch_size.max(1) as i64,
             schema: self.schema.clone(),
-        }))
+        };
+        reader.set_ranges(vec![own]);
+        Ok(Box::new(reader))
     }
 
     fn schema(&self) -> Option<SchemaRef> {
@@ -77,11 +86,26 @@ struct Range {
     next: i64,
 }
 
-/// One subtask's share of the sequence: its ranges, read one after the
-/// other.
+impl Range {
+    /// The split id of the range (its start; ranges never overlap).
+    fn id(&self) -> u64 {
+        self.start as u64
+    }
+}
+
+/// One subtask's share of the sequence: its ranges, read interleaved.
 pub struct SequenceReader {
+    /// The ranges not read to their end (a range leaves when its last
+    /// batch is emitted).
     ranges: Vec<Range>,
-    current: usize,
+    /// `open[i]` is the id of `ranges[i]`.
+    open: Vec<u64>,
+    /// The position in `ranges` of the range to read next.
+    cursor: usize,
+    /// The range of the last batch.
+    last: Option<u64>,
+    /// The subtask's own range of a fresh start (for older offsets).
+    own: Range,
     /// The whole sequence `[start, end)`.
     bounds: (i64, i64),
     batch_size: i64,
@@ -97,9 +121,7 @@ impl SequenceReader {
     /// subtask's single range.
     fn seek_legacy(&mut self, offset: &[u8]) -> Result<()> {
         let pos = decode_positions(offset, 1).ok_or_else(Self::malformed)?[0] as i64;
-        let Some(r) = self.ranges.first_mut() else {
-            return Err(Self::malformed());
-        };
+        let mut r = self.own;
         if pos < r.start || pos > r.end {
             return Err(Error::checkpoint(
                 None,
@@ -110,20 +132,40 @@ impl SequenceReader {
             ));
         }
         r.next = pos;
+        self.set_ranges(vec![r]);
         Ok(())
+    }
+
+    /// Reads exactly `ranges` from now on.
+    fn set_ranges(&mut self, ranges: Vec<Range>) {
+        self.ranges = ranges.into_iter().filter(|r| r.next < r.end).collect();
+        self.open = self.ranges.iter().map(Range::id).collect();
+        self.cursor = 0;
     }
 }
 
 impl SourceReader for SequenceReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        while let Some(r) = self.ranges.get_mut(self.current) {
+        while !self.ranges.is_empty() {
+            let pos = self.cursor % self.ranges.len();
+            let r = &mut self.ranges[pos];
             if r.next >= r.end {
-                self.current += 1;
+                self.ranges.remove(pos);
+                self.open.remove(pos);
+                self.cursor = pos;
                 continue;
             }
             let hi = r.next.saturating_add(self.batch_size).min(r.end);
             let values: ArrayRef = Arc::new(Int64Array::from_iter_values(r.next..hi));
             r.next = hi;
+            self.last = Some(r.id());
+            if hi >= r.end {
+                self.ranges.remove(pos);
+                self.open.remove(pos);
+                self.cursor = pos;
+            } else {
+                self.cursor = pos + 1;
+            }
             return Ok(SourcePoll::Batch(RecordBatch::try_new(
                 self.schema.clone(),
                 vec![values],
@@ -133,12 +175,21 @@ impl SourceReader for SequenceReader {
     }
 
     fn offset(&self) -> Vec<u8> {
-        let entries: Vec<Vec<u8>> = self.ranges[self.current.min(self.ranges.len())..]
+        let entries: Vec<Vec<u8>> = self
+            .ranges
             .iter()
             .filter(|r| r.next < r.end)
             .map(|r| encode_positions(&[r.start as u64, r.end as u64, r.next as u64]))
             .collect();
         encode_entries(&entries)
+    }
+
+    fn last_split(&self) -> Option<u64> {
+        self.last
+    }
+
+    fn open_splits(&self) -> &[u64] {
+        &self.open
     }
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
@@ -166,8 +217,7 @@ impl SourceReader for SequenceReader {
             }
             ranges.push(r);
         }
-        self.ranges = ranges;
-        self.current = 0;
+        self.set_ranges(ranges);
         Ok(())
     }
 }
@@ -223,6 +273,32 @@ mod tests {
                 .contains("does not fit the sequence [0, 10)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn test_several_ranges_are_read_interleaved_and_named_by_their_start() {
+        let src = SequenceSource::new(0, 10);
+        let mut r = src.create(&ctx(0, 1), 2).unwrap();
+        let split = |start: u64, end: u64, next: u64| encode_positions(&[start, end, next]);
+        r.seek(&encode_entries(&[split(0, 5, 0), split(5, 10, 6)]))
+            .unwrap();
+        assert_eq!(r.open_splits(), &[0, 5]);
+        let mut order = Vec::new();
+        while let SourcePoll::Batch(b) = r.poll_next().unwrap() {
+            let v = b.column(0).as_primitive::<Int64Type>().values().to_vec();
+            order.push((r.last_split().unwrap(), v));
+        }
+        assert_eq!(
+            order,
+            vec![
+                (0, vec![0, 1]),
+                (5, vec![6, 7]),
+                (0, vec![2, 3]),
+                (5, vec![8, 9]),
+                (0, vec![4]),
+            ]
+        );
+        assert!(r.open_splits().is_empty());
     }
 
     #[test]
