@@ -70,6 +70,16 @@ pub enum Error {
     #[error("operator '{operator}' failed: {message}")]
     Operator { operator: String, message: String },
 
+    /// A failure of the job's machinery that belongs to no single operator:
+    /// the driver, the data plane between worker processes, a lost worker.
+    #[error("the job's runtime failed: {message}")]
+    Runtime { message: String },
+
+    /// A path or URI that storage cannot serve (an object store scheme not
+    /// supported yet, a malformed `file://` URI).
+    #[error("storage error at '{uri}': {message}")]
+    Storage { uri: String, message: String },
+
     /// The job was cancelled by the user.
     #[error("the job was cancelled")]
     Cancelled,
@@ -80,6 +90,21 @@ impl Error {
     pub fn operator(operator: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Operator {
             operator: operator.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A failure of the job's machinery outside every operator.
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Error::Runtime {
+            message: message.into(),
+        }
+    }
+
+    /// A path or URI storage cannot serve.
+    pub fn storage(uri: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Storage {
+            uri: uri.into(),
             message: message.into(),
         }
     }
@@ -168,6 +193,7 @@ impl Error {
         matches!(
             self,
             Error::Schema { .. }
+                | Error::Storage { .. }
                 | Error::Graph { .. }
                 | Error::Scope { .. }
                 | Error::Checkpoint { .. }

@@ -197,6 +197,12 @@ pub(crate) fn encode_error(e: &mut Enc, err: &Error) {
         Error::Cancelled => {
             e.u8(8);
         }
+        Error::Runtime { message } => {
+            e.u8(9).str(message);
+        }
+        Error::Storage { uri, message } => {
+            e.u8(10).str(uri).str(message);
+        }
     }
 }
 
@@ -228,6 +234,11 @@ pub(crate) fn decode_error(d: &mut Dec<'_>) -> Result<Error> {
         },
         7 => Error::Operator {
             operator: d.str()?,
+            message: d.str()?,
+        },
+        9 => Error::Runtime { message: d.str()? },
+        10 => Error::Storage {
+            uri: d.str()?,
             message: d.str()?,
         },
         _ => Error::Cancelled,

@@ -14,8 +14,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::barrier::{AlignmentMode, BarrierAligner};
 use crate::channel::{bounded, DEFAULT_CHANNEL_CAPACITY};
 use crate::checkpoint::coordinator::{
-    all_finished, check_compatible, state_for, CheckpointConfig, CheckpointDone, CheckpointStats,
-    Coordinator, Outgoing, Request, TaskInfo, Waiter,
+    all_finished, check_compatible, state_for, CheckpointConfig, CheckpointDone, CheckpointFailure,
+    CheckpointFailures, CheckpointStats, Coordinator, Outgoing, Request, TaskInfo, Waiter,
 };
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
@@ -144,7 +144,7 @@ pub(crate) struct Shared {
     started: Instant,
     ended: Mutex<Option<Instant>>,
     checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
-    failed_checkpoints: Arc<std::sync::atomic::AtomicU64>,
+    failed_checkpoints: Arc<CheckpointFailures>,
 }
 
 impl Shared {
@@ -165,7 +165,7 @@ impl Shared {
             started: Instant::now(),
             ended: Mutex::new(None),
             checkpoints: Arc::new(Mutex::new(Vec::new())),
-            failed_checkpoints: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            failed_checkpoints: Arc::new(CheckpointFailures::default()),
         }
     }
 
@@ -310,7 +310,13 @@ impl JobHandle {
 
     /// How many checkpoints were aborted.
     pub fn failed_checkpoints(&self) -> u64 {
-        self.shared.failed_checkpoints.load(Ordering::Relaxed)
+        self.shared.failed_checkpoints.count()
+    }
+
+    /// The latest checkpoints that failed to begin or complete, with their
+    /// causes (at most [`CheckpointFailures::KEPT`]), oldest first.
+    pub fn checkpoint_failures(&self) -> Vec<CheckpointFailure> {
+        self.shared.failed_checkpoints.recent()
     }
 
     fn request(&self, req: Request) -> Result<CheckpointDone> {
@@ -1080,7 +1086,7 @@ pub(crate) fn build_attempt(
                     replay_drop: false,
                 };
                 let state = match restored {
-                    Some(rc) => state_for(rc, node, subtask, p, ctx.key_groups.clone())?,
+                    Some(rc) => state_for(rc, graph, node, subtask, p, ctx.key_groups.clone())?,
                     None => None,
                 };
                 match &node.kind {
