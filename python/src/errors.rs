@@ -28,6 +28,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         Error::Checkpoint { .. } => ("CheckpointError", None, None, None),
         Error::Scope { .. } => ("ScopeError", None, None, None),
         Error::Graph { operator, .. } => ("GraphError", Some(operator.clone()), None, None),
+        Error::JobGraph { .. } => ("GraphError", None, None, None),
         Error::UserFunction {
             operator,
             traceback,

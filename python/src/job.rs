@@ -35,10 +35,10 @@ impl PyLauncher {
         Python::attach(|py| {
             let result = args(py).and_then(|a| self.0.bind(py).call_method1(name, a));
             result.map(|_| ()).map_err(|e| {
-                eddyline_core::Error::operator(
-                    "",
-                    format!("the runner's {name}() failed: {}", e.value(py)),
-                )
+                eddyline_core::Error::runtime(format!(
+                    "the runner's {name}() failed: {}",
+                    e.value(py)
+                ))
             })
         })
     }

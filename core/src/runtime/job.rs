@@ -267,9 +267,7 @@ impl JobHandle {
         let driver = std::thread::Builder::new()
             .name(format!("eddyline-{}", config.name))
             .spawn(move || drive(graph, config, s, driver_rx, coordinator, restored, dist))
-            .map_err(|e| {
-                Error::operator("", format!("cannot start the job's driver thread: {e}"))
-            })?;
+            .map_err(|e| Error::runtime(format!("cannot start the job's driver thread: {e}")))?;
         Ok(JobHandle {
             shared,
             driver_tx,
@@ -546,7 +544,7 @@ impl Placement<'_> {
     fn plane(&mut self) -> Result<&mut DataPlane> {
         self.plane
             .as_deref_mut()
-            .ok_or_else(|| Error::operator("", "internal: a remote channel without a data plane"))
+            .ok_or_else(|| Error::runtime("internal: a remote channel without a data plane"))
     }
 }
 
@@ -822,8 +820,7 @@ fn run_attempt(
                     }
                 }
                 if matches!(root, Error::Cancelled) {
-                    root = Error::operator(
-                        "",
+                    root = Error::runtime(
                         "a worker's task stopped because a connection to another worker broke",
                     );
                 }
@@ -931,7 +928,13 @@ pub(crate) fn build_attempt(
                 }
                 let consumers = senders.len();
                 outputs[from_chain][up].edges.push(OutputEdge {
-                    partitioner: Partitioner::new(edge.partitioning.clone(), consumers, max_p, up),
+                    partitioner: Partitioner::new(
+                        &head.name,
+                        edge.partitioning.clone(),
+                        consumers,
+                        max_p,
+                        up,
+                    ),
                     senders,
                     port: edge.port,
                 });
@@ -994,7 +997,7 @@ pub(crate) fn build_attempt(
             };
             let consumers = senders.len();
             out.edges.push(OutputEdge {
-                partitioner: Partitioner::new(partitioning, consumers, max_p, t),
+                partitioner: Partitioner::new(head_name, partitioning, consumers, max_p, t),
                 senders,
                 port: 0,
             });
@@ -1186,10 +1189,7 @@ pub(crate) fn build_attempt(
                     remote: None,
                 };
                 run.cancel_and_join();
-                return Err(Error::operator(
-                    "",
-                    format!("cannot start a task thread: {e}"),
-                ));
+                return Err(Error::runtime(format!("cannot start a task thread: {e}")));
             }
         }
     }

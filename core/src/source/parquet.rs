@@ -22,35 +22,38 @@ use crate::state::{decode_entries, encode_entries, Redistribution};
 
 /// Factory of Parquet readers over a fixed, ordered list of files.
 pub struct ParquetSource {
+    /// The source's name, for errors.
+    name: String,
     paths: Arc<Vec<PathBuf>>,
     schema: SchemaRef,
 }
 
-fn open_builder(path: &PathBuf) -> Result<ParquetRecordBatchReaderBuilder<File>> {
-    let file = File::open(path).map_err(|e| Error::io("", path, &e))?;
+fn open_builder(name: &str, path: &PathBuf) -> Result<ParquetRecordBatchReaderBuilder<File>> {
+    let file = File::open(path).map_err(|e| Error::io(name, path, &e))?;
     ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::Io {
-        operator: String::new(),
+        operator: name.to_string(),
         path: path.clone(),
         message: format!("not a readable Parquet file: {e}"),
+        source: Some(Arc::new(e)),
     })
 }
 
 impl ParquetSource {
-    /// A source over `paths` (at least one); every file must have the schema
-    /// of the first.
-    pub fn new(paths: Vec<PathBuf>) -> Result<Self> {
+    /// Source `name` over `paths` (at least one); every file must have the
+    /// schema of the first.
+    pub fn new(name: &str, paths: Vec<PathBuf>) -> Result<Self> {
         let Some(first) = paths.first() else {
             return Err(Error::graph(
-                "",
+                name,
                 "from_parquet found no Parquet files to read",
             ));
         };
-        let schema = open_builder(first)?.schema().clone();
+        let schema = open_builder(name, first)?.schema().clone();
         for p in &paths[1..] {
-            let s = open_builder(p)?.schema().clone();
+            let s = open_builder(name, p)?.schema().clone();
             if s.fields() != schema.fields() {
                 return Err(Error::schema(
-                    "",
+                    name,
                     format!(
                         "Parquet file '{}' has schema {s:?} but '{}' has {schema:?}",
                         p.display(),
@@ -60,6 +63,7 @@ impl ParquetSource {
             }
         }
         Ok(ParquetSource {
+            name: name.to_string(),
             paths: Arc::new(paths),
             schema,
         })
@@ -79,6 +83,7 @@ impl SourceFactory for ParquetSource {
             file: 0,
             reader: None,
             batch_size: batch_size.max(1),
+            name: self.name.clone(),
         }))
     }
 
@@ -103,6 +108,8 @@ pub struct ParquetReader {
     file: usize,
     reader: Option<ParquetRecordBatchReader>,
     batch_size: usize,
+    /// The source's name, for errors.
+    name: String,
 }
 
 impl ParquetReader {
@@ -113,7 +120,7 @@ impl ParquetReader {
     fn open_current(&mut self) -> Result<()> {
         let (index, rows) = self.files[self.file];
         let path = &self.paths[index];
-        let builder = open_builder(path)?;
+        let builder = open_builder(&self.name, path)?;
         let total = builder.metadata().file_metadata().num_rows() as u64;
         if rows > total {
             return Err(Error::checkpoint(
@@ -129,9 +136,10 @@ impl ParquetReader {
             .with_offset(rows as usize)
             .build()
             .map_err(|e| Error::Io {
-                operator: String::new(),
+                operator: self.name.clone(),
                 path: path.clone(),
                 message: e.to_string(),
+                source: Some(Arc::new(e)),
             })?;
         self.reader = Some(reader);
         Ok(())
@@ -157,9 +165,10 @@ impl SourceReader for ParquetReader {
                 }
                 Some(Err(e)) => {
                     return Err(Error::Io {
-                        operator: String::new(),
+                        operator: self.name.clone(),
                         path: self.paths[self.files[self.file].0].clone(),
                         message: e.to_string(),
+                        source: Some(Arc::new(e)),
                     })
                 }
                 None => {

@@ -56,6 +56,7 @@ impl SourceFactory for SequenceSource {
             bounds: (self.start, self.end),
             batch_size: batch_size.max(1) as i64,
             schema: self.schema.clone(),
+            name: ctx.name.clone(),
         }))
     }
 
@@ -86,6 +87,8 @@ pub struct SequenceReader {
     bounds: (i64, i64),
     batch_size: i64,
     schema: SchemaRef,
+    /// The source's name, for errors.
+    name: String,
 }
 
 impl SequenceReader {
@@ -124,10 +127,9 @@ impl SourceReader for SequenceReader {
             let hi = r.next.saturating_add(self.batch_size).min(r.end);
             let values: ArrayRef = Arc::new(Int64Array::from_iter_values(r.next..hi));
             r.next = hi;
-            return Ok(SourcePoll::Batch(RecordBatch::try_new(
-                self.schema.clone(),
-                vec![values],
-            )?));
+            let batch = RecordBatch::try_new(self.schema.clone(), vec![values])
+                .map_err(|e| Error::arrow(&self.name, &e))?;
+            return Ok(SourcePoll::Batch(batch));
         }
         Ok(SourcePoll::End)
     }
