@@ -548,6 +548,7 @@ impl FeedbackQueue {
             operator: self.name.clone(),
             path: path.to_path_buf(),
             message,
+            source: None,
         }
     }
 }

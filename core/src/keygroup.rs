@@ -35,10 +35,18 @@ pub fn mix64(mut x: u64) -> u64 {
 /// A single non-null-free or nullable `Int64` column takes a fast path; any
 /// other combination of columns is encoded with Arrow's row format and
 /// hashed with xxh3, so equal keys always hash equally.
-pub fn hash_keys(columns: &[ArrayRef], out: &mut Vec<u64>) -> Result<()> {
+///
+/// Its error is Arrow's: the caller names the operator
+/// (`hash_keys(..).for_operator(name)`).
+pub fn hash_keys(
+    columns: &[ArrayRef],
+    out: &mut Vec<u64>,
+) -> std::result::Result<(), arrow::error::ArrowError> {
     out.clear();
     let Some(first) = columns.first() else {
-        return Err(Error::graph("", "key_by needs at least one key column"));
+        return Err(arrow::error::ArrowError::InvalidArgumentError(
+            "key_by needs at least one key column".into(),
+        ));
     };
     let rows = first.len();
     if columns.len() == 1 && first.data_type() == &DataType::Int64 {

@@ -13,7 +13,7 @@ use arrow::compute::take_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ForOperator, Result};
 use crate::keygroup::{hash_keys, key_group, subtask_for_key_group};
 
 /// How records of an edge are distributed.
@@ -31,6 +31,8 @@ pub enum Partitioning {
 
 /// The routing state of one producer subtask for one edge.
 pub struct Partitioner {
+    /// The consuming operator, named in errors (a missing key column).
+    consumer: String,
     kind: Partitioning,
     consumers: usize,
     max_parallelism: usize,
@@ -42,9 +44,17 @@ pub struct Partitioner {
 }
 
 impl Partitioner {
-    /// A partitioner for `consumers` consumer channels.
-    pub fn new(kind: Partitioning, consumers: usize, max_parallelism: usize, start: usize) -> Self {
+    /// A partitioner for `consumers` consumer channels of operator
+    /// `consumer`.
+    pub fn new(
+        consumer: &str,
+        kind: Partitioning,
+        consumers: usize,
+        max_parallelism: usize,
+        start: usize,
+    ) -> Self {
         Partitioner {
+            consumer: consumer.to_string(),
             kind,
             consumers,
             max_parallelism,
@@ -99,7 +109,7 @@ impl Partitioner {
         for k in keys {
             let idx = schema.index_of(k).map_err(|_| {
                 Error::graph(
-                    "",
+                    &self.consumer,
                     format!(
                         "key column '{k}' does not exist; available columns: {}",
                         column_list(schema)
@@ -123,7 +133,7 @@ impl Partitioner {
             .iter()
             .map(|i| batch.column(*i).clone())
             .collect();
-        hash_keys(&cols, &mut self.hashes)?;
+        hash_keys(&cols, &mut self.hashes).for_operator(&self.consumer)?;
         if self.consumers == 1 {
             return send(0, batch);
         }
@@ -145,7 +155,7 @@ impl Partitioner {
                 return send(target, batch);
             }
             let indices = UInt32Array::from(route.clone());
-            let part = take_record_batch(&batch, &indices)?;
+            let part = take_record_batch(&batch, &indices).for_operator(&self.consumer)?;
             send(target, part)?;
         }
         Ok(())
@@ -180,6 +190,7 @@ mod tests {
         for consumers in [1usize, 2, 3, 4, 7] {
             let max_p = 128;
             let mut p = Partitioner::new(
+                "sum",
                 Partitioning::Hash {
                     keys: vec!["key".into()],
                 },
@@ -214,6 +225,7 @@ mod tests {
     #[test]
     fn hash_routing_keeps_row_order_within_a_consumer() {
         let mut p = Partitioner::new(
+            "sum",
             Partitioning::Hash {
                 keys: vec!["key".into()],
             },
@@ -237,7 +249,7 @@ mod tests {
 
     #[test]
     fn rebalance_round_robins_and_broadcast_shares_the_batch() {
-        let mut p = Partitioner::new(Partitioning::Rebalance, 3, 128, 0);
+        let mut p = Partitioner::new("sum", Partitioning::Rebalance, 3, 128, 0);
         let mut targets = Vec::new();
         for _ in 0..6 {
             p.route(batch(vec![1]), |c, _| {
@@ -249,7 +261,7 @@ mod tests {
         assert_eq!(targets, vec![0, 1, 2, 0, 1, 2]);
         let b = batch(vec![1, 2]);
         let ptr = b.column(0).to_data().buffers()[0].as_ptr();
-        let mut p = Partitioner::new(Partitioning::Broadcast, 2, 128, 0);
+        let mut p = Partitioner::new("sum", Partitioning::Broadcast, 2, 128, 0);
         let mut n = 0;
         p.route(b, |_, got| {
             assert_eq!(got.column(0).to_data().buffers()[0].as_ptr(), ptr);
@@ -263,6 +275,7 @@ mod tests {
     #[test]
     fn unknown_key_column_is_a_graph_error() {
         let mut p = Partitioner::new(
+            "sum",
             Partitioning::Hash {
                 keys: vec!["nope".into()],
             },

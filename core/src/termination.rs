@@ -148,28 +148,22 @@ impl TokenAligner {
     ) -> Result<Option<TerminationToken>> {
         let n = self.live.len();
         if channel >= n || !self.live[channel] {
-            return Err(Error::operator(
-                "",
-                format!(
-                    "a termination token of loop {} round {} arrived on {} channel {channel}, \
+            return Err(Error::runtime(format!(
+                "a termination token of loop {} round {} arrived on {} channel {channel}, \
                      which does not exist or already ended",
-                    token.loop_id, token.round, self.what
-                ),
-            ));
+                token.loop_id, token.round, self.what
+            )));
         }
         if self
             .completed
             .get(&token.loop_id)
             .is_some_and(|c| token.round <= *c)
         {
-            return Err(Error::operator(
-                "",
-                format!(
-                    "termination round {} of loop {} arrived on {} channel {channel} after that \
+            return Err(Error::runtime(format!(
+                "termination round {} of loop {} arrived on {} channel {channel} after that \
                      round was complete",
-                    token.round, token.loop_id, self.what
-                ),
-            ));
+                token.round, token.loop_id, self.what
+            )));
         }
         let key = (token.loop_id, token.round);
         let pending = self.pending.entry(key).or_insert_with(|| Pending {
@@ -177,13 +171,10 @@ impl TokenAligner {
             activity: Activity::Idle,
         });
         if pending.arrived[channel] {
-            return Err(Error::operator(
-                "",
-                format!(
-                    "termination round {} of loop {} arrived twice on {} channel {channel}",
-                    token.round, token.loop_id, self.what
-                ),
-            ));
+            return Err(Error::runtime(format!(
+                "termination round {} of loop {} arrived twice on {} channel {channel}",
+                token.round, token.loop_id, self.what
+            )));
         }
         pending.arrived[channel] = true;
         pending.activity = merge(pending.activity, token.activity);
@@ -205,10 +196,10 @@ impl TokenAligner {
         match self.live.get_mut(channel) {
             Some(live) => *live = false,
             None => {
-                return Err(Error::operator(
-                    "",
-                    format!("{} channel {channel} does not exist", self.what),
-                ))
+                return Err(Error::runtime(format!(
+                    "{} channel {channel} does not exist",
+                    self.what
+                )))
             }
         }
         let done: Vec<(u32, u64)> = self

@@ -69,6 +69,7 @@ fn info() -> CheckpointInfo {
                 name: "read parquet".into(),
                 finished: true,
                 null_state_checkpoint: None,
+                key: None,
                 subtasks: (0..2)
                     .map(|s| SubtaskEntry {
                         subtask: s,
@@ -85,6 +86,7 @@ fn info() -> CheckpointInfo {
                 name: "count".into(),
                 finished: false,
                 null_state_checkpoint: Some(3),
+                key: None,
                 subtasks: (0..2)
                     .map(|s| SubtaskEntry {
                         subtask: s,
@@ -98,6 +100,7 @@ fn info() -> CheckpointInfo {
                 name: "print".into(),
                 finished: false,
                 null_state_checkpoint: None,
+                key: None,
                 subtasks: vec![SubtaskEntry {
                     subtask: 0,
                     state: None,
@@ -401,7 +404,7 @@ fn test_checkpoint_unwritable_dir_is_refused() {
     fs::write(&file, b"not a directory").expect("write");
     let under_file = file.join("sub");
     let err = CheckpointStorage::open(&under_file).expect_err("under a file");
-    assert_refused(&err, &under_file, "is not writable");
+    assert_refused(&err, &under_file, "is a file, not a directory");
 
     #[cfg(unix)]
     {

@@ -12,7 +12,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Float64Type, Int32Type, Int64Type, Schema};
 use arrow::record_batch::RecordBatch;
-use eddyline_core::expr::{BinaryOp, Expr, ScalarValue, UnaryOp};
+use eddyline_core::expr::{BinaryOp, Expr, ExprError, ScalarValue, UnaryOp};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::{Collector, OperatorContext, OperatorFactory};
@@ -272,7 +272,7 @@ fn check(e: &Expr, t: &Table) -> std::result::Result<(), String> {
         .map_err(|err| format!("{e}: type check failed: {err}"))?;
     match (expected, e.evaluate(&batch)) {
         (Err(why), Ok(_)) => Err(format!("{e}: expected an error ({why:?}), got a result")),
-        (Err(_), Err(Error::Operator { message, .. })) => {
+        (Err(_), Err(ExprError::Operator(message))) => {
             if message.contains("division by zero") || message.contains("overflow") {
                 Ok(())
             } else {
@@ -425,7 +425,11 @@ fn test_division_by_zero_is_an_operator_error() {
     for op in [BinaryOp::Div, BinaryOp::FloorDiv, BinaryOp::Mod] {
         let e = bin(op, c("a"), i(0));
         let err = e.evaluate(&t.batch()).expect_err("division by zero");
-        assert!(matches!(err, Error::Operator { .. }), "{err}");
+        assert!(matches!(err, ExprError::Operator(_)), "{err}");
+        // The operator evaluating it names itself.
+        let named = err.clone().at("double");
+        assert!(matches!(named, Error::Operator { .. }), "{named}");
+        assert!(named.to_string().contains("operator 'double'"), "{named}");
         assert!(
             err.to_string()
                 .contains(&format!("division by zero in expression {e}")),
@@ -449,7 +453,7 @@ fn test_unknown_column_fails_type_check() {
     let err = bin(BinaryOp::Add, c("a"), c("zzz"))
         .data_type(&schema)
         .expect_err("unknown");
-    assert!(matches!(err, Error::Graph { .. }), "{err}");
+    assert!(matches!(err, ExprError::Graph(_)), "{err}");
     assert!(
         err.to_string()
             .contains("column 'zzz' does not exist; available columns: a, b, n, x, y"),
@@ -458,12 +462,12 @@ fn test_unknown_column_fails_type_check() {
     let err = bin(BinaryOp::And, c("a"), c("x"))
         .data_type(&schema)
         .expect_err("types");
-    assert!(matches!(err, Error::Schema { .. }), "{err}");
+    assert!(matches!(err, ExprError::Schema(_)), "{err}");
     let strings = Schema::new(vec![Field::new("s", DataType::Utf8, true)]);
     let err = bin(BinaryOp::Add, c("s"), i(1))
         .data_type(&strings)
         .expect_err("types");
-    assert!(matches!(err, Error::Schema { .. }), "{err}");
+    assert!(matches!(err, ExprError::Schema(_)), "{err}");
 }
 
 #[derive(Default)]
@@ -518,7 +522,10 @@ fn test_filter_then_project_pipeline() {
     let project =
         ProjectFactory::with_columns(vec![("value".into(), bin(BinaryOp::Mul, c("value"), i(2)))]);
     let out_schema = project
-        .output_schema(&filter.output_schema(&schema).expect("filter schema"))
+        .output_schema(
+            "op",
+            &filter.output_schema("op", &schema).expect("filter schema"),
+        )
         .expect("project schema");
     let mut filtered = Sink::default();
     filter

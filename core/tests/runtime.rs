@@ -8,7 +8,7 @@ use std::time::Duration;
 use arrow::array::{ArrayRef, AsArray, Int64Array};
 use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
-use eddyline_core::error::{Error, Result};
+use eddyline_core::error::{Error, ForOperator, Result};
 use eddyline_core::graph::{Edge, JobGraph, Node, NodeKind, Role};
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::partition::Partitioning;
@@ -30,12 +30,12 @@ impl Operator for Double {
     fn process_batch(&mut self, _i: usize, b: RecordBatch, out: &mut dyn Collector) -> Result<()> {
         let v = b.column(0).as_primitive::<Int64Type>();
         if self.attempt == 0 && self.fail_at.is_some_and(|f| v.values().contains(&f)) {
-            return Err(Error::operator("", "injected failure"));
+            return Err(Error::operator("double", "injected failure"));
         }
         let d: ArrayRef = Arc::new(Int64Array::from_iter_values(
             v.values().iter().map(|x| x * 2),
         ));
-        out.emit(RecordBatch::try_new(b.schema(), vec![d])?)
+        out.emit(RecordBatch::try_new(b.schema(), vec![d]).for_operator("double")?)
     }
 }
 
@@ -228,9 +228,12 @@ impl Operator for Splitter {
             .iter()
             .map(|x| Some(x % self.modulus == 0))
             .collect();
-        let main = arrow::compute::not(&side)?;
-        out.emit(arrow::compute::filter_record_batch(&b, &main)?)?;
-        out.emit_to_port(1, arrow::compute::filter_record_batch(&b, &side)?)
+        let main = arrow::compute::not(&side).for_operator("split")?;
+        out.emit(arrow::compute::filter_record_batch(&b, &main).for_operator("split")?)?;
+        out.emit_to_port(
+            1,
+            arrow::compute::filter_record_batch(&b, &side).for_operator("split")?,
+        )
     }
 }
 

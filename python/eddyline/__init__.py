@@ -33,6 +33,7 @@ from .errors import (
     JobFailedError,
     SchemaError,
     ScopeError,
+    StorageError,
 )
 from .expr import Expr, col, lit
 from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
@@ -84,6 +85,7 @@ __all__ = [
     "Sliding",
     "Source",
     "StreamEnvironment",
+    "StorageError",
     "StreamScope",
     "TimeWindow",
     "TimerService",

@@ -68,6 +68,8 @@ class JobHandle:
     def checkpoints(self) -> list[dict[str, Any]]:
         """The completed checkpoints so far, oldest first."""
     def failed_checkpoints(self) -> int: ...
+    def checkpoint_failures(self) -> list[dict[str, Any]]:
+        """The latest failed checkpoints, oldest first: ``{"id", "kind", "reason"}``."""
     def trigger_savepoint(self, path: str) -> str:
         """Takes a savepoint without stopping; waits (GIL released); its directory."""
     def stop_with_savepoint(self, path: str, drain: bool = False) -> str:

@@ -2,8 +2,7 @@
 
 Example:
     >>> main(["checkpoints", "/nonexistent/dir"])
-    no checkpoints found in /nonexistent/dir
-    0
+    2
 """
 
 from __future__ import annotations
@@ -262,20 +261,31 @@ def _is_checkpoint_path(path: str) -> bool:
 
 
 def _checkpoints(directory: str, checkpoint_id: int | None = None) -> int:
-    from .errors import CheckpointError
+    """Lists or inspects checkpoints; a missing path or a file is an error (exit code 2).
+
+    An existing directory without checkpoints is listed as empty (exit code 0).
+    """
+    from ._storage import local_path
+    from .errors import CheckpointError, StorageError
 
     try:
+        directory = local_path(directory, what="eddyline checkpoints")
+        if not os.path.exists(directory):
+            raise CheckpointError(f"'{directory}' does not exist")
+        if not os.path.isdir(directory):
+            raise CheckpointError(
+                f"'{directory}' is a file, not a checkpoint directory (pass the checkpoint "
+                "directory or one of its chk-<id> directories)"
+            )
         if checkpoint_id is not None:
             return _inspect_checkpoint(os.path.join(directory, f"chk-{checkpoint_id}"))
         if _is_checkpoint_path(directory):
             return _inspect_checkpoint(directory)
-        if not os.path.isdir(directory) or not any(
-            entry.startswith("chk-") for entry in os.listdir(directory)
-        ):
+        if not any(entry.startswith("chk-") for entry in os.listdir(directory)):
             print(f"no checkpoints found in {directory}")
             return 0
         return _list_checkpoints(directory)
-    except CheckpointError as exc:
+    except (CheckpointError, StorageError) as exc:
         print(f"eddyline checkpoints: {exc}", file=sys.stderr)
         return 2
 

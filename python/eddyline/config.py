@@ -14,6 +14,9 @@ import os
 import re
 from typing import Any, Final, Literal
 
+from ._storage import local_path
+from .errors import CheckpointError
+
 __all__ = ["CheckpointConfig", "Duration", "RestartStrategy", "parse_duration", "parse_size"]
 
 Duration = float | int | str
@@ -126,11 +129,16 @@ class CheckpointConfig:
     """Where and how often a job takes checkpoints.
 
     Args:
-        dir: The checkpoint directory (created when the job starts).
+        dir: The checkpoint directory (created when the job starts): a local
+            path or a ``file://`` URI (other URI schemes raise
+            :class:`~eddyline.errors.StorageError` until object stores are
+            supported).
         interval: Time between checkpoints; must be positive.
         mode: ``"exactly_once"`` (barriers aligned) or ``"at_least_once"``.
         unaligned: Take unaligned checkpoints (in-flight data is stored with
-            the checkpoint instead of waiting for alignment).
+            the checkpoint instead of waiting for alignment). Not implemented
+            yet: ``True`` raises :class:`~eddyline.errors.CheckpointError`
+            rather than silently taking aligned checkpoints.
         retained: How many completed checkpoints to keep (at least 1).
         recovery: ``"latest"`` restores all state from the latest checkpoint;
             ``"recompute"`` persists no state for operators that can rebuild it
@@ -145,6 +153,8 @@ class CheckpointConfig:
 
     Raises:
         ValueError: If a value is out of range.
+        CheckpointError: If a setting is not implemented yet (``unaligned=True``).
+        StorageError: If ``dir`` is a URI whose scheme cannot be served.
 
     Example:
         >>> cfg = CheckpointConfig("/tmp/chk", interval="500ms", retained=2)
@@ -176,6 +186,7 @@ class CheckpointConfig:
         path = os.fspath(dir)
         if not isinstance(path, str) or not path:
             raise ValueError(f"checkpoint dir must be a non-empty path, got {dir!r}")
+        path = local_path(path, what="checkpoint dir")
         seconds = parse_duration(interval, what="checkpoint interval")
         if seconds <= 0:
             raise ValueError(f"checkpoint interval must be positive, got {interval!r}")
@@ -187,6 +198,12 @@ class CheckpointConfig:
             raise ValueError(f"unaligned must be a bool, got {unaligned!r}")
         if unaligned and mode != "exactly_once":
             raise ValueError("unaligned checkpoints require mode='exactly_once'")
+        if unaligned:
+            # Issue 12, item 8: refused until implemented, never run aligned.
+            raise CheckpointError(
+                "CheckpointConfig(unaligned=True): unaligned checkpoints are not implemented "
+                "yet; this version takes aligned checkpoints only (use unaligned=False)"
+            )
         if isinstance(retained, bool) or not isinstance(retained, int) or retained < 1:
             raise ValueError(f"retained must be an int >= 1, got {retained!r}")
         if recovery not in ("latest", "recompute"):

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from ._graph import LogicalGraph, native
+from ._storage import local_path
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
 from .job import JobClient, JobResult
@@ -241,7 +242,7 @@ class StreamEnvironment:
         """
         import pyarrow.parquet as pq
 
-        files = parquet_files(path)
+        files = parquet_files(local_path(path, what="from_parquet()"))
         if not files:
             raise GraphError(f"from_parquet(): no data files in {os.fspath(path)!r}")
         schema = pq.read_schema(files[0]).remove_metadata()
@@ -356,6 +357,8 @@ class StreamEnvironment:
                 f"got {runner!r}"
             )
         restore = os.fspath(restore_from) if restore_from is not None else None
+        if restore is not None and restore != "latest":
+            restore = local_path(restore, what="restore_from")
         sinks = self._graph.sinks()
         if sinks:
             for hook in self._before_run:

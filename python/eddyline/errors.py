@@ -22,6 +22,7 @@ __all__ = [
     "JobFailedError",
     "SchemaError",
     "ScopeError",
+    "StorageError",
 ]
 
 
@@ -108,6 +109,51 @@ class SchemaError(EddylineError):
 class CheckpointError(EddylineError):
     """A checkpoint or savepoint is missing, corrupt or incompatible, or
     checkpointing is not possible (for example, not enabled)."""
+
+
+class StorageError(EddylineError):
+    """A path or URI that storage cannot reach or write.
+
+    Until object stores are supported, any URI scheme other than ``file://``
+    (``s3://``, ``gs://``, ...) given as a checkpoint dir, savepoint path,
+    ``restore_from``, ``from_parquet`` or ``ParquetSink`` path raises it,
+    naming the URI.
+
+    Attributes:
+        uri: The URI or path, when known.
+
+    Example:
+        >>> import eddyline as ed
+        >>> ed.CheckpointConfig("s3://bucket/chk")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        eddyline.errors.StorageError: checkpoint dir: the URI scheme 's3' of ...
+    """
+
+    uri: str | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operator: str | None = None,
+        user_traceback: str | None = None,
+        uri: str | None = None,
+    ) -> None:
+        super().__init__(message, operator=operator, user_traceback=user_traceback)
+        self.uri = uri
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (
+            _rebuild_storage_error,
+            (self.message, self.operator, self.user_traceback, self.uri),
+        )
+
+
+def _rebuild_storage_error(
+    message: str, operator: str | None, user_traceback: str | None, uri: str | None
+) -> StorageError:
+    return StorageError(message, operator=operator, user_traceback=user_traceback, uri=uri)
 
 
 class JobFailedError(EddylineError):

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+from ._storage import local_path
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -141,6 +142,10 @@ class JobResult:
             first; with checkpointing on, the last one is the final checkpoint
             taken after every task finished (it committed the sinks' output).
         failed_checkpoints: How many checkpoints were aborted.
+        checkpoint_failures: The latest failed checkpoints with their causes,
+            oldest first: ``{"id": int, "kind": "checkpoint" | "savepoint",
+            "reason": str}`` (a checkpoint that could not begin, timed out, or
+            whose state or manifest could not be written).
         metrics: ``{"wall_time_s": float, "operators": {name: {"records_in",
             "records_out", "batches_in", "batches_out", "kind"}}}``.
     """
@@ -153,11 +158,13 @@ class JobResult:
         checkpoints: Iterable[CheckpointStats | Mapping[str, Any]] = (),
         failed_checkpoints: int = 0,
         metrics: dict[str, Any] | None = None,
+        checkpoint_failures: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         self.name = name
         self.restarts = restarts
         self.checkpoints: list[CheckpointStats] = _checkpoint_stats(checkpoints)
         self.failed_checkpoints = failed_checkpoints
+        self.checkpoint_failures: list[dict[str, Any]] = [dict(f) for f in checkpoint_failures]
         self.metrics: dict[str, Any] = metrics if metrics is not None else {}
 
     @property
@@ -343,6 +350,7 @@ class JobClient:
             checkpoints=outcome.get("checkpoints") or [],
             failed_checkpoints=int(failed),
             metrics=outcome.get("metrics", {}),
+            checkpoint_failures=outcome.get("checkpoint_failures") or [],
         )
         return self._result
 
@@ -360,6 +368,15 @@ class JobClient:
         """How many checkpoints were aborted so far."""
         return int(self._inner.failed_checkpoints())
 
+    @property
+    def checkpoint_failures(self) -> list[dict[str, Any]]:
+        """The latest failed checkpoints so far with their causes, oldest first.
+
+        Each is ``{"id": int, "kind": "checkpoint" | "savepoint", "reason": str}``.
+        """
+        failures = getattr(self._inner, "checkpoint_failures", None)
+        return [dict(f) for f in failures()] if failures is not None else []
+
     def trigger_checkpoint(self) -> int:
         """Triggers a checkpoint now, waits until it completed and returns its id.
 
@@ -375,6 +392,7 @@ class JobClient:
         target = os.fspath(path)
         if not isinstance(target, str) or not target:
             raise TypeError(f"{method}() needs a directory path, got {path!r}")
+        target = local_path(target, what=f"{method}()")
         call = getattr(self._inner, method, None)
         if call is None:
             raise CheckpointError(

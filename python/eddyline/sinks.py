@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ._storage import local_path
 from .errors import EddylineError
 
 __all__ = ["CollectHandle", "ParquetSink", "Sink", "TwoPhaseCommitSink"]
@@ -96,6 +97,7 @@ class ParquetSink(Sink):
         path = os.fspath(dir)
         if not isinstance(path, str) or not path:
             raise ValueError(f"ParquetSink needs a directory path, got {dir!r}")
+        path = local_path(path, what="ParquetSink")
         self.dir = path
 
     def __repr__(self) -> str:

@@ -28,6 +28,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         Error::Checkpoint { .. } => ("CheckpointError", None, None, None),
         Error::Scope { .. } => ("ScopeError", None, None, None),
         Error::Graph { operator, .. } => ("GraphError", Some(operator.clone()), None, None),
+        Error::JobGraph { .. } => ("GraphError", None, None, None),
         Error::UserFunction {
             operator,
             traceback,
@@ -42,6 +43,8 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         Error::Io { operator, .. } | Error::Operator { operator, .. } => {
             ("JobFailedError", Some(operator.clone()), None, None)
         }
+        Error::Runtime { .. } => ("JobFailedError", None, None, None),
+        Error::Storage { .. } => ("StorageError", None, None, None),
         Error::Cancelled => ("JobCancelledError", None, None, None),
     };
     let kwargs = PyDict::new(py);
@@ -50,6 +53,9 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
     let exc = module
         .getattr(class)?
         .call((err.to_string(),), Some(&kwargs))?;
+    if let Error::Storage { uri, .. } = err {
+        exc.setattr("uri", uri)?;
+    }
     if let Some(Opaque(any)) = cause {
         if let Some(original) = any.downcast_ref::<PyErr>() {
             exc.setattr("__cause__", original.value(py))?;
@@ -79,6 +85,16 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
         }
         if is("CheckpointError") {
             return Error::checkpoint(None, message);
+        }
+        if is("StorageError") {
+            let uri = err
+                .value(py)
+                .getattr("uri")
+                .ok()
+                .and_then(|u| u.extract::<Option<String>>().ok())
+                .flatten()
+                .unwrap_or_default();
+            return Error::storage(uri, message);
         }
         if is("ScopeError") {
             return Error::Scope { message };

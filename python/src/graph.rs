@@ -215,17 +215,18 @@ pub fn parse_graph(
             Ok(match kind.as_str() {
                 "source_arrow" => {
                     let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
-                        .map_err(|e| Error::graph("", e.to_string()))?;
+                        .map_err(|e| Error::graph(&name, e.to_string()))?;
                     let mut batches = Vec::new();
                     for b in get::<Bound<PyAny>>(d, "batches")?
                         .try_iter()
-                        .map_err(|e| Error::graph("", e.to_string()))?
+                        .map_err(|e| Error::graph(&name, e.to_string()))?
                     {
-                        let b = b.map_err(|e| Error::graph("", e.to_string()))?;
-                        batches
-                            .push(batch_from_py(&b).map_err(|e| Error::schema("", e.to_string()))?);
+                        let b = b.map_err(|e| Error::graph(&name, e.to_string()))?;
+                        batches.push(
+                            batch_from_py(&b).map_err(|e| Error::schema(&name, e.to_string()))?,
+                        );
                     }
-                    let src = Arc::new(ArrowBatchesSource::new(batches, schema)?);
+                    let src = Arc::new(ArrowBatchesSource::new(&name, batches, schema)?);
                     let s = src.schema();
                     (NodeKind::Source(src), Role::Source, s)
                 }
@@ -236,13 +237,13 @@ pub fn parse_graph(
                 }
                 "source_parquet" => {
                     let paths: Vec<PathBuf> = get(d, "paths")?;
-                    let src = Arc::new(ParquetSource::new(paths)?);
+                    let src = Arc::new(ParquetSource::new(&name, paths)?);
                     let s = src.schema();
                     (NodeKind::Source(src), Role::Source, s)
                 }
                 "source_python" => {
                     let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
-                        .map_err(|e| Error::graph("", e.to_string()))?;
+                        .map_err(|e| Error::graph(&name, e.to_string()))?;
                     let make_reader: Py<PyAny> = get(d, "make_reader")?;
                     let src = Arc::new(PySourceFactory {
                         make_reader,
@@ -254,7 +255,7 @@ pub fn parse_graph(
                     let expr = parse_expr(&get::<Bound<PyAny>>(d, "expr")?)?;
                     let f = FilterFactory::new(expr);
                     let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(s)?),
+                        Some(s) => Some(f.output_schema(&name, s)?),
                         None => None,
                     };
                     (op(Arc::new(f)), Role::Operator, s)
@@ -268,8 +269,8 @@ pub fn parse_graph(
                     };
                     let s = match known(&input_schemas) {
                         Some(s) => {
-                            f = f.with_input_schema(s)?;
-                            Some(f.output_schema(s)?)
+                            f = f.with_input_schema(&name, s)?;
+                            Some(f.output_schema(&name, s)?)
                         }
                         None => None,
                     };
@@ -284,13 +285,13 @@ pub fn parse_graph(
                         "max" => AggKind::Max,
                         other => {
                             return Err(
-                                Error::graph("", format!("unknown aggregate '{other}'")).into()
+                                Error::graph(&name, format!("unknown aggregate '{other}'")).into()
                             )
                         }
                     };
                     let f = KeyedAggFactory::new(get(d, "keys")?, agg, opt(d, "column")?);
                     let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(s)?),
+                        Some(s) => Some(f.output_schema(&name, s)?),
                         None => None,
                     };
                     (op(Arc::new(f)), Role::Operator, s)
@@ -302,7 +303,7 @@ pub fn parse_graph(
                     )
                     .with_idle_timeout(opt(d, "idle_timeout_ms")?);
                     let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(s)?),
+                        Some(s) => Some(f.output_schema(&name, s)?),
                         None => None,
                     };
                     (op(Arc::new(f)), Role::Operator, s)
@@ -332,7 +333,7 @@ pub fn parse_graph(
                         },
                         other => {
                             return Err(Error::graph(
-                                "",
+                                &name,
                                 format!("unknown window assigner '{other}'"),
                             )
                             .into())
@@ -346,7 +347,7 @@ pub fn parse_graph(
                         "max" => AggKind::Max,
                         other => {
                             return Err(
-                                Error::graph("", format!("unknown aggregate '{other}'")).into()
+                                Error::graph(&name, format!("unknown aggregate '{other}'")).into()
                             )
                         }
                     };
@@ -360,7 +361,7 @@ pub fn parse_graph(
                         f = f.with_late_output();
                     }
                     let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(s)?),
+                        Some(s) => Some(f.output_schema(&name, s)?),
                         None => None,
                     };
                     (op(Arc::new(f)), Role::Operator, s)
@@ -373,7 +374,7 @@ pub fn parse_graph(
                         "adaptive" => LoopPriority::Adaptive,
                         other => {
                             return Err(Error::graph(
-                                "",
+                                &name,
                                 format!(
                                 "priority must be 'feedback_first' or 'adaptive', got '{other}'"
                             ),
@@ -383,9 +384,9 @@ pub fn parse_graph(
                     };
                     let co: bool = opt(d, "co")?.unwrap_or(false);
                     let feedback_schema = match opt::<Bound<PyAny>>(d, "feedback_schema")? {
-                        Some(s) => {
-                            Some(schema_from_py(&s).map_err(|e| Error::graph("", e.to_string()))?)
-                        }
+                        Some(s) => Some(
+                            schema_from_py(&s).map_err(|e| Error::graph(&name, e.to_string()))?,
+                        ),
                         None => None,
                     };
                     let fb = if co {
@@ -419,7 +420,7 @@ pub fn parse_graph(
                 "union" => {
                     let all: Option<Vec<SchemaRef>> = input_schemas.iter().cloned().collect();
                     let s = match all {
-                        Some(all) => Some(UnionFactory::output_schema(&all)?),
+                        Some(all) => Some(UnionFactory::output_schema(&name, &all)?),
                         None => None,
                     };
                     (op(Arc::new(UnionFactory)), Role::Operator, s)
@@ -428,9 +429,9 @@ pub fn parse_graph(
                     let factory: Py<PyAny> = get(d, "factory")?;
                     let keys: Option<Vec<String>> = opt(d, "keys")?;
                     let s = match opt::<Bound<PyAny>>(d, "output_schema")? {
-                        Some(s) => {
-                            Some(schema_from_py(&s).map_err(|e| Error::graph("", e.to_string()))?)
-                        }
+                        Some(s) => Some(
+                            schema_from_py(&s).map_err(|e| Error::graph(&name, e.to_string()))?,
+                        ),
                         None => None,
                     };
                     let sink: bool = opt(d, "sink")?.unwrap_or(false);
@@ -461,7 +462,7 @@ pub fn parse_graph(
                     )
                 }
                 other => {
-                    return Err(Error::graph("", format!("unknown node kind '{other}'")).into())
+                    return Err(Error::graph(&name, format!("unknown node kind '{other}'")).into())
                 }
             })
         })(

@@ -35,10 +35,10 @@ impl PyLauncher {
         Python::attach(|py| {
             let result = args(py).and_then(|a| self.0.bind(py).call_method1(name, a));
             result.map(|_| ()).map_err(|e| {
-                eddyline_core::Error::operator(
-                    "",
-                    format!("the runner's {name}() failed: {}", e.value(py)),
-                )
+                eddyline_core::Error::runtime(format!(
+                    "the runner's {name}() failed: {}",
+                    e.value(py)
+                ))
             })
         })
     }
@@ -340,6 +340,10 @@ impl PyJobHandle {
                     checkpoint_dicts(py, &self.handle.checkpoints())?,
                 )?;
                 d.set_item("failed_checkpoints", self.handle.failed_checkpoints())?;
+                d.set_item(
+                    "checkpoint_failures",
+                    failure_dicts(py, &self.handle.checkpoint_failures())?,
+                )?;
                 d.set_item("metrics", metrics_dict(py, &self.handle)?)?;
                 Ok(d)
             }
@@ -404,4 +408,32 @@ impl PyJobHandle {
     fn failed_checkpoints(&self) -> u64 {
         self.handle.failed_checkpoints()
     }
+
+    /// The latest failed checkpoints with their causes, oldest first.
+    fn checkpoint_failures<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        failure_dicts(py, &self.handle.checkpoint_failures())
+    }
+}
+
+/// `{"id", "kind", "reason"}` per failed checkpoint (issue 12, item 9: the
+/// cause of a checkpoint that failed to begin or complete reaches the user).
+fn failure_dicts<'py>(
+    py: Python<'py>,
+    failures: &[eddyline_core::checkpoint::coordinator::CheckpointFailure],
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for f in failures {
+        let d = PyDict::new(py);
+        d.set_item("id", f.id)?;
+        d.set_item(
+            "kind",
+            match f.kind {
+                eddyline_core::event::BarrierKind::Checkpoint => "checkpoint",
+                eddyline_core::event::BarrierKind::Savepoint => "savepoint",
+            },
+        )?;
+        d.set_item("reason", &f.reason)?;
+        list.append(d)?;
+    }
+    Ok(list)
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
-use eddyline_core::error::{Error, Result};
+use eddyline_core::error::{Error, ForOperator, Result};
 use eddyline_core::keygroup::{hash_keys, key_group};
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::state::{
@@ -124,7 +124,7 @@ impl PyRunner {
             .iter()
             .map(|i| batch.column(*i).clone())
             .collect();
-        hash_keys(&cols, &mut self.hashes).map_err(|e| e.in_operator(&self.name))?;
+        hash_keys(&cols, &mut self.hashes).for_operator(&self.name)?;
         let max_p = self.max_parallelism;
         let kgs: UInt32Array = self
             .hashes

@@ -83,7 +83,7 @@ impl PyWorkerSession {
         let Some(session) = self.session.lock().take() else {
             return Ok(());
         };
-        let err = eddyline_core::Error::graph("", message);
+        let err = eddyline_core::Error::job_graph(message);
         detached(py, move || session.fail(err)).map_err(|e| to_py(py, &e))
     }
 

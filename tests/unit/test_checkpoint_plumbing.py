@@ -267,6 +267,18 @@ def test_id_report_and_read_parquet_dir(tmp_path: Path) -> None:
     assert read_parquet_dir(tmp_path)["value"].to_pylist() == [1, 2]
 
 
-def test_cli_checkpoints_on_missing_dir(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["checkpoints", "/nonexistent/eddyline/dir"]) == 0
-    assert "no checkpoints found in /nonexistent/eddyline/dir" in capsys.readouterr().out
+def test_cli_checkpoints_on_missing_dir_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 12, item 10: a missing directory is an error, not an empty listing.
+    assert main(["checkpoints", "/nonexistent/eddyline/dir"]) == 2
+    captured = capsys.readouterr()
+    assert "'/nonexistent/eddyline/dir' does not exist" in captured.err
+    assert "no checkpoints found" not in captured.out
+
+
+def test_cli_checkpoints_on_a_file_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    assert main(["checkpoints", str(plain)]) == 2
+    assert "is a file, not a checkpoint directory" in capsys.readouterr().err

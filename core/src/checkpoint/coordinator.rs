@@ -14,7 +14,7 @@
 //! a final checkpoint is taken; its completion lets the tasks close, so a
 //! bounded job ends with everything committed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,12 +27,13 @@ use parking_lot::Mutex;
 use crate::barrier::AlignmentMode;
 use crate::checkpoint::recompute::{NullStateLedger, Recovery};
 use crate::checkpoint::{
-    CheckpointInfo, CheckpointStorage, OperatorEntry, PendingCheckpoint, RestoredCheckpoint,
-    SourceOffset, StateHandle, StateWriter, SubtaskEntry, TaskAlignment,
+    CheckpointInfo, CheckpointStorage, KeyColumn, KeyIdentity, OperatorEntry, PendingCheckpoint,
+    RestoredCheckpoint, SourceOffset, StateHandle, StateWriter, SubtaskEntry, TaskAlignment,
 };
 use crate::error::{Error, Result};
 use crate::event::{Barrier, BarrierKind};
 use crate::graph::{JobGraph, Node, NodeKind};
+use crate::partition::Partitioning;
 use crate::source::decode_positions;
 use crate::state::{
     decode_entries, encode_entries, even_split, union_entries, OperatorState, Redistribution,
@@ -88,6 +89,47 @@ pub struct CheckpointStats {
     /// The checkpoint a recompute recovery of this one rewinds the sources
     /// to (the id itself when nothing recomputes).
     pub null_state_checkpoint: u64,
+}
+
+/// A checkpoint or savepoint that failed to begin or to complete, and why
+/// (issue 12, item 9: the cause is kept, not only counted).
+#[derive(Debug, Clone)]
+pub struct CheckpointFailure {
+    pub id: u64,
+    pub kind: BarrierKind,
+    /// The error that failed it, as a sentence.
+    pub reason: String,
+}
+
+/// How many checkpoints failed, and the causes of the latest ones.
+#[derive(Debug, Default)]
+pub struct CheckpointFailures {
+    count: AtomicU64,
+    recent: Mutex<VecDeque<CheckpointFailure>>,
+}
+
+impl CheckpointFailures {
+    /// How many causes are kept (the oldest are forgotten first).
+    pub const KEPT: usize = 64;
+
+    /// How many checkpoints failed.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// The latest failures with their causes, oldest first.
+    pub fn recent(&self) -> Vec<CheckpointFailure> {
+        self.recent.lock().iter().cloned().collect()
+    }
+
+    fn record(&self, failure: CheckpointFailure) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut recent = self.recent.lock();
+        if recent.len() == Self::KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(failure);
+    }
 }
 
 /// A completed checkpoint or savepoint, as a waiter hears of it.
@@ -222,7 +264,7 @@ pub(crate) struct Coordinator {
     pub done_rx: Receiver<WriteDone>,
     writers: Vec<JoinHandle<()>>,
     pub stats: Arc<Mutex<Vec<CheckpointStats>>>,
-    pub failed: Arc<AtomicU64>,
+    pub failed: Arc<CheckpointFailures>,
     /// The last completed checkpoint was taken with every task finished.
     final_done: bool,
     queued: Vec<(Request, Option<Waiter>)>,
@@ -246,8 +288,17 @@ impl Coordinator {
     pub fn new(
         config: CheckpointConfig,
         stats: Arc<Mutex<Vec<CheckpointStats>>>,
-        failed: Arc<AtomicU64>,
+        failed: Arc<CheckpointFailures>,
     ) -> Result<Self> {
+        if config.unaligned {
+            // Issue 12, item 8: a setting the engine does not honour is
+            // refused, never accepted and run aligned.
+            return Err(Error::checkpoint(
+                Some(config.dir.clone()),
+                "unaligned checkpoints (unaligned=True) are not implemented yet; this build \
+                 takes aligned checkpoints only: use unaligned=False",
+            ));
+        }
         if config.recovery == Recovery::Recompute
             && (config.mode != AlignmentMode::ExactlyOnce || config.unaligned)
         {
@@ -264,7 +315,9 @@ impl Coordinator {
         } else {
             NullStateLedger::default()
         };
-        let newest = storage.list()?.first().map(|s| s.id).unwrap_or(0);
+        // Ids continue after the highest ever started, also by a run that
+        // crashed or aborted it (issue 20: an id names one checkpoint).
+        let newest = storage.highest_started()?;
         let (write_tx, write_rx) = unbounded::<WriteJob>();
         let (done_tx, done_rx) = unbounded::<WriteDone>();
         let mut writers = Vec::new();
@@ -395,7 +448,7 @@ impl Coordinator {
                     // The savepoint is the final checkpoint of a drained job.
                     let path = stop.path.clone();
                     let waiter = stop.waiter.take();
-                    let _ = self.start(
+                    self.start(
                         BarrierKind::Savepoint,
                         Some(&path),
                         true,
@@ -414,7 +467,7 @@ impl Coordinator {
             return;
         }
         if all_finished && !self.final_done {
-            let _ = self.start(
+            self.start(
                 BarrierKind::Checkpoint,
                 None,
                 true,
@@ -427,7 +480,7 @@ impl Coordinator {
             return;
         }
         if now >= self.next_trigger && !all_finished {
-            let _ = self.start(
+            self.start(
                 BarrierKind::Checkpoint,
                 None,
                 true,
@@ -464,7 +517,7 @@ impl Coordinator {
                     }
                     return;
                 }
-                let _ = self.start(
+                self.start(
                     BarrierKind::Checkpoint,
                     None,
                     true,
@@ -480,7 +533,7 @@ impl Coordinator {
                     self.queued.push((Request::Savepoint { path }, waiter));
                     return;
                 }
-                let _ = self.start(
+                self.start(
                     BarrierKind::Savepoint,
                     Some(&path),
                     false,
@@ -523,7 +576,7 @@ impl Coordinator {
                         savepoint_done: false,
                         finalized: false,
                     });
-                    let _ = self.start(
+                    self.start(
                         BarrierKind::Savepoint,
                         Some(&path),
                         true,
@@ -540,6 +593,8 @@ impl Coordinator {
 
     /// Starts checkpoint (or savepoint) `next_id`: sources (and finished
     /// tasks) are triggered; with `stop`, sources stop after the barrier.
+    /// A checkpoint that cannot begin is recorded in the failures with its
+    /// cause, which a waiter also receives.
     #[allow(clippy::too_many_arguments)]
     fn start(
         &mut self,
@@ -551,25 +606,33 @@ impl Coordinator {
         tasks: &[TaskInfo],
         finished: &[bool],
         out: &mut Vec<Outgoing>,
-    ) -> Result<u64> {
+    ) {
         let id = self.next_id;
         self.next_id += 1;
         self.next_trigger = Instant::now() + self.config.interval;
-        let begun = match savepoint_dir {
-            None => self.storage.begin(id),
-            Some(dir) => CheckpointStorage::open(dir).and_then(|s| s.begin(id)),
-        };
+        let begun = self
+            .storage
+            .note_started(id)
+            .and_then(|()| match savepoint_dir {
+                None => self.storage.begin(id),
+                Some(dir) => CheckpointStorage::open(dir).and_then(|s| s.begin(id)),
+            });
         let pending = match begun {
             Ok(p) => p,
             Err(e) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                // The cause reaches the job's failure log and any waiter.
+                self.failed.record(CheckpointFailure {
+                    id,
+                    kind,
+                    reason: format!("it could not begin: {e}"),
+                });
                 if let Some(w) = waiter {
                     let _ = w.send(Err(e.clone()));
                 }
                 if stop {
                     self.stopping = None;
                 }
-                return Err(e);
+                return;
             }
         };
         let barrier = Barrier {
@@ -611,7 +674,6 @@ impl Coordinator {
             }
         }
         self.inflight = Some(flight);
-        Ok(id)
     }
 
     /// A task finished: if it has not acknowledged the checkpoint in flight
@@ -774,6 +836,7 @@ impl Coordinator {
                 name: node.name.clone(),
                 finished: node_tasks.iter().all(|t| f.finished_at_ack[*t]),
                 null_state_checkpoint: per_node(node.id),
+                key: key_identity(graph, node),
                 subtasks: (0..node.parallelism)
                     .map(|s| SubtaskEntry {
                         subtask: s as u32,
@@ -878,7 +941,11 @@ impl Coordinator {
             }
             Err(e) => {
                 self.ledger.discard(id);
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.failed.record(CheckpointFailure {
+                    id,
+                    kind: f.barrier.kind,
+                    reason: format!("its manifest could not be written: {e}"),
+                });
                 out.push(Outgoing::Abort { checkpoint: id });
                 for w in f.waiters {
                     let _ = w.send(Err(e.clone()));
@@ -899,8 +966,16 @@ impl Coordinator {
                     }
                 }
             }
-            let _ = f.pending.abort();
-            self.failed.fetch_add(1, Ordering::Relaxed);
+            let cleanup = f.pending.abort().err();
+            let reason = match cleanup {
+                None => reason.to_string(),
+                Some(e) => format!("{reason} (and removing its files failed: {e})"),
+            };
+            self.failed.record(CheckpointFailure {
+                id,
+                kind: f.barrier.kind,
+                reason: reason.clone(),
+            });
             out.push(Outgoing::Abort { checkpoint: id });
             let err = Error::checkpoint(None, format!("checkpoint {id} was aborted: {reason}"));
             for w in f.waiters {
@@ -975,8 +1050,12 @@ fn source_offsets(subtask: usize, offset: &[u8]) -> Vec<SourceOffset> {
 /// operator, unless the operator fully finished (its task is skipped).
 /// A subtask dealt no entries still gets an (empty) list, so it knows it
 /// has nothing left to do: a source then reads nothing.
+///
+/// An operator whose key identity changed gets nothing: [`check_compatible`]
+/// refused the restore unless `allow_non_restored_state` drops that state.
 pub(crate) fn state_for(
     rc: &RestoredCheckpoint,
+    graph: &JobGraph,
     node: &Node,
     subtask: usize,
     parallelism: usize,
@@ -986,6 +1065,9 @@ pub(crate) fn state_for(
     let Some(entry) = rc.manifest().operator(uid) else {
         return Ok(None);
     };
+    if key_mismatch(rc, graph, node).is_some() {
+        return Ok(None);
+    }
     let old_p = entry.subtasks.len();
     let keyed = rc.keyed_state(uid, key_groups.start as u32..key_groups.end as u32);
     let operator = if old_p == parallelism {
@@ -1079,7 +1161,98 @@ fn redistributed(
     Ok(encode_entries(&mine))
 }
 
-/// Refuses a checkpoint that holds state for operators the graph lacks.
+/// The key identity of `node` in `graph` (issue 12, item 4; issue 20, item
+/// 5): `None` unless an input is hash-partitioned (a keyed operator: keyed
+/// aggregates, windows, keyed process functions and reduces). Key types come
+/// from the producers' output schemas where the graph knows them.
+pub fn key_identity(graph: &JobGraph, node: &Node) -> Option<KeyIdentity> {
+    let mut keyed: Vec<(usize, Vec<KeyColumn>)> = node
+        .inputs
+        .iter()
+        .filter_map(|e| match &e.partitioning {
+            Partitioning::Hash { keys } => {
+                let schema = graph
+                    .nodes
+                    .get(e.from)
+                    .and_then(|p| p.output_schema.clone());
+                let cols = keys
+                    .iter()
+                    .map(|k| KeyColumn {
+                        name: k.clone(),
+                        data_type: schema
+                            .as_ref()
+                            .and_then(|s| s.field_with_name(k).ok())
+                            .map(|f| f.data_type().to_string()),
+                    })
+                    .collect();
+                Some((e.input, cols))
+            }
+            _ => None,
+        })
+        .collect();
+    if keyed.is_empty() {
+        return None;
+    }
+    keyed.sort_by_key(|(input, _)| *input);
+    keyed.dedup_by_key(|(input, _)| *input);
+    Some(KeyIdentity {
+        key_groups: u32::try_from(graph.max_parallelism).unwrap_or(u32::MAX),
+        inputs: keyed.into_iter().map(|(_, cols)| cols).collect(),
+    })
+}
+
+/// Why the keyed state of `node` in `rc` cannot be restored into `graph`
+/// (other key columns or types, another number of key groups), or `None`.
+/// Operators without state in `rc` always match.
+fn key_mismatch(rc: &RestoredCheckpoint, graph: &JobGraph, node: &Node) -> Option<String> {
+    let entry = rc.manifest().operator(&node.uid)?;
+    if !rc.subtask_states(&node.uid).any(|(_, s)| !s.is_empty()) {
+        return None;
+    }
+    let new = key_identity(graph, node);
+    let new_groups = graph.max_parallelism;
+    let Some(old) = &entry.key else {
+        // Written before key identities were recorded (manifest version
+        // 1): the key groups its state holds still bound the old count.
+        let highest = rc
+            .subtask_states(&node.uid)
+            .flat_map(|(_, s)| s.keyed.iter().map(|(g, _)| *g as usize))
+            .max()?;
+        return (highest >= new_groups).then(|| {
+            format!(
+                "its keyed state holds key group {highest}, so it was taken with a \
+                 max_parallelism above {highest}, but the job has max_parallelism {new_groups}"
+            )
+        });
+    };
+    let Some(new) = new else {
+        return Some(format!(
+            "its state is keyed by {} but the operator is not keyed in this job",
+            old.describe_key()
+        ));
+    };
+    if old.key_groups != new.key_groups {
+        return Some(format!(
+            "its keyed state was taken with max_parallelism {} ({} key groups) but the job has \
+             max_parallelism {}; keys cannot be moved between different numbers of key groups, \
+             run the job with max_parallelism={}",
+            old.key_groups, old.key_groups, new.key_groups, old.key_groups
+        ));
+    }
+    (!old.same_key(&new)).then(|| {
+        format!(
+            "its state is keyed by {} but the job keys it by {}",
+            old.describe_key(),
+            new.describe_key()
+        )
+    })
+}
+
+/// Refuses a checkpoint that holds state for operators the graph lacks, or
+/// keyed state under another key identity (key columns, key types, number
+/// of key groups) than the graph gives the same uid; with
+/// `allow_non_restored_state` that state is dropped instead (see
+/// [`state_for`]).
 pub(crate) fn check_compatible(
     rc: &RestoredCheckpoint,
     graph: &JobGraph,
@@ -1088,6 +1261,25 @@ pub(crate) fn check_compatible(
     check_finished_predecessors(rc, graph)?;
     if allow_non_restored_state {
         return Ok(());
+    }
+    let changed: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            key_mismatch(rc, graph, node)
+                .map(|why| format!("operator '{}' (uid '{}'): {why}", node.name, node.uid))
+        })
+        .collect();
+    if !changed.is_empty() {
+        return Err(Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "the checkpoint's keyed state does not fit this job: {}; restoring it would put \
+                 one key's state under another; pass allow_non_restored_state=True to drop that \
+                 state",
+                changed.join("; ")
+            ),
+        ));
     }
     let mut unmatched = Vec::new();
     for uid in rc.uids() {

@@ -9,12 +9,13 @@
 //! rejects unknown and duplicate keys, trailing data, and versions it does not
 //! know. The last member is `"checksum": "xxh3:<16 hex digits>"`, the xxh3-64
 //! of every byte before the line that holds it, so any flipped byte is
-//! caught. Format version 1:
+//! caught. Format version 2 (version 1, written before keyed identities
+//! were recorded, is still read: its operators have no `"key"`):
 //!
 //! ```text
 //! {
 //!   "format": "eddyline-checkpoint-manifest",
-//!   "version": 1,
+//!   "version": 2,
 //!   "id": 7,
 //!   "kind": "checkpoint",                        // or "savepoint"
 //!   "trigger_ms": 1700000000000,
@@ -24,6 +25,8 @@
 //!   "operators": [
 //!     {"uid": "count", "name": "count", "finished": false,
 //!      "null_state_checkpoint": null,            // or an id (FLINK-4120)
+//!      "key": {"key_groups": 128,                // null for a non-keyed operator
+//!              "inputs": [[{"name": "k", "type": "Int64"}]]},
 //!      "subtasks": [
 //!        {"subtask": 0,
 //!         "state": {"file": "count-1a2b3c4d-0.state", "size": 1234,
@@ -35,14 +38,24 @@
 //!
 //! `state` is `null` for a subtask without state; `key_groups` lists
 //! half-open ranges `[start, end)` of the key groups in the state file.
+//!
+//! `key` is a keyed operator's identity (issue 12, item 4; issue 20, item
+//! 5): the number of key groups its keys were hashed into
+//! (`max_parallelism`) and, per keyed input in input order, the key columns
+//! with their Arrow types (`null` when the type was not known when the graph
+//! was built). State restored under another key or another number of key
+//! groups would silently be wrong, so a restore compares it.
 
 use std::fmt::Write as _;
 use std::ops::Range;
 
 use crate::event::BarrierKind;
 
-/// The manifest format this build writes and reads.
-pub const MANIFEST_VERSION: u64 = 1;
+/// The manifest format this build writes (it reads this and version 1).
+pub const MANIFEST_VERSION: u64 = 2;
+
+/// The oldest manifest format this build reads.
+const OLDEST_VERSION: u64 = 1;
 
 const FORMAT_NAME: &str = "eddyline-checkpoint-manifest";
 const CHECKSUM_LINE: &str = "\n  \"checksum\": \"xxh3:";
@@ -81,7 +94,67 @@ pub struct OperatorEntry {
     /// The checkpoint whose state it keeps when it has none of its own
     /// (FLINK-4120).
     pub null_state_checkpoint: Option<u64>,
+    /// A keyed operator's key identity; `None` for non-keyed operators and
+    /// in manifests of version 1.
+    pub key: Option<KeyIdentity>,
     pub subtasks: Vec<SubtaskEntry>,
+}
+
+/// What a keyed operator's state is keyed by: restoring it under other key
+/// columns, other key types or another number of key groups would put the
+/// state of one key under another (or lose it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyIdentity {
+    /// How many key groups keys were hashed into (`max_parallelism`).
+    pub key_groups: u32,
+    /// The key columns of each keyed input, in input order.
+    pub inputs: Vec<Vec<KeyColumn>>,
+}
+
+/// One key column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyColumn {
+    pub name: String,
+    /// Its Arrow type, when the graph knew it when it was built.
+    pub data_type: Option<String>,
+}
+
+impl KeyIdentity {
+    /// The key columns, readable: `k: Int64`, inputs separated by ` | `.
+    pub fn describe_key(&self) -> String {
+        let inputs: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|cols| {
+                let cols: Vec<String> = cols
+                    .iter()
+                    .map(|c| match &c.data_type {
+                        Some(t) => format!("'{}': {t}", c.name),
+                        None => format!("'{}'", c.name),
+                    })
+                    .collect();
+                format!("({})", cols.join(", "))
+            })
+            .collect();
+        inputs.join(" | ")
+    }
+
+    /// Whether `self` (recorded) and `other` (the new graph) key state the
+    /// same way by their columns: same names per input, and the same types
+    /// wherever both know them.
+    pub fn same_key(&self, other: &KeyIdentity) -> bool {
+        self.inputs.len() == other.inputs.len()
+            && self.inputs.iter().zip(&other.inputs).all(|(a, b)| {
+                a.len() == b.len()
+                    && a.iter().zip(b).all(|(x, y)| {
+                        x.name == y.name
+                            && match (&x.data_type, &y.data_type) {
+                                (Some(t), Some(u)) => t == u,
+                                _ => true,
+                            }
+                    })
+            })
+    }
 }
 
 /// One subtask of an operator.
@@ -189,9 +262,10 @@ impl Manifest {
             ));
         }
         let version = top.u64("version")?;
-        if version != MANIFEST_VERSION {
+        if !(OLDEST_VERSION..=MANIFEST_VERSION).contains(&version) {
             return Err(format!(
-                "has format version {version}; this build of eddyline reads version {MANIFEST_VERSION}"
+                "has format version {version}; this build of eddyline reads versions \
+                 {OLDEST_VERSION} to {MANIFEST_VERSION}"
             ));
         }
         let recorded = top.string("checksum")?;
@@ -233,7 +307,7 @@ impl Manifest {
             operators: top
                 .array("operators")?
                 .into_iter()
-                .map(decode_operator)
+                .map(|v| decode_operator(v, version))
                 .collect::<Result<_, String>>()?,
         };
         top.finish()?;
@@ -248,15 +322,79 @@ fn kind_name(kind: BarrierKind) -> &'static str {
     }
 }
 
+fn encode_key(key: Option<&KeyIdentity>) -> String {
+    let Some(key) = key else {
+        return "null".to_string();
+    };
+    let inputs: Vec<String> = key
+        .inputs
+        .iter()
+        .map(|cols| {
+            let cols: Vec<String> = cols
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{{\"name\": {}, \"type\": {}}}",
+                        quote(&c.name),
+                        c.data_type.as_deref().map_or_else(|| "null".into(), quote)
+                    )
+                })
+                .collect();
+            format!("[{}]", cols.join(", "))
+        })
+        .collect();
+    format!(
+        "{{\"key_groups\": {}, \"inputs\": [{}]}}",
+        key.key_groups,
+        inputs.join(", ")
+    )
+}
+
+fn decode_key(v: Value, what: &str) -> Result<Option<KeyIdentity>, String> {
+    if v == Value::Null {
+        return Ok(None);
+    }
+    let mut f = Fields::new(v, &format!("{what}: 'key'"))?;
+    let key_groups = f.u32("key_groups")?;
+    let inputs = f
+        .array("inputs")?
+        .into_iter()
+        .map(|cols| match cols {
+            Value::Arr(cols) => cols
+                .into_iter()
+                .map(|c| {
+                    let mut c = Fields::new(c, &format!("{what}: a key column"))?;
+                    let name = c.string("name")?;
+                    let data_type = match c.take("type")? {
+                        Value::Null => None,
+                        Value::Str(t) => Some(t),
+                        _ => {
+                            return Err(format!(
+                                "is invalid: {what}: a key column's 'type' is not a string or null"
+                            ))
+                        }
+                    };
+                    c.finish()?;
+                    Ok(KeyColumn { name, data_type })
+                })
+                .collect::<Result<Vec<_>, String>>(),
+            _ => Err(format!("is invalid: {what}: a keyed input is not an array")),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    f.finish()?;
+    Ok(Some(KeyIdentity { key_groups, inputs }))
+}
+
 fn encode_operator(out: &mut String, op: &OperatorEntry) {
     let _ = write!(
         out,
-        "{{\"uid\": {}, \"name\": {}, \"finished\": {}, \"null_state_checkpoint\": {},\n     \"subtasks\": [",
+        "{{\"uid\": {}, \"name\": {}, \"finished\": {}, \"null_state_checkpoint\": {},\n     \"key\": {},\n     \"subtasks\": [",
         quote(&op.uid),
         quote(&op.name),
         op.finished,
         op.null_state_checkpoint
-            .map_or_else(|| "null".to_string(), |id| id.to_string())
+            .map_or_else(|| "null".to_string(), |id| id.to_string()),
+        encode_key(op.key.as_ref())
     );
     for (i, s) in op.subtasks.iter().enumerate() {
         out.push_str(if i == 0 { "\n      " } else { ",\n      " });
@@ -299,7 +437,7 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
     });
 }
 
-fn decode_operator(v: Value) -> Result<OperatorEntry, String> {
+fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
     let mut f = Fields::new(v, "an operator")?;
     let uid = f.string("uid")?;
     let what = format!("operator '{uid}'");
@@ -314,6 +452,12 @@ fn decode_operator(v: Value) -> Result<OperatorEntry, String> {
                     "is invalid: {what}: 'null_state_checkpoint' is not null or an id"
                 ))
             }
+        },
+        // Version 1 did not record keyed identities.
+        key: if version >= 2 {
+            decode_key(f.take("key")?, &what)?
+        } else {
+            None
         },
         subtasks: f
             .array("subtasks")?
@@ -748,6 +892,22 @@ mod tests {
                     name: "count".into(),
                     finished: true,
                     null_state_checkpoint: Some(3),
+                    key: Some(KeyIdentity {
+                        key_groups: 128,
+                        inputs: vec![
+                            vec![
+                                KeyColumn {
+                                    name: "k".into(),
+                                    data_type: Some("Int64".into()),
+                                },
+                                KeyColumn {
+                                    name: "g\"".into(),
+                                    data_type: None,
+                                },
+                            ],
+                            vec![],
+                        ],
+                    }),
                     subtasks: vec![
                         SubtaskEntry {
                             subtask: 0,
@@ -774,6 +934,7 @@ mod tests {
                     name: "e".into(),
                     finished: false,
                     null_state_checkpoint: None,
+                    key: None,
                     subtasks: vec![],
                 },
             ],
@@ -816,9 +977,62 @@ mod tests {
     fn test_manifest_newer_version_is_refused() {
         let text = sample()
             .encode()
-            .replace("\"version\": 1", "\"version\": 2");
+            .replace("\"version\": 2", "\"version\": 3");
         let err = Manifest::decode(&text).expect_err("version");
-        assert!(err.contains("version 2"), "{err}");
+        assert!(err.contains("version 3"), "{err}");
+    }
+
+    #[test]
+    fn test_key_identity_compares_names_and_known_types() {
+        let key = |name: &str, t: Option<&str>| KeyIdentity {
+            key_groups: 128,
+            inputs: vec![vec![KeyColumn {
+                name: name.into(),
+                data_type: t.map(Into::into),
+            }]],
+        };
+        let k64 = key("k", Some("Int64"));
+        assert!(k64.same_key(&key("k", Some("Int64"))));
+        assert!(k64.same_key(&key("k", None)), "an unknown type matches");
+        assert!(!k64.same_key(&key("k", Some("Utf8"))), "another type");
+        assert!(!k64.same_key(&key("g", Some("Int64"))), "another column");
+        let two = KeyIdentity {
+            inputs: vec![k64.inputs[0].clone(), k64.inputs[0].clone()],
+            ..k64.clone()
+        };
+        assert!(!k64.same_key(&two), "another number of keyed inputs");
+        assert_eq!(k64.describe_key(), "('k': Int64)");
+    }
+
+    /// A manifest of version 1 (before keyed identities) still restores;
+    /// its operators have no key identity.
+    #[test]
+    fn test_manifest_version_1_is_read_without_key_identity() {
+        let text = sample().encode();
+        let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
+        let mut body = text[..cut - 1].replace("\"version\": 2", "\"version\": 1");
+        while let Some(start) = body.find("\n     \"key\": ") {
+            let end = start
+                + body[start..]
+                    .find(",\n     \"subtasks\"")
+                    .expect("subtasks");
+            body.replace_range(start..end + 1, "");
+        }
+        assert!(!body.contains("\"key\""), "{body}");
+        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+        let v1 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
+        let decoded = Manifest::decode(&v1).expect("version 1 decodes");
+        let mut expected = sample();
+        for op in &mut expected.operators {
+            op.key = None;
+        }
+        assert_eq!(decoded, expected);
+        // Version 2 requires the member.
+        let mut v2 = body.replace("\"version\": 1", "\"version\": 2");
+        let sum = xxhash_rust::xxh3::xxh3_64(v2.as_bytes());
+        v2 = format!("{v2},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
+        let err = Manifest::decode(&v2).expect_err("key missing");
+        assert!(err.contains("'key' is missing"), "{err}");
     }
 
     #[test]

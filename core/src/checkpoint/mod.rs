@@ -9,6 +9,10 @@
 //!
 //! ```text
 //! DIR/                                  the storage root
+//!   _started_ids                        the highest checkpoint id ever started
+//!                                       (decimal; written atomically before
+//!                                       each checkpoint begins, so ids are
+//!                                       never reused after a crash)
 //!   chk-<id>/                           one directory per checkpoint id (decimal)
 //!     <uid>-<uid xxh3 hex>-<subtask>.state   one state file per (operator uid, subtask)
 //!     _manifest.json                    written LAST, atomically; its presence
@@ -50,11 +54,11 @@ pub mod recompute;
 pub mod storage;
 
 pub use manifest::{
-    Manifest, OperatorEntry, SourceOffset, StateFileEntry, SubtaskEntry, TaskAlignment,
-    MANIFEST_VERSION,
+    KeyColumn, KeyIdentity, Manifest, OperatorEntry, SourceOffset, StateFileEntry, SubtaskEntry,
+    TaskAlignment, MANIFEST_VERSION,
 };
 pub use recompute::{NullStateLedger, Recovery, ReplayPlan, SourceReplay};
 pub use storage::{
     CheckpointInfo, CheckpointStorage, CheckpointSummary, CompletedCheckpoint, PendingCheckpoint,
-    RestoredCheckpoint, StateHandle, StateWriter, SummaryInfo, MANIFEST_FILE,
+    RestoredCheckpoint, StateHandle, StateWriter, SummaryInfo, MANIFEST_FILE, STARTED_FILE,
 };

@@ -24,6 +24,12 @@ use crate::state::{OperatorState, StateBlob};
 pub const MANIFEST_FILE: &str = "_manifest.json";
 /// Temporary name the manifest is written under before the rename.
 const MANIFEST_TMP: &str = "_manifest.json.tmp";
+/// The file recording the highest checkpoint id ever started under a
+/// storage root (issue 20: ids are never reused, also not after a crash
+/// that left no directory of the checkpoint in flight).
+pub const STARTED_FILE: &str = "_started_ids";
+/// Temporary name it is written under before the rename.
+const STARTED_TMP: &str = "_started_ids.tmp";
 /// Prefix of checkpoint directories: `chk-<id>`.
 const CHK_PREFIX: &str = "chk-";
 /// First bytes of every state file.
@@ -71,6 +77,47 @@ fn state_file_name(uid: &str, subtask: u32) -> String {
         "{readable}-{:016x}-{subtask}.state",
         xxh3_64(uid.as_bytes())
     )
+}
+
+/// The scheme and the rest of `text` if it is a URI (`scheme://rest`).
+fn uri_scheme(text: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some((scheme, rest))
+}
+
+/// The local path `path` names: itself, or the path of a `file://` URI
+/// (`file:///dir` or `file://localhost/dir`). Any other URI scheme is a
+/// `StorageError` naming it (DESIGN.md "Where the data lives": object
+/// stores are not served yet, and a URI must never become a local
+/// directory named `s3:`; issue 12, item 6).
+pub fn local_path(path: &Path) -> Result<PathBuf> {
+    let Some(text) = path.to_str() else {
+        return Ok(path.to_path_buf());
+    };
+    let Some((scheme, rest)) = uri_scheme(text) else {
+        return Ok(path.to_path_buf());
+    };
+    if scheme.eq_ignore_ascii_case("file") {
+        let local = rest.strip_prefix("localhost").unwrap_or(rest);
+        if local.starts_with('/') {
+            return Ok(PathBuf::from(local));
+        }
+        return Err(Error::storage(
+            text,
+            "a file:// URI must name an absolute path on this host, e.g. file:///data/out",
+        ));
+    }
+    Err(Error::storage(
+        text,
+        format!(
+            "the URI scheme '{scheme}' is not supported yet: eddyline reads and writes local \
+             paths and file:// URIs only (object stores such as s3:// are not implemented); \
+             use a local path"
+        ),
+    ))
 }
 
 /// A checkpoint directory root holding `chk-<id>` directories.
@@ -132,7 +179,23 @@ impl CheckpointStorage {
     /// Opens (creating it if needed) the storage root `dir` and checks that
     /// it is writable by creating and removing a probe file.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = local_path(dir.as_ref())?;
+        // A file where the directory (or one of its parents) should be is
+        // said as such, not as "not writable: File exists".
+        if let Some(file) = dir.ancestors().find(|a| a.exists() && !a.is_dir()) {
+            let what = if file == dir {
+                "is a file, not a directory".to_string()
+            } else {
+                format!(
+                    "cannot be created: '{}' on its path is a file, not a directory",
+                    file.display()
+                )
+            };
+            return Err(Error::checkpoint(
+                Some(dir.clone()),
+                format!("the checkpoint directory '{}' {what}", dir.display()),
+            ));
+        }
         let not_writable = |e: &io::Error| {
             Error::checkpoint(
                 Some(dir.clone()),
@@ -158,6 +221,61 @@ impl CheckpointStorage {
     /// The storage root.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The highest checkpoint id ever started under this root: the largest
+    /// of the id recorded by [`note_started`](Self::note_started) and of
+    /// every `chk-<id>` directory, completed or not (0 when there is none).
+    /// A new checkpoint takes a higher id, so an aborted or crashed
+    /// checkpoint's id never names another checkpoint.
+    pub fn highest_started(&self) -> Result<u64> {
+        let path = self.dir.join(STARTED_FILE);
+        let recorded = match fs::read_to_string(&path) {
+            Ok(text) => text.trim().parse::<u64>().map_err(|_| {
+                Error::checkpoint(
+                    Some(path.clone()),
+                    format!(
+                        "'{}' is corrupt: it should hold the highest checkpoint id started, \
+                         a decimal number, but holds {:?}",
+                        path.display(),
+                        text.chars().take(40).collect::<String>()
+                    ),
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+            Err(e) => {
+                return Err(Error::checkpoint(
+                    Some(path.clone()),
+                    format!("cannot read '{}': {e}", path.display()),
+                ))
+            }
+        };
+        let dirs = self.checkpoint_dirs()?.first().map_or(0, |(id, _)| *id);
+        Ok(recorded.max(dirs))
+    }
+
+    /// Records durably (write, fsync, rename) that checkpoint `id` started,
+    /// before anything of it is written, if `id` is above the recorded one.
+    pub fn note_started(&self, id: u64) -> Result<()> {
+        let path = self.dir.join(STARTED_FILE);
+        let failed = |e: io::Error| {
+            Error::checkpoint(
+                Some(path.clone()),
+                format!(
+                    "cannot record that checkpoint {id} started in '{}': {e}",
+                    path.display()
+                ),
+            )
+        };
+        if self.highest_started()? >= id {
+            return Ok(());
+        }
+        let tmp = self.dir.join(STARTED_TMP);
+        let mut f = File::create(&tmp).map_err(failed)?;
+        f.write_all(format!("{id}\n").as_bytes()).map_err(failed)?;
+        f.sync_all().map_err(failed)?;
+        fs::rename(&tmp, &path).map_err(failed)?;
+        fsync_dir(&self.dir).map_err(failed)
     }
 
     /// The directory of checkpoint `id`.
@@ -265,7 +383,7 @@ impl CheckpointStorage {
     /// or its manifest file. Every state file is read and its size and
     /// checksums checked; any problem is an error naming the file.
     pub fn load_path(path: impl AsRef<Path>) -> Result<RestoredCheckpoint> {
-        let path = path.as_ref();
+        let path = &local_path(path.as_ref())?;
         let dir = if path.file_name().is_some_and(|n| n == MANIFEST_FILE) && path.is_file() {
             path.parent().unwrap_or(Path::new(".")).to_path_buf()
         } else {

@@ -22,7 +22,7 @@ use arrow::record_batch::RecordBatch;
 use super::kernels;
 use super::types::{binary_type, column_not_found, is_string, numeric_class, unary_type, NumClass};
 use super::{BinaryOp, Expr, ScalarValue, UnaryOp};
-use crate::error::{Error, Result};
+use super::{ExprError, ExprResult};
 
 /// The result of evaluating a sub-expression.
 #[derive(Debug, Clone)]
@@ -98,16 +98,15 @@ fn null_scalar(data_type: &DataType) -> Value {
 }
 
 /// Maps an error of an Arrow kernel evaluating `expr` to the engine's error.
-fn kernel_error(err: ArrowError, expr: &Expr) -> Error {
+fn kernel_error(err: ArrowError, expr: &Expr) -> ExprError {
     match err {
         ArrowError::DivideByZero => {
-            Error::operator("", format!("division by zero in expression {expr}"))
+            ExprError::operator(format!("division by zero in expression {expr}"))
         }
-        ArrowError::ArithmeticOverflow(detail) => Error::operator(
-            "",
-            format!("integer overflow in expression {expr} ({detail})"),
-        ),
-        other => Error::operator("", format!("failed to evaluate {expr}: {other}")),
+        ArrowError::ArithmeticOverflow(detail) => {
+            ExprError::operator(format!("integer overflow in expression {expr} ({detail})"))
+        }
+        other => ExprError::operator(format!("failed to evaluate {expr}: {other}")),
     }
 }
 
@@ -115,11 +114,12 @@ impl Expr {
     /// Evaluates the expression over `batch`: an array of
     /// `batch.num_rows()` values.
     ///
-    /// Errors: an unknown column ([`Error::Graph`]), operands of the wrong
-    /// type ([`Error::Schema`]), integer division by zero or overflow in a
-    /// row whose inputs are not null ([`Error::Operator`]). The operator name
-    /// is left empty for the runtime to fill in.
-    pub fn evaluate(&self, batch: &RecordBatch) -> Result<ArrayRef> {
+    /// Errors: an unknown column ([`ExprError::Graph`]), operands of the
+    /// wrong type ([`ExprError::Schema`]), integer division by zero or
+    /// overflow in a row whose inputs are not null
+    /// ([`ExprError::Operator`]); the calling operator names itself with
+    /// [`ExprError::at`].
+    pub fn evaluate(&self, batch: &RecordBatch) -> ExprResult<ArrayRef> {
         match self.eval(batch)? {
             Value::Array(array) => Ok(array),
             Value::Scalar(scalar) => {
@@ -130,7 +130,7 @@ impl Expr {
 
     /// Evaluates the expression, keeping results computed from literals
     /// only as single values.
-    pub(crate) fn eval(&self, batch: &RecordBatch) -> Result<Value> {
+    pub(crate) fn eval(&self, batch: &RecordBatch) -> ExprResult<Value> {
         match self {
             Expr::Column(name) => match batch.column_by_name(name) {
                 Some(column) => Ok(Value::Array(Arc::clone(column))),
@@ -156,7 +156,7 @@ impl Expr {
         }
     }
 
-    fn eval_binary(&self, op: BinaryOp, l: &Value, r: &Value) -> Result<Value> {
+    fn eval_binary(&self, op: BinaryOp, l: &Value, r: &Value) -> ExprResult<Value> {
         let out_type = binary_type(op, l.data_type(), r.data_type(), self)?;
         if op.is_logical() {
             return self.eval_logical(op, l, r);
@@ -261,7 +261,7 @@ impl Expr {
         Ok(Value::from_result(Arc::new(result), &l, &r))
     }
 
-    fn eval_logical(&self, op: BinaryOp, l: &Value, r: &Value) -> Result<Value> {
+    fn eval_logical(&self, op: BinaryOp, l: &Value, r: &Value) -> ExprResult<Value> {
         let l = LogicalOperand::of(l);
         let r = LogicalOperand::of(r);
         let result = match (l, r) {
@@ -285,7 +285,7 @@ impl Expr {
         Ok(Value::Array(Arc::new(result)))
     }
 
-    fn eval_unary(&self, op: UnaryOp, v: &Value) -> Result<Value> {
+    fn eval_unary(&self, op: UnaryOp, v: &Value) -> ExprResult<Value> {
         let out_type = unary_type(op, v.data_type(), self)?;
         let wrap = |array: ArrayRef| match v {
             Value::Array(_) => Value::Array(array),
@@ -456,7 +456,7 @@ mod tests {
         for op in [BinaryOp::Div, BinaryOp::FloorDiv, BinaryOp::Mod] {
             let e = bin(op, c("n"), i(0));
             let err = e.evaluate(&b).expect_err("division by zero");
-            assert!(matches!(err, Error::Operator { .. }), "{err}");
+            assert!(matches!(err, ExprError::Operator(_)), "{err}");
             assert!(
                 err.to_string().contains("division by zero in expression"),
                 "{err}"
@@ -560,14 +560,14 @@ mod tests {
     fn test_eval_errors() {
         let b = batch();
         let err = c("zzz").evaluate(&b).expect_err("unknown");
-        assert!(matches!(err, Error::Graph { .. }), "{err}");
+        assert!(matches!(err, ExprError::Graph(_)), "{err}");
         let err = bin(BinaryOp::Add, c("u"), i(1))
             .evaluate(&b)
             .expect_err("u64");
-        assert!(matches!(err, Error::Schema { .. }), "{err}");
+        assert!(matches!(err, ExprError::Schema(_)), "{err}");
         let err = bin(BinaryOp::Add, c("s"), i(1))
             .evaluate(&b)
             .expect_err("str + int");
-        assert!(matches!(err, Error::Schema { .. }), "{err}");
+        assert!(matches!(err, ExprError::Schema(_)), "{err}");
     }
 }

@@ -32,6 +32,58 @@ pub(crate) use eval::Value;
 
 use std::fmt;
 
+use crate::error::Error;
+
+/// Why an expression cannot be type-checked or evaluated. Expressions do not
+/// know which operator runs them: the operator names itself with
+/// [`ExprError::at`] where it calls them, so every engine error names its
+/// operator (issue 12, item 9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExprError {
+    /// An unknown column (a graph error).
+    Graph(String),
+    /// Operands of the wrong type.
+    Schema(String),
+    /// A failure while evaluating rows (division by zero, overflow).
+    Operator(String),
+}
+
+impl ExprError {
+    pub(crate) fn graph(message: impl Into<String>) -> Self {
+        ExprError::Graph(message.into())
+    }
+
+    pub(crate) fn schema(message: impl Into<String>) -> Self {
+        ExprError::Schema(message.into())
+    }
+
+    pub(crate) fn operator(message: impl Into<String>) -> Self {
+        ExprError::Operator(message.into())
+    }
+
+    /// The engine error of operator `operator` that evaluated the expression.
+    pub fn at(self, operator: &str) -> Error {
+        match self {
+            ExprError::Graph(m) => Error::graph(operator, m),
+            ExprError::Schema(m) => Error::schema(operator, m),
+            ExprError::Operator(m) => Error::operator(operator, m),
+        }
+    }
+}
+
+impl fmt::Display for ExprError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExprError::Graph(m) | ExprError::Schema(m) | ExprError::Operator(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ExprError {}
+
+/// The result of type-checking or evaluating an expression.
+pub type ExprResult<T> = std::result::Result<T, ExprError>;
+
 /// A literal value of an expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScalarValue {

@@ -6,7 +6,7 @@
 use arrow::datatypes::{DataType, Schema};
 
 use super::{BinaryOp, Expr, ScalarValue, UnaryOp};
-use crate::error::{Error, Result};
+use super::{ExprError, ExprResult};
 
 /// The numeric class an Arrow type promotes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,25 +59,23 @@ pub(crate) fn is_string(dt: &DataType) -> bool {
     )
 }
 
-fn unsupported_u64(expr: &Expr) -> Error {
-    Error::schema(
-        "",
-        format!("unsigned 64-bit columns are not supported in expressions; cast first (in {expr})"),
-    )
+fn unsupported_u64(expr: &Expr) -> ExprError {
+    ExprError::schema(format!(
+        "unsigned 64-bit columns are not supported in expressions; cast first (in {expr})"
+    ))
 }
 
 /// The error for a column that is not in `names`.
-pub(crate) fn column_not_found<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Error {
+pub(crate) fn column_not_found<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> ExprError {
     let available: Vec<&str> = names.collect();
     let available = if available.is_empty() {
         "(none)".to_string()
     } else {
         available.join(", ")
     };
-    Error::graph(
-        "",
-        format!("column '{name}' does not exist; available columns: {available}"),
-    )
+    ExprError::graph(format!(
+        "column '{name}' does not exist; available columns: {available}"
+    ))
 }
 
 /// The type of a literal.
@@ -104,20 +102,17 @@ pub(crate) fn binary_type(
     l: &DataType,
     r: &DataType,
     expr: &Expr,
-) -> Result<DataType> {
+) -> ExprResult<DataType> {
     if matches!(l, DataType::UInt64) || matches!(r, DataType::UInt64) {
         return Err(unsupported_u64(expr));
     }
     if op.is_logical() {
         for (side, t) in [("left", l), ("right", r)] {
             if !matches!(t, DataType::Boolean | DataType::Null) {
-                return Err(Error::schema(
-                    "",
-                    format!(
-                        "operator '{}' needs boolean operands, but the {side} operand of {expr} is {t}",
-                        op.symbol()
-                    ),
-                ));
+                return Err(ExprError::schema(format!(
+                    "operator '{}' needs boolean operands, but the {side} operand of {expr} is {t}",
+                    op.symbol()
+                )));
             }
         }
         return Ok(DataType::Boolean);
@@ -142,9 +137,7 @@ pub(crate) fn binary_type(
             } else {
                 a.common(b).data_type()
             }),
-            _ => Err(Error::schema(
-                "",
-                format!(
+            _ => Err(ExprError::schema(format!(
                     "operator '{}' is not defined for {l} and {r} (in {expr}); arithmetic needs numeric operands",
                     op.symbol()
                 ),
@@ -154,31 +147,26 @@ pub(crate) fn binary_type(
     if comparable(l, r) {
         Ok(DataType::Boolean)
     } else {
-        Err(Error::schema(
-            "",
-            format!("cannot compare {l} with {r} (in {expr})"),
-        ))
+        Err(ExprError::schema(format!(
+            "cannot compare {l} with {r} (in {expr})"
+        )))
     }
 }
 
 /// The result type of `op t` in `expr`.
-pub(crate) fn unary_type(op: UnaryOp, t: &DataType, expr: &Expr) -> Result<DataType> {
+pub(crate) fn unary_type(op: UnaryOp, t: &DataType, expr: &Expr) -> ExprResult<DataType> {
     match op {
         UnaryOp::IsNull | UnaryOp::IsNotNull => Ok(DataType::Boolean),
         UnaryOp::Not => match t {
             DataType::Boolean | DataType::Null => Ok(DataType::Boolean),
-            other => Err(Error::schema(
-                "",
-                format!("operator '~' needs a boolean operand, but the operand of {expr} is {other}"),
+            other => Err(ExprError::schema(format!("operator '~' needs a boolean operand, but the operand of {expr} is {other}"),
             )),
         },
         UnaryOp::Neg => match t {
             DataType::Null => Ok(DataType::Null),
             DataType::UInt64 => Err(unsupported_u64(expr)),
             other => numeric_class(other).map(NumClass::data_type).ok_or_else(|| {
-                Error::schema(
-                    "",
-                    format!("cannot negate a value of type {other} (in {expr}); negation needs a numeric operand"),
+                ExprError::schema(format!("cannot negate a value of type {other} (in {expr}); negation needs a numeric operand"),
                 )
             }),
         },
@@ -189,10 +177,10 @@ impl Expr {
     /// Type-checks the expression against `schema` and returns its result
     /// type.
     ///
-    /// An unknown column is an [`Error::Graph`] naming the available
-    /// columns; operands of the wrong type are an [`Error::Schema`]. Both
-    /// leave the operator name empty for the caller to fill in.
-    pub fn data_type(&self, schema: &Schema) -> Result<DataType> {
+    /// An unknown column is an [`ExprError::Graph`] naming the available
+    /// columns; operands of the wrong type are an [`ExprError::Schema`]; the
+    /// calling operator names itself with [`ExprError::at`].
+    pub fn data_type(&self, schema: &Schema) -> ExprResult<DataType> {
         match self {
             Expr::Column(name) => match schema.column_with_name(name) {
                 Some((_, field)) => Ok(field.data_type().clone()),
@@ -280,7 +268,7 @@ mod tests {
             bin(BinaryOp::Add, c("u64"), c("i64")),
         ] {
             let err = e.data_type(&s).expect_err("must not type-check");
-            assert!(matches!(err, Error::Schema { .. }), "{e}: {err}");
+            assert!(matches!(err, ExprError::Schema(_)), "{e}: {err}");
         }
         let err = bin(BinaryOp::Add, c("u64"), c("i64"))
             .data_type(&s)
@@ -291,7 +279,7 @@ mod tests {
     #[test]
     fn test_unknown_column_lists_available() {
         let err = Expr::col("x").data_type(&schema()).expect_err("unknown");
-        assert!(matches!(err, Error::Graph { .. }));
+        assert!(matches!(err, ExprError::Graph(_)));
         assert!(
             err.to_string()
                 .contains("column 'x' does not exist; available columns: i32, i64, f32, s, b, u64"),

@@ -127,13 +127,10 @@ impl JobGraph {
     /// equal parallelisms, parallelism within `1..=max_parallelism`.
     pub fn validate(&self) -> Result<()> {
         if self.max_parallelism == 0 || self.max_parallelism > u16::MAX as usize {
-            return Err(Error::graph(
-                "",
-                format!(
-                    "max_parallelism must be in 1..=65535, got {}",
-                    self.max_parallelism
-                ),
-            ));
+            return Err(Error::job_graph(format!(
+                "max_parallelism must be in 1..=65535, got {}",
+                self.max_parallelism
+            )));
         }
         for (i, n) in self.nodes.iter().enumerate() {
             if n.id != i {
@@ -199,10 +196,10 @@ impl JobGraph {
             self.loops.iter().map(|l| (l.head, l)).collect();
         for l in &self.loops {
             let (Some(head), Some(tail)) = (self.nodes.get(l.head), self.nodes.get(l.tail)) else {
-                return Err(Error::graph(
-                    "",
-                    format!("loop {} names a head or tail that is not a node", l.id),
-                ));
+                return Err(Error::job_graph(format!(
+                    "loop {} names a head or tail that is not a node",
+                    l.id
+                )));
             };
             if !matches!(head.kind, NodeKind::Operator(_)) || head.inputs.is_empty() {
                 return Err(Error::graph(&head.name, "a loop head needs an input"));

@@ -30,7 +30,7 @@ impl std::fmt::Debug for Secret {
 fn random<const N: usize>() -> Result<[u8; N]> {
     let mut b = [0u8; N];
     getrandom::getrandom(&mut b)
-        .map_err(|e| Error::operator("", format!("no randomness for the job secret: {e}")))?;
+        .map_err(|e| Error::runtime(format!("no randomness for the job secret: {e}")))?;
     Ok(b)
 }
 
@@ -42,7 +42,7 @@ impl Secret {
 
     /// Parses 64 hex digits.
     pub fn from_hex(s: &str) -> Result<Secret> {
-        let bad = || Error::operator("", "the job secret must be 64 hex digits");
+        let bad = || Error::runtime("the job secret must be 64 hex digits");
         if s.len() != 64 || !s.is_ascii() {
             return Err(bad());
         }
@@ -60,7 +60,7 @@ impl Secret {
 
     fn mac(&self, role: &[u8], a: &[u8], b: &[u8]) -> Result<HmacSha256> {
         let mut m = HmacSha256::new_from_slice(&self.0)
-            .map_err(|e| Error::operator("", format!("HMAC key: {e}")))?;
+            .map_err(|e| Error::runtime(format!("HMAC key: {e}")))?;
         m.update(MAGIC);
         m.update(role);
         m.update(a);
@@ -70,14 +70,11 @@ impl Secret {
 }
 
 fn io_err(what: &str, e: std::io::Error) -> Error {
-    Error::operator("", format!("connection handshake failed ({what}): {e}"))
+    Error::runtime(format!("connection handshake failed ({what}): {e}"))
 }
 
 fn rejected() -> Error {
-    Error::operator(
-        "",
-        "a connection was rejected: the peer does not know this job's secret",
-    )
+    Error::runtime("a connection was rejected: the peer does not know this job's secret")
 }
 
 /// The dialing side: proves itself and checks the listener.
@@ -121,8 +118,7 @@ pub fn server_handshake(stream: &mut TcpStream, secret: &Secret) -> Result<()> {
         .read_exact(&mut hello)
         .map_err(|e| io_err("receive", e))?;
     if &hello[..8] != MAGIC {
-        return Err(Error::operator(
-            "",
+        return Err(Error::runtime(
             "a connection was rejected: it does not speak eddyline's protocol",
         ));
     }

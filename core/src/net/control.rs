@@ -185,17 +185,29 @@ pub(crate) fn encode_error(e: &mut Enc, err: &Error) {
             operator,
             path,
             message,
+            ..
         } => {
             e.u8(6)
                 .str(operator)
                 .str(&path.to_string_lossy())
                 .str(message);
         }
-        Error::Operator { operator, message } => {
+        Error::Operator {
+            operator, message, ..
+        } => {
             e.u8(7).str(operator).str(message);
         }
         Error::Cancelled => {
             e.u8(8);
+        }
+        Error::Runtime { message, .. } => {
+            e.u8(9).str(message);
+        }
+        Error::Storage { uri, message } => {
+            e.u8(10).str(uri).str(message);
+        }
+        Error::JobGraph { message } => {
+            e.u8(11).str(message);
         }
     }
 }
@@ -225,11 +237,22 @@ pub(crate) fn decode_error(d: &mut Dec<'_>) -> Result<Error> {
             operator: d.str()?,
             path: d.str()?.into(),
             message: d.str()?,
+            source: None,
         },
         7 => Error::Operator {
             operator: d.str()?,
             message: d.str()?,
+            source: None,
         },
+        9 => Error::Runtime {
+            message: d.str()?,
+            source: None,
+        },
+        10 => Error::Storage {
+            uri: d.str()?,
+            message: d.str()?,
+        },
+        11 => Error::JobGraph { message: d.str()? },
         _ => Error::Cancelled,
     })
 }

@@ -39,10 +39,9 @@ const TAG_CREDIT: u8 = 5;
 const CONNECT_PATIENCE: Duration = Duration::from_secs(60);
 
 fn lost(peer: usize, why: &str) -> Error {
-    Error::operator(
-        "",
-        format!("the data connection to worker {peer} was lost: {why}"),
-    )
+    Error::runtime(format!(
+        "the data connection to worker {peer} was lost: {why}"
+    ))
 }
 
 /// The sending end of one (this worker -> peer) connection.
@@ -239,12 +238,12 @@ impl DataPlane {
             std::thread::Builder::new()
                 .name("eddyline-accept".into())
                 .spawn(move || accept_peers(listener, inb, expected, secret, attempt, shutdown))
-                .map_err(|e| Error::operator("", format!("cannot start a thread: {e}")))?;
+                .map_err(|e| Error::runtime(format!("cannot start a thread: {e}")))?;
         }
         for (&peer, link) in &self.out {
             let addr = addrs
                 .get(peer)
-                .ok_or_else(|| Error::operator("", format!("no data address for worker {peer}")))?;
+                .ok_or_else(|| Error::runtime(format!("no data address for worker {peer}")))?;
             let mut stream = dial(*addr, peer)?;
             client_handshake(&mut stream, &self.secret)?;
             let mut hello = Enc::default();
@@ -263,7 +262,7 @@ impl DataPlane {
             std::thread::Builder::new()
                 .name(format!("eddyline-credits-{peer}"))
                 .spawn(move || read_credits(reader, l))
-                .map_err(|e| Error::operator("", format!("cannot start a thread: {e}")))?;
+                .map_err(|e| Error::runtime(format!("cannot start a thread: {e}")))?;
         }
         Ok(())
     }

@@ -122,7 +122,7 @@ pub struct Dec<'a> {
 }
 
 fn malformed(what: &str) -> Error {
-    Error::operator("", format!("malformed message from a peer: {what}"))
+    Error::runtime(format!("malformed message from a peer: {what}"))
 }
 
 impl<'a> Dec<'a> {
@@ -271,14 +271,16 @@ impl BatchEncoder {
         };
         let mut fresh = false;
         if !same {
-            let w = StreamWriter::try_new(Vec::new(), &schema)?;
+            let w = StreamWriter::try_new(Vec::new(), &schema)
+                .map_err(|e| Error::runtime_caused(format!("cannot encode a batch: {e}"), e))?;
             self.writer = Some((schema, w));
             fresh = true;
         }
         let Some((_, w)) = self.writer.as_mut() else {
-            return Err(Error::operator("", "internal: no IPC writer"));
+            return Err(Error::runtime("internal: no IPC writer"));
         };
-        w.write(batch)?;
+        w.write(batch)
+            .map_err(|e| Error::runtime_caused(format!("cannot encode a batch: {e}"), e))?;
         Ok((fresh, std::mem::take(w.get_mut())))
     }
 }
@@ -297,7 +299,10 @@ impl BatchDecoder {
         }
         let mut buf = Buffer::from_vec(payload);
         while !buf.is_empty() {
-            if let Some(batch) = self.decoder.decode(&mut buf)? {
+            let decoded = self.decoder.decode(&mut buf).map_err(|e| {
+                Error::runtime_caused(format!("malformed record batch from a peer: {e}"), e)
+            })?;
+            if let Some(batch) = decoded {
                 return Ok(batch);
             }
         }

@@ -13,12 +13,12 @@ use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
 use super::{Collector, Operator, OperatorContext, OperatorFactory};
-use crate::error::{Error, Result};
+use crate::error::{Error, ForOperator, Result};
 use crate::expr::{Expr, Value};
 
-fn not_boolean(predicate: &Expr, found: &DataType) -> Error {
+fn not_boolean(operator: &str, predicate: &Expr, found: &DataType) -> Error {
     Error::schema(
-        "",
+        operator,
         format!("the filter predicate {predicate} must be boolean, but it is {found}"),
     )
 }
@@ -26,13 +26,18 @@ fn not_boolean(predicate: &Expr, found: &DataType) -> Error {
 /// Keeps the rows where `predicate` is true.
 #[derive(Debug, Clone)]
 pub struct FilterOperator {
+    /// The operator's name, for errors.
+    name: String,
     predicate: Expr,
 }
 
 impl FilterOperator {
-    /// A filter on `predicate`.
-    pub fn new(predicate: Expr) -> Self {
-        Self { predicate }
+    /// Filter `name` on `predicate`.
+    pub fn new(name: &str, predicate: Expr) -> Self {
+        Self {
+            name: name.to_string(),
+            predicate,
+        }
     }
 
     /// The rows of `batch` where the predicate is true, or `None` if there
@@ -42,7 +47,7 @@ impl FilterOperator {
         if rows == 0 {
             return Ok(None);
         }
-        let mask = match self.predicate.eval(&batch)? {
+        let mask = match self.predicate.eval(&batch).map_err(|e| e.at(&self.name))? {
             Value::Array(mask) => mask,
             // A predicate of literals only: all rows or none.
             Value::Scalar(value) => {
@@ -50,12 +55,12 @@ impl FilterOperator {
                     Some(b) if b.is_valid(0) && b.value(0) => Ok(Some(batch)),
                     Some(_) => Ok(None),
                     None if value.data_type() == &DataType::Null => Ok(None),
-                    None => Err(not_boolean(&self.predicate, value.data_type())),
+                    None => Err(not_boolean(&self.name, &self.predicate, value.data_type())),
                 };
             }
         };
         let Some(mask) = mask.as_boolean_opt() else {
-            return Err(not_boolean(&self.predicate, mask.data_type()));
+            return Err(not_boolean(&self.name, &self.predicate, mask.data_type()));
         };
         let kept = mask.true_count();
         if kept == rows {
@@ -63,7 +68,9 @@ impl FilterOperator {
         } else if kept == 0 {
             Ok(None)
         } else {
-            Ok(Some(filter_record_batch(&batch, mask)?))
+            Ok(Some(
+                filter_record_batch(&batch, mask).for_operator(&self.name)?,
+            ))
         }
     }
 }
@@ -108,10 +115,11 @@ impl FilterFactory {
     /// returns the output schema, which is `input`. An unknown column is an
     /// [`Error::Graph`]; a predicate that is not boolean an
     /// [`Error::Schema`].
-    pub fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef> {
-        let data_type = self.expr.data_type(input)?;
+    /// Errors name `operator`.
+    pub fn output_schema(&self, operator: &str, input: &SchemaRef) -> Result<SchemaRef> {
+        let data_type = self.expr.data_type(input).map_err(|e| e.at(operator))?;
         if data_type != DataType::Boolean {
-            return Err(not_boolean(&self.expr, &data_type));
+            return Err(not_boolean(operator, &self.expr, &data_type));
         }
         Ok(Arc::clone(input))
     }
@@ -127,8 +135,8 @@ impl OperatorFactory for FilterFactory {
         true
     }
 
-    fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(FilterOperator::new(self.expr.clone())))
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+        Ok(Box::new(FilterOperator::new(&ctx.name, self.expr.clone())))
     }
 }
 
@@ -240,20 +248,20 @@ mod tests {
         let schema = batch(vec![]).schema();
         let f = FilterFactory::new(predicate(BinaryOp::Lt, 3));
         assert!(Arc::ptr_eq(
-            &f.output_schema(&schema).expect("typed"),
+            &f.output_schema("f", &schema).expect("typed"),
             &schema
         ));
         let err = FilterFactory::new(Expr::col("value"))
-            .output_schema(&schema)
+            .output_schema("f", &schema)
             .expect_err("not boolean");
         assert!(matches!(err, Error::Schema { .. }), "{err}");
         assert!(err.to_string().contains("must be boolean"), "{err}");
         let err = FilterFactory::new(Expr::col("nope"))
-            .output_schema(&schema)
+            .output_schema("f", &schema)
             .expect_err("unknown column");
         assert!(matches!(err, Error::Graph { .. }), "{err}");
         // The same check at run time.
-        let mut op = FilterOperator::new(Expr::col("value"));
+        let mut op = FilterOperator::new("f", Expr::col("value"));
         let err = op
             .process_batch(0, batch(vec![Some(1)]), &mut Sink::default())
             .expect_err("not boolean");

@@ -77,7 +77,7 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ForOperator, Result};
 use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::{DeferredState, OperatorState, StateBlob};
@@ -161,10 +161,10 @@ fn describe_columns(schema: &Schema) -> String {
         .join(", ")
 }
 
-fn column_index(schema: &Schema, name: &str) -> Result<usize> {
+fn column_index(operator: &str, schema: &Schema, name: &str) -> Result<usize> {
     schema.index_of(name).map_err(|_| {
         Error::graph(
-            "",
+            operator,
             format!(
                 "column '{name}' does not exist; available columns: {}",
                 describe_columns(schema)
@@ -181,25 +181,26 @@ impl KeyedAggFactory {
 
     /// The schema of the operator's output for `input` (build-time
     /// validation): the key fields followed by the aggregate field.
-    pub fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef> {
-        Ok(self.bind(input)?.output)
+    /// Errors name `operator`.
+    pub fn output_schema(&self, operator: &str, input: &SchemaRef) -> Result<SchemaRef> {
+        Ok(self.bind(operator, input)?.output)
     }
 
-    fn bind(&self, input: &SchemaRef) -> Result<Binding> {
+    fn bind(&self, operator: &str, input: &SchemaRef) -> Result<Binding> {
         if self.keys.is_empty() {
             return Err(Error::graph(
-                "",
+                operator,
                 format!("{} needs at least one key column", self.agg.name()),
             ));
         }
         let mut key_idx = Vec::with_capacity(self.keys.len());
         let mut fields: Vec<FieldRef> = Vec::with_capacity(self.keys.len() + 1);
         for key in &self.keys {
-            let idx = column_index(input, key)?;
+            let idx = column_index(operator, input, key)?;
             let field = input.fields()[idx].clone();
             if !RowConverter::supports_fields(&[SortField::new(field.data_type().clone())]) {
                 return Err(Error::schema(
-                    "",
+                    operator,
                     format!(
                         "key column '{key}' has type {}, which cannot be used as a key",
                         field.data_type()
@@ -212,19 +213,19 @@ impl KeyedAggFactory {
         let (value_idx, value_kind, out_name, nullable) = match (self.agg, &self.column) {
             (AggKind::Count, None) => (None, ValueKind::Int, "count".to_string(), false),
             (AggKind::Count, Some(col)) => (
-                Some(column_index(input, col)?),
+                Some(column_index(operator, input, col)?),
                 ValueKind::Int,
                 "count".to_string(),
                 false,
             ),
             (agg, None) => {
                 return Err(Error::graph(
-                    "",
+                    operator,
                     format!("{} needs a column to aggregate", agg.name()),
                 ))
             }
             (agg, Some(col)) => {
-                let idx = column_index(input, col)?;
+                let idx = column_index(operator, input, col)?;
                 let dt = input.field(idx).data_type();
                 let kind = if dt.is_integer() {
                     ValueKind::Int
@@ -232,7 +233,7 @@ impl KeyedAggFactory {
                     ValueKind::Float
                 } else {
                     return Err(Error::schema(
-                        "",
+                        operator,
                         format!(
                             "{} needs a numeric (integer or floating-point) column, but column '{col}' has type {dt}",
                             agg.name()
@@ -620,6 +621,8 @@ enum KeyState<V> {
 
 /// The keyed state and scratch of one accumulator type.
 struct Store<V: Value> {
+    /// The operator's name, for errors.
+    name: Arc<str>,
     key_fields: Vec<FieldRef>,
     keys: KeyState<V>,
     partials: Vec<Acc<V>>,
@@ -637,7 +640,7 @@ fn encode_and_hash(
     rows: &mut Rows,
     key_cols: &[ArrayRef],
     hashes: &mut Vec<u64>,
-) -> Result<()> {
+) -> std::result::Result<(), arrow::error::ArrowError> {
     rows.clear();
     converter.append(rows, key_cols)?;
     hashes.clear();
@@ -653,7 +656,7 @@ fn sort_fields(key_fields: &[FieldRef]) -> Vec<SortField> {
 }
 
 impl<V: Value> Store<V> {
-    fn new(key_fields: Vec<FieldRef>, n_groups: usize) -> Result<Self> {
+    fn new(name: Arc<str>, key_fields: Vec<FieldRef>, n_groups: usize) -> Result<Self> {
         let types: Vec<&DataType> = key_fields.iter().map(|f| f.data_type()).collect();
         let keys = if uses_int64_path(&types) {
             KeyState::Int64 {
@@ -662,7 +665,7 @@ impl<V: Value> Store<V> {
                     .collect(),
             }
         } else {
-            let converter = RowConverter::new(sort_fields(&key_fields))?;
+            let converter = RowConverter::new(sort_fields(&key_fields)).for_operator(&name)?;
             let rows = converter.empty_rows(0, 0);
             KeyState::Rows {
                 converter,
@@ -673,6 +676,7 @@ impl<V: Value> Store<V> {
             }
         };
         Ok(Store {
+            name,
             key_fields,
             keys,
             partials: Vec::new(),
@@ -699,7 +703,7 @@ impl<V: Value> Store<V> {
         groups.begin(n);
         match &mut self.keys {
             KeyState::Int64 { groups: state } => {
-                hash_keys(key_cols, hashes)?;
+                hash_keys(key_cols, hashes).for_operator(&own.name)?;
                 group_keys.clear();
                 let keys = key_cols[0].as_primitive::<Int64Type>();
                 let vals = keys.values();
@@ -760,7 +764,7 @@ impl<V: Value> Store<V> {
                 rows,
                 groups: state,
             } => {
-                encode_and_hash(converter, rows, key_cols, hashes)?;
+                encode_and_hash(converter, rows, key_cols, hashes).for_operator(&own.name)?;
                 let rows = &*rows;
                 for (i, (key, &hash)) in rows.iter().zip(hashes.iter()).enumerate() {
                     groups.assign(i as u32, hash, |_, first| {
@@ -806,6 +810,7 @@ impl<V: Value> Store<V> {
                 for (i, group) in groups.iter().enumerate() {
                     if !group.is_empty() {
                         let view = IntSnapshot {
+                            name: self.name.clone(),
                             agg,
                             key_field: self.key_fields[0].clone(),
                             group: group.clone(),
@@ -818,6 +823,7 @@ impl<V: Value> Store<V> {
                 for (i, group) in groups.iter().enumerate() {
                     if !group.map.is_empty() {
                         let view = RowSnapshot {
+                            name: self.name.clone(),
                             agg,
                             key_fields: self.key_fields.clone(),
                             group: group.clone(),
@@ -866,7 +872,9 @@ impl<V: Value> Store<V> {
             KeyState::Rows {
                 converter, groups, ..
             } => {
-                let rows = converter.convert_columns(key_cols)?;
+                let rows = converter
+                    .convert_columns(key_cols)
+                    .for_operator(&self.name)?;
                 let group = Arc::make_mut(&mut groups[local]);
                 for (i, row) in rows.iter().enumerate() {
                     let entry = Acc {
@@ -902,10 +910,16 @@ enum Engine {
 }
 
 impl Engine {
-    fn new(kind: ValueKind, key_fields: Vec<FieldRef>, n_groups: usize) -> Result<Self> {
+    fn new(
+        name: &str,
+        kind: ValueKind,
+        key_fields: Vec<FieldRef>,
+        n_groups: usize,
+    ) -> Result<Self> {
+        let name: Arc<str> = Arc::from(name);
         Ok(match kind {
-            ValueKind::Int => Engine::Int(Store::new(key_fields, n_groups)?),
-            ValueKind::Float => Engine::Float(Store::new(key_fields, n_groups)?),
+            ValueKind::Int => Engine::Int(Store::new(name, key_fields, n_groups)?),
+            ValueKind::Float => Engine::Float(Store::new(name, key_fields, n_groups)?),
         })
     }
 
@@ -953,6 +967,7 @@ impl Engine {
 
 /// A copy-on-write view of one key group with a single `Int64` key.
 struct IntSnapshot<V> {
+    name: Arc<str>,
     agg: AggKind,
     key_field: FieldRef,
     group: Arc<IntGroup<V>>,
@@ -979,11 +994,13 @@ impl<V: Value> DeferredState for IntSnapshot<V> {
             vec![keys],
             accs,
         )
+        .for_operator(&self.name)
     }
 }
 
 /// A copy-on-write view of one key group keyed by row-format bytes.
 struct RowSnapshot<V> {
+    name: Arc<str>,
     agg: AggKind,
     key_fields: Vec<FieldRef>,
     group: Arc<RowGroup<V>>,
@@ -991,7 +1008,8 @@ struct RowSnapshot<V> {
 
 impl<V: Value> DeferredState for RowSnapshot<V> {
     fn serialize(&self) -> Result<Vec<u8>> {
-        let converter = RowConverter::new(sort_fields(&self.key_fields))?;
+        let converter =
+            RowConverter::new(sort_fields(&self.key_fields)).for_operator(&self.name)?;
         let parser = converter.parser();
         let entries: Vec<(&[u8], Acc<V>)> = self
             .group
@@ -999,14 +1017,16 @@ impl<V: Value> DeferredState for RowSnapshot<V> {
             .iter()
             .map(|(k, acc)| (k.as_ref(), *acc))
             .collect();
-        let keys = converter.convert_rows(entries.iter().map(|(k, _)| parser.parse(k)))?;
+        let keys = converter
+            .convert_rows(entries.iter().map(|(k, _)| parser.parse(k)))
+            .for_operator(&self.name)?;
         let accs: ArrayRef = Arc::new(
             entries
                 .iter()
                 .map(|(_, acc)| acc.has.then_some(acc.value))
                 .collect::<PrimitiveArray<V::Arrow>>(),
         );
-        encode_state(self.agg, &self.key_fields, keys, accs)
+        encode_state(self.agg, &self.key_fields, keys, accs).for_operator(&self.name)
     }
 }
 
@@ -1015,7 +1035,7 @@ fn encode_state(
     key_fields: &[FieldRef],
     key_cols: Vec<ArrayRef>,
     acc: ArrayRef,
-) -> Result<Vec<u8>> {
+) -> std::result::Result<Vec<u8>, arrow::error::ArrowError> {
     let mut fields: Vec<Field> = Vec::with_capacity(key_fields.len() + 1);
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(key_fields.len() + 1);
     for (field, col) in key_fields.iter().zip(key_cols) {
@@ -1124,7 +1144,7 @@ impl KeyedAggOperator {
         }
         let binding = self
             .factory
-            .bind(schema)
+            .bind(&self.own.name, schema)
             .map_err(|e| e.in_operator(&self.own.name))?;
         let key_fields: Vec<FieldRef> = binding
             .key_idx
@@ -1152,6 +1172,7 @@ impl KeyedAggOperator {
             }
             None => {
                 self.engine = Some(Engine::new(
+                    &self.own.name,
                     binding.value_kind,
                     key_fields,
                     self.own.key_groups.len(),
@@ -1195,12 +1216,19 @@ impl KeyedAggOperator {
                 ))
             }
             Some(_) => {}
-            None => self.engine = Some(Engine::new(kind, key_fields, self.own.key_groups.len())?),
+            None => {
+                self.engine = Some(Engine::new(
+                    &self.own.name,
+                    kind,
+                    key_fields,
+                    self.own.key_groups.len(),
+                )?)
+            }
         }
         let local = kg - self.own.key_groups.start;
         for batch in batches {
             let key_cols = &batch.columns()[..n_keys];
-            hash_keys(key_cols, &mut self.scratch.hashes)?;
+            hash_keys(key_cols, &mut self.scratch.hashes).for_operator(&self.own.name)?;
             if let Some(h) = self
                 .scratch
                 .hashes
@@ -1382,7 +1410,7 @@ mod tests {
     fn test_output_schema_unknown_column_lists_available_columns() {
         let schema = int_batch(vec![], vec![]).schema();
         let err = factory(&["x"], AggKind::Sum, Some("v"))
-            .output_schema(&schema)
+            .output_schema("op", &schema)
             .unwrap_err();
         assert!(matches!(err, Error::Graph { .. }));
         assert!(
@@ -1391,14 +1419,14 @@ mod tests {
             "{err}"
         );
         let err = factory(&["k"], AggKind::Max, Some("y"))
-            .output_schema(&schema)
+            .output_schema("op", &schema)
             .unwrap_err();
         assert!(
             err.to_string().contains("column 'y' does not exist"),
             "{err}"
         );
         let err = factory(&["k"], AggKind::Min, None)
-            .output_schema(&schema)
+            .output_schema("op", &schema)
             .unwrap_err();
         assert!(matches!(err, Error::Graph { .. }));
     }
@@ -1410,7 +1438,7 @@ mod tests {
             ("s", Arc::new(StringArray::from(vec!["a"])) as ArrayRef),
         ]);
         let err = factory(&["k"], AggKind::Sum, Some("s"))
-            .output_schema(&b.schema())
+            .output_schema("op", &b.schema())
             .unwrap_err();
         assert!(matches!(err, Error::Schema { .. }));
         assert!(
@@ -1419,7 +1447,7 @@ mod tests {
         );
         // Counting a string column is fine.
         let out = factory(&["k"], AggKind::Count, Some("s"))
-            .output_schema(&b.schema())
+            .output_schema("op", &b.schema())
             .unwrap();
         assert_eq!(out.field(1).name(), "count");
     }
@@ -1433,7 +1461,7 @@ mod tests {
         ]);
         let s = b.schema();
         let out = factory(&["k"], AggKind::Sum, Some("u"))
-            .output_schema(&s)
+            .output_schema("op", &s)
             .unwrap();
         assert_eq!(out.field(0), s.field(0));
         assert_eq!(
@@ -1441,11 +1469,11 @@ mod tests {
             ("u", &DataType::Int64)
         );
         let out = factory(&["k"], AggKind::Max, Some("f"))
-            .output_schema(&s)
+            .output_schema("op", &s)
             .unwrap();
         assert_eq!(out.field(1).data_type(), &DataType::Float64);
         let out = factory(&["k", "u"], AggKind::Count, None)
-            .output_schema(&s)
+            .output_schema("op", &s)
             .unwrap();
         assert_eq!(out.fields().len(), 3);
         assert_eq!(
@@ -1475,7 +1503,7 @@ mod tests {
         // Key 7 was only seen with a null value.
         assert_eq!(ints(out.column(1)), vec![Some(14), None, Some(9)]);
         let expected = f
-            .output_schema(&int_batch(vec![None], vec![None]).schema())
+            .output_schema("op", &int_batch(vec![None], vec![None]).schema())
             .unwrap();
         assert_eq!(out.schema(), expected);
     }

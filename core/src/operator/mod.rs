@@ -44,12 +44,9 @@ pub trait Collector {
         if port == 0 {
             return self.emit(batch);
         }
-        Err(Error::operator(
-            "",
-            format!(
-                "the operator emitted on output port {port}, which this collector does not support"
-            ),
-        ))
+        Err(Error::runtime(format!(
+            "an operator emitted on output port {port}, which this collector does not support"
+        )))
     }
 }
 

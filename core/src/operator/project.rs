@@ -60,12 +60,18 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(mode: ProjectMode, exprs: &[(String, Expr)], input: &SchemaRef) -> Result<Plan> {
+    /// Errors name `operator`.
+    fn new(
+        operator: &str,
+        mode: ProjectMode,
+        exprs: &[(String, Expr)],
+        input: &SchemaRef,
+    ) -> Result<Plan> {
         let mut seen = HashSet::with_capacity(exprs.len());
         for (name, _) in exprs {
             if !seen.insert(name.as_str()) {
                 return Err(Error::graph(
-                    "",
+                    operator,
                     format!(
                         "column '{name}' is assigned more than once in {}",
                         mode.name()
@@ -80,11 +86,11 @@ impl Plan {
             columns.extend((0..input.fields().len()).map(OutputColumn::Input));
         }
         for (name, expr) in exprs {
-            let data_type = expr.data_type(input)?;
+            let data_type = expr.data_type(input).map_err(|e| e.at(operator))?;
             let (field, column) = match expr {
                 Expr::Column(source) => {
                     let (index, field) = input.column_with_name(source).ok_or_else(|| {
-                        Error::graph("", format!("column '{source}' does not exist"))
+                        Error::graph(operator, format!("column '{source}' does not exist"))
                     })?;
                     let field = if field.name() == name {
                         Arc::clone(&input.fields()[index])
@@ -133,18 +139,18 @@ impl Plan {
                     .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type()))
     }
 
-    fn project(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+    fn project(&self, operator: &str, batch: &RecordBatch) -> Result<RecordBatch> {
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
         for column in &self.columns {
             arrays.push(match column {
                 OutputColumn::Input(index) => Arc::clone(batch.column(*index)),
-                OutputColumn::Computed(expr) => expr.evaluate(batch)?,
+                OutputColumn::Computed(expr) => expr.evaluate(batch).map_err(|e| e.at(operator))?,
             });
         }
         let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
         RecordBatch::try_new_with_options(Arc::clone(&self.output), arrays, &options).map_err(|e| {
             Error::schema(
-                "",
+                operator,
                 format!("the projected batch does not fit its schema: {e}"),
             )
         })
@@ -163,6 +169,8 @@ fn describe(schema: &Schema) -> String {
 /// Computes `with_columns` or `select` over each batch.
 #[derive(Debug, Clone)]
 pub struct ProjectOperator {
+    /// The operator's name, for errors.
+    name: String,
     mode: ProjectMode,
     exprs: Vec<(String, Expr)>,
     plan: Option<Plan>,
@@ -175,12 +183,16 @@ impl ProjectOperator {
     /// A projection in `mode`; planned now if `input` is known, else on the
     /// first batch.
     pub fn new(
+        name: &str,
         mode: ProjectMode,
         exprs: Vec<(String, Expr)>,
         input: Option<&SchemaRef>,
     ) -> Result<Self> {
-        let plan = input.map(|s| Plan::new(mode, &exprs, s)).transpose()?;
+        let plan = input
+            .map(|s| Plan::new(name, mode, &exprs, s))
+            .transpose()?;
         Ok(Self {
+            name: name.to_string(),
             mode,
             exprs,
             plan,
@@ -189,13 +201,21 @@ impl ProjectOperator {
     }
 
     /// `with_columns(name=expr, ...)`.
-    pub fn with_columns(exprs: Vec<(String, Expr)>, input: Option<&SchemaRef>) -> Result<Self> {
-        Self::new(ProjectMode::WithColumns, exprs, input)
+    pub fn with_columns(
+        name: &str,
+        exprs: Vec<(String, Expr)>,
+        input: Option<&SchemaRef>,
+    ) -> Result<Self> {
+        Self::new(name, ProjectMode::WithColumns, exprs, input)
     }
 
     /// `select(name=expr, ...)`.
-    pub fn select(exprs: Vec<(String, Expr)>, input: Option<&SchemaRef>) -> Result<Self> {
-        Self::new(ProjectMode::Select, exprs, input)
+    pub fn select(
+        name: &str,
+        exprs: Vec<(String, Expr)>,
+        input: Option<&SchemaRef>,
+    ) -> Result<Self> {
+        Self::new(name, ProjectMode::Select, exprs, input)
     }
 
     /// The output schema, once planned.
@@ -208,7 +228,9 @@ impl ProjectOperator {
         let schema = batch.schema_ref();
         let plan = match &self.plan {
             Some(plan) => plan,
-            None => self.plan.insert(Plan::new(self.mode, &self.exprs, schema)?),
+            None => self
+                .plan
+                .insert(Plan::new(&self.name, self.mode, &self.exprs, schema)?),
         };
         let known = self
             .accepted
@@ -217,7 +239,7 @@ impl ProjectOperator {
         if !known {
             if !plan.accepts(schema) {
                 return Err(Error::schema(
-                    "",
+                    &self.name,
                     format!(
                         "{} expects input columns ({}), but a batch has ({})",
                         self.mode.name(),
@@ -228,7 +250,7 @@ impl ProjectOperator {
             }
             self.accepted = Some(Arc::clone(schema));
         }
-        plan.project(batch)
+        plan.project(&self.name, batch)
     }
 }
 
@@ -282,8 +304,9 @@ impl ProjectFactory {
 
     /// Declares the input schema: the projection is type-checked and
     /// planned now, once, for every subtask.
-    pub fn with_input_schema(mut self, input: &SchemaRef) -> Result<Self> {
-        self.plan = Some(Plan::new(self.mode, &self.exprs, input)?);
+    /// Errors name `operator`.
+    pub fn with_input_schema(mut self, operator: &str, input: &SchemaRef) -> Result<Self> {
+        self.plan = Some(Plan::new(operator, self.mode, &self.exprs, input)?);
         Ok(self)
     }
 
@@ -301,10 +324,11 @@ impl ProjectFactory {
     /// returns the output schema. An unknown column or a name assigned twice
     /// is an [`Error::Graph`]; operands of the wrong type an
     /// [`Error::Schema`].
-    pub fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef> {
+    /// Errors name `operator`.
+    pub fn output_schema(&self, operator: &str, input: &SchemaRef) -> Result<SchemaRef> {
         match &self.plan {
             Some(plan) if Arc::ptr_eq(&plan.input, input) => Ok(Arc::clone(&plan.output)),
-            _ => Ok(Plan::new(self.mode, &self.exprs, input)?.output),
+            _ => Ok(Plan::new(operator, self.mode, &self.exprs, input)?.output),
         }
     }
 }
@@ -319,8 +343,9 @@ impl OperatorFactory for ProjectFactory {
         true
     }
 
-    fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
+    fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ProjectOperator {
+            name: ctx.name.clone(),
             mode: self.mode,
             exprs: self.exprs.clone(),
             plan: self.plan.clone(),
@@ -433,9 +458,9 @@ mod tests {
             ("v".into(), Expr::col("value")),
             ("n2".into(), times("n", 2)),
         ])
-        .with_input_schema(&input.schema())
+        .with_input_schema("p", &input.schema())
         .expect("plan");
-        let schema = f.output_schema(&input.schema()).expect("schema");
+        let schema = f.output_schema("p", &input.schema()).expect("schema");
         assert_eq!(names(&schema), vec!["s", "v", "n2"]);
         // Pass-through keeps the input's nullability, computed is nullable.
         assert!(!schema.field(1).is_nullable());
@@ -452,9 +477,12 @@ mod tests {
     fn test_project_plans_schema_once_from_known_input() {
         let input = batch();
         let schema = input.schema();
-        let mut op =
-            ProjectOperator::with_columns(vec![("d".into(), times("value", 2))], Some(&schema))
-                .expect("plan");
+        let mut op = ProjectOperator::with_columns(
+            "p",
+            vec![("d".into(), times("value", 2))],
+            Some(&schema),
+        )
+        .expect("plan");
         let planned = Arc::clone(op.output_schema().expect("planned"));
         let a = op.project(&input).expect("project");
         // An equal schema in a different Arc is accepted.
@@ -471,7 +499,7 @@ mod tests {
         let input = batch();
         let schema = input.schema();
         let err = ProjectFactory::select(vec![("x".into(), Expr::col("missing"))])
-            .output_schema(&schema)
+            .output_schema("p", &schema)
             .expect_err("unknown column");
         assert!(matches!(err, Error::Graph { .. }), "{err}");
         assert!(
@@ -482,7 +510,7 @@ mod tests {
             ("x".into(), Expr::col("value")),
             ("x".into(), Expr::col("n")),
         ])
-        .output_schema(&schema)
+        .output_schema("p", &schema)
         .expect_err("duplicate");
         assert!(matches!(err, Error::Graph { .. }), "{err}");
         let bad = Expr::binary(
@@ -491,12 +519,13 @@ mod tests {
             Expr::lit(ScalarValue::Int64(1)),
         );
         let err = ProjectFactory::with_columns(vec![("x".into(), bad)])
-            .output_schema(&schema)
+            .output_schema("p", &schema)
             .expect_err("type");
         assert!(matches!(err, Error::Schema { .. }), "{err}");
         // A batch of another schema than the planned one.
-        let mut op = ProjectOperator::select(vec![("v".into(), Expr::col("value"))], Some(&schema))
-            .expect("plan");
+        let mut op =
+            ProjectOperator::select("p", vec![("v".into(), Expr::col("value"))], Some(&schema))
+                .expect("plan");
         let other = RecordBatch::try_new(
             Arc::new(Schema::new(vec![Field::new("value", DataType::Utf8, true)])),
             vec![Arc::new(StringArray::from(vec!["x"]))],

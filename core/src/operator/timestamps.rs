@@ -78,10 +78,10 @@ const SPLIT_ENTRY: u64 = 1;
 
 /// Checks that `name` is a usable event-time column of `schema` and returns
 /// its index (shared with the window operator).
-pub(crate) fn event_time_column(schema: &Schema, name: &str) -> Result<usize> {
+pub(crate) fn event_time_column(operator: &str, schema: &Schema, name: &str) -> Result<usize> {
     let idx = schema.index_of(name).map_err(|_| {
         Error::graph(
-            "",
+            operator,
             format!(
                 "event-time column '{name}' does not exist; available columns: {}",
                 schema
@@ -96,7 +96,7 @@ pub(crate) fn event_time_column(schema: &Schema, name: &str) -> Result<usize> {
     match schema.field(idx).data_type() {
         DataType::Int64 | DataType::Timestamp(_, _) => Ok(idx),
         other => Err(Error::schema(
-            "",
+            operator,
             format!(
                 "event-time column '{name}' has type {other}, but event time needs a timestamp column or int64 milliseconds since the epoch"
             ),
@@ -142,10 +142,14 @@ pub(crate) fn from_millis(ms: i64, data_type: &DataType) -> i64 {
 
 /// The raw `i64` values of an event-time column (`Int64` or a timestamp of
 /// any unit), refusing nulls. `column_name` names it in the error.
-pub(crate) fn raw_event_times<'a>(column: &'a ArrayRef, column_name: &str) -> Result<&'a [i64]> {
+pub(crate) fn raw_event_times<'a>(
+    operator: &str,
+    column: &'a ArrayRef,
+    column_name: &str,
+) -> Result<&'a [i64]> {
     if column.null_count() > 0 {
         return Err(Error::schema(
-            "",
+            operator,
             format!(
                 "event-time column '{column_name}' holds a null event time in {} of {} rows",
                 column.null_count(),
@@ -169,7 +173,7 @@ pub(crate) fn raw_event_times<'a>(column: &'a ArrayRef, column_name: &str) -> Re
         }
         other => {
             return Err(Error::schema(
-                "",
+                operator,
                 format!(
                     "event-time column '{column_name}' has type {other}, but event time needs a timestamp column or int64 milliseconds since the epoch"
                 ),
@@ -181,11 +185,12 @@ pub(crate) fn raw_event_times<'a>(column: &'a ArrayRef, column_name: &str) -> Re
 
 /// Converts an event-time column to milliseconds into `out` (cleared first).
 pub(crate) fn event_times_millis(
+    operator: &str,
     column: &ArrayRef,
     column_name: &str,
     out: &mut Vec<i64>,
 ) -> Result<()> {
-    let raw = raw_event_times(column, column_name)?;
+    let raw = raw_event_times(operator, column, column_name)?;
     out.clear();
     match column.data_type() {
         DataType::Timestamp(unit, _) if *unit != TimeUnit::Millisecond => {
@@ -227,16 +232,16 @@ impl AssignTimestampsFactory {
 
     /// Validates the input schema at build time; the output schema is the
     /// input schema (batches pass through unchanged).
-    pub fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef> {
-        self.check_bound()?;
-        event_time_column(input, &self.column)?;
+    pub fn output_schema(&self, operator: &str, input: &SchemaRef) -> Result<SchemaRef> {
+        self.check_bound(operator)?;
+        event_time_column(operator, input, &self.column)?;
         Ok(input.clone())
     }
 
-    fn check_bound(&self) -> Result<()> {
+    fn check_bound(&self, operator: &str) -> Result<()> {
         if self.max_out_of_orderness_ms < 0 {
             return Err(Error::graph(
-                "",
+                operator,
                 format!(
                     "max_out_of_orderness must not be negative, got {} ms",
                     self.max_out_of_orderness_ms
@@ -245,7 +250,7 @@ impl AssignTimestampsFactory {
         }
         if let Some(ms) = self.idle_timeout_ms.filter(|ms| *ms <= 0) {
             return Err(Error::graph(
-                "",
+                operator,
                 format!("idle_timeout must be positive, got {ms} ms"),
             ));
         }
@@ -325,9 +330,7 @@ pub struct AssignTimestampsOperator {
 impl AssignTimestampsOperator {
     /// An operator for the subtask described by `ctx`.
     pub fn new(factory: &AssignTimestampsFactory, ctx: &OperatorContext) -> Result<Self> {
-        factory
-            .check_bound()
-            .map_err(|e| e.in_operator(&ctx.name))?;
+        factory.check_bound(&ctx.name)?;
         Ok(AssignTimestampsOperator {
             name: ctx.name.clone(),
             column: factory.column.clone(),
@@ -452,7 +455,7 @@ impl AssignTimestampsOperator {
                 return Ok(*idx);
             }
         }
-        let idx = event_time_column(schema, &self.column).map_err(|e| e.in_operator(&self.name))?;
+        let idx = event_time_column(&self.name, schema, &self.column)?;
         self.binding = Some((schema.clone(), idx));
         Ok(idx)
     }
@@ -470,7 +473,7 @@ impl Operator for AssignTimestampsOperator {
         }
         let idx = self.column_index(batch.schema_ref())?;
         let column = batch.column(idx);
-        let raw = raw_event_times(column, &self.column).map_err(|e| e.in_operator(&self.name))?;
+        let raw = raw_event_times(&self.name, column, &self.column)?;
         // The conversion to milliseconds is monotone, so the maximum of the
         // raw values converts to the maximum in milliseconds.
         let max_raw = raw.iter().copied().max().unwrap_or(i64::MIN);
@@ -750,7 +753,7 @@ mod tests {
         }
         let col: ArrayRef = Arc::new(TimestampMicrosecondArray::from(vec![5_000, 7_500]));
         let mut out = Vec::new();
-        event_times_millis(&col, "t", &mut out).unwrap();
+        event_times_millis("ts", &col, "t", &mut out).unwrap();
         assert_eq!(out, vec![5, 7]);
     }
 
@@ -762,12 +765,12 @@ mod tests {
         )])
         .unwrap();
         let err = AssignTimestampsFactory::new("s".into(), 0)
-            .output_schema(&b.schema())
+            .output_schema("ts", &b.schema())
             .unwrap_err();
         assert!(matches!(err, Error::Schema { .. }));
         assert!(err.to_string().contains("'s' has type Utf8"), "{err}");
         let err = AssignTimestampsFactory::new("x".into(), 0)
-            .output_schema(&b.schema())
+            .output_schema("ts", &b.schema())
             .unwrap_err();
         assert!(matches!(err, Error::Graph { .. }));
         let f = AssignTimestampsFactory::new("t".into(), 0);
@@ -908,7 +911,7 @@ mod tests {
         assert!(err.to_string().contains("right after a source"), "{err}");
         let err = AssignTimestampsFactory::new("t".into(), 0)
             .with_idle_timeout(Some(0))
-            .output_schema(&batch(vec![Some(1)]).schema())
+            .output_schema("ts", &batch(vec![Some(1)]).schema())
             .unwrap_err();
         assert!(
             err.to_string().contains("idle_timeout must be positive"),

@@ -24,8 +24,8 @@ pub struct UnionFactory;
 
 impl UnionFactory {
     /// The schema of the union of `inputs`; see [`output_schema`].
-    pub fn output_schema(inputs: &[SchemaRef]) -> Result<SchemaRef> {
-        output_schema(inputs)
+    pub fn output_schema(operator: &str, inputs: &[SchemaRef]) -> Result<SchemaRef> {
+        output_schema(operator, inputs)
     }
 }
 
@@ -56,9 +56,9 @@ fn describe(schema: &Schema) -> String {
 
 /// The schema of the union of `inputs`: errors with [`Error::schema`] naming
 /// both schemas when two inputs differ in field names or types.
-pub fn output_schema(inputs: &[SchemaRef]) -> Result<SchemaRef> {
+pub fn output_schema(operator: &str, inputs: &[SchemaRef]) -> Result<SchemaRef> {
     let Some(first) = inputs.first() else {
-        return Err(Error::graph("", "union needs at least one input"));
+        return Err(Error::graph(operator, "union needs at least one input"));
     };
     let mut nullable: Vec<bool> = first.fields().iter().map(|f| f.is_nullable()).collect();
     for (i, other) in inputs.iter().enumerate().skip(1) {
@@ -70,7 +70,7 @@ pub fn output_schema(inputs: &[SchemaRef]) -> Result<SchemaRef> {
                 .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
         if !same {
             return Err(Error::schema(
-                "",
+                operator,
                 format!(
                     "union inputs must have the same schema, but input 0 has {} and input {i} has {}",
                     describe(first),
@@ -148,7 +148,7 @@ mod tests {
                 "y".to_string(),
             )])),
         );
-        let out = output_schema(&[a, b]).unwrap();
+        let out = output_schema("u", &[a, b]).unwrap();
         assert!(out.field(0).is_nullable());
         assert!(!out.field(1).is_nullable());
         assert!(out.metadata().is_empty());
@@ -158,15 +158,15 @@ mod tests {
     fn test_output_schema_different_inputs_names_both_schemas() {
         let a = schema(&[("k", DataType::Int64, false)]);
         let b = schema(&[("k", DataType::Utf8, false)]);
-        let err = UnionFactory::output_schema(&[a, b]).unwrap_err();
+        let err = UnionFactory::output_schema("u", &[a, b]).unwrap_err();
         assert!(matches!(err, Error::Schema { .. }));
         let msg = err.to_string();
         assert!(msg.contains("(k: Int64)"), "{msg}");
         assert!(msg.contains("(k: Utf8)"), "{msg}");
         let c = schema(&[("j", DataType::Int64, false)]);
         let d = schema(&[("k", DataType::Int64, false)]);
-        assert!(output_schema(&[c, d]).is_err());
-        assert!(output_schema(&[]).is_err());
+        assert!(output_schema("u", &[c, d]).is_err());
+        assert!(output_schema("u", &[]).is_err());
     }
 
     #[test]

@@ -114,7 +114,9 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ForOperator, Result};
+
+type ArrowResult<T> = std::result::Result<T, arrow::error::ArrowError>;
 use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
 use crate::operator::keyed_agg::AggKind;
@@ -160,11 +162,11 @@ impl WindowAssigner {
         }
     }
 
-    fn validate(&self) -> Result<()> {
+    fn validate(&self, operator: &str) -> Result<()> {
         let (size, slide) = (self.size_ms(), self.slide_ms());
         if size <= 0 || slide <= 0 || slide > size {
             return Err(Error::graph(
-                "",
+                operator,
                 format!(
                     "a window needs 0 < slide <= size, got size {size} ms and slide {slide} ms"
                 ),
@@ -266,10 +268,10 @@ struct Binding {
     output: SchemaRef,
 }
 
-fn column_index(schema: &Schema, name: &str) -> Result<usize> {
+fn column_index(operator: &str, schema: &Schema, name: &str) -> Result<usize> {
     schema.index_of(name).map_err(|_| {
         Error::graph(
-            "",
+            operator,
             format!(
                 "column '{name}' does not exist; available columns: {}",
                 schema
@@ -311,8 +313,9 @@ impl WindowFactory {
     /// The schema of the operator's output for `input` (build-time
     /// validation): the key fields, `window_start`, `window_end`, then the
     /// aggregate field.
-    pub fn output_schema(&self, input: &SchemaRef) -> Result<SchemaRef> {
-        Ok(self.bind(input)?.output)
+    /// Errors name `operator`.
+    pub fn output_schema(&self, operator: &str, input: &SchemaRef) -> Result<SchemaRef> {
+        Ok(self.bind(operator, input)?.output)
     }
 
     fn kind(&self) -> AggKind {
@@ -349,23 +352,23 @@ impl WindowFactory {
         Arc::new(Schema::new(fields))
     }
 
-    fn bind(&self, input: &SchemaRef) -> Result<Binding> {
-        self.assigner.validate()?;
+    fn bind(&self, operator: &str, input: &SchemaRef) -> Result<Binding> {
+        self.assigner.validate(operator)?;
         let agg = self.kind();
         if self.keys.is_empty() {
             return Err(Error::graph(
-                "",
+                operator,
                 format!("a window {} needs at least one key column", agg.name()),
             ));
         }
         let mut key_idx = Vec::with_capacity(self.keys.len());
         let mut key_fields = Vec::with_capacity(self.keys.len());
         for key in &self.keys {
-            let idx = column_index(input, key)?;
+            let idx = column_index(operator, input, key)?;
             let field = input.fields()[idx].clone();
             if !RowConverter::supports_fields(&[SortField::new(field.data_type().clone())]) {
                 return Err(Error::schema(
-                    "",
+                    operator,
                     format!(
                         "key column '{key}' has type {}, which cannot be used as a key",
                         field.data_type()
@@ -374,7 +377,7 @@ impl WindowFactory {
             }
             if matches!(field.name().as_str(), "window_start" | "window_end") {
                 return Err(Error::graph(
-                    "",
+                    operator,
                     format!("key column '{key}' clashes with the window's output columns"),
                 ));
             }
@@ -382,18 +385,20 @@ impl WindowFactory {
             // Nullable: fired rows hold keys of earlier batches too.
             key_fields.push(Arc::new(field.as_ref().clone().with_nullable(true)));
         }
-        let time_idx = event_time_column(input, &self.time_column)?;
+        let time_idx = event_time_column(operator, input, &self.time_column)?;
         let (value_idx, value_kind) = match (agg, self.agg_column()) {
             (AggKind::Count, None) => (None, ValueKind::Int),
-            (AggKind::Count, Some(col)) => (Some(column_index(input, col)?), ValueKind::Int),
+            (AggKind::Count, Some(col)) => {
+                (Some(column_index(operator, input, col)?), ValueKind::Int)
+            }
             (agg, None) => {
                 return Err(Error::graph(
-                    "",
+                    operator,
                     format!("a window {} needs a column to aggregate", agg.name()),
                 ))
             }
             (agg, Some(col)) => {
-                let idx = column_index(input, col)?;
+                let idx = column_index(operator, input, col)?;
                 let dt = input.field(idx).data_type();
                 let kind = if dt.is_integer() {
                     ValueKind::Int
@@ -401,7 +406,7 @@ impl WindowFactory {
                     ValueKind::Float
                 } else {
                     return Err(Error::schema(
-                        "",
+                        operator,
                         format!(
                             "{} needs a numeric (integer or floating-point) column, but column '{col}' has type {dt}",
                             agg.name()
@@ -522,7 +527,7 @@ struct Contribution<V: Num> {
 }
 
 impl<V: Num> Contribution<V> {
-    fn new(agg: AggKind, column: Option<&ArrayRef>) -> Result<Self> {
+    fn new(operator: &str, agg: AggKind, column: Option<&ArrayRef>) -> Result<Self> {
         let Some(column) = column else {
             return Ok(Contribution {
                 values: None,
@@ -543,7 +548,7 @@ impl<V: Num> Contribution<V> {
             };
             let cast = cast_with_options(column, &target, &options).map_err(|e| {
                 Error::operator(
-                    "",
+                    operator,
                     format!(
                         "cannot aggregate a {} value as {target}: {e}",
                         column.data_type()
@@ -583,7 +588,8 @@ trait StateKey: Eq + Hash + Clone + Send + Sync + 'static {
     where
         Self: 'a;
 
-    fn codec(fields: &[FieldRef]) -> Result<Self::Codec>;
+    // Their errors are Arrow's: the caller names the operator.
+    fn codec(fields: &[FieldRef]) -> ArrowResult<Self::Codec>;
 
     /// Encodes the key columns of a batch and hashes every row into `hashes`
     /// exactly as [`hash_keys`] does.
@@ -591,7 +597,7 @@ trait StateKey: Eq + Hash + Clone + Send + Sync + 'static {
         codec: &'a mut Self::Codec,
         columns: &'a [ArrayRef],
         hashes: &mut Vec<u64>,
-    ) -> Result<Self::Batch<'a>>;
+    ) -> ArrowResult<Self::Batch<'a>>;
 
     /// The entry of row `row`'s key in `map`, created by `fresh` if missing.
     fn upsert<'m, V: Copy>(
@@ -605,10 +611,10 @@ trait StateKey: Eq + Hash + Clone + Send + Sync + 'static {
     fn to_columns<'k>(
         fields: &[FieldRef],
         keys: impl Iterator<Item = &'k Self>,
-    ) -> Result<Vec<ArrayRef>>;
+    ) -> ArrowResult<Vec<ArrayRef>>;
 
     /// The keys held by Arrow key columns.
-    fn from_columns(codec: &mut Self::Codec, columns: &[ArrayRef]) -> Result<Vec<Self>>;
+    fn from_columns(codec: &mut Self::Codec, columns: &[ArrayRef]) -> ArrowResult<Vec<Self>>;
 }
 
 /// The keys of one batch with a single `Int64` key column.
@@ -621,7 +627,7 @@ impl StateKey for Option<i64> {
     type Codec = ();
     type Batch<'a> = IntKeys<'a>;
 
-    fn codec(_fields: &[FieldRef]) -> Result<()> {
+    fn codec(_fields: &[FieldRef]) -> ArrowResult<()> {
         Ok(())
     }
 
@@ -629,7 +635,7 @@ impl StateKey for Option<i64> {
         _codec: &'a mut (),
         columns: &'a [ArrayRef],
         hashes: &mut Vec<u64>,
-    ) -> Result<IntKeys<'a>> {
+    ) -> ArrowResult<IntKeys<'a>> {
         hash_keys(columns, hashes)?;
         let keys = columns[0].as_primitive::<Int64Type>();
         Ok(IntKeys {
@@ -655,11 +661,11 @@ impl StateKey for Option<i64> {
     fn to_columns<'k>(
         _fields: &[FieldRef],
         keys: impl Iterator<Item = &'k Self>,
-    ) -> Result<Vec<ArrayRef>> {
+    ) -> ArrowResult<Vec<ArrayRef>> {
         Ok(vec![Arc::new(keys.copied().collect::<Int64Array>())])
     }
 
-    fn from_columns(_codec: &mut (), columns: &[ArrayRef]) -> Result<Vec<Self>> {
+    fn from_columns(_codec: &mut (), columns: &[ArrayRef]) -> ArrowResult<Vec<Self>> {
         Ok(columns[0].as_primitive::<Int64Type>().iter().collect())
     }
 }
@@ -681,7 +687,7 @@ impl StateKey for Box<[u8]> {
     type Codec = RowCodec;
     type Batch<'a> = &'a Rows;
 
-    fn codec(fields: &[FieldRef]) -> Result<RowCodec> {
+    fn codec(fields: &[FieldRef]) -> ArrowResult<RowCodec> {
         let converter = RowConverter::new(sort_fields(fields))?;
         let rows = converter.empty_rows(0, 0);
         Ok(RowCodec { converter, rows })
@@ -691,7 +697,7 @@ impl StateKey for Box<[u8]> {
         codec: &'a mut RowCodec,
         columns: &'a [ArrayRef],
         hashes: &mut Vec<u64>,
-    ) -> Result<&'a Rows> {
+    ) -> ArrowResult<&'a Rows> {
         codec.rows.clear();
         codec.converter.append(&mut codec.rows, columns)?;
         hashes.clear();
@@ -723,13 +729,13 @@ impl StateKey for Box<[u8]> {
     fn to_columns<'k>(
         fields: &[FieldRef],
         keys: impl Iterator<Item = &'k Self>,
-    ) -> Result<Vec<ArrayRef>> {
+    ) -> ArrowResult<Vec<ArrayRef>> {
         let converter = RowConverter::new(sort_fields(fields))?;
         let parser = converter.parser();
-        Ok(converter.convert_rows(keys.map(|k| parser.parse(k)))?)
+        converter.convert_rows(keys.map(|k| parser.parse(k)))
     }
 
-    fn from_columns(codec: &mut RowCodec, columns: &[ArrayRef]) -> Result<Vec<Self>> {
+    fn from_columns(codec: &mut RowCodec, columns: &[ArrayRef]) -> ArrowResult<Vec<Self>> {
         let rows = codec.converter.convert_columns(columns)?;
         Ok(rows.iter().map(|r| Box::from(r.as_ref())).collect())
     }
@@ -778,14 +784,17 @@ struct Fired {
 
 /// The keyed state of one key layout and accumulator type.
 struct Store<K: StateKey, V: Num> {
+    /// The operator's name, for errors.
+    name: Arc<str>,
     codec: K::Codec,
     groups: Vec<Arc<GroupState<K, V>>>,
 }
 
 impl<K: StateKey, V: Num> Store<K, V> {
-    fn new(layout: &Layout, n_groups: usize) -> Result<Self> {
+    fn new(name: Arc<str>, layout: &Layout, n_groups: usize) -> Result<Self> {
         Ok(Store {
-            codec: K::codec(&layout.key_fields)?,
+            codec: K::codec(&layout.key_fields).for_operator(&name)?,
+            name,
             groups: (0..n_groups)
                 .map(|_| Arc::new(GroupState::empty()))
                 .collect(),
@@ -804,7 +813,7 @@ impl<K: StateKey, V: Num> Store<K, V> {
         next_seq: &mut u64,
         mut late_rows: Option<&mut Vec<u32>>,
     ) -> Result<u64> {
-        let keys = K::prepare(&mut self.codec, key_cols, hashes)?;
+        let keys = K::prepare(&mut self.codec, key_cols, hashes).for_operator(&self.name)?;
         let BatchInput {
             agg,
             size,
@@ -872,7 +881,7 @@ impl<K: StateKey, V: Num> Store<K, V> {
             return Ok(None);
         }
         rows.sort_unstable_by_key(|r| (r.0, r.1));
-        let keys = K::to_columns(key_fields, rows.iter().map(|r| r.2))?;
+        let keys = K::to_columns(key_fields, rows.iter().map(|r| r.2)).for_operator(&self.name)?;
         let starts: Vec<i64> = rows.iter().map(|r| r.0).collect();
         let acc = acc_array::<V>(rows.iter().map(|r| r.3));
         drop(rows);
@@ -936,7 +945,7 @@ impl<K: StateKey, V: Num> Store<K, V> {
         seqs: &UInt64Array,
         acc: &PrimitiveArray<V::Arrow>,
     ) -> Result<u64> {
-        let keys = K::from_columns(&mut self.codec, key_cols)?;
+        let keys = K::from_columns(&mut self.codec, key_cols).for_operator(&self.name)?;
         let group = Arc::make_mut(&mut self.groups[local]);
         let mut max_seq = 0;
         for (i, key) in keys.into_iter().enumerate() {
@@ -983,7 +992,11 @@ fn acc_array<V: Num>(accs: impl Iterator<Item = Acc<V>>) -> ArrayRef {
 }
 
 /// Milliseconds as an array of the event-time column's type.
-fn time_array(ms: impl Iterator<Item = i64>, data_type: &DataType) -> Result<ArrayRef> {
+fn time_array(
+    operator: &str,
+    ms: impl Iterator<Item = i64>,
+    data_type: &DataType,
+) -> Result<ArrayRef> {
     let values: Vec<i64> = ms.map(|m| from_millis(m, data_type)).collect();
     Ok(match data_type {
         DataType::Int64 => Arc::new(Int64Array::from(values)),
@@ -1006,7 +1019,7 @@ fn time_array(ms: impl Iterator<Item = i64>, data_type: &DataType) -> Result<Arr
         },
         other => {
             return Err(Error::schema(
-                "",
+                operator,
                 format!("event time cannot be of type {other}"),
             ))
         }
@@ -1034,14 +1047,19 @@ macro_rules! with_store {
 }
 
 impl Engine {
-    fn new(layout: &Layout, n_groups: usize) -> Result<Self> {
+    fn new(name: &str, layout: &Layout, n_groups: usize) -> Result<Self> {
+        let name: Arc<str> = Arc::from(name);
         let int_key =
             layout.key_fields.len() == 1 && layout.key_fields[0].data_type() == &DataType::Int64;
         Ok(match (int_key, layout.value_kind) {
-            (true, ValueKind::Int) => Engine::IntInt(Store::new(layout, n_groups)?),
-            (true, ValueKind::Float) => Engine::IntFloat(Store::new(layout, n_groups)?),
-            (false, ValueKind::Int) => Engine::RowInt(Store::new(layout, n_groups)?),
-            (false, ValueKind::Float) => Engine::RowFloat(Store::new(layout, n_groups)?),
+            (true, ValueKind::Int) => Engine::IntInt(Store::new(name.clone(), layout, n_groups)?),
+            (true, ValueKind::Float) => {
+                Engine::IntFloat(Store::new(name.clone(), layout, n_groups)?)
+            }
+            (false, ValueKind::Int) => Engine::RowInt(Store::new(name.clone(), layout, n_groups)?),
+            (false, ValueKind::Float) => {
+                Engine::RowFloat(Store::new(name.clone(), layout, n_groups)?)
+            }
         })
     }
 }
@@ -1051,6 +1069,8 @@ impl Engine {
 
 /// What every blob of one snapshot shares.
 struct SnapshotMeta {
+    /// The operator's name, for errors.
+    name: Arc<str>,
     agg: AggKind,
     assigner: WindowAssigner,
     layout: Layout,
@@ -1073,7 +1093,8 @@ impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
         }
         rows.sort_unstable_by_key(|r| (r.0, r.1));
         let key_fields = &meta.layout.key_fields;
-        let mut columns = K::to_columns(key_fields, rows.iter().map(|r| r.2))?;
+        let mut columns =
+            K::to_columns(key_fields, rows.iter().map(|r| r.2)).for_operator(&meta.name)?;
         let mut fields: Vec<Field> = key_fields.iter().map(|f| f.as_ref().clone()).collect();
         fields.push(Field::new(START_FIELD, DataType::Int64, false));
         columns.push(Arc::new(rows.iter().map(|r| r.0).collect::<Int64Array>()));
@@ -1091,13 +1112,16 @@ impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
             (META_WATERMARK.to_string(), meta.watermark.to_string()),
         ]);
         let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
-        let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        let mut out = vec![STATE_FORMAT_VERSION];
-        let mut writer = StreamWriter::try_new(&mut out, &schema)?;
-        writer.write(&batch)?;
-        writer.finish()?;
-        drop(writer);
-        Ok(out)
+        let encode = || -> ArrowResult<Vec<u8>> {
+            let batch = RecordBatch::try_new(schema.clone(), columns)?;
+            let mut out = vec![STATE_FORMAT_VERSION];
+            let mut writer = StreamWriter::try_new(&mut out, &schema)?;
+            writer.write(&batch)?;
+            writer.finish()?;
+            drop(writer);
+            Ok(out)
+        };
+        encode().for_operator(&meta.name)
     }
 }
 
@@ -1228,10 +1252,7 @@ impl WindowOperator {
     /// An operator for the subtask described by `ctx` (its key groups and
     /// `max_parallelism` decide which keys it may hold).
     pub fn new(factory: &WindowFactory, ctx: &OperatorContext) -> Result<Self> {
-        factory
-            .assigner
-            .validate()
-            .map_err(|e| e.in_operator(&ctx.name))?;
+        factory.assigner.validate(&ctx.name)?;
         let own = KeyGroupOwnership::from_context(ctx)?;
         Ok(WindowOperator {
             factory: factory.clone(),
@@ -1278,7 +1299,11 @@ impl WindowOperator {
         match &self.layout {
             Some((existing, _)) => Ok(existing.same_as(layout)),
             None => {
-                self.engine = Some(Engine::new(layout, self.own.key_groups.len())?);
+                self.engine = Some(Engine::new(
+                    &self.own.name,
+                    layout,
+                    self.own.key_groups.len(),
+                )?);
                 let output = self.factory.output_for(layout);
                 self.layout = Some((layout.clone(), output));
                 Ok(true)
@@ -1295,7 +1320,7 @@ impl WindowOperator {
         }
         let binding = self
             .factory
-            .bind(schema)
+            .bind(&self.own.name, schema)
             .map_err(|e| e.in_operator(&self.own.name))?;
         if !self.adopt_layout(&binding.layout)? {
             let held = self
@@ -1340,7 +1365,7 @@ impl WindowOperator {
                 continue;
             }
             let key_cols = &batch.columns()[..n_keys];
-            hash_keys(key_cols, &mut self.scratch.hashes)?;
+            hash_keys(key_cols, &mut self.scratch.hashes).for_operator(&self.own.name)?;
             if let Some(h) = self
                 .scratch
                 .hashes
@@ -1418,8 +1443,11 @@ fn process_rows<K: StateKey, V: Num>(
     next_seq: &mut u64,
 ) -> Result<u64> {
     let agg = args.factory.kind();
-    let contribution = Contribution::<V>::new(agg, args.value_idx.map(|i| args.batch.column(i)))
-        .map_err(|e| e.in_operator(&args.own.name))?;
+    let contribution = Contribution::<V>::new(
+        &args.own.name,
+        agg,
+        args.value_idx.map(|i| args.batch.column(i)),
+    )?;
     let input = BatchInput {
         agg,
         size: args.factory.assigner.size_ms(),
@@ -1480,11 +1508,11 @@ impl Operator for WindowOperator {
             ));
         };
         event_times_millis(
+            &self.own.name,
             batch.column(binding.time_idx),
             &self.factory.time_column,
             &mut self.scratch.times,
-        )
-        .map_err(|e| e.in_operator(&self.own.name))?;
+        )?;
         self.scratch.key_cols.clear();
         self.scratch
             .key_cols
@@ -1543,12 +1571,14 @@ impl Operator for WindowOperator {
                 .map_err(|e| e.in_operator(&self.own.name))?;
             if let Some(Fired { keys, starts, acc }) = fired {
                 let mut columns = keys;
-                columns.push(
-                    time_array(starts.iter().copied(), &layout.time_type)
-                        .map_err(|e| e.in_operator(&self.own.name))?,
-                );
+                columns.push(time_array(
+                    &self.own.name,
+                    starts.iter().copied(),
+                    &layout.time_type,
+                )?);
                 columns.push(
                     time_array(
+                        &self.own.name,
                         starts.iter().map(|s| s.saturating_add(size)),
                         &layout.time_type,
                     )
@@ -1576,6 +1606,7 @@ impl Operator for WindowOperator {
             return Ok(OperatorState::default());
         };
         let meta = Arc::new(SnapshotMeta {
+            name: Arc::from(self.own.name.as_str()),
             agg: self.factory.kind(),
             assigner: self.factory.assigner,
             layout: layout.clone(),
@@ -1698,7 +1729,7 @@ mod tests {
         assert_eq!(out.watermarks, vec![9]);
         let b = &out.batches[0];
         let expected = f
-            .output_schema(&batch(vec![None], vec![0], vec![None]).schema())
+            .output_schema("op", &batch(vec![None], vec![0], vec![None]).schema())
             .unwrap();
         assert_eq!(b.schema(), expected);
         assert_eq!(ints(b.column(0)), vec![Some(1), Some(2), None]);
@@ -1762,7 +1793,7 @@ mod tests {
             TUMBLE_10,
             WindowAgg::Native(AggKind::Count, None),
         );
-        let schema = f.output_schema(&b.schema()).unwrap();
+        let schema = f.output_schema("op", &b.schema()).unwrap();
         assert_eq!(schema.field(1).data_type(), &ty);
         assert_eq!(schema.field(3).name(), "count");
         let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
@@ -1790,10 +1821,13 @@ mod tests {
             AggKind::Count,
             None,
         );
-        assert!(matches!(bad.output_schema(&s), Err(Error::Graph { .. })));
+        assert!(matches!(
+            bad.output_schema("op", &s),
+            Err(Error::Graph { .. })
+        ));
         let mut f = factory(TUMBLE_10, AggKind::Sum, Some("v"));
         f.time_column = "k2".into();
-        let err = f.output_schema(&s).unwrap_err();
+        let err = f.output_schema("op", &s).unwrap_err();
         assert!(err.to_string().contains("'k2' does not exist"), "{err}");
         let sb = RecordBatch::try_from_iter(vec![
             ("k", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
@@ -1801,7 +1835,7 @@ mod tests {
         ])
         .unwrap();
         let err = factory(TUMBLE_10, AggKind::Count, None)
-            .output_schema(&sb.schema())
+            .output_schema("op", &sb.schema())
             .unwrap_err();
         assert!(matches!(err, Error::Schema { .. }));
         assert!(err.to_string().contains("'t' has type Utf8"), "{err}");
@@ -1997,8 +2031,8 @@ mod tests {
         let b = batch(vec![Some(1)], vec![1], vec![Some(1)]);
         c.emit_to_port(0, b.clone()).unwrap();
         assert_eq!(c.0.len(), 1);
-        let err = c.emit_to_port(LATE_PORT, b).unwrap_err().in_operator("win");
+        let err = c.emit_to_port(LATE_PORT, b).unwrap_err();
+        assert!(matches!(err, Error::Runtime { .. }), "{err}");
         assert!(err.to_string().contains("output port 1"), "{err}");
-        assert!(err.to_string().contains("win"), "{err}");
     }
 }

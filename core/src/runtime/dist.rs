@@ -73,7 +73,7 @@ pub struct Distribution {
 }
 
 fn net_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::operator("", format!("{what}: {e}"))
+    Error::runtime(format!("{what}: {e}"))
 }
 
 /// One connected worker, seen from the driver.
@@ -123,8 +123,7 @@ pub(crate) struct DistDriver {
 impl DistDriver {
     pub fn new(dist: Distribution) -> Result<DistDriver> {
         if dist.workers == 0 {
-            return Err(Error::graph(
-                "",
+            return Err(Error::job_graph(
                 "a distributed job needs at least one worker",
             ));
         }
@@ -188,14 +187,11 @@ impl DistDriver {
                     .filter(|(_, j)| j.is_none())
                     .map(|(i, _)| i.to_string())
                     .collect();
-                return Err(Error::operator(
-                    "",
-                    format!(
-                        "worker(s) {} did not connect to the driver within {:?}",
-                        missing.join(", "),
-                        self.dist.start_timeout
-                    ),
-                ));
+                return Err(Error::runtime(format!(
+                    "worker(s) {} did not connect to the driver within {:?}",
+                    missing.join(", "),
+                    self.dist.start_timeout
+                )));
             }
             match self.hellos.recv_timeout(Duration::from_millis(100)) {
                 Ok((hello, stream)) => {
@@ -357,13 +353,10 @@ fn read_worker(
                     task,
                     error: Error::Cancelled,
                 }) => {
-                    let error = Error::operator(
-                        "",
-                        format!(
-                            "a task of worker {i} stopped because a connection to another \
+                    let error = Error::runtime(format!(
+                        "a task of worker {i} stopped because a connection to another \
                              worker broke (that worker probably died)"
-                        ),
-                    );
+                    ));
                     let _ = reports.send(TaskReport::Failed { task, error });
                 }
                 Ok(r) => {
@@ -392,7 +385,7 @@ fn read_worker(
     if !link.ending.load(Ordering::SeqCst) {
         let _ = reports.send(TaskReport::Failed {
             task: first_task,
-            error: Error::operator("", format!("worker {i} was lost: {why}")),
+            error: Error::runtime(format!("worker {i} was lost: {why}")),
         });
     }
 }
@@ -463,7 +456,7 @@ impl WorkerSession {
             .to_socket_addrs()
             .map_err(|e| net_err(&format!("bad driver address {driver}"), e))?
             .next()
-            .ok_or_else(|| Error::operator("", format!("bad driver address {driver}")))?;
+            .ok_or_else(|| Error::runtime(format!("bad driver address {driver}")))?;
         let mut control = TcpStream::connect_timeout(&addr, Duration::from_secs(30))
             .map_err(|e| net_err(&format!("cannot reach the driver at {driver}"), e))?;
         client_handshake(&mut control, &secret)?;
@@ -478,16 +471,10 @@ impl WorkerSession {
         let frame = read_frame(&mut control)
             .map_err(|e| net_err("the driver did not start this worker", e))?
             .ok_or_else(|| {
-                Error::operator(
-                    "",
-                    "the driver turned this worker away (another attempt runs)",
-                )
+                Error::runtime("the driver turned this worker away (another attempt runs)")
             })?;
         if frame.tag != TAG_START {
-            return Err(Error::operator(
-                "",
-                "unexpected first message from the driver",
-            ));
+            return Err(Error::runtime("unexpected first message from the driver"));
         }
         let start = Start::decode(&frame.payload)?;
         Ok(WorkerSession {

@@ -14,8 +14,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::barrier::{AlignmentMode, BarrierAligner};
 use crate::channel::{bounded, DEFAULT_CHANNEL_CAPACITY};
 use crate::checkpoint::coordinator::{
-    all_finished, check_compatible, state_for, CheckpointConfig, CheckpointDone, CheckpointStats,
-    Coordinator, Outgoing, Request, TaskInfo, Waiter,
+    all_finished, check_compatible, state_for, CheckpointConfig, CheckpointDone, CheckpointFailure,
+    CheckpointFailures, CheckpointStats, Coordinator, Outgoing, Request, TaskInfo, Waiter,
 };
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
@@ -144,7 +144,7 @@ pub(crate) struct Shared {
     started: Instant,
     ended: Mutex<Option<Instant>>,
     checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
-    failed_checkpoints: Arc<std::sync::atomic::AtomicU64>,
+    failed_checkpoints: Arc<CheckpointFailures>,
 }
 
 impl Shared {
@@ -165,7 +165,7 @@ impl Shared {
             started: Instant::now(),
             ended: Mutex::new(None),
             checkpoints: Arc::new(Mutex::new(Vec::new())),
-            failed_checkpoints: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            failed_checkpoints: Arc::new(CheckpointFailures::default()),
         }
     }
 
@@ -267,9 +267,7 @@ impl JobHandle {
         let driver = std::thread::Builder::new()
             .name(format!("eddyline-{}", config.name))
             .spawn(move || drive(graph, config, s, driver_rx, coordinator, restored, dist))
-            .map_err(|e| {
-                Error::operator("", format!("cannot start the job's driver thread: {e}"))
-            })?;
+            .map_err(|e| Error::runtime(format!("cannot start the job's driver thread: {e}")))?;
         Ok(JobHandle {
             shared,
             driver_tx,
@@ -310,7 +308,13 @@ impl JobHandle {
 
     /// How many checkpoints were aborted.
     pub fn failed_checkpoints(&self) -> u64 {
-        self.shared.failed_checkpoints.load(Ordering::Relaxed)
+        self.shared.failed_checkpoints.count()
+    }
+
+    /// The latest checkpoints that failed to begin or complete, with their
+    /// causes (at most [`CheckpointFailures::KEPT`]), oldest first.
+    pub fn checkpoint_failures(&self) -> Vec<CheckpointFailure> {
+        self.shared.failed_checkpoints.recent()
     }
 
     fn request(&self, req: Request) -> Result<CheckpointDone> {
@@ -540,7 +544,7 @@ impl Placement<'_> {
     fn plane(&mut self) -> Result<&mut DataPlane> {
         self.plane
             .as_deref_mut()
-            .ok_or_else(|| Error::operator("", "internal: a remote channel without a data plane"))
+            .ok_or_else(|| Error::runtime("internal: a remote channel without a data plane"))
     }
 }
 
@@ -816,8 +820,7 @@ fn run_attempt(
                     }
                 }
                 if matches!(root, Error::Cancelled) {
-                    root = Error::operator(
-                        "",
+                    root = Error::runtime(
                         "a worker's task stopped because a connection to another worker broke",
                     );
                 }
@@ -926,7 +929,13 @@ pub(crate) fn build_attempt(
                 }
                 let consumers = senders.len();
                 outputs[from_chain][up].edges.push(OutputEdge {
-                    partitioner: Partitioner::new(edge.partitioning.clone(), consumers, max_p, up),
+                    partitioner: Partitioner::new(
+                        &head.name,
+                        edge.partitioning.clone(),
+                        consumers,
+                        max_p,
+                        up,
+                    ),
                     senders,
                     port: edge.port,
                 });
@@ -989,7 +998,7 @@ pub(crate) fn build_attempt(
             };
             let consumers = senders.len();
             out.edges.push(OutputEdge {
-                partitioner: Partitioner::new(partitioning, consumers, max_p, t),
+                partitioner: Partitioner::new(head_name, partitioning, consumers, max_p, t),
                 senders,
                 port: 0,
             });
@@ -1081,7 +1090,7 @@ pub(crate) fn build_attempt(
                     replay_drop: false,
                 };
                 let state = match restored {
-                    Some(rc) => state_for(rc, node, subtask, p, ctx.key_groups.clone())?,
+                    Some(rc) => state_for(rc, graph, node, subtask, p, ctx.key_groups.clone())?,
                     None => None,
                 };
                 match &node.kind {
@@ -1181,10 +1190,7 @@ pub(crate) fn build_attempt(
                     remote: None,
                 };
                 run.cancel_and_join();
-                return Err(Error::operator(
-                    "",
-                    format!("cannot start a task thread: {e}"),
-                ));
+                return Err(Error::runtime(format!("cannot start a task thread: {e}")));
             }
         }
     }

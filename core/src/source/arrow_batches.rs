@@ -27,11 +27,11 @@ pub struct ArrowBatchesSource {
 
 impl ArrowBatchesSource {
     /// A source over `batches`, all of which must have `schema`.
-    pub fn new(batches: Vec<RecordBatch>, schema: SchemaRef) -> Result<Self> {
+    pub fn new(operator: &str, batches: Vec<RecordBatch>, schema: SchemaRef) -> Result<Self> {
         for (i, b) in batches.iter().enumerate() {
             if b.schema().fields() != schema.fields() {
                 return Err(Error::schema(
-                    "",
+                    operator,
                     format!(
                         "batch {i} of the source has schema {:?} but the source's schema is {:?}",
                         b.schema(),
@@ -240,7 +240,7 @@ mod tests {
                     .unwrap()
             })
             .collect();
-        ArrowBatchesSource::new(batches, schema).unwrap()
+        ArrowBatchesSource::new("arrow", batches, schema).unwrap()
     }
 
     fn ctx(subtask: usize, parallelism: usize) -> OperatorContext {

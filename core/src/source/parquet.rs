@@ -24,35 +24,38 @@ use crate::state::{decode_entries, encode_entries, Redistribution};
 
 /// Factory of Parquet readers over a fixed, ordered list of files.
 pub struct ParquetSource {
+    /// The source's name, for errors.
+    name: String,
     paths: Arc<Vec<PathBuf>>,
     schema: SchemaRef,
 }
 
-fn open_builder(path: &PathBuf) -> Result<ParquetRecordBatchReaderBuilder<File>> {
-    let file = File::open(path).map_err(|e| Error::io("", path, &e))?;
+fn open_builder(name: &str, path: &PathBuf) -> Result<ParquetRecordBatchReaderBuilder<File>> {
+    let file = File::open(path).map_err(|e| Error::io(name, path, &e))?;
     ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::Io {
-        operator: String::new(),
+        operator: name.to_string(),
         path: path.clone(),
         message: format!("not a readable Parquet file: {e}"),
+        source: Some(Arc::new(e)),
     })
 }
 
 impl ParquetSource {
-    /// A source over `paths` (at least one); every file must have the schema
-    /// of the first.
-    pub fn new(paths: Vec<PathBuf>) -> Result<Self> {
+    /// Source `name` over `paths` (at least one); every file must have the
+    /// schema of the first.
+    pub fn new(name: &str, paths: Vec<PathBuf>) -> Result<Self> {
         let Some(first) = paths.first() else {
             return Err(Error::graph(
-                "",
+                name,
                 "from_parquet found no Parquet files to read",
             ));
         };
-        let schema = open_builder(first)?.schema().clone();
+        let schema = open_builder(name, first)?.schema().clone();
         for p in &paths[1..] {
-            let s = open_builder(p)?.schema().clone();
+            let s = open_builder(name, p)?.schema().clone();
             if s.fields() != schema.fields() {
                 return Err(Error::schema(
-                    "",
+                    name,
                     format!(
                         "Parquet file '{}' has schema {s:?} but '{}' has {schema:?}",
                         p.display(),
@@ -62,6 +65,7 @@ impl ParquetSource {
             }
         }
         Ok(ParquetSource {
+            name: name.to_string(),
             paths: Arc::new(paths),
             schema,
         })
@@ -82,6 +86,7 @@ impl SourceFactory for ParquetSource {
             cursor: 0,
             last: None,
             batch_size: batch_size.max(1),
+            name: self.name.clone(),
         };
         reader.set_files(mine);
         Ok(Box::new(reader))
@@ -122,6 +127,8 @@ pub struct ParquetReader {
     /// The file of the last batch.
     last: Option<u64>,
     batch_size: usize,
+    /// The source's name, for errors.
+    name: String,
 }
 
 impl ParquetReader {
@@ -144,9 +151,14 @@ impl ParquetReader {
         self.cursor = 0;
     }
 
-    fn open_file(paths: &[PathBuf], f: &mut FileSplit, batch_size: usize) -> Result<()> {
+    fn open_file(
+        name: &str,
+        paths: &[PathBuf],
+        f: &mut FileSplit,
+        batch_size: usize,
+    ) -> Result<()> {
         let path = &paths[f.index];
-        let builder = open_builder(path)?;
+        let builder = open_builder(name, path)?;
         let total = builder.metadata().file_metadata().num_rows() as u64;
         if f.rows > total {
             return Err(Error::checkpoint(
@@ -163,9 +175,10 @@ impl ParquetReader {
             .with_offset(f.rows as usize)
             .build()
             .map_err(|e| Error::Io {
-                operator: String::new(),
+                operator: name.to_string(),
                 path: path.clone(),
                 message: e.to_string(),
+                source: Some(Arc::new(e)),
             })?;
         f.total = total;
         f.reader = Some(reader);
@@ -186,7 +199,7 @@ impl SourceReader for ParquetReader {
             let pos = self.cursor % self.files.len();
             let f = &mut self.files[pos];
             if f.reader.is_none() {
-                Self::open_file(&self.paths, f, self.batch_size)?;
+                Self::open_file(&self.name, &self.paths, f, self.batch_size)?;
             }
             let Some(reader) = f.reader.as_mut() else {
                 continue;
@@ -204,9 +217,10 @@ impl SourceReader for ParquetReader {
                 }
                 Some(Err(e)) => {
                     return Err(Error::Io {
-                        operator: String::new(),
+                        operator: self.name.clone(),
                         path: self.paths[f.index].clone(),
                         message: e.to_string(),
+                        source: Some(Arc::new(e)),
                     })
                 }
                 None => self.retire(pos),

@@ -63,6 +63,7 @@ impl SourceFactory for SequenceSource {
             bounds: (self.start, self.end),
             batch_size: batch_size.max(1) as i64,
             schema: self.schema.clone(),
+            name: ctx.name.clone(),
         };
         reader.set_ranges(vec![own]);
         Ok(Box::new(reader))
@@ -110,6 +111,8 @@ pub struct SequenceReader {
     bounds: (i64, i64),
     batch_size: i64,
     schema: SchemaRef,
+    /// The source's name, for errors.
+    name: String,
 }
 
 impl SequenceReader {
@@ -166,10 +169,9 @@ impl SourceReader for SequenceReader {
             } else {
                 self.cursor = pos + 1;
             }
-            return Ok(SourcePoll::Batch(RecordBatch::try_new(
-                self.schema.clone(),
-                vec![values],
-            )?));
+            let batch = RecordBatch::try_new(self.schema.clone(), vec![values])
+                .map_err(|e| Error::arrow(&self.name, &e))?;
+            return Ok(SourcePoll::Batch(batch));
         }
         Ok(SourcePoll::End)
     }

@@ -129,7 +129,10 @@ impl Operator for Flaky {
         std::thread::sleep(Duration::from_micros(if pending { 2500 } else { 200 }));
         if let Some(after) = self.fail_after {
             if pending && self.completed >= after && !self.fired.swap(true, Ordering::SeqCst) {
-                return Err(Error::operator("", "injected failure after a checkpoint"));
+                return Err(Error::operator(
+                    "flaky",
+                    "injected failure after a checkpoint",
+                ));
             }
         }
         out.emit(b)
