@@ -195,13 +195,87 @@ def _skip_own_frames(exc: BaseException) -> TracebackType | None:
 # rows -> batches
 
 
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def _holds_integers(t: pa.DataType) -> bool:
+    """True if ``t`` is an integer type or a nested type with integer leaves."""
+    if pa.types.is_integer(t):
+        return True
+    return any(_holds_integers(t.field(i).type) for i in range(t.num_fields))
+
+
+def _same_numbers(converted: Any, value: Any) -> bool:
+    """Whether every number of ``value`` survived its conversion to ``converted``.
+
+    Only numbers are compared (``2 == 2.0`` but ``2 != 2.5``); other leaves were
+    checked by pyarrow's typed conversion, and a dict's keys that the struct
+    does not have are ignored (pyarrow ignores them too).
+    """
+    if isinstance(converted, bool) or isinstance(value, bool):
+        return True
+    if isinstance(converted, int):
+        return bool(converted == value)
+    if isinstance(converted, dict) and isinstance(value, dict):
+        return all(_same_numbers(v, value.get(k)) for k, v in converted.items())
+    if isinstance(converted, list) and isinstance(value, list | tuple):
+        return len(converted) == len(value) and all(
+            _same_numbers(c, v) for c, v in zip(converted, value, strict=True)
+        )
+    return True
+
+
+def exact_array(values: list[Any], type: pa.DataType) -> pa.Array:
+    """Converts Python values to an array of ``type``, refusing any value that changes.
+
+    pyarrow's typed conversion truncates floats into integer columns
+    (``2.5 -> 2``). Here the values are converted by inference first: when the
+    inferred type is ``type`` (the common case, and no slower than a typed
+    conversion) that array is the result; between numeric types a *safe* cast
+    refuses truncation and overflow (2.5 or NaN into int64, 300 into int8)
+    while exact values and lossless widening pass (2.0 into int64, an int into
+    float64). Anything else takes pyarrow's typed conversion, whose integers
+    are then compared with the values.
+
+    Raises:
+        pa.ArrowException, TypeError, ValueError, OverflowError: A value does
+            not fit ``type`` exactly.
+
+    Example:
+        >>> exact_array([1, 2.0, None], pa.int64()).to_pylist()
+        [1, 2, None]
+        >>> exact_array([2.5], pa.int64())
+        Traceback (most recent call last):
+        ...
+        pyarrow.lib.ArrowInvalid: Float value 2.500000 was truncated converting to int64
+    """
+    try:
+        inferred = pa.array(values)
+    except _ARROW_CONVERSION_ERRORS:
+        inferred = None
+    if inferred is not None:
+        found = inferred.type
+        if found == type:
+            return inferred
+        if pa.types.is_null(found) or (_numeric(found) and _numeric(type)):
+            return inferred.cast(type, safe=True)
+    array = pa.array(values, type=type)
+    if _holds_integers(type):
+        for converted, value in zip(array.to_pylist(), values, strict=True):
+            if not _same_numbers(converted, value):
+                raise ValueError(f"{_short(value, 80)} does not fit {type} exactly")
+    return array
+
+
 class RowWriter:
     """Converts output rows to a record batch of one fixed schema.
 
     The schema is the one given, or else the one inferred from the first
     non-empty output. Every row must be a dict with exactly the schema's
-    fields, and every value must convert to its field's type; otherwise a
-    :class:`SchemaError` names the operator and the field.
+    fields, and every value must convert to its field's type exactly (see
+    :func:`exact_array`: a float is never truncated into an integer column);
+    otherwise a :class:`SchemaError` names the operator, the field and the row.
     """
 
     def __init__(self, operator: str, schema: pa.Schema | None = None) -> None:
@@ -227,9 +301,9 @@ class RowWriter:
                 bad = next(row for row in rows if name not in row)
                 self._shape_error(bad, names)
             try:
-                arrays.append(pa.array(values, type=field.type))
+                arrays.append(exact_array(values, field.type))
             except _ARROW_CONVERSION_ERRORS:
-                self._type_error(field, values)
+                self._type_error(field, values, rows)
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self.schema = schema
         return batch
@@ -284,11 +358,11 @@ class RowWriter:
             operator=op,
         )
 
-    def _type_error(self, field: pa.Field, values: list[Any]) -> None:
+    def _type_error(self, field: pa.Field, values: list[Any], rows: list[Any]) -> None:
         op = self.operator
-        for value in values:
+        for value, row in zip(values, rows, strict=True):
             try:
-                pa.array([value], type=field.type)
+                exact_array([value], field.type)
             except _ARROW_CONVERSION_ERRORS as exc:
                 hint = ""
                 if pa.types.is_null(field.type):
@@ -298,7 +372,8 @@ class RowWriter:
                     )
                 raise SchemaError(
                     f"operator '{op}' returned field '{field.name}' of type "
-                    f"{type(value).__name__} ({_short(value, 80)}), expected type {field.type} "
+                    f"{type(value).__name__} ({_short(value, 80)}) in row {_short(row)}, "
+                    f"expected type {field.type}, which does not hold it exactly "
                     f"({exc}){hint}",
                     operator=op,
                 ) from None
