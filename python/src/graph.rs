@@ -215,15 +215,16 @@ pub fn parse_graph(
             Ok(match kind.as_str() {
                 "source_arrow" => {
                     let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
-                        .map_err(|e| Error::graph("", e.to_string()))?;
+                        .map_err(|e| Error::graph(&name, e.to_string()))?;
                     let mut batches = Vec::new();
                     for b in get::<Bound<PyAny>>(d, "batches")?
                         .try_iter()
-                        .map_err(|e| Error::graph("", e.to_string()))?
+                        .map_err(|e| Error::graph(&name, e.to_string()))?
                     {
-                        let b = b.map_err(|e| Error::graph("", e.to_string()))?;
-                        batches
-                            .push(batch_from_py(&b).map_err(|e| Error::schema("", e.to_string()))?);
+                        let b = b.map_err(|e| Error::graph(&name, e.to_string()))?;
+                        batches.push(
+                            batch_from_py(&b).map_err(|e| Error::schema(&name, e.to_string()))?,
+                        );
                     }
                     let src = Arc::new(ArrowBatchesSource::new(batches, schema)?);
                     let s = src.schema();
@@ -242,7 +243,7 @@ pub fn parse_graph(
                 }
                 "source_python" => {
                     let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
-                        .map_err(|e| Error::graph("", e.to_string()))?;
+                        .map_err(|e| Error::graph(&name, e.to_string()))?;
                     let make_reader: Py<PyAny> = get(d, "make_reader")?;
                     let src = Arc::new(PySourceFactory {
                         make_reader,
@@ -284,7 +285,7 @@ pub fn parse_graph(
                         "max" => AggKind::Max,
                         other => {
                             return Err(
-                                Error::graph("", format!("unknown aggregate '{other}'")).into()
+                                Error::graph(&name, format!("unknown aggregate '{other}'")).into()
                             )
                         }
                     };
@@ -345,7 +346,7 @@ pub fn parse_graph(
                         "max" => AggKind::Max,
                         other => {
                             return Err(
-                                Error::graph("", format!("unknown aggregate '{other}'")).into()
+                                Error::graph(&name, format!("unknown aggregate '{other}'")).into()
                             )
                         }
                     };
@@ -382,9 +383,9 @@ pub fn parse_graph(
                     };
                     let co: bool = opt(d, "co")?.unwrap_or(false);
                     let feedback_schema = match opt::<Bound<PyAny>>(d, "feedback_schema")? {
-                        Some(s) => {
-                            Some(schema_from_py(&s).map_err(|e| Error::graph("", e.to_string()))?)
-                        }
+                        Some(s) => Some(
+                            schema_from_py(&s).map_err(|e| Error::graph(&name, e.to_string()))?,
+                        ),
                         None => None,
                     };
                     let fb = if co {
@@ -427,19 +428,14 @@ pub fn parse_graph(
                     let factory: Py<PyAny> = get(d, "factory")?;
                     let keys: Option<Vec<String>> = opt(d, "keys")?;
                     let s = match opt::<Bound<PyAny>>(d, "output_schema")? {
-                        Some(s) => {
-                            Some(schema_from_py(&s).map_err(|e| Error::graph("", e.to_string()))?)
-                        }
+                        Some(s) => Some(
+                            schema_from_py(&s).map_err(|e| Error::graph(&name, e.to_string()))?,
+                        ),
                         None => None,
                     };
                     let sink: bool = opt(d, "sink")?.unwrap_or(false);
                     let role = if sink { Role::Sink } else { Role::Operator };
-                    let run_tag = run_tag.to_string();
-                    let f = PyRunnerFactory {
-                        factory,
-                        keys,
-                        run_tag,
-                    };
+                    let f = PyRunnerFactory::new(py, &name, factory, keys, run_tag.to_string())?;
                     (op(Arc::new(f)), role, s)
                 }
                 "sink_collect" => {
@@ -460,7 +456,7 @@ pub fn parse_graph(
                     )
                 }
                 other => {
-                    return Err(Error::graph("", format!("unknown node kind '{other}'")).into())
+                    return Err(Error::graph(&name, format!("unknown node kind '{other}'")).into())
                 }
             })
         })(

@@ -116,3 +116,60 @@ def test_checkpoint_unwritable_dir_fails_before_start(tmp_path: Path) -> None:
     with pytest.raises(ed.CheckpointError, match=re.escape(str(chk))):
         env.execute("unwritable")
     assert read_parquet_dir(out).num_rows == 0
+
+
+class FailingBarrier(ed.ProcessFunction):
+    """Raises in ``on_barrier`` from checkpoint 2 on (checkpoint 0 is the start epoch)."""
+
+    def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> Any:
+        return row
+
+    def on_barrier(self, checkpoint_id: int, ctx: ed.ProcessContext) -> None:
+        if checkpoint_id >= 2:
+            raise InjectedFailure(f"on_barrier failed at checkpoint {checkpoint_id}")
+
+
+def test_checkpoint_on_barrier_failure_fails_the_checkpoint_and_the_job(
+    tmp_path: Path, chk_dir: Path
+) -> None:
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
+        restart=ed.RestartStrategy.none(),
+        batch_size=100,
+    )
+    slow = env.from_sequence(0, 20_000).map_batches(SleepPerBatch(0.002)).name("slow")
+    slow.key_by("value").process(FailingBarrier()).name("barrier_fn").collect()
+    with pytest.raises(ed.JobFailedError, match="operator 'barrier_fn'") as info:
+        env.execute("on_barrier_failure")
+    err = info.value
+    assert err.operator == "barrier_fn"
+    assert isinstance(err.__cause__, InjectedFailure)
+    assert "on_barrier failed at checkpoint 2" in (err.user_traceback or "")
+    assert "in on_barrier" in (err.user_traceback or "")
+    assert completed_checkpoints(chk_dir) == [1], "the failed checkpoint 2 completed"
+
+
+class FailingPreCommit(RecordingTwoPhaseSink):
+    def pre_commit(self, txn: dict[str, Any]) -> None:
+        if txn["checkpoint"] == 2:
+            raise InjectedFailure("pre_commit failed at checkpoint 2")
+        super().pre_commit(txn)
+
+
+def test_checkpoint_pre_commit_failure_fails_the_checkpoint_and_the_job(
+    tmp_path: Path, chk_dir: Path
+) -> None:
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
+        restart=ed.RestartStrategy.none(),
+        batch_size=100,
+    )
+    slow = env.from_sequence(0, 20_000).map_batches(SleepPerBatch(0.002)).name("slow")
+    slow.sink_to(FailingPreCommit(tmp_path / "sink")).name("txn_sink")
+    with pytest.raises(ed.JobFailedError, match="operator 'txn_sink'") as info:
+        env.execute("pre_commit_failure_no_restart")
+    assert isinstance(info.value.__cause__, InjectedFailure)
+    assert "in pre_commit" in (info.value.user_traceback or "")
+    assert completed_checkpoints(chk_dir) == [1], "the failed checkpoint 2 completed"

@@ -300,3 +300,20 @@ def test_exact_values_and_lossless_widening_are_kept(make_env: MakeEnv) -> None:
     assert sorted(table["i"].to_pylist()) == list(range(20))
     assert sorted(table["f"].to_pylist()) == [float(v) for v in range(20)]
     assert table["s"].null_count == 20
+
+
+def test_a_runner_property_that_raises_is_an_error_naming_the_operator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eddyline._runners import RunnerFactory
+
+    def broken(self: RunnerFactory) -> bool:
+        raise ZeroDivisionError("property failed")
+
+    env = ed.StreamEnvironment(1)
+    out = env.from_sequence(0, 10).map(lambda r: r).name("m").collect()
+    monkeypatch.setattr(RunnerFactory, "redistributable", property(broken))
+    with pytest.raises(ed.JobFailedError, match="operator 'm'") as info:
+        env.execute()
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert not out.ready

@@ -316,16 +316,17 @@ impl Operator for AssignTimestampsOperator {
         Ok(())
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
-        Some(if self.max_timestamp == i64::MIN {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(if self.max_timestamp == i64::MIN {
             checkpoint_id
         } else {
             self.max_epoch
-        })
+        }))
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) {
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
         self.epoch = checkpoint_id;
+        Ok(())
     }
 
     fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {
