@@ -465,7 +465,7 @@ class Runner:
         """The barrier of checkpoint ``checkpoint_id`` passed (also when replayed)."""
 
     def open(self, ctx: dict[str, Any]) -> None:
-        """Called once per subtask before any batch."""
+        """Called once per subtask before any batch, after :meth:`restore` (if any)."""
         self.ctx = ctx
 
     def process(
@@ -1058,6 +1058,11 @@ class TwoPhaseCommitRunner(Runner):
     idempotent). After the end of the input, the final checkpoint (or, without
     checkpointing, the end-of-job pseudo-checkpoint ``END_OF_JOB``) pre-commits
     the open transaction and commits it; no transaction begins after it.
+
+    The engine restores state before it opens an operator (Flink's
+    ``initializeState`` before ``open``), but the sink's ``open`` comes
+    before anything else it is asked to do: the restored transactions are
+    committed again in :meth:`open`, right after the sink's own ``open``.
     """
 
     redistributable: ClassVar[bool] = True
@@ -1067,13 +1072,25 @@ class TwoPhaseCommitRunner(Runner):
         self._sink = sink
         self._txn: Any = None
         self._open = False
+        self._opened = False
         self._finished = False
         self._pending: dict[int, Any] = {}
+        self._restored: dict[int, Any] = {}
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
         call_user(self.name, self._sink.open, ctx)
+        self._opened = True
+        self._commit_restored()
         self._begin()
+
+    def _commit_restored(self) -> None:
+        # Every pending transaction restored belongs to a completed checkpoint:
+        # commit it (idempotent). At another parallelism each one was dealt to
+        # exactly one subtask.
+        restored, self._restored = self._restored, {}
+        for checkpoint_id in sorted(restored):
+            call_user(self.name, self._sink.commit, restored[checkpoint_id])
 
     def _begin(self) -> None:
         self._txn = call_user(self.name, self._sink.begin_transaction)
@@ -1106,9 +1123,7 @@ class TwoPhaseCommitRunner(Runner):
             call_user(self.name, self._sink.commit, self._pending.pop(done))
 
     def restore(self, data: State) -> None:
-        # Every pending transaction restored belongs to a completed checkpoint:
-        # commit it (idempotent). At another parallelism each one was dealt to
-        # exactly one subtask.
+        # The transactions are committed once the sink is open.
         if isinstance(data, list):
             pending: dict[int, Any] = dict(pickle.loads(entry) for entry in data)
         elif isinstance(data, bytes | bytearray | memoryview):
@@ -1118,8 +1133,9 @@ class TwoPhaseCommitRunner(Runner):
                 f"operator '{self.name}': a two-phase-commit sink has operator state "
                 f"(a list of bytes), got {type(data).__name__}"
             )
-        for checkpoint_id in sorted(pending):
-            call_user(self.name, self._sink.commit, pending[checkpoint_id])
+        self._restored.update(pending)
+        if self._opened:
+            self._commit_restored()
 
     def finish(self) -> RunnerOutput:
         # Nothing commits here: only a completed checkpoint may commit.

@@ -131,6 +131,9 @@ class TwoPhaseCommitSink(Sink):
     def open(self, ctx: dict[str, Any]) -> None:
         """Optional hook: called once per parallel instance before anything else.
 
+        After a failure, the transactions of the checkpoint the job restarts
+        from are committed again only after ``open`` returned.
+
         Args:
             ctx: ``{"name", "subtask_index", "parallelism", "max_parallelism", "attempt"}``.
         """

@@ -173,3 +173,69 @@ def test_checkpoint_pre_commit_failure_fails_the_checkpoint_and_the_job(
     assert isinstance(info.value.__cause__, InjectedFailure)
     assert "in pre_commit" in (info.value.user_traceback or "")
     assert completed_checkpoints(chk_dir) == [1], "the failed checkpoint 2 completed"
+
+
+class ConnectingSink(RecordingTwoPhaseSink):
+    """Connects in ``open`` and refuses any commit before it (as a database sink would)."""
+
+    def __init__(self, dir: Path) -> None:
+        super().__init__(dir)
+        self.connection: dict[str, int] | None = None
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        self.connection = {"attempt": self.attempt}
+
+    def commit(self, txn: dict[str, Any]) -> None:
+        if self.connection is None:
+            raise RuntimeError("commit() called before open()")
+        super().commit(txn)
+
+
+class FailAfterCheckpoints:
+    """A ``map_batches`` function that raises once, after ``count`` checkpoints completed."""
+
+    def __init__(self, chk_dir: Path, marker_dir: Path, count: int) -> None:
+        self.chk_dir = str(chk_dir)
+        self.marker = os.path.join(marker_dir, "fired")
+        self.count = count
+
+    def __call__(self, batch: Any) -> Any:
+        completed = completed_checkpoints(self.chk_dir)
+        if len(completed) >= self.count and not os.path.exists(self.marker):
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return batch
+            with os.fdopen(fd, "w") as marker:
+                json.dump({"completed_before": completed}, marker)
+            raise InjectedFailure(f"failure after checkpoints {completed}")
+        return batch
+
+
+def test_checkpoint_restore_commits_after_the_sinks_open(
+    tmp_path: Path, chk_dir: Path, marker_dir: Path
+) -> None:
+    n = 20_000
+    sink_dir = tmp_path / "sink"
+    fail = FailAfterCheckpoints(chk_dir, marker_dir, count=2)
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
+        restart=ed.RestartStrategy.fixed_delay(2, "10ms"),
+        batch_size=200,
+    )
+    slow = env.from_sequence(0, n).map_batches(SleepPerBatch(0.002)).name("slow")
+    slow.map_batches(fail).name("fail").sink_to(ConnectingSink(sink_dir)).name("db").uid("db")
+
+    result = env.execute("commit_after_open")
+
+    note = json.loads(Path(fail.marker).read_text())
+    assert len(note["completed_before"]) >= 2, "the failure came before two checkpoints"
+    assert result.restarts == 1
+    assert_exact_ids(
+        RecordingTwoPhaseSink.committed(sink_dir)["value"].to_pylist(), range(n), "committed"
+    )
+    # the restored attempt re-committed the transactions of its checkpoint
+    log = RecordingTwoPhaseSink.read_log(sink_dir)
+    assert [e for e in log if e["phase"] == "recommit" and e["attempt"] == 1]
