@@ -127,13 +127,27 @@ def _compile_chain(
             lines.append(f"{indent}_r{i + 1} = _f{i}({current})")
             current = f"_r{i + 1}"
         else:
-            lines.append(f"{indent}for _r{i + 1} in _f{i}({current}) or ():")
+            # A dict is iterable (over its keys): refuse it before iterating.
+            lines.append(f"{indent}_o{i + 1} = _f{i}({current})")
+            lines.append(f"{indent}if isinstance(_o{i + 1}, dict):")
+            lines.append(f"{indent}    raise _FlatMapDict({i}, _o{i + 1})")
+            where[len(lines) + 1] = (i, current)  # a generator raises while iterated
+            lines.append(f"{indent}for _r{i + 1} in _o{i + 1} or ():")
             current = f"_r{i + 1}"
             indent += "    "
     lines.append(f"{indent}_append(True)" if filter_only else f"{indent}_append({current})")
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"_FlatMapDict": _FlatMapDict}
     exec(compile("\n".join(lines) + "\n", "<eddyline chain>", "exec"), namespace)
     return namespace["_chain"], where
+
+
+class _FlatMapDict(Exception):
+    """Raised by a compiled chain when flat_map stage ``stage`` returned a dict."""
+
+    def __init__(self, stage: int, value: dict[Any, Any]) -> None:
+        super().__init__(stage, value)
+        self.stage = stage
+        self.value = value
 
 
 # ---------------------------------------------------------------------------
@@ -542,6 +556,13 @@ class RecordChainRunner(Runner):
             )
         except EddylineError:
             raise
+        except _FlatMapDict as bad:
+            name = self._names[bad.stage]
+            raise SchemaError(
+                f"operator '{name}' (flat_map) returned a dict ({_short(bad.value, 80)}) where "
+                "an iterable of dicts was expected; return [row] to emit one row",
+                operator=name,
+            ) from None
         except Exception as exc:
             raise self._failure(exc, chain.__code__, where) from exc
         if self._filter_only:

@@ -302,6 +302,38 @@ def test_exact_values_and_lossless_widening_are_kept(make_env: MakeEnv) -> None:
     assert table["s"].null_count == 20
 
 
+def test_flat_map_returning_a_dict_names_the_dict(make_env: MakeEnv) -> None:
+    env = make_env()
+    (
+        env.from_collection(ROWS)
+        .map(lambda r: r)
+        .flat_map(lambda r: {"a": r["id"]})  # type: ignore[arg-type,return-value]
+        .name("explode")
+        .map(lambda r: r)
+        .collect()
+    )
+    with pytest.raises(ed.SchemaError, match="operator 'explode'") as info:
+        env.execute()
+    message = str(info.value)
+    assert "returned a dict ({'a': " in message
+    assert "where an iterable of dicts was expected" in message
+    assert "str" not in message
+    assert info.value.operator == "explode"
+
+
+def test_flat_map_generator_failure_names_its_stage(make_env: MakeEnv) -> None:
+    def rows(r: dict[str, Any]) -> Any:
+        yield r
+        if r["id"] == 9:
+            raise ValueError("bad generator")
+
+    env = make_env()
+    env.from_collection(ROWS).flat_map(rows).name("gen").map(lambda r: r).name("after").collect()
+    with pytest.raises(ed.JobFailedError, match="operator 'gen'") as info:
+        env.execute()
+    assert "'id': 9" in str(info.value)
+
+
 def test_a_runner_property_that_raises_is_an_error_naming_the_operator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
