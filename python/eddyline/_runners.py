@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 import pyarrow as pa
 
 from ._event_time import event_times
-from .errors import EddylineError, JobFailedError, SchemaError
+from .errors import EddylineError, GraphError, JobFailedError, SchemaError
 from .functions import MIN_WATERMARK, ProcessContext, ProcessFunction, Row
 
 PortBatch: TypeAlias = tuple[int, pa.RecordBatch]
@@ -1176,33 +1176,56 @@ class TwoPhaseCommitRunner(Runner):
 # factories
 
 
-def private_copy(obj: Any) -> Any:
-    """Returns a copy of a user object for one subtask (objects carry state)."""
-    try:
-        import cloudpickle
+_COPY_ERRORS = (pickle.PicklingError, TypeError, AttributeError, copy.Error)
+"""What copying an object that holds a lock, a socket or a client raises."""
 
+
+def private_copy(obj: Any, operator: str) -> Any:
+    """Returns a copy of a user object for one subtask (objects carry state).
+
+    A pickled copy (cloudpickle), or else a deep copy. An object that allows
+    neither cannot be given to each parallel instance, as the sink and
+    process-function contracts promise: a :class:`GraphError` naming
+    ``operator`` says so (sharing it would let subtasks change each other's
+    state). Any other exception a user's ``__reduce__`` raises goes through.
+    """
+    import cloudpickle
+
+    try:
         return pickle.loads(cloudpickle.dumps(obj))
-    except Exception:
+    except _COPY_ERRORS as pickling:
         try:
             return copy.deepcopy(obj)
-        except Exception:
-            return obj
+        except _COPY_ERRORS:
+            raise GraphError(
+                f"operator '{operator}': its {type(obj).__name__} object cannot be copied for "
+                f"each parallel instance ({type(pickling).__name__}: {pickling}); create "
+                "connections, locks and clients in open()",
+                operator=operator,
+            ) from pickling
 
 
 class RunnerFactory:
     """A picklable ``factory() -> Runner`` for a ``python`` node.
 
     Arguments listed in ``private`` are copied for every runner so that
-    parallel subtasks (and restarts) never share a user object's state.
+    parallel subtasks (and restarts) never share a user object's state; the
+    first argument is the node's name. An argument that cannot be copied is a
+    :class:`GraphError` when the factory is made, before anything runs.
     """
 
     def __init__(self, cls: type[Runner], *args: Any, private: tuple[int, ...] = ()) -> None:
         self.cls = cls
         self.args = args
         self.private = private
+        for i in private:
+            private_copy(args[i], str(args[0]))
 
     def __call__(self) -> Runner:
-        args = [private_copy(a) if i in self.private else a for i, a in enumerate(self.args)]
+        args = [
+            private_copy(a, str(self.args[0])) if i in self.private else a
+            for i, a in enumerate(self.args)
+        ]
         return self.cls(*args)
 
     @property

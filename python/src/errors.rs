@@ -95,6 +95,9 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
         if is("ScopeError") {
             return Error::Scope { message };
         }
+        if is("GraphError") {
+            return Error::graph(operator, message);
+        }
         if is("JobFailedError") {
             // Raised by a runner that already wrapped the user's exception
             // (adding the offending row): unwrap it to keep one layer.
