@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 import pyarrow as pa
 
 from ._event_time import event_times, key_group_range
-from .errors import EddylineError, JobFailedError, SchemaError
+from .errors import EddylineError, GraphError, JobFailedError, SchemaError
 from .functions import MIN_WATERMARK, ProcessContext, ProcessFunction, Row
 
 PortBatch: TypeAlias = tuple[int, pa.RecordBatch]
@@ -127,13 +127,27 @@ def _compile_chain(
             lines.append(f"{indent}_r{i + 1} = _f{i}({current})")
             current = f"_r{i + 1}"
         else:
-            lines.append(f"{indent}for _r{i + 1} in _f{i}({current}) or ():")
+            # A dict is iterable (over its keys): refuse it before iterating.
+            lines.append(f"{indent}_o{i + 1} = _f{i}({current})")
+            lines.append(f"{indent}if isinstance(_o{i + 1}, dict):")
+            lines.append(f"{indent}    raise _FlatMapDict({i}, _o{i + 1})")
+            where[len(lines) + 1] = (i, current)  # a generator raises while iterated
+            lines.append(f"{indent}for _r{i + 1} in _o{i + 1} or ():")
             current = f"_r{i + 1}"
             indent += "    "
     lines.append(f"{indent}_append(True)" if filter_only else f"{indent}_append({current})")
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"_FlatMapDict": _FlatMapDict}
     exec(compile("\n".join(lines) + "\n", "<eddyline chain>", "exec"), namespace)
     return namespace["_chain"], where
+
+
+class _FlatMapDict(Exception):
+    """Raised by a compiled chain when flat_map stage ``stage`` returned a dict."""
+
+    def __init__(self, stage: int, value: dict[Any, Any]) -> None:
+        super().__init__(stage, value)
+        self.stage = stage
+        self.value = value
 
 
 # ---------------------------------------------------------------------------
@@ -195,13 +209,87 @@ def _skip_own_frames(exc: BaseException) -> TracebackType | None:
 # rows -> batches
 
 
+def _numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def _holds_integers(t: pa.DataType) -> bool:
+    """True if ``t`` is an integer type or a nested type with integer leaves."""
+    if pa.types.is_integer(t):
+        return True
+    return any(_holds_integers(t.field(i).type) for i in range(t.num_fields))
+
+
+def _same_numbers(converted: Any, value: Any) -> bool:
+    """Whether every number of ``value`` survived its conversion to ``converted``.
+
+    Only numbers are compared (``2 == 2.0`` but ``2 != 2.5``); other leaves were
+    checked by pyarrow's typed conversion, and a dict's keys that the struct
+    does not have are ignored (pyarrow ignores them too).
+    """
+    if isinstance(converted, bool) or isinstance(value, bool):
+        return True
+    if isinstance(converted, int):
+        return bool(converted == value)
+    if isinstance(converted, dict) and isinstance(value, dict):
+        return all(_same_numbers(v, value.get(k)) for k, v in converted.items())
+    if isinstance(converted, list) and isinstance(value, list | tuple):
+        return len(converted) == len(value) and all(
+            _same_numbers(c, v) for c, v in zip(converted, value, strict=True)
+        )
+    return True
+
+
+def exact_array(values: list[Any], type: pa.DataType) -> pa.Array:
+    """Converts Python values to an array of ``type``, refusing any value that changes.
+
+    pyarrow's typed conversion truncates floats into integer columns
+    (``2.5 -> 2``). Here the values are converted by inference first: when the
+    inferred type is ``type`` (the common case, and no slower than a typed
+    conversion) that array is the result; between numeric types a *safe* cast
+    refuses truncation and overflow (2.5 or NaN into int64, 300 into int8)
+    while exact values and lossless widening pass (2.0 into int64, an int into
+    float64). Anything else takes pyarrow's typed conversion, whose integers
+    are then compared with the values.
+
+    Raises:
+        pa.ArrowException, TypeError, ValueError, OverflowError: A value does
+            not fit ``type`` exactly.
+
+    Example:
+        >>> exact_array([1, 2.0, None], pa.int64()).to_pylist()
+        [1, 2, None]
+        >>> exact_array([2.5], pa.int64())
+        Traceback (most recent call last):
+        ...
+        pyarrow.lib.ArrowInvalid: Float value 2.500000 was truncated converting to int64
+    """
+    try:
+        inferred = pa.array(values)
+    except _ARROW_CONVERSION_ERRORS:
+        inferred = None
+    if inferred is not None:
+        found = inferred.type
+        if found == type:
+            return inferred
+        if pa.types.is_null(found) or (_numeric(found) and _numeric(type)):
+            return inferred.cast(type, safe=True)
+    array = pa.array(values, type=type)
+    if _holds_integers(type):
+        for converted, value in zip(array.to_pylist(), values, strict=True):
+            if not _same_numbers(converted, value):
+                raise ValueError(f"{_short(value, 80)} does not fit {type} exactly")
+    return array
+
+
 class RowWriter:
     """Converts output rows to a record batch of one fixed schema.
 
     The schema is the one given, or else the one inferred from the first
     non-empty output. Every row must be a dict with exactly the schema's
-    fields, and every value must convert to its field's type; otherwise a
-    :class:`SchemaError` names the operator and the field.
+    fields, and every value must convert to its field's type exactly (see
+    :func:`exact_array`: a float is never truncated into an integer column);
+    otherwise a :class:`SchemaError` names the operator, the field and the row.
     """
 
     def __init__(self, operator: str, schema: pa.Schema | None = None) -> None:
@@ -227,9 +315,9 @@ class RowWriter:
                 bad = next(row for row in rows if name not in row)
                 self._shape_error(bad, names)
             try:
-                arrays.append(pa.array(values, type=field.type))
+                arrays.append(exact_array(values, field.type))
             except _ARROW_CONVERSION_ERRORS:
-                self._type_error(field, values)
+                self._type_error(field, values, rows)
         batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         self.schema = schema
         return batch
@@ -284,11 +372,11 @@ class RowWriter:
             operator=op,
         )
 
-    def _type_error(self, field: pa.Field, values: list[Any]) -> None:
+    def _type_error(self, field: pa.Field, values: list[Any], rows: list[Any]) -> None:
         op = self.operator
-        for value in values:
+        for value, row in zip(values, rows, strict=True):
             try:
-                pa.array([value], type=field.type)
+                exact_array([value], field.type)
             except _ARROW_CONVERSION_ERRORS as exc:
                 hint = ""
                 if pa.types.is_null(field.type):
@@ -298,7 +386,8 @@ class RowWriter:
                     )
                 raise SchemaError(
                     f"operator '{op}' returned field '{field.name}' of type "
-                    f"{type(value).__name__} ({_short(value, 80)}), expected type {field.type} "
+                    f"{type(value).__name__} ({_short(value, 80)}) in row {_short(row)}, "
+                    f"expected type {field.type}, which does not hold it exactly "
                     f"({exc}){hint}",
                     operator=op,
                 ) from None
@@ -390,7 +479,7 @@ class Runner:
         """The barrier of checkpoint ``checkpoint_id`` passed (also when replayed)."""
 
     def open(self, ctx: dict[str, Any]) -> None:
-        """Called once per subtask before any batch."""
+        """Called once per subtask before any batch, after :meth:`restore` (if any)."""
         self.ctx = ctx
 
     def process(
@@ -467,6 +556,13 @@ class RecordChainRunner(Runner):
             )
         except EddylineError:
             raise
+        except _FlatMapDict as bad:
+            name = self._names[bad.stage]
+            raise SchemaError(
+                f"operator '{name}' (flat_map) returned a dict ({_short(bad.value, 80)}) where "
+                "an iterable of dicts was expected; return [row] to emit one row",
+                operator=name,
+            ) from None
         except Exception as exc:
             raise self._failure(exc, chain.__code__, where) from exc
         if self._filter_only:
@@ -1005,6 +1101,11 @@ class TwoPhaseCommitRunner(Runner):
     idempotent). After the end of the input, the final checkpoint (or, without
     checkpointing, the end-of-job pseudo-checkpoint ``END_OF_JOB``) pre-commits
     the open transaction and commits it; no transaction begins after it.
+
+    The engine restores state before it opens an operator (Flink's
+    ``initializeState`` before ``open``), but the sink's ``open`` comes
+    before anything else it is asked to do: the restored transactions are
+    committed again in :meth:`open`, right after the sink's own ``open``.
     """
 
     redistributable: ClassVar[bool] = True
@@ -1014,13 +1115,25 @@ class TwoPhaseCommitRunner(Runner):
         self._sink = sink
         self._txn: Any = None
         self._open = False
+        self._opened = False
         self._finished = False
         self._pending: dict[int, Any] = {}
+        self._restored: dict[int, Any] = {}
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
         call_user(self.name, self._sink.open, ctx)
+        self._opened = True
+        self._commit_restored()
         self._begin()
+
+    def _commit_restored(self) -> None:
+        # Every pending transaction restored belongs to a completed checkpoint:
+        # commit it (idempotent). At another parallelism each one was dealt to
+        # exactly one subtask.
+        restored, self._restored = self._restored, {}
+        for checkpoint_id in sorted(restored):
+            call_user(self.name, self._sink.commit, restored[checkpoint_id])
 
     def _begin(self) -> None:
         self._txn = call_user(self.name, self._sink.begin_transaction)
@@ -1053,9 +1166,7 @@ class TwoPhaseCommitRunner(Runner):
             call_user(self.name, self._sink.commit, self._pending.pop(done))
 
     def restore(self, data: State) -> None:
-        # Every pending transaction restored belongs to a completed checkpoint:
-        # commit it (idempotent). At another parallelism each one was dealt to
-        # exactly one subtask.
+        # The transactions are committed once the sink is open.
         if isinstance(data, list):
             pending: dict[int, Any] = dict(pickle.loads(entry) for entry in data)
         elif isinstance(data, bytes | bytearray | memoryview):
@@ -1065,8 +1176,9 @@ class TwoPhaseCommitRunner(Runner):
                 f"operator '{self.name}': a two-phase-commit sink has operator state "
                 f"(a list of bytes), got {type(data).__name__}"
             )
-        for checkpoint_id in sorted(pending):
-            call_user(self.name, self._sink.commit, pending[checkpoint_id])
+        self._restored.update(pending)
+        if self._opened:
+            self._commit_restored()
 
     def finish(self) -> RunnerOutput:
         # Nothing commits here: only a completed checkpoint may commit.
@@ -1086,33 +1198,56 @@ class TwoPhaseCommitRunner(Runner):
 # factories
 
 
-def private_copy(obj: Any) -> Any:
-    """Returns a copy of a user object for one subtask (objects carry state)."""
-    try:
-        import cloudpickle
+_COPY_ERRORS = (pickle.PicklingError, TypeError, AttributeError, copy.Error)
+"""What copying an object that holds a lock, a socket or a client raises."""
 
+
+def private_copy(obj: Any, operator: str) -> Any:
+    """Returns a copy of a user object for one subtask (objects carry state).
+
+    A pickled copy (cloudpickle), or else a deep copy. An object that allows
+    neither cannot be given to each parallel instance, as the sink and
+    process-function contracts promise: a :class:`GraphError` naming
+    ``operator`` says so (sharing it would let subtasks change each other's
+    state). Any other exception a user's ``__reduce__`` raises goes through.
+    """
+    import cloudpickle
+
+    try:
         return pickle.loads(cloudpickle.dumps(obj))
-    except Exception:
+    except _COPY_ERRORS as pickling:
         try:
             return copy.deepcopy(obj)
-        except Exception:
-            return obj
+        except _COPY_ERRORS:
+            raise GraphError(
+                f"operator '{operator}': its {type(obj).__name__} object cannot be copied for "
+                f"each parallel instance ({type(pickling).__name__}: {pickling}); create "
+                "connections, locks and clients in open()",
+                operator=operator,
+            ) from pickling
 
 
 class RunnerFactory:
     """A picklable ``factory() -> Runner`` for a ``python`` node.
 
     Arguments listed in ``private`` are copied for every runner so that
-    parallel subtasks (and restarts) never share a user object's state.
+    parallel subtasks (and restarts) never share a user object's state; the
+    first argument is the node's name. An argument that cannot be copied is a
+    :class:`GraphError` when the factory is made, before anything runs.
     """
 
     def __init__(self, cls: type[Runner], *args: Any, private: tuple[int, ...] = ()) -> None:
         self.cls = cls
         self.args = args
         self.private = private
+        for i in private:
+            private_copy(args[i], str(args[0]))
 
     def __call__(self) -> Runner:
-        args = [private_copy(a) if i in self.private else a for i, a in enumerate(self.args)]
+        args = [
+            private_copy(a, str(self.args[0])) if i in self.private else a
+            for i, a in enumerate(self.args)
+        ]
         return self.cls(*args)
 
     @property

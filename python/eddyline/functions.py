@@ -272,9 +272,15 @@ class ProcessFunction:
         null-state checkpoint. Replaying must rebuild exactly the same state:
         the function must be deterministic (no clocks, randomness, external
         reads, or iteration over unordered sets that affects results). Not
-        overridden: the state is always persisted.
+        overridden: the state is always persisted. An exception fails the
+        checkpoint and the task.
         """
         return None
 
     def on_barrier(self, checkpoint_id: int, ctx: ProcessContext) -> None:
-        """Called when the barrier of checkpoint ``checkpoint_id`` passed (also replayed ones)."""
+        """Called when the barrier of checkpoint ``checkpoint_id`` passed (also replayed ones).
+
+        Also called once before :meth:`open` with the checkpoint the function
+        starts from (0 on a fresh start). An exception fails that checkpoint
+        and the task, like one in :meth:`process_element`.
+        """

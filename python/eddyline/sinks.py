@@ -12,12 +12,15 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ._storage import local_path
 from .errors import EddylineError
+
+if TYPE_CHECKING:
+    from .stream import DataStreamSink
 
 __all__ = ["CollectHandle", "ParquetSink", "Sink", "TwoPhaseCommitSink"]
 
@@ -30,13 +33,41 @@ class CollectHandle:
     """The rows a ``stream.collect()`` sink received, available after the job ran.
 
     Rows are those committed by the sink: exactly once, even across restarts
-    inside one ``execute``.
+    inside one ``execute``. Like every sink, it takes :meth:`uid` (to match
+    its state on a restore after the job changed) and :meth:`name`.
+
+    Example:
+        >>> import eddyline as ed
+        >>> env = ed.StreamEnvironment()
+        >>> env.from_sequence(0, 3).collect().uid("out").name("results")
+        CollectHandle('results', not run yet)
     """
 
-    def __init__(self, operator: str, schema: pa.Schema | None) -> None:
+    def __init__(
+        self, operator: str, schema: pa.Schema | None, sink: DataStreamSink | None = None
+    ) -> None:
         self._operator = operator
         self._schema = schema
+        self._sink = sink
         self._batches: list[pa.RecordBatch] | None = None
+
+    def _operators(self) -> DataStreamSink:
+        if self._sink is None:
+            raise EddylineError(
+                f"collect sink '{self._operator}' is not part of a job graph",
+                operator=self._operator,
+            )
+        return self._sink
+
+    def uid(self, uid: str) -> CollectHandle:
+        """Sets the sink's stable id (matches its state on restore); returns ``self``."""
+        self._operators().uid(uid)
+        return self
+
+    def name(self, name: str) -> CollectHandle:
+        """Names the sink (used in metrics, errors and logs); returns ``self``."""
+        self._operators().name(name)
+        return self
 
     def _set(self, batches: list[pa.RecordBatch]) -> None:
         self._batches = list(batches)
@@ -132,6 +163,9 @@ class TwoPhaseCommitSink(Sink):
 
     def open(self, ctx: dict[str, Any]) -> None:
         """Optional hook: called once per parallel instance before anything else.
+
+        After a failure, the transactions of the checkpoint the job restarts
+        from are committed again only after ``open`` returned.
 
         Args:
             ctx: ``{"name", "subtask_index", "parallelism", "max_parallelism", "attempt"}``.

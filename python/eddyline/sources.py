@@ -237,5 +237,9 @@ class SourceReaderFactory:
         from ._runners import private_copy
 
         return SourceSubtaskReader(
-            private_copy(self.source), self.operator, subtask, parallelism, batch_size
+            private_copy(self.source, self.operator),
+            self.operator,
+            subtask,
+            parallelism,
+            batch_size,
         )

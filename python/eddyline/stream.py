@@ -764,9 +764,14 @@ class DataStream(_Operators):
     # ---- sinks --------------------------------------------------------------
 
     def collect(self) -> CollectHandle:
-        """Collects the stream's rows in the driver; read them after ``execute``."""
+        """Collects the stream's rows in the driver; read them after ``execute``.
+
+        The handle takes ``.uid(...)`` and ``.name(...)`` like every sink.
+        """
         stream = self._add("collect", "sink_collect", params={})
-        handle = CollectHandle(stream._node.display_name, self.schema)
+        handle = CollectHandle(
+            stream._node.display_name, self.schema, DataStreamSink(self._env, stream._node)
+        )
         stream._node.collect = handle
         return handle
 

@@ -66,7 +66,8 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
 
 /// A core error for an exception raised while operator `operator` ran
 /// Python code. eddyline's own `SchemaError` keeps its class; anything else
-/// is the user function failing.
+/// is the user function failing. An eddyline error that names an operator
+/// itself (a stage fused into the node `operator`) keeps that name.
 pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
     let message = err
         .value(py)
@@ -80,6 +81,17 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
                 .ok()
                 .is_some_and(|cls| err.value(py).is_instance(&cls).unwrap_or(false))
         };
+        let own_operator = if is("EddylineError") {
+            err.value(py)
+                .getattr("operator")
+                .ok()
+                .and_then(|o| o.extract::<Option<String>>().ok())
+                .flatten()
+                .filter(|o| !o.is_empty())
+        } else {
+            None
+        };
+        let operator = own_operator.as_deref().unwrap_or(operator);
         if is("SchemaError") {
             return Error::schema(operator, message);
         }
@@ -98,6 +110,9 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
         }
         if is("ScopeError") {
             return Error::Scope { message };
+        }
+        if is("GraphError") {
+            return Error::graph(operator, message);
         }
         if is("JobFailedError") {
             // Raised by a runner that already wrapped the user's exception

@@ -436,12 +436,7 @@ pub fn parse_graph(
                     };
                     let sink: bool = opt(d, "sink")?.unwrap_or(false);
                     let role = if sink { Role::Sink } else { Role::Operator };
-                    let run_tag = run_tag.to_string();
-                    let f = PyRunnerFactory {
-                        factory,
-                        keys,
-                        run_tag,
-                    };
+                    let f = PyRunnerFactory::new(py, &name, factory, keys, run_tag.to_string())?;
                     (op(Arc::new(f)), role, s)
                 }
                 "sink_collect" => {

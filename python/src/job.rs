@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use crate::arrow::batch_to_py;
-use crate::errors::to_py;
+use crate::errors::{from_py, to_py};
 use crate::gil::detached;
 use crate::graph::parse_graph;
 
@@ -27,18 +27,39 @@ use crate::graph::parse_graph;
 struct PyLauncher(Py<PyAny>);
 
 impl PyLauncher {
+    /// Calls the launcher's method `name`. A failure names the launcher (its
+    /// class without leading underscores, e.g. `SparkLauncher`) and keeps the
+    /// Python exception as cause, with its traceback.
     fn call(
         &self,
         name: &str,
         args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>>,
     ) -> eddyline_core::Result<()> {
         Python::attach(|py| {
-            let result = args(py).and_then(|a| self.0.bind(py).call_method1(name, a));
+            let runner = self.0.bind(py);
+            let result = args(py).and_then(|a| runner.call_method1(name, a));
             result.map(|_| ()).map_err(|e| {
-                eddyline_core::Error::runtime(format!(
-                    "the runner's {name}() failed: {}",
-                    e.value(py)
-                ))
+                let class = runner
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string().trim_start_matches('_').to_string())
+                    .ok()
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| "launcher".to_string());
+                match from_py(py, &class, e) {
+                    eddyline_core::Error::UserFunction {
+                        operator,
+                        message,
+                        traceback,
+                        cause,
+                    } => eddyline_core::Error::UserFunction {
+                        operator,
+                        message: format!("the runner's {name}() failed: {message}"),
+                        traceback,
+                        cause,
+                    },
+                    other => other,
+                }
             })
         })
     }
@@ -70,8 +91,16 @@ impl Launcher for PyLauncher {
         self.call("check", |py| Ok(pyo3::types::PyTuple::empty(py)))
     }
 
+    /// Cleanup after an attempt, often while another error is on its way
+    /// to the user: a failure here cannot replace that error, so it goes to
+    /// stderr (the job's log) with its traceback instead of being dropped.
     fn stop(&mut self) {
-        let _ = self.call("stop", |py| Ok(pyo3::types::PyTuple::empty(py)));
+        Python::attach(|py| {
+            if let Err(e) = self.0.bind(py).call_method0("stop") {
+                eprintln!("eddyline: the runner's stop() failed (ignored while stopping):");
+                e.display(py);
+            }
+        });
     }
 }
 

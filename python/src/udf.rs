@@ -21,44 +21,58 @@ use crate::errors::from_py;
 
 /// Builds a runner per subtask by calling the node's Python factory.
 pub struct PyRunnerFactory {
-    pub factory: Py<PyAny>,
-    pub keys: Option<Vec<String>>,
+    factory: Py<PyAny>,
+    keys: Option<Vec<String>>,
     /// Unique per job run (one `execute`), shared by all subtasks and attempts.
-    pub run_tag: String,
+    run_tag: String,
+    /// The factory's properties, read once when the graph is built.
+    recomputable: bool,
+    replayable_from_earlier: bool,
+    redistributable: bool,
+}
+
+impl PyRunnerFactory {
+    /// Wraps the Python factory of operator `operator`, reading its
+    /// `recomputable` and `replayable_from_earlier` (FLINK-4120) and
+    /// `redistributable` (FLIP-147: its runners' operator state is a list of
+    /// entries that may be dealt to the subtasks of another parallelism)
+    /// properties. A property that raises (or is not a bool) is an error
+    /// naming the operator, with the Python exception as its cause.
+    pub fn new(
+        py: Python<'_>,
+        operator: &str,
+        factory: Py<PyAny>,
+        keys: Option<Vec<String>>,
+        run_tag: String,
+    ) -> Result<Self> {
+        let read = |attr: &str| {
+            factory
+                .getattr(py, attr)
+                .and_then(|v| v.extract::<bool>(py))
+                .map_err(|e| from_py(py, operator, e))
+        };
+        Ok(Self {
+            recomputable: read("recomputable")?,
+            replayable_from_earlier: read("replayable_from_earlier")?,
+            redistributable: read("redistributable")?,
+            factory,
+            keys,
+            run_tag,
+        })
+    }
 }
 
 impl OperatorFactory for PyRunnerFactory {
-    /// The runner factory's `recomputable` attribute (FLINK-4120).
     fn recomputable(&self) -> bool {
-        Python::attach(|py| {
-            self.factory
-                .getattr(py, "recomputable")
-                .and_then(|v| v.extract::<bool>(py))
-                .unwrap_or(false)
-        })
+        self.recomputable
     }
 
-    /// The runner factory's `replayable_from_earlier` attribute.
     fn replayable_from_earlier(&self) -> bool {
-        Python::attach(|py| {
-            self.factory
-                .getattr(py, "replayable_from_earlier")
-                .and_then(|v| v.extract::<bool>(py))
-                .unwrap_or(false)
-        })
+        self.replayable_from_earlier
     }
 
-    /// The runner factory's `redistributable` attribute: its runners'
-    /// operator state is a list of entries that may be dealt to the
-    /// subtasks of another parallelism (FLIP-147).
     fn redistribution(&self) -> Redistribution {
-        let yes = Python::attach(|py| {
-            self.factory
-                .getattr(py, "redistributable")
-                .and_then(|v| v.extract::<bool>(py))
-                .unwrap_or(false)
-        });
-        if yes {
+        if self.redistributable {
             Redistribution::EvenSplit
         } else {
             Redistribution::unsupported()
@@ -82,6 +96,7 @@ impl OperatorFactory for PyRunnerFactory {
             results: Vec::new(),
             has_on_watermark: false,
             has_end_input: false,
+            has_late_records: false,
             late: 0,
         }))
     }
@@ -100,6 +115,7 @@ pub struct PyRunner {
     results: Vec<(u8, RecordBatch)>,
     has_on_watermark: bool,
     has_end_input: bool,
+    has_late_records: bool,
     late: u64,
 }
 
@@ -152,12 +168,11 @@ impl PyRunner {
     }
 
     /// Reads the runner's running count of late records (if it keeps one).
-    fn read_late(&mut self, runner: &Bound<'_, PyAny>) {
-        if let Ok(v) = runner.getattr("late_records") {
-            if let Ok(n) = v.extract::<u64>() {
-                self.late = n;
-            }
+    fn read_late(&mut self, runner: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.has_late_records {
+            self.late = runner.getattr("late_records")?.extract::<u64>()?;
         }
+        Ok(())
     }
 
     fn emit_results(&mut self, out: &mut dyn Collector) -> Result<()> {
@@ -179,21 +194,27 @@ fn port_batch(item: &Bound<'_, PyAny>) -> PyResult<(u8, RecordBatch)> {
 
 impl Operator for PyRunner {
     /// The runner's `null_state_watermark(checkpoint_id)` (FLINK-4120); a
-    /// runner that fails to answer is treated as not recomputable.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+    /// failure (e.g. the user's `null_state_watermark` raising) fails the
+    /// checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
         Python::attach(|py| {
             self.runner
                 .call_method1(py, "null_state_watermark", (checkpoint_id,))
                 .and_then(|v| v.extract::<Option<u64>>(py))
-                .ok()
-                .flatten()
+                .map_err(|e| from_py(py, &self.name, e))
         })
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) {
+    /// The runner's `on_barrier(checkpoint_id)`: a failure (e.g. a
+    /// `ProcessFunction.on_barrier` raising) fails the checkpoint and the
+    /// task, with the user's traceback.
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
         Python::attach(|py| {
-            let _ = self.runner.call_method1(py, "on_barrier", (checkpoint_id,));
-        });
+            self.runner
+                .call_method1(py, "on_barrier", (checkpoint_id,))
+                .map(|_| ())
+                .map_err(|e| from_py(py, &self.name, e))
+        })
     }
 
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
@@ -209,6 +230,7 @@ impl Operator for PyRunner {
             let runner = self.runner.bind(py);
             self.has_on_watermark = runner.hasattr("on_watermark")?;
             self.has_end_input = runner.hasattr("end_input")?;
+            self.has_late_records = runner.hasattr("late_records")?;
             Ok(())
         })
         .map_err(|e| Python::attach(|py| from_py(py, &self.name, e)))
@@ -231,7 +253,7 @@ impl Operator for PyRunner {
                 };
                 let runner = self.runner.bind(py).clone();
                 let res = runner.call_method1("process", (input, pb, pk))?;
-                self.read_late(&runner);
+                self.read_late(&runner)?;
                 self.collect_results(&res)
             })();
             r.map_err(|e| from_py(py, &name, e))
@@ -246,7 +268,7 @@ impl Operator for PyRunner {
                 let r: PyResult<()> = (|| {
                     let runner = self.runner.bind(py).clone();
                     let res = runner.call_method1("on_watermark", (watermark,))?;
-                    self.read_late(&runner);
+                    self.read_late(&runner)?;
                     self.collect_results(&res)
                 })();
                 r.map_err(|e| from_py(py, &name, e))

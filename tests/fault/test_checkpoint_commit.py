@@ -116,3 +116,126 @@ def test_checkpoint_unwritable_dir_fails_before_start(tmp_path: Path) -> None:
     with pytest.raises(ed.CheckpointError, match=re.escape(str(chk))):
         env.execute("unwritable")
     assert read_parquet_dir(out).num_rows == 0
+
+
+class FailingBarrier(ed.ProcessFunction):
+    """Raises in ``on_barrier`` from checkpoint 2 on (checkpoint 0 is the start epoch)."""
+
+    def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> Any:
+        return row
+
+    def on_barrier(self, checkpoint_id: int, ctx: ed.ProcessContext) -> None:
+        if checkpoint_id >= 2:
+            raise InjectedFailure(f"on_barrier failed at checkpoint {checkpoint_id}")
+
+
+def test_checkpoint_on_barrier_failure_fails_the_checkpoint_and_the_job(
+    tmp_path: Path, chk_dir: Path
+) -> None:
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
+        restart=ed.RestartStrategy.none(),
+        batch_size=100,
+    )
+    slow = env.from_sequence(0, 20_000).map_batches(SleepPerBatch(0.002)).name("slow")
+    slow.key_by("value").process(FailingBarrier()).name("barrier_fn").collect()
+    with pytest.raises(ed.JobFailedError, match="operator 'barrier_fn'") as info:
+        env.execute("on_barrier_failure")
+    err = info.value
+    assert err.operator == "barrier_fn"
+    assert isinstance(err.__cause__, InjectedFailure)
+    assert "on_barrier failed at checkpoint 2" in (err.user_traceback or "")
+    assert "in on_barrier" in (err.user_traceback or "")
+    assert completed_checkpoints(chk_dir) == [1], "the failed checkpoint 2 completed"
+
+
+class FailingPreCommit(RecordingTwoPhaseSink):
+    def pre_commit(self, txn: dict[str, Any]) -> None:
+        if txn["checkpoint"] == 2:
+            raise InjectedFailure("pre_commit failed at checkpoint 2")
+        super().pre_commit(txn)
+
+
+def test_checkpoint_pre_commit_failure_fails_the_checkpoint_and_the_job(
+    tmp_path: Path, chk_dir: Path
+) -> None:
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
+        restart=ed.RestartStrategy.none(),
+        batch_size=100,
+    )
+    slow = env.from_sequence(0, 20_000).map_batches(SleepPerBatch(0.002)).name("slow")
+    slow.sink_to(FailingPreCommit(tmp_path / "sink")).name("txn_sink")
+    with pytest.raises(ed.JobFailedError, match="operator 'txn_sink'") as info:
+        env.execute("pre_commit_failure_no_restart")
+    assert isinstance(info.value.__cause__, InjectedFailure)
+    assert "in pre_commit" in (info.value.user_traceback or "")
+    assert completed_checkpoints(chk_dir) == [1], "the failed checkpoint 2 completed"
+
+
+class ConnectingSink(RecordingTwoPhaseSink):
+    """Connects in ``open`` and refuses any commit before it (as a database sink would)."""
+
+    def __init__(self, dir: Path) -> None:
+        super().__init__(dir)
+        self.connection: dict[str, int] | None = None
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        self.connection = {"attempt": self.attempt}
+
+    def commit(self, txn: dict[str, Any]) -> None:
+        if self.connection is None:
+            raise RuntimeError("commit() called before open()")
+        super().commit(txn)
+
+
+class FailAfterCheckpoints:
+    """A ``map_batches`` function that raises once, after ``count`` checkpoints completed."""
+
+    def __init__(self, chk_dir: Path, marker_dir: Path, count: int) -> None:
+        self.chk_dir = str(chk_dir)
+        self.marker = os.path.join(marker_dir, "fired")
+        self.count = count
+
+    def __call__(self, batch: Any) -> Any:
+        completed = completed_checkpoints(self.chk_dir)
+        if len(completed) >= self.count and not os.path.exists(self.marker):
+            try:
+                fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return batch
+            with os.fdopen(fd, "w") as marker:
+                json.dump({"completed_before": completed}, marker)
+            raise InjectedFailure(f"failure after checkpoints {completed}")
+        return batch
+
+
+def test_checkpoint_restore_commits_after_the_sinks_open(
+    tmp_path: Path, chk_dir: Path, marker_dir: Path
+) -> None:
+    n = 20_000
+    sink_dir = tmp_path / "sink"
+    fail = FailAfterCheckpoints(chk_dir, marker_dir, count=2)
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
+        restart=ed.RestartStrategy.fixed_delay(2, "10ms"),
+        batch_size=200,
+    )
+    slow = env.from_sequence(0, n).map_batches(SleepPerBatch(0.002)).name("slow")
+    slow.map_batches(fail).name("fail").sink_to(ConnectingSink(sink_dir)).name("db").uid("db")
+
+    result = env.execute("commit_after_open")
+
+    note = json.loads(Path(fail.marker).read_text())
+    assert len(note["completed_before"]) >= 2, "the failure came before two checkpoints"
+    assert result.restarts == 1
+    assert_exact_ids(
+        RecordingTwoPhaseSink.committed(sink_dir)["value"].to_pylist(), range(n), "committed"
+    )
+    # the restored attempt re-committed the transactions of its checkpoint
+    log = RecordingTwoPhaseSink.read_log(sink_dir)
+    assert [e for e in log if e["phase"] == "recommit" and e["attempt"] == 1]

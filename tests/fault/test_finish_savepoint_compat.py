@@ -8,6 +8,7 @@ output; ``allow_non_restored_state=True`` drops that state knowingly.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,3 +74,39 @@ def test_finish_allow_non_restored_state_drops_it(tmp_path: Path) -> None:
     )
     assert int(result.metrics["operators"]["numbers"]["records_out"]) == N - read
     assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(read, N), "resumed ids")
+
+
+def collect_job(tmp_path: Path, chk: str, *, sleep: float, added: bool, uid: bool) -> Any:
+    env = env_for(tmp_path / chk)
+    stream = source(env, sleep=sleep)
+    if added:  # an operator the savepoint does not know, before the sink
+        stream = stream.filter(ed.col("value") >= 0).name("added")
+    out = stream.collect()
+    if uid:
+        out = out.uid("out").name("results")
+    return env, out
+
+
+def test_finish_collect_with_uid_restores_after_an_operator_was_added(tmp_path: Path) -> None:
+    env, _ = collect_job(tmp_path, "chk", sleep=0.003, added=False, uid=True)
+    client = env.execute_async("collect-v1")
+    wait_until(
+        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 1000,
+        timeout=TIMEOUT_S,
+        what="some input to be read",
+    )
+    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
+    result = client.wait(timeout=TIMEOUT_S)
+    read = int(result.metrics["operators"]["numbers"]["records_out"])
+    assert 0 < read < N
+    assert "out" in result.checkpoints[-1].operators, "the collect sink's state has no uid"
+
+    # Without a uid the changed graph cannot place the sink's state ...
+    env, _ = collect_job(tmp_path, "chk2", sleep=0.0, added=True, uid=False)
+    with pytest.raises(ed.CheckpointError, match="collect"):
+        env.execute("collect-v2-no-uid", restore_from=savepoint)
+    # ... with it, the restore works and resumes exactly.
+    env, out = collect_job(tmp_path, "chk3", sleep=0.0, added=True, uid=True)
+    env.execute("collect-v2", restore_from=savepoint)
+    assert repr(out).startswith("CollectHandle('results'")
+    assert_exact_ids(out.to_arrow()["value"].to_pylist(), range(read, N), "resumed ids")

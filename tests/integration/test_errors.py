@@ -231,3 +231,121 @@ def test_duplicate_uid_is_rejected() -> None:
     env.from_sequence(0, 1).uid("src")
     with pytest.raises(ed.GraphError, match="uid"):
         env.from_sequence(0, 1).uid("src")
+
+
+def test_float_into_declared_int_column_raises_schema_error(make_env: MakeEnv) -> None:
+    env = make_env()
+    (
+        env.from_sequence(0, 4)
+        .map(lambda r: {"v": r["value"] / 2}, schema={"v": "int64"})  # type: ignore[arg-type]
+        .name("halve")
+        .collect()
+    )
+    with pytest.raises(ed.SchemaError, match="operator 'halve'") as info:
+        env.execute()
+    message = str(info.value)
+    assert "field 'v'" in message and "int64" in message
+    # the offending value and its row (0.5 or 1.5, whichever subtask failed first)
+    assert "in row {'v': 0.5}" in message or "in row {'v': 1.5}" in message
+    assert info.value.operator == "halve"
+
+
+def test_float_into_inferred_int_column_raises_schema_error() -> None:
+    # One subtask, batches of two: the first output fixes v as int64, the
+    # second batch returns floats.
+    env = ed.StreamEnvironment(1, batch_size=2)
+    (
+        env.from_sequence(0, 4)
+        .map(lambda r: {"v": r["value"] if r["value"] < 2 else r["value"] / 2})
+        .name("halve")
+        .collect()
+    )
+    with pytest.raises(ed.SchemaError, match=r"operator 'halve' returned field 'v' of type float"):
+        env.execute()
+
+
+@pytest.mark.parametrize(
+    ("value", "column", "found"),
+    [(300, "int8", "int (300)"), (-1, "uint32", "int (-1)"), ("7", "int64", "str ('7')")],
+)
+def test_value_that_does_not_fit_its_column_raises_schema_error(
+    value: object, column: str, found: str
+) -> None:
+    env = ed.StreamEnvironment(1)
+    env.from_sequence(0, 3).map(
+        lambda r: {"id": r["value"], "v": value if r["value"] == 1 else 1},
+        schema={"id": "int64", "v": column},  # type: ignore[arg-type]
+    ).name("fit").collect()
+    with pytest.raises(ed.SchemaError, match="operator 'fit'") as info:
+        env.execute()
+    message = str(info.value)
+    assert f"field 'v' of type {found}" in message
+    assert "'id': 1" in message and column in message
+
+
+def test_exact_values_and_lossless_widening_are_kept(make_env: MakeEnv) -> None:
+    env = make_env()
+    schema = {"i": "int64", "f": "float64", "s": "int8"}
+    out = (
+        env.from_sequence(0, 20)
+        .map(
+            lambda r: {"i": r["value"] * 2 / 2, "f": r["value"], "s": None},
+            schema=schema,  # type: ignore[arg-type]
+        )
+        .collect()
+    )
+    env.execute()
+    table = out.to_arrow()
+    assert table.schema.field("i").type == pa.int64()
+    assert sorted(table["i"].to_pylist()) == list(range(20))
+    assert sorted(table["f"].to_pylist()) == [float(v) for v in range(20)]
+    assert table["s"].null_count == 20
+
+
+def test_flat_map_returning_a_dict_names_the_dict(make_env: MakeEnv) -> None:
+    env = make_env()
+    (
+        env.from_collection(ROWS)
+        .map(lambda r: r)
+        .flat_map(lambda r: {"a": r["id"]})  # type: ignore[arg-type,return-value]
+        .name("explode")
+        .map(lambda r: r)
+        .collect()
+    )
+    with pytest.raises(ed.SchemaError, match="operator 'explode'") as info:
+        env.execute()
+    message = str(info.value)
+    assert "returned a dict ({'a': " in message
+    assert "where an iterable of dicts was expected" in message
+    assert "str" not in message
+    assert info.value.operator == "explode"
+
+
+def test_flat_map_generator_failure_names_its_stage(make_env: MakeEnv) -> None:
+    def rows(r: dict[str, Any]) -> Any:
+        yield r
+        if r["id"] == 9:
+            raise ValueError("bad generator")
+
+    env = make_env()
+    env.from_collection(ROWS).flat_map(rows).name("gen").map(lambda r: r).name("after").collect()
+    with pytest.raises(ed.JobFailedError, match="operator 'gen'") as info:
+        env.execute()
+    assert "'id': 9" in str(info.value)
+
+
+def test_a_runner_property_that_raises_is_an_error_naming_the_operator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eddyline._runners import RunnerFactory
+
+    def broken(self: RunnerFactory) -> bool:
+        raise ZeroDivisionError("property failed")
+
+    env = ed.StreamEnvironment(1)
+    out = env.from_sequence(0, 10).map(lambda r: r).name("m").collect()
+    monkeypatch.setattr(RunnerFactory, "redistributable", property(broken))
+    with pytest.raises(ed.JobFailedError, match="operator 'm'") as info:
+        env.execute()
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+    assert not out.ready

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pytest
 
 import eddyline as ed
 from eddyline.testing import assert_same_rows
@@ -81,3 +82,19 @@ def test_two_phase_commit_sink_commits_everything_at_the_end(make_env: MakeEnv) 
         # One transaction per subtask, pre-committed and committed exactly once
         # by the end-of-job commit (finish() itself commits nothing).
         assert phases == ["pre_commit", "commit"]
+
+
+class LockedSink(RecordingSink):
+    """Holds a lock per instance: it cannot be copied for each parallel instance."""
+
+    def __init__(self) -> None:
+        self.own_lock = threading.Lock()
+
+
+def test_a_sink_that_cannot_be_copied_is_a_graph_error_before_anything_runs() -> None:
+    env = ed.StreamEnvironment(2)
+    env.from_sequence(0, 10).sink_to(LockedSink()).name("locked_sink")
+    with pytest.raises(ed.GraphError, match=r"operator 'locked_sink'.*cannot be copied") as info:
+        env.execute()
+    assert info.value.operator == "locked_sink"
+    assert isinstance(info.value.__cause__, TypeError)

@@ -239,3 +239,23 @@ def test_checkpoints_and_savepoints_are_taken_through_the_workers(tmp_path: Path
     env2, _ = _ids_job(out_dir, tmp_path / "chk2", n)
     env2.execute("resume", restore_from=savepoint, runner=ed.ProcessRunner(workers=2))
     _assert_exact_ids(out_dir, n)
+
+
+def test_a_launcher_failure_names_the_launcher_and_keeps_its_cause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eddyline.runners import _ProcessLauncher
+
+    def launch(
+        self: _ProcessLauncher, attempt: int, workers: int, driver: str, secret: str
+    ) -> None:
+        raise OSError("no worker slots left")
+
+    monkeypatch.setattr(_ProcessLauncher, "launch", launch)
+    env = ed.StreamEnvironment(1, restart=ed.RestartStrategy.none())
+    env.from_sequence(0, 10).collect()
+    with pytest.raises(ed.JobFailedError, match=r"launch\(\) failed") as info:
+        env.execute("no-launch", runner=ed.ProcessRunner(workers=1))
+    assert info.value.operator == "ProcessLauncher"
+    assert isinstance(info.value.__cause__, OSError)
+    assert "no worker slots left" in (info.value.user_traceback or "")

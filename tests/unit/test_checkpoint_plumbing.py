@@ -131,6 +131,9 @@ class ListSink(ed.TwoPhaseCommitSink):
     def __init__(self) -> None:
         self.log: list[tuple[str, Any]] = []
 
+    def open(self, ctx: dict[str, Any]) -> None:
+        self.log.append(("open", ctx.get("subtask_index")))
+
     def begin_transaction(self) -> list[int]:
         return []
 
@@ -161,18 +164,20 @@ def test_two_phase_commit_runner_commits_only_completed_checkpoints() -> None:
     runner.snapshot(4)
     runner.notify_checkpoint_complete(3)
     assert sink.log == [
+        ("open", 0),
         ("on_checkpoint", 3),
         ("pre_commit", [1, 2]),
         ("on_checkpoint", 4),
         ("pre_commit", [3]),
         ("commit", [1, 2]),
     ]
-    # a restore of checkpoint 3 commits its pending transaction again (idempotent)
+    # a restore of checkpoint 3 commits its pending transaction again (idempotent),
+    # also when it comes after open
     restored_sink = ListSink()
     restored = TwoPhaseCommitRunner("sink", restored_sink)
     restored.open({"subtask_index": 0, "attempt": 1})
     restored.restore(state)
-    assert restored_sink.log == [("commit", [1, 2])]
+    assert restored_sink.log == [("open", 0), ("commit", [1, 2])]
     with pytest.raises(TypeError, match="operator state"):
         restored.restore({0: b""})
 
@@ -180,7 +185,8 @@ def test_two_phase_commit_runner_commits_only_completed_checkpoints() -> None:
 def test_two_phase_commit_runner_pending_transactions_move_one_to_one_subtask() -> None:
     """FLIP-147 redistribution: the entries (one per pending transaction) dealt
     to several new subtasks are committed once each; the single-blob state of
-    older checkpoints still restores."""
+    older checkpoints still restores. As in the engine, restore comes before
+    open, and the sink's open before the commits of the restored transactions."""
     sink = ListSink()
     runner = TwoPhaseCommitRunner("sink", sink)
     runner.open({"subtask_index": 0, "attempt": 0})
@@ -192,11 +198,16 @@ def test_two_phase_commit_runner_pending_transactions_move_one_to_one_subtask() 
     for i, new_sink in enumerate(sinks):
         new = TwoPhaseCommitRunner("sink", new_sink)
         new.restore(state[i::2])
+        assert new_sink.log == [], "committed before the sink's open()"
+        new.open({"subtask_index": i, "attempt": 1})
+        assert new_sink.log[0] == ("open", i)
     commits = sorted(v for s in sinks for kind, v in s.log if kind == "commit")
     assert commits == [[1], [2], [3]]
     legacy_sink = ListSink()
-    TwoPhaseCommitRunner("sink", legacy_sink).restore(pickle.dumps({3: [1], 4: [2]}))
-    assert legacy_sink.log == [("commit", [1]), ("commit", [2])]
+    legacy = TwoPhaseCommitRunner("sink", legacy_sink)
+    legacy.restore(pickle.dumps({3: [1], 4: [2]}))
+    legacy.open({"subtask_index": 0, "attempt": 1})
+    assert legacy_sink.log == [("open", 0), ("commit", [1]), ("commit", [2])]
 
 
 def test_fail_once_fires_once_across_copies(tmp_path: Path) -> None:

@@ -77,8 +77,8 @@ impl FilterOperator {
 
 impl Operator for FilterOperator {
     /// Stateless: its (empty) state is that of the current checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
-        Some(checkpoint_id)
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(checkpoint_id))
     }
 
     fn process_batch(

@@ -136,9 +136,10 @@ pub trait Operator: Send {
     /// current state can be rebuilt from its input alone (`checkpoint_id`
     /// itself when it holds no state). `None`: its state cannot be rebuilt
     /// and must be persisted (the default). Only operators whose factory
-    /// says [`OperatorFactory::recomputable`] are asked.
-    fn null_state_watermark(&self, _checkpoint_id: u64) -> Option<u64> {
-        None
+    /// says [`OperatorFactory::recomputable`] are asked. An error fails the
+    /// checkpoint and the task.
+    fn null_state_watermark(&self, _checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(None)
     }
 
     /// The barrier of checkpoint `checkpoint_id` passed this operator: the
@@ -147,8 +148,11 @@ pub trait Operator: Send {
     /// (which take no snapshot), and once before `open` with the checkpoint
     /// the operator starts from (0 on a fresh start). Operators that report
     /// a null-state watermark use it to remember in which epoch their state
-    /// began.
-    fn on_barrier(&mut self, _checkpoint_id: u64) {}
+    /// began. An error (e.g. a user function's `on_barrier` raising) fails
+    /// the checkpoint, like a failing `snapshot_state`, and the task.
+    fn on_barrier(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
 
     /// FLIP-27 per-split event time (DESIGN.md "Event time per split"):
     /// called only on the first operator of a source task's chain (the one

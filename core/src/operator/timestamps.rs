@@ -540,27 +540,28 @@ impl Operator for AssignTimestampsOperator {
         Ok(())
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
         if self.per_split {
             // Every split's largest timestamp must be rebuilt.
-            return Some(
+            return Ok(Some(
                 self.splits
                     .iter()
                     .filter(|s| s.max_timestamp != i64::MIN)
                     .map(|s| s.max_epoch)
                     .min()
                     .unwrap_or(checkpoint_id),
-            );
+            ));
         }
-        Some(if self.max_timestamp == i64::MIN {
+        Ok(Some(if self.max_timestamp == i64::MIN {
             checkpoint_id
         } else {
             self.max_epoch
-        })
+        }))
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) {
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
         self.epoch = checkpoint_id;
+        Ok(())
     }
 
     fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {

@@ -1593,12 +1593,13 @@ impl Operator for WindowOperator {
         out.emit_watermark(watermark)
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
-        Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e))
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) {
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
         self.epoch = checkpoint_id;
+        Ok(())
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {

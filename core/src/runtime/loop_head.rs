@@ -477,7 +477,12 @@ impl Task {
         }
         head.begun = barrier.id;
         let states = self.chain_states(&barrier)?;
-        crate::runtime::replay::start_epoch(&mut self.ops, &barrier);
+        let slots = &self.slots;
+        crate::runtime::replay::start_epoch(
+            &mut self.ops,
+            |i| slots[i].name.to_string(),
+            &barrier,
+        )?;
         let head = self.head();
         let returned: Vec<bool> = head.feedback.iter().map(|f| f.ended).collect();
         let log = Arc::new(FeedbackQueue::new(

@@ -192,12 +192,17 @@ impl TaskRecompute {
     }
 
     /// The null-state watermark operator `i` reports with `barrier`.
-    pub fn null_state(&self, i: usize, op: &dyn Operator, barrier: &Barrier) -> Option<u64> {
+    pub fn null_state(
+        &self,
+        i: usize,
+        op: &dyn Operator,
+        barrier: &Barrier,
+    ) -> Result<Option<u64>> {
         if barrier.kind == BarrierKind::Checkpoint && self.recomputed.get(i).copied() == Some(true)
         {
             op.null_state_watermark(barrier.id)
         } else {
-            None
+            Ok(None)
         }
     }
 
@@ -229,12 +234,20 @@ impl TaskRecompute {
     }
 }
 
-/// Tells every operator of `ops` that `barrier` passed (checkpoints only:
-/// savepoints do not start an epoch, their offsets are not in the storage).
-pub(crate) fn start_epoch(ops: &mut [Box<dyn Operator>], barrier: &Barrier) {
+/// Tells every operator of `ops` (named by `names`) that `barrier` passed
+/// (checkpoints only: savepoints do not start an epoch, their offsets are not
+/// in the storage). An operator's failure fails the checkpoint: the caller
+/// has not reported its snapshot yet.
+pub(crate) fn start_epoch(
+    ops: &mut [Box<dyn Operator>],
+    names: impl Fn(usize) -> String,
+    barrier: &Barrier,
+) -> Result<()> {
     if barrier.kind == BarrierKind::Checkpoint {
-        for op in ops {
-            op.on_barrier(barrier.id);
+        for (i, op) in ops.iter_mut().enumerate() {
+            op.on_barrier(barrier.id)
+                .map_err(|e| e.in_operator(&names(i)))?;
         }
     }
+    Ok(())
 }

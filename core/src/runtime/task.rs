@@ -491,7 +491,8 @@ impl Task {
                 .map_err(|e| e.in_operator(&src.slot.name))?;
         }
         for (i, op) in self.ops.iter_mut().enumerate() {
-            op.on_barrier(self.recompute.start_epoch(i));
+            op.on_barrier(self.recompute.start_epoch(i))
+                .map_err(|e| e.in_operator(&self.slots[i].name))?;
             self.slots[i].replay_drop = self.recompute.drops(i);
             op.open(&self.contexts[i])
                 .map_err(|e| e.in_operator(&self.slots[i].name))?;
@@ -562,7 +563,8 @@ impl Task {
             return self.begin_loop_checkpoint(barrier, alignment);
         }
         let states = self.chain_states(&barrier)?;
-        start_epoch(&mut self.ops, &barrier);
+        let slots = &self.slots;
+        start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
         let _ = self.reports.send(TaskReport::Snapshot {
             task: self.id,
             checkpoint: barrier.id,
@@ -603,7 +605,10 @@ impl Task {
             states.push(NodeSnapshot {
                 node: self.node_ids[i],
                 state,
-                null_state: self.recompute.null_state(i, self.ops[i].as_ref(), barrier),
+                null_state: self
+                    .recompute
+                    .null_state(i, self.ops[i].as_ref(), barrier)
+                    .map_err(|e| e.in_operator(&name))?,
             });
         }
         Ok(states)
@@ -612,7 +617,8 @@ impl Task {
     /// A barrier replayed by a recompute recovery: operators learn the
     /// epoch, nothing is snapshotted; the last one ends the replay.
     fn pass_replayed(&mut self, barrier: Barrier) -> Result<()> {
-        start_epoch(&mut self.ops, &barrier);
+        let slots = &self.slots;
+        start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
         self.output.broadcast(Event::Barrier(barrier))?;
         let ended = self.recompute.passed(&barrier);
         for (i, slot) in self.slots.iter_mut().enumerate() {

@@ -141,8 +141,8 @@ impl Operator for Flaky {
         self.completed += 1;
         Ok(())
     }
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Option<u64> {
-        self.recomputable.then_some(checkpoint_id)
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(self.recomputable.then_some(checkpoint_id))
     }
 }
 

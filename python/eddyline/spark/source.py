@@ -74,7 +74,14 @@ def _data_files(directory: str) -> list[str]:
 
 
 def _plain_parquet_files(df: Any) -> list[str] | None:
-    """The sorted local files of a DataFrame that is a bare Parquet scan, else ``None``."""
+    """The sorted local files of a DataFrame that is a bare Parquet scan, else ``None``.
+
+    ``None`` (read a snapshot instead) also when this Spark's plan classes do
+    not answer as expected or a file is not local; any other failure (the JVM
+    gone, the DataFrame unreadable) is raised.
+    """
+    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+
     jdf = getattr(df, "_jdf", None)
     if jdf is None:  # Spark Connect: no plan to inspect; snapshot instead
         return None
@@ -89,9 +96,14 @@ def _plain_parquet_files(df: Any) -> list[str] | None:
             return None
         if relation.partitionSchema().length() > 0:
             return None
-        uris = list(df.inputFiles())
+    except (Py4JJavaError, Py4JNetworkError):
+        raise
+    except Py4JError:  # a method this Spark version's plan classes lack
+        return None
+    uris = list(df.inputFiles())
+    try:
         files = sorted(local_path(u) for u in uris)
-    except Exception:
+    except ValueError:  # not on the local filesystem
         return None
     if not files:
         return None
