@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from ._graph import LogicalGraph, native
+from ._runners import exact_array
 from ._storage import local_path
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
@@ -151,8 +152,27 @@ class StreamEnvironment:
                 "from_collection(): cannot infer a schema from an empty collection; pass schema="
             )
         try:
-            if n_dicts:
-                table = pa.Table.from_pylist(rows, schema=declared)
+            if n_dicts and declared is not None:
+                # pyarrow's typed conversion truncates 2.5 into an int64 column: convert
+                # column by column and refuse any value that would change.
+                for row in rows:
+                    extra = set(row) - set(declared.names)
+                    if extra:
+                        raise SchemaError(
+                            f"from_collection(): item {row!r} has fields {sorted(extra)} "
+                            f"that the schema does not have:\n{declared}"
+                        )
+                columns = []
+                for field in declared:
+                    try:
+                        columns.append(exact_array([r.get(field.name) for r in rows], field.type))
+                    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                        raise SchemaError(
+                            f"from_collection(): field {field.name!r} ({field.type}): {exc}"
+                        ) from exc
+                table = pa.Table.from_arrays(columns, schema=declared)
+            elif n_dicts:
+                table = pa.Table.from_pylist(rows)
             elif declared is not None and not rows:
                 table = declared.empty_table()
             elif declared is not None:
@@ -161,7 +181,7 @@ class StreamEnvironment:
                         "from_collection(): scalar items need a schema with exactly one field, "
                         f"got\n{declared}"
                     )
-                column = pa.array(rows, type=declared.field(0).type)
+                column = exact_array(rows, declared.field(0).type)
                 table = pa.Table.from_arrays([column], schema=declared)
             else:
                 table = pa.table({"value": pa.array(rows)})

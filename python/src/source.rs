@@ -120,15 +120,21 @@ impl SourceReader for PySourceReader {
 
     fn offset(&self) -> Vec<u8> {
         // The Python side only pickles its own plain state here; should that
-        // ever fail, the empty offset is refused by `seek` with a clear error
-        // instead of restoring a wrong position.
+        // ever fail, the cause goes to stderr and the empty offset is refused
+        // by `seek` with a clear error instead of restoring a wrong position.
         Python::attach(|py| {
             self.reader
                 .bind(py)
                 .call_method0("entries")
                 .and_then(|l| l.extract::<Vec<Vec<u8>>>())
                 .map(|entries| encode_entries(&entries))
-                .unwrap_or_default()
+                .unwrap_or_else(|e| {
+                    eprintln!(
+                        "eddyline: source '{}' could not report its offset: {e}",
+                        self.name
+                    );
+                    Vec::new()
+                })
         })
     }
 

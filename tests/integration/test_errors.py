@@ -349,3 +349,28 @@ def test_a_runner_property_that_raises_is_an_error_naming_the_operator(
         env.execute()
     assert isinstance(info.value.__cause__, ZeroDivisionError)
     assert not out.ready
+
+
+@pytest.mark.parametrize(
+    ("items", "schema", "detail"),
+    [
+        ([{"v": 1}, {"v": 2.5}], {"v": "int64"}, "field 'v'"),
+        ([{"v": 300}], {"v": "int8"}, "field 'v'"),
+        ([1.5, 2], {"value": "int64"}, "1.5"),
+    ],
+)
+def test_from_collection_value_that_does_not_fit_its_declared_column_raises(
+    items: list[Any], schema: dict[str, str], detail: str
+) -> None:
+    env = ed.StreamEnvironment(1)
+    with pytest.raises(ed.SchemaError, match=f"from_collection.*{detail}"):
+        env.from_collection(items, schema=schema)
+
+
+def test_from_collection_keeps_exact_values_and_widens_losslessly() -> None:
+    env = ed.StreamEnvironment(1)
+    out = env.from_collection(
+        [{"i": 2.0, "f": 1}, {"i": None, "f": 2.5}], schema={"i": "int64", "f": "float64"}
+    ).collect()
+    env.execute("exact")
+    assert out.to_pylist() == [{"i": 2, "f": 1.0}, {"i": None, "f": 2.5}]
