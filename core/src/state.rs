@@ -11,6 +11,23 @@ use std::sync::Arc;
 
 use crate::error::Result;
 
+/// Encodes one versioned key-group blob: the format `version` byte, then
+/// `columns` under `schema` as one Arrow IPC stream (the layout the keyed
+/// aggregates and the windows share).
+pub(crate) fn encode_ipc_blob(
+    version: u8,
+    schema: &arrow::datatypes::SchemaRef,
+    columns: Vec<arrow::array::ArrayRef>,
+) -> std::result::Result<Vec<u8>, arrow::error::ArrowError> {
+    let batch = arrow::record_batch::RecordBatch::try_new(schema.clone(), columns)?;
+    let mut out = vec![version];
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, schema)?;
+    writer.write(&batch)?;
+    writer.finish()?;
+    drop(writer);
+    Ok(out)
+}
+
 /// State that is serialized lazily, off the task thread.
 pub trait DeferredState: Send + Sync {
     /// Serializes the captured view. Called on a background thread.

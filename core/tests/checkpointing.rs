@@ -210,8 +210,10 @@ fn stop_with_savepoint_then_resume_continues_exactly() {
     for p in [1, 3] {
         let dir = tempfile::tempdir().unwrap();
         let sp = tempfile::tempdir().unwrap();
-        // Run 1: stop without drain after some checkpoints.
-        let (g, store) = keyed_sum_graph(40_000, p, false, false);
+        // Run 1: stop without drain after some checkpoints (enough input
+        // that the job is still running when the stop comes, even on a
+        // loaded machine).
+        let (g, store) = keyed_sum_graph(200_000, p, false, false);
         let job = JobHandle::start(g, config(dir.path(), AlignmentMode::ExactlyOnce)).unwrap();
         while job.checkpoints().len() < 2 {
             assert!(
@@ -224,13 +226,13 @@ fn stop_with_savepoint_then_resume_continues_exactly() {
         assert!(path.join("_manifest.json").exists(), "{}", path.display());
         let first = committed_values(&store);
         // Run 2: resume from the savepoint to the end.
-        let (g2, store2) = keyed_sum_graph(40_000, p, false, false);
+        let (g2, store2) = keyed_sum_graph(200_000, p, false, false);
         let mut cfg = config(dir.path(), AlignmentMode::ExactlyOnce);
         cfg.restore_from = Some(RestoreFrom::Path(path));
         JobHandle::start(g2, cfg).unwrap().result().unwrap();
         let mut combined = first;
         combined.extend(committed_values(&store2));
-        assert_eq!(combined, expected_sums(0..40_000), "p={p}");
+        assert_eq!(combined, expected_sums(0..200_000), "p={p}");
         assert!(
             store2.committed_rows() > 0,
             "the resumed run had work left (p={p})"

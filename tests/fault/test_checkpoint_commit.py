@@ -129,16 +129,21 @@ class FailingBarrier(ed.ProcessFunction):
             raise InjectedFailure(f"on_barrier failed at checkpoint {checkpoint_id}")
 
 
-def test_checkpoint_on_barrier_failure_fails_the_checkpoint_and_the_job(
-    tmp_path: Path, chk_dir: Path
-) -> None:
+def slow_job_without_restarts(chk_dir: Path) -> tuple[ed.StreamEnvironment, ed.DataStream]:
+    """A p=2 job checkpointing every 50 ms with no restarts, and its slowed-down input."""
     env = ed.StreamEnvironment(
         2,
         checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
         restart=ed.RestartStrategy.none(),
         batch_size=100,
     )
-    slow = env.from_sequence(0, 20_000).map_batches(SleepPerBatch(0.002)).name("slow")
+    return env, env.from_sequence(0, 20_000).map_batches(SleepPerBatch(0.002)).name("slow")
+
+
+def test_checkpoint_on_barrier_failure_fails_the_checkpoint_and_the_job(
+    tmp_path: Path, chk_dir: Path
+) -> None:
+    env, slow = slow_job_without_restarts(chk_dir)
     slow.key_by("value").process(FailingBarrier()).name("barrier_fn").collect()
     with pytest.raises(ed.JobFailedError, match="operator 'barrier_fn'") as info:
         env.execute("on_barrier_failure")
@@ -160,13 +165,7 @@ class FailingPreCommit(RecordingTwoPhaseSink):
 def test_checkpoint_pre_commit_failure_fails_the_checkpoint_and_the_job(
     tmp_path: Path, chk_dir: Path
 ) -> None:
-    env = ed.StreamEnvironment(
-        2,
-        checkpoint=ed.CheckpointConfig(chk_dir, interval="50ms"),
-        restart=ed.RestartStrategy.none(),
-        batch_size=100,
-    )
-    slow = env.from_sequence(0, 20_000).map_batches(SleepPerBatch(0.002)).name("slow")
+    env, slow = slow_job_without_restarts(chk_dir)
     slow.sink_to(FailingPreCommit(tmp_path / "sink")).name("txn_sink")
     with pytest.raises(ed.JobFailedError, match="operator 'txn_sink'") as info:
         env.execute("pre_commit_failure_no_restart")
@@ -225,7 +224,8 @@ def test_checkpoint_restore_commits_after_the_sinks_open(
         restart=ed.RestartStrategy.fixed_delay(2, "10ms"),
         batch_size=200,
     )
-    slow = env.from_sequence(0, n).map_batches(SleepPerBatch(0.002)).name("slow")
+    # ~1 s of input: checkpoints 1 and 2 complete well before it ends, even on a loaded machine
+    slow = env.from_sequence(0, n).map_batches(SleepPerBatch(0.02)).name("slow")
     slow.map_batches(fail).name("fail").sink_to(ConnectingSink(sink_dir)).name("db").uid("db")
 
     result = env.execute("commit_after_open")

@@ -36,18 +36,26 @@ def take_savepoint(tmp_path: Path) -> tuple[str, int]:
     keyed = source(env, sleep=0.003).with_columns(k=ed.col("value") % 3).name("key").uid("key")
     totals = keyed.key_by("k").sum("value").name("total").uid("running-sum")
     totals.sink_to(ed.ParquetSink(str(tmp_path / "sums"))).name("out").uid("out")
-    client = env.execute_async("with-sum")
+    savepoint, result, read = stop_after_some_input(env, "with-sum", tmp_path / "sp")
+    assert result.checkpoints[-1].operators["running-sum"].bytes > 0, "the sum had no state"
+    return savepoint, read
+
+
+def stop_after_some_input(
+    env: ed.StreamEnvironment, name: str, path: Path
+) -> tuple[str, ed.JobResult, int]:
+    """Runs ``env`` until 1,000 records were read, then stops it with a savepoint at ``path``."""
+    client = env.execute_async(name)
     wait_until(
         lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 1000,
         timeout=TIMEOUT_S,
         what="some input to be read",
     )
-    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
+    savepoint = client.stop_with_savepoint(str(path))
     result = client.wait(timeout=TIMEOUT_S)
     read = int(result.metrics["operators"]["numbers"]["records_out"])
     assert 0 < read < N
-    assert result.checkpoints[-1].operators["running-sum"].bytes > 0, "the sum had no state"
-    return savepoint, read
+    return savepoint, result, read
 
 
 def without_sum(tmp_path: Path, out: Path) -> ed.StreamEnvironment:
@@ -89,16 +97,7 @@ def collect_job(tmp_path: Path, chk: str, *, sleep: float, added: bool, uid: boo
 
 def test_finish_collect_with_uid_restores_after_an_operator_was_added(tmp_path: Path) -> None:
     env, _ = collect_job(tmp_path, "chk", sleep=0.003, added=False, uid=True)
-    client = env.execute_async("collect-v1")
-    wait_until(
-        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 1000,
-        timeout=TIMEOUT_S,
-        what="some input to be read",
-    )
-    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
-    result = client.wait(timeout=TIMEOUT_S)
-    read = int(result.metrics["operators"]["numbers"]["records_out"])
-    assert 0 < read < N
+    savepoint, result, read = stop_after_some_input(env, "collect-v1", tmp_path / "sp")
     assert "out" in result.checkpoints[-1].operators, "the collect sink's state has no uid"
 
     # Without a uid the changed graph cannot place the sink's state ...

@@ -73,7 +73,6 @@ use arrow::datatypes::{
     ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef,
 };
 use arrow::ipc::reader::StreamReader;
-use arrow::ipc::writer::StreamWriter;
 use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
@@ -1051,13 +1050,7 @@ fn encode_state(
     columns.push(acc);
     let metadata = HashMap::from([(KIND_METADATA_KEY.to_string(), agg.name().to_string())]);
     let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    let mut out = vec![STATE_FORMAT_VERSION];
-    let mut writer = StreamWriter::try_new(&mut out, &schema)?;
-    writer.write(&batch)?;
-    writer.finish()?;
-    drop(writer);
-    Ok(out)
+    crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns)
 }
 
 /// Decodes one key-group blob into its schema and batches.

@@ -110,7 +110,6 @@ use arrow::datatypes::{
     TimestampNanosecondType, TimestampSecondType, UInt64Type,
 };
 use arrow::ipc::reader::StreamReader;
-use arrow::ipc::writer::StreamWriter;
 use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
@@ -1112,16 +1111,8 @@ impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
             (META_WATERMARK.to_string(), meta.watermark.to_string()),
         ]);
         let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
-        let encode = || -> ArrowResult<Vec<u8>> {
-            let batch = RecordBatch::try_new(schema.clone(), columns)?;
-            let mut out = vec![STATE_FORMAT_VERSION];
-            let mut writer = StreamWriter::try_new(&mut out, &schema)?;
-            writer.write(&batch)?;
-            writer.finish()?;
-            drop(writer);
-            Ok(out)
-        };
-        encode().for_operator(&meta.name)
+        crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns)
+            .for_operator(&meta.name)
     }
 }
 

@@ -1035,11 +1035,16 @@ impl Task {
     fn await_finalize(&mut self) -> Result<()> {
         loop {
             match self.control.recv() {
-                Ok(Control::TriggerCheckpoint(barrier)) => {
+                // A stop-with-savepoint can reach a source that ended its
+                // input before the coordinator heard of it: the savepoint's
+                // barrier is then a trigger like any other (the task has
+                // nothing left to stop), or the savepoint would never complete.
+                Ok(Control::TriggerCheckpoint(barrier))
+                | Ok(Control::StopSource(Some(barrier))) => {
                     self.snapshot(barrier, Duration::ZERO, true)?;
                 }
                 Ok(Control::NotifyComplete(id)) => self.notify_complete(id)?,
-                Ok(Control::AbortCheckpoint(_)) | Ok(Control::StopSource(_)) => {}
+                Ok(Control::AbortCheckpoint(_)) | Ok(Control::StopSource(None)) => {}
                 Ok(Control::Finalize { commit_end_of_job }) => {
                     if commit_end_of_job {
                         for i in 0..self.ops.len() {
