@@ -31,14 +31,14 @@
 //!   barrier in one event.
 //!
 //! Before the first measurement a channel holds one event (and whatever more
-//! fits into the floor); a fast consumer's first measurement arrives after
-//! [`UPDATE_PERIOD`] and lifts the budget to the ceiling, so fast jobs keep
-//! their full buffers (`max_events` batches).
+//! fits into the floor) and cuts nothing; a fast consumer's first
+//! measurement arrives after a few batches and lifts the budget to the
+//! ceiling, so fast jobs keep their full buffers (`max_events` batches).
 //!
 //! The budget logic ([`ThroughputMeter`], [`FlowPolicy`]) is pure: time is
 //! passed in, like the other protocol kernels.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -252,6 +252,9 @@ pub struct Gate {
     queued: Mutex<Queued>,
     space: Condvar,
     budget: AtomicUsize,
+    /// The consumer set a budget from a measurement: only then are large
+    /// batches cut (the initial budget is a guess).
+    measured: AtomicBool,
     max_events: usize,
 }
 
@@ -261,7 +264,17 @@ impl Gate {
             queued: Mutex::new(Queued::default()),
             space: Condvar::new(),
             budget: AtomicUsize::new(budget),
+            measured: AtomicBool::new(false),
             max_events: max_events.max(1),
+        }
+    }
+
+    /// The budget batches are cut to: none before the first measurement.
+    fn slice_budget(&self) -> usize {
+        if self.measured.load(Ordering::Relaxed) {
+            self.budget()
+        } else {
+            usize::MAX
         }
     }
 
@@ -272,6 +285,7 @@ impl Gate {
 
     /// The consumer sets a new byte budget.
     pub fn set_budget(&self, bytes: usize) {
+        self.measured.store(true, Ordering::Relaxed);
         let old = self.budget.swap(bytes, Ordering::Relaxed);
         if bytes > old {
             let q = self.queued.lock();
@@ -344,7 +358,7 @@ impl EventSender {
         };
         let bytes = batch_bytes(batch);
         let rows = batch.num_rows();
-        let pieces = slices_for(bytes, rows, self.gate.budget());
+        let pieces = slices_for(bytes, rows, self.gate.slice_budget());
         if pieces == 1 {
             return self.send_sized(event, bytes);
         }
@@ -563,7 +577,8 @@ mod tests {
     fn a_batch_far_above_the_budget_is_sent_as_zero_copy_slices() {
         let big = batch(10_000);
         let bytes = batch_bytes(&big);
-        let (tx, rx) = bounded(64, bytes / 4);
+        let (tx, rx) = bounded(64, MAX_BUDGET_BYTES);
+        rx.gate().unwrap().set_budget(bytes / 4);
         let base = big.column(0).to_data().buffers()[0].as_ptr() as usize;
         let mut got = Vec::new();
         std::thread::scope(|s| {
@@ -596,6 +611,14 @@ mod tests {
             costs <= bytes && costs + 4 >= bytes,
             "slices cost their share"
         );
+    }
+
+    #[test]
+    fn nothing_is_cut_before_the_consumer_measured_a_budget() {
+        let big = batch(10_000);
+        let (tx, rx) = bounded(8, 1);
+        tx.send(Event::Data(big)).unwrap();
+        assert_eq!(rx.try_recv().unwrap().0.num_rows(), 10_000);
     }
 
     #[test]
