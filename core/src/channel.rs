@@ -71,7 +71,8 @@ pub const UPDATE_PERIOD: Duration = Duration::from_millis(50);
 /// initial budget within its first few batches.
 const FIRST_WINDOW_EVENTS: u32 = 8;
 
-/// A window with less busy time than this says nothing about throughput.
+/// The least busy time a window with input counts (a consumer that was
+/// busier than its input allowed for less than this is simply fast).
 const MIN_BUSY: Duration = Duration::from_millis(1);
 
 /// Weight of a new measurement in the throughput's moving average.
@@ -139,8 +140,8 @@ impl ThroughputMeter {
     /// Closes the window when it is at least [`UPDATE_PERIOD`] old (the
     /// first window also after [`FIRST_WINDOW_EVENTS`] events) and returns
     /// the new throughput; `None` while the window is open or when the
-    /// consumer was (nearly) idle in it (nothing learned: the old
-    /// throughput stays).
+    /// consumer took nothing in it (nothing learned: the old throughput
+    /// stays).
     pub fn update(&mut self, now: Instant) -> Option<f64> {
         let elapsed = now.saturating_duration_since(self.window_start);
         let first_done = self.rate.is_none() && self.window_events >= FIRST_WINDOW_EVENTS;
@@ -153,9 +154,12 @@ impl ThroughputMeter {
         self.window_bytes = 0;
         self.window_events = 0;
         self.window_idle = Duration::ZERO;
-        if busy < MIN_BUSY {
+        if bytes == 0 {
             return None;
         }
+        // A consumer that took input and was hardly busy is fast: count at
+        // least MIN_BUSY, so its budget rises instead of staying unmeasured.
+        let busy = busy.max(MIN_BUSY);
         let sample = bytes as f64 / busy.as_secs_f64();
         let rate = match self.rate {
             None => sample,
@@ -653,7 +657,7 @@ mod tests {
         m.on_idle(50 * MS);
         let r = m.update(t0 + 100 * MS).unwrap();
         assert!((r - 20e6).abs() < 1.0, "{r}");
-        // an idle window teaches nothing
+        // a window without input teaches nothing
         m.on_idle(60 * MS);
         assert_eq!(m.update(t0 + 160 * MS), None);
         assert_eq!(m.rate(), Some(r));
@@ -661,6 +665,21 @@ mod tests {
         m.on_consumed(100_000);
         let r2 = m.update(t0 + 260 * MS).unwrap();
         assert!((r2 - (20e6 + 1e6) / 2.0).abs() < 1.0, "{r2}");
+    }
+
+    #[test]
+    fn a_fast_consumer_that_mostly_waits_for_input_gets_a_large_budget() {
+        let t0 = Instant::now();
+        let mut f = InputFlow::new(FlowPolicy::default(), t0);
+        let mut now = t0;
+        let mut last = None;
+        // 8 batches of 512 KiB within 2 ms, nearly all of it spent waiting
+        for _ in 0..9 {
+            f.on_idle(Duration::from_micros(240));
+            now += Duration::from_micros(250);
+            last = f.on_taken(512 << 10, now).map(|r| f.budget(r, 2)).or(last);
+        }
+        assert_eq!(last, Some(MAX_BUDGET_BYTES));
     }
 
     #[test]
