@@ -46,7 +46,7 @@ fn receiver() {
     let mut bytes = 0usize;
     let mut start = None;
     loop {
-        let ev = rx.recv().expect("sender alive");
+        let (ev, _) = rx.queue().recv().expect("sender alive");
         credit.consumed();
         match ev {
             Event::Data(b) => {

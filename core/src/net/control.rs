@@ -133,6 +133,9 @@ pub(crate) fn encode_control(c: &Control) -> Vec<u8> {
         Control::Cancel => {
             e.u8(6);
         }
+        Control::ExpectBarrier(id) => {
+            e.u8(7).u64(*id);
+        }
     }
     e.0
 }
@@ -150,6 +153,7 @@ pub(crate) fn decode_control(buf: &[u8]) -> Result<Control> {
         5 => Control::Finalize {
             commit_end_of_job: d.u8()? != 0,
         },
+        7 => Control::ExpectBarrier(d.u64()?),
         _ => Control::Cancel,
     })
 }
@@ -472,6 +476,7 @@ mod tests {
             Control::StopSource(None),
             Control::NotifyComplete(3),
             Control::AbortCheckpoint(5),
+            Control::ExpectBarrier(6),
             Control::Finalize {
                 commit_end_of_job: true,
             },

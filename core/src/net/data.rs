@@ -18,9 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{unbounded, Sender};
 use parking_lot::{Condvar, Mutex};
 
+use crate::channel::{event_bytes, EventReceiver, Item};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::net::auth::{client_handshake, server_handshake, Secret};
@@ -110,7 +111,7 @@ impl RemoteSender {
 /// The receiving end of one (peer -> this worker) connection.
 struct InLink {
     writer: Mutex<Option<TcpStream>>,
-    channels: Mutex<HashMap<u32, Sender<Event>>>,
+    channels: Mutex<HashMap<u32, Sender<Item>>>,
 }
 
 /// Returns credits of one remote input channel to its sender as the task
@@ -199,7 +200,7 @@ impl DataPlane {
     }
 
     /// The receiving end of channel `channel` from worker `peer`.
-    pub fn inbound(&mut self, peer: usize, channel: u32) -> (Receiver<Event>, CreditReturn) {
+    pub fn inbound(&mut self, peer: usize, channel: u32) -> (EventReceiver, CreditReturn) {
         let link = self
             .inb
             .entry(peer)
@@ -215,7 +216,7 @@ impl DataPlane {
         let (tx, rx) = unbounded();
         link.channels.lock().insert(channel, tx);
         (
-            rx,
+            EventReceiver::ungated(rx),
             CreditReturn {
                 channel,
                 link,
@@ -373,7 +374,7 @@ fn accept_peers(
 }
 
 fn read_data(mut stream: TcpStream, link: Arc<InLink>) {
-    let senders: HashMap<u32, Sender<Event>> = link.channels.lock().clone();
+    let senders: HashMap<u32, Sender<Item>> = link.channels.lock().clone();
     let mut decoders: HashMap<u32, BatchDecoder> = HashMap::new();
     while let Ok(Some(frame)) = read_frame(&mut stream) {
         let Some(tx) = senders.get(&frame.channel) else {
@@ -396,7 +397,8 @@ fn read_data(mut stream: TcpStream, link: Arc<InLink>) {
             },
             _ => break,
         };
-        if tx.send(event).is_err() {
+        let bytes = event_bytes(&event);
+        if tx.send((event, bytes)).is_err() {
             // The task is gone (its attempt ended); nothing more to deliver.
             break;
         }
@@ -449,15 +451,15 @@ mod tests {
         });
         for i in 0..50 {
             tx_b.send(Event::Data(batch(i % 7 + 1))).unwrap();
-            let ev = rx_b.recv().unwrap();
+            let ev = rx_b.queue().recv().unwrap().0;
             cr_b.consumed();
             assert_eq!(ev.num_rows(), (i % 7 + 1) as usize);
         }
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(rx_a.len(), 2, "the sender must stop at its credit");
+        assert_eq!(rx_a.queue().len(), 2, "the sender must stop at its credit");
         let mut got = Vec::new();
         loop {
-            let ev = rx_a.recv().unwrap();
+            let ev = rx_a.queue().recv().unwrap().0;
             cr_a.consumed();
             match ev {
                 Event::Watermark(w) => got.push(w),
@@ -484,7 +486,7 @@ mod tests {
         zombie.start(&[addr0, addr1]).unwrap();
         // The zombie's frames never reach the consumer.
         let _ = z.send(Event::Watermark(1));
-        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+        assert!(rx.queue().recv_timeout(Duration::from_millis(300)).is_err());
         p1.shutdown();
     }
 

@@ -12,7 +12,10 @@ use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
 
 use crate::barrier::{AlignmentMode, BarrierAligner};
-use crate::channel::{bounded, DEFAULT_CHANNEL_CAPACITY};
+use crate::channel::{
+    bounded, FlowPolicy, InputFlow, DEFAULT_CHANNEL_CAPACITY, DEFAULT_IN_FLIGHT_TARGET,
+    MIN_BUDGET_BYTES,
+};
 use crate::checkpoint::coordinator::{
     all_finished, check_compatible, state_for, CheckpointConfig, CheckpointDone, CheckpointFailure,
     CheckpointFailures, CheckpointStats, Coordinator, Outgoing, Request, TaskInfo, Waiter,
@@ -69,7 +72,12 @@ pub enum RestoreFrom {
 pub struct JobConfig {
     pub name: String,
     pub batch_size: usize,
+    /// The most events a channel holds.
     pub channel_capacity: usize,
+    /// About how much work (time) a task's input channels may queue; a job
+    /// with checkpoints uses at most its checkpoint interval, so an aligned
+    /// barrier waits about that long at each hop (FLIP-183, `channel.rs`).
+    pub in_flight_target: Duration,
     pub restart: RestartStrategy,
     pub checkpoint: Option<CheckpointConfig>,
     pub restore_from: Option<RestoreFrom>,
@@ -89,6 +97,7 @@ impl Default for JobConfig {
             name: "job".into(),
             batch_size: 8192,
             channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+            in_flight_target: DEFAULT_IN_FLIGHT_TARGET,
             restart: RestartStrategy::none(),
             checkpoint: None,
             restore_from: None,
@@ -581,6 +590,8 @@ pub(crate) struct Attempt {
     queues: Vec<Arc<FeedbackQueue>>,
     /// The worker processes running the tasks (driver of a distributed job).
     remote: Option<RemoteAttempt>,
+    /// The newest checkpoint announced to the loop heads.
+    announced: std::cell::Cell<u64>,
 }
 
 impl Attempt {
@@ -588,9 +599,13 @@ impl Attempt {
         for msg in out.drain(..) {
             match msg {
                 Outgoing::Trigger { task, barrier } => {
+                    self.announce_to_loop_heads(task, barrier.id);
                     self.controls[task].send(Control::TriggerCheckpoint(barrier));
                 }
                 Outgoing::StopSource { task, barrier } => {
+                    if let Some(b) = &barrier {
+                        self.announce_to_loop_heads(task, b.id);
+                    }
                     self.controls[task].send(Control::StopSource(barrier));
                 }
                 Outgoing::Notify { checkpoint } => {
@@ -616,6 +631,22 @@ impl Attempt {
 }
 
 impl Attempt {
+    /// A checkpoint is triggered at source task `task`: every loop head
+    /// learns that its barrier is coming, so it reads its input first until
+    /// the barrier arrived (see [`Control::ExpectBarrier`]). Once per
+    /// checkpoint.
+    fn announce_to_loop_heads(&self, task: usize, checkpoint: u64) {
+        if !self.tasks[task].is_source || self.announced.get() >= checkpoint {
+            return;
+        }
+        self.announced.set(checkpoint);
+        for (t, info) in self.tasks.iter().enumerate() {
+            if info.loop_head {
+                self.controls[t].send(Control::ExpectBarrier(checkpoint));
+            }
+        }
+    }
+
     pub(crate) fn cancel_and_join(self) {
         for c in &self.controls {
             c.send(Control::Cancel);
@@ -859,6 +890,10 @@ pub(crate) fn build_attempt(
     place: &mut Placement<'_>,
 ) -> Result<Attempt> {
     let max_p = graph.max_parallelism;
+    let flow_policy = FlowPolicy::for_job(
+        config.in_flight_target,
+        config.checkpoint.as_ref().map(|c| c.interval),
+    );
     // Channels: for every edge into a chain head, one channel per connected
     // (producer subtask, consumer subtask) pair.
     let n_chains = plan.chains.len();
@@ -897,7 +932,7 @@ pub(crate) fn build_attempt(
                     let down_here = place.owns(down);
                     let (rx, credit) = match (up_here, down_here) {
                         (true, true) => {
-                            let (tx, rx) = bounded(config.channel_capacity);
+                            let (tx, rx) = bounded(config.channel_capacity, MIN_BUDGET_BYTES);
                             senders.push(OutSender::Channel(tx));
                             (rx, None)
                         }
@@ -1168,6 +1203,7 @@ pub(crate) fn build_attempt(
                 scope: head_node.scope.loop_path(),
                 body_term,
                 loop_head,
+                flow: std::cell::RefCell::new(InputFlow::new(flow_policy, Instant::now())),
             });
         }
     }
@@ -1188,6 +1224,7 @@ pub(crate) fn build_attempt(
                     tasks: infos,
                     queues: all_queues,
                     remote: None,
+                    announced: std::cell::Cell::new(0),
                 };
                 run.cancel_and_join();
                 return Err(Error::runtime(format!("cannot start a task thread: {e}")));
@@ -1201,5 +1238,6 @@ pub(crate) fn build_attempt(
         tasks: infos,
         queues: all_queues,
         remote: None,
+        announced: std::cell::Cell::new(0),
     })
 }

@@ -90,6 +90,9 @@ pub(crate) struct LoopHead {
     begun: u64,
     /// A direct trigger that waits for the loop input's last records.
     deferred: Option<Barrier>,
+    /// The newest checkpoint announced by the supervisor
+    /// ([`Control::ExpectBarrier`]) whose barrier has not reached the head.
+    expected: Option<u64>,
     /// Per port: the last batch schema seen and its all-nullable version.
     relaxed: [Option<(SchemaRef, SchemaRef)>; 2],
 }
@@ -130,6 +133,7 @@ impl LoopHead {
             metrics,
             begun: 0,
             deferred: None,
+            expected: None,
             relaxed: [None, None],
         }
     }
@@ -158,6 +162,20 @@ impl LoopHead {
             })?);
         }
         Ok(())
+    }
+
+    /// Checkpoint `id` started at the sources; its barrier is on its way.
+    pub fn expect_barrier(&mut self, id: u64) {
+        if id > self.begun && self.expected.is_none_or(|e| e < id) {
+            self.expected = Some(id);
+        }
+    }
+
+    /// A barrier is on its way to the head through its input channels (or
+    /// a direct trigger waits for their end): the input goes first until it
+    /// arrived, so the barrier does not wait for the feedback to run dry.
+    fn awaits_input_barrier(&self) -> bool {
+        self.deferred.is_some() || self.expected.is_some_and(|e| e > self.begun)
     }
 
     fn any_above_threshold(&self) -> bool {
@@ -307,6 +325,9 @@ impl Task {
                         if head.deferred.is_some_and(|d| d.id <= id) {
                             head.deferred = None;
                         }
+                        if head.expected.is_some_and(|e| e <= id) {
+                            head.expected = None;
+                        }
                     }
                     self.handle_control(c)?;
                 }
@@ -337,6 +358,8 @@ impl Task {
                             self.apply(action)?;
                         }
                         if live == 0 {
+                            // No barrier can come through the input now.
+                            self.head().expected = None;
                             if let Some(b) = self.head().deferred.take() {
                                 self.begin_loop_checkpoint(b, Duration::ZERO)?;
                             }
@@ -552,6 +575,7 @@ impl Task {
             }
             let head = self.head();
             let feedback_first = match head.priority {
+                _ if head.awaits_input_barrier() => false,
                 LoopPriority::FeedbackFirst => true,
                 LoopPriority::Adaptive => {
                     head.fair_turn = !head.fair_turn;

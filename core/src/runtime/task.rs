@@ -17,7 +17,7 @@ use arrow::record_batch::RecordBatch;
 use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
 
 use crate::barrier::{AlignerAction, BarrierAligner};
-use crate::channel::{EventReceiver, EventSender};
+use crate::channel::{EventReceiver, EventSender, InputFlow, Item};
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
@@ -45,6 +45,12 @@ pub(crate) enum Control {
     NotifyComplete(u64),
     /// The checkpoint was aborted.
     AbortCheckpoint(u64),
+    /// Checkpoint `n` was triggered at the sources: a loop head reads its
+    /// input channels first until barrier `n` reached it, because
+    /// feedback-first priority would leave the barrier waiting behind the
+    /// loop input for as long as records circulate (FLIP-15 "Cyclic Flow
+    /// Control" names this stall). Other tasks ignore it.
+    ExpectBarrier(u64),
     /// The job is over: close. With `commit_end_of_job`, first commit
     /// everything with the end-of-job pseudo-checkpoint (no checkpointing).
     Finalize { commit_end_of_job: bool },
@@ -413,6 +419,9 @@ pub(crate) struct Task {
     pub loop_head: Option<Box<LoopHead>>,
     /// Recompute-mode bookkeeping (FLINK-4120).
     pub recompute: TaskRecompute,
+    /// Flow control of the input channels: the task's measured throughput
+    /// sets their byte budgets (FLIP-183, see `channel.rs`).
+    pub flow: std::cell::RefCell<InputFlow>,
 }
 
 /// How a task's input ended.
@@ -543,6 +552,12 @@ impl Task {
             Control::AbortCheckpoint(id) => {
                 let action = self.aligner.on_cancel(id);
                 self.apply(action)
+            }
+            Control::ExpectBarrier(id) => {
+                if let Some(head) = self.loop_head.as_mut() {
+                    head.expect_barrier(id);
+                }
+                Ok(())
             }
             Control::Finalize { .. } | Control::StopSource(_) => Ok(()),
         }
@@ -816,18 +831,35 @@ impl Task {
                 continue;
             }
             match ch.rx.try_recv() {
-                Ok(ev) => {
-                    if let Some(c) = &ch.credit {
-                        c.consumed();
-                    }
+                Ok(item) => {
                     *cursor = (i + 1) % n;
-                    return Ok(Some((i, ev)));
+                    return Ok(Some((i, self.took(i, item))));
                 }
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
         }
         Ok(None)
+    }
+
+    /// Bookkeeping of an event taken off input channel `i`: remote credits,
+    /// and the throughput that sets the channels' budgets (FLIP-183).
+    #[inline]
+    fn took(&self, i: usize, (event, bytes): Item) -> Event {
+        if let Some(c) = &self.inputs[i].credit {
+            c.consumed();
+        }
+        let mut flow = self.flow.borrow_mut();
+        if let Some(rate) = flow.on_taken(bytes, Instant::now()) {
+            let live = self.inputs.iter().filter(|c| !c.ended).count();
+            let budget = flow.budget(rate, live);
+            for ch in &self.inputs {
+                if let Some(g) = ch.rx.gate() {
+                    g.set_budget(budget);
+                }
+            }
+        }
+        event
     }
 
     /// Blocks until the control channel, a live unblocked input channel or
@@ -838,7 +870,7 @@ impl Task {
         let mut index = Vec::with_capacity(self.inputs.len());
         for (i, ch) in self.inputs.iter().enumerate() {
             if !ch.ended && !ch.blocked {
-                sel.recv(&ch.rx);
+                sel.recv(ch.rx.queue());
                 index.push(i);
             }
         }
@@ -846,7 +878,9 @@ impl Task {
         for w in wakers {
             sel.recv(w);
         }
+        let waiting = Instant::now();
         let op = sel.select();
+        self.flow.borrow_mut().on_idle(waiting.elapsed());
         let k = op.index();
         if k == control_op {
             return match op.recv(&self.control) {
@@ -859,12 +893,10 @@ impl Task {
             return Ok(None);
         }
         let i = index[k];
-        match op.recv(&self.inputs[i].rx) {
-            Ok(ev) => {
-                if let Some(c) = &self.inputs[i].credit {
-                    c.consumed();
-                }
-                Ok(Some(Step::Event(i, ev)))
+        match op.recv(self.inputs[i].rx.queue()) {
+            Ok(item) => {
+                let item = self.inputs[i].rx.taken(item);
+                Ok(Some(Step::Event(i, self.took(i, item))))
             }
             Err(_) => Err(Error::Cancelled),
         }
@@ -1044,7 +1076,9 @@ impl Task {
                     self.snapshot(barrier, Duration::ZERO, true)?;
                 }
                 Ok(Control::NotifyComplete(id)) => self.notify_complete(id)?,
-                Ok(Control::AbortCheckpoint(_)) | Ok(Control::StopSource(None)) => {}
+                Ok(Control::AbortCheckpoint(_))
+                | Ok(Control::StopSource(None))
+                | Ok(Control::ExpectBarrier(_)) => {}
                 Ok(Control::Finalize { commit_end_of_job }) => {
                     if commit_end_of_job {
                         for i in 0..self.ops.len() {
