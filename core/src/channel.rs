@@ -378,6 +378,16 @@ impl EventSender {
         Ok(())
     }
 
+    /// The byte budget the consumer measured, `None` before its first
+    /// measurement. A source sizes its batches by it (see
+    /// [`crate::source::SourceReader::limit_batch_rows`]).
+    pub fn measured_budget(&self) -> Option<usize> {
+        self.gate
+            .measured
+            .load(Ordering::Relaxed)
+            .then(|| self.gate.budget())
+    }
+
     fn send_sized(&self, event: Event, bytes: usize) -> Result<(), Disconnected> {
         if !self.gate.acquire(bytes) {
             return Err(Disconnected);

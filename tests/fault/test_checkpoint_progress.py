@@ -253,3 +253,27 @@ def test_nested_loops_checkpoint_at_the_interval_after_a_restore(tmp_path: Path)
     got = dict(zip(table["id"].to_pylist(), table["acc"].to_pylist(), strict=True))
     assert table.num_rows == 3000, "exactly once after the restore"
     assert got == nested_reference(3000, rounds)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_checkpoints_progress_with_default_batches_into_a_parquet_sink(
+    parallelism: int, tmp_path: Path
+) -> None:
+    """The issue's own job: default 8,192-row batches, a union into a slow map and a
+    ParquetSink. A whole batch is seconds of the map's work, so only a source that
+    cuts its batches to what the map measured (buffer debloating at the source) lets
+    a barrier through at about the interval; files appear while the job runs."""
+    env = ed.StreamEnvironment(
+        parallelism,
+        checkpoint=ed.CheckpointConfig(tmp_path / "chk", interval=f"{int(INTERVAL_S * 1000)}ms"),
+    )
+    half = 40_000 * parallelism
+    a, b = env.from_sequence(0, half), env.from_sequence(half, 2 * half)
+    a.union(b).map_batches(SleepPerRow(SECONDS_PER_ROW)).sink_to(
+        ed.ParquetSink(str(tmp_path / "out"))
+    )
+    run(env, "default-batches")
+    from eddyline.testing import read_parquet_dir
+
+    values = read_parquet_dir(tmp_path / "out")["value"].to_pylist()
+    assert sorted(values) == list(range(2 * half))

@@ -1137,6 +1137,10 @@ pub(crate) fn build_attempt(
                             reader,
                             slot,
                             node: node_id,
+                            sized: config.checkpoint.as_ref().is_none_or(|c| {
+                                c.recovery != crate::checkpoint::recompute::Recovery::Recompute
+                            }),
+                            row_bytes: 0,
                         });
                         source_context = Some(ctx);
                         restore.source_offset = match recompute.source_start(&node.uid, subtask) {

@@ -380,6 +380,54 @@ pub(crate) struct SourceHead {
     pub reader: Box<dyn SourceReader>,
     pub slot: OpSlot,
     pub node: usize,
+    /// The reader's batches may be cut to what the consumers measured
+    /// (buffer debloating at the source); off in recompute mode, whose
+    /// replay must see the batches of the original run.
+    pub sized: bool,
+    /// Bytes per row of the last batch (0 before the first).
+    pub row_bytes: usize,
+}
+
+/// The rows of a source's batches while a local consumer has not measured
+/// its throughput yet: small enough that a slow consumer's first batches
+/// do not queue seconds of work in front of the first barriers, large
+/// enough that a fast consumer measures (and lifts its budget) within a
+/// few of them.
+const STARTUP_BATCH_ROWS: usize = 1024;
+
+/// Buffer debloating at the source (FLIP-183, `channel.rs`): the most rows
+/// a batch may hold so that it fits the smallest byte budget the consumers
+/// of `output` measured ([`STARTUP_BATCH_ROWS`] while one has not measured
+/// yet); `None` when the task has no local output channel (its batches
+/// stay whole). On a hash edge a batch's rows spread over every consumer,
+/// so its budget counts once per consumer.
+fn batch_rows_hint(output: &TaskOutput, row_bytes: usize) -> Option<usize> {
+    let mut rows: Option<usize> = None;
+    for edge in &output.edges {
+        let mut budget: Option<usize> = None;
+        for s in &edge.senders {
+            if let OutSender::Channel(tx) = s {
+                let b = tx.measured_budget().unwrap_or(0);
+                budget = Some(budget.map_or(b, |m| m.min(b)));
+            }
+        }
+        let fit = match budget {
+            None => continue,
+            // A consumer has not measured yet (or the first batch has not
+            // told the row size).
+            Some(0) => STARTUP_BATCH_ROWS,
+            Some(_) if row_bytes == 0 => STARTUP_BATCH_ROWS,
+            Some(b) => {
+                let spread = match edge.partitioner.kind() {
+                    crate::partition::Partitioning::Hash { .. } => edge.senders.len().max(1),
+                    _ => 1,
+                };
+                b.saturating_mul(spread) / row_bytes
+            }
+        };
+        rows = Some(rows.map_or(fit, |r| r.min(fit)));
+    }
+    rows.map(|r| r.max(crate::channel::MIN_SLICE_ROWS))
 }
 
 /// What a task restores before it opens its operators.
@@ -726,6 +774,11 @@ impl Task {
             let Some(src) = self.source.as_mut() else {
                 return Ok(InputEnd::Drained);
             };
+            if src.sized {
+                if let Some(rows) = batch_rows_hint(&self.output, src.row_bytes) {
+                    src.reader.limit_batch_rows(rows);
+                }
+            }
             let poll = if drain_now {
                 SourcePoll::End
             } else {
@@ -735,6 +788,10 @@ impl Task {
             };
             match poll {
                 SourcePoll::Batch(batch) => {
+                    if batch.num_rows() > 0 {
+                        src.row_bytes =
+                            (crate::channel::batch_bytes(&batch) / batch.num_rows()).max(1);
+                    }
                     // FLIP-27: the operator after the source learns the
                     // split of the batch (per-split watermarks).
                     source_progress(

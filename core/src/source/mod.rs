@@ -54,6 +54,17 @@ pub trait SourceReader: Send {
     fn open_splits(&self) -> &[u64] {
         &[]
     }
+
+    /// Buffer debloating at the source (FLIP-183, see `channel.rs`): the
+    /// batches `poll_next` returns from now on should hold at most `rows`
+    /// rows (never more than the configured batch size). The source task
+    /// calls it when its consumers measured that a whole batch is more work
+    /// than a checkpoint barrier may wait behind, and again as that changes.
+    /// It is never called in recompute mode, where replayed batches must be
+    /// the ones of the original run. Readers that cannot cut their batches
+    /// ignore it (the default); their batches are cut into slices by the
+    /// channel, and a barrier waits for the whole batch.
+    fn limit_batch_rows(&mut self, _rows: usize) {}
 }
 
 /// Builds one reader per parallel subtask of a source node.

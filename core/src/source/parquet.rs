@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
 use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
@@ -86,6 +87,7 @@ impl SourceFactory for ParquetSource {
             cursor: 0,
             last: None,
             batch_size: batch_size.max(1),
+            limit: batch_size.max(1),
             name: self.name.clone(),
         };
         reader.set_files(mine);
@@ -110,6 +112,9 @@ struct FileSplit {
     /// The file's row count, known once it is open.
     total: u64,
     reader: Option<ParquetRecordBatchReader>,
+    /// Rows read from the file but not emitted yet (a batch cut to the
+    /// row limit); `rows` counts emitted rows only, so the offset is exact.
+    rest: Option<RecordBatch>,
 }
 
 /// One subtask's reader: its files are read interleaved, a batch of each
@@ -127,6 +132,8 @@ pub struct ParquetReader {
     /// The file of the last batch.
     last: Option<u64>,
     batch_size: usize,
+    /// The most rows a batch holds now (`limit_batch_rows`).
+    limit: usize,
     /// The source's name, for errors.
     name: String,
 }
@@ -145,6 +152,7 @@ impl ParquetReader {
                 rows,
                 total: u64::MAX,
                 reader: None,
+                rest: None,
             })
             .collect();
         self.open = self.files.iter().map(|f| f.index as u64).collect();
@@ -204,8 +212,17 @@ impl SourceReader for ParquetReader {
             let Some(reader) = f.reader.as_mut() else {
                 continue;
             };
-            match reader.next() {
-                Some(Ok(batch)) => {
+            let next = match f.rest.take() {
+                Some(rest) => Some(Ok(rest)),
+                None => reader.next(),
+            };
+            match next {
+                Some(Ok(mut batch)) => {
+                    if batch.num_rows() > self.limit {
+                        // Zero-copy: the rest keeps sharing the buffers.
+                        f.rest = Some(batch.slice(self.limit, batch.num_rows() - self.limit));
+                        batch = batch.slice(0, self.limit);
+                    }
                     f.rows += batch.num_rows() as u64;
                     self.last = Some(f.index as u64);
                     if f.rows >= f.total {
@@ -227,6 +244,10 @@ impl SourceReader for ParquetReader {
             }
         }
         Ok(SourcePoll::End)
+    }
+
+    fn limit_batch_rows(&mut self, rows: usize) {
+        self.limit = rows.clamp(1, self.batch_size);
     }
 
     fn offset(&self) -> Vec<u8> {

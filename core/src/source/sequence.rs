@@ -62,6 +62,7 @@ impl SourceFactory for SequenceSource {
             own,
             bounds: (self.start, self.end),
             batch_size: batch_size.max(1) as i64,
+            limit: batch_size.max(1) as i64,
             schema: self.schema.clone(),
             name: ctx.name.clone(),
         };
@@ -110,6 +111,8 @@ pub struct SequenceReader {
     /// The whole sequence `[start, end)`.
     bounds: (i64, i64),
     batch_size: i64,
+    /// The most rows a batch holds now (`limit_batch_rows`).
+    limit: i64,
     schema: SchemaRef,
     /// The source's name, for errors.
     name: String,
@@ -158,7 +161,7 @@ impl SourceReader for SequenceReader {
                 self.cursor = pos;
                 continue;
             }
-            let hi = r.next.saturating_add(self.batch_size).min(r.end);
+            let hi = r.next.saturating_add(self.limit).min(r.end);
             let values: ArrayRef = Arc::new(Int64Array::from_iter_values(r.next..hi));
             r.next = hi;
             self.last = Some(r.id());
@@ -192,6 +195,10 @@ impl SourceReader for SequenceReader {
 
     fn open_splits(&self) -> &[u64] {
         &self.open
+    }
+
+    fn limit_batch_rows(&mut self, rows: usize) {
+        self.limit = (rows.max(1) as i64).min(self.batch_size);
     }
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
