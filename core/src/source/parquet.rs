@@ -311,3 +311,78 @@ impl SourceReader for ParquetReader {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::Int64Type;
+    use parquet::arrow::ArrowWriter;
+
+    fn ctx() -> OperatorContext {
+        OperatorContext {
+            name: "files".into(),
+            uid: "files".into(),
+            subtask_index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            key_groups: 0..128,
+            attempt: 0,
+        }
+    }
+
+    fn write(path: &std::path::Path, values: std::ops::Range<i64>) {
+        let batch = RecordBatch::try_from_iter([(
+            "v",
+            Arc::new(Int64Array::from_iter_values(values)) as arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        let mut w =
+            ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+
+    fn drain(r: &mut dyn SourceReader) -> Vec<i64> {
+        let mut out = Vec::new();
+        while let SourcePoll::Batch(b) = r.poll_next().unwrap() {
+            out.extend(b.column(0).as_primitive::<Int64Type>().values().iter());
+        }
+        out.sort_unstable();
+        out
+    }
+
+    #[test]
+    fn test_a_row_limit_cuts_batches_and_a_restore_reads_exactly_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+        write(&a, 0..50);
+        write(&b, 100..150);
+        let src = ParquetSource::new("files", vec![a, b]).unwrap();
+        let mut r = src.create(&ctx(), 32).unwrap();
+        r.limit_batch_rows(5);
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let SourcePoll::Batch(batch) = r.poll_next().unwrap() else {
+                panic!("a batch");
+            };
+            assert_eq!(batch.num_rows(), 5, "cut to the limit");
+            seen.extend(batch.column(0).as_primitive::<Int64Type>().values().iter());
+        }
+        // Rows read from a file but not emitted (the rest of a cut batch)
+        // are not in the offset: a restore reads them again.
+        let offset = r.offset();
+        let mut restored = src.create(&ctx(), 32).unwrap();
+        restored.seek(&offset).unwrap();
+        let mut all = seen.clone();
+        all.extend(drain(restored.as_mut()));
+        all.sort_unstable();
+        assert_eq!(all, (0..50).chain(100..150).collect::<Vec<i64>>());
+        // The original reader, the limit lifted, goes on exactly as well.
+        r.limit_batch_rows(usize::MAX);
+        let mut rest = seen;
+        rest.extend(drain(r.as_mut()));
+        rest.sort_unstable();
+        assert_eq!(rest, (0..50).chain(100..150).collect::<Vec<i64>>());
+    }
+}

@@ -259,6 +259,26 @@ mod tests {
     }
 
     #[test]
+    fn test_a_row_limit_cuts_batches_and_the_offset_stays_exact() {
+        let src = SequenceSource::new(0, 20);
+        let mut r = src.create(&ctx(0, 1), 8).unwrap();
+        r.limit_batch_rows(3);
+        let SourcePoll::Batch(b) = r.poll_next().unwrap() else {
+            panic!("a batch");
+        };
+        assert_eq!(b.num_rows(), 3);
+        let offset = r.offset();
+        r.limit_batch_rows(100); // never above the configured batch size
+        let SourcePoll::Batch(b) = r.poll_next().unwrap() else {
+            panic!("a batch");
+        };
+        assert_eq!(b.num_rows(), 8);
+        let mut restored = src.create(&ctx(0, 1), 8).unwrap();
+        restored.seek(&offset).unwrap();
+        assert_eq!(drain(restored.as_mut()), (3..20).collect::<Vec<i64>>());
+    }
+
+    #[test]
     fn test_entries_name_their_range_and_any_subtask_continues_them() {
         let src = SequenceSource::new(0, 10);
         let mut r = src.create(&ctx(1, 2), 2).unwrap();
