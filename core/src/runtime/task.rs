@@ -309,37 +309,24 @@ pub(crate) fn push_watermark(
     tail: &mut TaskOutput,
     watermark: i64,
 ) -> Result<()> {
-    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
-        (ops.split_first_mut(), slots.split_first_mut())
-    else {
+    if ops.is_empty() {
         return tail.broadcast(Event::Watermark(watermark));
-    };
-    if slot.replay_drop {
-        return Ok(());
     }
-    let name = slot.name.clone();
-    let mut out = ChainOut {
-        slot,
-        rest_ops,
-        rest_slots,
-        tail,
-    };
-    let r = op
-        .process_watermark(watermark, &mut out)
-        .map_err(|e| e.in_operator(&name));
-    out.slot.track_late(op.late_records());
-    r
+    at_chain_head(ops, slots, tail, |op, out| {
+        let r = op.process_watermark(watermark, out);
+        out.slot.track_late(op.late_records());
+        r
+    })
 }
 
-/// FLIP-27: tells the first operator of a source task's chain the split
-/// of the batch the source is about to emit (`None`: the source has nothing
-/// now) and the source's open splits.
-fn source_progress(
+/// Calls `f` with the first operator of a chain and the collector of the
+/// rest (nothing for an empty chain or while the head drops a replay);
+/// errors name the head.
+fn at_chain_head(
     ops: &mut [Box<dyn Operator>],
     slots: &mut [OpSlot],
     tail: &mut TaskOutput,
-    split: Option<u64>,
-    open: &[u64],
+    f: impl FnOnce(&mut dyn Operator, &mut ChainOut<'_>) -> Result<()>,
 ) -> Result<()> {
     let (Some((op, rest_ops)), Some((slot, rest_slots))) =
         (ops.split_first_mut(), slots.split_first_mut())
@@ -356,8 +343,22 @@ fn source_progress(
         rest_slots,
         tail,
     };
-    op.on_source_progress(split, open, &mut out)
-        .map_err(|e| e.in_operator(&name))
+    f(op.as_mut(), &mut out).map_err(|e| e.in_operator(&name))
+}
+
+/// FLIP-27: tells the first operator of a source task's chain the split
+/// of the batch the source is about to emit (`None`: the source has nothing
+/// now) and the source's open splits.
+fn source_progress(
+    ops: &mut [Box<dyn Operator>],
+    slots: &mut [OpSlot],
+    tail: &mut TaskOutput,
+    split: Option<u64>,
+    open: &[u64],
+) -> Result<()> {
+    at_chain_head(ops, slots, tail, |op, out| {
+        op.on_source_progress(split, open, out)
+    })
 }
 
 /// One input channel of a task.
