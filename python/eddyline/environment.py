@@ -436,10 +436,30 @@ class StreamEnvironment:
         ).wait()
 
 
+def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A copy of ``batch`` holding only its own rows.
+
+    ``from_arrow`` keeps zero-copy slices of the user's table; a pickled
+    slice carries the whole table's buffers (a 400k-row table cut into
+    8,192-row batches pickled to 49 copies of the table). Arrow IPC writes a
+    slice's rows only.
+    """
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return pa.ipc.open_stream(sink.getvalue()).read_next_batch()
+
+
 def _job_spec(nodes: list[Any], config: dict[str, Any]) -> bytes:
     """The job as worker processes receive it (node dicts and config, pickled)."""
     import cloudpickle
 
+    nodes = [
+        {**node, "batches": [_compact(b) for b in node["batches"]]}
+        if node.get("kind") == "source_arrow"
+        else node
+        for node in nodes
+    ]
     try:
         return bytes(cloudpickle.dumps((nodes, config)))
     except Exception as exc:
