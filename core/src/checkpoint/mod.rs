@@ -51,6 +51,7 @@
 pub mod coordinator;
 pub mod manifest;
 pub mod recompute;
+pub mod restore;
 pub mod storage;
 
 pub use manifest::{

@@ -17,9 +17,10 @@ use crate::channel::{
     MIN_BUDGET_BYTES,
 };
 use crate::checkpoint::coordinator::{
-    all_finished, check_compatible, state_for, CheckpointConfig, CheckpointDone, CheckpointFailure,
-    CheckpointFailures, CheckpointStats, Coordinator, Outgoing, Request, TaskInfo, Waiter,
+    CheckpointConfig, CheckpointDone, CheckpointFailure, CheckpointFailures, CheckpointStats,
+    Coordinator, Outgoing, Request, TaskInfo, Waiter,
 };
+use crate::checkpoint::restore::{all_finished, check_compatible, state_for};
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
 use crate::feedback::FeedbackQueue;

@@ -1,0 +1,341 @@
+//! Restoring a checkpoint into a job (flink-fault-tolerance-mechanism.txt,
+//! "recovery"; FLIP-147 for finished operators and redistributed state):
+//! which state each subtask gets back, how keyed state moves by key group
+//! and non-keyed state by its [`Redistribution`] at another parallelism, and
+//! whether a checkpoint fits the job at all (operators matched by uid, key
+//! identity and key-group count, finished predecessors). The coordinator
+//! (`coordinator.rs`) takes checkpoints; this module reads them back.
+
+use std::sync::Arc;
+
+use crate::checkpoint::{KeyColumn, KeyIdentity, RestoredCheckpoint};
+use crate::error::{Error, Result};
+use crate::graph::{JobGraph, Node, NodeKind};
+use crate::partition::Partitioning;
+use crate::state::{
+    encode_entries, even_split, union_entries, OperatorState, Redistribution, StateBlob,
+};
+
+/// The state to restore for subtask `subtask` (of `parallelism`, owning
+/// `key_groups`) of `node`, from `rc`.
+///
+/// At the parallelism of the checkpoint every subtask gets back what it
+/// wrote (also state written before entry lists existed). At another
+/// parallelism keyed state moves by key group, and non-keyed state as the
+/// node's factory decides ([`Redistribution`]): entry lists are dealt
+/// round-robin (FLIP-147: what a partially finished operator has left is
+/// redistributed); anything else is a `CheckpointError` naming the
+/// operator, unless the operator fully finished (its task is skipped).
+/// A subtask dealt no entries still gets an (empty) list, so it knows it
+/// has nothing left to do: a source then reads nothing.
+///
+/// An operator whose key identity changed gets nothing: [`check_compatible`]
+/// refused the restore unless `allow_non_restored_state` drops that state.
+pub(crate) fn state_for(
+    rc: &RestoredCheckpoint,
+    graph: &JobGraph,
+    node: &Node,
+    subtask: usize,
+    parallelism: usize,
+    key_groups: std::ops::Range<usize>,
+) -> Result<Option<OperatorState>> {
+    let uid = node.uid.as_str();
+    let Some(entry) = rc.manifest().operator(uid) else {
+        return Ok(None);
+    };
+    if key_mismatch(rc, graph, node).is_some() {
+        return Ok(None);
+    }
+    let old_p = entry.subtasks.len();
+    let keyed = rc.keyed_state(uid, key_groups.start as u32..key_groups.end as u32);
+    let operator = if old_p == parallelism {
+        rc.state(uid, subtask as u32)
+            .and_then(|s| s.operator.clone())
+    } else if rc.operator_blobs(uid).is_empty() || entry.finished && !redistributes(node) {
+        // A fully finished operator is skipped (FLIP-147): its non-keyed
+        // state is not needed, whether or not it could be redistributed.
+        None
+    } else {
+        Some(StateBlob::Bytes(Arc::new(redistributed(
+            rc,
+            node,
+            old_p,
+            subtask,
+            parallelism,
+        )?)))
+    };
+    if operator.is_none() && keyed.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(OperatorState { operator, keyed }))
+}
+
+/// What the factory of `node` says of its non-keyed state.
+fn redistribution_of(node: &Node) -> Redistribution {
+    match &node.kind {
+        NodeKind::Source(f) => f.redistribution(),
+        NodeKind::Operator(f) => f.redistribution(),
+    }
+}
+
+fn redistributes(node: &Node) -> bool {
+    matches!(
+        redistribution_of(node),
+        Redistribution::EvenSplit | Redistribution::Union
+    )
+}
+
+/// The entry list of new subtask `subtask` of `parallelism`: its share of
+/// the entries of the `old_p` subtasks of `node` in `rc`.
+fn redistributed(
+    rc: &RestoredCheckpoint,
+    node: &Node,
+    old_p: usize,
+    subtask: usize,
+    parallelism: usize,
+) -> Result<Vec<u8>> {
+    let (uid, name) = (node.uid.as_str(), node.name.as_str());
+    let refuse = |why: String| {
+        Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "operator '{name}' (uid '{uid}') has non-keyed state taken at parallelism \
+                 {old_p}; restoring it at parallelism {parallelism} is not supported: {why}; \
+                 restore it at parallelism {old_p}"
+            ),
+        )
+    };
+    let how = redistribution_of(node);
+    if let Redistribution::Unsupported(why) = how {
+        return Err(refuse(why));
+    }
+    let mut old = Vec::with_capacity(old_p);
+    for s in 0..old_p {
+        let blob = rc
+            .state(uid, s as u32)
+            .and_then(|st| st.operator.as_ref())
+            .map(StateBlob::to_bytes)
+            .transpose()?;
+        old.push(blob);
+    }
+    let views: Vec<Option<&[u8]>> = old
+        .iter()
+        .map(|b| b.as_deref().map(|v| v.as_slice()))
+        .collect();
+    let not_entries = |s: usize| {
+        refuse(format!(
+            "the state of its subtask {s} is not a list of entries (it was written by a \
+             version of eddyline that could not redistribute it)"
+        ))
+    };
+    if how == Redistribution::Union {
+        return Ok(encode_entries(&union_entries(&views).map_err(not_entries)?));
+    }
+    let mut shares = even_split(&views, parallelism).map_err(not_entries)?;
+    let mine = shares
+        .get_mut(subtask)
+        .map(std::mem::take)
+        .unwrap_or_default();
+    Ok(encode_entries(&mine))
+}
+
+/// The key identity of `node` in `graph` (issue 12, item 4; issue 20, item
+/// 5): `None` unless an input is hash-partitioned (a keyed operator: keyed
+/// aggregates, windows, keyed process functions and reduces). Key types come
+/// from the producers' output schemas where the graph knows them.
+pub fn key_identity(graph: &JobGraph, node: &Node) -> Option<KeyIdentity> {
+    let mut keyed: Vec<(usize, Vec<KeyColumn>)> = node
+        .inputs
+        .iter()
+        .filter_map(|e| match &e.partitioning {
+            Partitioning::Hash { keys } => {
+                let schema = graph
+                    .nodes
+                    .get(e.from)
+                    .and_then(|p| p.output_schema.clone());
+                let cols = keys
+                    .iter()
+                    .map(|k| KeyColumn {
+                        name: k.clone(),
+                        data_type: schema
+                            .as_ref()
+                            .and_then(|s| s.field_with_name(k).ok())
+                            .map(|f| f.data_type().to_string()),
+                    })
+                    .collect();
+                Some((e.input, cols))
+            }
+            _ => None,
+        })
+        .collect();
+    if keyed.is_empty() {
+        return None;
+    }
+    keyed.sort_by_key(|(input, _)| *input);
+    keyed.dedup_by_key(|(input, _)| *input);
+    Some(KeyIdentity {
+        key_groups: u32::try_from(graph.max_parallelism).unwrap_or(u32::MAX),
+        inputs: keyed.into_iter().map(|(_, cols)| cols).collect(),
+    })
+}
+
+/// Why the keyed state of `node` in `rc` cannot be restored into `graph`
+/// (other key columns or types, another number of key groups), or `None`.
+/// Operators without state in `rc` always match.
+fn key_mismatch(rc: &RestoredCheckpoint, graph: &JobGraph, node: &Node) -> Option<String> {
+    let entry = rc.manifest().operator(&node.uid)?;
+    if !rc.subtask_states(&node.uid).any(|(_, s)| !s.is_empty()) {
+        return None;
+    }
+    let new = key_identity(graph, node);
+    let new_groups = graph.max_parallelism;
+    let Some(old) = &entry.key else {
+        // Written before key identities were recorded (manifest version
+        // 1): the key groups its state holds still bound the old count.
+        let highest = rc
+            .subtask_states(&node.uid)
+            .flat_map(|(_, s)| s.keyed.iter().map(|(g, _)| *g as usize))
+            .max()?;
+        return (highest >= new_groups).then(|| {
+            format!(
+                "its keyed state holds key group {highest}, so it was taken with a \
+                 max_parallelism above {highest}, but the job has max_parallelism {new_groups}"
+            )
+        });
+    };
+    let Some(new) = new else {
+        return Some(format!(
+            "its state is keyed by {} but the operator is not keyed in this job",
+            old.describe_key()
+        ));
+    };
+    if old.key_groups != new.key_groups {
+        return Some(format!(
+            "its keyed state was taken with max_parallelism {} ({} key groups) but the job has \
+             max_parallelism {}; keys cannot be moved between different numbers of key groups, \
+             run the job with max_parallelism={}",
+            old.key_groups, old.key_groups, new.key_groups, old.key_groups
+        ));
+    }
+    (!old.same_key(&new)).then(|| {
+        format!(
+            "its state is keyed by {} but the job keys it by {}",
+            old.describe_key(),
+            new.describe_key()
+        )
+    })
+}
+
+/// Refuses a checkpoint that holds state for operators the graph lacks, or
+/// keyed state under another key identity (key columns, key types, number
+/// of key groups) than the graph gives the same uid; with
+/// `allow_non_restored_state` that state is dropped instead (see
+/// [`state_for`]).
+pub(crate) fn check_compatible(
+    rc: &RestoredCheckpoint,
+    graph: &JobGraph,
+    allow_non_restored_state: bool,
+) -> Result<()> {
+    check_finished_predecessors(rc, graph)?;
+    if allow_non_restored_state {
+        return Ok(());
+    }
+    let changed: Vec<String> = graph
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            key_mismatch(rc, graph, node)
+                .map(|why| format!("operator '{}' (uid '{}'): {why}", node.name, node.uid))
+        })
+        .collect();
+    if !changed.is_empty() {
+        return Err(Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "the checkpoint's keyed state does not fit this job: {}; restoring it would put \
+                 one key's state under another; pass allow_non_restored_state=True to drop that \
+                 state",
+                changed.join("; ")
+            ),
+        ));
+    }
+    let mut unmatched = Vec::new();
+    for uid in rc.uids() {
+        if graph.nodes.iter().any(|n| n.uid == uid) {
+            continue;
+        }
+        let has_state = rc.subtask_states(uid).any(|(_, s)| !s.is_empty());
+        if has_state {
+            let name = rc
+                .manifest()
+                .operator(uid)
+                .map(|o| o.name.clone())
+                .unwrap_or_default();
+            unmatched.push(format!("'{name}' (uid '{uid}')"));
+        }
+    }
+    if unmatched.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "the checkpoint holds state of operators this job does not have: {}; \
+                 give operators stable .uid(...)s that match, or pass \
+                 allow_non_restored_state=True to drop that state",
+                unmatched.join(", ")
+            ),
+        ))
+    }
+}
+
+/// A fully finished operator is skipped on restore (FLIP-147); that is only
+/// sound if every operator feeding it finished too. A graph that adds a
+/// (running) predecessor to a finished operator is refused.
+fn check_finished_predecessors(rc: &RestoredCheckpoint, graph: &JobGraph) -> Result<()> {
+    for node in &graph.nodes {
+        let finished = rc
+            .manifest()
+            .operator(&node.uid)
+            .is_some_and(|o| o.finished);
+        if !finished {
+            continue;
+        }
+        for e in &node.inputs {
+            let pred = &graph.nodes[e.from];
+            let pred_finished = rc
+                .manifest()
+                .operator(&pred.uid)
+                .is_some_and(|o| o.finished);
+            if !pred_finished {
+                return Err(Error::checkpoint(
+                    Some(rc.dir().to_path_buf()),
+                    format!(
+                        "operator '{}' (uid '{}') had finished when the checkpoint was taken, \
+                         but its input '{}' (uid '{}') {}; a finished operator cannot get a new \
+                         or running predecessor",
+                        node.name,
+                        node.uid,
+                        pred.name,
+                        pred.uid,
+                        if rc.manifest().operator(&pred.uid).is_some() {
+                            "had not finished"
+                        } else {
+                            "is new"
+                        }
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether every operator of `nodes` finished in `rc` (the task is skipped).
+pub(crate) fn all_finished(rc: &RestoredCheckpoint, graph: &JobGraph, nodes: &[usize]) -> bool {
+    nodes.iter().all(|n| {
+        rc.manifest()
+            .operator(&graph.nodes[*n].uid)
+            .is_some_and(|o| o.finished)
+    })
+}
