@@ -13,6 +13,7 @@ pub mod expr;
 pub mod feedback;
 
 pub mod keygroup;
+pub(crate) mod message;
 pub mod net;
 pub mod operator;
 pub mod state;

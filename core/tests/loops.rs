@@ -336,7 +336,9 @@ fn small_feedback_memory_spills_and_cleans_up() {
         2,
         hash("value"),
         None,
-        16 << 10,
+        // Less than one 512-row batch: whatever the flow control lets
+        // circulate at once, a second batch in the feedback spills.
+        2 << 10,
         Some(spill.path().to_path_buf()),
     );
     let job = run(

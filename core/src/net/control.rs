@@ -13,8 +13,8 @@ use arrow::record_batch::RecordBatch;
 
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
+use crate::message::{Control, TaskReport};
 use crate::net::wire::{get_barrier, put_barrier, BatchDecoder, BatchEncoder, Dec, Enc};
-use crate::runtime::task::{Control, TaskReport};
 use crate::sink::collect::CollectOp;
 use crate::state::{OperatorState, StateBlob};
 

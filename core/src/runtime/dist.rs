@@ -30,6 +30,7 @@ use crate::checkpoint::coordinator::TaskInfo;
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
 use crate::graph::JobGraph;
+use crate::message::{Control, TaskReport};
 use crate::net::auth::{client_handshake, server_handshake, Secret};
 use crate::net::control::{
     decode_collect, decode_control, decode_report, encode_collect, encode_control, encode_report,
@@ -42,7 +43,6 @@ use crate::runtime::job::{build_attempt, JobConfig, Placement, Shared};
 use crate::runtime::metrics::OperatorMetrics;
 use crate::runtime::plan::Plan;
 use crate::runtime::replay::AttemptRecompute;
-use crate::runtime::task::{Control, TaskReport};
 use crate::sink::collect::CollectStore;
 
 /// Starts and stops the worker processes of a distributed job.
