@@ -711,19 +711,33 @@ impl Task {
         }
     }
 
+    /// A control message to a running source: `Some` when it ends the
+    /// input (an undrained stop-with-savepoint); a drain request sets
+    /// `drain_now`; triggers that arrive while a recompute replay runs wait.
+    fn source_control(&mut self, c: Control, drain_now: &mut bool) -> Result<Option<InputEnd>> {
+        match c {
+            Control::TriggerCheckpoint(b) if self.recompute.replaying() => {
+                self.recompute.deferred.push(b)
+            }
+            Control::StopSource(Some(barrier)) => {
+                self.snapshot(barrier, Duration::ZERO, false)?;
+                return Ok(Some(InputEnd::Undrained));
+            }
+            Control::StopSource(None) => *drain_now = true,
+            c => self.handle_control(c)?,
+        }
+        Ok(None)
+    }
+
     fn run_source(&mut self) -> Result<InputEnd> {
         let mut drain_now = false;
         loop {
             match self.control.try_recv() {
-                Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
-                    self.recompute.deferred.push(b)
+                Ok(c) => {
+                    if let Some(end) = self.source_control(c, &mut drain_now)? {
+                        return Ok(end);
+                    }
                 }
-                Ok(Control::StopSource(Some(barrier))) => {
-                    self.snapshot(barrier, Duration::ZERO, false)?;
-                    return Ok(InputEnd::Undrained);
-                }
-                Ok(Control::StopSource(None)) => drain_now = true,
-                Ok(c) => self.handle_control(c)?,
                 Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
@@ -780,15 +794,11 @@ impl Task {
                         .control
                         .recv_timeout(std::time::Duration::from_millis(10))
                     {
-                        Ok(Control::TriggerCheckpoint(b)) if self.recompute.replaying() => {
-                            self.recompute.deferred.push(b)
+                        Ok(c) => {
+                            if let Some(end) = self.source_control(c, &mut drain_now)? {
+                                return Ok(end);
+                            }
                         }
-                        Ok(Control::StopSource(Some(barrier))) => {
-                            self.snapshot(barrier, Duration::ZERO, false)?;
-                            return Ok(InputEnd::Undrained);
-                        }
-                        Ok(Control::StopSource(None)) => drain_now = true,
-                        Ok(c) => self.handle_control(c)?,
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
                         Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
                             return Err(Error::Cancelled)
