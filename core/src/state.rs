@@ -28,6 +28,28 @@ pub(crate) fn encode_ipc_blob(
     Ok(out)
 }
 
+/// Encodes a list of u64 positions as an offset or state entry.
+pub fn encode_positions(positions: &[u64]) -> Vec<u8> {
+    positions.iter().flat_map(|p| p.to_le_bytes()).collect()
+}
+
+/// Decodes `n` u64 positions; `None` when the bytes do not have that shape.
+pub fn decode_positions(bytes: &[u8], n: usize) -> Option<Vec<u64>> {
+    if bytes.len() != n * 8 {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|c| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(c);
+                u64::from_le_bytes(a)
+            })
+            .collect(),
+    )
+}
+
 /// State that is serialized lazily, off the task thread.
 pub trait DeferredState: Send + Sync {
     /// Serializes the captured view. Called on a background thread.

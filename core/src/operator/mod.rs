@@ -158,7 +158,7 @@ pub trait Operator: Send {
     /// called only on the first operator of a source task's chain (the one
     /// right after the source). Before each batch the source emits,
     /// `split` names the split it came from
-    /// ([`crate::source::SourceReader::last_split`]); while the source has
+    /// (`SourceReader::last_split` of the source module); while the source has
     /// nothing to emit it is called with `split = None` about every 10 ms,
     /// so that time-based decisions (idleness) can be taken without input.
     /// `open` lists the splits the source has not read to their end.

@@ -65,8 +65,8 @@ use arrow::datatypes::{
 use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use crate::source::{decode_positions, encode_positions};
 use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
+use crate::state::{decode_positions, encode_positions};
 
 /// The version byte that opens the single-timestamp state of older
 /// versions (still restored).
