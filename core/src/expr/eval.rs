@@ -10,77 +10,19 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Datum, Float64Array, Int64Array,
-    NullArray, Scalar, StringArray,
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, NullArray,
+    StringArray,
 };
 use arrow::compute::kernels::{boolean, cmp, numeric};
-use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
 use super::kernels;
 use super::types::{binary_type, column_not_found, is_string, numeric_class, unary_type, NumClass};
+use super::value::{with_datums, Value};
 use super::{BinaryOp, Expr, ScalarValue, UnaryOp};
 use super::{ExprError, ExprResult};
-
-/// The result of evaluating a sub-expression.
-#[derive(Debug, Clone)]
-pub(crate) enum Value {
-    /// One value per row of the batch.
-    Array(ArrayRef),
-    /// One value for every row: an array of length 1.
-    Scalar(ArrayRef),
-}
-
-impl Value {
-    fn data_type(&self) -> &DataType {
-        match self {
-            Value::Array(a) | Value::Scalar(a) => a.data_type(),
-        }
-    }
-
-    fn is_scalar(&self) -> bool {
-        matches!(self, Value::Scalar(_))
-    }
-
-    /// The value with its type changed to `to`; a no-op when it already has it.
-    fn cast_to(&self, to: &DataType) -> std::result::Result<Value, ArrowError> {
-        if self.data_type() == to {
-            return Ok(self.clone());
-        }
-        let options = CastOptions::default();
-        Ok(match self {
-            Value::Array(a) => Value::Array(cast_with_options(a, to, &options)?),
-            Value::Scalar(a) => Value::Scalar(cast_with_options(a, to, &options)?),
-        })
-    }
-
-    /// Wraps a kernel result: a scalar if both operands were scalars.
-    fn from_result(array: ArrayRef, l: &Value, r: &Value) -> Value {
-        if l.is_scalar() && r.is_scalar() {
-            Value::Scalar(array)
-        } else {
-            Value::Array(array)
-        }
-    }
-}
-
-/// Calls `kernel` with the operands as Arrow datums (literals as scalars).
-fn with_datums<T>(
-    l: &Value,
-    r: &Value,
-    kernel: impl FnOnce(&dyn Datum, &dyn Datum) -> std::result::Result<T, ArrowError>,
-) -> std::result::Result<T, ArrowError> {
-    match (l, r) {
-        (Value::Array(a), Value::Array(b)) => kernel(a, b),
-        (Value::Array(a), Value::Scalar(b)) => kernel(a, &Scalar::new(Arc::clone(b))),
-        (Value::Scalar(a), Value::Array(b)) => kernel(&Scalar::new(Arc::clone(a)), b),
-        (Value::Scalar(a), Value::Scalar(b)) => {
-            kernel(&Scalar::new(Arc::clone(a)), &Scalar::new(Arc::clone(b)))
-        }
-    }
-}
 
 /// A literal as a one-element array.
 fn literal_array(value: &ScalarValue) -> ArrayRef {

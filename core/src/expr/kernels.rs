@@ -19,7 +19,7 @@ use arrow::compute::kernels::arity::try_binary;
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Float64Type, Int64Type};
 use arrow::error::ArrowError;
 
-use super::eval::Value;
+use super::value::Value;
 use super::BinaryOp;
 
 /// The values of `array` as a primitive array of `T`, or an internal error.

@@ -27,8 +27,9 @@
 mod eval;
 mod kernels;
 mod types;
+mod value;
 
-pub(crate) use eval::Value;
+pub(crate) use value::Value;
 
 use std::fmt;
 
