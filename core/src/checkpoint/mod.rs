@@ -52,6 +52,7 @@ pub mod coordinator;
 pub mod manifest;
 pub mod recompute;
 pub mod restore;
+mod state_file;
 pub mod storage;
 
 pub use manifest::{

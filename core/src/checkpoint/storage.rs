@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
-use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::manifest::{key_group_ranges, Manifest, OperatorEntry, StateFileEntry, TaskAlignment};
+use super::state_file;
 use crate::error::{Error, Result};
 use crate::event::BarrierKind;
 use crate::state::{OperatorState, StateBlob};
@@ -33,14 +33,6 @@ const STARTED_TMP: &str = "_started_ids.tmp";
 /// Prefix of checkpoint directories: `chk-<id>`.
 const CHK_PREFIX: &str = "chk-";
 /// First bytes of every state file.
-const STATE_MAGIC: &[u8; 8] = b"EDDYSTAT";
-/// State file format version.
-const STATE_VERSION: u32 = 1;
-const TAG_OPERATOR: u8 = 0;
-const TAG_KEYED: u8 = 1;
-/// Bytes of a section header: tag, key group, length, checksum.
-const SECTION_HEADER: usize = 1 + 4 + 8 + 8;
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -57,26 +49,6 @@ fn checkpoint_dir_id(name: &str) -> Option<u64> {
         return None;
     }
     digits.parse().ok()
-}
-
-/// The state file name of (`uid`, `subtask`): a readable prefix of the uid
-/// plus its hash, so any uid gives a safe, unique file name.
-fn state_file_name(uid: &str, subtask: u32) -> String {
-    let readable: String = uid
-        .chars()
-        .take(48)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!(
-        "{readable}-{:016x}-{subtask}.state",
-        xxh3_64(uid.as_bytes())
-    )
 }
 
 /// The scheme and the rest of `text` if it is a URI (`scheme://rest`).
@@ -709,7 +681,7 @@ impl PendingInner {
         let written = self.written.read();
         self.check_open(&written)?;
         let key = (uid.to_string(), subtask);
-        let name = state_file_name(uid, subtask);
+        let name = state_file::file_name(uid, subtask);
         let path = self.dir.join(&name);
         let fail = |msg: String| Error::checkpoint(Some(path.clone()), msg);
         if written.handles.contains_key(&key) {
@@ -718,68 +690,14 @@ impl PendingInner {
                 self.id
             )));
         }
-        let mut sections: Vec<(u8, u32, Arc<Vec<u8>>)> = Vec::new();
-        if let Some(blob) = &state.operator {
-            sections.push((TAG_OPERATOR, 0, blob.to_bytes()?));
-        }
-        let mut groups = Vec::with_capacity(state.keyed.len());
-        for (group, blob) in &state.keyed {
-            sections.push((TAG_KEYED, *group, blob.to_bytes()?));
-            groups.push(*group);
-        }
-        groups.sort_unstable();
-        if let Some(w) = groups.windows(2).find(|w| w[0] == w[1]) {
-            return Err(fail(format!(
-                "the state of operator '{uid}' subtask {subtask} holds key group {} twice",
-                w[0]
-            )));
-        }
-        let io_fail = |e: io::Error| {
-            fail(format!(
-                "cannot write the state file '{}' of operator '{uid}' subtask {subtask}: {e}",
-                path.display()
-            ))
-        };
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io_fail)?;
-        let mut out = HashingWriter {
-            inner: io::BufWriter::new(file),
-            hash: Xxh3::new(),
-            size: 0,
-        };
-        let mut header = Vec::with_capacity(32 + uid.len());
-        header.extend_from_slice(STATE_MAGIC);
-        header.extend_from_slice(&STATE_VERSION.to_le_bytes());
-        header.extend_from_slice(&subtask.to_le_bytes());
-        header.extend_from_slice(&(uid.len() as u32).to_le_bytes());
-        header.extend_from_slice(uid.as_bytes());
-        header.extend_from_slice(&(sections.len() as u32).to_le_bytes());
-        let header_sum = xxh3_64(&header);
-        header.extend_from_slice(&header_sum.to_le_bytes());
-        out.put(&header).map_err(io_fail)?;
-        for (tag, group, bytes) in &sections {
-            let mut head = [0u8; SECTION_HEADER];
-            head[0] = *tag;
-            head[1..5].copy_from_slice(&group.to_le_bytes());
-            head[5..13].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-            let sum = section_checksum(&head[..13], bytes);
-            head[13..21].copy_from_slice(&sum.to_le_bytes());
-            out.put(&head).map_err(io_fail)?;
-            out.put(bytes).map_err(io_fail)?;
-        }
-        let HashingWriter { inner, hash, size } = out;
-        let file = inner.into_inner().map_err(|e| io_fail(e.into_error()))?;
-        file.sync_all().map_err(io_fail)?;
+        let (size, checksum, groups) = state_file::write(&path, uid, subtask, state)?;
         let handle = StateHandle {
             uid: uid.to_string(),
             subtask,
             file: StateFileEntry {
                 file: name,
                 size,
-                checksum: hash.digest(),
+                checksum,
                 key_groups: key_group_ranges(&groups),
             },
         };
@@ -788,29 +706,6 @@ impl PendingInner {
         self.check_open(&written)?;
         written.handles.insert(key, handle.clone());
         Ok(handle)
-    }
-}
-
-fn section_checksum(head: &[u8], payload: &[u8]) -> u64 {
-    let mut h = Xxh3::new();
-    h.update(head);
-    h.update(payload);
-    h.digest()
-}
-
-/// Writes through a buffer while hashing and counting every byte.
-struct HashingWriter {
-    inner: io::BufWriter<File>,
-    hash: Xxh3,
-    size: u64,
-}
-
-impl HashingWriter {
-    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.inner.write_all(bytes)?;
-        self.hash.update(bytes);
-        self.size += bytes.len() as u64;
-        Ok(())
     }
 }
 
@@ -913,7 +808,7 @@ fn restore(dir: PathBuf, manifest_path: PathBuf, manifest: Manifest) -> Result<R
         for sub in &op.subtasks {
             let state = match &sub.state {
                 None => OperatorState::default(),
-                Some(entry) => read_state_file(&dir, &op.uid, sub.subtask, entry)?,
+                Some(entry) => state_file::read(&dir, &op.uid, sub.subtask, entry)?,
             };
             for (g, _) in &state.keyed {
                 if let Some(other) = owner.insert(*g, sub.subtask) {
@@ -939,178 +834,9 @@ fn restore(dir: PathBuf, manifest_path: PathBuf, manifest: Manifest) -> Result<R
     })
 }
 
-/// Reads one state file and checks it against its manifest entry.
-fn read_state_file(
-    dir: &Path,
-    uid: &str,
-    subtask: u32,
-    entry: &StateFileEntry,
-) -> Result<OperatorState> {
-    let what = format!(
-        "the state file '{}' of operator '{uid}' subtask {subtask}",
-        entry.file
-    );
-    let plain = Path::new(&entry.file)
-        .file_name()
-        .is_some_and(|n| n == entry.file.as_str());
-    let path = dir.join(&entry.file);
-    let fail = |msg: String| Error::checkpoint(Some(path.clone()), format!("{what} {msg}"));
-    if !plain || entry.file.starts_with('.') {
-        return Err(fail(
-            "is not a plain file name inside the checkpoint directory".into(),
-        ));
-    }
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(fail(format!(
-                "is missing: '{}' does not exist",
-                path.display()
-            )))
-        }
-        Err(e) => return Err(fail(format!("cannot be read: {e}"))),
-    };
-    let size = bytes.len() as u64;
-    if size < entry.size {
-        return Err(fail(format!(
-            "is truncated: it has {size} bytes, the manifest records {}",
-            entry.size
-        )));
-    }
-    if size > entry.size {
-        return Err(fail(format!(
-            "is corrupt: it has {size} bytes, the manifest records {}",
-            entry.size
-        )));
-    }
-    let sum = xxh3_64(&bytes);
-    if sum != entry.checksum {
-        return Err(fail(format!(
-            "is corrupt: its xxh3 checksum is {sum:016x}, the manifest records {:016x}",
-            entry.checksum
-        )));
-    }
-    let state =
-        decode_state_file(&bytes, uid, subtask).map_err(|m| fail(format!("is corrupt: {m}")))?;
-    let mut groups: Vec<u32> = state.keyed.iter().map(|(g, _)| *g).collect();
-    groups.sort_unstable();
-    if key_group_ranges(&groups) != entry.key_groups {
-        return Err(fail(
-            "is corrupt: its key groups differ from those the manifest records".into(),
-        ));
-    }
-    Ok(state)
-}
-
-/// A cursor over a state file's bytes.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.bytes.len())
-            .ok_or_else(|| {
-                format!(
-                    "it ends at byte {} inside a field of {n} bytes",
-                    self.bytes.len()
-                )
-            })?;
-        let s = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        let mut b = [0u8; 4];
-        b.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(b))
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(b))
-    }
-}
-
-fn decode_state_file(bytes: &[u8], uid: &str, subtask: u32) -> Result<OperatorState, String> {
-    let mut r = Reader { bytes, pos: 0 };
-    if r.take(STATE_MAGIC.len())? != STATE_MAGIC {
-        return Err("it does not start with the state file magic".into());
-    }
-    let version = r.u32()?;
-    if version != STATE_VERSION {
-        return Err(format!(
-            "it has format version {version}; this build reads version {STATE_VERSION}"
-        ));
-    }
-    let file_subtask = r.u32()?;
-    let uid_len = r.u32()? as usize;
-    let file_uid = r.take(uid_len)?;
-    let count = r.u32()?;
-    let header_end = r.pos;
-    if r.u64()? != xxh3_64(&bytes[..header_end]) {
-        return Err("its header checksum does not match".into());
-    }
-    if file_uid != uid.as_bytes() || file_subtask != subtask {
-        return Err(format!(
-            "it holds the state of operator '{}' subtask {file_subtask}",
-            String::from_utf8_lossy(file_uid)
-        ));
-    }
-    let mut state = OperatorState::default();
-    for i in 0..count {
-        let head = r.take(13)?;
-        let tag = head[0];
-        let mut g = [0u8; 4];
-        g.copy_from_slice(&head[1..5]);
-        let mut l = [0u8; 8];
-        l.copy_from_slice(&head[5..13]);
-        let len = usize::try_from(u64::from_le_bytes(l))
-            .map_err(|_| format!("section {i} is too long"))?;
-        let sum = r.u64()?;
-        let payload = r.take(len)?;
-        if section_checksum(head, payload) != sum {
-            return Err(format!("the checksum of section {i} does not match"));
-        }
-        let blob = StateBlob::Bytes(Arc::new(payload.to_vec()));
-        match tag {
-            TAG_OPERATOR if state.operator.is_none() => state.operator = Some(blob),
-            TAG_KEYED => state.keyed.push((u32::from_le_bytes(g), blob)),
-            _ => return Err(format!("section {i} has an unknown or repeated tag {tag}")),
-        }
-    }
-    if r.pos != bytes.len() {
-        return Err(format!(
-            "{} bytes follow its last section",
-            bytes.len() - r.pos
-        ));
-    }
-    Ok(state)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn blob(b: &[u8]) -> StateBlob {
-        StateBlob::Bytes(Arc::new(b.to_vec()))
-    }
-
-    #[test]
-    fn test_state_file_name_is_safe_and_unique() {
-        let a = state_file_name("a/b", 0);
-        let b = state_file_name("a_b", 0);
-        assert_ne!(a, b);
-        assert!(a.starts_with("a_b-") && a.ends_with("-0.state"), "{a}");
-        assert!(!state_file_name("../x", 1).contains('/'));
-        assert!(state_file_name(&"é".repeat(300), 1).len() < 200);
-    }
 
     #[test]
     fn test_checkpoint_dir_id_parses_only_chk_dirs() {
@@ -1118,37 +844,6 @@ mod tests {
         assert_eq!(checkpoint_dir_id("chk-"), None);
         assert_eq!(checkpoint_dir_id("chk-1a"), None);
         assert_eq!(checkpoint_dir_id("sav-1"), None);
-    }
-
-    #[test]
-    fn test_state_file_round_trip_and_section_checksum() -> Result<()> {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let storage = CheckpointStorage::open(tmp.path())?;
-        let pending = storage.begin(1)?;
-        let state = OperatorState {
-            operator: Some(blob(b"offsets")),
-            keyed: vec![(5, blob(b"five")), (3, blob(b"")), (4, blob(b"four"))],
-        };
-        let h = pending.write_state("op", 2, &state)?;
-        assert_eq!(h.file.key_groups, vec![3..6]);
-        let path = pending.dir().join(&h.file.file);
-        let bytes = fs::read(&path).expect("read");
-        assert_eq!(bytes.len() as u64, h.file.size);
-        let back = decode_state_file(&bytes, "op", 2).expect("decode");
-        assert_eq!(
-            back.operator.and_then(|b| b.as_bytes().map(<[u8]>::to_vec)),
-            Some(b"offsets".to_vec())
-        );
-        assert_eq!(back.keyed.len(), 3);
-        // A flipped payload byte fails its section checksum.
-        let mut bad = bytes.clone();
-        let last = bad.len() - 1;
-        bad[last] ^= 1;
-        let err = decode_state_file(&bad, "op", 2).expect_err("corrupt");
-        assert!(err.contains("section 3"), "{err}");
-        // Another operator's file is refused.
-        assert!(decode_state_file(&bytes, "other", 2).is_err());
-        Ok(())
     }
 
     #[test]
