@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eddyline_core::checkpoint::coordinator::CheckpointConfig;
+use eddyline_core::checkpoint::CheckpointConfig;
 use eddyline_core::checkpoint::CheckpointStorage;
 use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use eddyline_core::barrier::AlignmentMode;
-use eddyline_core::checkpoint::coordinator::CheckpointConfig;
+use eddyline_core::checkpoint::CheckpointConfig;
 use eddyline_core::error::Error;
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
 use eddyline_core::operator::union::UnionFactory;

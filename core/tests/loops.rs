@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
-use eddyline_core::checkpoint::coordinator::CheckpointConfig;
+use eddyline_core::checkpoint::CheckpointConfig;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role};
 use eddyline_core::operator::filter::FilterFactory;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use eddyline_core::checkpoint::coordinator::CheckpointConfig;
+use eddyline_core::checkpoint::CheckpointConfig;
 use eddyline_core::graph::{JobGraph, NodeKind, Role};
 use eddyline_core::runtime::{
     Distribution, JobConfig, JobHandle, Launcher, RestartStrategy, WorkerSession,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use arrow::array::AsArray;
 use arrow::datatypes::Int64Type;
-use eddyline_core::checkpoint::coordinator::{CheckpointConfig, CheckpointStats};
+use eddyline_core::checkpoint::{CheckpointConfig, CheckpointStats};
 use eddyline_core::checkpoint::{CheckpointStorage, Recovery};
 use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};

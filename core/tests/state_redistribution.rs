@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use eddyline_core::barrier::AlignmentMode;
-use eddyline_core::checkpoint::coordinator::CheckpointConfig;
+use eddyline_core::checkpoint::CheckpointConfig;
 use eddyline_core::checkpoint::CheckpointStorage;
 use eddyline_core::error::{Error, Result};
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use eddyline_core::barrier::AlignmentMode;
-use eddyline_core::checkpoint::coordinator::{CheckpointConfig, CheckpointStats};
 use eddyline_core::checkpoint::Recovery;
+use eddyline_core::checkpoint::{CheckpointConfig, CheckpointStats};
 use eddyline_core::event::BarrierKind;
 use eddyline_core::graph::Role;
 use eddyline_core::runtime::{
@@ -448,7 +448,7 @@ impl PyJobHandle {
 /// cause of a checkpoint that failed to begin or complete reaches the user).
 fn failure_dicts<'py>(
     py: Python<'py>,
-    failures: &[eddyline_core::checkpoint::coordinator::CheckpointFailure],
+    failures: &[eddyline_core::checkpoint::CheckpointFailure],
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for f in failures {

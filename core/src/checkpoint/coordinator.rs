@@ -14,127 +14,28 @@
 //! a final checkpoint is taken; its completion lets the tasks close, so a
 //! bounded job ends with everything committed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{unbounded, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
 use crate::checkpoint::recompute::{NullStateLedger, Recovery};
 use crate::checkpoint::restore::key_identity;
+use crate::checkpoint::writer::{StateWriters, WriteDone, WriteJob};
 use crate::checkpoint::{
-    CheckpointInfo, CheckpointStorage, OperatorEntry, PendingCheckpoint, RestoredCheckpoint,
-    SourceOffset, StateHandle, StateWriter, SubtaskEntry, TaskAlignment,
+    CheckpointConfig, CheckpointDone, CheckpointFailure, CheckpointFailures, CheckpointInfo,
+    CheckpointStats, CheckpointStorage, OperatorEntry, PendingCheckpoint, RestoredCheckpoint,
+    SourceOffset, SubtaskEntry, TaskAlignment,
 };
 use crate::error::{Error, Result};
 use crate::event::{Barrier, BarrierKind};
 use crate::graph::JobGraph;
 use crate::source::decode_positions;
 use crate::state::{decode_entries, OperatorState, StateBlob};
-
-/// How and where a job checkpoints.
-#[derive(Debug, Clone)]
-pub struct CheckpointConfig {
-    pub dir: PathBuf,
-    pub interval: Duration,
-    pub mode: AlignmentMode,
-    pub unaligned: bool,
-    /// How many completed checkpoints to keep.
-    pub retained: usize,
-    /// A checkpoint not completed after this long is aborted.
-    pub timeout: Duration,
-    /// Persist every operator's state, or recompute what can be (FLINK-4120).
-    pub recovery: Recovery,
-}
-
-impl CheckpointConfig {
-    /// Defaults for `dir`: every second, exactly-once, 3 retained, 10 min timeout.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        CheckpointConfig {
-            dir: dir.into(),
-            interval: Duration::from_secs(1),
-            mode: AlignmentMode::ExactlyOnce,
-            unaligned: false,
-            retained: 3,
-            timeout: Duration::from_secs(600),
-            recovery: Recovery::Latest,
-        }
-    }
-}
-
-/// Figures of one completed checkpoint.
-#[derive(Debug, Clone)]
-pub struct CheckpointStats {
-    pub id: u64,
-    pub kind: BarrierKind,
-    pub trigger_ms: u64,
-    pub duration: Duration,
-    /// The longest barrier alignment of any task.
-    pub alignment: Duration,
-    pub bytes: u64,
-    pub path: PathBuf,
-    /// (uid, name, bytes, subtasks) per operator.
-    pub operators: Vec<(String, String, u64, usize)>,
-    /// Per operator (same order): whether it recomputes its state instead
-    /// of persisting it (FLINK-4120).
-    pub recomputes: Vec<bool>,
-    /// The checkpoint a recompute recovery of this one rewinds the sources
-    /// to (the id itself when nothing recomputes).
-    pub null_state_checkpoint: u64,
-}
-
-/// A checkpoint or savepoint that failed to begin or to complete, and why
-/// (issue 12, item 9: the cause is kept, not only counted).
-#[derive(Debug, Clone)]
-pub struct CheckpointFailure {
-    pub id: u64,
-    pub kind: BarrierKind,
-    /// The error that failed it, as a sentence.
-    pub reason: String,
-}
-
-/// How many checkpoints failed, and the causes of the latest ones.
-#[derive(Debug, Default)]
-pub struct CheckpointFailures {
-    count: AtomicU64,
-    recent: Mutex<VecDeque<CheckpointFailure>>,
-}
-
-impl CheckpointFailures {
-    /// How many causes are kept (the oldest are forgotten first).
-    pub const KEPT: usize = 64;
-
-    /// How many checkpoints failed.
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// The latest failures with their causes, oldest first.
-    pub fn recent(&self) -> Vec<CheckpointFailure> {
-        self.recent.lock().iter().cloned().collect()
-    }
-
-    fn record(&self, failure: CheckpointFailure) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let mut recent = self.recent.lock();
-        if recent.len() == Self::KEPT {
-            recent.pop_front();
-        }
-        recent.push_back(failure);
-    }
-}
-
-/// A completed checkpoint or savepoint, as a waiter hears of it.
-#[derive(Debug, Clone)]
-pub struct CheckpointDone {
-    pub id: u64,
-    pub path: PathBuf,
-}
 
 /// Who waits for a checkpoint.
 pub(crate) type Waiter = Sender<Result<CheckpointDone>>;
@@ -213,23 +114,6 @@ pub(crate) enum Outgoing {
     Finalize,
 }
 
-struct WriteJob {
-    checkpoint: u64,
-    task: usize,
-    writer: StateWriter,
-    uid: String,
-    subtask: u32,
-    state: OperatorState,
-}
-
-/// The result of writing one state file.
-pub(crate) struct WriteDone {
-    checkpoint: u64,
-    task: usize,
-    uid: String,
-    result: Result<StateHandle>,
-}
-
 struct InFlight {
     barrier: Barrier,
     pending: PendingCheckpoint,
@@ -257,9 +141,9 @@ pub(crate) struct Coordinator {
     inflight: Option<InFlight>,
     last_completed: Option<u64>,
     next_trigger: Instant,
-    write_tx: Option<Sender<WriteJob>>,
+    /// Serialize and write state files off the driver and task threads.
+    writers: StateWriters,
     pub done_rx: Receiver<WriteDone>,
-    writers: Vec<JoinHandle<()>>,
     pub stats: Arc<Mutex<Vec<CheckpointStats>>>,
     pub failed: Arc<CheckpointFailures>,
     /// The last completed checkpoint was taken with every task finished.
@@ -315,33 +199,7 @@ impl Coordinator {
         // Ids continue after the highest ever started, also by a run that
         // crashed or aborted it (issue 20: an id names one checkpoint).
         let newest = storage.highest_started()?;
-        let (write_tx, write_rx) = unbounded::<WriteJob>();
-        let (done_tx, done_rx) = unbounded::<WriteDone>();
-        let mut writers = Vec::new();
-        for i in 0..2 {
-            let rx = write_rx.clone();
-            let tx = done_tx.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("eddyline-ckpt-writer-{i}"))
-                .spawn(move || {
-                    for job in rx {
-                        let result = job.writer.write_state(&job.uid, job.subtask, &job.state);
-                        let _ = tx.send(WriteDone {
-                            checkpoint: job.checkpoint,
-                            task: job.task,
-                            uid: job.uid,
-                            result,
-                        });
-                    }
-                })
-                .map_err(|e| {
-                    Error::checkpoint(
-                        None,
-                        format!("cannot start a checkpoint writer thread: {e}"),
-                    )
-                })?;
-            writers.push(h);
-        }
+        let (writers, done_rx) = StateWriters::start()?;
         Ok(Coordinator {
             next_trigger: Instant::now() + config.interval,
             storage,
@@ -349,9 +207,8 @@ impl Coordinator {
             next_id: newest + 1,
             inflight: None,
             last_completed: None,
-            write_tx: Some(write_tx),
-            done_rx,
             writers,
+            done_rx,
             stats,
             failed,
             final_done: false,
@@ -738,9 +595,6 @@ impl Coordinator {
             subtask: info.subtask as u32,
             alignment_us: alignment.as_micros() as u64,
         });
-        let Some(write_tx) = &self.write_tx else {
-            return;
-        };
         for snap in states {
             let node = &graph.nodes[snap.node];
             if let Some(w) = snap.null_state {
@@ -758,7 +612,7 @@ impl Coordinator {
                 continue;
             }
             f.outstanding[task] += 1;
-            let _ = write_tx.send(WriteJob {
+            self.writers.submit(WriteJob {
                 checkpoint,
                 task,
                 writer: f.pending.writer(),
@@ -978,15 +832,6 @@ impl Coordinator {
             for w in f.waiters {
                 let _ = w.send(Err(err.clone()));
             }
-        }
-    }
-}
-
-impl Drop for Coordinator {
-    fn drop(&mut self) {
-        self.write_tx = None;
-        for h in self.writers.drain(..) {
-            let _ = h.join();
         }
     }
 }

@@ -48,18 +48,23 @@
 //! whole file, so a truncated, extended or altered file is refused before it
 //! is parsed. The manifest format is described in [`manifest`].
 
+pub mod config;
 pub mod coordinator;
 pub mod manifest;
 pub mod recompute;
 pub mod restore;
 mod state_file;
+pub mod stats;
 pub mod storage;
+pub(crate) mod writer;
 
+pub use config::CheckpointConfig;
 pub use manifest::{
     KeyColumn, KeyIdentity, Manifest, OperatorEntry, SourceOffset, StateFileEntry, SubtaskEntry,
     TaskAlignment, MANIFEST_VERSION,
 };
 pub use recompute::{NullStateLedger, Recovery, ReplayPlan, SourceReplay};
+pub use stats::{CheckpointDone, CheckpointFailure, CheckpointFailures, CheckpointStats};
 pub use storage::{
     CheckpointInfo, CheckpointStorage, CheckpointSummary, CompletedCheckpoint, PendingCheckpoint,
     RestoredCheckpoint, StateHandle, StateWriter, SummaryInfo, MANIFEST_FILE, STARTED_FILE,

@@ -16,11 +16,11 @@ use crate::channel::{
     bounded, FlowPolicy, InputFlow, DEFAULT_CHANNEL_CAPACITY, DEFAULT_IN_FLIGHT_TARGET,
     MIN_BUDGET_BYTES,
 };
-use crate::checkpoint::coordinator::{
-    CheckpointConfig, CheckpointDone, CheckpointFailure, CheckpointFailures, CheckpointStats,
-    Coordinator, Outgoing, Request, TaskInfo, Waiter,
-};
+use crate::checkpoint::coordinator::{Coordinator, Outgoing, Request, TaskInfo, Waiter};
 use crate::checkpoint::restore::{all_finished, check_compatible, state_for};
+use crate::checkpoint::{
+    CheckpointConfig, CheckpointDone, CheckpointFailure, CheckpointFailures, CheckpointStats,
+};
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
 use crate::feedback::FeedbackQueue;

@@ -1,0 +1,38 @@
+//! How and where a job checkpoints (DESIGN.md "Checkpoints"; the Python
+//! API's `enable_checkpointing` options).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::barrier::AlignmentMode;
+use crate::checkpoint::recompute::Recovery;
+
+/// How and where a job checkpoints.
+#[derive(Debug, Clone)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    pub interval: Duration,
+    pub mode: AlignmentMode,
+    pub unaligned: bool,
+    /// How many completed checkpoints to keep.
+    pub retained: usize,
+    /// A checkpoint not completed after this long is aborted.
+    pub timeout: Duration,
+    /// Persist every operator's state, or recompute what can be (FLINK-4120).
+    pub recovery: Recovery,
+}
+
+impl CheckpointConfig {
+    /// Defaults for `dir`: every second, exactly-once, 3 retained, 10 min timeout.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        CheckpointConfig {
+            dir: dir.into(),
+            interval: Duration::from_secs(1),
+            mode: AlignmentMode::ExactlyOnce,
+            unaligned: false,
+            retained: 3,
+            timeout: Duration::from_secs(600),
+            recovery: Recovery::Latest,
+        }
+    }
+}
