@@ -1,0 +1,118 @@
+"""tools/check_structure.py finds what it is meant to find (a checker that
+cannot fail would let the layout rot unseen)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _checker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "check_structure", ROOT / "tools/check_structure.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["check_structure"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cs = _checker()
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _repo(tmp_path: Path, rust: dict[str, str], py: dict[str, str]) -> Path:
+    _write(tmp_path / "core/src", {"lib.rs": "pub mod a;\n", **rust})
+    _write(tmp_path / "python/eddyline", {"__init__.py": "", **py})
+    (tmp_path / "core/src/runtime").mkdir(exist_ok=True)
+    return tmp_path
+
+
+def test_rust_cycle_through_use_group_and_inline_path(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path,
+        {
+            "a/mod.rs": "pub mod x;\npub mod y;\n",
+            "a/x.rs": "use crate::{a::y::Y, error};\npub struct X;\n",
+            "a/y.rs": "pub struct Y;\nfn f() -> crate::a::x::X { todo!() }\n",
+        },
+        {},
+    )
+    edges = cs.rust_edges(cs.rust_modules(repo / "core/src"))
+    assert ("a", "y") in edges[("a", "x")]
+    assert ("a", "x") in edges[("a", "y")]
+    assert cs.main(repo) == 1
+
+
+def test_rust_child_naming_its_parent_is_not_a_cycle(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path,
+        {
+            "a/mod.rs": "mod x;\npub use x::X;\npub struct Shared;\n",
+            "a/x.rs": "use super::Shared;\npub struct X(Shared);\n",
+        },
+        {},
+    )
+    assert cs.main(repo) == 0
+
+
+def test_rust_test_module_and_comments_do_not_count(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path,
+        {
+            "a/mod.rs": "pub mod x;\npub mod y;\n",
+            "a/x.rs": "use crate::a::y;\n",
+            "a/y.rs": "// see crate::a::x::X\n#[cfg(test)]\nmod tests {\n    use crate::a::x;\n}\n",
+        },
+        {},
+    )
+    assert cs.main(repo) == 0
+
+
+def test_python_function_level_import_cycle_found_type_checking_ignored(tmp_path: Path) -> None:
+    cyclic = {
+        "a.py": "from . import b\n",
+        "b.py": "def f():\n    from .a import thing\n",
+    }
+    assert cs.cycles(
+        cs.python_edges(cs.python_modules(_repo(tmp_path, {}, cyclic) / "python/eddyline"))
+    )
+    fine = {
+        "a.py": "from . import b\n",
+        "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import thing\n",
+    }
+    other = tmp_path / "other"
+    assert cs.main(_repo(other, {}, fine)) == 0
+
+
+@pytest.mark.parametrize("lines, found", [(100, False), (101, True)])
+def test_long_runtime_function(tmp_path: Path, lines: int, found: bool) -> None:
+    body = "".join("    let _ = 1;\n" for _ in range(lines - 2))
+    repo = _repo(tmp_path, {"runtime/mod.rs": f"fn long() {{\n{body}}}\n"}, {})
+    assert (cs.main(repo) == 1) is found
+
+
+def test_long_file_counts_code_not_tests(tmp_path: Path) -> None:
+    code = "".join(f"pub const C{i}: u8 = 0;\n" for i in range(cs.MAX_FILE_LINES - 5))
+    tests = "#[cfg(test)]\nmod tests {\n" + "    // x\n" * 200 + "}\n"
+    assert cs.main(_repo(tmp_path, {"a/mod.rs": code + tests}, {})) == 0
+    other = tmp_path / "other"
+    assert cs.main(_repo(other, {"a/mod.rs": code + "// more\n" * 10}, {})) == 1
+
+
+def test_repository_layout_is_checked_in_ci() -> None:
+    lint = (ROOT / ".ci/lint").read_text()
+    assert "tools/check_structure.py" in lint
