@@ -17,6 +17,7 @@ pub(crate) mod message;
 pub mod net;
 pub mod operator;
 pub mod state;
+pub mod store;
 
 pub use error::{Error, Result};
 pub mod channel;

@@ -1,8 +1,11 @@
-"""Which paths storage can serve: local paths and ``file://`` URIs.
+"""Which paths storage can serve.
 
-DESIGN.md "Where the data lives" puts object stores behind one storage
-layer; until it exists, a URI with another scheme (``s3://``, ``gs://``, ...)
-is refused with a :class:`~eddyline.errors.StorageError` naming it, instead of
+DESIGN.md "Where the data lives" puts object stores behind one storage layer
+(``core/src/store.rs``). Checkpoints, savepoints and ``restore_from`` take local
+paths, ``file://`` URIs and object store URIs (``s3://``, ``gs://``, ``az://``,
+``abfss://``; see :func:`storage_location`); the file sources and sinks take
+local paths and ``file://`` URIs so far (:func:`local_path`). Any other URI is
+refused with a :class:`~eddyline.errors.StorageError` naming it, instead of
 being written to a local directory called ``s3:`` (issue 12, item 6).
 
 Example:
@@ -14,6 +17,8 @@ Example:
     Traceback (most recent call last):
     ...
     eddyline.errors.StorageError: ParquetSink: the URI scheme 's3' of 's3://bucket/out' is not ...
+    >>> storage_location("s3://bucket/chk", what="checkpoint dir")
+    's3://bucket/chk'
 """
 
 from __future__ import annotations
@@ -24,9 +29,44 @@ from typing import Final
 
 from .errors import StorageError
 
-__all__ = ["local_path"]
+__all__ = ["OBJECT_STORE_SCHEMES", "is_object_store_uri", "local_path", "storage_location"]
 
 _URI: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
+
+#: URI schemes of the object stores the storage layer serves (``store.rs``).
+OBJECT_STORE_SCHEMES: Final = frozenset(
+    {"s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss", "adl"}
+)
+
+
+def is_object_store_uri(value: str | os.PathLike[str]) -> bool:
+    """Whether ``value`` is a URI of an object store (``s3://bucket/key``, ...)."""
+    match = _URI.match(os.fspath(value)) if isinstance(os.fspath(value), str) else None
+    return match is not None and match.group(1).lower() in OBJECT_STORE_SCHEMES
+
+
+def storage_location(value: str | os.PathLike[str], *, what: str) -> str:
+    """A location checkpoints can live at: an object store URI, or a local path.
+
+    Args:
+        value: A local path, a ``file://`` URI or an object store URI.
+        what: What the location is for, named in the error.
+
+    Raises:
+        StorageError: For a URI of a scheme no store serves, or an object
+            store URI without a bucket (``s3://``).
+    """
+    location = os.fspath(value)
+    if isinstance(location, str) and is_object_store_uri(location):
+        rest = location.split("://", 1)[1]
+        if not rest.split("/", 1)[0]:
+            raise StorageError(
+                f"{what}: the URI {location!r} names no bucket or container "
+                "(write s3://bucket/prefix)",
+                uri=location,
+            )
+        return location
+    return local_path(location, what=what)
 
 
 def local_path(value: str | os.PathLike[str], *, what: str) -> str:
@@ -57,9 +97,17 @@ def local_path(value: str | os.PathLike[str], *, what: str) -> str:
             "(write file:///dir/name)",
             uri=path,
         )
+    if scheme.lower() in OBJECT_STORE_SCHEMES:
+        served = (
+            "object stores serve checkpoints, savepoints and restore_from so far; this "
+            "takes a local path or a file:// URI"
+        )
+    else:
+        served = (
+            "eddyline reads and writes local paths, file:// URIs and object store URIs "
+            "(s3://, gs://, az://, abfss://)"
+        )
     raise StorageError(
-        f"{what}: the URI scheme {scheme!r} of {path!r} is not supported yet: eddyline reads "
-        "and writes local paths and file:// URIs only (object stores such as s3:// are not "
-        "implemented); use a local path",
+        f"{what}: the URI scheme {scheme!r} of {path!r} is not supported here: {served}",
         uri=path,
     )

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any, Final, Literal
 
-from ._storage import local_path
+from ._storage import storage_location
 from .errors import CheckpointError
 
 __all__ = ["CheckpointConfig", "Duration", "RestartStrategy", "parse_duration", "parse_size"]
@@ -130,9 +130,12 @@ class CheckpointConfig:
 
     Args:
         dir: The checkpoint directory (created when the job starts): a local
-            path or a ``file://`` URI (other URI schemes raise
-            :class:`~eddyline.errors.StorageError` until object stores are
-            supported).
+            path, a ``file://`` URI, or an object store URI (``s3://bucket/prefix``,
+            ``gs://...``, ``az://...``, ``abfss://...``) reached with the
+            environment's ``storage_options`` or the standard environment
+            variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...). A
+            checkpoint on an object store exists once its manifest object is
+            written.
         interval: Time between checkpoints; must be positive.
         mode: ``"exactly_once"`` (barriers aligned) or ``"at_least_once"``.
         unaligned: Take unaligned checkpoints (in-flight data is stored with
@@ -186,7 +189,7 @@ class CheckpointConfig:
         path = os.fspath(dir)
         if not isinstance(path, str) or not path:
             raise ValueError(f"checkpoint dir must be a non-empty path, got {dir!r}")
-        path = local_path(path, what="checkpoint dir")
+        path = storage_location(path, what="checkpoint dir")
         seconds = parse_duration(interval, what="checkpoint interval")
         if seconds <= 0:
             raise ValueError(f"checkpoint interval must be positive, got {interval!r}")

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from ._graph import LogicalGraph, native
 from ._runners import exact_array
-from ._storage import local_path
+from ._storage import local_path, storage_location
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
 from .job import JobClient, JobResult
@@ -58,6 +58,29 @@ def parquet_files(path: str | os.PathLike[str]) -> list[str]:
     return sorted(found)
 
 
+def _storage_options(options: Mapping[str, str] | None) -> dict[str, str]:
+    """``storage_options`` checked: a mapping of str to str (values given as
+    bools or numbers are written as the store expects, ``"true"``/``"5"``)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"storage_options must be a dict of str to str, got {type(options).__name__}"
+        )
+    checked: dict[str, str] = {}
+    for key, value in options.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"storage_options keys must be non-empty str, got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            value = str(value)
+        if not isinstance(value, str):
+            raise TypeError(f"storage_options[{key!r}] must be a str, got {type(value).__name__}")
+        checked[key.lower()] = value
+    return checked
+
+
 class StreamEnvironment:
     """Builds and runs one streaming job.
 
@@ -67,6 +90,11 @@ class StreamEnvironment:
         restart: What to do when the job fails (default: no restart).
         batch_size: Maximum rows per record batch produced by the built-in sources.
         max_parallelism: Number of key groups; the upper bound of any parallelism.
+        storage_options: Options of the object store checkpoints, savepoints and
+            ``restore_from`` lie on (the keys the ``object_store`` crate accepts,
+            e.g. ``aws_endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
+            ``aws_region``, ``aws_allow_http``); unset keys come from the standard
+            environment variables (``AWS_ENDPOINT_URL``, ...).
     """
 
     def __init__(
@@ -77,6 +105,7 @@ class StreamEnvironment:
         restart: RestartStrategy | None = None,
         batch_size: int = 8192,
         max_parallelism: int = 128,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         if not _is_int(max_parallelism) or not 1 <= max_parallelism <= _MAX_PARALLELISM_LIMIT:
             raise ValueError(
@@ -96,6 +125,7 @@ class StreamEnvironment:
             raise TypeError(
                 f"restart must be an ed.RestartStrategy or None, got {type(restart).__name__}"
             )
+        self.storage_options = _storage_options(storage_options)
         self.parallelism = parallelism
         self.checkpoint = checkpoint
         self.restart = restart
@@ -322,7 +352,11 @@ class StreamEnvironment:
             "max_parallelism": self.max_parallelism,
             "batch_size": self.batch_size,
             "restart": self.restart._to_dict() if self.restart is not None else None,
-            "checkpoint": self.checkpoint._to_dict() if self.checkpoint is not None else None,
+            "checkpoint": (
+                {**self.checkpoint._to_dict(), "storage_options": dict(self.storage_options)}
+                if self.checkpoint is not None
+                else None
+            ),
             "restore_from": restore_from,
             "allow_non_restored_state": allow_non_restored_state,
         }
@@ -378,7 +412,7 @@ class StreamEnvironment:
             )
         restore = os.fspath(restore_from) if restore_from is not None else None
         if restore is not None and restore != "latest":
-            restore = local_path(restore, what="restore_from")
+            restore = storage_location(restore, what="restore_from")
         sinks = self._graph.sinks()
         if sinks:
             for hook in self._before_run:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from ._storage import local_path
+from ._storage import storage_location
 from .errors import CheckpointError
 
 if TYPE_CHECKING:
@@ -392,7 +392,7 @@ class JobClient:
         target = os.fspath(path)
         if not isinstance(target, str) or not target:
             raise TypeError(f"{method}() needs a directory path, got {path!r}")
-        target = local_path(target, what=f"{method}()")
+        target = storage_location(target, what=f"{method}()")
         call = getattr(self._inner, method, None)
         if call is None:
             raise CheckpointError(

@@ -23,7 +23,7 @@ pub fn list_checkpoints<'py>(
     dir: std::path::PathBuf,
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
-    if !dir.exists() {
+    if !eddyline_core::store::is_object_store_uri(&dir) && !dir.exists() {
         return Ok(list);
     }
     let storage = CheckpointStorage::open(&dir).map_err(|e| to_py(py, &e))?;

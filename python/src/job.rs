@@ -172,6 +172,11 @@ pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> 
             if let Some(x) = d.get_item("retained")? {
                 cc.retained = x.extract::<usize>()?.max(1);
             }
+            if let Some(x) = d.get_item("storage_options")? {
+                if !x.is_none() {
+                    cc.storage_options = x.extract()?;
+                }
+            }
             c.checkpoint = Some(cc);
         }
     }

@@ -1,6 +1,9 @@
 """Paths and URIs (issue 12, item 6): a URI scheme the engine cannot serve is a
 ``StorageError`` naming it, never a local directory called ``s3:``; ``file://``
-URIs are local paths. Also: a checkpoint dir that is a file says so (item 10).
+URIs are local paths. Object store URIs are served for checkpoints, savepoints
+and ``restore_from`` (tested against an S3 server in tests/storage) and refused
+by the file sources and sinks so far (issue 14). Also: a checkpoint dir that is
+a file says so (item 10).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import pytest
 import eddyline as ed
 
 URIS = ["s3://bucket/out", "gs://bucket/out", "abfss://c@a.dfs.core.windows.net/out"]
+UNSERVED = ["hdfs://namenode/out", "ftp://host/out"]
 
 
 @pytest.fixture(autouse=True)
@@ -27,6 +31,12 @@ def assert_no_scheme_dir(root: Path) -> None:
 
 
 @pytest.mark.parametrize("uri", URIS)
+def test_storage_object_store_checkpoint_dir_is_kept_as_uri(uri: str, in_tmp: Path) -> None:
+    assert ed.CheckpointConfig(uri).dir == uri
+    assert_no_scheme_dir(in_tmp)
+
+
+@pytest.mark.parametrize("uri", UNSERVED)
 def test_storage_uri_checkpoint_dir_is_refused(uri: str, in_tmp: Path) -> None:
     scheme = uri.split("://")[0]
     with pytest.raises(ed.StorageError, match=f"URI scheme '{scheme}'") as info:
@@ -36,13 +46,19 @@ def test_storage_uri_checkpoint_dir_is_refused(uri: str, in_tmp: Path) -> None:
     assert_no_scheme_dir(in_tmp)
 
 
-@pytest.mark.parametrize("uri", URIS)
-def test_storage_uri_sink_source_and_restore_are_refused(uri: str, in_tmp: Path) -> None:
+@pytest.mark.parametrize("uri", URIS + UNSERVED)
+def test_storage_uri_sink_and_source_are_refused(uri: str, in_tmp: Path) -> None:
     with pytest.raises(ed.StorageError, match="ParquetSink"):
         ed.ParquetSink(uri)
     env = ed.StreamEnvironment(1)
     with pytest.raises(ed.StorageError, match="from_parquet"):
         env.from_parquet(uri)
+    assert_no_scheme_dir(in_tmp)
+
+
+@pytest.mark.parametrize("uri", UNSERVED)
+def test_storage_unserved_restore_from_is_refused(uri: str, in_tmp: Path) -> None:
+    env = ed.StreamEnvironment(1)
     env.from_sequence(0, 10).collect()
     with pytest.raises(ed.StorageError, match="restore_from"):
         env.execute("job", restore_from=uri)
@@ -55,7 +71,7 @@ def test_storage_uri_savepoint_path_is_refused(in_tmp: Path) -> None:
     client = env.execute_async("endless")
     try:
         with pytest.raises(ed.StorageError, match="trigger_savepoint"):
-            client.trigger_savepoint("s3://bucket/sp")
+            client.trigger_savepoint("hdfs://namenode/sp")
     finally:
         client.cancel()
         with pytest.raises(ed.JobCancelledError):

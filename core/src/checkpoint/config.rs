@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::barrier::AlignmentMode;
 use crate::checkpoint::recompute::Recovery;
+use crate::store::StorageOptions;
 
 /// How and where a job checkpoints.
 #[derive(Debug, Clone)]
@@ -20,6 +21,9 @@ pub struct CheckpointConfig {
     pub timeout: Duration,
     /// Persist every operator's state, or recompute what can be (FLINK-4120).
     pub recovery: Recovery,
+    /// Options of the object store `dir` (and savepoint or restore paths)
+    /// lie on, over the standard environment variables (`store.rs`).
+    pub storage_options: StorageOptions,
 }
 
 impl CheckpointConfig {
@@ -33,6 +37,7 @@ impl CheckpointConfig {
             retained: 3,
             timeout: Duration::from_secs(600),
             recovery: Recovery::Latest,
+            storage_options: StorageOptions::new(),
         }
     }
 }

@@ -190,7 +190,7 @@ impl Coordinator {
                  every barrier cuts the input where it did in the original run",
             ));
         }
-        let storage = CheckpointStorage::open(&config.dir)?;
+        let storage = CheckpointStorage::open_with(&config.dir, &config.storage_options)?;
         let ledger = if config.recovery == Recovery::Recompute {
             NullStateLedger::load(&storage)
         } else {
@@ -469,7 +469,8 @@ impl Coordinator {
             .note_started(id)
             .and_then(|()| match savepoint_dir {
                 None => self.storage.begin(id),
-                Some(dir) => CheckpointStorage::open(dir).and_then(|s| s.begin(id)),
+                Some(dir) => CheckpointStorage::open_with(dir, &self.config.storage_options)
+                    .and_then(|s| s.begin(id)),
             });
         let pending = match begun {
             Ok(p) => p,

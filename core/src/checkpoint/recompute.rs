@@ -47,7 +47,6 @@
 //! [`Operator::null_state_watermark`]: crate::operator::Operator::null_state_watermark
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::Path;
 
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
@@ -149,9 +148,7 @@ impl NullStateLedger {
                 if info.kind != BarrierKind::Checkpoint {
                     continue;
                 }
-                let Ok(m) = crate::checkpoint::storage::read_manifest(
-                    &s.dir.join(crate::checkpoint::MANIFEST_FILE),
-                ) else {
+                let Ok(m) = storage.load_manifest(s.id) else {
                     continue;
                 };
                 ledger.history.insert(
@@ -361,8 +358,16 @@ impl ReplayPlan {
         if from >= until || latest.manifest().kind != BarrierKind::Checkpoint {
             return Ok(None);
         }
-        let root = latest.dir().parent().unwrap_or(Path::new("."));
-        let storage = CheckpointStorage::open(root)?;
+        let Some(storage) = latest.parent_storage() else {
+            return Err(Error::checkpoint(
+                Some(latest.dir().to_path_buf()),
+                format!(
+                    "checkpoint {until} is recovered by recomputation from checkpoint {from}, \
+                     but '{}' lies in no checkpoint storage root to find it in",
+                    latest.dir().display()
+                ),
+            ));
+        };
         let ids: BTreeSet<u64> = storage
             .list()?
             .into_iter()
@@ -381,7 +386,7 @@ impl ReplayPlan {
                 format!(
                     "checkpoint {until} is recovered by recomputation from its null-state \
                      checkpoint {from}, but checkpoint {from} is missing from '{}'",
-                    root.display()
+                    storage.dir().display()
                 ),
             ));
         }

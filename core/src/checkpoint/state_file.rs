@@ -4,7 +4,6 @@
 //! "Checkpoints"). Writing and reading a file is all this module does; which
 //! files make a checkpoint is `storage.rs`'s business.
 
-use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +13,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use super::manifest::{key_group_ranges, StateFileEntry};
 use crate::error::{Error, Result};
 use crate::state::{OperatorState, StateBlob};
+use crate::store::{ObjectWriter, Store};
 
 const STATE_MAGIC: &[u8; 8] = b"EDDYSTAT";
 /// State file format version.
@@ -43,15 +43,18 @@ pub(crate) fn file_name(uid: &str, subtask: u32) -> String {
     )
 }
 
-/// Writes `state` as the new file `path` (created, never overwritten, then
-/// fsynced): its size, the xxh3-64 of its bytes and its sorted key groups.
+/// Writes `state` as the new file `name` of `dir` (created, never
+/// overwritten, then made durable: fsynced, or uploaded): its size, the
+/// xxh3-64 of its bytes and its sorted key groups.
 pub(crate) fn write(
-    path: &Path,
+    dir: &Store,
+    name: &str,
     uid: &str,
     subtask: u32,
     state: &OperatorState,
 ) -> Result<(u64, u64, Vec<u32>)> {
-    let fail = |msg: String| Error::checkpoint(Some(path.to_path_buf()), msg);
+    let path = dir.location_of(name);
+    let fail = |msg: String| Error::checkpoint(Some(path.clone()), msg);
     let mut sections: Vec<(u8, u32, Arc<Vec<u8>>)> = Vec::new();
     if let Some(blob) = &state.operator {
         sections.push((TAG_OPERATOR, 0, blob.to_bytes()?));
@@ -74,13 +77,8 @@ pub(crate) fn write(
             path.display()
         ))
     };
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(io_fail)?;
     let mut out = HashingWriter {
-        inner: io::BufWriter::new(file),
+        inner: dir.create(name).map_err(io_fail)?,
         hash: Xxh3::new(),
         size: 0,
     };
@@ -105,8 +103,7 @@ pub(crate) fn write(
         out.put(bytes).map_err(io_fail)?;
     }
     let HashingWriter { inner, hash, size } = out;
-    let file = inner.into_inner().map_err(|e| io_fail(e.into_error()))?;
-    file.sync_all().map_err(io_fail)?;
+    inner.finish().map_err(io_fail)?;
     Ok((size, hash.digest(), groups))
 }
 
@@ -117,9 +114,9 @@ fn section_checksum(head: &[u8], payload: &[u8]) -> u64 {
     h.digest()
 }
 
-/// Writes through a buffer while hashing and counting every byte.
+/// Writes while hashing and counting every byte.
 struct HashingWriter {
-    inner: io::BufWriter<File>,
+    inner: ObjectWriter,
     hash: Xxh3,
     size: u64,
 }
@@ -135,7 +132,7 @@ impl HashingWriter {
 
 /// Reads one state file and checks it against its manifest entry.
 pub(crate) fn read(
-    dir: &Path,
+    dir: &Store,
     uid: &str,
     subtask: u32,
     entry: &StateFileEntry,
@@ -147,16 +144,16 @@ pub(crate) fn read(
     let plain = Path::new(&entry.file)
         .file_name()
         .is_some_and(|n| n == entry.file.as_str());
-    let path = dir.join(&entry.file);
+    let path = dir.location_of(&entry.file);
     let fail = |msg: String| Error::checkpoint(Some(path.clone()), format!("{what} {msg}"));
     if !plain || entry.file.starts_with('.') {
         return Err(fail(
             "is not a plain file name inside the checkpoint directory".into(),
         ));
     }
-    let bytes = match fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+    let bytes = match dir.read(&entry.file) {
+        Ok(Some(b)) => b,
+        Ok(None) => {
             return Err(fail(format!(
                 "is missing: '{}' does not exist",
                 path.display()
@@ -291,6 +288,7 @@ fn decode(bytes: &[u8], uid: &str, subtask: u32) -> Result<OperatorState, String
 mod tests {
     use super::*;
     use crate::checkpoint::CheckpointStorage;
+    use std::fs;
 
     fn blob(b: &[u8]) -> StateBlob {
         StateBlob::Bytes(Arc::new(b.to_vec()))

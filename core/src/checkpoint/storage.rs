@@ -1,12 +1,13 @@
-//! Durable checkpoint storage on the local filesystem (DESIGN.md
-//! "Checkpoints": state files first, then a manifest written atomically;
-//! nothing without a manifest is restored; checksums refuse corrupt or
-//! truncated checkpoints; old checkpoints are retained up to a count). The
-//! layout and the state file format are described in the parent module.
+//! Durable checkpoint storage on a local disk or an object store (DESIGN.md
+//! "Checkpoints" and "Where the data lives": state files first, then a
+//! manifest written atomically, by rename on a disk or as one PUT on an
+//! object store; nothing without a manifest is restored; checksums refuse
+//! corrupt or truncated checkpoints; old checkpoints are retained up to a
+//! count). The layout and the state file format are described in the parent
+//! module; the I/O goes through [`crate::store::Store`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,17 +20,14 @@ use super::state_file;
 use crate::error::{Error, Result};
 use crate::event::BarrierKind;
 use crate::state::{OperatorState, StateBlob};
+use crate::store::{StorageOptions, Store};
 
 /// Name of the manifest inside a checkpoint directory.
 pub const MANIFEST_FILE: &str = "_manifest.json";
-/// Temporary name the manifest is written under before the rename.
-const MANIFEST_TMP: &str = "_manifest.json.tmp";
 /// The file recording the highest checkpoint id ever started under a
 /// storage root (issue 20: ids are never reused, also not after a crash
 /// that left no directory of the checkpoint in flight).
 pub const STARTED_FILE: &str = "_started_ids";
-/// Temporary name it is written under before the rename.
-const STARTED_TMP: &str = "_started_ids.tmp";
 /// Prefix of checkpoint directories: `chk-<id>`.
 const CHK_PREFIX: &str = "chk-";
 /// First bytes of every state file.
@@ -37,10 +35,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 fn checkpoint_dir_id(name: &str) -> Option<u64> {
@@ -51,51 +45,10 @@ fn checkpoint_dir_id(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// The scheme and the rest of `text` if it is a URI (`scheme://rest`).
-fn uri_scheme(text: &str) -> Option<(&str, &str)> {
-    let (scheme, rest) = text.split_once("://")?;
-    let mut chars = scheme.chars();
-    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    valid.then_some((scheme, rest))
-}
-
-/// The local path `path` names: itself, or the path of a `file://` URI
-/// (`file:///dir` or `file://localhost/dir`). Any other URI scheme is a
-/// `StorageError` naming it (DESIGN.md "Where the data lives": object
-/// stores are not served yet, and a URI must never become a local
-/// directory named `s3:`; issue 12, item 6).
-pub fn local_path(path: &Path) -> Result<PathBuf> {
-    let Some(text) = path.to_str() else {
-        return Ok(path.to_path_buf());
-    };
-    let Some((scheme, rest)) = uri_scheme(text) else {
-        return Ok(path.to_path_buf());
-    };
-    if scheme.eq_ignore_ascii_case("file") {
-        let local = rest.strip_prefix("localhost").unwrap_or(rest);
-        if local.starts_with('/') {
-            return Ok(PathBuf::from(local));
-        }
-        return Err(Error::storage(
-            text,
-            "a file:// URI must name an absolute path on this host, e.g. file:///data/out",
-        ));
-    }
-    Err(Error::storage(
-        text,
-        format!(
-            "the URI scheme '{scheme}' is not supported yet: eddyline reads and writes local \
-             paths and file:// URIs only (object stores such as s3:// are not implemented); \
-             use a local path"
-        ),
-    ))
-}
-
 /// A checkpoint directory root holding `chk-<id>` directories.
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
-    dir: PathBuf,
+    store: Store,
 }
 
 /// A state file written for a pending checkpoint, to be named in its
@@ -149,9 +102,32 @@ pub struct SummaryInfo {
 
 impl CheckpointStorage {
     /// Opens (creating it if needed) the storage root `dir` and checks that
-    /// it is writable by creating and removing a probe file.
+    /// it is writable by creating and removing a probe file; object stores
+    /// are reached with the standard environment variables.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = local_path(dir.as_ref())?;
+        Self::open_with(dir, &StorageOptions::new())
+    }
+
+    /// [`open`](Self::open) with `storage_options` for an object store URI.
+    /// A missing bucket, bad credentials or an unreachable endpoint is a
+    /// `Storage` error naming the URI, before anything runs.
+    pub fn open_with(dir: impl AsRef<Path>, options: &StorageOptions) -> Result<Self> {
+        let store = Store::open(dir.as_ref(), options)?;
+        let probe = format!(".eddyline-probe-{}", std::process::id());
+        if !store.is_local() {
+            let uri = store.location().display().to_string();
+            store
+                .put_atomic(&probe, b"probe")
+                .and_then(|()| store.remove(&probe))
+                .map_err(|e| {
+                    Error::storage(
+                        &uri,
+                        format!("the checkpoint location '{uri}' cannot be written: {e}"),
+                    )
+                })?;
+            return Ok(CheckpointStorage { store });
+        }
+        let dir = store.location().to_path_buf();
         // A file where the directory (or one of its parents) should be is
         // said as such, not as "not writable: File exists".
         if let Some(file) = dir.ancestors().find(|a| a.exists() && !a.is_dir()) {
@@ -177,22 +153,17 @@ impl CheckpointStorage {
                 ),
             )
         };
-        fs::create_dir_all(&dir).map_err(|e| not_writable(&e))?;
-        let probe = dir.join(format!(".eddyline-probe-{}", std::process::id()));
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&probe)
-            .and_then(|mut f| f.write_all(b"probe"))
+        store.make_dir().map_err(|e| not_writable(&e))?;
+        store
+            .put_atomic(&probe, b"probe")
+            .and_then(|()| store.remove(&probe))
             .map_err(|e| not_writable(&e))?;
-        fs::remove_file(&probe).map_err(|e| not_writable(&e))?;
-        Ok(CheckpointStorage { dir })
+        Ok(CheckpointStorage { store })
     }
 
-    /// The storage root.
+    /// The storage root: a local path or a URI.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.store.location()
     }
 
     /// The highest checkpoint id ever started under this root: the largest
@@ -201,20 +172,23 @@ impl CheckpointStorage {
     /// A new checkpoint takes a higher id, so an aborted or crashed
     /// checkpoint's id never names another checkpoint.
     pub fn highest_started(&self) -> Result<u64> {
-        let path = self.dir.join(STARTED_FILE);
-        let recorded = match fs::read_to_string(&path) {
-            Ok(text) => text.trim().parse::<u64>().map_err(|_| {
-                Error::checkpoint(
-                    Some(path.clone()),
-                    format!(
-                        "'{}' is corrupt: it should hold the highest checkpoint id started, \
+        let path = self.store.location_of(STARTED_FILE);
+        let recorded = match self.store.read(STARTED_FILE) {
+            Ok(Some(bytes)) => {
+                let text = String::from_utf8_lossy(&bytes);
+                text.trim().parse::<u64>().map_err(|_| {
+                    Error::checkpoint(
+                        Some(path.clone()),
+                        format!(
+                            "'{}' is corrupt: it should hold the highest checkpoint id started, \
                          a decimal number, but holds {:?}",
-                        path.display(),
-                        text.chars().take(40).collect::<String>()
-                    ),
-                )
-            })?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+                            path.display(),
+                            text.chars().take(40).collect::<String>()
+                        ),
+                    )
+                })?
+            }
+            Ok(None) => 0,
             Err(e) => {
                 return Err(Error::checkpoint(
                     Some(path.clone()),
@@ -229,7 +203,7 @@ impl CheckpointStorage {
     /// Records durably (write, fsync, rename) that checkpoint `id` started,
     /// before anything of it is written, if `id` is above the recorded one.
     pub fn note_started(&self, id: u64) -> Result<()> {
-        let path = self.dir.join(STARTED_FILE);
+        let path = self.store.location_of(STARTED_FILE);
         let failed = |e: io::Error| {
             Error::checkpoint(
                 Some(path.clone()),
@@ -242,24 +216,22 @@ impl CheckpointStorage {
         if self.highest_started()? >= id {
             return Ok(());
         }
-        let tmp = self.dir.join(STARTED_TMP);
-        let mut f = File::create(&tmp).map_err(failed)?;
-        f.write_all(format!("{id}\n").as_bytes()).map_err(failed)?;
-        f.sync_all().map_err(failed)?;
-        fs::rename(&tmp, &path).map_err(failed)?;
-        fsync_dir(&self.dir).map_err(failed)
+        self.store
+            .put_atomic(STARTED_FILE, format!("{id}\n").as_bytes())
+            .map_err(failed)
     }
 
     /// The directory of checkpoint `id`.
     pub fn checkpoint_dir(&self, id: u64) -> PathBuf {
-        self.dir.join(format!("{CHK_PREFIX}{id}"))
+        self.store.location_of(&format!("{CHK_PREFIX}{id}"))
     }
 
     /// Starts writing checkpoint `id`. A leftover directory of an attempt
     /// that never completed is replaced; a completed one is an error.
     pub fn begin(&self, id: u64) -> Result<PendingCheckpoint> {
-        let dir = self.checkpoint_dir(id);
-        if dir.join(MANIFEST_FILE).exists() {
+        let chk = self.store.child(&format!("{CHK_PREFIX}{id}"));
+        let dir = chk.location().to_path_buf();
+        if chk.exists(MANIFEST_FILE).unwrap_or(false) {
             return Err(Error::checkpoint(
                 Some(dir.clone()),
                 format!(
@@ -277,15 +249,13 @@ impl CheckpointStorage {
                 ),
             )
         };
-        if dir.exists() {
-            fs::remove_dir_all(&dir).map_err(failed)?;
-        }
-        fs::create_dir(&dir).map_err(failed)?;
-        fsync_dir(&self.dir).map_err(failed)?;
+        chk.remove_all().map_err(failed)?;
+        chk.make_dir().map_err(failed)?;
+        self.store.sync().map_err(failed)?;
         Ok(PendingCheckpoint {
             inner: Arc::new(PendingInner {
                 id,
-                dir: dir.clone(),
+                dir: chk,
                 written: RwLock::new(Written {
                     closed: None,
                     handles: BTreeMap::new(),
@@ -296,33 +266,27 @@ impl CheckpointStorage {
 
     /// Ids and directories of completed checkpoints (with a manifest file),
     /// newest first, without reading the manifests.
-    fn completed_dirs(&self) -> Result<Vec<(u64, PathBuf)>> {
+    fn completed_dirs(&self) -> Result<Vec<(u64, Store)>> {
         let mut found = self.checkpoint_dirs()?;
-        found.retain(|(_, dir)| dir.join(MANIFEST_FILE).is_file());
+        found.retain(|(_, chk)| chk.exists(MANIFEST_FILE).unwrap_or(false));
         Ok(found)
     }
 
     /// Every `chk-<id>` directory, newest first.
-    fn checkpoint_dirs(&self) -> Result<Vec<(u64, PathBuf)>> {
-        let failed = |e: io::Error| {
+    fn checkpoint_dirs(&self) -> Result<Vec<(u64, Store)>> {
+        let names = self.store.dirs().map_err(|e| {
             Error::checkpoint(
-                Some(self.dir.clone()),
+                Some(self.dir().to_path_buf()),
                 format!(
                     "cannot list the checkpoint directory '{}': {e}",
-                    self.dir.display()
+                    self.dir().display()
                 ),
             )
-        };
-        let mut found = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(failed)? {
-            let entry = entry.map_err(failed)?;
-            let Some(id) = entry.file_name().to_str().and_then(checkpoint_dir_id) else {
-                continue;
-            };
-            if entry.file_type().map_err(failed)?.is_dir() {
-                found.push((id, entry.path()));
-            }
-        }
+        })?;
+        let mut found: Vec<(u64, Store)> = names
+            .iter()
+            .filter_map(|n| checkpoint_dir_id(n).map(|id| (id, self.store.child(n))))
+            .collect();
         found.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
         Ok(found)
     }
@@ -334,28 +298,49 @@ impl CheckpointStorage {
         Ok(self
             .completed_dirs()?
             .into_iter()
-            .map(|(id, dir)| {
-                let info = read_manifest(&dir.join(MANIFEST_FILE)).map(|m| SummaryInfo {
+            .map(|(id, chk)| {
+                let info = read_manifest(&chk).map(|m| SummaryInfo {
                     kind: m.kind,
                     trigger_ms: m.trigger_ms,
                     completion_ms: m.completion_ms,
                     state_size: m.state_size(),
                 });
+                let dir = chk.location().to_path_buf();
                 CheckpointSummary { id, dir, info }
             })
             .collect())
     }
 
+    /// The manifest of completed checkpoint `id` (its state files unread).
+    pub fn load_manifest(&self, id: u64) -> Result<Manifest> {
+        read_manifest(&self.store.child(&format!("{CHK_PREFIX}{id}")))
+    }
+
     /// Loads and verifies completed checkpoint `id` of this storage.
     pub fn load(&self, id: u64) -> Result<RestoredCheckpoint> {
-        Self::load_path(self.checkpoint_dir(id))
+        Self::load_store(self.store.child(&format!("{CHK_PREFIX}{id}")))
     }
 
     /// Loads and verifies the checkpoint at `path`: a checkpoint directory
     /// or its manifest file. Every state file is read and its size and
     /// checksums checked; any problem is an error naming the file.
     pub fn load_path(path: impl AsRef<Path>) -> Result<RestoredCheckpoint> {
-        let path = &local_path(path.as_ref())?;
+        Self::load_path_with(path, &StorageOptions::new())
+    }
+
+    /// [`load_path`](Self::load_path) with `storage_options` for an object
+    /// store URI.
+    pub fn load_path_with(
+        path: impl AsRef<Path>,
+        options: &StorageOptions,
+    ) -> Result<RestoredCheckpoint> {
+        let path = path.as_ref();
+        if crate::store::is_object_store_uri(path) {
+            let text = path.to_str().unwrap_or_default().trim_end_matches('/');
+            let dir = text.strip_suffix(MANIFEST_FILE).unwrap_or(text);
+            return Self::load_store(Store::open(Path::new(dir), options)?);
+        }
+        let path = &crate::store::local_path(path)?;
         let dir = if path.file_name().is_some_and(|n| n == MANIFEST_FILE) && path.is_file() {
             path.parent().unwrap_or(Path::new(".")).to_path_buf()
         } else {
@@ -370,9 +355,21 @@ impl CheckpointStorage {
                 ),
             ));
         }
-        let manifest_path = dir.join(MANIFEST_FILE);
-        if !manifest_path.is_file() {
-            let root = CheckpointStorage { dir: dir.clone() };
+        Self::load_store(Store::open(&dir, options)?)
+    }
+
+    /// Loads and verifies the checkpoint whose directory is `chk`.
+    fn load_store(chk: Store) -> Result<RestoredCheckpoint> {
+        let dir = chk.location().to_path_buf();
+        let manifest_path = chk.location_of(MANIFEST_FILE);
+        let has_manifest = chk.exists(MANIFEST_FILE).map_err(|e| {
+            Error::checkpoint(
+                Some(manifest_path.clone()),
+                format!("cannot read '{}': {e}", manifest_path.display()),
+            )
+        })?;
+        if !has_manifest {
+            let root = CheckpointStorage { store: chk.clone() };
             let hint = if root.completed_dirs().is_ok_and(|d| !d.is_empty()) {
                 "; it looks like a checkpoint storage root, pass one of its chk-<id> directories"
             } else {
@@ -387,8 +384,8 @@ impl CheckpointStorage {
                 ),
             ));
         }
-        let manifest = read_manifest(&manifest_path)?;
-        restore(dir, manifest_path, manifest)
+        let manifest = read_manifest(&chk)?;
+        restore(chk, manifest)
     }
 
     /// The newest completed checkpoint, loaded and verified; `None` if there
@@ -396,8 +393,8 @@ impl CheckpointStorage {
     /// back to an older one silently (DESIGN.md, FLINK-22502); a caller that
     /// may fall back chooses one from [`list`](Self::list) explicitly.
     pub fn latest_valid(&self) -> Result<Option<RestoredCheckpoint>> {
-        match self.completed_dirs()?.first() {
-            Some((_, dir)) => Self::load_path(dir).map(Some),
+        match self.completed_dirs()?.into_iter().next() {
+            Some((_, chk)) => Self::load_store(chk).map(Some),
             None => Ok(None),
         }
     }
@@ -418,19 +415,19 @@ impl CheckpointStorage {
         let all = self.checkpoint_dirs()?;
         let newest_completed = all
             .iter()
-            .find(|(_, d)| d.join(MANIFEST_FILE).is_file())
+            .find(|(_, chk)| chk.exists(MANIFEST_FILE).unwrap_or(false))
             .map(|(id, _)| *id);
         let mut kept = 0;
         let mut removed = Vec::new();
-        for (id, dir) in all {
-            let delete = if dir.join(MANIFEST_FILE).is_file() {
+        for (id, chk) in all {
+            let delete = if chk.exists(MANIFEST_FILE).unwrap_or(false) {
                 kept += 1;
                 kept > n && id < since
             } else {
                 newest_completed.is_some_and(|newest| id < newest)
             };
             if delete {
-                remove_checkpoint_dir(&dir)?;
+                remove_checkpoint_dir(&chk)?;
                 removed.push(id);
             }
         }
@@ -440,29 +437,31 @@ impl CheckpointStorage {
 
 /// Deletes a checkpoint directory, manifest first so that a crash midway
 /// never leaves a manifest naming deleted state files.
-fn remove_checkpoint_dir(dir: &Path) -> Result<()> {
+fn remove_checkpoint_dir(chk: &Store) -> Result<()> {
     let failed = |e: io::Error| {
         Error::checkpoint(
-            Some(dir.to_path_buf()),
-            format!("cannot delete the checkpoint '{}': {e}", dir.display()),
+            Some(chk.location().to_path_buf()),
+            format!(
+                "cannot delete the checkpoint '{}': {e}",
+                chk.location().display()
+            ),
         )
     };
-    match fs::remove_file(dir.join(MANIFEST_FILE)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(failed(e)),
-    }
-    match fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(failed(e)),
-    }
+    chk.remove(MANIFEST_FILE).map_err(failed)?;
+    chk.remove_all().map_err(failed)
 }
 
-pub(crate) fn read_manifest(path: &Path) -> Result<Manifest> {
-    let bytes = fs::read(path).map_err(|e| {
+/// Reads the manifest of the checkpoint directory `chk`.
+pub(crate) fn read_manifest(chk: &Store) -> Result<Manifest> {
+    let path = chk.location_of(MANIFEST_FILE);
+    let bytes = match chk.read(MANIFEST_FILE) {
+        Ok(Some(bytes)) => Ok(bytes),
+        Ok(None) => Err(io::Error::from(io::ErrorKind::NotFound)),
+        Err(e) => Err(e),
+    }
+    .map_err(|e| {
         Error::checkpoint(
-            Some(path.to_path_buf()),
+            Some(path.clone()),
             format!(
                 "the checkpoint manifest '{}' cannot be read: {e}",
                 path.display()
@@ -471,7 +470,7 @@ pub(crate) fn read_manifest(path: &Path) -> Result<Manifest> {
     })?;
     let text = String::from_utf8(bytes).map_err(|_| {
         Error::checkpoint(
-            Some(path.to_path_buf()),
+            Some(path.clone()),
             format!(
                 "the checkpoint manifest '{}' is corrupt: it is not UTF-8 text",
                 path.display()
@@ -480,7 +479,7 @@ pub(crate) fn read_manifest(path: &Path) -> Result<Manifest> {
     })?;
     Manifest::decode(&text).map_err(|msg| {
         Error::checkpoint(
-            Some(path.to_path_buf()),
+            Some(path.clone()),
             format!("the checkpoint manifest '{}' {msg}", path.display()),
         )
     })
@@ -495,7 +494,7 @@ struct Written {
 
 struct PendingInner {
     id: u64,
-    dir: PathBuf,
+    dir: Store,
     /// Writers hold the read lock while writing; complete and abort take the
     /// write lock, so they wait for writes in flight.
     written: RwLock<Written>,
@@ -519,13 +518,17 @@ pub struct StateWriter {
 
 impl std::fmt::Debug for PendingCheckpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PendingCheckpoint({})", self.inner.dir.display())
+        write!(
+            f,
+            "PendingCheckpoint({})",
+            self.inner.dir.location().display()
+        )
     }
 }
 
 impl std::fmt::Debug for StateWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StateWriter({})", self.inner.dir.display())
+        write!(f, "StateWriter({})", self.inner.dir.location().display())
     }
 }
 
@@ -549,7 +552,7 @@ impl PendingCheckpoint {
 
     /// Its directory.
     pub fn dir(&self) -> &Path {
-        &self.inner.dir
+        self.inner.dir.location()
     }
 
     /// A handle for writer threads.
@@ -571,13 +574,14 @@ impl PendingCheckpoint {
         self.inner.write_state(uid, subtask, state)
     }
 
-    /// Writes the manifest atomically (temporary name, fsync, rename, fsync
-    /// of the directory): from then on the checkpoint exists.
+    /// Writes the manifest atomically (on a disk: temporary name, fsync,
+    /// rename, fsync of the directory; on an object store: one PUT): from
+    /// then on the checkpoint exists.
     pub fn complete(self, info: CheckpointInfo) -> Result<CompletedCheckpoint> {
         let inner = &self.inner;
         let mut written = inner.written.write();
         inner.check_open(&written)?;
-        let manifest_path = inner.dir.join(MANIFEST_FILE);
+        let manifest_path = inner.dir.location_of(MANIFEST_FILE);
         let fail = |msg: String| Error::checkpoint(Some(manifest_path.clone()), msg);
         let mut operators = info.operators;
         let mut referenced = BTreeSet::new();
@@ -631,7 +635,6 @@ impl PendingCheckpoint {
             alignments: info.alignments,
             operators,
         };
-        let tmp = inner.dir.join(MANIFEST_TMP);
         let io_fail = |e: io::Error| {
             fail(format!(
                 "cannot write the manifest '{}' of checkpoint {}: {e}",
@@ -639,17 +642,14 @@ impl PendingCheckpoint {
                 inner.id
             ))
         };
-        {
-            let mut f = File::create(&tmp).map_err(io_fail)?;
-            f.write_all(manifest.encode().as_bytes()).map_err(io_fail)?;
-            f.sync_all().map_err(io_fail)?;
-        }
-        fs::rename(&tmp, &manifest_path).map_err(io_fail)?;
-        fsync_dir(&inner.dir).map_err(io_fail)?;
+        inner
+            .dir
+            .put_atomic(MANIFEST_FILE, manifest.encode().as_bytes())
+            .map_err(io_fail)?;
         written.closed = Some("completed");
         Ok(CompletedCheckpoint {
             id: inner.id,
-            dir: inner.dir.clone(),
+            dir: inner.dir.location().to_path_buf(),
             manifest,
         })
     }
@@ -671,7 +671,7 @@ impl PendingInner {
         match written.closed {
             None => Ok(()),
             Some(how) => Err(Error::checkpoint(
-                Some(self.dir.clone()),
+                Some(self.dir.location().to_path_buf()),
                 format!("checkpoint {} was already {how}", self.id),
             )),
         }
@@ -682,7 +682,7 @@ impl PendingInner {
         self.check_open(&written)?;
         let key = (uid.to_string(), subtask);
         let name = state_file::file_name(uid, subtask);
-        let path = self.dir.join(&name);
+        let path = self.dir.location_of(&name);
         let fail = |msg: String| Error::checkpoint(Some(path.clone()), msg);
         if written.handles.contains_key(&key) {
             return Err(fail(format!(
@@ -690,7 +690,7 @@ impl PendingInner {
                 self.id
             )));
         }
-        let (size, checksum, groups) = state_file::write(&path, uid, subtask, state)?;
+        let (size, checksum, groups) = state_file::write(&self.dir, &name, uid, subtask, state)?;
         let handle = StateHandle {
             uid: uid.to_string(),
             subtask,
@@ -712,7 +712,7 @@ impl PendingInner {
 /// A completed checkpoint read back and verified.
 #[derive(Debug, Clone)]
 pub struct RestoredCheckpoint {
-    dir: PathBuf,
+    dir: Store,
     manifest: Manifest,
     /// uid -> subtask -> state (an empty state for subtasks without a file).
     states: BTreeMap<String, BTreeMap<u32, OperatorState>>,
@@ -726,7 +726,12 @@ impl RestoredCheckpoint {
 
     /// Its directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.location()
+    }
+
+    /// The storage root it lies in, if it has one (a savepoint may not).
+    pub fn parent_storage(&self) -> Option<CheckpointStorage> {
+        self.dir.parent().map(|store| CheckpointStorage { store })
     }
 
     /// Its manifest.
@@ -776,7 +781,8 @@ impl RestoredCheckpoint {
 }
 
 /// Reads every state file the manifest names and verifies it.
-fn restore(dir: PathBuf, manifest_path: PathBuf, manifest: Manifest) -> Result<RestoredCheckpoint> {
+fn restore(dir: Store, manifest: Manifest) -> Result<RestoredCheckpoint> {
+    let manifest_path = dir.location_of(MANIFEST_FILE);
     let bad_manifest = |msg: String| {
         Error::checkpoint(
             Some(manifest_path.clone()),
@@ -787,6 +793,7 @@ fn restore(dir: PathBuf, manifest_path: PathBuf, manifest: Manifest) -> Result<R
         )
     };
     if let Some(named) = dir
+        .location()
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(checkpoint_dir_id)

@@ -552,7 +552,14 @@ impl WorkerSession {
             }));
         }
         let restored = match &start.restore {
-            Some(p) => Some(CheckpointStorage::load_path(p)?),
+            Some(p) => Some(CheckpointStorage::load_path_with(
+                p,
+                &config
+                    .checkpoint
+                    .as_ref()
+                    .map(|c| c.storage_options.clone())
+                    .unwrap_or_default(),
+            )?),
             None => None,
         };
         let mode = config

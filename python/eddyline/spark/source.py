@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import CheckpointError, GraphError, SchemaError
+from .._storage import is_object_store_uri
+from ..errors import CheckpointError, GraphError, SchemaError, StorageError
 from ..sources import Source
 from ._filelog import SinkLog, fsync_dir, local_path
 from ._lazy import require_pyspark
@@ -210,6 +211,14 @@ class _SparkPin:
             paths = self.files or self._snapshot(os.path.join(_temp_dir(), "snapshot"))
             node.params["paths"] = paths
             return
+        if is_object_store_uri(checkpoint.dir):
+            # The pin of its input is kept beside the checkpoints on a local
+            # disk; on an object store it is not implemented yet (issue 14).
+            raise StorageError(
+                f"from_spark source '{operator}': its input is pinned under the checkpoint "
+                f"dir, which must be a local path for now, not {checkpoint.dir!r}",
+                uri=checkpoint.dir,
+            )
         base = os.path.join(checkpoint.dir, PINS_DIR, _safe(node.uid or operator))
         manifest = os.path.join(base, "pin.json")
         if restore_from is not None:

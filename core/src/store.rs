@@ -1,0 +1,588 @@
+//! The storage layer (DESIGN.md "Where the data lives"): one blocking API
+//! over a local directory or a prefix of an object store (S3, GCS, Azure
+//! through the Arrow project's `object_store` crate), for checkpoints and
+//! savepoints today and the file sources and sinks next.
+//!
+//! A [`Store`] is a "directory": a local directory, or every object under a
+//! key prefix. Names inside it are single path segments. What each backend
+//! promises:
+//!
+//! | operation | local directory | object store |
+//! | --- | --- | --- |
+//! | [`Store::put_atomic`] | temporary file, fsync, rename, fsync of the directory | one PUT (atomic: readers see all or nothing) |
+//! | [`Store::create`] | `create_new` file, fsynced by [`ObjectWriter::finish`] | one PUT, or a multipart upload past [`PART_BYTES`] |
+//! | [`Store::dirs`] | sub-directories | common prefixes of a delimited listing |
+//! | [`Store::remove_all`] | `remove_dir_all` | every object under the prefix |
+//!
+//! Object stores are reached with `storage_options` (the keys `object_store`
+//! accepts, e.g. `aws_endpoint_url`, `aws_access_key_id`, `aws_allow_http`)
+//! over the standard environment variables (`AWS_ENDPOINT_URL`, ...).
+//! Requests are retried with backoff a few times (a transient error does not
+//! fail a checkpoint) and then fail with an error naming the URI.
+//!
+//! Blocking calls run on one small tokio runtime shared by the process; they
+//! are made from task, writer and driver threads, never from inside it.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart,
+};
+
+use crate::error::{Error, Result};
+
+/// Options of an object store (`storage_options` in the Python API).
+pub type StorageOptions = BTreeMap<String, String>;
+
+/// Objects larger than this are uploaded in parts of this size.
+pub const PART_BYTES: usize = 8 << 20;
+/// Parts of one object uploaded at once.
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// The runtime that drives object store requests.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("eddyline-io")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("cannot start the storage I/O runtime: {e}"))
+    })
+}
+
+/// The scheme and the rest of `text` if it is a URI (`scheme://rest`).
+pub(crate) fn uri_scheme(text: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = text.split_once("://")?;
+    let mut chars = scheme.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    valid.then_some((scheme, rest))
+}
+
+/// Whether `path` is a URI of an object store this build serves.
+pub fn is_object_store_uri(path: &Path) -> bool {
+    path.to_str()
+        .and_then(uri_scheme)
+        .is_some_and(|(s, _)| object_store_kind(s).is_some())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    S3,
+    Gcs,
+    Azure,
+}
+
+fn object_store_kind(scheme: &str) -> Option<Kind> {
+    match scheme.to_ascii_lowercase().as_str() {
+        "s3" | "s3a" => Some(Kind::S3),
+        "gs" | "gcs" => Some(Kind::Gcs),
+        "az" | "azure" | "abfs" | "abfss" | "adl" => Some(Kind::Azure),
+        _ => None,
+    }
+}
+
+/// The local path `path` names: itself, or the path of a `file://` URI
+/// (`file:///dir` or `file://localhost/dir`). Any other URI is a
+/// `StorageError` naming it, so that a URI never becomes a local directory
+/// named `s3:` (issue 12, item 6).
+pub fn local_path(path: &Path) -> Result<PathBuf> {
+    let Some(text) = path.to_str() else {
+        return Ok(path.to_path_buf());
+    };
+    let Some((scheme, rest)) = uri_scheme(text) else {
+        return Ok(path.to_path_buf());
+    };
+    if scheme.eq_ignore_ascii_case("file") {
+        let local = rest.strip_prefix("localhost").unwrap_or(rest);
+        if local.starts_with('/') {
+            return Ok(PathBuf::from(local));
+        }
+        return Err(Error::storage(
+            text,
+            "a file:// URI must name an absolute path on this host, e.g. file:///data/out",
+        ));
+    }
+    let served = if object_store_kind(scheme).is_some() {
+        "this location takes local paths and file:// URIs only"
+    } else {
+        "eddyline reads and writes local paths, file:// URIs and object store URIs \
+         (s3://, gs://, az://, abfss://)"
+    };
+    Err(Error::storage(
+        text,
+        format!("the URI scheme '{scheme}' is not supported here: {served}"),
+    ))
+}
+
+#[derive(Clone)]
+enum Backend {
+    Local(PathBuf),
+    Object {
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+    },
+}
+
+/// A directory on a local disk or under an object store prefix.
+#[derive(Clone)]
+pub struct Store {
+    /// How it is named to users: the local path, or the URI.
+    location: PathBuf,
+    backend: Backend,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.location.display())
+    }
+}
+
+fn build_object_store(
+    kind: Kind,
+    uri: &str,
+    options: &StorageOptions,
+) -> Result<Arc<dyn ObjectStore>> {
+    let bad = |e: &dyn std::fmt::Display| Error::storage(uri, e.to_string());
+    let retry = RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: 4,
+        retry_timeout: Duration::from_secs(60),
+    };
+    let store: Arc<dyn ObjectStore> = match kind {
+        Kind::S3 => {
+            let mut b = AmazonS3Builder::from_env().with_url(uri).with_retry(retry);
+            for (k, v) in options {
+                let key: AmazonS3ConfigKey = k.parse().map_err(|e| bad(&e))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(|e| bad(&e))?)
+        }
+        Kind::Gcs => {
+            let mut b = GoogleCloudStorageBuilder::from_env()
+                .with_url(uri)
+                .with_retry(retry);
+            for (k, v) in options {
+                let key: GoogleConfigKey = k.parse().map_err(|e| bad(&e))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(|e| bad(&e))?)
+        }
+        Kind::Azure => {
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_url(uri)
+                .with_retry(retry);
+            for (k, v) in options {
+                let key: AzureConfigKey = k.parse().map_err(|e| bad(&e))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(|e| bad(&e))?)
+        }
+    };
+    Ok(store)
+}
+
+fn not_found(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::NotFound { .. })
+}
+
+fn io_err(e: object_store::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl Store {
+    /// The store at `location`: a local path, a `file://` URI or an object
+    /// store URI (`s3://bucket/prefix`, ...). Nothing is read or written.
+    pub fn open(location: &Path, options: &StorageOptions) -> Result<Store> {
+        let text = location.to_str().unwrap_or_default();
+        if let Some((scheme, rest)) = uri_scheme(text) {
+            if let Some(kind) = object_store_kind(scheme) {
+                let store = build_object_store(kind, text, options)?;
+                let key = rest.split_once('/').map_or("", |(_, key)| key);
+                let prefix = ObjectPath::parse(key.trim_end_matches('/'))
+                    .map_err(|e| Error::storage(text, e.to_string()))?;
+                let location = PathBuf::from(text.trim_end_matches('/'));
+                return Ok(Store {
+                    location,
+                    backend: Backend::Object { store, prefix },
+                });
+            }
+        }
+        let dir = local_path(location)?;
+        Ok(Store {
+            location: dir.clone(),
+            backend: Backend::Local(dir),
+        })
+    }
+
+    /// The path or URI users know it by.
+    pub fn location(&self) -> &Path {
+        &self.location
+    }
+
+    /// Whether it is a local directory.
+    pub fn is_local(&self) -> bool {
+        matches!(self.backend, Backend::Local(_))
+    }
+
+    /// The path or URI of `name` inside it.
+    pub fn location_of(&self, name: &str) -> PathBuf {
+        self.location.join(name)
+    }
+
+    /// The sub-directory `name`.
+    pub fn child(&self, name: &str) -> Store {
+        let backend = match &self.backend {
+            Backend::Local(dir) => Backend::Local(dir.join(name)),
+            Backend::Object { store, prefix } => Backend::Object {
+                store: Arc::clone(store),
+                prefix: prefix.clone().join(name),
+            },
+        };
+        Store {
+            location: self.location_of(name),
+            backend,
+        }
+    }
+
+    /// The directory it lies in (`None` at a filesystem root or a bucket).
+    pub fn parent(&self) -> Option<Store> {
+        let location = self.location.parent()?.to_path_buf();
+        let backend = match &self.backend {
+            Backend::Local(dir) => Backend::Local(dir.parent()?.to_path_buf()),
+            Backend::Object { store, prefix } => {
+                let mut parts: Vec<_> = prefix.parts().collect();
+                parts.pop()?;
+                Backend::Object {
+                    store: Arc::clone(store),
+                    prefix: ObjectPath::from_iter(parts),
+                }
+            }
+        };
+        Some(Store { location, backend })
+    }
+
+    /// The bytes of `name`, `None` if it does not exist.
+    pub fn read(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        match &self.backend {
+            Backend::Local(dir) => match fs::read(dir.join(name)) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            },
+            Backend::Object { store, prefix } => {
+                let path = prefix.clone().join(name);
+                runtime().block_on(async {
+                    match store.get(&path).await {
+                        Ok(r) => r.bytes().await.map(|b| Some(b.to_vec())).map_err(io_err),
+                        Err(e) if not_found(&e) => Ok(None),
+                        Err(e) => Err(io_err(e)),
+                    }
+                })
+            }
+        }
+    }
+
+    /// Whether the file or object `name` exists.
+    pub fn exists(&self, name: &str) -> io::Result<bool> {
+        match &self.backend {
+            Backend::Local(dir) => Ok(dir.join(name).is_file()),
+            Backend::Object { store, prefix } => {
+                let path = prefix.clone().join(name);
+                runtime().block_on(async {
+                    match store.head(&path).await {
+                        Ok(_) => Ok(true),
+                        Err(e) if not_found(&e) => Ok(false),
+                        Err(e) => Err(io_err(e)),
+                    }
+                })
+            }
+        }
+    }
+
+    /// Writes `name` so that readers see the old content or all of `bytes`.
+    pub fn put_atomic(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        match &self.backend {
+            Backend::Local(dir) => {
+                let tmp = dir.join(format!("{name}.tmp"));
+                let mut f = File::create(&tmp)?;
+                f.write_all(bytes)?;
+                f.sync_all()?;
+                fs::rename(&tmp, dir.join(name))?;
+                File::open(dir)?.sync_all()
+            }
+            Backend::Object { store, prefix } => {
+                let path = prefix.clone().join(name);
+                let payload = PutPayload::from(bytes.to_vec());
+                runtime()
+                    .block_on(store.put(&path, payload))
+                    .map(|_| ())
+                    .map_err(io_err)
+            }
+        }
+    }
+
+    /// Starts writing the new file or object `name`; it exists once
+    /// [`ObjectWriter::finish`] returned.
+    pub fn create(&self, name: &str) -> io::Result<ObjectWriter> {
+        let target = match &self.backend {
+            Backend::Local(dir) => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(dir.join(name))?;
+                Target::File(io::BufWriter::new(file))
+            }
+            Backend::Object { store, prefix } => Target::Object {
+                store: Arc::clone(store),
+                path: prefix.clone().join(name),
+                buffer: Vec::new(),
+                upload: None,
+            },
+        };
+        Ok(ObjectWriter { target })
+    }
+
+    /// The names of its sub-directories (object stores: the common prefixes
+    /// below it), in no particular order.
+    pub fn dirs(&self) -> io::Result<Vec<String>> {
+        match &self.backend {
+            Backend::Local(dir) => {
+                let mut out = Vec::new();
+                for entry in fs::read_dir(dir)? {
+                    let entry = entry?;
+                    if entry.file_type()?.is_dir() {
+                        if let Some(name) = entry.file_name().to_str() {
+                            out.push(name.to_string());
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            Backend::Object { store, prefix } => {
+                let listed = runtime()
+                    .block_on(store.list_with_delimiter(Some(prefix)))
+                    .map_err(io_err)?;
+                Ok(listed
+                    .common_prefixes
+                    .iter()
+                    .filter_map(|p| p.filename().map(str::to_string))
+                    .collect())
+            }
+        }
+    }
+
+    /// Makes sure it exists (object stores have no directories: nothing to do).
+    pub fn make_dir(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Local(dir) => fs::create_dir_all(dir),
+            Backend::Object { .. } => Ok(()),
+        }
+    }
+
+    /// Makes the creation or removal of its entries durable (an fsync of a
+    /// local directory; object stores: nothing to do).
+    pub fn sync(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Local(dir) => File::open(dir)?.sync_all(),
+            Backend::Object { .. } => Ok(()),
+        }
+    }
+
+    /// Removes the file or object `name`; a missing one is not an error.
+    pub fn remove(&self, name: &str) -> io::Result<()> {
+        let result = match &self.backend {
+            Backend::Local(dir) => fs::remove_file(dir.join(name)),
+            Backend::Object { store, prefix } => {
+                let path = prefix.clone().join(name);
+                match runtime().block_on(store.delete(&path)) {
+                    Err(e) if !not_found(&e) => Err(io_err(e)),
+                    _ => Ok(()),
+                }
+            }
+        };
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Removes it and everything in it; a missing one is not an error.
+    pub fn remove_all(&self) -> io::Result<()> {
+        match &self.backend {
+            Backend::Local(dir) => match fs::remove_dir_all(dir) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+            Backend::Object { store, prefix } => runtime().block_on(async {
+                let objects: Vec<_> = store
+                    .list(Some(prefix))
+                    .map_ok(|m| m.location)
+                    .try_collect()
+                    .await
+                    .map_err(io_err)?;
+                for path in objects {
+                    match store.delete(&path).await {
+                        Err(e) if !not_found(&e) => return Err(io_err(e)),
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }),
+        }
+    }
+}
+
+enum Target {
+    File(io::BufWriter<File>),
+    Object {
+        store: Arc<dyn ObjectStore>,
+        path: ObjectPath,
+        /// Bytes not uploaded yet (at most one part).
+        buffer: Vec<u8>,
+        /// The multipart upload, once more than one part was written.
+        upload: Option<WriteMultipart>,
+    },
+}
+
+/// A file or object being written ([`Store::create`]).
+pub struct ObjectWriter {
+    target: Target,
+}
+
+impl Write for ObjectWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.target {
+            Target::File(f) => f.write(buf),
+            Target::Object {
+                store,
+                path,
+                buffer,
+                upload,
+            } => {
+                buffer.extend_from_slice(buf);
+                if buffer.len() >= PART_BYTES {
+                    let rt = runtime();
+                    let up = match upload {
+                        Some(up) => up,
+                        None => {
+                            let parts = rt.block_on(store.put_multipart(path)).map_err(io_err)?;
+                            upload.insert(WriteMultipart::new_with_chunk_size(parts, PART_BYTES))
+                        }
+                    };
+                    rt.block_on(up.wait_for_capacity(PARTS_IN_FLIGHT))
+                        .map_err(io_err)?;
+                    let _entered = rt.enter();
+                    up.put(bytes::Bytes::from(std::mem::take(buffer)));
+                }
+                Ok(buf.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.target {
+            Target::File(f) => f.flush(),
+            Target::Object { .. } => Ok(()),
+        }
+    }
+}
+
+impl ObjectWriter {
+    /// Finishes the write: a local file is flushed and fsynced, an object
+    /// uploaded (or its multipart upload completed).
+    pub fn finish(self) -> io::Result<()> {
+        match self.target {
+            Target::File(f) => {
+                let file = f.into_inner().map_err(io::IntoInnerError::into_error)?;
+                file.sync_all()
+            }
+            Target::Object {
+                store,
+                path,
+                buffer,
+                upload,
+            } => {
+                let rt = runtime();
+                match upload {
+                    None => rt
+                        .block_on(store.put(&path, PutPayload::from(buffer)))
+                        .map(|_| ())
+                        .map_err(io_err),
+                    Some(mut up) => {
+                        let _entered = rt.enter();
+                        up.put(bytes::Bytes::from(buffer));
+                        rt.block_on(up.finish()).map(|_| ()).map_err(io_err)
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_uri_kinds_and_local_paths() {
+        assert!(is_object_store_uri(Path::new("s3://bucket/x")));
+        assert!(is_object_store_uri(Path::new(
+            "abfss://c@acct.dfs.core.windows.net/x"
+        )));
+        assert!(!is_object_store_uri(Path::new("/tmp/x")));
+        assert!(!is_object_store_uri(Path::new("file:///tmp/x")));
+        assert_eq!(
+            local_path(Path::new("file:///tmp/x")).ok(),
+            Some(PathBuf::from("/tmp/x"))
+        );
+        let err = local_path(Path::new("hdfs://nn/x")).expect_err("hdfs");
+        assert!(err.to_string().contains("'hdfs'"), "{err}");
+    }
+
+    #[test]
+    fn test_local_store_round_trip() -> io::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let root = Store::open(tmp.path(), &StorageOptions::new()).map_err(io::Error::other)?;
+        let chk = root.child("chk-1");
+        chk.make_dir()?;
+        let mut w = chk.create("a.state")?;
+        w.write_all(b"abc")?;
+        w.finish()?;
+        assert!(chk.create("a.state").is_err(), "create never overwrites");
+        chk.put_atomic("_manifest.json", b"{}")?;
+        assert_eq!(chk.read("a.state")?, Some(b"abc".to_vec()));
+        assert_eq!(chk.read("missing")?, None);
+        assert!(chk.exists("_manifest.json")?);
+        assert_eq!(root.dirs()?, vec!["chk-1".to_string()]);
+        chk.remove("a.state")?;
+        chk.remove("a.state")?;
+        chk.remove_all()?;
+        assert!(root.dirs()?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn test_unknown_storage_option_names_the_uri() {
+        let mut options = StorageOptions::new();
+        options.insert("aws_no_such_key".into(), "1".into());
+        let err = Store::open(Path::new("s3://bucket/p"), &options).expect_err("unknown key");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("s3://bucket/p") && msg.contains("aws_no_such_key"),
+            "{msg}"
+        );
+    }
+}
