@@ -209,3 +209,23 @@ def test_a_job_subprocess_reaches_the_store_through_the_environment(s3: S3, tmp_
     )
     assert done.returncode == 0, done.stderr
     assert pc.sum(read_parquet_dir(out)["value"]).as_py() == sum(range(2000))
+
+
+def test_large_state_is_uploaded_in_parts_and_reads_back_verified(s3: S3) -> None:
+    """A state file above the part size (8 MiB) goes up as a multipart upload;
+    listing the checkpoints reads every file back and checks its checksums."""
+    uri = f"s3://{s3.bucket}/big/chk"
+    keys = 700_000
+    env = ed.StreamEnvironment(1, checkpoint=ed.CheckpointConfig(uri, interval="10min"))
+    numbers = env.from_sequence(0, keys).name("numbers").uid("numbers")
+    handle = numbers.key_by("value").sum("value").name("sum").uid("sum").collect()
+    env.execute("big-state")
+    assert handle.to_arrow().num_rows == keys
+    sizes = {
+        key: s3.client.head_object(Bucket=s3.bucket, Key=key)["ContentLength"]  # type: ignore[attr-defined]
+        for key in s3.keys("big/chk/")
+        if key.endswith(".state")
+    }
+    assert max(sizes.values()) > 8 << 20, sizes
+    listed = ed._core.list_checkpoints(uri)  # type: ignore[attr-defined]
+    assert listed and all(c["valid"] for c in listed), listed
