@@ -445,6 +445,155 @@ impl Store {
     }
 }
 
+/// One file or object read by byte ranges (the Parquet source reads its
+/// footer and column chunks this way; nothing downloads whole files).
+pub struct ObjectFile {
+    location: PathBuf,
+    size: u64,
+    backend: FileBackend,
+}
+
+enum FileBackend {
+    Local(File),
+    Object {
+        store: Arc<dyn ObjectStore>,
+        path: ObjectPath,
+    },
+}
+
+impl ObjectFile {
+    /// Opens the file or object at `location` (a local path or a URI).
+    pub fn open(location: &Path, options: &StorageOptions) -> io::Result<ObjectFile> {
+        let (dir, name) = match (
+            location.parent(),
+            location.file_name().and_then(|n| n.to_str()),
+        ) {
+            (Some(dir), Some(name)) => (dir, name),
+            _ => return Err(io::Error::other("not a file name")),
+        };
+        let store = Store::open(dir, options).map_err(io::Error::other)?;
+        match store.backend {
+            Backend::Local(dir) => {
+                let file = File::open(dir.join(name))?;
+                let size = file.metadata()?.len();
+                Ok(ObjectFile {
+                    location: location.to_path_buf(),
+                    size,
+                    backend: FileBackend::Local(file),
+                })
+            }
+            Backend::Object { store, prefix } => {
+                let path = prefix.join(name);
+                let meta = runtime().block_on(store.head(&path)).map_err(|e| {
+                    if not_found(&e) {
+                        io::Error::new(io::ErrorKind::NotFound, e.to_string())
+                    } else {
+                        io_err(e)
+                    }
+                })?;
+                Ok(ObjectFile {
+                    location: location.to_path_buf(),
+                    size: meta.size,
+                    backend: FileBackend::Object { store, path },
+                })
+            }
+        }
+    }
+
+    /// Its path or URI.
+    pub fn location(&self) -> &Path {
+        &self.location
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The bytes `start .. start + len` (fewer at the end of the file).
+    pub fn read_range(&self, start: u64, len: usize) -> io::Result<bytes::Bytes> {
+        let end = start.saturating_add(len as u64).min(self.size);
+        if start >= end {
+            return Ok(bytes::Bytes::new());
+        }
+        match &self.backend {
+            FileBackend::Local(file) => {
+                use std::os::unix::fs::FileExt;
+                let mut buf = vec![0u8; (end - start) as usize];
+                file.read_exact_at(&mut buf, start)?;
+                Ok(bytes::Bytes::from(buf))
+            }
+            FileBackend::Object { store, path } => runtime()
+                .block_on(store.get_range(path, start..end))
+                .map_err(io_err),
+        }
+    }
+}
+
+/// Data files under `location`, sorted: the file itself, or every file of a
+/// directory (object store: every object under the prefix), recursively,
+/// skipping names that start with `_` or `.` at any level (uncommitted or
+/// hidden files, as `pyarrow.dataset` does).
+pub fn list_data_files(location: &Path, options: &StorageOptions) -> io::Result<Vec<PathBuf>> {
+    let store = Store::open(location, options).map_err(io::Error::other)?;
+    let visible = |rel: &str| {
+        !rel.split('/')
+            .any(|p| p.starts_with('_') || p.starts_with('.'))
+    };
+    match &store.backend {
+        Backend::Local(dir) => {
+            if dir.is_file() {
+                return Ok(vec![dir.clone()]);
+            }
+            let mut found = Vec::new();
+            let mut stack = vec![dir.clone()];
+            while let Some(d) = stack.pop() {
+                for entry in fs::read_dir(&d)? {
+                    let entry = entry?;
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    if !visible(name) {
+                        continue;
+                    }
+                    if entry.file_type()?.is_dir() {
+                        stack.push(entry.path());
+                    } else {
+                        found.push(entry.path());
+                    }
+                }
+            }
+            found.sort();
+            Ok(found)
+        }
+        Backend::Object { store: os, prefix } => {
+            let objects: Vec<_> = runtime()
+                .block_on(os.list(Some(prefix)).try_collect::<Vec<_>>())
+                .map_err(io_err)?;
+            let base = prefix.as_ref();
+            let mut found: Vec<PathBuf> = objects
+                .iter()
+                .filter_map(|m| {
+                    let key = m.location.as_ref();
+                    let rel = key.strip_prefix(base)?.trim_start_matches('/');
+                    (!rel.is_empty() && visible(rel)).then(|| store.location_of(rel))
+                })
+                .collect();
+            if found.is_empty() && !base.is_empty() {
+                // The URI may name one object rather than a prefix.
+                if let Some(parent) = store.parent() {
+                    if let Some(name) = prefix.filename() {
+                        if parent.exists(name)? {
+                            found.push(store.location().to_path_buf());
+                        }
+                    }
+                }
+            }
+            found.sort();
+            Ok(found)
+        }
+    }
+}
+
 enum Target {
     File(io::BufWriter<File>),
     Object {

@@ -39,6 +39,12 @@ def start_job(
     operators (by uid) the graph lacks unless ``allow_non_restored_state``.
     """
 
+def parquet_files(
+    location: str, storage_options: dict[str, str], what: str
+) -> tuple[list[str], pa.Schema]:
+    """The data files under ``location`` (a path or an object store URI) and
+    their common schema, read from the footers by byte ranges."""
+
 def list_checkpoints(dir: str) -> list[dict[str, Any]]:
     """The checkpoints under ``dir``, newest first: ``{"id", "kind",
     "trigger_time_ms", "completion_time_ms", "duration_ms", "bytes", "path",

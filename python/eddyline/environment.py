@@ -17,9 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from . import _core
 from ._graph import LogicalGraph, native
 from ._runners import exact_array
-from ._storage import local_path, storage_location
+from ._storage import is_object_store_uri, local_path, storage_location
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
 from .job import JobClient, JobResult
@@ -284,14 +285,31 @@ class StreamEnvironment:
             "from_sequence", "source_sequence", schema, {"start": start, "end": end}
         )
 
-    def from_parquet(self, path: str | os.PathLike[str]) -> DataStream:
+    def from_parquet(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> DataStream:
         """A bounded source reading a Parquet file, or every data file in a directory.
 
         In a directory, files and subdirectories whose names start with ``_``
-        or ``.`` are ignored (like ``pyarrow.dataset``).
+        or ``.`` are ignored (like ``pyarrow.dataset``). ``path`` may be an
+        object store URI (``s3://bucket/prefix``, ...): its objects are read by
+        byte ranges (footer, then column chunks), reached with
+        ``storage_options`` over the environment's and the standard environment
+        variables.
         """
         import pyarrow.parquet as pq
 
+        location = os.fspath(path)
+        if isinstance(location, str) and is_object_store_uri(location):
+            options = {**self.storage_options, **_storage_options(storage_options)}
+            found, found_schema = _core.parquet_files(location, options, "from_parquet()")
+            params = {"paths": found, "storage_options": options}
+            return self._source(
+                "from_parquet", "source_parquet", found_schema.remove_metadata(), params
+            )
         files = parquet_files(local_path(path, what="from_parquet()"))
         if not files:
             raise GraphError(f"from_parquet(): no data files in {os.fspath(path)!r}")

@@ -237,7 +237,11 @@ pub fn parse_graph(
                 }
                 "source_parquet" => {
                     let paths: Vec<PathBuf> = get(d, "paths")?;
-                    let src = Arc::new(ParquetSource::new(&name, paths)?);
+                    let options = match d.get_item("storage_options")? {
+                        Some(o) if !o.is_none() => o.extract()?,
+                        _ => Default::default(),
+                    };
+                    let src = Arc::new(ParquetSource::new_with(&name, paths, options)?);
                     let s = src.schema();
                     (NodeKind::Source(src), Role::Source, s)
                 }

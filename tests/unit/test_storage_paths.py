@@ -47,9 +47,14 @@ def test_storage_uri_checkpoint_dir_is_refused(uri: str, in_tmp: Path) -> None:
 
 
 @pytest.mark.parametrize("uri", URIS + UNSERVED)
-def test_storage_uri_sink_and_source_are_refused(uri: str, in_tmp: Path) -> None:
+def test_storage_uri_sink_is_refused(uri: str, in_tmp: Path) -> None:
     with pytest.raises(ed.StorageError, match="ParquetSink"):
         ed.ParquetSink(uri)
+    assert_no_scheme_dir(in_tmp)
+
+
+@pytest.mark.parametrize("uri", UNSERVED)
+def test_storage_unserved_source_is_refused(uri: str, in_tmp: Path) -> None:
     env = ed.StreamEnvironment(1)
     with pytest.raises(ed.StorageError, match="from_parquet"):
         env.from_parquet(uri)

@@ -9,19 +9,89 @@
 //! restore at the same parallelism. A subtask reads its files interleaved,
 //! a batch of each in turn (DESIGN.md "Event time per split"), so one
 //! file's event time never runs ahead of another's.
+//!
+//! Files are local paths or object store URIs (DESIGN.md "Where the data
+//! lives"): an object is read by byte ranges through [`ObjectFile`] (the
+//! footer, then each column chunk), never downloaded whole first.
 
-use std::fs::File;
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::errors::ParquetError;
+use parquet::file::reader::{ChunkReader, Length};
 
 use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
 use crate::error::{Error, Result};
 use crate::operator::OperatorContext;
 use crate::state::{decode_entries, encode_entries, Redistribution};
+use crate::store::{ObjectFile, StorageOptions};
+
+/// Bytes fetched at a time when the Parquet reader streams a column chunk's
+/// pages from an object.
+const READ_AHEAD: usize = 1 << 20;
+
+/// A Parquet file as the reader sees it: byte ranges of a local file or an
+/// object.
+#[derive(Clone)]
+struct ParquetInput(Arc<ObjectFile>);
+
+impl Length for ParquetInput {
+    fn len(&self) -> u64 {
+        self.0.size()
+    }
+}
+
+impl ChunkReader for ParquetInput {
+    type T = RangeRead;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<RangeRead> {
+        Ok(RangeRead {
+            file: self.0.clone(),
+            pos: start,
+            buf: Bytes::new(),
+        })
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let bytes = self
+            .0
+            .read_range(start, length)
+            .map_err(|e| ParquetError::External(Box::new(e)))?;
+        if bytes.len() < length {
+            return Err(ParquetError::EOF(format!(
+                "{} bytes wanted at {start}, {} left",
+                length,
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
+    }
+}
+
+/// Reads a file from a position on, [`READ_AHEAD`] bytes per request.
+struct RangeRead {
+    file: Arc<ObjectFile>,
+    pos: u64,
+    buf: Bytes,
+}
+
+impl Read for RangeRead {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.buf.is_empty() {
+            self.buf = self.file.read_range(self.pos, READ_AHEAD.max(out.len()))?;
+            self.pos += self.buf.len() as u64;
+        }
+        let n = out.len().min(self.buf.len());
+        out[..n].copy_from_slice(&self.buf[..n]);
+        let _ = self.buf.split_to(n);
+        Ok(n)
+    }
+}
 
 /// Factory of Parquet readers over a fixed, ordered list of files.
 pub struct ParquetSource {
@@ -29,11 +99,17 @@ pub struct ParquetSource {
     name: String,
     paths: Arc<Vec<PathBuf>>,
     schema: SchemaRef,
+    options: Arc<StorageOptions>,
 }
 
-fn open_builder(name: &str, path: &PathBuf) -> Result<ParquetRecordBatchReaderBuilder<File>> {
-    let file = File::open(path).map_err(|e| Error::io(name, path, &e))?;
-    ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::Io {
+fn open_builder(
+    name: &str,
+    path: &PathBuf,
+    options: &StorageOptions,
+) -> Result<ParquetRecordBatchReaderBuilder<ParquetInput>> {
+    let file = ObjectFile::open(path, options).map_err(|e| Error::io(name, path, &e))?;
+    let input = ParquetInput(Arc::new(file));
+    ParquetRecordBatchReaderBuilder::try_new(input).map_err(|e| Error::Io {
         operator: name.to_string(),
         path: path.clone(),
         message: format!("not a readable Parquet file: {e}"),
@@ -42,18 +118,24 @@ fn open_builder(name: &str, path: &PathBuf) -> Result<ParquetRecordBatchReaderBu
 }
 
 impl ParquetSource {
-    /// Source `name` over `paths` (at least one); every file must have the
-    /// schema of the first.
+    /// Source `name` over local `paths` (at least one); every file must
+    /// have the schema of the first.
     pub fn new(name: &str, paths: Vec<PathBuf>) -> Result<Self> {
+        Self::new_with(name, paths, StorageOptions::new())
+    }
+
+    /// [`new`](Self::new) over paths that may be object store URIs, reached
+    /// with `options`.
+    pub fn new_with(name: &str, paths: Vec<PathBuf>, options: StorageOptions) -> Result<Self> {
         let Some(first) = paths.first() else {
             return Err(Error::graph(
                 name,
                 "from_parquet found no Parquet files to read",
             ));
         };
-        let schema = open_builder(name, first)?.schema().clone();
+        let schema = open_builder(name, first, &options)?.schema().clone();
         for p in &paths[1..] {
-            let s = open_builder(name, p)?.schema().clone();
+            let s = open_builder(name, p, &options)?.schema().clone();
             if s.fields() != schema.fields() {
                 return Err(Error::schema(
                     name,
@@ -69,6 +151,7 @@ impl ParquetSource {
             name: name.to_string(),
             paths: Arc::new(paths),
             schema,
+            options: Arc::new(options),
         })
     }
 }
@@ -82,6 +165,7 @@ impl SourceFactory for ParquetSource {
             .collect();
         let mut reader = ParquetReader {
             paths: self.paths.clone(),
+            options: self.options.clone(),
             files: Vec::new(),
             open: Vec::new(),
             cursor: 0,
@@ -123,6 +207,7 @@ struct FileSplit {
 pub struct ParquetReader {
     /// Every file of the source, in order.
     paths: Arc<Vec<PathBuf>>,
+    options: Arc<StorageOptions>,
     /// The files this subtask has not read to their end.
     files: Vec<FileSplit>,
     /// `open[i]` is the index of `files[i]`.
@@ -162,11 +247,12 @@ impl ParquetReader {
     fn open_file(
         name: &str,
         paths: &[PathBuf],
+        options: &StorageOptions,
         f: &mut FileSplit,
         batch_size: usize,
     ) -> Result<()> {
         let path = &paths[f.index];
-        let builder = open_builder(name, path)?;
+        let builder = open_builder(name, path, options)?;
         let total = builder.metadata().file_metadata().num_rows() as u64;
         if f.rows > total {
             return Err(Error::checkpoint(
@@ -207,7 +293,7 @@ impl SourceReader for ParquetReader {
             let pos = self.cursor % self.files.len();
             let f = &mut self.files[pos];
             if f.reader.is_none() {
-                Self::open_file(&self.name, &self.paths, f, self.batch_size)?;
+                Self::open_file(&self.name, &self.paths, &self.options, f, self.batch_size)?;
             }
             let Some(reader) = f.reader.as_mut() else {
                 continue;
@@ -318,6 +404,7 @@ mod tests {
     use arrow::array::{AsArray, Int64Array};
     use arrow::datatypes::Int64Type;
     use parquet::arrow::ArrowWriter;
+    use std::fs::File;
 
     fn ctx() -> OperatorContext {
         OperatorContext {
