@@ -384,6 +384,59 @@ impl Store {
         }
     }
 
+    /// The names of the files (objects) directly in it, in no particular order.
+    pub fn files(&self) -> io::Result<Vec<String>> {
+        match &self.backend {
+            Backend::Local(dir) => {
+                let mut out = Vec::new();
+                for entry in fs::read_dir(dir)? {
+                    let entry = entry?;
+                    if entry.file_type()?.is_file() {
+                        if let Some(name) = entry.file_name().to_str() {
+                            out.push(name.to_string());
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            Backend::Object { store, prefix } => {
+                let listed = runtime()
+                    .block_on(store.list_with_delimiter(Some(prefix)))
+                    .map_err(io_err)?;
+                Ok(listed
+                    .objects
+                    .iter()
+                    .filter_map(|m| m.location.filename().map(str::to_string))
+                    .collect())
+            }
+        }
+    }
+
+    /// Gives `from` the name `to`, replacing what `to` named. On a disk this
+    /// is one atomic rename; on an object store a server-side copy (the new
+    /// object appears whole) and then the deletion of `from`.
+    pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        match &self.backend {
+            Backend::Local(dir) => fs::rename(dir.join(from), dir.join(to)),
+            Backend::Object { store, prefix } => {
+                let (from, to) = (prefix.clone().join(from), prefix.clone().join(to));
+                runtime().block_on(async {
+                    store.copy(&from, &to).await.map_err(|e| {
+                        if not_found(&e) {
+                            io::Error::new(io::ErrorKind::NotFound, e.to_string())
+                        } else {
+                            io_err(e)
+                        }
+                    })?;
+                    match store.delete(&from).await {
+                        Err(e) if !not_found(&e) => Err(io_err(e)),
+                        _ => Ok(()),
+                    }
+                })
+            }
+        }
+    }
+
     /// Makes sure it exists (object stores have no directories: nothing to do).
     pub fn make_dir(&self) -> io::Result<()> {
         match &self.backend {

@@ -25,11 +25,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Final
 
 from .errors import StorageError
 
-__all__ = ["OBJECT_STORE_SCHEMES", "is_object_store_uri", "local_path", "storage_location"]
+__all__ = [
+    "OBJECT_STORE_SCHEMES",
+    "checked_storage_options",
+    "is_object_store_uri",
+    "local_path",
+    "storage_location",
+]
 
 _URI: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
 
@@ -111,3 +118,26 @@ def local_path(value: str | os.PathLike[str], *, what: str) -> str:
         f"{what}: the URI scheme {scheme!r} of {path!r} is not supported here: {served}",
         uri=path,
     )
+
+
+def checked_storage_options(options: Mapping[str, str] | None) -> dict[str, str]:
+    """``storage_options`` checked: a mapping of str to str (values given as
+    bools or numbers are written as the store expects, ``"true"``/``"5"``)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"storage_options must be a dict of str to str, got {type(options).__name__}"
+        )
+    checked: dict[str, str] = {}
+    for key, value in options.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"storage_options keys must be non-empty str, got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            value = str(value)
+        if not isinstance(value, str):
+            raise TypeError(f"storage_options[{key!r}] must be a str, got {type(value).__name__}")
+        checked[key.lower()] = value
+    return checked

@@ -20,7 +20,12 @@ import pyarrow as pa
 from . import _core
 from ._graph import LogicalGraph, native
 from ._runners import exact_array
-from ._storage import is_object_store_uri, local_path, storage_location
+from ._storage import (
+    checked_storage_options,
+    is_object_store_uri,
+    local_path,
+    storage_location,
+)
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
 from .job import JobClient, JobResult
@@ -57,29 +62,6 @@ def parquet_files(path: str | os.PathLike[str]) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
         found.extend(os.path.join(current, f) for f in files if not f.startswith(("_", ".")))
     return sorted(found)
-
-
-def _storage_options(options: Mapping[str, str] | None) -> dict[str, str]:
-    """``storage_options`` checked: a mapping of str to str (values given as
-    bools or numbers are written as the store expects, ``"true"``/``"5"``)."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise TypeError(
-            f"storage_options must be a dict of str to str, got {type(options).__name__}"
-        )
-    checked: dict[str, str] = {}
-    for key, value in options.items():
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"storage_options keys must be non-empty str, got {key!r}")
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        elif isinstance(value, (int, float)):
-            value = str(value)
-        if not isinstance(value, str):
-            raise TypeError(f"storage_options[{key!r}] must be a str, got {type(value).__name__}")
-        checked[key.lower()] = value
-    return checked
 
 
 class StreamEnvironment:
@@ -126,7 +108,7 @@ class StreamEnvironment:
             raise TypeError(
                 f"restart must be an ed.RestartStrategy or None, got {type(restart).__name__}"
             )
-        self.storage_options = _storage_options(storage_options)
+        self.storage_options = checked_storage_options(storage_options)
         self.parallelism = parallelism
         self.checkpoint = checkpoint
         self.restart = restart
@@ -304,7 +286,7 @@ class StreamEnvironment:
 
         location = os.fspath(path)
         if isinstance(location, str) and is_object_store_uri(location):
-            options = {**self.storage_options, **_storage_options(storage_options)}
+            options = {**self.storage_options, **checked_storage_options(storage_options)}
             found, found_schema = _core.parquet_files(location, options, "from_parquet()")
             params = {"paths": found, "storage_options": options}
             return self._source(

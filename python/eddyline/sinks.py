@@ -12,11 +12,12 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ._storage import local_path
+from ._storage import checked_storage_options, storage_location
 from .errors import EddylineError
 
 if TYPE_CHECKING:
@@ -120,16 +121,29 @@ class ParquetSink(Sink):
     when the checkpoint that covers them completes, or at the end of the job;
     ``pyarrow.dataset.dataset(dir)`` reads the committed files.
 
+    On an object store (``s3://bucket/prefix``, ...) each file is uploaded to a
+    name starting with ``.`` and copied to its final ``part-...`` name when its
+    checkpoint completes, so readers never see a partly written file.
+
     Args:
-        dir: The output directory (created if missing).
+        dir: The output directory (created if missing): a local path, a
+            ``file://`` URI or an object store URI.
+        storage_options: Options of the object store, over the environment's
+            ``storage_options`` and the standard environment variables.
     """
 
-    def __init__(self, dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
         path = os.fspath(dir)
         if not isinstance(path, str) or not path:
             raise ValueError(f"ParquetSink needs a directory path, got {dir!r}")
-        path = local_path(path, what="ParquetSink")
+        path = storage_location(path, what="ParquetSink")
         self.dir = path
+        self.storage_options = checked_storage_options(storage_options)
 
     def __repr__(self) -> str:
         return f"ParquetSink({self.dir!r})"

@@ -778,7 +778,9 @@ class DataStream(_Operators):
     def sink_to(self, sink: ParquetSink | TwoPhaseCommitSink) -> DataStreamSink:
         """Writes the stream to ``sink`` (``ParquetSink`` or a ``TwoPhaseCommitSink``)."""
         if isinstance(sink, ParquetSink):
-            stream = self._add("parquet_sink", "sink_parquet", params={"dir": sink.dir})
+            options = {**self._env.storage_options, **sink.storage_options}
+            params = {"dir": sink.dir, "storage_options": options}
+            stream = self._add("parquet_sink", "sink_parquet", params=params)
         elif isinstance(sink, TwoPhaseCommitSink):
             stream = self._python(
                 "sink",

@@ -454,8 +454,14 @@ pub fn parse_graph(
                 }
                 "sink_parquet" => {
                     let dir: PathBuf = get(d, "dir")?;
+                    let options = match d.get_item("storage_options")? {
+                        Some(o) if !o.is_none() => o.extract()?,
+                        _ => Default::default(),
+                    };
                     (
-                        op(Arc::new(ParquetSinkFactory::new(dir, run_tag))),
+                        op(Arc::new(ParquetSinkFactory::new_with(
+                            dir, run_tag, options,
+                        ))),
                         Role::Sink,
                         None,
                     )

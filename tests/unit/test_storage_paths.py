@@ -1,8 +1,8 @@
 """Paths and URIs (issue 12, item 6): a URI scheme the engine cannot serve is a
 ``StorageError`` naming it, never a local directory called ``s3:``; ``file://``
-URIs are local paths. Object store URIs are served for checkpoints, savepoints
-and ``restore_from`` (tested against an S3 server in tests/storage) and refused
-by the file sources and sinks so far (issue 14). Also: a checkpoint dir that is
+URIs are local paths. Object store URIs are served for checkpoints, savepoints,
+``restore_from``, ``from_parquet`` and ``ParquetSink`` (tested against an S3
+server in tests/storage). Also: a checkpoint dir that is
 a file says so (item 10).
 """
 
@@ -46,7 +46,13 @@ def test_storage_uri_checkpoint_dir_is_refused(uri: str, in_tmp: Path) -> None:
     assert_no_scheme_dir(in_tmp)
 
 
-@pytest.mark.parametrize("uri", URIS + UNSERVED)
+@pytest.mark.parametrize("uri", URIS)
+def test_storage_object_store_sink_is_kept_as_uri(uri: str, in_tmp: Path) -> None:
+    assert ed.ParquetSink(uri).dir == uri
+    assert_no_scheme_dir(in_tmp)
+
+
+@pytest.mark.parametrize("uri", UNSERVED)
 def test_storage_uri_sink_is_refused(uri: str, in_tmp: Path) -> None:
     with pytest.raises(ed.StorageError, match="ParquetSink"):
         ed.ParquetSink(uri)

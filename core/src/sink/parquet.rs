@@ -1,11 +1,15 @@
-//! `ParquetSink(dir)`: a two-phase-commit Parquet file sink.
+//! `ParquetSink(dir)`: a two-phase-commit Parquet file sink, on a local disk
+//! or an object store (DESIGN.md "Where the data lives").
 //!
 //! A transaction is a file written under a name readers ignore
 //! (`.inprogress-...`); pre-commit closes and fsyncs it and renames it to
 //! `.pending-...`; commit renames it to its final `part-...parquet` name,
-//! which `pyarrow.dataset` and Spark read. Renames are atomic and a commit
-//! whose pending file is gone but whose final file exists is a no-op, so
-//! commits are idempotent.
+//! which `pyarrow.dataset` and Spark read. On an object store the file is
+//! uploaded straight to its `.pending-...` name (an object exists only once
+//! its upload completes, so nothing is in progress to readers), and commit
+//! is a server-side copy to the final name (the object appears whole) and
+//! the deletion of the pending one. A commit whose pending file is gone but
+//! whose final file exists is a no-op, so commits are idempotent.
 //!
 //! A subtask's state is an entry list, one entry per pre-committed
 //! transaction not yet committed (`id \t pending path \t final path`).
@@ -17,7 +21,6 @@
 //! subtask index) never removes a pending file another subtask was dealt.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,19 +30,33 @@ use parquet::arrow::ArrowWriter;
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
+use crate::store::{ObjectWriter, StorageOptions, Store};
 
 /// Factory of Parquet sink subtasks.
 pub struct ParquetSinkFactory {
     dir: PathBuf,
     run_tag: String,
+    options: StorageOptions,
 }
 
 impl ParquetSinkFactory {
-    /// A sink writing into `dir`; `run_tag` makes file names unique per job run.
+    /// A sink writing into the local `dir`; `run_tag` makes file names
+    /// unique per job run.
     pub fn new(dir: impl Into<PathBuf>, run_tag: impl Into<String>) -> Self {
+        Self::new_with(dir, run_tag, StorageOptions::new())
+    }
+
+    /// [`new`](Self::new) for a `dir` that may be an object store URI,
+    /// reached with `options`.
+    pub fn new_with(
+        dir: impl Into<PathBuf>,
+        run_tag: impl Into<String>,
+        options: StorageOptions,
+    ) -> Self {
         ParquetSinkFactory {
             dir: dir.into(),
             run_tag: run_tag.into(),
+            options,
         }
     }
 }
@@ -53,41 +70,63 @@ impl OperatorFactory for ParquetSinkFactory {
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(ParquetSink {
             name: ctx.name.clone(),
-            dir: self.dir.clone(),
+            dir: Store::open(&self.dir, &self.options)?,
             run_tag: self.run_tag.clone(),
             subtask: ctx.subtask_index,
             attempt: ctx.attempt,
             seq: 0,
             writer: None,
             pending: BTreeMap::new(),
+            options: self.options.clone(),
             restored_tag: None,
         }))
     }
 }
 
+/// A pre-committed transaction: its file's pending and final names in the
+/// directory it was written to (a restored one may come from another
+/// directory: the state names it in full).
+struct Txn {
+    dir: Store,
+    pending: String,
+    final_name: String,
+}
+
 struct OpenFile {
-    path: PathBuf,
-    writer: ArrowWriter<File>,
+    /// Its name in the sink's directory.
+    name: String,
+    writer: ArrowWriter<ObjectWriter>,
 }
 
 /// One subtask of a Parquet sink.
 pub struct ParquetSink {
     name: String,
-    dir: PathBuf,
+    dir: Store,
     run_tag: String,
     subtask: usize,
     attempt: u32,
     seq: u64,
     writer: Option<OpenFile>,
-    /// checkpoint id -> (pending path, final path)
-    pending: BTreeMap<u64, (PathBuf, PathBuf)>,
+    /// checkpoint id -> its pre-committed transaction
+    pending: BTreeMap<u64, Txn>,
+    options: StorageOptions,
     /// The run tag of the job this subtask was restored from.
     restored_tag: Option<String>,
 }
 
 impl ParquetSink {
-    fn io(&self, path: &Path, err: &std::io::Error) -> Error {
-        Error::io(self.name.clone(), path, err)
+    fn io(&self, name: &str, err: &std::io::Error) -> Error {
+        Error::io(self.name.clone(), self.dir.location_of(name), err)
+    }
+
+    /// The name a transaction's file has while it is written: on an object
+    /// store its pending name (the object exists only once uploaded).
+    fn in_progress_name(&self, stem: &str) -> String {
+        if self.dir.is_local() {
+            format!(".inprogress-{stem}.parquet")
+        } else {
+            format!(".pending-{stem}.parquet")
+        }
     }
 
     fn file_stem(&self) -> String {
@@ -106,15 +145,29 @@ impl ParquetSink {
         let file = open.writer.into_inner().map_err(|e| {
             Error::operator(
                 self.name.clone(),
-                format!("cannot finish Parquet file '{}': {e}", open.path.display()),
+                format!(
+                    "cannot finish Parquet file '{}': {e}",
+                    self.dir.location_of(&open.name).display()
+                ),
             )
         })?;
-        file.sync_all().map_err(|e| self.io(&open.path, &e))?;
-        drop(file);
-        let pending = self.dir.join(format!(".pending-{stem}.parquet"));
-        let final_path = self.dir.join(format!("part-{stem}.parquet"));
-        fs::rename(&open.path, &pending).map_err(|e| self.io(&pending, &e))?;
-        self.pending.insert(checkpoint_id, (pending, final_path));
+        file.finish().map_err(|e| self.io(&open.name, &e))?;
+        let pending = format!(".pending-{stem}.parquet");
+        let final_name = format!("part-{stem}.parquet");
+        if open.name != pending {
+            self.dir
+                .rename(&open.name, &pending)
+                .map_err(|e| self.io(&pending, &e))?;
+        }
+        let dir = self.dir.clone();
+        self.pending.insert(
+            checkpoint_id,
+            Txn {
+                dir,
+                pending,
+                final_name,
+            },
+        );
         Ok(())
     }
 
@@ -124,28 +177,35 @@ impl ParquetSink {
             .range(..=checkpoint_id)
             .map(|(k, _)| *k)
             .collect();
-        let mut renamed = false;
+        let mut renamed: Vec<Store> = Vec::new();
         for id in ids {
-            if let Some((pending, final_path)) = self.pending.remove(&id) {
-                if pending.exists() {
-                    fs::rename(&pending, &final_path).map_err(|e| self.io(&final_path, &e))?;
-                    renamed = true;
-                } else if !final_path.exists() {
+            if let Some(txn) = self.pending.remove(&id) {
+                let Txn {
+                    dir,
+                    pending,
+                    final_name,
+                } = &txn;
+                let io = |name: &str, e: std::io::Error| {
+                    Error::io(self.name.clone(), dir.location_of(name), &e)
+                };
+                if dir.exists(pending).map_err(|e| io(pending, e))? {
+                    dir.rename(pending, final_name)
+                        .map_err(|e| io(final_name, e))?;
+                    renamed.push(dir.clone());
+                } else if !dir.exists(final_name).map_err(|e| io(final_name, e))? {
                     return Err(Error::operator(
                         self.name.clone(),
                         format!(
                             "cannot commit checkpoint {id}: neither '{}' nor '{}' exists",
-                            pending.display(),
-                            final_path.display()
+                            dir.location_of(pending).display(),
+                            dir.location_of(final_name).display()
                         ),
                     ));
                 }
             }
         }
-        if renamed {
-            if let Ok(d) = File::open(&self.dir) {
-                let _ = d.sync_all();
-            }
+        for dir in renamed {
+            let _ = dir.sync();
         }
         Ok(())
     }
@@ -153,7 +213,9 @@ impl ParquetSink {
 
 impl Operator for ParquetSink {
     fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
-        fs::create_dir_all(&self.dir).map_err(|e| self.io(&self.dir.clone(), &e))?;
+        self.dir
+            .make_dir()
+            .map_err(|e| Error::io(self.name.clone(), self.dir.location(), &e))?;
         // Remove what earlier attempts of this subtask left uncommitted:
         // files in progress, and pre-committed files of checkpoints that
         // never completed (restore_state committed the ones that did).
@@ -168,11 +230,10 @@ impl Operator for ParquetSink {
                 ]
             })
             .collect();
-        if let Ok(entries) = fs::read_dir(&self.dir) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().to_string();
+        if let Ok(names) = self.dir.files() {
+            for name in names {
                 if prefixes.iter().any(|p| name.starts_with(p)) {
-                    let _ = fs::remove_file(e.path());
+                    let _ = self.dir.remove(&name);
                 }
             }
         }
@@ -186,20 +247,23 @@ impl Operator for ParquetSink {
         _out: &mut dyn Collector,
     ) -> Result<()> {
         if self.writer.is_none() {
-            let path = self
-                .dir
-                .join(format!(".inprogress-{}.parquet", self.file_stem()));
-            let file = File::create(&path).map_err(|e| self.io(&path, &e))?;
+            let name = self.in_progress_name(&self.file_stem());
+            // A leftover of a crashed attempt under this name is replaced.
+            let _ = self.dir.remove(&name);
+            let file = self.dir.create(&name).map_err(|e| self.io(&name, &e))?;
             let writer = ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| {
                 Error::operator(self.name.clone(), format!("cannot write Parquet: {e}"))
             })?;
-            self.writer = Some(OpenFile { path, writer });
+            self.writer = Some(OpenFile { name, writer });
         }
         if let Some(open) = self.writer.as_mut() {
             open.writer.write(&batch).map_err(|e| {
                 Error::operator(
                     self.name.clone(),
-                    format!("cannot write to '{}': {e}", open.path.display()),
+                    format!(
+                        "cannot write to '{}': {e}",
+                        self.dir.location_of(&open.name).display()
+                    ),
                 )
             })?;
         }
@@ -215,7 +279,13 @@ impl Operator for ParquetSink {
         let entries: Vec<Vec<u8>> = self
             .pending
             .iter()
-            .map(|(id, (p, f))| format!("{id}\t{}\t{}", p.display(), f.display()).into_bytes())
+            .map(|(id, t)| {
+                let (p, f) = (
+                    t.dir.location_of(&t.pending),
+                    t.dir.location_of(&t.final_name),
+                );
+                format!("{id}\t{}\t{}", p.display(), f.display()).into_bytes()
+            })
             .collect();
         Ok(OperatorState {
             operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
@@ -257,9 +327,28 @@ impl Operator for ParquetSink {
             match parts.as_slice() {
                 ["tag", tag] => self.restored_tag = Some((*tag).to_string()),
                 [id, pending, final_path] => {
+                    // Entries name full paths or URIs: the directory the
+                    // transaction was written to, maybe not this sink's.
                     let id: u64 = id.parse().map_err(|_| bad())?;
-                    self.pending
-                        .insert(id, (PathBuf::from(pending), PathBuf::from(final_path)));
+                    let (pending, final_path) = (Path::new(pending), Path::new(final_path));
+                    let name = |p: &Path| {
+                        p.file_name()
+                            .and_then(|n| n.to_str())
+                            .map(str::to_string)
+                            .ok_or_else(bad)
+                    };
+                    let parent = pending.parent().ok_or_else(bad)?;
+                    let dir = if parent == self.dir.location() {
+                        self.dir.clone()
+                    } else {
+                        Store::open(parent, &self.options)?
+                    };
+                    let txn = Txn {
+                        dir,
+                        pending: name(pending)?,
+                        final_name: name(final_path)?,
+                    };
+                    self.pending.insert(id, txn);
                 }
                 _ => return Err(bad()),
             }
@@ -273,7 +362,7 @@ impl Operator for ParquetSink {
         // An open transaction at close was never pre-committed: abort it.
         if let Some(open) = self.writer.take() {
             drop(open.writer);
-            let _ = fs::remove_file(&open.path);
+            let _ = self.dir.remove(&open.name);
         }
         Ok(())
     }
