@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ._exec.output import exact_array
 from ._graph import LogicalGraph, native
-from ._runners import exact_array
 from ._storage import local_path
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
