@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from ..sinks import TwoPhaseCommitSink
 from .base import Runner, RunnerOutput, State
 from .user_code import call_user
 
@@ -38,7 +39,7 @@ class TwoPhaseCommitRunner(Runner):
 
     redistributable: ClassVar[bool] = True
 
-    def __init__(self, node: str, sink: Any) -> None:
+    def __init__(self, node: str, sink: TwoPhaseCommitSink) -> None:
         self.name = node
         self._sink = sink
         self._txn: Any = None
@@ -76,9 +77,7 @@ class TwoPhaseCommitRunner(Runner):
 
     def snapshot(self, checkpoint_id: int) -> State | None:
         if self._open:
-            hook = getattr(self._sink, "on_checkpoint", None)
-            if hook is not None:
-                call_user(self.name, hook, self._txn, checkpoint_id)
+            call_user(self.name, self._sink.on_checkpoint, self._txn, checkpoint_id)
             call_user(self.name, self._sink.pre_commit, self._txn)
             self._pending[checkpoint_id] = self._txn
             self._open = False
