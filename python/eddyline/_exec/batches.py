@@ -35,7 +35,7 @@ class BatchRunner(Runner):
     def process(
         self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
-        with UserCode(self.name, detail=lambda: self._describe(input, batch)):
+        with UserCode(self.name, detail=lambda v: self._describe(v["input"], v["batch"])):
             result = self._fns[input](batch)
         batches, self._schema = check_batches(self.name, result, self._schema)
         return one_or_many(batches)

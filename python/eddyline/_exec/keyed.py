@@ -115,7 +115,7 @@ class KeyedReduceRunner(KeyedRunner):
         touched: dict[Hashable, dict[Hashable, Any]] = {}
         row: Row | None = None
         key: Hashable = None
-        with UserCode(self.name, detail=lambda: f"key {short(key)}, row: {short(row)}"):
+        with UserCode(self.name, detail=lambda v: f"key {short(v['key'])}, row: {short(v['row'])}"):
             for row, key, group in zip(rows, keys, groups, strict=True):
                 entries = state.get(group)
                 if entries is None:

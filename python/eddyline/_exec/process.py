@@ -139,12 +139,14 @@ class KeyedProcessRunner(KeyedRunner):
         else:
             times = itertools.repeat(None, batch.num_rows)  # type: ignore[assignment]
         fn = self._fn
-        ctx = self._context
         out: list[Any] = []
         append = out.append
         row: Row | None = None
         try:
-            with UserCode(self.name, detail=lambda: f"key {short(ctx.key)}, row: {short(row)}"):
+            with UserCode(
+                self.name,
+                detail=lambda v: f"key {short(v['self']._context.key)}, row: {short(v['row'])}",
+            ):
                 for row, key, group, timestamp in zip(rows, keys, groups, times, strict=False):
                     result = self._call_for_key(group, key, timestamp, fn, row)
                     if result is None:
@@ -201,12 +203,14 @@ class KeyedProcessRunner(KeyedRunner):
             return None
         assert self._function is not None  # only a ProcessFunction registers timers
         on_timer = self._function.on_timer
-        ctx = self._context
         out: list[Any] = []
         timestamp = 0
         try:
             with UserCode(
-                self.name, detail=lambda: f"on_timer at {timestamp} for key {short(ctx.key)}"
+                self.name,
+                detail=lambda v: (
+                    f"on_timer at {v['timestamp']} for key {short(v['self']._context.key)}"
+                ),
             ):
                 while heap and heap[0][0] <= watermark:
                     timestamp, _, group, key = heapq.heappop(heap)

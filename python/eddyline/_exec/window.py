@@ -126,8 +126,9 @@ class PythonWindowRunner(KeyedRunner):
         start = 0
         with UserCode(
             self.name,
-            detail=lambda: (
-                f"key {short(key)}, window {TimeWindow(start, start + size)}, row: {short(row)}"
+            detail=lambda v: (
+                f"key {short(v['key'])}, window {TimeWindow(v['start'], v['start'] + v['size'])}, "
+                f"row: {short(v['row'])}"
             ),
         ):
             for i, (row, key, group, t) in enumerate(zip(rows, keys, groups, times, strict=True)):
@@ -215,8 +216,9 @@ class PythonWindowRunner(KeyedRunner):
             window = TimeWindow(start, start + self._size)
             with UserCode(
                 self.name,
-                # called (if at all) within this iteration: the loop variables are current
-                detail=lambda: f"key {short(key)}, window {window}, {len(acc)} rows",  # noqa: B023
+                detail=lambda v: (
+                    f"key {short(v['key'])}, window {v['window']}, {len(v['acc'])} rows"
+                ),
             ):
                 results = self._fn(key, window, acc)
                 for result in results if results is not None else ():
