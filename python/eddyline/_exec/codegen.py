@@ -2,10 +2,10 @@
 
 Per-record functions are looped over the rows of a batch here: each column is
 converted to Python once, rows are built by a dict-literal comprehension
-compiled for the batch's column names, and consecutive per-record stages
-(map, flat_map, filter fused into one node) run
-in one generated loop, with the GIL taken once per batch (DESIGN.md
-"Runtime"). Generated functions are cached per schema.
+compiled for the batch's column names, and consecutive per-record stages (map,
+flat_map, filter fused into one node) run in one generated loop, with the GIL
+taken once per batch (DESIGN.md "Runtime"). Generated functions are cached per
+schema.
 """
 
 from __future__ import annotations
