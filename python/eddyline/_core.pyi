@@ -1,7 +1,7 @@
 """Type stub of the native extension ``eddyline._core`` (hand-written; see API.md).
 
 Node dicts, expression trees and the Python runner protocol are documented in
-``eddyline/_graph.py`` and ``eddyline/_runners.py``.
+``eddyline/_graph.py`` and ``eddyline/_exec/base.py``.
 """
 
 from typing import Any, Literal

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ._runners import RecordChainRunner, RunnerFactory, Stage
+from ._exec.codegen import Stage
+from ._exec.factory import RunnerFactory
+from ._exec.records import RecordChainRunner
 from .errors import GraphError
 from .scope import StreamScope
 

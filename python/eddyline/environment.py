@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from . import _core
+from ._exec.output import exact_array
 from ._graph import LogicalGraph, native
-from ._runners import exact_array
 from ._storage import (
     checked_storage_options,
     is_object_store_uri,

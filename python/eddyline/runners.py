@@ -113,7 +113,7 @@ class _ProcessLauncher:
         for index in range(workers):
             procs.append(
                 subprocess.Popen(
-                    [self._python, "-m", "eddyline._worker"],
+                    [self._python, "-m", "eddyline._exec.worker"],
                     env=_worker_env(driver, secret, index, attempt),
                     stdin=subprocess.DEVNULL,
                 )

@@ -234,7 +234,7 @@ class SourceReaderFactory:
         self.operator = operator
 
     def __call__(self, subtask: int, parallelism: int, batch_size: int) -> SourceSubtaskReader:
-        from ._runners import private_copy
+        from ._exec.factory import private_copy
 
         return SourceSubtaskReader(
             private_copy(self.source, self.operator),

@@ -22,17 +22,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import pyarrow as pa
 
-from ._event_time import is_event_time_type
+from ._exec.batches import BatchRunner
+from ._exec.event_time import is_event_time_type
+from ._exec.factory import RunnerFactory
+from ._exec.keyed import KeyedReduceRunner
+from ._exec.process import KeyedProcessRunner
+from ._exec.records import ConnectedRecordRunner
+from ._exec.two_phase import TwoPhaseCommitRunner
+from ._exec.window import LATE_PORT, PythonWindowRunner, window_output_schema
 from ._graph import LogicalEdge, LogicalNode
-from ._runners import (
-    BatchRunner,
-    ConnectedRecordRunner,
-    KeyedProcessRunner,
-    KeyedReduceRunner,
-    RunnerFactory,
-    TwoPhaseCommitRunner,
-)
-from ._window_runner import LATE_PORT, PythonWindowRunner, window_output_schema
 from .config import Duration, parse_duration, parse_size
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
@@ -945,7 +943,7 @@ class KeyedStream:
             >>> out.to_pylist()
             [{'k': 'a', 't': 1, 'v': 1}]
         """
-        from ._dedup import Deduplicate
+        from ._exec.dedup import Deduplicate
 
         seconds = parse_duration(ttl, what="dedup ttl")
         if seconds <= 0:

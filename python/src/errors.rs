@@ -115,14 +115,10 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
             return Error::graph(operator, message);
         }
         if is("JobFailedError") {
-            // Raised by a runner that already wrapped the user's exception
+            // Raised by an executor that already wrapped the user's exception
             // (adding the offending row): unwrap it to keep one layer.
             let value = err.value(py);
-            let prefix = format!("operator '{operator}' failed: ");
-            let message = message
-                .strip_prefix(&prefix)
-                .unwrap_or(&message)
-                .to_string();
+            let message = user_function_reason(py, value).unwrap_or(message);
             let traceback = value
                 .getattr("user_traceback")
                 .ok()
@@ -154,6 +150,26 @@ pub fn from_py(py: Python<'_>, operator: &str, err: PyErr) -> Error {
         traceback,
         cause: Some(Opaque(Arc::new(err))),
     }
+}
+
+/// The message of a `UserFunctionError` (`eddyline._exec.user_code`), the
+/// error an executor raises for user code that failed: its `reason`, the
+/// failure without the operator's name (the core error names the operator).
+/// A stage fused into another node keeps its whole message, which names the
+/// node. `None` for any other exception.
+fn user_function_reason(py: Python<'_>, value: &Bound<'_, PyAny>) -> Option<String> {
+    let class = py
+        .import("eddyline._exec.user_code")
+        .and_then(|m| m.getattr("UserFunctionError"))
+        .ok()?;
+    if !value.is_instance(&class).unwrap_or(false) {
+        return None;
+    }
+    let fused_into: Option<String> = value.getattr("fused_into").ok()?.extract().ok()?;
+    if fused_into.is_some() {
+        return value.str().ok().map(|s| s.to_string());
+    }
+    value.getattr("reason").ok()?.extract().ok()
 }
 
 fn format_traceback(py: Python<'_>, err: &PyErr) -> Option<String> {

@@ -1,5 +1,6 @@
 //! The operator that runs Python code: it calls a runner object of the
-//! `eddyline` package (see `eddyline/_runners.py`) with the GIL taken once
+//! `eddyline` package (the executor protocol of `eddyline/_exec/base.py`,
+//! DESIGN.md "Runtime") with the GIL taken once
 //! per batch, handing batches over zero-copy. Key groups of keyed Python
 //! operators are computed here in Rust, without the GIL, with the engine's
 //! stable key hash.
@@ -29,6 +30,16 @@ pub struct PyRunnerFactory {
     recomputable: bool,
     replayable_from_earlier: bool,
     redistributable: bool,
+    /// Which optional hooks its runners have (`Runner` class flags).
+    hooks: Hooks,
+}
+
+/// The optional parts of the executor protocol a runner class has.
+#[derive(Clone, Copy)]
+struct Hooks {
+    on_watermark: bool,
+    end_input: bool,
+    late_records: bool,
 }
 
 impl PyRunnerFactory {
@@ -36,8 +47,10 @@ impl PyRunnerFactory {
     /// `recomputable` and `replayable_from_earlier` (FLINK-4120) and
     /// `redistributable` (FLIP-147: its runners' operator state is a list of
     /// entries that may be dealt to the subtasks of another parallelism)
-    /// properties. A property that raises (or is not a bool) is an error
-    /// naming the operator, with the Python exception as its cause.
+    /// properties, and which optional hooks its runners have
+    /// (`handles_watermarks`, `handles_end_input`, `counts_late_records`).
+    /// A property that raises (or is not a bool) is an error naming the
+    /// operator, with the Python exception as its cause.
     pub fn new(
         py: Python<'_>,
         operator: &str,
@@ -55,6 +68,11 @@ impl PyRunnerFactory {
             recomputable: read("recomputable")?,
             replayable_from_earlier: read("replayable_from_earlier")?,
             redistributable: read("redistributable")?,
+            hooks: Hooks {
+                on_watermark: read("handles_watermarks")?,
+                end_input: read("handles_end_input")?,
+                late_records: read("counts_late_records")?,
+            },
             factory,
             keys,
             run_tag,
@@ -94,9 +112,7 @@ impl OperatorFactory for PyRunnerFactory {
             hashes: Vec::new(),
             max_parallelism: ctx.max_parallelism,
             results: Vec::new(),
-            has_on_watermark: false,
-            has_end_input: false,
-            has_late_records: false,
+            hooks: self.hooks,
             late: 0,
         }))
     }
@@ -113,9 +129,7 @@ pub struct PyRunner {
     max_parallelism: usize,
     /// What the runner returned, with the output port of each batch.
     results: Vec<(u8, RecordBatch)>,
-    has_on_watermark: bool,
-    has_end_input: bool,
-    has_late_records: bool,
+    hooks: Hooks,
     late: u64,
 }
 
@@ -169,7 +183,7 @@ impl PyRunner {
 
     /// Reads the runner's running count of late records (if it keeps one).
     fn read_late(&mut self, runner: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.has_late_records {
+        if self.hooks.late_records {
             self.late = runner.getattr("late_records")?.extract::<u64>()?;
         }
         Ok(())
@@ -227,10 +241,6 @@ impl Operator for PyRunner {
             d.set_item("attempt", ctx.attempt)?;
             d.set_item("run_tag", &self.run_tag)?;
             self.runner.call_method1(py, "open", (d,))?;
-            let runner = self.runner.bind(py);
-            self.has_on_watermark = runner.hasattr("on_watermark")?;
-            self.has_end_input = runner.hasattr("end_input")?;
-            self.has_late_records = runner.hasattr("late_records")?;
             Ok(())
         })
         .map_err(|e| Python::attach(|py| from_py(py, &self.name, e)))
@@ -262,7 +272,7 @@ impl Operator for PyRunner {
     }
 
     fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {
-        if self.has_on_watermark {
+        if self.hooks.on_watermark {
             let name = self.name.clone();
             Python::attach(|py| {
                 let r: PyResult<()> = (|| {
@@ -279,7 +289,7 @@ impl Operator for PyRunner {
     }
 
     fn end_input(&mut self, input: usize, out: &mut dyn Collector) -> Result<()> {
-        if !self.has_end_input {
+        if !self.hooks.end_input {
             return Ok(());
         }
         let name = self.name.clone();

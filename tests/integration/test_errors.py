@@ -337,7 +337,7 @@ def test_flat_map_generator_failure_names_its_stage(make_env: MakeEnv) -> None:
 def test_a_runner_property_that_raises_is_an_error_naming_the_operator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from eddyline._runners import RunnerFactory
+    from eddyline._exec.factory import RunnerFactory
 
     def broken(self: RunnerFactory) -> bool:
         raise ZeroDivisionError("property failed")

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline._runners import KeyedReduceRunner, TwoPhaseCommitRunner
+from eddyline._exec.keyed import KeyedReduceRunner
+from eddyline._exec.two_phase import TwoPhaseCommitRunner
 from eddyline.cli import main
 from eddyline.job import JobClient
 from eddyline.testing import (

@@ -9,7 +9,7 @@ The shuffle after the barrier stage makes it a ShuffleMapStage, which Spark
 retries as a gang when one of its tasks fails (a failing barrier
 *ResultStage* would abort the job, SPARK-25161). Each task agrees on the gang
 with one ``allGather`` (host and task attempt id, logged), then runs
-``eddyline._worker.run_worker``: it binds its data port on the interface that
+``eddyline._exec.worker.run_worker``: it binds its data port on the interface that
 routes to the driver (127.0.0.1 in local mode), connects to the driver
 (which listens on ``spark.driver.host``, or 127.0.0.1 in local mode) and
 receives the job, its peers' data-plane addresses and the checkpoint to
@@ -128,7 +128,7 @@ def _gang_member(
             index,
             gang,
         )
-        from .._worker import run_worker
+        from .._exec.worker import run_worker
 
         run_worker(driver, secret, index, attempt, bind_host=host)
         yield index, host, ctx.taskAttemptId()

@@ -1,4 +1,4 @@
-"""Entry point of a worker process (``python -m eddyline._worker``).
+"""Entry point of a worker process (``python -m eddyline._exec.worker``).
 
 The driver hands the worker its address and the job's secret in the
 environment; the worker connects, receives the job spec (the node dicts and
@@ -24,7 +24,7 @@ def run_worker(
     """Connects to ``driver`` as worker ``index`` and runs until the attempt ends."""
     import cloudpickle
 
-    from ._core import worker_connect
+    from .._core import worker_connect
 
     session = worker_connect(driver, secret, index, attempt, bind_host)
     try:

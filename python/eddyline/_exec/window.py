@@ -1,4 +1,4 @@
-"""The runner of Python window functions: ``keyed.window(...).reduce(fn)`` and ``.apply(fn)``.
+"""The executor of Python window functions: ``keyed.window(...).reduce(fn)`` and ``.apply(fn)``.
 
 Windows are assigned and fired exactly like the native ``window`` operator
 (see :mod:`eddyline.windows`): a record with event time ``t`` joins every
@@ -25,20 +25,14 @@ from typing import Any, Literal, cast
 
 import pyarrow as pa
 
-from ._event_time import event_times, key_group_range, millis_to_value
-from ._runners import (
-    RowWriter,
-    RunnerOutput,
-    State,
-    _compile_rows,
-    _KeyedRunner,
-    _short,
-    _skip_frame,
-    user_error,
-)
-from .errors import EddylineError, SchemaError
-from .functions import MIN_WATERMARK, Row
-from .windows import TimeWindow
+from ..errors import EddylineError, SchemaError
+from ..functions import MIN_WATERMARK, Row
+from ..windows import TimeWindow
+from .base import RunnerOutput, State
+from .event_time import event_times, key_group_range, millis_to_value
+from .keyed import KeyedRunner
+from .output import RowWriter
+from .user_code import UserCode, short
 
 __all__ = ["PythonWindowRunner", "window_output_schema"]
 
@@ -65,12 +59,14 @@ def window_output_schema(
     return pa.schema(fields)
 
 
-class PythonWindowRunner(_KeyedRunner):
+class PythonWindowRunner(KeyedRunner):
     """Keyed event-time windows evaluated by a Python function.
 
     ``self._state[key_group][window_start][key]`` is the window's accumulator:
     the reduced row (``reduce``) or the list of rows (``apply``).
     """
+
+    counts_late_records = True
 
     def __init__(
         self,
@@ -113,58 +109,52 @@ class PythonWindowRunner(_KeyedRunner):
         restored = self._group_watermarks.get(group)
         return self._watermark if restored is None else max(restored, self._watermark)
 
-    def process(
-        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    def _process_keyed(
+        self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
-        n = batch.num_rows
-        if n == 0:
-            return None
         if self._input_schema is None:
             self._input_schema = batch.schema
         times = event_times(batch, self._time_column, self.name)
-        columns = [column.to_pylist() for column in batch.columns]
-        rows = _compile_rows(tuple(batch.schema.names))(n, *columns)
-        keys = self._keys_of(batch, columns)
-        groups = self._groups_of(key_groups, n)
+        rows, keys, groups = self._rows(batch, key_groups)
         size, slide = self._size, self._slide
         reduce = self._mode == "reduce"
         fn = self._fn
         state = self._state
         late_rows: list[int] = []
-        for i, (row, key, group, t) in enumerate(zip(rows, keys, groups, times, strict=True)):
-            watermark = self._watermark_of(group)
-            start = t - t % slide
-            if start + size - 1 <= watermark:
-                late_rows.append(i)
-                continue
-            windows = state.get(group)
-            if windows is None:
-                windows = state[group] = {}
-            while start > t - size and start + size - 1 > watermark:
-                accs = windows.get(start)
-                if accs is None:
-                    accs = windows[start] = {}
-                if not reduce:
-                    accs.setdefault(key, []).append(row)
-                elif key in accs:
-                    try:
+        row: Row | None = None
+        key: Hashable = None
+        start = 0
+        with UserCode(
+            self.name,
+            detail=lambda v: (
+                f"key {short(v['key'])}, window {TimeWindow(v['start'], v['start'] + v['size'])}, "
+                f"row: {short(v['row'])}"
+            ),
+        ):
+            for i, (row, key, group, t) in enumerate(zip(rows, keys, groups, times, strict=True)):
+                watermark = self._watermark_of(group)
+                start = t - t % slide
+                if start + size - 1 <= watermark:
+                    late_rows.append(i)
+                    continue
+                windows = state.get(group)
+                if windows is None:
+                    windows = state[group] = {}
+                while start > t - size and start + size - 1 > watermark:
+                    accs = windows.get(start)
+                    if accs is None:
+                        accs = windows[start] = {}
+                    if not reduce:
+                        accs.setdefault(key, []).append(row)
+                    elif key in accs:
                         accs[key] = fn(accs[key], row)
-                    except EddylineError:
-                        raise
-                    except Exception as exc:
-                        raise user_error(
-                            exc,
-                            self.name,
-                            detail=f"key {_short(key)}, window "
-                            f"{TimeWindow(start, start + size)}, row: {_short(row)}",
-                            tb=_skip_frame(exc),
-                        ) from exc
-                else:
-                    accs[key] = dict(row)
-                start -= slide
+                    else:
+                        accs[key] = dict(row)
+                    start -= slide
         self.late_records += len(late_rows)
         if not late_rows or not self._late_output:
             return None
+        n = batch.num_rows
         if len(late_rows) == n:
             return (LATE_PORT, batch)
         mask = [False] * n
@@ -217,29 +207,25 @@ class PythonWindowRunner(_KeyedRunner):
                 if not isinstance(acc, dict):
                     raise SchemaError(
                         f"operator '{self.name}': the reduce function returned a "
-                        f"{type(acc).__name__} ({_short(acc)}), expected a dict",
+                        f"{type(acc).__name__} ({short(acc)}), expected a dict",
                         operator=self.name,
                     )
                 prefix.update((k, v) for k, v in acc.items() if k not in key_names)
                 out.append(prefix)
                 continue
             window = TimeWindow(start, start + self._size)
-            try:
+            with UserCode(
+                self.name,
+                detail=lambda v: (
+                    f"key {short(v['key'])}, window {v['window']}, {len(v['acc'])} rows"
+                ),
+            ):
                 results = self._fn(key, window, acc)
                 for result in results if results is not None else ():
                     if not isinstance(result, dict):
                         out.append(result)  # the writer names the bad shape
                         continue
                     out.append({**prefix, **result})
-            except EddylineError:
-                raise
-            except Exception as exc:
-                raise user_error(
-                    exc,
-                    self.name,
-                    detail=f"key {_short(key)}, window {window}, {len(acc)} rows",
-                    tb=_skip_frame(exc),
-                ) from exc
         if self._writer.schema is None and out:
             self._writer.schema = self._output_schema(out)
         return self._writer.encode(out)

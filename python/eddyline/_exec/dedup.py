@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from .errors import EddylineError
-from .functions import ProcessContext, ProcessFunction, Row
+from ..errors import EddylineError
+from ..functions import ProcessContext, ProcessFunction, Row
 
 __all__ = ["Deduplicate"]
 

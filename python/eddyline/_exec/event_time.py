@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import SchemaError
+from ..errors import SchemaError
 
 __all__ = ["event_times", "is_event_time_type", "key_group_range", "millis_to_value"]
 

@@ -1,0 +1,130 @@
+"""Code generation for per-record functions: loops compiled for a batch's schema.
+
+Per-record functions are looped over the rows of a batch here: each column is
+converted to Python once, rows are built by a dict-literal comprehension
+compiled for the batch's column names, and consecutive per-record stages (map,
+flat_map, filter fused into one node) run in one generated loop, with the GIL
+taken once per batch (DESIGN.md "Runtime"). Generated functions are cached per
+schema.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from types import CodeType, TracebackType
+from typing import Any, Literal, TypeAlias
+
+import pyarrow as pa
+
+from ..functions import Row
+
+StageKind = Literal["map", "flat_map", "filter"]
+Stage: TypeAlias = tuple[StageKind, Callable[..., Any], str]
+"""One per-record stage: its kind, the user function and the operator name."""
+
+
+def _dict_items(names: Sequence[str]) -> str:
+    return ", ".join(f"{name!r}: _v{i}" for i, name in enumerate(names))
+
+
+def _loop_header(ncols: int) -> str:
+    if ncols == 0:
+        return "for _ in range(_n):"
+    values = ", ".join(f"_v{i}" for i in range(ncols))
+    columns = ", ".join(f"_c{i}" for i in range(ncols))
+    if ncols == 1:
+        return f"for {values} in {columns}:"
+    return f"for {values} in zip({columns}):"
+
+
+@functools.lru_cache(maxsize=256)
+def compile_rows(names: tuple[str, ...]) -> Callable[..., list[Row]]:
+    """Compiles ``rows(n, *columns) -> list[dict]`` for a schema's column names."""
+    params = "".join(f", _c{i}" for i in range(len(names)))
+    source = (
+        f"def _rows(_n{params}):\n"
+        f"    return [{{{_dict_items(names)}}} {_loop_header(len(names))[:-1]}]\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<eddyline rows>", "exec"), namespace)
+    fn: Callable[..., list[Row]] = namespace["_rows"]
+    return fn
+
+
+def rows_of(batch: pa.RecordBatch) -> list[Row]:
+    """Returns the rows of ``batch`` as dicts (each column converted once).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> rows_of(pa.record_batch({"a": [1, 2], "b": ["x", None]}))
+        [{'a': 1, 'b': 'x'}, {'a': 2, 'b': None}]
+    """
+    fn = compile_rows(tuple(batch.schema.names))
+    return fn(batch.num_rows, *(column.to_pylist() for column in batch.columns))
+
+
+@functools.lru_cache(maxsize=256)
+def compile_chain(
+    names: tuple[str, ...], kinds: tuple[StageKind, ...]
+) -> tuple[Callable[..., None], dict[int, tuple[int, str]]]:
+    """Compiles the loop that runs every row through a chain of per-record stages.
+
+    The generated function is ``chain(n, append, f0, ..., fk, c0, ..., cm)``.
+    When every stage is a filter, it appends one bool per row (the keep mask);
+    otherwise it appends the output rows. The second result maps a line of the
+    generated code to (stage index, name of the variable holding the stage's
+    input row), so a failure can be attributed to its stage and row.
+    """
+    fns = "".join(f", _f{i}" for i in range(len(kinds)))
+    cols = "".join(f", _c{i}" for i in range(len(names)))
+    lines = [f"def _chain(_n, _append{fns}{cols}):", "    " + _loop_header(len(names))]
+    indent = "        "
+    lines.append(f"{indent}_r0 = {{{_dict_items(names)}}}")
+    where: dict[int, tuple[int, str]] = {}
+    current = "_r0"
+    filter_only = all(kind == "filter" for kind in kinds)
+    for i, kind in enumerate(kinds):
+        where[len(lines) + 1] = (i, current)
+        if kind == "filter":
+            lines.append(f"{indent}if not _f{i}({current}):")
+            if filter_only:
+                lines.append(f"{indent}    _append(False)")
+            lines.append(f"{indent}    continue")
+        elif kind == "map":
+            lines.append(f"{indent}_r{i + 1} = _f{i}({current})")
+            current = f"_r{i + 1}"
+        else:
+            # A dict is iterable (over its keys): refuse it before iterating.
+            lines.append(f"{indent}_o{i + 1} = _f{i}({current})")
+            lines.append(f"{indent}if isinstance(_o{i + 1}, dict):")
+            lines.append(f"{indent}    raise FlatMapDict({i}, _o{i + 1})")
+            where[len(lines) + 1] = (i, current)  # a generator raises while iterated
+            lines.append(f"{indent}for _r{i + 1} in _o{i + 1} or ():")
+            current = f"_r{i + 1}"
+            indent += "    "
+    lines.append(f"{indent}_append(True)" if filter_only else f"{indent}_append({current})")
+    namespace: dict[str, Any] = {"FlatMapDict": FlatMapDict}
+    exec(compile("\n".join(lines) + "\n", "<eddyline chain>", "exec"), namespace)
+    return namespace["_chain"], where
+
+
+class FlatMapDict(Exception):
+    """Raised by a compiled chain when flat_map stage ``stage`` returned a dict."""
+
+    def __init__(self, stage: int, value: dict[Any, Any]) -> None:
+        super().__init__(stage, value)
+        self.stage = stage
+        self.value = value
+
+
+def frame_of(exc: BaseException, code: CodeType) -> TracebackType | None:
+    """The entry of ``exc``'s traceback that ran generated ``code``, if any.
+
+    Its frame holds the row variables of the loop when the exception was
+    raised; the entries after it are the user's function.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    return tb

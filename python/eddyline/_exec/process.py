@@ -1,0 +1,318 @@
+"""The executor of ``key_by(...).process(fn)``: per-key value state and event-time timers.
+
+Timers fire when the watermark passes them (DESIGN.md "Event time per
+split"); values and timers are checkpointed per key group, and a
+:class:`~eddyline.ProcessFunction` that declares ``null_state_watermark``
+rebuilds its state by replay instead (FLINK-4120).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import pickle
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import EddylineError
+from ..functions import MIN_WATERMARK, ProcessContext, ProcessFunction, Row
+from .base import RunnerOutput, State
+from .event_time import event_times, key_group_range
+from .keyed import KeyedRunner
+from .output import RowWriter
+from .user_code import UserCode, call_user, short
+
+_KEYED_STATE_FORMAT = "eddyline.keyed_process.v2"
+
+
+class KeyedProcessRunner(KeyedRunner):
+    """``key_by(...).process(fn)`` with per-key value state and event-time timers.
+
+    ``self._state[key_group][key]`` holds the key's named values;
+    ``self._timers[key_group][key]`` the timestamps of its timers, mirrored in
+    a heap of ``(timestamp, seq, key_group, key)`` entries (deleted timers
+    are skipped when popped). Timers fire in :meth:`on_watermark`, in
+    timestamp order, also those that ``on_timer`` registers at or below the
+    watermark. Both are checkpointed per key group.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        keys: Sequence[str],
+        fn: ProcessFunction | Callable[[Row, ProcessContext], Iterable[Row] | None],
+        schema: pa.Schema | None,
+        time_column: str | None = None,
+    ) -> None:
+        super().__init__(node, keys)
+        self._function = fn if isinstance(fn, ProcessFunction) else None
+        self._fn = fn.process_element if isinstance(fn, ProcessFunction) else fn
+        self._writer = RowWriter(node, schema)
+        self._time_column = time_column
+        self._timers: dict[int, dict[Hashable, set[int]]] = {}
+        self._heap: list[tuple[int, int, int, Hashable]] = []
+        self._seq = itertools.count()
+        self._group = 0
+        self.watermark = MIN_WATERMARK
+        self._context = self._new_context(node, 0, 1, 0)
+
+    def _new_context(
+        self, name: str, subtask_index: int, parallelism: int, attempt: int
+    ) -> ProcessContext:
+        context = ProcessContext(name, subtask_index, parallelism, attempt)
+        context._timers = self
+        return context
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        epoch = self._context.current_checkpoint
+        self._context = self._new_context(
+            self.name,
+            int(ctx.get("subtask_index", 0)),
+            int(ctx.get("parallelism", 1)),
+            int(ctx.get("attempt", 0)),
+        )
+        self._context.current_checkpoint = epoch
+        if self._function is not None:
+            call_user(self.name, self._function.open, self._context)
+
+    # ---- recompute (FLINK-4120) -----------------------------------------------
+
+    @classmethod
+    def recomputable_for(cls, *args: Any) -> bool:
+        """Recomputable when the function is a ProcessFunction declaring it."""
+        fn = args[2] if len(args) > 2 else None
+        return isinstance(fn, ProcessFunction) and _overrides(fn, "null_state_watermark")
+
+    def null_state_watermark(self, checkpoint_id: int) -> int | None:
+        if self._function is None:
+            return None
+        return call_user(self.name, self._function.null_state_watermark, checkpoint_id)
+
+    def on_barrier(self, checkpoint_id: int) -> None:
+        self._context.current_checkpoint = checkpoint_id
+        if self._function is not None and _overrides(self._function, "on_barrier"):
+            call_user(self.name, self._function.on_barrier, checkpoint_id, self._context)
+
+    # ---- timers (the ProcessContext's timer backend) --------------------------
+
+    def register_timer(self, timestamp: int) -> None:
+        """Registers ``timestamp`` for the current key (idempotent)."""
+        if self._function is None or not _overrides(self._function, "on_timer"):
+            raise EddylineError(
+                f"operator '{self.name}': event-time timers need an ed.ProcessFunction that "
+                "implements on_timer(timestamp, ctx)",
+                operator=self.name,
+            )
+        key = self._context.key
+        group = self._group
+        per_key = self._timers.setdefault(group, {}).setdefault(key, set())
+        if timestamp not in per_key:
+            per_key.add(timestamp)
+            heapq.heappush(self._heap, (timestamp, next(self._seq), group, key))
+
+    def delete_timer(self, timestamp: int) -> None:
+        """Deletes the current key's timer at ``timestamp``, if any."""
+        key = self._context.key
+        keyed = self._timers.get(self._group)
+        per_key = keyed.get(key) if keyed is not None else None
+        if per_key is not None and timestamp in per_key:
+            per_key.discard(timestamp)
+            if not per_key:
+                del keyed[key]  # type: ignore[union-attr]
+
+    def timers_pending(self) -> int:
+        """How many timers are registered (for tests)."""
+        return sum(len(ts) for keyed in self._timers.values() for ts in keyed.values())
+
+    # ---- records --------------------------------------------------------------
+
+    def _process_keyed(
+        self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        rows, keys, groups = self._rows(batch, key_groups)
+        times: Sequence[int | None]
+        if self._time_column is not None and self._time_column in batch.schema.names:
+            times = event_times(batch, self._time_column, self.name)
+        else:
+            times = itertools.repeat(None, batch.num_rows)  # type: ignore[assignment]
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        row: Row | None = None
+        try:
+            with UserCode(
+                self.name,
+                detail=lambda v: f"key {short(v['self']._context.key)}, row: {short(v['row'])}",
+            ):
+                for row, key, group, timestamp in zip(rows, keys, groups, times, strict=False):
+                    result = self._call_for_key(group, key, timestamp, fn, row)
+                    if result is None:
+                        continue
+                    if isinstance(result, dict):
+                        append(result)
+                    else:
+                        out.extend(result)
+        finally:
+            self._unbind()
+        return self._writer.encode(out)
+
+    def _call_for_key(
+        self, group: int, key: Hashable, timestamp: int | None, fn: Callable[..., Any], arg: Any
+    ) -> Any:
+        """Calls ``fn(arg, ctx)`` with ``ctx`` bound to ``key``'s state and writes it back.
+
+        A key whose state ends up empty holds no entry, so snapshots stay small.
+        """
+        ctx = self._context
+        entries = self._state.get(group)
+        if entries is None:
+            entries = self._state[group] = {}
+        values = entries.get(key)
+        fresh = values is None
+        if fresh:
+            values = {}
+        ctx.key = key
+        ctx.timestamp = timestamp
+        ctx._values = values
+        self._group = group
+        result = fn(arg, ctx)
+        if values:
+            if fresh:
+                entries[key] = values
+        elif not fresh:
+            del entries[key]
+        return result
+
+    def _unbind(self) -> None:
+        """Detaches the context from the last key (after a batch or the timers fired)."""
+        ctx = self._context
+        ctx.key = None
+        ctx.timestamp = None
+        ctx._values = None
+
+    def on_watermark(self, watermark: int) -> RunnerOutput:
+        """Fires the timers at or below ``watermark``, in timestamp order."""
+        if watermark <= self.watermark:
+            return None
+        self.watermark = watermark
+        heap = self._heap
+        if not heap or heap[0][0] > watermark:
+            return None
+        assert self._function is not None  # only a ProcessFunction registers timers
+        on_timer = self._function.on_timer
+        out: list[Any] = []
+        timestamp = 0
+        try:
+            with UserCode(
+                self.name,
+                detail=lambda v: (
+                    f"on_timer at {v['timestamp']} for key {short(v['self']._context.key)}"
+                ),
+            ):
+                while heap and heap[0][0] <= watermark:
+                    timestamp, _, group, key = heapq.heappop(heap)
+                    keyed = self._timers.get(group)
+                    per_key = keyed.get(key) if keyed is not None else None
+                    if per_key is None or timestamp not in per_key:
+                        continue  # deleted
+                    per_key.discard(timestamp)
+                    if not per_key:
+                        del keyed[key]  # type: ignore[union-attr]
+                    result = self._call_for_key(group, key, timestamp, on_timer, timestamp)
+                    if isinstance(result, dict):
+                        out.append(result)
+                    elif result is not None:
+                        out.extend(result)
+        finally:
+            self._unbind()
+        return self._writer.encode(out)
+
+    def _lifecycle(self, hook: str, *args: Any) -> RunnerOutput:
+        if self._function is None or not _overrides(self._function, hook):
+            return None
+        result = call_user(self.name, getattr(self._function, hook), *args, self._context)
+        if result is None:
+            return None
+        return self._writer.encode([result] if isinstance(result, dict) else list(result))
+
+    def end_input(self, input: int) -> RunnerOutput:
+        """Calls ``ProcessFunction.end_input(input, ctx)``."""
+        return self._lifecycle("end_input", input)
+
+    def finish(self) -> RunnerOutput:
+        """Calls ``ProcessFunction.finish(ctx)`` (not when stopped without draining)."""
+        return self._lifecycle("finish")
+
+    # ---- state ----------------------------------------------------------------
+
+    def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
+        """One blob per key group: ``(format, values, timers, watermark)``.
+
+        Written for the key groups with values or timers and, once the
+        runner has a watermark, for every key group it owns (even empty
+        ones), so the watermark survives a restore (issue 12.3; like the
+        window operator's, DESIGN.md "Keyed state layer").
+        """
+        groups = {g for g, entries in self._state.items() if entries}
+        groups.update(g for g, keyed in self._timers.items() if keyed)
+        if self.watermark > MIN_WATERMARK:
+            ctx = self.ctx
+            groups.update(
+                key_group_range(
+                    int(ctx.get("subtask_index", 0)),
+                    int(ctx.get("parallelism", 1)),
+                    int(ctx.get("max_parallelism", 128)),
+                )
+            )
+        return {
+            group: pickle.dumps(
+                (
+                    _KEYED_STATE_FORMAT,
+                    self._state.get(group, {}),
+                    {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
+                    self.watermark,
+                ),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            for group in sorted(groups)
+        }
+
+    def restore(self, data: State) -> None:
+        """Restores values, timers and the watermark (the largest of the key groups given).
+
+        Also the formats of earlier versions: values only, and values with
+        timers but no watermark.
+        """
+        if isinstance(data, bytes | bytearray | memoryview):
+            super().restore(data)
+            return
+        if not isinstance(data, dict):
+            raise TypeError(f"keyed state must be {{key_group: bytes}}, got {type(data).__name__}")
+        for group, blob in data.items():
+            restored = pickle.loads(blob)
+            group = int(group)
+            if isinstance(restored, dict):  # values only
+                self._state.setdefault(group, {}).update(restored)
+                continue
+            _, values, timers, *rest = restored
+            if rest:
+                self.watermark = max(self.watermark, int(rest[0]))
+            if values:
+                self._state.setdefault(group, {}).update(values)
+            keyed = self._timers.setdefault(group, {})
+            for key, stamps in timers.items():
+                keyed.setdefault(key, set()).update(stamps)
+                for ts in stamps:
+                    heapq.heappush(self._heap, (ts, next(self._seq), group, key))
+
+    def close(self) -> None:
+        if self._function is not None:
+            call_user(self.name, self._function.close)
+
+
+def _overrides(function: ProcessFunction, hook: str) -> bool:
+    """True if ``function``'s class overrides the base class's ``hook``."""
+    return getattr(type(function), hook, None) is not getattr(ProcessFunction, hook)
