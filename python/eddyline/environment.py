@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ._checks import SchemaLike, as_schema
 from ._graph import LogicalGraph, native
 from ._runners import exact_array
 from ._storage import local_path
@@ -25,7 +26,7 @@ from .errors import GraphError, SchemaError
 from .job import JobClient, JobResult
 from .scope import StreamScope
 from .sources import Source, SourceReaderFactory
-from .stream import DataStream, SchemaLike, _as_schema
+from .stream import DataStream
 
 __all__ = ["StreamEnvironment"]
 
@@ -140,7 +141,7 @@ class StreamEnvironment:
             value: int64
         """
         rows = list(items)
-        declared = _as_schema(schema, "from_collection()")
+        declared = as_schema(schema, "from_collection()")
         n_dicts = sum(1 for item in rows if isinstance(item, dict))
         if n_dicts not in (0, len(rows)):
             raise TypeError(
@@ -207,7 +208,7 @@ class StreamEnvironment:
                 (all of one schema).
             schema: Required only for an empty list of batches.
         """
-        declared = _as_schema(schema, f"{_op}()")
+        declared = as_schema(schema, f"{_op}()")
         if isinstance(data, pa.Table):
             table_schema, batches = data.schema, data.to_batches(max_chunksize=self.batch_size)
         elif isinstance(data, pa.RecordBatch):

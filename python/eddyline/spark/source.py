@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._graph import native
 from ..errors import CheckpointError, GraphError, SchemaError
 from ..sources import Source
 from ._filelog import SinkLog, fsync_dir, local_path
@@ -161,8 +162,6 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def _has_completed_checkpoint(directory: str) -> bool:
-    from .._graph import native
-
     return any(c.get("valid") for c in native().list_checkpoints(directory))
 
 

@@ -1,0 +1,89 @@
+"""Two streams feeding one two-input operator: :class:`ConnectedStreams`.
+
+``stream.connect(other)`` pairs two streams of the same loop scope (FLIP-15:
+binary operations only within one scope), possibly of different schemas; a
+co-loop's body (``iterate_with_feedback``) receives the loop input and the
+feedback as one.
+
+Example:
+    >>> import eddyline as ed
+    >>> env = ed.StreamEnvironment()
+    >>> a, b = env.from_collection([{"x": 1}]), env.from_collection([{"y": "a"}])
+    >>> a.connect(b)
+    ConnectedStreams('from_collection_0', 'from_collection_1')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from ._checks import SchemaLike, as_schema, require_callable
+from ._graph import LogicalEdge
+from ._runners import BatchRunner, ConnectedRecordRunner, RunnerFactory
+from .functions import Row
+
+if TYPE_CHECKING:
+    from .stream import DataStream
+
+__all__ = ["ConnectedStreams"]
+
+
+class ConnectedStreams:
+    """Two streams feeding one two-input operator (``stream.connect(other)``)."""
+
+    def __init__(self, first: DataStream, second: DataStream) -> None:
+        self.first = first
+        self.second = second
+
+    def __repr__(self) -> str:
+        return f"ConnectedStreams({self.first.operator_name!r}, {self.second.operator_name!r})"
+
+    def _inputs(self) -> list[LogicalEdge]:
+        return [self.first._edge(0), self.second._edge(1)]
+
+    def map(
+        self,
+        fn1: Callable[[Row], Row],
+        fn2: Callable[[Row], Row],
+        *,
+        schema: SchemaLike | None = None,
+    ) -> DataStream:
+        """Maps rows of the first stream with ``fn1`` and of the second with ``fn2``.
+
+        Both must return rows of the same schema.
+        """
+        require_callable(fn1, "map()")
+        require_callable(fn2, "map()")
+        declared = as_schema(schema, "map()")
+        fns = (fn1, fn2)
+        return self.first._python(
+            "co_map",
+            lambda name: RunnerFactory(ConnectedRecordRunner, name, fns, declared),
+            schema=declared,
+            inputs=self._inputs(),
+        )
+
+    def map_batches(
+        self,
+        fn1: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
+        fn2: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
+        *,
+        schema: SchemaLike | None = None,
+    ) -> DataStream:
+        """Maps batches of the first stream with ``fn1`` and of the second with ``fn2``.
+
+        Both must return batches of the same schema.
+        """
+        require_callable(fn1, "map_batches()")
+        require_callable(fn2, "map_batches()")
+        declared = as_schema(schema, "map_batches()")
+        fns = (fn1, fn2)
+        return self.first._python(
+            "co_map_batches",
+            lambda name: RunnerFactory(BatchRunner, name, fns, declared),
+            schema=declared,
+            inputs=self._inputs(),
+        )
