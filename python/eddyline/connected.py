@@ -16,13 +16,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from ._checks import SchemaLike, as_schema, require_callable
 from ._graph import LogicalEdge
-from ._runners import BatchRunner, ConnectedRecordRunner, RunnerFactory
+from ._runners import BatchRunner, ConnectedRecordRunner, Runner, RunnerFactory
 from .functions import Row
 
 if TYPE_CHECKING:
@@ -44,6 +44,25 @@ class ConnectedStreams:
     def _inputs(self) -> list[LogicalEdge]:
         return [self.first._edge(0), self.second._edge(1)]
 
+    def _co_python(
+        self,
+        op: str,
+        what: str,
+        runner: type[Runner],
+        fns: tuple[Callable[..., Any], Callable[..., Any]],
+        schema: SchemaLike | None,
+    ) -> DataStream:
+        """Adds a two-input Python operator running ``fns[i]`` on input ``i``."""
+        for fn in fns:
+            require_callable(fn, what)
+        declared = as_schema(schema, what)
+        return self.first._python(
+            op,
+            lambda name: RunnerFactory(runner, name, fns, declared),
+            schema=declared,
+            inputs=self._inputs(),
+        )
+
     def map(
         self,
         fn1: Callable[[Row], Row],
@@ -55,16 +74,7 @@ class ConnectedStreams:
 
         Both must return rows of the same schema.
         """
-        require_callable(fn1, "map()")
-        require_callable(fn2, "map()")
-        declared = as_schema(schema, "map()")
-        fns = (fn1, fn2)
-        return self.first._python(
-            "co_map",
-            lambda name: RunnerFactory(ConnectedRecordRunner, name, fns, declared),
-            schema=declared,
-            inputs=self._inputs(),
-        )
+        return self._co_python("co_map", "map()", ConnectedRecordRunner, (fn1, fn2), schema)
 
     def map_batches(
         self,
@@ -77,13 +87,4 @@ class ConnectedStreams:
 
         Both must return batches of the same schema.
         """
-        require_callable(fn1, "map_batches()")
-        require_callable(fn2, "map_batches()")
-        declared = as_schema(schema, "map_batches()")
-        fns = (fn1, fn2)
-        return self.first._python(
-            "co_map_batches",
-            lambda name: RunnerFactory(BatchRunner, name, fns, declared),
-            schema=declared,
-            inputs=self._inputs(),
-        )
+        return self._co_python("co_map_batches", "map_batches()", BatchRunner, (fn1, fn2), schema)

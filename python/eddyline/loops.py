@@ -113,38 +113,7 @@ def build_loop(
     ``feedback_schema``; otherwise the body gets one stream and the feedback
     has ``outer``'s schema.
     """
-    head = _open_loop(
-        outer,
-        what,
-        co=co,
-        feedback_memory=feedback_memory,
-        priority=priority,
-        spill_dir=spill_dir,
-        feedback_schema=feedback_schema,
-    )
-    try:
-        inner = outer._on(head)
-        arg: Any = ConnectedStreams(inner, outer._on(head, port=1)) if co else inner
-        result = _call_loop_function(fn, arg, what)
-        expected = feedback_schema if co else outer.schema
-        return _close_loop(outer, what, head, result, expected)
-    except BaseException:
-        if head.params.get("feedback_node") is None:
-            _abandon_loop(outer._env._graph, head)
-        raise
-
-
-def _open_loop(
-    outer: DataStream,
-    what: str,
-    *,
-    co: bool,
-    feedback_memory: int | str,
-    priority: str,
-    spill_dir: str | os.PathLike[str] | None,
-    feedback_schema: pa.Schema | None,
-) -> LogicalNode:
-    """Adds the loop head, in a scope nested in ``outer``'s."""
+    # The loop head, in a scope nested in the outer one.
     if priority not in ("feedback_first", "adaptive"):
         raise ValueError(
             f"{what}: priority must be 'feedback_first' or 'adaptive', got {priority!r}"
@@ -158,7 +127,7 @@ def _open_loop(
         "spill_dir": os.fspath(spill_dir) if spill_dir is not None else None,
         "feedback_schema": _nullable(feedback_schema),
     }
-    return outer._env._graph.add(
+    head = outer._env._graph.add(
         "iterate",
         "loop_head",
         [outer._edge()],
@@ -167,6 +136,16 @@ def _open_loop(
         params=params,
         time_column=outer.time_column,
     )
+    try:
+        inner = outer._on(head)
+        arg: Any = ConnectedStreams(inner, outer._on(head, port=1)) if co else inner
+        result = _call_loop_function(fn, arg, what)
+        expected = feedback_schema if co else outer.schema
+        return _close_loop(outer, what, head, result, expected)
+    except BaseException:
+        if head.params.get("feedback_node") is None:
+            _abandon_loop(outer._env._graph, head)
+        raise
 
 
 def _close_loop(
@@ -209,15 +188,8 @@ def _close_loop(
             operator=feedback.operator_name,
         )
     head.params["feedback_node"] = feedback._node.id
-    node = outer._env._graph.add(
-        "loop_output",
-        "loop_exit",
-        [output._edge()],
-        scope=outer.scope,
-        schema=output.schema,
-        time_column=output.time_column,
-    )
-    return outer._on(node)
+    # The exit is back in the outer scope and keeps the output's event time.
+    return outer._add("loop_output", "loop_exit", schema=output.schema, inputs=[output._edge()])
 
 
 def _nullable(schema: pa.Schema | None) -> pa.Schema | None:
