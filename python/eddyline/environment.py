@@ -20,6 +20,7 @@ import pyarrow as pa
 from ._checks import SchemaLike, as_schema
 from ._graph import LogicalGraph, native
 from ._runners import exact_array
+from ._specs import NodeSpec
 from ._storage import local_path
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
@@ -328,8 +329,8 @@ class StreamEnvironment:
             "allow_non_restored_state": allow_non_restored_state,
         }
 
-    def build(self) -> list[dict[str, Any]]:
-        """Validates the job graph and returns the node dicts the native layer runs.
+    def build(self) -> list[NodeSpec]:
+        """Validates the job graph and returns the node specs the native layer runs.
 
         Raises:
             GraphError: If the job has no sink or the graph is invalid.
@@ -451,13 +452,13 @@ def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.ipc.open_stream(sink.getvalue()).read_next_batch()
 
 
-def _job_spec(nodes: list[Any], config: dict[str, Any]) -> bytes:
-    """The job as worker processes receive it (node dicts and config, pickled)."""
+def _job_spec(nodes: list[NodeSpec], config: dict[str, Any]) -> bytes:
+    """The job as worker processes receive it (node specs and config, pickled)."""
     import cloudpickle
 
     nodes = [
         {**node, "batches": [_compact(b) for b in node["batches"]]}
-        if node.get("kind") == "source_arrow"
+        if node["kind"] == "source_arrow"
         else node
         for node in nodes
     ]

@@ -192,11 +192,7 @@ class DataStream(_Operators):
         inputs: list[LogicalEdge] | None = None,
         is_sink: bool = False,
     ) -> DataStream:
-        params: dict[str, Any] = {
-            "make_factory": make_factory,
-            "output_schema": schema,
-            "num_inputs": len(inputs) if inputs else 1,
-        }
+        params: dict[str, Any] = {"make_factory": make_factory, "output_schema": schema}
         if is_sink:
             params["is_sink"] = True
         return self._add(op, "python", schema=schema, params=params, keys=keys, inputs=inputs)

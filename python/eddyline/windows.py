@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from ._specs import WindowAssignerSpec
 from .config import Duration, parse_duration
 
 __all__ = ["OutputTag", "Sliding", "TimeWindow", "Tumbling", "WindowAssigner"]
@@ -103,7 +104,7 @@ class WindowAssigner:
         out.reverse()
         return out
 
-    def _to_param(self) -> list[Any]:
+    def _to_param(self) -> WindowAssignerSpec:
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
@@ -144,8 +145,8 @@ class Tumbling(WindowAssigner):
         size_ms = duration_ms(size, "tumbling window size")
         super().__init__(size_ms, size_ms)
 
-    def _to_param(self) -> list[Any]:
-        return ["tumbling", self.size_ms]
+    def _to_param(self) -> WindowAssignerSpec:
+        return ("tumbling", self.size_ms)
 
     def __repr__(self) -> str:
         return f"Tumbling(size_ms={self.size_ms})"
@@ -175,8 +176,8 @@ class Sliding(WindowAssigner):
             duration_ms(size, "sliding window size"), duration_ms(slide, "sliding window slide")
         )
 
-    def _to_param(self) -> list[Any]:
-        return ["sliding", self.size_ms, self.slide_ms]
+    def _to_param(self) -> WindowAssignerSpec:
+        return ("sliding", self.size_ms, self.slide_ms)
 
     def __repr__(self) -> str:
         return f"Sliding(size_ms={self.size_ms}, slide_ms={self.slide_ms})"
