@@ -24,6 +24,7 @@ without the native extension; building and running jobs needs
 from __future__ import annotations
 
 from .config import CheckpointConfig, RestartStrategy, parse_duration
+from .connected import ConnectedStreams
 from .environment import StreamEnvironment
 from .errors import (
     CheckpointError,
@@ -38,20 +39,14 @@ from .errors import (
 from .expr import Expr, col, lit
 from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
+from .keyed import KeyedStream, WindowedStream
 from .loops import CoLoopFunction, LoopFunction
 from .runners import ProcessRunner
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .sources import Source
-from .stream import (
-    ConnectedStreams,
-    DataStream,
-    DataStreamSink,
-    KeyedStream,
-    OutputTag,
-    WindowedStream,
-)
-from .windows import Sliding, TimeWindow, Tumbling
+from .stream import DataStream, DataStreamSink
+from .windows import OutputTag, Sliding, TimeWindow, Tumbling
 
 __version__ = "0.1.0"
 

@@ -1,21 +1,37 @@
 """Type stub of the native extension ``eddyline._core`` (hand-written; see API.md).
 
-Node dicts, expression trees and the Python runner protocol are documented in
-``eddyline/_graph.py`` and ``eddyline/_exec/base.py``.
+Node specs (one typed dict per node kind) are defined in ``eddyline/_specs.py``,
+expression trees in ``eddyline/expr.py`` and the Python runner protocol in
+``eddyline/_exec/base.py``. ``python -m mypy.stubtest eddyline._core`` checks this
+stub against the built extension.
 """
 
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 import pyarrow as pa
 
-NodeDict = dict[str, Any]
-JobStatus = Literal["running", "restarting", "finished", "failed", "cancelled"]
+from eddyline._specs import NodeSpec
 
-def build_graph(nodes: list[NodeDict], max_parallelism: int) -> list[pa.Schema | None]:
+__all__ = [
+    "JobHandle",
+    "WorkerSession",
+    "__version__",
+    "build_graph",
+    "inspect_checkpoint",
+    "list_checkpoints",
+    "start_job",
+    "worker_connect",
+]
+
+__version__: str
+
+_JobStatus = Literal["running", "restarting", "finished", "failed", "cancelled"]
+
+def build_graph(nodes: list[NodeSpec], max_parallelism: int) -> list[pa.Schema | None]:
     """Validates a graph; returns each node's output schema (None where unknown)."""
 
 def start_job(
-    nodes: list[NodeDict],
+    nodes: list[NodeSpec],
     config: dict[str, Any],
     launcher: Any = None,
     workers: int = 1,
@@ -57,11 +73,12 @@ def inspect_checkpoint(path: str) -> dict[str, Any]:
     ``"null_state_checkpoint"`` (FLINK-4120). Raises ``CheckpointError``
     naming the file when it is corrupt."""
 
+@final
 class JobHandle:
     """A running (or ended) job."""
 
     @property
-    def status(self) -> JobStatus: ...
+    def status(self) -> _JobStatus: ...
     def wait(self, timeout_s: float) -> bool:
         """Waits up to ``timeout_s`` (GIL released); True once the job has ended."""
     def metrics(self) -> dict[str, Any]: ...
@@ -91,6 +108,7 @@ def worker_connect(
 ) -> WorkerSession:
     """Connects to the driver as worker ``index`` and waits for the job."""
 
+@final
 class WorkerSession:
     """A worker connected to its driver, holding the job it was given."""
 
@@ -104,5 +122,5 @@ class WorkerSession:
     def workers(self) -> int: ...
     def fail(self, message: str) -> None:
         """Tells the driver this worker cannot run the job."""
-    def run(self, nodes: list[NodeDict], config: dict[str, Any]) -> None:
+    def run(self, nodes: list[NodeSpec], config: dict[str, Any]) -> None:
         """Runs this worker's subtasks until the attempt ends (GIL released)."""

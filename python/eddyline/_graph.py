@@ -1,8 +1,9 @@
-"""The logical job graph built by the DSL, and its translation to binding node dicts.
+"""The logical job graph built by the DSL, and its translation to node specs.
 
 Every DSL call appends one :class:`LogicalNode`. At build time
 (:meth:`LogicalGraph.compile`) the nodes that lead to the requested targets
-are translated into the node dicts ``eddyline._core`` consumes; consecutive
+are translated into the node specs ``eddyline._core`` consumes (the typed
+dicts of ``eddyline/_specs.py``, one per node kind); consecutive
 per-record Python stages with the same parallelism are fused into one
 ``python`` node there.
 """
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
 from ._exec.codegen import Stage
 from ._exec.factory import RunnerFactory
 from ._exec.records import RecordChainRunner
+from ._specs import AssignTimestampsSpec, EdgeSpec, NodeBase, NodeSpec
 from .errors import GraphError
 from .scope import StreamScope
 
@@ -25,8 +27,6 @@ if TYPE_CHECKING:
     from .sinks import CollectHandle
 
 __all__ = ["LogicalEdge", "LogicalGraph", "LogicalNode", "native"]
-
-NodeDict = dict[str, Any]
 
 
 def native() -> Any:
@@ -57,8 +57,11 @@ class LogicalNode:
     """One operator as the user declared it.
 
     ``kind`` is a binding node kind, or ``"record"`` for a per-record Python
-    stage (fused at build time). For ``python`` nodes ``params["make_factory"]``
-    builds the runner factory from the node's final name.
+    stage (fused at build time). ``params`` holds the kind's own spec fields
+    (read by ``_native_spec``), except for ``python`` nodes
+    (``params["make_factory"]`` builds the runner factory from the node's
+    final name) and loop heads (``params["feedback_node"]`` is the logical id
+    of the loop's feedback, set when the loop closes).
     """
 
     id: int
@@ -97,9 +100,9 @@ class _Group:
 
 @dataclass
 class CompiledGraph:
-    """Binding node dicts plus the mapping from logical to physical ids."""
+    """Node specs for the native layer plus the mapping from logical to physical ids."""
 
-    nodes: list[NodeDict]
+    nodes: list[NodeSpec]
     physical: dict[int, int]
     collects: list[tuple[CollectHandle, int]]
 
@@ -174,7 +177,7 @@ class LogicalGraph:
         return sorted(seen)
 
     def compile(self, targets: Iterable[int], *, complete: bool = False) -> CompiledGraph:
-        """Translates the nodes leading to ``targets`` into binding node dicts.
+        """Translates the nodes leading to ``targets`` into node specs.
 
         With ``complete`` (a graph about to run) every loop must be closed.
 
@@ -219,97 +222,104 @@ class LogicalGraph:
             groups.append(_Group([nid]))
 
         uids: dict[str, str] = {}
-        out: list[NodeDict] = []
+        out: list[NodeSpec] = []
         collects: list[tuple[CollectHandle, int]] = []
         for index, group in enumerate(groups):
             members = [self.nodes[m] for m in group.members]
-            first, last = members[0], members[-1]
-            parallelism = self.parallelism_of(last)
-            inputs = []
-            for edge in first.inputs:
-                producer = self.nodes[edge.node]
-                if first.keys:
-                    partition, keys = "hash", list(first.keys)
-                elif self.parallelism_of(producer) == parallelism:
-                    partition, keys = "forward", []
-                else:
-                    partition, keys = "rebalance", []
-                inputs.append(
-                    {
-                        "node": group_of[edge.node],
-                        "partition": partition,
-                        "keys": keys,
-                        "input": edge.input,
-                        "port": edge.port,
-                    }
-                )
+            first = members[0]
             name = "+".join(member.display_name for member in members)
-            member_uids = [member.uid for member in members]
-            uid = None
-            if any(u is not None for u in member_uids):
-                uid = "+".join(
-                    u if u is not None else m.display_name
-                    for u, m in zip(member_uids, members, strict=True)
-                )
-                if uid in uids:
-                    raise GraphError(
-                        f"operators '{uids[uid]}' and '{name}' have the same uid {uid!r}; "
-                        "uids must be unique within a job",
-                        operator=name,
-                    )
-                uids[uid] = name
-            common: NodeDict = {
+            parallelism = self.parallelism_of(members[-1])
+            base: NodeBase = {
                 "id": index,
-                "kind": first.kind,
                 "name": name,
-                "uid": uid,
+                "uid": _group_uid(members, name, uids),
                 "parallelism": parallelism,
-                "inputs": inputs,
+                "inputs": self._edges(first, parallelism, group_of),
                 "scope": first.scope._loop_path(),
             }
-            if first.kind == "record":
-                stages: list[Stage] = []
-                for member in members:
-                    assert member.stage is not None
-                    kind, fn = member.stage
-                    stages.append((kind, fn, member.display_name))  # type: ignore[arg-type]
-                common["kind"] = "python"
-                common["factory"] = RunnerFactory(
-                    RecordChainRunner, name, stages, last.schema, self._batch_size()
-                )
-                common["output_schema"] = last.schema
-                common["num_inputs"] = 1
-                common["keys"] = None
-            elif first.kind == "python":
-                make_factory = first.params["make_factory"]
-                common["factory"] = make_factory(name)
-                common["output_schema"] = first.params.get("output_schema")
-                common["num_inputs"] = first.params.get("num_inputs", 1)
-                common["keys"] = list(first.keys) if first.keys else None
-            elif first.kind == "loop_head":
-                feedback = first.params.get("feedback_node")
-                common["loop"] = first.scope.loop_id
-                common["feedback_from"] = group_of.get(feedback) if feedback is not None else None
-                common["feedback_memory"] = first.params["feedback_memory"]
-                common["priority"] = first.params["priority"]
-                common["co"] = first.params["co"]
-                common["spill_dir"] = first.params.get("spill_dir")
-                common["feedback_schema"] = first.params.get("feedback_schema")
-            else:
-                common.update(first.params)
-                if first.kind == "keyed_agg":
-                    common["keys"] = list(first.keys or [])
             if first.side_outputs:
                 # Only windows have a side output: their late records, on port 1.
-                common["late_output"] = True
+                base["late_output"] = True
+            out.append(self._spec(base, members, group_of))
             if first.collect is not None:
                 collects.append((first.collect, index))
-            out.append(common)
         return CompiledGraph(
             nodes=out,
             physical={nid: group_of[nid] for nid in needed},
             collects=collects,
         )
+
+    def _edges(
+        self, node: LogicalNode, parallelism: int, group_of: dict[int, int]
+    ) -> list[EdgeSpec]:
+        """The inputs of the group ``node`` starts: hash-partitioned on its keys,
+        forwarded at the same parallelism, rebalanced otherwise."""
+        edges: list[EdgeSpec] = []
+        for edge in node.inputs:
+            producer = self.nodes[edge.node]
+            if node.keys:
+                partition: Literal["forward", "rebalance", "hash"] = "hash"
+                keys = list(node.keys)
+            elif self.parallelism_of(producer) == parallelism:
+                partition, keys = "forward", []
+            else:
+                partition, keys = "rebalance", []
+            edges.append(
+                {
+                    "node": group_of[edge.node],
+                    "partition": partition,
+                    "keys": keys,
+                    "input": edge.input,
+                    "port": edge.port,
+                }
+            )
+        return edges
+
+    def _spec(
+        self, base: NodeBase, members: list[LogicalNode], group_of: dict[int, int]
+    ) -> NodeSpec:
+        """The spec of one group: fused record stages, or a single node."""
+        first, last = members[0], members[-1]
+        if first.kind == "record":
+            stages: list[Stage] = []
+            for member in members:
+                assert member.stage is not None
+                kind, fn = member.stage
+                stages.append((kind, fn, member.display_name))  # type: ignore[arg-type]
+            factory = RunnerFactory(
+                RecordChainRunner, base["name"], stages, last.schema, self._batch_size()
+            )
+            return {
+                **base,
+                "kind": "python",
+                "factory": factory,
+                "output_schema": last.schema,
+                "keys": None,
+            }
+        params = first.params
+        if first.kind == "python":
+            return {
+                **base,
+                "kind": "python",
+                "factory": params["make_factory"](base["name"]),
+                "output_schema": params.get("output_schema"),
+                "keys": list(first.keys) if first.keys else None,
+            }
+        if first.kind == "loop_head":
+            assert first.scope.loop_id is not None  # a loop head is in its loop's scope
+            feedback = params.get("feedback_node")
+            return {
+                **base,
+                "kind": "loop_head",
+                "loop": first.scope.loop_id,
+                "feedback_from": group_of.get(feedback) if feedback is not None else None,
+                "feedback_memory": params["feedback_memory"],
+                "priority": params["priority"],
+                "co": params["co"],
+                "spill_dir": params.get("spill_dir"),
+                "feedback_schema": params.get("feedback_schema"),
+            }
+        return _native_spec(base, first)
 
     def output_schema(self, node: LogicalNode, max_parallelism: int) -> pa.Schema | None:
         """Builds the graph up to ``node`` in the native layer and returns its schema.
@@ -321,3 +331,95 @@ class LogicalGraph:
         schemas = native().build_graph(compiled.nodes, max_parallelism)
         schema: pa.Schema | None = schemas[compiled.physical[node.id]]
         return schema
+
+
+def _group_uid(members: list[LogicalNode], name: str, uids: dict[str, str]) -> str | None:
+    """The uid of a group (its members' uids or names joined), None when no member
+    has one; records it in ``uids`` (uid -> group name).
+
+    Raises:
+        GraphError: If another group has the same uid.
+    """
+    member_uids = [member.uid for member in members]
+    if all(u is None for u in member_uids):
+        return None
+    uid = "+".join(
+        u if u is not None else m.display_name for u, m in zip(member_uids, members, strict=True)
+    )
+    if uid in uids:
+        raise GraphError(
+            f"operators '{uids[uid]}' and '{name}' have the same uid {uid!r}; "
+            "uids must be unique within a job",
+            operator=name,
+        )
+    uids[uid] = name
+    return uid
+
+
+def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
+    """The spec of a native operator, source or sink from the node's DSL params."""
+    p = node.params
+    match node.kind:
+        case "source_arrow":
+            return {**base, "kind": "source_arrow", "schema": p["schema"], "batches": p["batches"]}
+        case "source_sequence":
+            return {**base, "kind": "source_sequence", "start": p["start"], "end": p["end"]}
+        case "source_parquet":
+            return {
+                **base,
+                "kind": "source_parquet",
+                "paths": p["paths"],
+                "storage_options": dict(p.get("storage_options") or {}),
+            }
+        case "source_python":
+            return {
+                **base,
+                "kind": "source_python",
+                "schema": p["schema"],
+                "make_reader": p["make_reader"],
+            }
+        case "filter":
+            return {**base, "kind": "filter", "expr": p["expr"]}
+        case "with_columns" | "select":
+            return {**base, "kind": node.kind, "columns": p["columns"]}
+        case "assign_timestamps":
+            spec: AssignTimestampsSpec = {
+                **base,
+                "kind": "assign_timestamps",
+                "column": p["column"],
+                "max_out_of_orderness_ms": p["max_out_of_orderness_ms"],
+            }
+            if "idle_timeout_ms" in p:
+                spec["idle_timeout_ms"] = p["idle_timeout_ms"]
+            return spec
+        case "keyed_agg":
+            keys = list(node.keys or [])
+            return {
+                **base,
+                "kind": "keyed_agg",
+                "keys": keys,
+                "agg": p["agg"],
+                "column": p["column"],
+            }
+        case "window":
+            return {
+                **base,
+                "kind": "window",
+                "keys": p["keys"],
+                "time_column": p["time_column"],
+                "assigner": p["assigner"],
+                "agg": p["agg"],
+                "column": p["column"],
+            }
+        case "loop_exit" | "union":
+            return {**base, "kind": node.kind}
+        case "sink_collect":
+            return {**base, "kind": "sink_collect"}
+        case "sink_parquet":
+            return {
+                **base,
+                "kind": "sink_parquet",
+                "dir": p["dir"],
+                "storage_options": dict(p.get("storage_options") or {}),
+            }
+    raise GraphError(f"unknown node kind '{node.kind}'", operator=base["name"])

@@ -18,8 +18,10 @@ from typing import Any
 import pyarrow as pa
 
 from . import _core
+from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
 from ._graph import LogicalGraph, native
+from ._specs import NodeSpec
 from ._storage import (
     checked_storage_options,
     is_object_store_uri,
@@ -31,7 +33,7 @@ from .errors import GraphError, SchemaError
 from .job import JobClient, JobResult
 from .scope import StreamScope
 from .sources import Source, SourceReaderFactory
-from .stream import DataStream, SchemaLike, _as_schema
+from .stream import DataStream
 
 __all__ = ["StreamEnvironment"]
 
@@ -153,7 +155,7 @@ class StreamEnvironment:
             value: int64
         """
         rows = list(items)
-        declared = _as_schema(schema, "from_collection()")
+        declared = as_schema(schema, "from_collection()")
         n_dicts = sum(1 for item in rows if isinstance(item, dict))
         if n_dicts not in (0, len(rows)):
             raise TypeError(
@@ -220,7 +222,7 @@ class StreamEnvironment:
                 (all of one schema).
             schema: Required only for an empty list of batches.
         """
-        declared = _as_schema(schema, f"{_op}()")
+        declared = as_schema(schema, f"{_op}()")
         if isinstance(data, pa.Table):
             table_schema, batches = data.schema, data.to_batches(max_chunksize=self.batch_size)
         elif isinstance(data, pa.RecordBatch):
@@ -361,8 +363,8 @@ class StreamEnvironment:
             "allow_non_restored_state": allow_non_restored_state,
         }
 
-    def build(self) -> list[dict[str, Any]]:
-        """Validates the job graph and returns the node dicts the native layer runs.
+    def build(self) -> list[NodeSpec]:
+        """Validates the job graph and returns the node specs the native layer runs.
 
         Raises:
             GraphError: If the job has no sink or the graph is invalid.
@@ -484,13 +486,13 @@ def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.ipc.open_stream(sink.getvalue()).read_next_batch()
 
 
-def _job_spec(nodes: list[Any], config: dict[str, Any]) -> bytes:
-    """The job as worker processes receive it (node dicts and config, pickled)."""
+def _job_spec(nodes: list[NodeSpec], config: dict[str, Any]) -> bytes:
+    """The job as worker processes receive it (node specs and config, pickled)."""
     import cloudpickle
 
     nodes = [
         {**node, "batches": [_compact(b) for b in node["batches"]]}
-        if node.get("kind") == "source_arrow"
+        if node["kind"] == "source_arrow"
         else node
         for node in nodes
     ]

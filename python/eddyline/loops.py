@@ -17,16 +17,30 @@ Example:
     >>> _ = env.execute()  # doctest: +SKIP
     >>> sorted(r["x"] for r in out.to_pylist())  # doctest: +SKIP
     [0, 0]
+
+The loop plumbing lives here too: :func:`build_loop` (behind
+``DataStream.iterate`` and ``iterate_with_feedback``) adds the loop head (a new
+:class:`~eddyline.StreamScope` one level deeper), runs the loop function on
+the stream inside the loop, checks its ``(feedback, output)`` and closes the
+loop with its exit; a loop function that fails leaves nothing in the graph.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .stream import ConnectedStreams, DataStream
+import pyarrow as pa
 
-__all__ = ["CoLoopFunction", "LoopFunction"]
+from .config import parse_size
+from .connected import ConnectedStreams
+from .errors import GraphError, SchemaError, ScopeError
+
+if TYPE_CHECKING:
+    from ._graph import LogicalGraph, LogicalNode
+    from .stream import DataStream
+
+__all__ = ["CoLoopFunction", "LoopFunction", "build_loop"]
 
 
 class LoopFunction:
@@ -62,7 +76,7 @@ class CoLoopFunction:
         raise NotImplementedError(f"{type(self).__name__} must implement loop(connected)")
 
 
-def call_loop_function(fn: Any, arg: Any, what: str) -> tuple[Any, Any]:
+def _call_loop_function(fn: Any, arg: Any, what: str) -> tuple[Any, Any]:
     """Calls a loop function (object with ``loop`` or callable) and checks its result."""
     if isinstance(fn, (LoopFunction, CoLoopFunction)) or hasattr(fn, "loop"):
         result = fn.loop(arg)
@@ -78,3 +92,118 @@ def call_loop_function(fn: Any, arg: Any, what: str) -> tuple[Any, Any]:
             f"{what}: the loop function must return (feedback, output), got {type(result).__name__}"
         )
     return result
+
+
+def build_loop(
+    outer: DataStream,
+    what: str,
+    fn: Any,
+    *,
+    co: bool,
+    feedback_memory: int | str,
+    priority: str,
+    spill_dir: str | os.PathLike[str] | None,
+    feedback_schema: pa.Schema | None,
+) -> DataStream:
+    """Opens a loop on ``outer``, builds its body with ``fn`` and closes it; returns
+    the loop's output. A failing body leaves nothing behind in the graph.
+
+    ``co`` (``iterate_with_feedback``): the body gets (loop input, feedback)
+    as :class:`~eddyline.ConnectedStreams` and the feedback has
+    ``feedback_schema``; otherwise the body gets one stream and the feedback
+    has ``outer``'s schema.
+    """
+    # The loop head, in a scope nested in the outer one.
+    if priority not in ("feedback_first", "adaptive"):
+        raise ValueError(
+            f"{what}: priority must be 'feedback_first' or 'adaptive', got {priority!r}"
+        )
+    memory = parse_size(feedback_memory, what=f"{what}: feedback_memory")
+    params: dict[str, Any] = {
+        "feedback_node": None,
+        "feedback_memory": memory,
+        "priority": priority,
+        "co": co,
+        "spill_dir": os.fspath(spill_dir) if spill_dir is not None else None,
+        "feedback_schema": _nullable(feedback_schema),
+    }
+    head = outer._env._graph.add(
+        "iterate",
+        "loop_head",
+        [outer._edge()],
+        scope=outer.scope.nest(),
+        schema=_nullable(outer.schema),
+        params=params,
+        time_column=outer.time_column,
+    )
+    try:
+        inner = outer._on(head)
+        arg: Any = ConnectedStreams(inner, outer._on(head, port=1)) if co else inner
+        result = _call_loop_function(fn, arg, what)
+        expected = feedback_schema if co else outer.schema
+        return _close_loop(outer, what, head, result, expected)
+    except BaseException:
+        if head.params.get("feedback_node") is None:
+            _abandon_loop(outer._env._graph, head)
+        raise
+
+
+def _close_loop(
+    outer: DataStream,
+    what: str,
+    head: LogicalNode,
+    result: tuple[Any, Any],
+    expected: pa.Schema | None,
+) -> DataStream:
+    """Checks the loop function's ``(feedback, output)``, wires the feedback to the
+    head and adds the loop's exit (back in ``outer``'s scope)."""
+    feedback, output = result
+    for role, stream in (("feedback", feedback), ("output", output)):
+        # type(outer) is DataStream: this module names the class for type checks only
+        # (stream.py imports it, not the other way round).
+        if not isinstance(stream, type(outer)):
+            raise TypeError(
+                f"{what}: the loop function must return (feedback, output) DataStreams; "
+                f"its {role} is a {type(stream).__name__}"
+            )
+        if stream._env is not outer._env:
+            raise GraphError(f"{what}: the loop's {role} belongs to another StreamEnvironment")
+        if stream.scope != head.scope:
+            raise ScopeError(
+                f"{what}: the loop's {role} '{stream.operator_name}' is in scope "
+                f"{stream.scope!r}, not in the loop's scope {head.scope!r}; build it from "
+                "the stream the loop function received",
+                operator=stream.operator_name,
+            )
+    if feedback._port:
+        raise GraphError(
+            f"{what}: the feedback stream of the loop cannot be fed back unchanged",
+            operator=head.display_name,
+        )
+    got = feedback.schema
+    if expected is not None and got is not None and not _same_columns(expected, got):
+        raise SchemaError(
+            f"{what}: the feedback '{feedback.operator_name}' has schema\n{got}\nbut the "
+            f"loop's feedback must have schema\n{expected}",
+            operator=feedback.operator_name,
+        )
+    head.params["feedback_node"] = feedback._node.id
+    # The exit is back in the outer scope and keeps the output's event time.
+    return outer._add("loop_output", "loop_exit", schema=output.schema, inputs=[output._edge()])
+
+
+def _nullable(schema: pa.Schema | None) -> pa.Schema | None:
+    """``schema`` with every field nullable (what a loop head emits)."""
+    if schema is None:
+        return None
+    return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
+
+
+def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    return a.names == b.names and all(x.type == y.type for x, y in zip(a, b, strict=True))
+
+
+def _abandon_loop(graph: LogicalGraph, head: LogicalNode) -> None:
+    """Removes a loop whose function failed: its head and everything built on it."""
+    while graph.nodes and graph.nodes[-1].id >= head.id:
+        graph.nodes.pop()

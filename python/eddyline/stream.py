@@ -1,10 +1,17 @@
-"""Streams and operators: :class:`DataStream`, :class:`KeyedStream`, :class:`ConnectedStreams`.
+"""Streams and operators: :class:`DataStream` and :class:`DataStreamSink`.
 
 A :class:`DataStream` is a typed stream of Arrow record batches. Per-record
 functions (``map``, ``flat_map``, ``filter(fn)``) see each row as a ``dict``;
 batch functions (``map_batches``) see ``pyarrow.RecordBatch`` objects; native
 expressions (``filter(expr)``, ``with_columns``, ``select``) and keyed
 aggregates run in Rust without the GIL.
+
+The DSL's modules depend one way: ``environment`` builds :class:`DataStream`
+objects; this module builds on ``keyed`` (:class:`~eddyline.KeyedStream`,
+:class:`~eddyline.WindowedStream`), ``connected``
+(:class:`~eddyline.ConnectedStreams`) and ``loops`` (the loop plumbing),
+which name :class:`DataStream` in annotations only; all of them add nodes to
+the ``_graph`` module's logical graph.
 
 Example:
     >>> import eddyline as ed
@@ -18,106 +25,31 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ._checks import SchemaLike, as_schema, missing_columns_error, require_callable
 from ._exec.batches import BatchRunner
 from ._exec.event_time import is_event_time_type
 from ._exec.factory import RunnerFactory
-from ._exec.keyed import KeyedReduceRunner
-from ._exec.process import KeyedProcessRunner
-from ._exec.records import ConnectedRecordRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
-from ._exec.window import LATE_PORT, PythonWindowRunner, window_output_schema
 from ._graph import LogicalEdge, LogicalNode
-from .config import Duration, parse_duration, parse_size
+from .config import Duration, parse_duration
+from .connected import ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
-from .functions import ProcessContext, ProcessFunction, Row
-from .loops import CoLoopFunction, LoopFunction, call_loop_function
+from .functions import Row
+from .keyed import KeyedStream
+from .loops import CoLoopFunction, LoopFunction, build_loop
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
-from .windows import TimeWindow, WindowAssigner
+from .windows import OutputTag
 
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
 
-__all__ = [
-    "ConnectedStreams",
-    "DataStream",
-    "DataStreamSink",
-    "KeyedStream",
-    "OutputTag",
-    "WindowedStream",
-]
-
-SchemaLike: TypeAlias = pa.Schema | Sequence[pa.Field] | Sequence[tuple[str, pa.DataType]]
-ProcessFn: TypeAlias = (
-    ProcessFunction | type[ProcessFunction] | Callable[[Row, ProcessContext], Any]
-)
-WindowFn: TypeAlias = Callable[[Any, TimeWindow, list[Row]], Iterable[Row] | None]
-"""``fn(key, window, rows) -> iterable of rows`` for :meth:`WindowedStream.apply`."""
-
-
-def _as_schema(schema: SchemaLike | None, what: str) -> pa.Schema | None:
-    if schema is None or isinstance(schema, pa.Schema):
-        return schema
-    try:
-        return pa.schema(schema)
-    except (TypeError, ValueError, pa.ArrowException) as exc:
-        raise TypeError(f"{what}: schema must be a pyarrow.Schema, got {schema!r}") from exc
-
-
-def _require_callable(fn: object, what: str) -> None:
-    if not callable(fn):
-        raise TypeError(f"{what} needs a callable, got {type(fn).__name__}")
-
-
-def _missing_columns_error(
-    operator: str, missing: str, schema: pa.Schema, role: str = "column"
-) -> GraphError:
-    columns = ", ".join(f"{f.name}: {f.type}" for f in schema) or "none"
-    return GraphError(
-        f"operator '{operator}': {role} '{missing}' is not in the input schema "
-        f"(columns: {columns})",
-        operator=operator,
-    )
-
-
-class OutputTag:
-    """Names a side output of an operator (Flink's ``OutputTag``).
-
-    Give it to :meth:`KeyedStream.window` as ``late_output`` to receive the
-    window's late records, then read them with :meth:`DataStream.side_output`.
-    Tags are equal when their names are.
-
-    Example:
-        >>> import eddyline as ed
-        >>> ed.OutputTag("late")
-        OutputTag('late')
-    """
-
-    __slots__ = ("_name",)
-
-    def __init__(self, name: str) -> None:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"OutputTag() needs a non-empty str name, got {name!r}")
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        """The tag's name."""
-        return self._name
-
-    def __repr__(self) -> str:
-        return f"OutputTag({self._name!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, OutputTag) and other._name == self._name
-
-    def __hash__(self) -> int:
-        return hash((OutputTag, self._name))
+__all__ = ["DataStream", "DataStreamSink"]
 
 
 class _Operators:
@@ -191,6 +123,10 @@ class DataStream(_Operators):
         """An edge reading this stream into logical input ``input``."""
         return LogicalEdge(self._node.id, input, self._port)
 
+    def _on(self, node: LogicalNode, port: int = 0) -> DataStream:
+        """A stream of this environment reading output ``port`` of ``node``."""
+        return DataStream(self._env, node, port)
+
     # ---- properties ---------------------------------------------------------
 
     @property
@@ -258,11 +194,7 @@ class DataStream(_Operators):
         inputs: list[LogicalEdge] | None = None,
         is_sink: bool = False,
     ) -> DataStream:
-        params: dict[str, Any] = {
-            "make_factory": make_factory,
-            "output_schema": schema,
-            "num_inputs": len(inputs) if inputs else 1,
-        }
+        params: dict[str, Any] = {"make_factory": make_factory, "output_schema": schema}
         if is_sink:
             params["is_sink"] = True
         return self._add(op, "python", schema=schema, params=params, keys=keys, inputs=inputs)
@@ -284,7 +216,7 @@ class DataStream(_Operators):
             try:
                 for name in columns:
                     if name not in self.schema.names:
-                        raise _missing_columns_error(node.display_name, name, self.schema)
+                        raise missing_columns_error(node.display_name, name, self.schema)
                 node.schema = graph.output_schema(node, self._env.max_parallelism)
             except BaseException:
                 graph.discard_last(node)
@@ -313,8 +245,8 @@ class DataStream(_Operators):
             fn: ``fn(row) -> row``.
             schema: The output schema; inferred from the first output if omitted.
         """
-        _require_callable(fn, "map()")
-        return self._add("map", "record", schema=_as_schema(schema, "map()"), stage=("map", fn))
+        require_callable(fn, "map()")
+        return self._add("map", "record", schema=as_schema(schema, "map()"), stage=("map", fn))
 
     def flat_map(
         self, fn: Callable[[Row], Iterable[Row] | None], *, schema: SchemaLike | None = None
@@ -325,11 +257,11 @@ class DataStream(_Operators):
             fn: ``fn(row) -> iterable of rows`` (``None`` emits nothing).
             schema: The output schema; inferred from the first output if omitted.
         """
-        _require_callable(fn, "flat_map()")
+        require_callable(fn, "flat_map()")
         return self._add(
             "flat_map",
             "record",
-            schema=_as_schema(schema, "flat_map()"),
+            schema=as_schema(schema, "flat_map()"),
             stage=("flat_map", fn),
         )
 
@@ -344,7 +276,7 @@ class DataStream(_Operators):
             return self._native(
                 "filter", "filter", {"expr": predicate._tree()}, columns=predicate.columns()
             )
-        _require_callable(predicate, "filter()")
+        require_callable(predicate, "filter()")
         return self._add("filter", "record", schema=self.schema, stage=("filter", predicate))
 
     # ---- batch functions ----------------------------------------------------
@@ -364,8 +296,8 @@ class DataStream(_Operators):
             fn: ``fn(batch) -> batch``.
             schema: The output schema, if known in advance.
         """
-        _require_callable(fn, "map_batches()")
-        declared = _as_schema(schema, "map_batches()")
+        require_callable(fn, "map_batches()")
+        declared = as_schema(schema, "map_batches()")
         return self._python(
             "map_batches",
             lambda name: RunnerFactory(BatchRunner, name, (fn,), declared),
@@ -510,7 +442,7 @@ class DataStream(_Operators):
         if self.schema is not None:
             for key in key_list:
                 if key not in self.schema.names:
-                    raise _missing_columns_error(
+                    raise missing_columns_error(
                         f"key_by after {self.operator_name}", key, self.schema, "key column"
                     )
         return KeyedStream(self, key_list)
@@ -541,113 +473,6 @@ class DataStream(_Operators):
 
     # ---- loops --------------------------------------------------------------
 
-    def _open_loop(
-        self,
-        what: str,
-        *,
-        co: bool,
-        feedback_memory: int | str,
-        priority: str,
-        spill_dir: str | os.PathLike[str] | None,
-        feedback_schema: pa.Schema | None,
-    ) -> LogicalNode:
-        if priority not in ("feedback_first", "adaptive"):
-            raise ValueError(
-                f"{what}: priority must be 'feedback_first' or 'adaptive', got {priority!r}"
-            )
-        memory = parse_size(feedback_memory, what=f"{what}: feedback_memory")
-        params: dict[str, Any] = {
-            "feedback_node": None,
-            "feedback_memory": memory,
-            "priority": priority,
-            "co": co,
-            "spill_dir": os.fspath(spill_dir) if spill_dir is not None else None,
-            "feedback_schema": _nullable(feedback_schema),
-        }
-        return self._env._graph.add(
-            "iterate",
-            "loop_head",
-            [self._edge()],
-            scope=self.scope.nest(),
-            schema=_nullable(self.schema),
-            params=params,
-            time_column=self.time_column,
-        )
-
-    def _close_loop(
-        self, what: str, head: LogicalNode, result: tuple[Any, Any], expected: pa.Schema | None
-    ) -> DataStream:
-        feedback, output = result
-        for role, stream in (("feedback", feedback), ("output", output)):
-            if not isinstance(stream, DataStream):
-                raise TypeError(
-                    f"{what}: the loop function must return (feedback, output) DataStreams; "
-                    f"its {role} is a {type(stream).__name__}"
-                )
-            if stream._env is not self._env:
-                raise GraphError(f"{what}: the loop's {role} belongs to another StreamEnvironment")
-            if stream.scope != head.scope:
-                raise ScopeError(
-                    f"{what}: the loop's {role} '{stream.operator_name}' is in scope "
-                    f"{stream.scope!r}, not in the loop's scope {head.scope!r}; build it from "
-                    "the stream the loop function received",
-                    operator=stream.operator_name,
-                )
-        if feedback._port:
-            raise GraphError(
-                f"{what}: the feedback stream of the loop cannot be fed back unchanged",
-                operator=head.display_name,
-            )
-        got = feedback.schema
-        if expected is not None and got is not None and not _same_columns(expected, got):
-            raise SchemaError(
-                f"{what}: the feedback '{feedback.operator_name}' has schema\n{got}\nbut the "
-                f"loop's feedback must have schema\n{expected}",
-                operator=feedback.operator_name,
-            )
-        head.params["feedback_node"] = feedback._node.id
-        node = self._env._graph.add(
-            "loop_output",
-            "loop_exit",
-            [output._edge()],
-            scope=self.scope,
-            schema=output.schema,
-            time_column=output.time_column,
-        )
-        return DataStream(self._env, node)
-
-    def _loop(
-        self,
-        what: str,
-        fn: Any,
-        *,
-        co: bool,
-        feedback_memory: int | str,
-        priority: str,
-        spill_dir: str | os.PathLike[str] | None,
-        feedback_schema: pa.Schema | None,
-    ) -> DataStream:
-        """Opens a loop, builds its body with ``fn`` and closes it; a failing body
-        leaves nothing behind in the graph."""
-        head = self._open_loop(
-            what,
-            co=co,
-            feedback_memory=feedback_memory,
-            priority=priority,
-            spill_dir=spill_dir,
-            feedback_schema=feedback_schema,
-        )
-        try:
-            inner = DataStream(self._env, head)
-            arg: Any = ConnectedStreams(inner, DataStream(self._env, head, port=1)) if co else inner
-            result = call_loop_function(fn, arg, what)
-            expected = feedback_schema if co else self.schema
-            return self._close_loop(what, head, result, expected)
-        except BaseException:
-            if head.params.get("feedback_node") is None:
-                _abandon_loop(self._env._graph, head)
-            raise
-
     def iterate(
         self,
         loop_fn: LoopFunction | Callable[[DataStream], tuple[DataStream, DataStream]],
@@ -674,7 +499,8 @@ class DataStream(_Operators):
             ScopeError: If the feedback or output is not built inside the loop.
             SchemaError: If the feedback's schema differs from this stream's.
         """
-        return self._loop(
+        return build_loop(
+            self,
             "iterate()",
             loop_fn,
             co=False,
@@ -699,10 +525,11 @@ class DataStream(_Operators):
         feedback) and returns ``(feedback, output)``; the feedback has
         ``feedback_schema``, which may differ from this stream's schema.
         """
-        declared = _as_schema(feedback_schema, "iterate_with_feedback()")
+        declared = as_schema(feedback_schema, "iterate_with_feedback()")
         if declared is None:
             raise TypeError("iterate_with_feedback() needs a feedback_schema")
-        return self._loop(
+        return build_loop(
+            self,
             "iterate_with_feedback()",
             co_loop_fn,
             co=True,
@@ -801,23 +628,6 @@ class DataStream(_Operators):
         return DataStreamSink(self._env, stream._node)
 
 
-def _nullable(schema: pa.Schema | None) -> pa.Schema | None:
-    """``schema`` with every field nullable (what a loop head emits)."""
-    if schema is None:
-        return None
-    return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
-
-
-def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
-    return a.names == b.names and all(x.type == y.type for x, y in zip(a, b, strict=True))
-
-
-def _abandon_loop(graph: Any, head: LogicalNode) -> None:
-    """Removes a loop whose function failed: its head and everything built on it."""
-    while graph.nodes and graph.nodes[-1].id >= head.id:
-        graph.nodes.pop()
-
-
 class DataStreamSink(_Operators):
     """The handle :meth:`DataStream.sink_to` returns: name, uid and parallelism of the sink."""
 
@@ -827,374 +637,3 @@ class DataStreamSink(_Operators):
 
     def __repr__(self) -> str:
         return f"DataStreamSink({self._node.display_name!r})"
-
-
-class KeyedStream:
-    """A stream partitioned by key; every key is handled by one parallel instance.
-
-    Aggregates are running: after each input batch they emit one updated row
-    per key seen in that batch, holding the key columns and the aggregate.
-    """
-
-    def __init__(self, stream: DataStream, keys: list[str]) -> None:
-        self._stream = stream
-        self._keys = keys
-
-    @property
-    def keys(self) -> list[str]:
-        """The key columns."""
-        return list(self._keys)
-
-    def __repr__(self) -> str:
-        return f"KeyedStream({self._stream.operator_name!r}, keys={self._keys!r})"
-
-    def _agg(self, agg: str, column: str | None) -> DataStream:
-        if column is not None and not isinstance(column, str):
-            raise TypeError(f"{agg}() needs a column name, got {column!r}")
-        params = {"keys": list(self._keys), "agg": agg, "column": column}
-        return self._stream._native(
-            agg,
-            "keyed_agg",
-            params,
-            keys=list(self._keys),
-            columns=[column] if column is not None else [],
-        )
-
-    def sum(self, column: str) -> DataStream:
-        """Running sum of ``column`` per key."""
-        return self._agg("sum", column)
-
-    def count(self) -> DataStream:
-        """Running row count per key, in column ``count``."""
-        return self._agg("count", None)
-
-    def min(self, column: str) -> DataStream:
-        """Running minimum of ``column`` per key."""
-        return self._agg("min", column)
-
-    def max(self, column: str) -> DataStream:
-        """Running maximum of ``column`` per key."""
-        return self._agg("max", column)
-
-    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
-        """Running reduction per key: ``fn(acc_row, row) -> row`` (rows keep the input schema).
-
-        After each input batch, emits the accumulated row of every key seen in
-        that batch, in first-occurrence order.
-        """
-        _require_callable(fn, "reduce()")
-        keys = list(self._keys)
-        return self._stream._python(
-            "reduce",
-            lambda name: RunnerFactory(KeyedReduceRunner, name, keys, fn),
-            schema=self._stream.schema,
-            keys=keys,
-        )
-
-    def process(self, fn: ProcessFn, *, schema: SchemaLike | None = None) -> DataStream:
-        """Runs a keyed function with per-key state.
-
-        Args:
-            fn: ``fn(row, ctx) -> iterable of rows | None``, or an
-                :class:`~eddyline.ProcessFunction` (instance or subclass). ``ctx``
-                has ``ctx.key``, ``ctx.state`` and ``ctx.get_state(name)``.
-            schema: The output schema; inferred from the first output if omitted.
-        """
-        if isinstance(fn, type) and issubclass(fn, ProcessFunction):
-            fn = fn()
-        if not isinstance(fn, ProcessFunction):
-            _require_callable(fn, "process()")
-        keys = list(self._keys)
-        declared = _as_schema(schema, "process()")
-        private = (2,) if isinstance(fn, ProcessFunction) else ()
-        function = fn
-        time_column = self._stream.time_column
-        return self._stream._python(
-            "process",
-            lambda name: RunnerFactory(
-                KeyedProcessRunner, name, keys, function, declared, time_column, private=private
-            ),
-            schema=declared,
-            keys=keys,
-        )
-
-    def dedup(self, ttl: Duration) -> DataStream:
-        """Drops duplicate records per key within ``ttl`` of event time.
-
-        The first record of a key is emitted; later records of that key are
-        dropped until the watermark passes the first one's event time plus
-        ``ttl``, after which the next record is emitted again (PySpark's
-        ``dropDuplicatesWithinWatermark``, Flink SQL's keep-first-row
-        deduplication with a state TTL). Needs event time
-        (:meth:`DataStream.assign_timestamps` upstream). Its state can be
-        recomputed: with ``CheckpointConfig(recovery="recompute")`` it is not
-        persisted but rebuilt by replaying the input.
-
-        Raises:
-            GraphError: The stream has no event time.
-            ValueError: ``ttl`` is not positive.
-
-        Example:
-            >>> import eddyline as ed
-            >>> env = ed.StreamEnvironment()
-            >>> s = env.from_collection([{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 2, "v": 2}])
-            >>> out = s.assign_timestamps("t").key_by("k").dedup("1s").collect()
-            >>> _ = env.execute()
-            >>> out.to_pylist()
-            [{'k': 'a', 't': 1, 'v': 1}]
-        """
-        from ._exec.dedup import Deduplicate
-
-        seconds = parse_duration(ttl, what="dedup ttl")
-        if seconds <= 0:
-            raise ValueError(f"dedup ttl must be positive, got {ttl!r}")
-        if self._stream.time_column is None:
-            raise GraphError(
-                f"dedup(): stream '{self._stream.operator_name}' has no event time; call "
-                "assign_timestamps(...) before key_by(...).dedup(...)"
-            )
-        return self.process(Deduplicate(round(seconds * 1000)), schema=self._stream.schema).name(
-            "dedup"
-        )
-
-    def window(
-        self, assigner: WindowAssigner, *, late_output: OutputTag | None = None
-    ) -> WindowedStream:
-        """Groups each key's records into event-time windows (``ed.Tumbling``, ``ed.Sliding``).
-
-        The event time is the column given to the nearest upstream
-        :meth:`DataStream.assign_timestamps`. Records arriving after all
-        their windows fired are late: counted in the operator's
-        ``late_records`` metric and dropped, or, with ``late_output``, sent
-        unchanged to the window's side output, read with
-        ``windowed_result.side_output(late_output)``.
-
-        Raises:
-            TypeError: ``late_output`` is not an :class:`OutputTag`.
-            GraphError: The stream has no event time.
-
-        Example:
-            >>> import eddyline as ed
-            >>> env = ed.StreamEnvironment()
-            >>> s = env.from_collection([{"k": "a", "t": 1000, "v": 1}])
-            >>> s.assign_timestamps("t").key_by("k").window(ed.Tumbling("10s"))
-            WindowedStream(keys=['k'], Tumbling(size_ms=10000), time_column='t')
-        """
-        if not isinstance(assigner, WindowAssigner):
-            raise TypeError(
-                f"window() needs ed.Tumbling(size) or ed.Sliding(size, slide), got {assigner!r}"
-            )
-        if late_output is not None and not isinstance(late_output, OutputTag):
-            raise TypeError(
-                f"window(): late_output must be an ed.OutputTag, got {late_output!r} (after "
-                f"operator '{self._stream.operator_name}')"
-            )
-        time_column = self._stream.time_column
-        if time_column is None:
-            raise GraphError(
-                f"window() after '{self._stream.operator_name}': the stream has no event time; "
-                "call .assign_timestamps(column) upstream first",
-                operator=self._stream.operator_name,
-            )
-        schema = self._stream.schema
-        if schema is not None and time_column not in schema.names:
-            where = f"window after {self._stream.operator_name}"
-            raise _missing_columns_error(where, time_column, schema, "event-time column")
-        return WindowedStream(self, assigner, time_column, late_output)
-
-
-class WindowedStream:
-    """A keyed stream grouped into event-time windows (``keyed.window(assigner)``).
-
-    Each window emits one row per key when the watermark passes its end:
-    the key columns, ``window_start``, ``window_end`` (of the event-time
-    column's type) and the result. Records arriving after all their windows
-    fired are late: counted in the operator's ``late_records`` metric and
-    dropped, or, if the window was given ``late_output=tag``, emitted
-    unchanged on the result's ``side_output(tag)``.
-    """
-
-    def __init__(
-        self,
-        keyed: KeyedStream,
-        assigner: WindowAssigner,
-        time_column: str,
-        late_output: OutputTag | None = None,
-    ) -> None:
-        self._keyed = keyed
-        self._stream = keyed._stream
-        self._assigner = assigner
-        self._time_column = time_column
-        self._late_output = late_output
-
-    def _declare_late_output(self, stream: DataStream) -> DataStream:
-        """Registers the late-record side output on the window's node."""
-        stream._node.time_column = None
-        if self._late_output is not None:
-            stream._node.side_outputs[self._late_output.name] = (LATE_PORT, self._stream.schema)
-        return stream
-
-    @property
-    def assigner(self) -> WindowAssigner:
-        """The window assigner."""
-        return self._assigner
-
-    @property
-    def time_column(self) -> str:
-        """The event-time column."""
-        return self._time_column
-
-    def __repr__(self) -> str:
-        return (
-            f"WindowedStream(keys={self._keyed.keys!r}, {self._assigner!r}, "
-            f"time_column={self._time_column!r})"
-        )
-
-    def _agg(self, agg: str, column: str | None) -> DataStream:
-        if column is not None and not isinstance(column, str):
-            raise TypeError(f"{agg}() needs a column name, got {column!r}")
-        keys = self._keyed.keys
-        params = {
-            "keys": keys,
-            "time_column": self._time_column,
-            "assigner": self._assigner._to_param(),
-            "agg": agg,
-            "column": column,
-        }
-        columns = [self._time_column] + ([column] if column is not None else [])
-        stream = self._stream._native(f"window_{agg}", "window", params, keys=keys, columns=columns)
-        return self._declare_late_output(stream)
-
-    def sum(self, column: str) -> DataStream:
-        """The sum of ``column`` per key and window (nulls ignored)."""
-        return self._agg("sum", column)
-
-    def count(self) -> DataStream:
-        """The number of records per key and window, in column ``count``."""
-        return self._agg("count", None)
-
-    def min(self, column: str) -> DataStream:
-        """The minimum of ``column`` per key and window (nulls ignored)."""
-        return self._agg("min", column)
-
-    def max(self, column: str) -> DataStream:
-        """The maximum of ``column`` per key and window (nulls ignored)."""
-        return self._agg("max", column)
-
-    def _python(
-        self, op: str, mode: str, fn: Callable[..., Any], schema: pa.Schema | None
-    ) -> DataStream:
-        keys = self._keyed.keys
-        size, slide = self._assigner.size_ms, self._assigner.slide_ms
-        time_column = self._time_column
-        late_output = self._late_output is not None
-        stream = self._stream._python(
-            op,
-            lambda name: RunnerFactory(
-                PythonWindowRunner,
-                name,
-                keys,
-                size,
-                slide,
-                time_column,
-                mode,
-                fn,
-                schema,
-                late_output,
-            ),
-            schema=schema,
-            keys=keys,
-        )
-        return self._declare_late_output(stream)
-
-    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
-        """Reduces each key's records per window: ``fn(acc_row, row) -> row``.
-
-        The first record of a window is its accumulator; each output row holds
-        the key columns, ``window_start``, ``window_end``, then the other
-        fields of the reduced row (which keeps the input schema).
-        """
-        _require_callable(fn, "reduce()")
-        schema = self._stream.schema
-        declared = (
-            window_output_schema(schema, self._keyed.keys, self._time_column)
-            if schema is not None
-            else None
-        )
-        return self._python("window_reduce", "reduce", fn, declared)
-
-    def apply(self, fn: WindowFn, *, schema: SchemaLike | None = None) -> DataStream:
-        """Evaluates ``fn(key, window, rows)`` once per key and window when the window fires.
-
-        ``key`` is the key value (a tuple for several key columns), ``window``
-        an :class:`~eddyline.TimeWindow` (``start``/``end`` in ms), ``rows``
-        the window's records as dicts in arrival order. ``fn`` returns an
-        iterable of dicts (or ``None``); each output row is the key columns,
-        ``window_start`` and ``window_end`` followed by the dict's fields (a
-        field of the same name in the dict wins).
-
-        Args:
-            fn: The window function.
-            schema: The full output schema (key columns and window bounds
-                included); inferred from the first output if omitted.
-        """
-        _require_callable(fn, "apply()")
-        return self._python("window_apply", "apply", fn, _as_schema(schema, "apply()"))
-
-
-class ConnectedStreams:
-    """Two streams feeding one two-input operator (``stream.connect(other)``)."""
-
-    def __init__(self, first: DataStream, second: DataStream) -> None:
-        self.first = first
-        self.second = second
-
-    def __repr__(self) -> str:
-        return f"ConnectedStreams({self.first.operator_name!r}, {self.second.operator_name!r})"
-
-    def _inputs(self) -> list[LogicalEdge]:
-        return [self.first._edge(0), self.second._edge(1)]
-
-    def map(
-        self,
-        fn1: Callable[[Row], Row],
-        fn2: Callable[[Row], Row],
-        *,
-        schema: SchemaLike | None = None,
-    ) -> DataStream:
-        """Maps rows of the first stream with ``fn1`` and of the second with ``fn2``.
-
-        Both must return rows of the same schema.
-        """
-        _require_callable(fn1, "map()")
-        _require_callable(fn2, "map()")
-        declared = _as_schema(schema, "map()")
-        fns = (fn1, fn2)
-        return self.first._python(
-            "co_map",
-            lambda name: RunnerFactory(ConnectedRecordRunner, name, fns, declared),
-            schema=declared,
-            inputs=self._inputs(),
-        )
-
-    def map_batches(
-        self,
-        fn1: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
-        fn2: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
-        *,
-        schema: SchemaLike | None = None,
-    ) -> DataStream:
-        """Maps batches of the first stream with ``fn1`` and of the second with ``fn2``.
-
-        Both must return batches of the same schema.
-        """
-        _require_callable(fn1, "map_batches()")
-        _require_callable(fn2, "map_batches()")
-        declared = _as_schema(schema, "map_batches()")
-        fns = (fn1, fn2)
-        return self.first._python(
-            "co_map_batches",
-            lambda name: RunnerFactory(BatchRunner, name, fns, declared),
-            schema=declared,
-            inputs=self._inputs(),
-        )

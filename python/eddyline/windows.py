@@ -1,4 +1,5 @@
-"""Event-time window assigners (:class:`Tumbling`, :class:`Sliding`) and :class:`TimeWindow`.
+"""Event-time window assigners (:class:`Tumbling`, :class:`Sliding`), :class:`TimeWindow`
+and :class:`OutputTag` (the side output a window sends its late records to).
 
 Windows are aligned to the epoch and measured in whole milliseconds of event
 time: a record with event time ``t`` belongs to every window
@@ -19,9 +20,10 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from ._specs import WindowAssignerSpec
 from .config import Duration, parse_duration
 
-__all__ = ["Sliding", "TimeWindow", "Tumbling", "WindowAssigner"]
+__all__ = ["OutputTag", "Sliding", "TimeWindow", "Tumbling", "WindowAssigner"]
 
 
 def duration_ms(value: Duration, what: str) -> int:
@@ -102,7 +104,7 @@ class WindowAssigner:
         out.reverse()
         return out
 
-    def _to_param(self) -> list[Any]:
+    def _to_param(self) -> WindowAssignerSpec:
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
@@ -143,8 +145,8 @@ class Tumbling(WindowAssigner):
         size_ms = duration_ms(size, "tumbling window size")
         super().__init__(size_ms, size_ms)
 
-    def _to_param(self) -> list[Any]:
-        return ["tumbling", self.size_ms]
+    def _to_param(self) -> WindowAssignerSpec:
+        return ("tumbling", self.size_ms)
 
     def __repr__(self) -> str:
         return f"Tumbling(size_ms={self.size_ms})"
@@ -174,8 +176,43 @@ class Sliding(WindowAssigner):
             duration_ms(size, "sliding window size"), duration_ms(slide, "sliding window slide")
         )
 
-    def _to_param(self) -> list[Any]:
-        return ["sliding", self.size_ms, self.slide_ms]
+    def _to_param(self) -> WindowAssignerSpec:
+        return ("sliding", self.size_ms, self.slide_ms)
 
     def __repr__(self) -> str:
         return f"Sliding(size_ms={self.size_ms}, slide_ms={self.slide_ms})"
+
+
+class OutputTag:
+    """Names a side output of an operator (Flink's ``OutputTag``).
+
+    Give it to :meth:`KeyedStream.window` as ``late_output`` to receive the
+    window's late records, then read them with :meth:`DataStream.side_output`.
+    Tags are equal when their names are.
+
+    Example:
+        >>> import eddyline as ed
+        >>> ed.OutputTag("late")
+        OutputTag('late')
+    """
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"OutputTag() needs a non-empty str name, got {name!r}")
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        """The tag's name."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"OutputTag({self._name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OutputTag) and other._name == self._name
+
+    def __hash__(self) -> int:
+        return hash((OutputTag, self._name))

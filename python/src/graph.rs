@@ -1,6 +1,8 @@
-//! Conversion of the DSL's node dicts into a core `JobGraph`, with the
+//! Conversion of the DSL's node specs (the typed dicts of
+//! `eddyline/_specs.py`, one per node kind) into a core `JobGraph`, with the
 //! build-time schema checks (unknown columns, mistyped expressions, unions
-//! of different schemas) done here, before anything runs.
+//! of different schemas) done here, before anything runs. One function per
+//! kind of node reads its spec (DESIGN.md "Layers": conversions only).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -27,6 +29,7 @@ use eddyline_core::source::arrow_batches::ArrowBatchesSource;
 use eddyline_core::source::parquet::ParquetSource;
 use eddyline_core::source::sequence::SequenceSource;
 use eddyline_core::source::SourceFactory;
+use eddyline_core::store::StorageOptions;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -61,6 +64,15 @@ fn opt<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyR
 }
 
 /// Parses an expression tree of tuples (see `eddyline/expr.py`).
+/// A node's `storage_options` (absent or None: none, the environment
+/// variables then reach the store).
+fn storage_options(d: &Bound<'_, PyDict>) -> PyResult<StorageOptions> {
+    match d.get_item("storage_options")? {
+        Some(o) if !o.is_none() => o.extract(),
+        _ => Ok(StorageOptions::new()),
+    }
+}
+
 pub fn parse_expr(obj: &Bound<'_, PyAny>) -> PyResult<Expr> {
     let t = obj.cast::<PyTuple>()?;
     let tag: String = t.get_item(0)?.extract()?;
@@ -163,30 +175,221 @@ fn known(inputs: &[Option<SchemaRef>]) -> Option<&SchemaRef> {
     inputs.first().and_then(|s| s.as_ref())
 }
 
-/// Builds the core graph from the node dicts. Build-time errors become
-/// `eddyline.errors` exceptions naming the node.
-pub fn parse_graph(
-    py: Python<'_>,
-    nodes: &Bound<'_, PyList>,
-    max_parallelism: usize,
-    run_tag: &str,
-) -> PyResult<BuiltGraph> {
-    let mut out = Vec::new();
-    let mut schemas: Vec<Option<SchemaRef>> = Vec::new();
-    let mut collect_stores = HashMap::new();
-    let mut external_sinks = Vec::new();
-    // The schema of each node's port 1: a co-loop head's feedback or a
-    // window's late records (its input schema).
-    let mut port1_schemas: HashMap<usize, Option<SchemaRef>> = HashMap::new();
-    let mut loops: Vec<LoopSpec> = Vec::new();
-    let mut scopes: HashMap<Vec<u32>, StreamScope> = HashMap::new();
-    for item in nodes.iter() {
-        let d = item.cast::<PyDict>()?;
-        let id: usize = get(d, "id")?;
-        let kind: String = get(d, "kind")?;
-        let name: String = get(d, "name")?;
-        let uid: String = opt(d, "uid")?.unwrap_or_else(|| format!("{kind}-{id}"));
-        let parallelism: usize = get(d, "parallelism")?;
+/// The native aggregate a spec names (`AggName` in `eddyline/_specs.py`):
+/// keyed running aggregates and windows read it here, once.
+fn parse_agg(node: &str, agg: &str) -> Result<AggKind, Error> {
+    Ok(match agg {
+        "sum" => AggKind::Sum,
+        "count" => AggKind::Count,
+        "min" => AggKind::Min,
+        "max" => AggKind::Max,
+        other => return Err(Error::graph(node, format!("unknown aggregate '{other}'"))),
+    })
+}
+
+/// A window assigner spec: `("tumbling", size_ms)` or `("sliding", size_ms, slide_ms)`.
+fn parse_window_assigner(
+    node: &str,
+    spec: &[Bound<'_, PyAny>],
+) -> Result<WindowAssigner, NodeError> {
+    let kind: String = spec
+        .first()
+        .map(|k| k.extract())
+        .transpose()?
+        .unwrap_or_default();
+    let num = |i: usize| -> PyResult<i64> {
+        spec.get(i)
+            .ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err("window assigner is incomplete")
+            })?
+            .extract()
+    };
+    Ok(match kind.as_str() {
+        "tumbling" => WindowAssigner::Tumbling { size_ms: num(1)? },
+        "sliding" => WindowAssigner::Sliding {
+            size_ms: num(1)?,
+            slide_ms: num(2)?,
+        },
+        other => {
+            let message = format!("unknown window assigner '{other}'");
+            return Err(Error::graph(node, message).into());
+        }
+    })
+}
+
+/// What a node spec builds: the core node kind, its role and its output
+/// schema (None where it is only known at run time).
+type NodeParts = (NodeKind, Role, Option<SchemaRef>);
+
+/// One node spec being read: its dict, id, name and the schemas of its inputs.
+struct Spec<'a, 'py> {
+    d: &'a Bound<'py, PyDict>,
+    id: usize,
+    name: &'a str,
+    inputs: &'a [Option<SchemaRef>],
+}
+
+impl Spec<'_, '_> {
+    /// A schema field of the spec; a bad one is a graph error naming the node.
+    fn schema(&self, key: &str) -> Result<SchemaRef, NodeError> {
+        let s = get::<Bound<PyAny>>(self.d, key)?;
+        Ok(schema_from_py(&s).map_err(|e| Error::graph(self.name, e.to_string()))?)
+    }
+
+    /// An optional (None when absent or None) schema field of the spec.
+    fn opt_schema(&self, key: &str) -> Result<Option<SchemaRef>, NodeError> {
+        match opt::<Bound<PyAny>>(self.d, key)? {
+            Some(s) => Ok(Some(
+                schema_from_py(&s).map_err(|e| Error::graph(self.name, e.to_string()))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// The output schema of a one-input operator, when its input schema is known.
+    fn output_of(
+        &self,
+        schema_of: impl FnOnce(&SchemaRef) -> Result<SchemaRef, Error>,
+    ) -> Result<Option<SchemaRef>, Error> {
+        known(self.inputs).map(schema_of).transpose()
+    }
+
+    /// The schema of the first input, if known.
+    fn first_input(&self) -> Option<SchemaRef> {
+        self.inputs.first().cloned().flatten()
+    }
+}
+
+fn op(f: Arc<dyn OperatorFactory>) -> NodeKind {
+    NodeKind::Operator(f)
+}
+
+/// `source_arrow`: record batches held in the spec.
+fn arrow_source(spec: &Spec<'_, '_>) -> Result<Arc<dyn SourceFactory>, NodeError> {
+    let name = spec.name;
+    let schema = spec.schema("schema")?;
+    let mut batches = Vec::new();
+    for b in get::<Bound<PyAny>>(spec.d, "batches")?
+        .try_iter()
+        .map_err(|e| Error::graph(name, e.to_string()))?
+    {
+        let b = b.map_err(|e| Error::graph(name, e.to_string()))?;
+        batches.push(batch_from_py(&b).map_err(|e| Error::schema(name, e.to_string()))?);
+    }
+    Ok(Arc::new(ArrowBatchesSource::new(name, batches, schema)?))
+}
+
+/// `source_python`: a user source behind its reader factory.
+fn python_source(spec: &Spec<'_, '_>) -> Result<Arc<dyn SourceFactory>, NodeError> {
+    let schema = spec.schema("schema")?;
+    let make_reader: Py<PyAny> = get(spec.d, "make_reader")?;
+    Ok(Arc::new(PySourceFactory {
+        make_reader,
+        schema,
+    }))
+}
+
+/// A source node; its output schema is the source's.
+fn source(src: Arc<dyn SourceFactory>) -> NodeParts {
+    let s = src.schema();
+    (NodeKind::Source(src), Role::Source, s)
+}
+
+/// An operator node (neither source nor sink) with its output schema.
+fn operator(f: Arc<dyn OperatorFactory>, s: Option<SchemaRef>) -> NodeParts {
+    (op(f), Role::Operator, s)
+}
+
+/// `filter`: keeps the rows where a boolean expression holds.
+fn filter_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
+    let f = FilterFactory::new(parse_expr(&get::<Bound<PyAny>>(spec.d, "expr")?)?);
+    let s = spec.output_of(|s| f.output_schema(spec.name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `with_columns` (adds or replaces columns) and `select` (keeps only the named ones).
+fn project_node(spec: &Spec<'_, '_>, select: bool) -> Result<NodeParts, NodeError> {
+    let name = spec.name;
+    let cols = parse_columns(&get::<Bound<PyAny>>(spec.d, "columns")?)?;
+    let mut f = if select {
+        ProjectFactory::select(cols)
+    } else {
+        ProjectFactory::with_columns(cols)
+    };
+    let s = match known(spec.inputs) {
+        Some(s) => {
+            f = f.with_input_schema(name, s)?;
+            Some(f.output_schema(name, s)?)
+        }
+        None => None,
+    };
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `assign_timestamps`: event time from a column, and watermarks.
+fn timestamps_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
+    let d = spec.d;
+    let f = AssignTimestampsFactory::new(get(d, "column")?, get(d, "max_out_of_orderness_ms")?)
+        .with_idle_timeout(opt(d, "idle_timeout_ms")?);
+    let s = spec.output_of(|s| f.output_schema(spec.name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `keyed_agg`: a running native aggregate per key.
+fn keyed_agg_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
+    let (d, name) = (spec.d, spec.name);
+    let agg = parse_agg(name, &get::<String>(d, "agg")?)?;
+    let f = KeyedAggFactory::new(get(d, "keys")?, agg, opt(d, "column")?);
+    let s = spec.output_of(|s| f.output_schema(name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `window`: a native event-time window aggregate per key.
+fn window_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
+    let (d, name) = (spec.d, spec.name);
+    let assigner = parse_window_assigner(name, &get::<Vec<Bound<PyAny>>>(d, "assigner")?)?;
+    let agg = parse_agg(name, &get::<String>(d, "agg")?)?;
+    let mut f = WindowFactory::new(
+        get(d, "keys")?,
+        get(d, "time_column")?,
+        assigner,
+        WindowAgg::Native(agg, opt(d, "column")?),
+    );
+    if opt(d, "late_output")?.unwrap_or(false) {
+        f = f.with_late_output();
+    }
+    let s = spec.output_of(|s| f.output_schema(name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `python`: Python code run by the runners the spec's `factory` makes.
+fn python_node(py: Python<'_>, spec: &Spec<'_, '_>, run_tag: &str) -> Result<NodeParts, NodeError> {
+    let factory: Py<PyAny> = get(spec.d, "factory")?;
+    let keys: Option<Vec<String>> = opt(spec.d, "keys")?;
+    let s = spec.opt_schema("output_schema")?;
+    let f = PyRunnerFactory::new(py, spec.name, factory, keys, run_tag.to_string())?;
+    Ok(operator(Arc::new(f), s))
+}
+
+/// Reads node specs, in order, into core nodes, keeping what later specs
+/// need: the output schemas (of port 0 and port 1), the loops, the scopes,
+/// the collect stores and the external sinks.
+struct GraphReader<'a> {
+    run_tag: &'a str,
+    nodes: Vec<Node>,
+    schemas: Vec<Option<SchemaRef>>,
+    /// The schema of each node's port 1: a co-loop head's feedback or a
+    /// window's late records (its input schema).
+    port1_schemas: HashMap<usize, Option<SchemaRef>>,
+    loops: Vec<LoopSpec>,
+    scopes: HashMap<Vec<u32>, StreamScope>,
+    collect_stores: HashMap<usize, Arc<CollectStore>>,
+    external_sinks: Vec<String>,
+}
+
+impl GraphReader<'_> {
+    /// The edges of a node spec and the schemas arriving on them.
+    fn edges(&self, d: &Bound<'_, PyDict>) -> PyResult<(Vec<Edge>, Vec<Option<SchemaRef>>)> {
         let mut inputs = Vec::new();
         let mut input_schemas = Vec::new();
         if let Some(list) = d.get_item("inputs")? {
@@ -199,8 +402,8 @@ pub fn parse_graph(
                 let input: usize = opt(e, "input")?.unwrap_or(0);
                 let port: u8 = opt(e, "port")?.unwrap_or(0);
                 input_schemas.push(match port {
-                    0 => schemas.get(from).cloned().flatten(),
-                    _ => port1_schemas.get(&from).cloned().flatten(),
+                    0 => self.schemas.get(from).cloned().flatten(),
+                    _ => self.port1_schemas.get(&from).cloned().flatten(),
                 });
                 inputs.push(Edge {
                     from,
@@ -210,283 +413,39 @@ pub fn parse_graph(
                 });
             }
         }
-        let built: std::result::Result<(NodeKind, Role, Option<SchemaRef>), NodeError> = (|| {
-            let op = |f: Arc<dyn OperatorFactory>| NodeKind::Operator(f);
-            Ok(match kind.as_str() {
-                "source_arrow" => {
-                    let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
-                        .map_err(|e| Error::graph(&name, e.to_string()))?;
-                    let mut batches = Vec::new();
-                    for b in get::<Bound<PyAny>>(d, "batches")?
-                        .try_iter()
-                        .map_err(|e| Error::graph(&name, e.to_string()))?
-                    {
-                        let b = b.map_err(|e| Error::graph(&name, e.to_string()))?;
-                        batches.push(
-                            batch_from_py(&b).map_err(|e| Error::schema(&name, e.to_string()))?,
-                        );
-                    }
-                    let src = Arc::new(ArrowBatchesSource::new(&name, batches, schema)?);
-                    let s = src.schema();
-                    (NodeKind::Source(src), Role::Source, s)
-                }
-                "source_sequence" => {
-                    let src = Arc::new(SequenceSource::new(get(d, "start")?, get(d, "end")?));
-                    let s = src.schema();
-                    (NodeKind::Source(src), Role::Source, s)
-                }
-                "source_parquet" => {
-                    let paths: Vec<PathBuf> = get(d, "paths")?;
-                    let options = match d.get_item("storage_options")? {
-                        Some(o) if !o.is_none() => o.extract()?,
-                        _ => Default::default(),
-                    };
-                    let src = Arc::new(ParquetSource::new_with(&name, paths, options)?);
-                    let s = src.schema();
-                    (NodeKind::Source(src), Role::Source, s)
-                }
-                "source_python" => {
-                    let schema = schema_from_py(&get::<Bound<PyAny>>(d, "schema")?)
-                        .map_err(|e| Error::graph(&name, e.to_string()))?;
-                    let make_reader: Py<PyAny> = get(d, "make_reader")?;
-                    let src = Arc::new(PySourceFactory {
-                        make_reader,
-                        schema: schema.clone(),
-                    });
-                    (NodeKind::Source(src), Role::Source, Some(schema))
-                }
-                "filter" => {
-                    let expr = parse_expr(&get::<Bound<PyAny>>(d, "expr")?)?;
-                    let f = FilterFactory::new(expr);
-                    let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(&name, s)?),
-                        None => None,
-                    };
-                    (op(Arc::new(f)), Role::Operator, s)
-                }
-                "with_columns" | "select" => {
-                    let cols = parse_columns(&get::<Bound<PyAny>>(d, "columns")?)?;
-                    let mut f = if kind == "select" {
-                        ProjectFactory::select(cols)
-                    } else {
-                        ProjectFactory::with_columns(cols)
-                    };
-                    let s = match known(&input_schemas) {
-                        Some(s) => {
-                            f = f.with_input_schema(&name, s)?;
-                            Some(f.output_schema(&name, s)?)
-                        }
-                        None => None,
-                    };
-                    (op(Arc::new(f)), Role::Operator, s)
-                }
-                "keyed_agg" => {
-                    let agg: String = get(d, "agg")?;
-                    let agg = match agg.as_str() {
-                        "sum" => AggKind::Sum,
-                        "count" => AggKind::Count,
-                        "min" => AggKind::Min,
-                        "max" => AggKind::Max,
-                        other => {
-                            return Err(
-                                Error::graph(&name, format!("unknown aggregate '{other}'")).into()
-                            )
-                        }
-                    };
-                    let f = KeyedAggFactory::new(get(d, "keys")?, agg, opt(d, "column")?);
-                    let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(&name, s)?),
-                        None => None,
-                    };
-                    (op(Arc::new(f)), Role::Operator, s)
-                }
-                "assign_timestamps" => {
-                    let f = AssignTimestampsFactory::new(
-                        get(d, "column")?,
-                        get(d, "max_out_of_orderness_ms")?,
-                    )
-                    .with_idle_timeout(opt(d, "idle_timeout_ms")?);
-                    let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(&name, s)?),
-                        None => None,
-                    };
-                    (op(Arc::new(f)), Role::Operator, s)
-                }
-                "window" => {
-                    let assigner: Vec<Bound<PyAny>> = get(d, "assigner")?;
-                    let kind: String = assigner
-                        .first()
-                        .map(|k| k.extract())
-                        .transpose()?
-                        .unwrap_or_default();
-                    let num = |i: usize| -> PyResult<i64> {
-                        assigner
-                            .get(i)
-                            .ok_or_else(|| {
-                                pyo3::exceptions::PyValueError::new_err(
-                                    "window assigner is incomplete",
-                                )
-                            })?
-                            .extract()
-                    };
-                    let assigner = match kind.as_str() {
-                        "tumbling" => WindowAssigner::Tumbling { size_ms: num(1)? },
-                        "sliding" => WindowAssigner::Sliding {
-                            size_ms: num(1)?,
-                            slide_ms: num(2)?,
-                        },
-                        other => {
-                            return Err(Error::graph(
-                                &name,
-                                format!("unknown window assigner '{other}'"),
-                            )
-                            .into())
-                        }
-                    };
-                    let agg: String = get(d, "agg")?;
-                    let agg = match agg.as_str() {
-                        "sum" => AggKind::Sum,
-                        "count" => AggKind::Count,
-                        "min" => AggKind::Min,
-                        "max" => AggKind::Max,
-                        other => {
-                            return Err(
-                                Error::graph(&name, format!("unknown aggregate '{other}'")).into()
-                            )
-                        }
-                    };
-                    let mut f = WindowFactory::new(
-                        get(d, "keys")?,
-                        get(d, "time_column")?,
-                        assigner,
-                        WindowAgg::Native(agg, opt(d, "column")?),
-                    );
-                    if opt(d, "late_output")?.unwrap_or(false) {
-                        f = f.with_late_output();
-                    }
-                    let s = match known(&input_schemas) {
-                        Some(s) => Some(f.output_schema(&name, s)?),
-                        None => None,
-                    };
-                    (op(Arc::new(f)), Role::Operator, s)
-                }
-                "loop_head" => {
-                    let loop_id: u32 = get(d, "loop")?;
-                    let tail: Option<usize> = opt(d, "feedback_from")?;
-                    let priority = match get::<String>(d, "priority")?.as_str() {
-                        "feedback_first" => LoopPriority::FeedbackFirst,
-                        "adaptive" => LoopPriority::Adaptive,
-                        other => {
-                            return Err(Error::graph(
-                                &name,
-                                format!(
-                                "priority must be 'feedback_first' or 'adaptive', got '{other}'"
-                            ),
-                            )
-                            .into())
-                        }
-                    };
-                    let co: bool = opt(d, "co")?.unwrap_or(false);
-                    let feedback_schema = match opt::<Bound<PyAny>>(d, "feedback_schema")? {
-                        Some(s) => Some(
-                            schema_from_py(&s).map_err(|e| Error::graph(&name, e.to_string()))?,
-                        ),
-                        None => None,
-                    };
-                    let fb = if co {
-                        feedback_schema
-                    } else {
-                        input_schemas.first().cloned().flatten()
-                    };
-                    port1_schemas.insert(id, fb.as_ref().map(all_nullable));
-                    loops.push(LoopSpec {
-                        id: loop_id,
-                        head: id,
-                        // A loop still being built (validation only) has no
-                        // tail yet: the head stands in for it.
-                        tail: tail.unwrap_or(id),
-                        feedback_memory: get(d, "feedback_memory")?,
-                        priority,
-                        co,
-                        spill_dir: opt::<PathBuf>(d, "spill_dir")?,
-                    });
-                    let s = input_schemas.first().cloned().flatten();
-                    (
-                        op(Arc::new(UnionFactory)),
-                        Role::Operator,
-                        s.as_ref().map(all_nullable),
-                    )
-                }
-                "loop_exit" => {
-                    let s = input_schemas.first().cloned().flatten();
-                    (op(Arc::new(UnionFactory)), Role::Operator, s)
-                }
-                "union" => {
-                    let all: Option<Vec<SchemaRef>> = input_schemas.iter().cloned().collect();
-                    let s = match all {
-                        Some(all) => Some(UnionFactory::output_schema(&name, &all)?),
-                        None => None,
-                    };
-                    (op(Arc::new(UnionFactory)), Role::Operator, s)
-                }
-                "python" => {
-                    let factory: Py<PyAny> = get(d, "factory")?;
-                    let keys: Option<Vec<String>> = opt(d, "keys")?;
-                    let s = match opt::<Bound<PyAny>>(d, "output_schema")? {
-                        Some(s) => Some(
-                            schema_from_py(&s).map_err(|e| Error::graph(&name, e.to_string()))?,
-                        ),
-                        None => None,
-                    };
-                    let sink: bool = opt(d, "sink")?.unwrap_or(false);
-                    let role = if sink { Role::Sink } else { Role::Operator };
-                    let f = PyRunnerFactory::new(py, &name, factory, keys, run_tag.to_string())?;
-                    (op(Arc::new(f)), role, s)
-                }
-                "sink_collect" => {
-                    let store = CollectStore::new();
-                    collect_stores.insert(id, store.clone());
-                    (
-                        op(Arc::new(CollectSinkFactory::new(store))),
-                        Role::Sink,
-                        None,
-                    )
-                }
-                "sink_parquet" => {
-                    let dir: PathBuf = get(d, "dir")?;
-                    let options = match d.get_item("storage_options")? {
-                        Some(o) if !o.is_none() => o.extract()?,
-                        _ => Default::default(),
-                    };
-                    (
-                        op(Arc::new(ParquetSinkFactory::new_with(
-                            dir, run_tag, options,
-                        ))),
-                        Role::Sink,
-                        None,
-                    )
-                }
-                other => {
-                    return Err(Error::graph(&name, format!("unknown node kind '{other}'")).into())
-                }
-            })
-        })(
-        );
-        let (node_kind, role, schema) = match built {
+        Ok((inputs, input_schemas))
+    }
+
+    /// Reads one node spec (see `NodeSpec` in `eddyline/_specs.py`).
+    fn add(&mut self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
+        let id: usize = get(d, "id")?;
+        let kind: String = get(d, "kind")?;
+        let name: String = get(d, "name")?;
+        let uid: String = opt(d, "uid")?.unwrap_or_else(|| format!("{kind}-{id}"));
+        let parallelism: usize = get(d, "parallelism")?;
+        let (inputs, input_schemas) = self.edges(d)?;
+        let spec = Spec {
+            d,
+            id,
+            name: &name,
+            inputs: &input_schemas,
+        };
+        let (node_kind, role, schema) = match self.build(py, &kind, &spec) {
             Ok(b) => b,
             Err(NodeError::Core(e)) => return Err(to_py(py, &e.in_operator(&name))),
             Err(NodeError::Py(e)) => return Err(e),
         };
         if role == Role::Sink && kind != "sink_collect" {
-            external_sinks.push(name.clone());
+            self.external_sinks.push(name.clone());
         }
         // A window (native or Python) with a late output emits its late
         // records, unchanged, on port 1.
         if opt::<bool>(d, "late_output")?.unwrap_or(false) {
-            port1_schemas.insert(id, input_schemas.first().cloned().flatten());
+            self.port1_schemas.insert(id, spec.first_input());
         }
-        schemas.push(schema.clone());
-        out.push(Node {
+        self.schemas.push(schema.clone());
+        let path = opt::<Vec<u32>>(d, "scope")?.unwrap_or_default();
+        self.nodes.push(Node {
             id,
             name,
             uid,
@@ -495,23 +454,145 @@ pub fn parse_graph(
             kind: node_kind,
             role,
             output_schema: schema,
-            scope: scope_of(
-                &mut scopes,
-                &opt::<Vec<u32>>(d, "scope")?.unwrap_or_default(),
-            ),
+            scope: scope_of(&mut self.scopes, &path),
         });
+        Ok(())
+    }
+
+    /// Builds the core node of one spec, by its kind.
+    fn build(
+        &mut self,
+        py: Python<'_>,
+        kind: &str,
+        spec: &Spec<'_, '_>,
+    ) -> Result<NodeParts, NodeError> {
+        Ok(match kind {
+            "source_arrow" => source(arrow_source(spec)?),
+            "source_sequence" => {
+                let (start, end) = (get(spec.d, "start")?, get(spec.d, "end")?);
+                source(Arc::new(SequenceSource::new(start, end)))
+            }
+            "source_parquet" => {
+                let paths: Vec<PathBuf> = get(spec.d, "paths")?;
+                let options = storage_options(spec.d)?;
+                source(Arc::new(ParquetSource::new_with(
+                    spec.name, paths, options,
+                )?))
+            }
+            "source_python" => source(python_source(spec)?),
+            "filter" => filter_node(spec)?,
+            "with_columns" => project_node(spec, false)?,
+            "select" => project_node(spec, true)?,
+            "assign_timestamps" => timestamps_node(spec)?,
+            "keyed_agg" => keyed_agg_node(spec)?,
+            "window" => window_node(spec)?,
+            "loop_head" => self.loop_head_node(spec)?,
+            "loop_exit" => operator(Arc::new(UnionFactory), spec.first_input()),
+            "union" => {
+                let all: Option<Vec<SchemaRef>> = spec.inputs.iter().cloned().collect();
+                let s = match all {
+                    Some(all) => Some(UnionFactory::output_schema(spec.name, &all)?),
+                    None => None,
+                };
+                operator(Arc::new(UnionFactory), s)
+            }
+            "python" => python_node(py, spec, self.run_tag)?,
+            "sink_collect" => {
+                let store = CollectStore::new();
+                self.collect_stores.insert(spec.id, store.clone());
+                (
+                    op(Arc::new(CollectSinkFactory::new(store))),
+                    Role::Sink,
+                    None,
+                )
+            }
+            "sink_parquet" => {
+                let dir: PathBuf = get(spec.d, "dir")?;
+                let options = storage_options(spec.d)?;
+                let f = ParquetSinkFactory::new_with(dir, self.run_tag, options);
+                (op(Arc::new(f)), Role::Sink, None)
+            }
+            other => {
+                let message = format!("unknown node kind '{other}'");
+                return Err(Error::graph(spec.name, message).into());
+            }
+        })
+    }
+
+    /// `loop_head` (FLIP-15): records the loop and the schema of the feedback
+    /// (port 1); the head itself forwards its inputs, every field nullable.
+    fn loop_head_node(&mut self, spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
+        let (d, name, id) = (spec.d, spec.name, spec.id);
+        let loop_id: u32 = get(d, "loop")?;
+        let tail: Option<usize> = opt(d, "feedback_from")?;
+        let priority = match get::<String>(d, "priority")?.as_str() {
+            "feedback_first" => LoopPriority::FeedbackFirst,
+            "adaptive" => LoopPriority::Adaptive,
+            other => {
+                let message =
+                    format!("priority must be 'feedback_first' or 'adaptive', got '{other}'");
+                return Err(Error::graph(name, message).into());
+            }
+        };
+        let co: bool = opt(d, "co")?.unwrap_or(false);
+        let feedback_schema = spec.opt_schema("feedback_schema")?;
+        let fb = if co {
+            feedback_schema
+        } else {
+            spec.first_input()
+        };
+        self.port1_schemas.insert(id, fb.as_ref().map(all_nullable));
+        self.loops.push(LoopSpec {
+            id: loop_id,
+            head: id,
+            // A loop still being built (validation only) has no tail yet:
+            // the head stands in for it.
+            tail: tail.unwrap_or(id),
+            feedback_memory: get(d, "feedback_memory")?,
+            priority,
+            co,
+            spill_dir: opt::<PathBuf>(d, "spill_dir")?,
+        });
+        let s = spec.first_input();
+        Ok(operator(
+            Arc::new(UnionFactory),
+            s.as_ref().map(all_nullable),
+        ))
+    }
+}
+
+/// Builds the core graph from the node specs. Build-time errors become
+/// `eddyline.errors` exceptions naming the node.
+pub fn parse_graph(
+    py: Python<'_>,
+    nodes: &Bound<'_, PyList>,
+    max_parallelism: usize,
+    run_tag: &str,
+) -> PyResult<BuiltGraph> {
+    let mut reader = GraphReader {
+        run_tag,
+        nodes: Vec::new(),
+        schemas: Vec::new(),
+        port1_schemas: HashMap::new(),
+        loops: Vec::new(),
+        scopes: HashMap::new(),
+        collect_stores: HashMap::new(),
+        external_sinks: Vec::new(),
+    };
+    for item in nodes.iter() {
+        reader.add(py, item.cast::<PyDict>()?)?;
     }
     let graph = JobGraph {
-        nodes: out,
+        nodes: reader.nodes,
         max_parallelism,
-        loops,
+        loops: reader.loops,
     };
     graph.validate().map_err(|e| to_py(py, &e))?;
     Ok(BuiltGraph {
         graph,
-        schemas,
-        collect_stores,
-        external_sinks,
+        schemas: reader.schemas,
+        collect_stores: reader.collect_stores,
+        external_sinks: reader.external_sinks,
     })
 }
 
@@ -536,7 +617,7 @@ fn scope_of(cache: &mut HashMap<Vec<u32>, StreamScope>, path: &[u32]) -> StreamS
 }
 
 /// A failure while building one node: a core error (named after the node
-/// later) or a malformed node dict.
+/// later) or a malformed node spec.
 enum NodeError {
     Core(Error),
     Py(PyErr),
@@ -554,7 +635,7 @@ impl From<PyErr> for NodeError {
     }
 }
 
-/// Validates the node dicts and returns each node's output schema (None
+/// Validates the node specs and returns each node's output schema (None
 /// where it is only known at run time).
 #[pyfunction]
 pub fn build_graph<'py>(

@@ -217,11 +217,11 @@ pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> 
     Ok(c)
 }
 
-/// Builds the graph from the node dicts and starts it: in this process, or,
+/// Builds the graph from the node specs and starts it: in this process, or,
 /// with `launcher`, in `workers` worker processes it launches (each
 /// rebuilds the job from `spec`, see `eddyline._worker`).
 #[pyfunction]
-#[pyo3(signature = (nodes, config, launcher=None, workers=1, spec=None, bind="127.0.0.1:0".to_string(), start_timeout_s=120.0))]
+#[pyo3(signature = (nodes, config, launcher=None, workers=1, spec=None, bind="127.0.0.1:0", start_timeout_s=120.0))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_job(
     py: Python<'_>,
@@ -230,7 +230,7 @@ pub fn start_job(
     launcher: Option<Py<PyAny>>,
     workers: usize,
     spec: Option<Vec<u8>>,
-    bind: String,
+    bind: &str,
     start_timeout_s: f64,
 ) -> PyResult<PyJobHandle> {
     let max_p: usize = config
@@ -257,7 +257,7 @@ pub fn start_job(
                 launcher: Box::new(PyLauncher(launcher)),
                 spec: Arc::new(spec.unwrap_or_default()),
                 collect_stores: built.collect_stores.clone(),
-                bind,
+                bind: bind.to_string(),
                 start_timeout: Duration::from_secs_f64(start_timeout_s.max(1.0)),
             };
             JobHandle::start_distributed(built.graph, cfg, dist)

@@ -25,14 +25,14 @@ pub struct PyWorkerSession {
 /// Connects to the driver at `driver` as worker `index` (GIL released while
 /// waiting for the job). `attempt=None`: any attempt (Spark tasks).
 #[pyfunction]
-#[pyo3(signature = (driver, secret, index, attempt=None, bind_host="127.0.0.1".to_string()))]
+#[pyo3(signature = (driver, secret, index, attempt=None, bind_host="127.0.0.1"))]
 pub fn worker_connect(
     py: Python<'_>,
     driver: String,
     secret: String,
     index: usize,
     attempt: Option<u64>,
-    bind_host: String,
+    bind_host: &str,
 ) -> PyResult<PyWorkerSession> {
     let session = detached(py, move || {
         WorkerSession::connect(
@@ -40,7 +40,7 @@ pub fn worker_connect(
             &secret,
             index,
             attempt.unwrap_or(u64::MAX),
-            &bind_host,
+            bind_host,
         )
     })
     .map_err(|e| to_py(py, &e))?;

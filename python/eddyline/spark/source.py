@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .._graph import native
 from .._storage import is_object_store_uri
 from ..errors import CheckpointError, GraphError, SchemaError, StorageError
 from ..sources import Source
@@ -162,8 +163,6 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
 
 
 def _has_completed_checkpoint(directory: str) -> bool:
-    from .._graph import native
-
     return any(c.get("valid") for c in native().list_checkpoints(directory))
 
 

@@ -1,0 +1,354 @@
+"""Keyed and windowed streams: :class:`KeyedStream` (``stream.key_by(...)``) and
+:class:`WindowedStream` (``keyed.window(...)``).
+
+Keyed aggregates and windows run natively, on the keyed state layer (DESIGN.md
+"Keyed state layer and the operators on it"); ``reduce``, ``process``,
+``dedup`` and window functions run Python per key. Every method builds on the
+:class:`~eddyline.DataStream` it was keyed from and returns a new one.
+
+Example:
+    >>> import eddyline as ed
+    >>> env = ed.StreamEnvironment()
+    >>> env.from_collection([{"k": 1, "v": 2}]).key_by("k")
+    KeyedStream('from_collection_0', keys=['k'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import pyarrow as pa
+
+from ._checks import SchemaLike, as_schema, missing_columns_error, require_callable
+from ._exec.dedup import Deduplicate
+from ._exec.factory import RunnerFactory
+from ._exec.keyed import KeyedReduceRunner
+from ._exec.process import KeyedProcessRunner
+from ._exec.window import LATE_PORT, PythonWindowRunner, window_output_schema
+from .config import Duration, parse_duration
+from .errors import GraphError
+from .functions import ProcessContext, ProcessFunction, Row
+from .windows import OutputTag, TimeWindow, WindowAssigner
+
+if TYPE_CHECKING:
+    from .stream import DataStream
+
+__all__ = ["KeyedStream", "WindowedStream"]
+
+ProcessFn: TypeAlias = (
+    ProcessFunction | type[ProcessFunction] | Callable[[Row, ProcessContext], Any]
+)
+WindowFn: TypeAlias = Callable[[Any, TimeWindow, list[Row]], Iterable[Row] | None]
+"""``fn(key, window, rows) -> iterable of rows`` for :meth:`WindowedStream.apply`."""
+
+
+class KeyedStream:
+    """A stream partitioned by key; every key is handled by one parallel instance.
+
+    Aggregates are running: after each input batch they emit one updated row
+    per key seen in that batch, holding the key columns and the aggregate.
+    """
+
+    def __init__(self, stream: DataStream, keys: list[str]) -> None:
+        self._stream = stream
+        self._keys = keys
+
+    @property
+    def keys(self) -> list[str]:
+        """The key columns."""
+        return list(self._keys)
+
+    def __repr__(self) -> str:
+        return f"KeyedStream({self._stream.operator_name!r}, keys={self._keys!r})"
+
+    def _agg(self, agg: str, column: str | None) -> DataStream:
+        if column is not None and not isinstance(column, str):
+            raise TypeError(f"{agg}() needs a column name, got {column!r}")
+        params = {"keys": list(self._keys), "agg": agg, "column": column}
+        return self._stream._native(
+            agg,
+            "keyed_agg",
+            params,
+            keys=list(self._keys),
+            columns=[column] if column is not None else [],
+        )
+
+    def sum(self, column: str) -> DataStream:
+        """Running sum of ``column`` per key."""
+        return self._agg("sum", column)
+
+    def count(self) -> DataStream:
+        """Running row count per key, in column ``count``."""
+        return self._agg("count", None)
+
+    def min(self, column: str) -> DataStream:
+        """Running minimum of ``column`` per key."""
+        return self._agg("min", column)
+
+    def max(self, column: str) -> DataStream:
+        """Running maximum of ``column`` per key."""
+        return self._agg("max", column)
+
+    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
+        """Running reduction per key: ``fn(acc_row, row) -> row`` (rows keep the input schema).
+
+        After each input batch, emits the accumulated row of every key seen in
+        that batch, in first-occurrence order.
+        """
+        require_callable(fn, "reduce()")
+        keys = list(self._keys)
+        return self._stream._python(
+            "reduce",
+            lambda name: RunnerFactory(KeyedReduceRunner, name, keys, fn),
+            schema=self._stream.schema,
+            keys=keys,
+        )
+
+    def process(self, fn: ProcessFn, *, schema: SchemaLike | None = None) -> DataStream:
+        """Runs a keyed function with per-key state.
+
+        Args:
+            fn: ``fn(row, ctx) -> iterable of rows | None``, or an
+                :class:`~eddyline.ProcessFunction` (instance or subclass). ``ctx``
+                has ``ctx.key``, ``ctx.state`` and ``ctx.get_state(name)``.
+            schema: The output schema; inferred from the first output if omitted.
+        """
+        if isinstance(fn, type) and issubclass(fn, ProcessFunction):
+            fn = fn()
+        if not isinstance(fn, ProcessFunction):
+            require_callable(fn, "process()")
+        keys = list(self._keys)
+        declared = as_schema(schema, "process()")
+        private = (2,) if isinstance(fn, ProcessFunction) else ()
+        function = fn
+        time_column = self._stream.time_column
+        return self._stream._python(
+            "process",
+            lambda name: RunnerFactory(
+                KeyedProcessRunner, name, keys, function, declared, time_column, private=private
+            ),
+            schema=declared,
+            keys=keys,
+        )
+
+    def dedup(self, ttl: Duration) -> DataStream:
+        """Drops duplicate records per key within ``ttl`` of event time.
+
+        The first record of a key is emitted; later records of that key are
+        dropped until the watermark passes the first one's event time plus
+        ``ttl``, after which the next record is emitted again (PySpark's
+        ``dropDuplicatesWithinWatermark``, Flink SQL's keep-first-row
+        deduplication with a state TTL). Needs event time
+        (:meth:`DataStream.assign_timestamps` upstream). Its state can be
+        recomputed: with ``CheckpointConfig(recovery="recompute")`` it is not
+        persisted but rebuilt by replaying the input.
+
+        Raises:
+            GraphError: The stream has no event time.
+            ValueError: ``ttl`` is not positive.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment()
+            >>> s = env.from_collection([{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 2, "v": 2}])
+            >>> out = s.assign_timestamps("t").key_by("k").dedup("1s").collect()
+            >>> _ = env.execute()
+            >>> out.to_pylist()
+            [{'k': 'a', 't': 1, 'v': 1}]
+        """
+        seconds = parse_duration(ttl, what="dedup ttl")
+        if seconds <= 0:
+            raise ValueError(f"dedup ttl must be positive, got {ttl!r}")
+        if self._stream.time_column is None:
+            raise GraphError(
+                f"dedup(): stream '{self._stream.operator_name}' has no event time; call "
+                "assign_timestamps(...) before key_by(...).dedup(...)"
+            )
+        return self.process(Deduplicate(round(seconds * 1000)), schema=self._stream.schema).name(
+            "dedup"
+        )
+
+    def window(
+        self, assigner: WindowAssigner, *, late_output: OutputTag | None = None
+    ) -> WindowedStream:
+        """Groups each key's records into event-time windows (``ed.Tumbling``, ``ed.Sliding``).
+
+        The event time is the column given to the nearest upstream
+        :meth:`DataStream.assign_timestamps`. Records arriving after all
+        their windows fired are late: counted in the operator's
+        ``late_records`` metric and dropped, or, with ``late_output``, sent
+        unchanged to the window's side output, read with
+        ``windowed_result.side_output(late_output)``.
+
+        Raises:
+            TypeError: ``late_output`` is not an :class:`OutputTag`.
+            GraphError: The stream has no event time.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment()
+            >>> s = env.from_collection([{"k": "a", "t": 1000, "v": 1}])
+            >>> s.assign_timestamps("t").key_by("k").window(ed.Tumbling("10s"))
+            WindowedStream(keys=['k'], Tumbling(size_ms=10000), time_column='t')
+        """
+        if not isinstance(assigner, WindowAssigner):
+            raise TypeError(
+                f"window() needs ed.Tumbling(size) or ed.Sliding(size, slide), got {assigner!r}"
+            )
+        if late_output is not None and not isinstance(late_output, OutputTag):
+            raise TypeError(
+                f"window(): late_output must be an ed.OutputTag, got {late_output!r} (after "
+                f"operator '{self._stream.operator_name}')"
+            )
+        time_column = self._stream.time_column
+        if time_column is None:
+            raise GraphError(
+                f"window() after '{self._stream.operator_name}': the stream has no event time; "
+                "call .assign_timestamps(column) upstream first",
+                operator=self._stream.operator_name,
+            )
+        schema = self._stream.schema
+        if schema is not None and time_column not in schema.names:
+            where = f"window after {self._stream.operator_name}"
+            raise missing_columns_error(where, time_column, schema, "event-time column")
+        return WindowedStream(self, assigner, time_column, late_output)
+
+
+class WindowedStream:
+    """A keyed stream grouped into event-time windows (``keyed.window(assigner)``).
+
+    Each window emits one row per key when the watermark passes its end:
+    the key columns, ``window_start``, ``window_end`` (of the event-time
+    column's type) and the result. Records arriving after all their windows
+    fired are late: counted in the operator's ``late_records`` metric and
+    dropped, or, if the window was given ``late_output=tag``, emitted
+    unchanged on the result's ``side_output(tag)``.
+    """
+
+    def __init__(
+        self,
+        keyed: KeyedStream,
+        assigner: WindowAssigner,
+        time_column: str,
+        late_output: OutputTag | None = None,
+    ) -> None:
+        self._keyed = keyed
+        self._stream = keyed._stream
+        self._assigner = assigner
+        self._time_column = time_column
+        self._late_output = late_output
+
+    def _declare_late_output(self, stream: DataStream) -> DataStream:
+        """Registers the late-record side output on the window's node."""
+        stream._node.time_column = None
+        if self._late_output is not None:
+            stream._node.side_outputs[self._late_output.name] = (LATE_PORT, self._stream.schema)
+        return stream
+
+    @property
+    def assigner(self) -> WindowAssigner:
+        """The window assigner."""
+        return self._assigner
+
+    @property
+    def time_column(self) -> str:
+        """The event-time column."""
+        return self._time_column
+
+    def __repr__(self) -> str:
+        return (
+            f"WindowedStream(keys={self._keyed.keys!r}, {self._assigner!r}, "
+            f"time_column={self._time_column!r})"
+        )
+
+    def _agg(self, agg: str, column: str | None) -> DataStream:
+        if column is not None and not isinstance(column, str):
+            raise TypeError(f"{agg}() needs a column name, got {column!r}")
+        keys = self._keyed.keys
+        params = {
+            "keys": keys,
+            "time_column": self._time_column,
+            "assigner": self._assigner._to_param(),
+            "agg": agg,
+            "column": column,
+        }
+        columns = [self._time_column] + ([column] if column is not None else [])
+        stream = self._stream._native(f"window_{agg}", "window", params, keys=keys, columns=columns)
+        return self._declare_late_output(stream)
+
+    def sum(self, column: str) -> DataStream:
+        """The sum of ``column`` per key and window (nulls ignored)."""
+        return self._agg("sum", column)
+
+    def count(self) -> DataStream:
+        """The number of records per key and window, in column ``count``."""
+        return self._agg("count", None)
+
+    def min(self, column: str) -> DataStream:
+        """The minimum of ``column`` per key and window (nulls ignored)."""
+        return self._agg("min", column)
+
+    def max(self, column: str) -> DataStream:
+        """The maximum of ``column`` per key and window (nulls ignored)."""
+        return self._agg("max", column)
+
+    def _python(
+        self, op: str, mode: str, fn: Callable[..., Any], schema: pa.Schema | None
+    ) -> DataStream:
+        keys = self._keyed.keys
+        size, slide = self._assigner.size_ms, self._assigner.slide_ms
+        time_column = self._time_column
+        late_output = self._late_output is not None
+        stream = self._stream._python(
+            op,
+            lambda name: RunnerFactory(
+                PythonWindowRunner,
+                name,
+                keys,
+                size,
+                slide,
+                time_column,
+                mode,
+                fn,
+                schema,
+                late_output,
+            ),
+            schema=schema,
+            keys=keys,
+        )
+        return self._declare_late_output(stream)
+
+    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
+        """Reduces each key's records per window: ``fn(acc_row, row) -> row``.
+
+        The first record of a window is its accumulator; each output row holds
+        the key columns, ``window_start``, ``window_end``, then the other
+        fields of the reduced row (which keeps the input schema).
+        """
+        require_callable(fn, "reduce()")
+        schema = self._stream.schema
+        declared = (
+            window_output_schema(schema, self._keyed.keys, self._time_column)
+            if schema is not None
+            else None
+        )
+        return self._python("window_reduce", "reduce", fn, declared)
+
+    def apply(self, fn: WindowFn, *, schema: SchemaLike | None = None) -> DataStream:
+        """Evaluates ``fn(key, window, rows)`` once per key and window when the window fires.
+
+        ``key`` is the key value (a tuple for several key columns), ``window``
+        an :class:`~eddyline.TimeWindow` (``start``/``end`` in ms), ``rows``
+        the window's records as dicts in arrival order. ``fn`` returns an
+        iterable of dicts (or ``None``); each output row is the key columns,
+        ``window_start`` and ``window_end`` followed by the dict's fields (a
+        field of the same name in the dict wins).
+
+        Args:
+            fn: The window function.
+            schema: The full output schema (key columns and window bounds
+                included); inferred from the first output if omitted.
+        """
+        require_callable(fn, "apply()")
+        return self._python("window_apply", "apply", fn, as_schema(schema, "apply()"))
