@@ -19,6 +19,7 @@ __all__ = [
     "build_graph",
     "inspect_checkpoint",
     "list_checkpoints",
+    "parquet_files",
     "start_job",
     "worker_connect",
 ]

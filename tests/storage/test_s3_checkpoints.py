@@ -193,7 +193,7 @@ def test_uris_without_a_store_are_refused_before_running() -> None:
     with pytest.raises(ed.StorageError, match="'hdfs'"):
         ed.CheckpointConfig("hdfs://namenode/chk")
     with pytest.raises(ed.StorageError, match="ParquetSink"):
-        ed.ParquetSink("s3://bucket/out")
+        ed.ParquetSink("hdfs://namenode/out")
 
 
 def test_a_job_subprocess_reaches_the_store_through_the_environment(s3: S3, tmp_path: Path) -> None:
