@@ -295,6 +295,7 @@ class LogicalGraph:
                 "factory": factory,
                 "output_schema": last.schema,
                 "keys": None,
+                "is_sink": False,
             }
         params = first.params
         if first.kind == "python":
@@ -304,6 +305,7 @@ class LogicalGraph:
                 "factory": params["make_factory"](base["name"]),
                 "output_schema": params.get("output_schema"),
                 "keys": list(first.keys) if first.keys else None,
+                "is_sink": first.is_sink,
             }
         if first.kind == "loop_head":
             assert first.scope.loop_id is not None  # a loop head is in its loop's scope

@@ -173,6 +173,9 @@ class PythonSpec(NodeBase):
     factory: RunnerFactory
     output_schema: pa.Schema | None
     keys: list[str] | None
+    #: A user's TwoPhaseCommitSink: it commits outside the process, so it is
+    #: a sink to the engine (no output; counted among the external sinks).
+    is_sink: bool
 
 
 class SinkCollectSpec(NodeBase):

@@ -367,7 +367,11 @@ fn python_node(py: Python<'_>, spec: &Spec<'_, '_>, run_tag: &str) -> Result<Nod
     let factory: Py<PyAny> = get(spec.d, "factory")?;
     let keys: Option<Vec<String>> = opt(spec.d, "keys")?;
     let s = spec.opt_schema("output_schema")?;
+    let is_sink: bool = opt(spec.d, "is_sink")?.unwrap_or(false);
     let f = PyRunnerFactory::new(py, spec.name, factory, keys, run_tag.to_string())?;
+    if is_sink {
+        return Ok((NodeKind::Operator(Arc::new(f)), Role::Sink, None));
+    }
     Ok(operator(Arc::new(f), s))
 }
 

@@ -18,7 +18,12 @@ import pytest
 import eddyline as ed
 from eddyline import _core
 from eddyline.cli import main
-from eddyline.testing import SleepPerBatch, completed_checkpoints, last_by_key
+from eddyline.testing import (
+    RecordingTwoPhaseSink,
+    SleepPerBatch,
+    completed_checkpoints,
+    last_by_key,
+)
 
 N = 30_000
 KEYS = 13
@@ -129,6 +134,23 @@ def test_checkpoint_latest_skips_a_damaged_newest_only_without_external_sinks(
     assert result.checkpoint_ids, "the fallback run checkpointed"
     assert min(result.checkpoint_ids) > older
     assert not (tmp_path / "files").exists() or not list((tmp_path / "files").glob("part-*"))
+
+
+def test_checkpoint_latest_fallback_refused_with_a_python_two_phase_sink(
+    chk_copy: Path, seed: int, tmp_path: Path
+) -> None:
+    """A user's TwoPhaseCommitSink commits outside the process too: it counts
+    as an external sink, so a damaged newest checkpoint is not skipped (it was
+    treated as a plain operator, and the fallback went ahead silently)."""
+    rng = random.Random(seed)
+    newest = _newest(chk_copy)
+    _flip_byte(_state_file(newest, rng), rng)
+    env, _, _ = _job(chk_copy)
+    stream = env.from_sequence(0, 10).name("extra").uid("extra")
+    stream.sink_to(RecordingTwoPhaseSink(str(tmp_path / "txns"))).name("txns").uid("txns")
+    with pytest.raises(ed.CheckpointError, match="could commit the output") as info:
+        env.execute("restore", restore_from="latest", allow_non_restored_state=True)
+    assert "'txns'" in str(info.value)
 
 
 def test_checkpoint_damaged_shows_invalid_in_cli(
