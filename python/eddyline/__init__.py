@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from .config import CheckpointConfig, RestartStrategy, parse_duration
 from .connected import ConnectedStreams
+from .delta import DeltaSink
 from .environment import StreamEnvironment
 from .errors import (
     CheckpointError,
@@ -59,6 +60,7 @@ __all__ = [
     "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
+    "DeltaSink",
     "EddylineError",
     "Expr",
     "GraphError",

@@ -1,0 +1,116 @@
+"""``ed.DeltaSink`` (API.md "Lakehouse sinks"): one Delta commit per completed
+checkpoint with an application transaction, read back with delta-rs; a
+re-commit is skipped, a new job on the same table is not; upsert keeps the
+newest row per key; SIGKILL + restore is exact."""
+
+from __future__ import annotations
+
+import random
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import eddyline as ed
+from eddyline.testing import assert_exact_ids, kill_after_checkpoints
+
+deltalake = pytest.importorskip("deltalake")
+
+
+def _rows(uri: str | Path, **options: str) -> pa.Table:
+    return deltalake.DeltaTable(str(uri), storage_options=options or None).to_pyarrow_table()
+
+
+def _job(table: Path, chk: Path, n: int, parallelism: int = 2) -> ed.StreamEnvironment:
+    env = ed.StreamEnvironment(
+        parallelism, checkpoint=ed.CheckpointConfig(chk, interval="50ms"), batch_size=500
+    )
+    env.from_sequence(0, n).sink_to(ed.DeltaSink(table)).name("delta").uid("delta")
+    return env
+
+
+def test_delta_append_exactly_once_one_commit_per_checkpoint(tmp_path: Path) -> None:
+    table, n = tmp_path / "t", 40_000
+    result = _job(table, tmp_path / "chk", n).execute("delta-append")
+    assert_exact_ids(_rows(table)["value"].to_pylist(), range(n), "DeltaSink")
+    history = deltalake.DeltaTable(str(table)).history()
+    commits = [h for h in history if h.get("operation") == "WRITE"]
+    # one commit per sink subtask per checkpoint that carried rows, never more
+    assert 2 <= len(commits) <= 2 * (len(result.checkpoints) + 1), (len(commits), result)
+
+
+def test_delta_recommit_is_skipped_and_a_new_job_is_not(tmp_path: Path) -> None:
+    table = tmp_path / "t"
+    sink = ed.DeltaSink(table)
+    sink.open({"name": "delta", "subtask_index": 0})
+    txn = sink.begin_transaction()
+    sink.write(txn, pa.record_batch({"value": pa.array([1, 2, 3], pa.int64())}))
+    sink.pre_commit(txn)
+    sink.commit(txn)
+    sink.commit(txn)  # after a failure the same transaction commits again
+    assert sorted(_rows(table)["value"].to_pylist()) == [1, 2, 3]
+    # Another job (its own checkpoint ids from 1) writing to the same table:
+    # its transactions take versions after the recorded one and land.
+    _job(table, tmp_path / "chk-a", 100, parallelism=1).execute("a")
+    _job(table, tmp_path / "chk-b", 100, parallelism=1).execute("b")
+    values = _rows(table)["value"].to_pylist()
+    assert len(values) == 3 + 200 and values.count(7) == 2, "job b's rows were skipped"
+
+
+def test_delta_upsert_keeps_current_values(tmp_path: Path) -> None:
+    table, n, keys = tmp_path / "t", 30_000, 11
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(tmp_path / "chk", interval="30ms"), batch_size=300
+    )
+    numbers = env.from_sequence(0, n)
+    sums = numbers.with_columns(k=ed.col("value") % keys).key_by("k").sum("value")
+    sums.sink_to(ed.DeltaSink(table, mode="upsert", key="k")).name("current")
+    env.execute("delta-upsert")
+    got = _rows(table).to_pydict()
+    expected = {k: sum(range(k, n, keys)) for k in range(keys)}
+    assert dict(zip(got["k"], got["value"], strict=True)) == expected
+    assert len(got["k"]) == keys, "one row per key"
+
+
+def test_delta_sink_bad_arguments_are_clear() -> None:
+    with pytest.raises(ValueError, match="mode"):
+        ed.DeltaSink("t", mode="merge")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="key="):
+        ed.DeltaSink("t", mode="upsert")
+    env = ed.StreamEnvironment(1)
+    with pytest.raises(ed.GraphError, match="'nope'"):
+        env.from_sequence(0, 3).sink_to(ed.DeltaSink("t", mode="upsert", key="nope"))
+    with pytest.raises(ed.StorageError, match="DeltaSink"):
+        ed.DeltaSink("hdfs://namenode/t")
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import eddyline as ed
+    from eddyline.testing import SleepPerBatch
+
+    table, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(chk, interval="100ms"), batch_size=200
+    )
+    numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
+    slow = numbers.map_batches(SleepPerBatch(0.004)).name("slow").uid("slow")
+    slow.sink_to(ed.DeltaSink(table)).name("delta").uid("delta")
+    env.execute("delta-killable", restore_from="latest")
+    """
+)
+
+
+@pytest.mark.timeout(180)
+def test_delta_sigkill_and_restore_is_exact(tmp_path: Path) -> None:
+    n = 60_000
+    script = tmp_path / "job.py"
+    script.write_text(KILL_SCRIPT)
+    table, chk = tmp_path / "t", tmp_path / "chk"
+    command = [sys.executable, str(script), str(table), str(chk), str(n)]
+    kill_after_checkpoints(command, chk, kills=2, rng=random.Random(5), timeout=90)
+    assert_exact_ids(_rows(table)["value"].to_pylist(), range(n), "DeltaSink")
