@@ -558,6 +558,11 @@ impl ObjectFile {
         &self.location
     }
 
+    /// Whether it is a local file (read with `pread`, no request costs).
+    pub fn is_local(&self) -> bool {
+        matches!(self.backend, FileBackend::Local(_))
+    }
+
     /// Its size in bytes.
     pub fn size(&self) -> u64 {
         self.size

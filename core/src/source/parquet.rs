@@ -14,15 +14,19 @@
 //! lives"): an object is read by byte ranges through [`ObjectFile`] (the
 //! footer, then each column chunk), never downloaded whole first.
 
+use std::collections::VecDeque;
 use std::io::Read;
+use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
+use parking_lot::Mutex;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use parquet::errors::ParquetError;
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
 
 use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
@@ -31,18 +35,95 @@ use crate::operator::OperatorContext;
 use crate::state::{decode_entries, encode_entries, Redistribution};
 use crate::store::{ObjectFile, StorageOptions};
 
-/// Bytes fetched at a time when the Parquet reader streams a column chunk's
-/// pages from an object.
+/// Bytes fetched at a time when the Parquet reader streams pages outside
+/// the column chunks the footer lists (it never should).
 const READ_AHEAD: usize = 1 << 20;
 
 /// A Parquet file as the reader sees it: byte ranges of a local file or an
-/// object.
+/// object. Of an object, every column chunk the reader touches is fetched
+/// whole with one request and kept while it is read (the page reader asks
+/// for one page header at a time: a request each would cost a round trip
+/// per page).
 #[derive(Clone)]
-struct ParquetInput(Arc<ObjectFile>);
+struct ParquetInput {
+    file: Arc<ObjectFile>,
+    chunks: Arc<ChunkCache>,
+}
+
+/// The column chunks of an object (from its footer) and the ones fetched.
+#[derive(Default)]
+struct ChunkCache {
+    /// Byte ranges of every column chunk, sorted by start.
+    ranges: OnceLock<Vec<Range<u64>>>,
+    /// Fetched chunks, oldest first, at most `capacity` of them.
+    held: Mutex<VecDeque<(u64, Bytes)>>,
+    capacity: OnceLock<usize>,
+}
+
+impl ParquetInput {
+    fn new(file: ObjectFile) -> Self {
+        ParquetInput {
+            file: Arc::new(file),
+            chunks: Arc::new(ChunkCache::default()),
+        }
+    }
+
+    /// Tells the cache where the column chunks are (once the footer is read).
+    fn know_chunks(&self, metadata: &ParquetMetaData) {
+        if self.file.is_local() {
+            return;
+        }
+        let mut ranges: Vec<Range<u64>> = metadata
+            .row_groups()
+            .iter()
+            .flat_map(|rg| rg.columns().iter())
+            .map(|c| {
+                let (start, len) = c.byte_range();
+                start..start + len
+            })
+            .collect();
+        ranges.sort_by_key(|r| r.start);
+        let columns = metadata
+            .row_groups()
+            .first()
+            .map_or(1, |rg| rg.num_columns());
+        let _ = self.chunks.capacity.set(2 * columns.max(1));
+        let _ = self.chunks.ranges.set(ranges);
+    }
+
+    /// The fetched column chunk holding byte `at` and where it starts.
+    fn chunk_at(&self, at: u64) -> std::io::Result<Option<(u64, Bytes)>> {
+        let Some(ranges) = self.chunks.ranges.get() else {
+            return Ok(None);
+        };
+        let i = ranges.partition_point(|r| r.start <= at);
+        let Some(range) = i.checked_sub(1).map(|i| &ranges[i]) else {
+            return Ok(None);
+        };
+        if at >= range.end {
+            return Ok(None);
+        }
+        let mut held = self.chunks.held.lock();
+        if let Some((start, bytes)) = held.iter().find(|(s, _)| *s == range.start) {
+            return Ok(Some((*start, bytes.clone())));
+        }
+        let len = (range.end - range.start) as usize;
+        let bytes = self.file.read_range(range.start, len)?;
+        held.push_back((range.start, bytes.clone()));
+        if held.len() > self.chunks.capacity.get().copied().unwrap_or(1) {
+            held.pop_front();
+        }
+        Ok(Some((range.start, bytes)))
+    }
+}
+
+fn external(e: std::io::Error) -> ParquetError {
+    ParquetError::External(Box::new(e))
+}
 
 impl Length for ParquetInput {
     fn len(&self) -> u64 {
-        self.0.size()
+        self.file.size()
     }
 }
 
@@ -50,18 +131,28 @@ impl ChunkReader for ParquetInput {
     type T = RangeRead;
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<RangeRead> {
+        let (pos, buf) = match self.chunk_at(start).map_err(external)? {
+            Some((chunk, bytes)) => (
+                chunk + bytes.len() as u64,
+                bytes.slice((start - chunk) as usize..),
+            ),
+            None => (start, Bytes::new()),
+        };
         Ok(RangeRead {
-            file: self.0.clone(),
-            pos: start,
-            buf: Bytes::new(),
+            file: self.file.clone(),
+            pos,
+            buf,
         })
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        let bytes = self
-            .0
-            .read_range(start, length)
-            .map_err(|e| ParquetError::External(Box::new(e)))?;
+        if let Some((chunk, bytes)) = self.chunk_at(start).map_err(external)? {
+            let from = (start - chunk) as usize;
+            if from + length <= bytes.len() {
+                return Ok(bytes.slice(from..from + length));
+            }
+        }
+        let bytes = self.file.read_range(start, length).map_err(external)?;
         if bytes.len() < length {
             return Err(ParquetError::EOF(format!(
                 "{} bytes wanted at {start}, {} left",
@@ -73,7 +164,8 @@ impl ChunkReader for ParquetInput {
     }
 }
 
-/// Reads a file from a position on, [`READ_AHEAD`] bytes per request.
+/// Reads a file from a position on: first what is already fetched, then
+/// [`READ_AHEAD`] bytes per request.
 struct RangeRead {
     file: Arc<ObjectFile>,
     pos: u64,
@@ -108,13 +200,16 @@ fn open_builder(
     options: &StorageOptions,
 ) -> Result<ParquetRecordBatchReaderBuilder<ParquetInput>> {
     let file = ObjectFile::open(path, options).map_err(|e| Error::io(name, path, &e))?;
-    let input = ParquetInput(Arc::new(file));
-    ParquetRecordBatchReaderBuilder::try_new(input).map_err(|e| Error::Io {
-        operator: name.to_string(),
-        path: path.clone(),
-        message: format!("not a readable Parquet file: {e}"),
-        source: Some(Arc::new(e)),
-    })
+    let input = ParquetInput::new(file);
+    let builder =
+        ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(|e| Error::Io {
+            operator: name.to_string(),
+            path: path.clone(),
+            message: format!("not a readable Parquet file: {e}"),
+            source: Some(Arc::new(e)),
+        })?;
+    input.know_chunks(builder.metadata());
+    Ok(builder)
 }
 
 impl ParquetSource {
