@@ -37,7 +37,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _spark_home() -> str:
+def spark_home() -> str:
     import pyspark
 
     return os.path.dirname(pyspark.__file__)
@@ -69,7 +69,7 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: flo
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("cluster")
-    home = _spark_home()
+    home = spark_home()
     env = {
         **os.environ,
         "SPARK_HOME": home,
