@@ -172,3 +172,43 @@ def test_cluster_executor_sigkill_restores_exactly(
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["restarts"] >= 1, summary
     _assert_exact(s3, "killed", expected)
+
+
+LOCAL_PATHS = textwrap.dedent(
+    """
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    import eddyline as ed
+    from eddyline.spark import SparkRunner
+
+    master, chk, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    spark = SparkSession.builder.master(master).config("spark.ui.enabled", "false").getOrCreate()
+    env = ed.StreamEnvironment(2, checkpoint=ed.CheckpointConfig(chk))
+    env.from_sequence(0, 10).sink_to(ed.ParquetSink(out))
+    try:
+        env.execute("local-paths", runner=SparkRunner(spark, workers=2))
+    except ed.GraphError as exc:
+        print(f"refused: {exc}")
+    spark.stop()
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_cluster_refuses_local_paths_before_running(cluster: Cluster, tmp_path: Path) -> None:
+    script = tmp_path / "local_paths.py"
+    script.write_text(LOCAL_PATHS)
+    chk, out = tmp_path / "chk", tmp_path / "out"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run(
+        [sys.executable, str(script), cluster.master, str(chk), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env=env,
+    )
+    assert done.returncode == 0, _errors(done.stderr)
+    assert "refused: SparkRunner on" in done.stdout and repr(str(chk)) in done.stdout, done.stdout
+    assert not chk.exists() and not out.exists(), "something ran before the refusal"

@@ -46,7 +46,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .._storage import is_object_store_uri
 from ..config import parse_duration
+from ..errors import GraphError
 from ._lazy import require_pyspark
 
 __all__ = ["SparkRunner"]
@@ -153,6 +155,11 @@ class SparkRunner:
             for the whole run; at most the cluster's task slots.
         start_timeout: How long the workers of an attempt may take to connect
             (``"120s"`` by default).
+        allow_local_paths: On a cluster (a master other than ``local[...]``) every
+            path the job uses must be a URI all hosts reach (``s3://...``); a
+            local path is a :class:`~eddyline.errors.GraphError` before anything
+            runs, unless this is ``True`` (every host mounts the same shared
+            filesystem at that path).
 
     Raises:
         TypeError: ``spark`` is not a classic ``SparkSession``.
@@ -168,7 +175,12 @@ class SparkRunner:
     """
 
     def __init__(
-        self, spark: Any, workers: int = 2, *, start_timeout: str | float = "120s"
+        self,
+        spark: Any,
+        workers: int = 2,
+        *,
+        start_timeout: str | float = "120s",
+        allow_local_paths: bool = False,
     ) -> None:
         require_pyspark("SparkRunner")
         from pyspark.sql import SparkSession
@@ -203,6 +215,9 @@ class SparkRunner:
         self.spark = spark
         self.workers = workers
         self.start_timeout_s = parse_duration(start_timeout, what="start_timeout")
+        if not isinstance(allow_local_paths, bool):
+            raise TypeError(f"allow_local_paths must be a bool, got {allow_local_paths!r}")
+        self.allow_local_paths = allow_local_paths
         self._launcher: _SparkLauncher | None = None
 
     def __repr__(self) -> str:
@@ -216,7 +231,38 @@ class SparkRunner:
 
     # ---- used by execute_async ----------------------------------------------
 
+    def _check_reachable(self, nodes: list[Any], config: dict[str, Any]) -> None:
+        """On a cluster, every path must be a URI all hosts reach (issue 14).
+
+        A local path would name a directory on each host separately: checkpoints
+        the driver cannot find, output scattered over the executors' disks.
+        """
+        sc = self.spark.sparkContext
+        if _is_local(sc) or self.allow_local_paths:
+            return
+        named: list[tuple[str, str]] = []
+        checkpoint = config.get("checkpoint") or {}
+        if checkpoint.get("dir"):
+            named.append(("the checkpoint dir", str(checkpoint["dir"])))
+        restore = config.get("restore_from")
+        if restore and restore != "latest":
+            named.append(("restore_from", str(restore)))
+        for node in nodes:
+            if node.get("kind") == "source_parquet":
+                named += [(f"source '{node['name']}'", str(p)) for p in node.get("paths", [])]
+            elif node.get("kind") == "sink_parquet":
+                named.append((f"sink '{node['name']}'", str(node["dir"])))
+        for what, path in named:
+            if not is_object_store_uri(path):
+                raise GraphError(
+                    f"SparkRunner on {sc.master!r}: {what} is the local path {path!r}, which "
+                    "the executors on other hosts do not see; use a URI every host reaches "
+                    "(s3://..., gs://..., az://...), or SparkRunner(..., allow_local_paths=True) "
+                    "when every host mounts the same shared filesystem at that path"
+                )
+
     def _start(self, core: Any, nodes: list[Any], config: dict[str, Any], spec: bytes) -> Any:
+        self._check_reachable(nodes, config)
         self._launcher = _SparkLauncher(self.spark, str(config.get("name", "job")))
         host = self._driver_host()
         bind = f"[{host}]:0" if ":" in host else f"{host}:0"
