@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -280,11 +281,12 @@ def test_from_arrow_sends_each_batch_s_own_rows_to_the_workers() -> None:
 
 
 def test_from_arrow_of_a_large_table_runs_in_worker_processes() -> None:
-    n = 400_000
+    """10 M rows (issue 14: 400 k rows made a START frame over the 1 GiB limit)."""
+    n = 10_000_000
+    keys = np.arange(n, dtype=np.int64) % 13
+    table = pa.table({"k": keys, "v": np.arange(n, dtype=np.int64)})
     env = ed.StreamEnvironment(2)
-    out = env.from_arrow(_table(n)).key_by("k").sum("v").collect()
+    out = env.from_arrow(table).key_by("k").sum("v").collect()
     env.execute("arrow", runner=ed.ProcessRunner(workers=2))
-    expected: dict[int, int] = {}
-    for i in range(n):
-        expected[i % 13] = expected.get(i % 13, 0) + i
-    assert _sums(out.to_pylist()) == expected
+    expected = np.bincount(keys, weights=np.arange(n, dtype=np.float64)).astype(np.int64)
+    assert _sums(out.to_pylist()) == {k: int(v) for k, v in enumerate(expected)}
