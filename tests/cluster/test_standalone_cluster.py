@@ -126,7 +126,13 @@ def _start(
     ]
     (tmp_path / "slowed.py").write_text(SLOWED)
     return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,  # the driver JVM and its Python process, killable together
     )
 
 
@@ -167,11 +173,38 @@ def test_cluster_executor_sigkill_restores_exactly(
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
     assert proc.returncode == 0, _errors(err) + "\n" + out[-3000:]
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["restarts"] >= 1, summary
     _assert_exact(s3, "killed", expected)
+
+
+@pytest.mark.timeout(300)
+def test_cluster_driver_sigkill_and_resubmit_restores_exactly(
+    cluster: Cluster, s3: S3, tmp_path: Path
+) -> None:
+    expected = _input(s3)
+    proc = _start(cluster, s3, tmp_path, "driver", slowed=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not _manifests(s3, "driver/chk/"):
+            assert proc.poll() is None, _errors(proc.communicate()[1])
+            assert time.monotonic() < deadline, "no checkpoint completed"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver host dies: JVM and Python
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+    # Executors of the dead driver's application go away with it; the job is
+    # submitted again and continues from the latest checkpoint on S3.
+    again = _start(cluster, s3, tmp_path, "driver", slowed=True)
+    out, err = again.communicate(timeout=240)
+    assert again.returncode == 0, _errors(err) + "\n" + out[-3000:]
+    _assert_exact(s3, "driver", expected)
 
 
 LOCAL_PATHS = textwrap.dedent(
