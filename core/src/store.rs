@@ -358,58 +358,44 @@ impl Store {
     /// The names of its sub-directories (object stores: the common prefixes
     /// below it), in no particular order.
     pub fn dirs(&self) -> io::Result<Vec<String>> {
-        match &self.backend {
-            Backend::Local(dir) => {
-                let mut out = Vec::new();
-                for entry in fs::read_dir(dir)? {
-                    let entry = entry?;
-                    if entry.file_type()?.is_dir() {
-                        if let Some(name) = entry.file_name().to_str() {
-                            out.push(name.to_string());
-                        }
-                    }
-                }
-                Ok(out)
-            }
-            Backend::Object { store, prefix } => {
-                let listed = runtime()
-                    .block_on(store.list_with_delimiter(Some(prefix)))
-                    .map_err(io_err)?;
-                Ok(listed
-                    .common_prefixes
-                    .iter()
-                    .filter_map(|p| p.filename().map(str::to_string))
-                    .collect())
-            }
-        }
+        self.entries(true)
     }
 
     /// The names of the files (objects) directly in it, in no particular order.
     pub fn files(&self) -> io::Result<Vec<String>> {
+        self.entries(false)
+    }
+
+    /// The names of its sub-directories (`dirs`) or of its files.
+    fn entries(&self, dirs: bool) -> io::Result<Vec<String>> {
+        let mut out = Vec::new();
         match &self.backend {
             Backend::Local(dir) => {
-                let mut out = Vec::new();
                 for entry in fs::read_dir(dir)? {
                     let entry = entry?;
-                    if entry.file_type()?.is_file() {
-                        if let Some(name) = entry.file_name().to_str() {
-                            out.push(name.to_string());
-                        }
+                    let kind = entry.file_type()?;
+                    if (dirs && kind.is_dir()) || (!dirs && kind.is_file()) {
+                        out.extend(entry.file_name().to_str().map(str::to_string));
                     }
                 }
-                Ok(out)
             }
             Backend::Object { store, prefix } => {
                 let listed = runtime()
                     .block_on(store.list_with_delimiter(Some(prefix)))
                     .map_err(io_err)?;
-                Ok(listed
-                    .objects
-                    .iter()
-                    .filter_map(|m| m.location.filename().map(str::to_string))
-                    .collect())
+                let paths: Vec<&ObjectPath> = if dirs {
+                    listed.common_prefixes.iter().collect()
+                } else {
+                    listed.objects.iter().map(|m| &m.location).collect()
+                };
+                out.extend(
+                    paths
+                        .iter()
+                        .filter_map(|p| p.filename().map(str::to_string)),
+                );
             }
         }
+        Ok(out)
     }
 
     /// Gives `from` the name `to`, replacing what `to` named. On a disk this

@@ -90,6 +90,15 @@ def _manifests(s3: S3, prefix: str) -> set[str]:
     return {k for k in s3.keys(prefix) if k.endswith("/_manifest.json")}
 
 
+def _await_checkpoint(proc: subprocess.Popen[str], s3: S3, prefix: str) -> None:
+    """Waits until the running job completed a checkpoint under ``prefix``."""
+    deadline = time.monotonic() + 180
+    while not _manifests(s3, prefix):
+        assert proc.poll() is None, _errors(proc.communicate()[1])
+        assert time.monotonic() < deadline, "no checkpoint completed"
+        time.sleep(0.2)
+
+
 def _errors(stderr: str) -> str:
     """What the driver said, without Spark's INFO log lines."""
     lines = [line for line in stderr.splitlines() if " INFO " not in line]
@@ -154,12 +163,7 @@ def test_cluster_executor_sigkill_restores_exactly(
     expected = _input(s3)
     proc = _start(cluster, s3, tmp_path, "killed", slowed=True)
     try:
-        deadline = time.monotonic() + 180
-        # wait for a completed checkpoint on S3, then kill one executor JVM
-        while not any(k.endswith("/_manifest.json") for k in s3.keys("killed/chk/")):
-            assert proc.poll() is None, _errors(proc.communicate()[1])
-            assert time.monotonic() < deadline, "no checkpoint completed"
-            time.sleep(0.2)
+        _await_checkpoint(proc, s3, "killed/chk/")  # then kill one executor JVM
         pids = cluster.executor_pids()
         assert pids, "no executor running"
         before = _manifests(s3, "killed/chk/")
@@ -188,11 +192,7 @@ def test_cluster_driver_sigkill_and_resubmit_restores_exactly(
     expected = _input(s3)
     proc = _start(cluster, s3, tmp_path, "driver", slowed=True)
     try:
-        deadline = time.monotonic() + 180
-        while not _manifests(s3, "driver/chk/"):
-            assert proc.poll() is None, _errors(proc.communicate()[1])
-            assert time.monotonic() < deadline, "no checkpoint completed"
-            time.sleep(0.2)
+        _await_checkpoint(proc, s3, "driver/chk/")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver host dies: JVM and Python
         proc.communicate(timeout=30)
     finally:

@@ -163,13 +163,16 @@ def test_savepoint_to_s3_and_resume_from_it_is_exact(s3: S3, tmp_path: Path) -> 
     assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(n), "ParquetSink")
 
 
-def test_missing_bucket_is_a_storage_error_naming_the_uri(s3: S3) -> None:
-    uri = f"s3://no-such-bucket-{s3.bucket}/chk"
+def _assert_storage_error_names(uri: str) -> None:
     env = ed.StreamEnvironment(1, checkpoint=ed.CheckpointConfig(uri))
     env.from_sequence(0, 10).collect()
     with pytest.raises(ed.StorageError) as info:
-        env.execute("missing-bucket")
+        env.execute("unusable-store")
     assert uri in str(info.value)
+
+
+def test_missing_bucket_is_a_storage_error_naming_the_uri(s3: S3) -> None:
+    _assert_storage_error_names(f"s3://no-such-bucket-{s3.bucket}/chk")
 
 
 def test_unreachable_endpoint_is_a_storage_error_naming_the_uri(
@@ -179,12 +182,7 @@ def test_unreachable_endpoint_is_a_storage_error_naming_the_uri(
         sock.bind(("127.0.0.1", 0))
         closed = sock.getsockname()[1]
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed}")
-    uri = f"s3://{s3.bucket}/unreachable"
-    env = ed.StreamEnvironment(1, checkpoint=ed.CheckpointConfig(uri))
-    env.from_sequence(0, 10).collect()
-    with pytest.raises(ed.StorageError) as info:
-        env.execute("unreachable")
-    assert uri in str(info.value)
+    _assert_storage_error_names(f"s3://{s3.bucket}/unreachable")
 
 
 def test_uris_without_a_store_are_refused_before_running() -> None:

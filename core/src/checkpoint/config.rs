@@ -27,6 +27,14 @@ pub struct CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    /// The storage options of `config` (none without checkpointing): what
+    /// a restore path is opened with.
+    pub fn storage_options_of(config: Option<&CheckpointConfig>) -> StorageOptions {
+        config
+            .map(|c| c.storage_options.clone())
+            .unwrap_or_default()
+    }
+
     /// Defaults for `dir`: every second, exactly-once, 3 retained, 10 min timeout.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         CheckpointConfig {

@@ -552,14 +552,12 @@ impl WorkerSession {
             }));
         }
         let restored = match &start.restore {
-            Some(p) => Some(CheckpointStorage::load_path_with(
-                p,
-                &config
-                    .checkpoint
-                    .as_ref()
-                    .map(|c| c.storage_options.clone())
-                    .unwrap_or_default(),
-            )?),
+            Some(p) => {
+                let options = crate::checkpoint::CheckpointConfig::storage_options_of(
+                    config.checkpoint.as_ref(),
+                );
+                Some(CheckpointStorage::load_path_with(p, &options)?)
+            }
             None => None,
         };
         let mode = config

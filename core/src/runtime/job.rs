@@ -250,14 +250,10 @@ impl JobHandle {
         };
         let restored = match &config.restore_from {
             None => None,
-            Some(RestoreFrom::Path(p)) => Some(CheckpointStorage::load_path_with(
-                p,
-                &config
-                    .checkpoint
-                    .as_ref()
-                    .map(|c| c.storage_options.clone())
-                    .unwrap_or_default(),
-            )?),
+            Some(RestoreFrom::Path(p)) => {
+                let options = CheckpointConfig::storage_options_of(config.checkpoint.as_ref());
+                Some(CheckpointStorage::load_path_with(p, &options)?)
+            }
             Some(RestoreFrom::Latest) => match &coordinator {
                 Some(c) => latest_restorable(c.storage(), &config.external_sinks)?,
                 None => return Err(Error::checkpoint(
