@@ -3,14 +3,19 @@
 //! them with bounded channels, and supervises the job (failure, restart,
 //! cancellation, final commit).
 
+pub mod config;
 pub mod dist;
 pub mod job;
 pub(crate) mod loop_head;
 pub mod metrics;
 pub mod plan;
 pub(crate) mod replay;
+pub(crate) mod spawn;
+pub mod status;
 pub(crate) mod task;
 
+pub use config::{JobConfig, RestartStrategy, RestoreFrom};
 pub use dist::{Distribution, Launcher, WorkerSession};
-pub use job::{JobConfig, JobHandle, JobOutcome, JobStatus, RestartStrategy, RestoreFrom};
+pub use job::JobHandle;
 pub use metrics::{MetricsSnapshot, OperatorMetrics, OperatorMetricsSnapshot};
+pub use status::{JobOutcome, JobStatus};

@@ -1,0 +1,363 @@
+//! The driver side of a distributed job: launching the workers of an
+//! attempt, handing them the job, relaying control messages to them and
+//! their reports, metrics and collect operations back.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::{net_err, Distribution, METRIC_FIELDS};
+use crate::checkpoint::coordinator::TaskInfo;
+use crate::checkpoint::RestoredCheckpoint;
+use crate::error::{Error, Result};
+use crate::message::{Control, TaskReport};
+use crate::net::auth::{server_handshake, Secret};
+use crate::net::control::{
+    decode_collect, decode_report, encode_control, Hello, Start, TAG_CANCEL, TAG_COLLECT,
+    TAG_CONTROL, TAG_DONE, TAG_HELLO, TAG_METRICS, TAG_REPORT, TAG_START,
+};
+use crate::net::wire::{read_frame, write_frame, Dec};
+use crate::runtime::metrics::OperatorMetrics;
+use crate::sink::collect::CollectStore;
+
+/// One connected worker, seen from the driver.
+pub(crate) struct WorkerLink {
+    index: usize,
+    writer: Mutex<TcpStream>,
+    ending: AtomicBool,
+}
+
+impl WorkerLink {
+    pub(crate) fn send_control(&self, task: usize, control: &Control) {
+        let mut w = self.writer.lock();
+        // A broken link is noticed by its reader, which fails the attempt.
+        let _ = write_frame(
+            &mut *w,
+            TAG_CONTROL,
+            task as u32,
+            &[&encode_control(control)],
+        );
+    }
+
+    fn cancel(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+        let mut w = self.writer.lock();
+        let _ = write_frame(&mut *w, TAG_CANCEL, 0, &[]);
+        let _ = w.shutdown(Shutdown::Both);
+    }
+}
+
+/// The workers of the current attempt.
+pub(crate) struct RemoteAttempt {
+    pub links: Vec<Arc<WorkerLink>>,
+    pub reports: Receiver<TaskReport>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+/// The driver's side: listens for workers and starts attempts on them.
+pub(crate) struct DistDriver {
+    pub dist: Distribution,
+    secret: Secret,
+    addr: String,
+    hellos: Receiver<(Hello, TcpStream)>,
+    closed: Arc<AtomicBool>,
+    local_addr: SocketAddr,
+}
+
+impl DistDriver {
+    pub fn new(dist: Distribution) -> Result<DistDriver> {
+        if dist.workers == 0 {
+            return Err(Error::job_graph(
+                "a distributed job needs at least one worker",
+            ));
+        }
+        let secret = Secret::generate()?;
+        let listener = TcpListener::bind(&dist.bind)
+            .map_err(|e| net_err(&format!("cannot listen for workers on {}", dist.bind), e))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| net_err("no local address", e))?;
+        let (tx, rx) = unbounded();
+        let closed = Arc::new(AtomicBool::new(false));
+        let s = secret.clone();
+        let c = closed.clone();
+        std::thread::Builder::new()
+            .name("eddyline-driver-accept".into())
+            .spawn(move || accept_workers(listener, s, tx, c))
+            .map_err(|e| net_err("cannot start a thread", e))?;
+        Ok(DistDriver {
+            dist,
+            secret,
+            addr: local_addr.to_string(),
+            hellos: rx,
+            closed,
+            local_addr,
+        })
+    }
+
+    /// Launches the workers of `attempt`, waits until each said hello and
+    /// hands them the job.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_attempt(
+        &mut self,
+        attempt: u64,
+        tasks: &[TaskInfo],
+        restored: Option<&RestoredCheckpoint>,
+        metrics: Vec<Arc<OperatorMetrics>>,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<RemoteAttempt> {
+        let n = self.dist.workers;
+        // Hellos of earlier attempts still queued are stale.
+        while self.hellos.try_recv().is_ok() {}
+        self.dist
+            .launcher
+            .launch(attempt, n, &self.addr, &self.secret.to_hex())?;
+        let deadline = Instant::now() + self.dist.start_timeout;
+        let mut joined: Vec<Option<(Hello, TcpStream)>> = (0..n).map(|_| None).collect();
+        while joined.iter().any(Option::is_none) {
+            if cancel() {
+                self.dist.launcher.stop();
+                return Err(Error::Cancelled);
+            }
+            if let Err(e) = self.dist.launcher.check() {
+                self.dist.launcher.stop();
+                return Err(e);
+            }
+            if Instant::now() > deadline {
+                self.dist.launcher.stop();
+                let missing: Vec<String> = joined
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, j)| j.is_none())
+                    .map(|(i, _)| i.to_string())
+                    .collect();
+                return Err(Error::runtime(format!(
+                    "worker(s) {} did not connect to the driver within {:?}",
+                    missing.join(", "),
+                    self.dist.start_timeout
+                )));
+            }
+            match self.hellos.recv_timeout(Duration::from_millis(100)) {
+                Ok((hello, stream)) => {
+                    // Fencing: a worker of another attempt, or a second
+                    // worker with the same index, is turned away.
+                    let fits = hello.index < n
+                        && (hello.attempt == attempt || hello.attempt == u64::MAX)
+                        && joined[hello.index].is_none();
+                    if fits {
+                        let i = hello.index;
+                        joined[i] = Some((hello, stream));
+                    } else {
+                        let _ = stream.shutdown(Shutdown::Both);
+                    }
+                }
+                Err(_) => continue,
+            }
+        }
+        let addrs: Vec<String> = joined
+            .iter()
+            .flatten()
+            .map(|(h, _)| h.data_addr.clone())
+            .collect();
+        let restore = restored.map(|rc| rc.dir().to_string_lossy().into_owned());
+        let (report_tx, report_rx) = unbounded();
+        let mut links = Vec::with_capacity(n);
+        let mut readers = Vec::with_capacity(n);
+        let first_task_of: Vec<usize> = (0..n)
+            .map(|w| tasks.iter().position(|t| t.subtask % n == w).unwrap_or(0))
+            .collect();
+        for (i, j) in joined.into_iter().enumerate() {
+            let Some((_, mut stream)) = j else {
+                continue;
+            };
+            let start = Start {
+                attempt,
+                workers: n,
+                index: i,
+                addrs: addrs.clone(),
+                spec: self.dist.spec.clone(),
+                restore: restore.clone(),
+            };
+            write_frame(&mut stream, TAG_START, 0, &[&start.encode()])
+                .map_err(|e| net_err(&format!("cannot start worker {i}"), e))?;
+            let reader = stream
+                .try_clone()
+                .map_err(|e| net_err("cannot clone a socket", e))?;
+            let link = Arc::new(WorkerLink {
+                index: i,
+                writer: Mutex::new(stream),
+                ending: AtomicBool::new(false),
+            });
+            let l = link.clone();
+            let tx = report_tx.clone();
+            let m = metrics.clone();
+            let stores = self.dist.collect_stores.clone();
+            let first_task = first_task_of[i];
+            readers.push(
+                std::thread::Builder::new()
+                    .name(format!("eddyline-worker-{i}"))
+                    .spawn(move || read_worker(reader, l, tx, m, stores, first_task))
+                    .map_err(|e| net_err("cannot start a thread", e))?,
+            );
+            links.push(link);
+        }
+        Ok(RemoteAttempt {
+            links,
+            reports: report_rx,
+            readers,
+        })
+    }
+
+    /// Ends an attempt: with `cancel`, tells every worker to stop; waits
+    /// for the workers' last messages and stops them.
+    pub fn end_attempt(&mut self, remote: RemoteAttempt, cancel: bool) {
+        if cancel {
+            for l in &remote.links {
+                l.cancel();
+            }
+        } else {
+            for l in &remote.links {
+                l.ending.store(true, Ordering::SeqCst);
+            }
+        }
+        if !cancel {
+            // The workers send their last metrics and `done`, then exit.
+            for r in remote.readers {
+                let _ = r.join();
+            }
+        }
+        self.dist.launcher.stop();
+        for l in &remote.links {
+            let _ = l.writer.lock().shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for DistDriver {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.local_addr, Duration::from_millis(200));
+        self.dist.launcher.stop();
+    }
+}
+
+fn accept_workers(
+    listener: TcpListener,
+    secret: Secret,
+    tx: Sender<(Hello, TcpStream)>,
+    closed: Arc<AtomicBool>,
+) {
+    for stream in listener.incoming() {
+        if closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        let secret = secret.clone();
+        let tx = tx.clone();
+        // Handshakes run on their own thread: a silent peer cannot hold up
+        // the workers behind it.
+        let _ = std::thread::Builder::new()
+            .name("eddyline-driver-hello".into())
+            .spawn(move || {
+                if server_handshake(&mut stream, &secret).is_err() {
+                    return;
+                }
+                let Ok(Some(f)) = read_frame(&mut stream) else {
+                    return;
+                };
+                if f.tag != TAG_HELLO {
+                    return;
+                }
+                if let Ok(h) = Hello::decode(&f.payload) {
+                    let _ = stream.set_nodelay(true);
+                    let _ = tx.send((h, stream));
+                }
+            });
+    }
+}
+
+fn read_worker(
+    mut stream: TcpStream,
+    link: Arc<WorkerLink>,
+    reports: Sender<TaskReport>,
+    metrics: Vec<Arc<OperatorMetrics>>,
+    stores: HashMap<usize, Arc<CollectStore>>,
+    first_task: usize,
+) {
+    let i = link.index;
+    let why: String = loop {
+        let frame = match read_frame(&mut stream) {
+            Ok(Some(f)) => f,
+            Ok(None) => break "it closed its connection without finishing".into(),
+            Err(e) => break format!("its connection broke ({e})"),
+        };
+        match frame.tag {
+            TAG_REPORT => match decode_report(&frame.payload) {
+                Ok(TaskReport::Failed {
+                    task,
+                    error: Error::Cancelled,
+                }) => {
+                    let error = Error::runtime(format!(
+                        "a task of worker {i} stopped because a connection to another \
+                             worker broke (that worker probably died)"
+                    ));
+                    let _ = reports.send(TaskReport::Failed { task, error });
+                }
+                Ok(r) => {
+                    let _ = reports.send(r);
+                }
+                Err(e) => break format!("it sent a malformed report ({e})"),
+            },
+            TAG_METRICS => {
+                if apply_metrics(&frame.payload, &metrics).is_err() {
+                    break "it sent malformed metrics".into();
+                }
+            }
+            TAG_COLLECT => {
+                let op = match decode_collect(&frame.payload) {
+                    Ok(op) => op,
+                    Err(e) => break format!("it sent a malformed collect batch ({e})"),
+                };
+                if let Some(store) = stores.get(&(frame.channel as usize)) {
+                    let _ = store.apply(op);
+                }
+            }
+            TAG_DONE => return,
+            other => break format!("it sent an unknown message ({other})"),
+        }
+    };
+    if !link.ending.load(Ordering::SeqCst) {
+        let _ = reports.send(TaskReport::Failed {
+            task: first_task,
+            error: Error::runtime(format!("worker {i} was lost: {why}")),
+        });
+    }
+}
+
+fn apply_metrics(buf: &[u8], metrics: &[Arc<OperatorMetrics>]) -> Result<()> {
+    let mut d = Dec::new(buf);
+    let n = d.u32()? as usize;
+    for _ in 0..n {
+        let node = d.u32()? as usize;
+        let mut v = [0u64; METRIC_FIELDS];
+        for x in &mut v {
+            *x = d.u64()?;
+        }
+        if let Some(m) = metrics.get(node) {
+            m.records_in.fetch_add(v[0], Ordering::Relaxed);
+            m.records_out.fetch_add(v[1], Ordering::Relaxed);
+            m.batches_in.fetch_add(v[2], Ordering::Relaxed);
+            m.batches_out.fetch_add(v[3], Ordering::Relaxed);
+            m.late_records.fetch_add(v[4], Ordering::Relaxed);
+            m.spilled_bytes.fetch_add(v[5], Ordering::Relaxed);
+            m.spill_files.fetch_add(v[6], Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}

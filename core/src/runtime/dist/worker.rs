@@ -1,0 +1,333 @@
+//! The worker side of a distributed job: connecting to the driver, running
+//! this worker's subtasks of each attempt ([`crate::runtime::spawn`]) and
+//! sending their reports and metric deltas back.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::{select, Sender};
+use parking_lot::Mutex;
+
+use super::{metric_values, net_err, METRIC_FIELDS};
+use crate::barrier::AlignmentMode;
+use crate::checkpoint::CheckpointStorage;
+use crate::error::{Error, Result};
+use crate::graph::JobGraph;
+use crate::message::{Control, TaskReport};
+use crate::net::auth::{client_handshake, Secret};
+use crate::net::control::{
+    decode_control, encode_collect, encode_report, Hello, Start, TAG_CANCEL, TAG_COLLECT,
+    TAG_CONTROL, TAG_DONE, TAG_HELLO, TAG_METRICS, TAG_REPORT, TAG_START,
+};
+use crate::net::data::DataPlane;
+use crate::net::wire::{read_frame, write_frame, Enc};
+use crate::runtime::config::JobConfig;
+use crate::runtime::metrics::OperatorMetrics;
+use crate::runtime::plan::Plan;
+use crate::runtime::replay::AttemptRecompute;
+use crate::runtime::spawn::{build_attempt, Placement};
+use crate::runtime::status::Shared;
+use crate::sink::collect::CollectStore;
+
+/// A worker process's connection to its driver.
+pub struct WorkerSession {
+    control: TcpStream,
+    secret: Secret,
+    listener: TcpListener,
+    start: Start,
+}
+
+impl WorkerSession {
+    /// Binds a data port on `bind_host`, connects to the driver, says hello
+    /// as worker `index` of `attempt` (`u64::MAX`: whichever attempt the
+    /// driver runs) and waits for the job.
+    pub fn connect(
+        driver: &str,
+        secret_hex: &str,
+        index: usize,
+        attempt: u64,
+        bind_host: &str,
+    ) -> Result<WorkerSession> {
+        let secret = Secret::from_hex(secret_hex)?;
+        let listener = TcpListener::bind((bind_host, 0))
+            .map_err(|e| net_err(&format!("cannot bind a data port on {bind_host}"), e))?;
+        let data_addr = listener
+            .local_addr()
+            .map_err(|e| net_err("no local address", e))?
+            .to_string();
+        let addr = driver
+            .to_socket_addrs()
+            .map_err(|e| net_err(&format!("bad driver address {driver}"), e))?
+            .next()
+            .ok_or_else(|| Error::runtime(format!("bad driver address {driver}")))?;
+        let mut control = TcpStream::connect_timeout(&addr, Duration::from_secs(30))
+            .map_err(|e| net_err(&format!("cannot reach the driver at {driver}"), e))?;
+        client_handshake(&mut control, &secret)?;
+        let _ = control.set_nodelay(true);
+        let hello = Hello {
+            index,
+            attempt,
+            data_addr,
+        };
+        write_frame(&mut control, TAG_HELLO, 0, &[&hello.encode()])
+            .map_err(|e| net_err("cannot greet the driver", e))?;
+        let frame = read_frame(&mut control)
+            .map_err(|e| net_err("the driver did not start this worker", e))?
+            .ok_or_else(|| {
+                Error::runtime("the driver turned this worker away (another attempt runs)")
+            })?;
+        if frame.tag != TAG_START {
+            return Err(Error::runtime("unexpected first message from the driver"));
+        }
+        let start = Start::decode(&frame.payload)?;
+        Ok(WorkerSession {
+            control,
+            secret,
+            listener,
+            start,
+        })
+    }
+
+    /// Reports that this worker cannot run the job it was given (e.g. its
+    /// spec cannot be loaded here); the driver fails the job with `error`.
+    pub fn fail(mut self, error: Error) -> Result<()> {
+        let bytes = encode_report(&TaskReport::Failed { task: 0, error })?;
+        write_frame(&mut self.control, TAG_REPORT, 0, &[&bytes])
+            .map_err(|e| net_err("the driver connection broke", e))?;
+        let _ = self.control.shutdown(Shutdown::Write);
+        Ok(())
+    }
+
+    /// What the driver sent: the job spec, attempt, addresses.
+    pub fn start(&self) -> &Start {
+        &self.start
+    }
+
+    /// Runs this worker's subtasks of `graph` until the attempt ends.
+    /// `collect_stores` are this process's stores of collect sinks: their
+    /// operations are forwarded to the driver.
+    /// An error (say, a checkpoint this worker cannot restore) is reported
+    /// to the driver, which fails or restarts the job with it.
+    pub fn run(
+        self,
+        graph: JobGraph,
+        config: JobConfig,
+        collect_stores: HashMap<usize, Arc<CollectStore>>,
+    ) -> Result<()> {
+        let report = self.control.try_clone().ok();
+        let result = self.run_tasks(graph, config, collect_stores);
+        if let (Err(error), Some(mut stream)) = (&result, report) {
+            if let Ok(bytes) = encode_report(&TaskReport::Failed {
+                task: 0,
+                error: error.clone(),
+            }) {
+                let _ = write_frame(&mut stream, TAG_REPORT, 0, &[&bytes]);
+            }
+        }
+        result
+    }
+
+    fn run_tasks(
+        self,
+        graph: JobGraph,
+        config: JobConfig,
+        collect_stores: HashMap<usize, Arc<CollectStore>>,
+    ) -> Result<()> {
+        graph.validate()?;
+        let WorkerSession {
+            control,
+            secret,
+            listener,
+            start,
+        } = self;
+        let writer = Arc::new(Mutex::new(
+            control
+                .try_clone()
+                .map_err(|e| net_err("cannot clone a socket", e))?,
+        ));
+        for (node, store) in &collect_stores {
+            let w = writer.clone();
+            let node = *node as u32;
+            store.forward_to(Arc::new(move |op| {
+                let bytes = encode_collect(&op)?;
+                write_frame(&mut *w.lock(), TAG_COLLECT, node, &[&bytes])
+                    .map_err(|e| net_err("the driver connection broke", e))
+            }));
+        }
+        let restored = match &start.restore {
+            Some(p) => {
+                let options = crate::checkpoint::CheckpointConfig::storage_options_of(
+                    config.checkpoint.as_ref(),
+                );
+                Some(CheckpointStorage::load_path_with(p, &options)?)
+            }
+            None => None,
+        };
+        let mode = config
+            .checkpoint
+            .as_ref()
+            .map(|c| c.mode)
+            .unwrap_or(AlignmentMode::ExactlyOnce);
+        let recovery = config
+            .checkpoint
+            .as_ref()
+            .map(|c| c.recovery)
+            .unwrap_or_default();
+        let recompute = AttemptRecompute::prepare(&graph, recovery, restored.as_ref())?;
+        let plan = Plan::new(&graph);
+        let shared = Shared::new(&graph);
+        let mut plane = DataPlane::new(
+            start.index,
+            start.attempt,
+            secret,
+            listener,
+            config.channel_capacity,
+        );
+        let mut place = Placement {
+            workers: start.workers,
+            me: Some(start.index),
+            plane: Some(&mut plane),
+        };
+        let run = build_attempt(
+            &graph,
+            &plan,
+            &config,
+            &shared,
+            start.attempt as u32,
+            mode,
+            restored.as_ref(),
+            &recompute,
+            &mut place,
+        )?;
+        drop(restored);
+        let mut addrs = Vec::with_capacity(start.addrs.len());
+        for a in &start.addrs {
+            addrs.push(
+                a.parse::<SocketAddr>()
+                    .map_err(|e| net_err(&format!("bad peer address {a}"), e))?,
+            );
+        }
+        let locals = run.local_controls();
+        if let Err(e) = plane.start(&addrs) {
+            run.cancel_and_join();
+            return Err(e);
+        }
+        // Control messages from the driver go to the local tasks.
+        let reader = control
+            .try_clone()
+            .map_err(|e| net_err("cannot clone a socket", e))?;
+        let driver_gone = Arc::new(AtomicBool::new(false));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (gone, cancel) = (driver_gone.clone(), cancelled.clone());
+        let ctl_locals = locals.clone();
+        std::thread::Builder::new()
+            .name("eddyline-worker-control".into())
+            .spawn(move || read_driver(reader, ctl_locals, gone, cancel))
+            .map_err(|e| net_err("cannot start a thread", e))?;
+        let node_metrics: Vec<Arc<OperatorMetrics>> =
+            shared.metrics.nodes.iter().map(|n| n.2.clone()).collect();
+        let mut sent = vec![[0u64; METRIC_FIELDS]; node_metrics.len()];
+        let ticker = crossbeam_channel::tick(Duration::from_millis(250));
+        let send = |tag: u8, payload: &[u8]| -> Result<()> {
+            write_frame(&mut *writer.lock(), tag, 0, &[payload])
+                .map_err(|e| net_err("the driver connection broke", e))
+        };
+        let mut failure: Option<Error> = None;
+        loop {
+            select! {
+                recv(run.reports) -> r => match r {
+                    Ok(report) => {
+                        let bytes = match encode_report(&report) {
+                            Ok(b) => b,
+                            Err(e) => {
+                                let task = match &report {
+                                    TaskReport::Snapshot { task, .. } => *task,
+                                    _ => 0,
+                                };
+                                encode_report(&TaskReport::Failed { task, error: e })?
+                            }
+                        };
+                        if let Err(e) = send(TAG_REPORT, &bytes) {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                },
+                recv(ticker) -> _ => {
+                    if let Err(e) = send(TAG_METRICS, &metric_deltas(&node_metrics, &mut sent)) {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if failure.is_some() || driver_gone.load(Ordering::SeqCst) {
+            for c in locals.iter().flatten() {
+                let _ = c.send(Control::Cancel);
+            }
+        }
+        let queues_ok = run.join_local();
+        plane.shutdown();
+        if cancelled.load(Ordering::SeqCst) {
+            // The driver ended the attempt; it expects nothing more.
+            return Ok(());
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        queues_ok?;
+        send(TAG_METRICS, &metric_deltas(&node_metrics, &mut sent))?;
+        send(TAG_DONE, &[])?;
+        let _ = control.shutdown(Shutdown::Write);
+        Ok(())
+    }
+}
+
+fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [[u64; METRIC_FIELDS]]) -> Vec<u8> {
+    let mut e = Enc::default();
+    e.u32(metrics.len() as u32);
+    for (node, (m, last)) in metrics.iter().zip(sent.iter_mut()).enumerate() {
+        let now = metric_values(m);
+        e.u32(node as u32);
+        for k in 0..METRIC_FIELDS {
+            e.u64(now[k].saturating_sub(last[k]));
+        }
+        *last = now;
+    }
+    e.0
+}
+
+fn read_driver(
+    mut stream: TcpStream,
+    locals: Vec<Option<Sender<Control>>>,
+    gone: Arc<AtomicBool>,
+    cancelled: Arc<AtomicBool>,
+) {
+    loop {
+        match read_frame(&mut stream) {
+            Ok(Some(f)) if f.tag == TAG_CONTROL => {
+                if let (Ok(c), Some(Some(tx))) =
+                    (decode_control(&f.payload), locals.get(f.channel as usize))
+                {
+                    let _ = tx.send(c);
+                }
+            }
+            Ok(Some(f)) if f.tag == TAG_CANCEL => {
+                cancelled.store(true, Ordering::SeqCst);
+                break;
+            }
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => {
+                gone.store(true, Ordering::SeqCst);
+                break;
+            }
+        }
+    }
+    for tx in locals.iter().flatten() {
+        let _ = tx.send(Control::Cancel);
+    }
+}
