@@ -6,7 +6,6 @@
 pub mod config;
 pub mod dist;
 pub mod job;
-pub(crate) mod loop_head;
 pub mod metrics;
 pub mod plan;
 pub(crate) mod replay;

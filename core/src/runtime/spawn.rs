@@ -24,10 +24,10 @@ use crate::operator::OperatorContext;
 use crate::partition::{Partitioner, Partitioning};
 use crate::runtime::config::JobConfig;
 use crate::runtime::dist::driver::{RemoteAttempt, WorkerLink};
-use crate::runtime::loop_head::LoopHead;
 use crate::runtime::plan::Plan;
 use crate::runtime::replay::AttemptRecompute;
 use crate::runtime::status::Shared;
+use crate::runtime::task::loop_head::LoopHead;
 use crate::runtime::task::{
     Control, InputChannel, OpSlot, OutSender, OutputEdge, SourceHead, Task, TaskOutput, TaskReport,
     TaskRestore,

@@ -44,13 +44,13 @@ use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
+use super::{push_batch, push_watermark, Control, InputEnd, Step, Task, TaskReport};
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
 use crate::feedback::FeedbackQueue;
 use crate::graph::{all_nullable, LoopPriority};
 use crate::runtime::metrics::OperatorMetrics;
-use crate::runtime::task::{push_batch, push_watermark, Control, InputEnd, Step, Task, TaskReport};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 use crate::termination::{HeadAction, LoopHeadTermination};
 

@@ -9,28 +9,32 @@
 //! the supervisor and waits for the checkpoint that covers its end (or the
 //! end-of-job commit) before it closes and sends EndOfPartition.
 
+pub(crate) mod inputs;
+pub(crate) mod loop_head;
+pub(crate) mod source;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use crossbeam_channel::{Receiver, Select, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::barrier::{AlignerAction, BarrierAligner};
-use crate::channel::{EventReceiver, EventSender, InputFlow, Item};
+use crate::channel::{EventReceiver, EventSender, InputFlow};
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
-use crate::event::{Barrier, Event, MAX_WATERMARK};
+use crate::event::{Barrier, Event};
 use crate::feedback::FeedbackQueue;
 use crate::net::data::{CreditReturn, RemoteSender};
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::partition::Partitioner;
-use crate::runtime::loop_head::LoopHead;
 use crate::runtime::metrics::OperatorMetrics;
 use crate::runtime::replay::{start_epoch, TaskRecompute};
 use crate::sink::END_OF_JOB;
-use crate::source::{SourcePoll, SourceReader};
 use crate::termination::BodyTermination;
+use loop_head::LoopHead;
+pub(crate) use source::SourceHead;
 
 pub(crate) use crate::message::{Control, TaskReport};
 
@@ -176,7 +180,7 @@ impl TaskOutput {
 
 /// The collector handed to the operator at `slot`: its output goes to the
 /// rest of the chain, or to the task output at the end of the chain.
-struct ChainOut<'a> {
+pub(crate) struct ChainOut<'a> {
     slot: &'a mut OpSlot,
     rest_ops: &'a mut [Box<dyn Operator>],
     rest_slots: &'a mut [OpSlot],
@@ -229,6 +233,33 @@ impl Collector for ChainOut<'_> {
     }
 }
 
+/// Calls `f` with the first operator of a chain and the collector of the
+/// rest (nothing for an empty chain or while the head drops a replay);
+/// errors name the head.
+pub(crate) fn at_chain_head(
+    ops: &mut [Box<dyn Operator>],
+    slots: &mut [OpSlot],
+    tail: &mut TaskOutput,
+    f: impl FnOnce(&mut dyn Operator, &mut ChainOut<'_>) -> Result<()>,
+) -> Result<()> {
+    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
+        (ops.split_first_mut(), slots.split_first_mut())
+    else {
+        return Ok(());
+    };
+    if slot.replay_drop {
+        return Ok(());
+    }
+    let name = slot.name.clone();
+    let mut out = ChainOut {
+        slot,
+        rest_ops,
+        rest_slots,
+        tail,
+    };
+    f(op.as_mut(), &mut out).map_err(|e| e.in_operator(&name))
+}
+
 pub(crate) fn push_batch(
     ops: &mut [Box<dyn Operator>],
     slots: &mut [OpSlot],
@@ -275,48 +306,6 @@ pub(crate) fn push_watermark(
     })
 }
 
-/// Calls `f` with the first operator of a chain and the collector of the
-/// rest (nothing for an empty chain or while the head drops a replay);
-/// errors name the head.
-fn at_chain_head(
-    ops: &mut [Box<dyn Operator>],
-    slots: &mut [OpSlot],
-    tail: &mut TaskOutput,
-    f: impl FnOnce(&mut dyn Operator, &mut ChainOut<'_>) -> Result<()>,
-) -> Result<()> {
-    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
-        (ops.split_first_mut(), slots.split_first_mut())
-    else {
-        return Ok(());
-    };
-    if slot.replay_drop {
-        return Ok(());
-    }
-    let name = slot.name.clone();
-    let mut out = ChainOut {
-        slot,
-        rest_ops,
-        rest_slots,
-        tail,
-    };
-    f(op.as_mut(), &mut out).map_err(|e| e.in_operator(&name))
-}
-
-/// FLIP-27: tells the first operator of a source task's chain the split
-/// of the batch the source is about to emit (`None`: the source has nothing
-/// now) and the source's open splits.
-fn source_progress(
-    ops: &mut [Box<dyn Operator>],
-    slots: &mut [OpSlot],
-    tail: &mut TaskOutput,
-    split: Option<u64>,
-    open: &[u64],
-) -> Result<()> {
-    at_chain_head(ops, slots, tail, |op, out| {
-        op.on_source_progress(split, open, out)
-    })
-}
-
 /// One input channel of a task.
 pub(crate) struct InputChannel {
     pub rx: EventReceiver,
@@ -332,60 +321,12 @@ pub(crate) struct InputChannel {
     pub idle: bool,
 }
 
-/// The source at the head of a source task.
-pub(crate) struct SourceHead {
-    pub reader: Box<dyn SourceReader>,
-    pub slot: OpSlot,
-    pub node: usize,
-    /// The reader's batches may be cut to what the consumers measured
-    /// (buffer debloating at the source); off in recompute mode, whose
-    /// replay must see the batches of the original run.
-    pub sized: bool,
-    /// Bytes per row of the last batch (0 before the first).
-    pub row_bytes: usize,
-}
-
 /// The rows of a source's batches while a local consumer has not measured
 /// its throughput yet: small enough that a slow consumer's first batches
 /// do not queue seconds of work in front of the first barriers, large
 /// enough that a fast consumer measures (and lifts its budget) within a
 /// few of them.
 const STARTUP_BATCH_ROWS: usize = 1024;
-
-/// Buffer debloating at the source (FLIP-183, `channel.rs`): the most rows
-/// a batch may hold so that it fits the smallest byte budget the consumers
-/// of `output` measured ([`STARTUP_BATCH_ROWS`] while one has not measured
-/// yet); `None` when the task has no local output channel (its batches
-/// stay whole). On a hash edge a batch's rows spread over every consumer,
-/// so its budget counts once per consumer.
-fn batch_rows_hint(output: &TaskOutput, row_bytes: usize) -> Option<usize> {
-    let mut rows: Option<usize> = None;
-    for edge in &output.edges {
-        let mut budget: Option<usize> = None;
-        for s in &edge.senders {
-            if let OutSender::Channel(tx) = s {
-                let b = tx.measured_budget().unwrap_or(0);
-                budget = Some(budget.map_or(b, |m| m.min(b)));
-            }
-        }
-        let fit = match budget {
-            None => continue,
-            // A consumer has not measured yet (or the first batch has not
-            // told the row size).
-            Some(0) => STARTUP_BATCH_ROWS,
-            Some(_) if row_bytes == 0 => STARTUP_BATCH_ROWS,
-            Some(b) => {
-                let spread = match edge.partitioner.kind() {
-                    crate::partition::Partitioning::Hash { .. } => edge.senders.len().max(1),
-                    _ => 1,
-                };
-                b.saturating_mul(spread) / row_bytes
-            }
-        };
-        rows = Some(rows.map_or(fit, |r| r.min(fit)));
-    }
-    rows.map(|r| r.max(crate::channel::MIN_SLICE_ROWS))
-}
 
 /// What a task restores before it opens its operators.
 #[derive(Default)]
@@ -709,354 +650,6 @@ impl Task {
                 Ok(())
             }
         }
-    }
-
-    /// A control message to a running source: `Some` when it ends the
-    /// input (an undrained stop-with-savepoint); a drain request sets
-    /// `drain_now`; triggers that arrive while a recompute replay runs wait.
-    fn source_control(&mut self, c: Control, drain_now: &mut bool) -> Result<Option<InputEnd>> {
-        match c {
-            Control::TriggerCheckpoint(b) if self.recompute.replaying() => {
-                self.recompute.deferred.push(b)
-            }
-            Control::StopSource(Some(barrier)) => {
-                self.snapshot(barrier, Duration::ZERO, false)?;
-                return Ok(Some(InputEnd::Undrained));
-            }
-            Control::StopSource(None) => *drain_now = true,
-            c => self.handle_control(c)?,
-        }
-        Ok(None)
-    }
-
-    fn run_source(&mut self) -> Result<InputEnd> {
-        let mut drain_now = false;
-        loop {
-            match self.control.try_recv() {
-                Ok(c) => {
-                    if let Some(end) = self.source_control(c, &mut drain_now)? {
-                        return Ok(end);
-                    }
-                }
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
-            }
-            self.inject_replayed()?;
-            let Some(src) = self.source.as_mut() else {
-                return Ok(InputEnd::Drained);
-            };
-            if src.sized {
-                if let Some(rows) = batch_rows_hint(&self.output, src.row_bytes) {
-                    src.reader.limit_batch_rows(rows);
-                }
-            }
-            let poll = if drain_now {
-                SourcePoll::End
-            } else {
-                src.reader
-                    .poll_next()
-                    .map_err(|e| e.in_operator(&src.slot.name))?
-            };
-            match poll {
-                SourcePoll::Batch(batch) => {
-                    if batch.num_rows() > 0 {
-                        src.row_bytes =
-                            (crate::channel::batch_bytes(&batch) / batch.num_rows()).max(1);
-                    }
-                    // FLIP-27: the operator after the source learns the
-                    // split of the batch (per-split watermarks).
-                    source_progress(
-                        &mut self.ops,
-                        &mut self.slots,
-                        &mut self.output,
-                        src.reader.last_split(),
-                        src.reader.open_splits(),
-                    )?;
-                    let mut out = ChainOut {
-                        slot: &mut src.slot,
-                        rest_ops: &mut self.ops,
-                        rest_slots: &mut self.slots,
-                        tail: &mut self.output,
-                    };
-                    out.emit(batch)?;
-                }
-                SourcePoll::Idle => {
-                    // Lets the operator after the source take time-based
-                    // decisions (split idleness) while no batch comes.
-                    source_progress(
-                        &mut self.ops,
-                        &mut self.slots,
-                        &mut self.output,
-                        None,
-                        src.reader.open_splits(),
-                    )?;
-                    match self
-                        .control
-                        .recv_timeout(std::time::Duration::from_millis(10))
-                    {
-                        Ok(c) => {
-                            if let Some(end) = self.source_control(c, &mut drain_now)? {
-                                return Ok(end);
-                            }
-                        }
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                            return Err(Error::Cancelled)
-                        }
-                    }
-                }
-                SourcePoll::End => {
-                    self.recompute
-                        .check_end(&src.reader.offset(), &src.slot.name)?;
-                    let mut out = ChainOut {
-                        slot: &mut src.slot,
-                        rest_ops: &mut self.ops,
-                        rest_slots: &mut self.slots,
-                        tail: &mut self.output,
-                    };
-                    out.emit_watermark(MAX_WATERMARK)?;
-                    return Ok(InputEnd::Drained);
-                }
-            }
-        }
-    }
-
-    fn next_step(&mut self, cursor: &mut usize) -> Result<Step> {
-        if let Some(c) = self.poll_control()? {
-            return Ok(Step::Control(c));
-        }
-        if let Some((i, ev)) = self.poll_inputs(cursor)? {
-            return Ok(Step::Event(i, ev));
-        }
-        loop {
-            if let Some(step) = self.wait_step(&[])? {
-                return Ok(step);
-            }
-        }
-    }
-
-    /// A control message, if one is waiting.
-    pub(crate) fn poll_control(&self) -> Result<Option<Control>> {
-        match self.control.try_recv() {
-            Ok(c) => Ok(Some(c)),
-            Err(TryRecvError::Empty) => Ok(None),
-            Err(TryRecvError::Disconnected) => Err(Error::Cancelled),
-        }
-    }
-
-    /// The next event of the live, unblocked input channels, round-robin
-    /// from `cursor`, without waiting.
-    pub(crate) fn poll_inputs(&self, cursor: &mut usize) -> Result<Option<(usize, Event)>> {
-        let n = self.inputs.len();
-        for k in 0..n {
-            let i = (*cursor + k) % n;
-            let ch = &self.inputs[i];
-            if ch.ended || ch.blocked {
-                continue;
-            }
-            match ch.rx.try_recv() {
-                Ok(item) => {
-                    *cursor = (i + 1) % n;
-                    return Ok(Some((i, self.took(i, item))));
-                }
-                Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
-            }
-        }
-        Ok(None)
-    }
-
-    /// Bookkeeping of an event taken off input channel `i`: remote credits,
-    /// and the throughput that sets the channels' budgets (FLIP-183).
-    #[inline]
-    fn took(&self, i: usize, (event, bytes): Item) -> Event {
-        if let Some(c) = &self.inputs[i].credit {
-            c.consumed();
-        }
-        let mut flow = self.flow.borrow_mut();
-        if let Some(rate) = flow.on_taken(bytes, Instant::now()) {
-            let live = self.inputs.iter().filter(|c| !c.ended).count();
-            let budget = flow.budget(rate, live);
-            for ch in &self.inputs {
-                if let Some(g) = ch.rx.gate() {
-                    g.set_budget(budget);
-                }
-            }
-        }
-        event
-    }
-
-    /// Blocks until the control channel, a live unblocked input channel or
-    /// one of `wakers` (wake-up tokens, e.g. of feedback queues) is ready.
-    /// `None` when a waker fired (its token is consumed): look again.
-    pub(crate) fn wait_step(&self, wakers: &[&Receiver<()>]) -> Result<Option<Step>> {
-        let mut sel = Select::new();
-        let mut index = Vec::with_capacity(self.inputs.len());
-        for (i, ch) in self.inputs.iter().enumerate() {
-            if !ch.ended && !ch.blocked {
-                sel.recv(ch.rx.queue());
-                index.push(i);
-            }
-        }
-        let control_op = sel.recv(&self.control);
-        for w in wakers {
-            sel.recv(w);
-        }
-        let waiting = Instant::now();
-        let op = sel.select();
-        self.flow.borrow_mut().on_idle(waiting.elapsed());
-        let k = op.index();
-        if k == control_op {
-            return match op.recv(&self.control) {
-                Ok(c) => Ok(Some(Step::Control(c))),
-                Err(_) => Err(Error::Cancelled),
-            };
-        }
-        if k > control_op {
-            let _ = op.recv(wakers[k - control_op - 1]);
-            return Ok(None);
-        }
-        let i = index[k];
-        match op.recv(self.inputs[i].rx.queue()) {
-            Ok(item) => {
-                let item = self.inputs[i].rx.taken(item);
-                Ok(Some(Step::Event(i, self.took(i, item))))
-            }
-            Err(_) => Err(Error::Cancelled),
-        }
-    }
-
-    fn run_inputs(&mut self) -> Result<InputEnd> {
-        let mut end = InputEnd::Drained;
-        let mut live = self.inputs.iter().filter(|c| !c.ended).count();
-        let mut live_per_input = vec![0usize; self.num_logical_inputs];
-        for ch in &self.inputs {
-            live_per_input[ch.input] += 1;
-        }
-        let mut combined_wm = i64::MIN;
-        let mut cursor = 0;
-        while live > 0 {
-            match self.next_step(&mut cursor)? {
-                Step::Control(c) => self.handle_control(c)?,
-                Step::Event(i, Event::Data(batch)) => {
-                    self.inputs[i].idle = false;
-                    let input = self.inputs[i].input;
-                    if let Some(t) = self.body_term.as_mut() {
-                        t.on_record();
-                    }
-                    push_batch(
-                        &mut self.ops,
-                        &mut self.slots,
-                        &mut self.output,
-                        input,
-                        batch,
-                    )?;
-                }
-                Step::Event(i, Event::Watermark(wm)) => {
-                    let ch = &mut self.inputs[i];
-                    ch.watermark = ch.watermark.max(wm);
-                    ch.idle = false;
-                    self.advance_watermark(&mut combined_wm)?;
-                }
-                Step::Event(i, Event::Idle) => {
-                    self.inputs[i].idle = true;
-                    self.advance_watermark(&mut combined_wm)?;
-                    // Every live input idle: so is this task's output.
-                    if self.inputs.iter().all(|c| c.ended || c.idle) {
-                        self.output.broadcast(Event::Idle)?;
-                    }
-                }
-                Step::Event(i, Event::EndOfData { drain }) => {
-                    if !drain {
-                        end = InputEnd::Undrained;
-                    }
-                    let input = self.inputs[i].input;
-                    self.inputs[i].ended = true;
-                    self.inputs[i].watermark = MAX_WATERMARK;
-                    live -= 1;
-                    live_per_input[input] -= 1;
-                    if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
-                        self.apply(action)?;
-                    }
-                    if let Some(t) = self.body_term.as_mut() {
-                        let name = &self.slots[0].name;
-                        for token in t.on_channel_ended(i).map_err(|e| e.in_operator(name))? {
-                            self.output.broadcast(Event::Termination(token))?;
-                        }
-                    }
-                    if end == InputEnd::Drained {
-                        self.advance_watermark(&mut combined_wm)?;
-                        if live_per_input[input] == 0 {
-                            self.end_head_input(input)?;
-                        }
-                    }
-                }
-                Step::Event(i, Event::Barrier(barrier)) => {
-                    let action = self.aligner.on_barrier(i, barrier, Instant::now());
-                    self.apply(action)?;
-                }
-                Step::Event(_, Event::EndOfPartition) => {}
-                Step::Event(i, Event::Termination(token)) => {
-                    if !self.scope.contains(&token.loop_id) {
-                        continue; // the token left its loop
-                    }
-                    if let Some(t) = self.body_term.as_mut() {
-                        let name = &self.slots[0].name;
-                        if let Some(token) =
-                            t.on_token(i, token).map_err(|e| e.in_operator(name))?
-                        {
-                            self.output.broadcast(Event::Termination(token))?;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(end)
-    }
-
-    pub(crate) fn advance_watermark(&mut self, combined: &mut i64) -> Result<()> {
-        // Idle channels do not count (FLIP-27), unless nothing else is
-        // live: the watermark then waits (an ended channel's MAX_WATERMARK
-        // must not overtake an idle one that may send again).
-        let live = |c: &&InputChannel| !c.ended;
-        let min = if self.inputs.iter().filter(live).any(|c| !c.idle) {
-            self.inputs
-                .iter()
-                .filter(|c| !c.idle)
-                .map(|c| c.watermark)
-                .min()
-                .unwrap_or(MAX_WATERMARK)
-        } else if self.inputs.iter().any(|c| c.idle && !c.ended) {
-            return Ok(());
-        } else {
-            self.inputs
-                .iter()
-                .map(|c| c.watermark)
-                .min()
-                .unwrap_or(MAX_WATERMARK)
-        };
-        if min > *combined {
-            *combined = min;
-            push_watermark(&mut self.ops, &mut self.slots, &mut self.output, min)?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn end_head_input(&mut self, input: usize) -> Result<()> {
-        let (Some((op, rest_ops)), Some((slot, rest_slots))) =
-            (self.ops.split_first_mut(), self.slots.split_first_mut())
-        else {
-            return Ok(());
-        };
-        let name = slot.name.clone();
-        let mut out = ChainOut {
-            slot,
-            rest_ops,
-            rest_slots,
-            tail: &mut self.output,
-        };
-        op.end_input(input, &mut out)
-            .map_err(|e| e.in_operator(&name))
     }
 
     /// Finishes the chain from the head on. Operators from
