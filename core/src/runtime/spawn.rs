@@ -11,7 +11,7 @@ use std::time::Instant;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::barrier::{AlignmentMode, BarrierAligner};
-use crate::channel::{bounded, FlowPolicy, InputFlow, MIN_BUDGET_BYTES};
+use crate::channel::{bounded, EventReceiver, FlowPolicy, InputFlow, MIN_BUDGET_BYTES};
 use crate::checkpoint::coordinator::{Outgoing, TaskInfo};
 use crate::checkpoint::restore::{all_finished, state_for};
 use crate::checkpoint::RestoredCheckpoint;
@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 use crate::feedback::FeedbackQueue;
 use crate::graph::{JobGraph, NodeKind};
 use crate::keygroup::key_group_range;
-use crate::net::data::DataPlane;
-use crate::operator::OperatorContext;
+use crate::net::data::{CreditReturn, DataPlane};
+use crate::operator::{Operator, OperatorContext};
 use crate::partition::{Partitioner, Partitioning};
 use crate::runtime::config::JobConfig;
 use crate::runtime::dist::driver::{RemoteAttempt, WorkerLink};
@@ -216,6 +216,42 @@ impl Attempt {
     }
 }
 
+/// The channels and feedback queues of one attempt, by chain and subtask.
+struct Wiring {
+    outputs: Vec<Vec<TaskOutput>>,
+    inputs: Vec<Vec<Vec<InputChannel>>>,
+    /// Every feedback queue (closed when the attempt ends).
+    queues: Vec<Arc<FeedbackQueue>>,
+    /// The feedback queues of each loop head node, by head subtask.
+    head_queues: HashMap<usize, Vec<Vec<Arc<FeedbackQueue>>>>,
+}
+
+/// The operators of one task's chain, ready to run, and what they restore.
+#[derive(Default)]
+struct ChainParts {
+    source: Option<SourceHead>,
+    source_context: Option<OperatorContext>,
+    ops: Vec<Box<dyn Operator>>,
+    slots: Vec<OpSlot>,
+    contexts: Vec<OperatorContext>,
+    node_ids: Vec<usize>,
+    restore: TaskRestore,
+}
+
+/// What every step of building an attempt reads.
+struct AttemptBuilder<'a> {
+    graph: &'a JobGraph,
+    plan: &'a Plan,
+    config: &'a JobConfig,
+    shared: &'a Shared,
+    attempt: u32,
+    mode: AlignmentMode,
+    restored: Option<&'a RestoredCheckpoint>,
+    recompute: &'a AttemptRecompute,
+}
+
+/// Builds the channels, feedback queues and tasks of one attempt and starts
+/// the tasks this process owns on their own threads.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn build_attempt(
     graph: &JobGraph,
@@ -228,359 +264,448 @@ pub(crate) fn build_attempt(
     recompute: &AttemptRecompute,
     place: &mut Placement<'_>,
 ) -> Result<Attempt> {
-    let max_p = graph.max_parallelism;
-    let flow_policy = FlowPolicy::for_job(
-        config.in_flight_target,
-        config.checkpoint.as_ref().map(|c| c.interval),
-    );
-    // Channels: for every edge into a chain head, one channel per connected
-    // (producer subtask, consumer subtask) pair.
-    let n_chains = plan.chains.len();
-    let mut outputs: Vec<Vec<TaskOutput>> = plan
-        .chains
-        .iter()
-        .map(|c| (0..c.parallelism).map(|_| TaskOutput::default()).collect())
-        .collect();
-    let mut inputs: Vec<Vec<Vec<InputChannel>>> = plan
-        .chains
-        .iter()
-        .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
-        .collect();
-    // Channels are numbered in this (deterministic) order in every process.
-    let mut channel_id: u32 = 0;
-    for (ci, chain) in plan.chains.iter().enumerate() {
-        let head = &graph.nodes[chain.nodes[0]];
-        if matches!(head.kind, NodeKind::Source(_)) {
-            continue;
-        }
-        for edge in &head.inputs {
-            let from_chain = plan.chain_of[edge.from];
-            let up_p = plan.chains[from_chain].parallelism;
-            let down_p = chain.parallelism;
-            #[allow(clippy::needless_range_loop)] // `up` is also the forward target
-            for up in 0..up_p {
-                let targets: Vec<usize> = match edge.partitioning {
-                    Partitioning::Forward => vec![up],
-                    _ => (0..down_p).collect(),
-                };
-                let up_here = place.owns(up);
-                let mut senders = Vec::with_capacity(targets.len());
-                for down in targets {
-                    let id = channel_id;
-                    channel_id += 1;
-                    let down_here = place.owns(down);
-                    let (rx, credit) = match (up_here, down_here) {
-                        (true, true) => {
-                            let (tx, rx) = bounded(config.channel_capacity, MIN_BUDGET_BYTES);
-                            senders.push(OutSender::Channel(tx));
-                            (rx, None)
-                        }
-                        (true, false) => {
-                            let to = place.owner(down);
-                            let tx = place.plane()?.outbound(to, id);
-                            senders.push(OutSender::Remote(Box::new(tx)));
-                            continue;
-                        }
-                        (false, true) => {
-                            let from = place.owner(up);
-                            let (rx, credit) = place.plane()?.inbound(from, id);
-                            (rx, Some(credit))
-                        }
-                        (false, false) => continue,
-                    };
-                    inputs[ci][down].push(InputChannel {
-                        rx,
-                        credit,
-                        input: edge.input,
-                        ended: false,
-                        blocked: false,
-                        watermark: i64::MIN,
-                        idle: false,
-                    });
-                }
-                if !up_here {
-                    continue;
-                }
-                let consumers = senders.len();
-                outputs[from_chain][up].edges.push(OutputEdge {
-                    partitioner: Partitioner::new(
-                        &head.name,
-                        edge.partitioning.clone(),
-                        consumers,
-                        max_p,
-                        up,
-                    ),
-                    senders,
-                    port: edge.port,
-                });
-            }
-        }
-    }
-    // Feedback edges (FLIP-15): one never-blocking queue per (tail subtask,
-    // head subtask) pair; forward when the parallelisms match, else every
-    // tail subtask writes to every head subtask round-robin.
-    let mut all_queues: Vec<Arc<FeedbackQueue>> = Vec::new();
-    let mut head_queues: HashMap<usize, Vec<Vec<Arc<FeedbackQueue>>>> = HashMap::new();
-    for l in &graph.loops {
-        let head_chain = plan.chain_of[l.head];
-        let tail_chain = plan.chain_of[l.tail];
-        let head_name = &graph.nodes[l.head].name;
-        if plan.chains[head_chain].nodes[0] != l.head
-            || plan.chains[tail_chain].nodes.last() != Some(&l.tail)
-        {
-            return Err(Error::graph(
-                head_name,
-                "internal: a loop head must start its chain and a loop tail must end its chain",
-            ));
-        }
-        let hp = plan.chains[head_chain].parallelism;
-        let tp = plan.chains[tail_chain].parallelism;
-        let forward = hp == tp;
-        let writers = if forward { 1 } else { tp };
-        let spill_dir = l
-            .spill_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill"));
-        let per_queue = (l.feedback_memory / writers).max(1);
-        let queues: Vec<Vec<Arc<FeedbackQueue>>> = (0..hp)
-            .map(|h| {
-                (0..writers)
-                    .map(|w| {
-                        let q = Arc::new(FeedbackQueue::new(
-                            format!("{head_name} {h} from {}", if forward { h } else { w }),
-                            spill_dir.clone(),
-                            per_queue,
-                        ));
-                        all_queues.push(q.clone());
-                        q
-                    })
-                    .collect()
-            })
-            .collect();
-        for (t, out) in outputs[tail_chain].iter_mut().enumerate() {
-            let senders: Vec<OutSender> = if forward {
-                vec![OutSender::Feedback(queues[t][0].clone())]
-            } else {
-                (0..hp)
-                    .map(|h| OutSender::Feedback(queues[h][t].clone()))
-                    .collect()
-            };
-            let partitioning = if forward {
-                Partitioning::Forward
-            } else {
-                Partitioning::Rebalance
-            };
-            let consumers = senders.len();
-            out.edges.push(OutputEdge {
-                partitioner: Partitioner::new(head_name, partitioning, consumers, max_p, t),
-                senders,
-                port: 0,
-            });
-        }
-        head_queues.insert(l.head, queues);
-    }
-    // Task ids are assigned chain by chain, subtask by subtask.
-    let mut first_task = Vec::with_capacity(n_chains);
-    let mut next_task = 0;
-    for chain in &plan.chains {
-        first_task.push(next_task);
-        next_task += chain.parallelism;
-    }
-    let predecessors = |ci: usize, subtask: usize| -> Vec<usize> {
-        let head = &graph.nodes[plan.chains[ci].nodes[0]];
-        let mut out = Vec::new();
-        for edge in &head.inputs {
-            let from_chain = plan.chain_of[edge.from];
-            let up_p = plan.chains[from_chain].parallelism;
-            if edge.partitioning == Partitioning::Forward {
-                out.push(first_task[from_chain] + subtask);
-            } else {
-                out.extend((0..up_p).map(|u| first_task[from_chain] + u));
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-        out
+    let b = AttemptBuilder {
+        graph,
+        plan,
+        config,
+        shared,
+        attempt,
+        mode,
+        restored,
+        recompute,
     };
+    let mut wiring = b.wire_channels(place)?;
+    b.wire_feedback(&mut wiring)?;
+    let first_task = first_task_ids(plan);
     let (report_tx, report_rx) = unbounded();
     let mut controls = Vec::new();
     let mut tasks = Vec::new();
     let mut infos = Vec::new();
-    for ci in 0..n_chains {
-        let chain = &plan.chains[ci];
-        let p = chain.parallelism;
-        let mut chain_outputs = std::mem::take(&mut outputs[ci]).into_iter();
-        let mut chain_inputs = std::mem::take(&mut inputs[ci]).into_iter();
-        for subtask in 0..p {
-            let head_node = &graph.nodes[chain.nodes[0]];
-            let info = TaskInfo {
-                name: chain
-                    .nodes
-                    .iter()
-                    .map(|n| graph.nodes[*n].name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" -> "),
-                nodes: chain.nodes.clone(),
-                subtask,
-                is_source: matches!(head_node.kind, NodeKind::Source(_)),
-                loop_head: graph.loop_with_head(chain.nodes[0]).is_some(),
-                predecessors: predecessors(ci, subtask),
-            };
-            let task_output = chain_outputs.next().unwrap_or_default();
-            let task_inputs: Vec<InputChannel> = chain_inputs.next().unwrap_or_default();
+    for (ci, chain) in plan.chains.iter().enumerate() {
+        let mut chain_outputs = std::mem::take(&mut wiring.outputs[ci]).into_iter();
+        let mut chain_inputs = std::mem::take(&mut wiring.inputs[ci]).into_iter();
+        for subtask in 0..chain.parallelism {
+            let info = b.task_info(ci, subtask, &first_task);
+            let output = chain_outputs.next().unwrap_or_default();
+            let inputs = chain_inputs.next().unwrap_or_default();
             if !place.owns(subtask) {
                 controls.push(ControlPort::Absent);
                 infos.push(info);
                 continue;
             }
-            let ctx_of = |node: usize| OperatorContext {
-                name: graph.nodes[node].name.clone(),
-                uid: graph.nodes[node].uid.clone(),
-                subtask_index: subtask,
-                parallelism: p,
-                max_parallelism: max_p,
-                key_groups: key_group_range(subtask, p, max_p),
-                attempt,
-            };
-            let mut source = None;
-            let mut source_context = None;
-            let mut ops = Vec::new();
-            let mut slots = Vec::new();
-            let mut contexts = Vec::new();
-            let mut node_ids = Vec::new();
-            let mut restore = TaskRestore {
-                finished: restored.is_some_and(|rc| all_finished(rc, graph, &chain.nodes))
-                    && !recompute.replays_chain(graph, &chain.nodes),
-                ..TaskRestore::default()
-            };
-            for &node_id in &chain.nodes {
-                let node = &graph.nodes[node_id];
-                let ctx = ctx_of(node_id);
-                let slot = OpSlot {
-                    name: Arc::from(node.name.as_str()),
-                    metrics: shared.metrics.nodes[node_id].2.clone(),
-                    schema: node.output_schema.clone(),
-                    late: 0,
-                    replay_drop: false,
-                };
-                let state = match restored {
-                    Some(rc) => state_for(rc, graph, node, subtask, p, ctx.key_groups.clone())?,
-                    None => None,
-                };
-                match &node.kind {
-                    NodeKind::Source(f) => {
-                        let reader = f
-                            .create(&ctx, config.batch_size)
-                            .map_err(|e| e.in_operator(&node.name))?;
-                        source = Some(SourceHead {
-                            reader,
-                            slot,
-                            node: node_id,
-                            sized: config.checkpoint.as_ref().is_none_or(|c| {
-                                c.recovery != crate::checkpoint::recompute::Recovery::Recompute
-                            }),
-                            row_bytes: 0,
-                        });
-                        source_context = Some(ctx);
-                        restore.source_offset = match recompute.source_start(&node.uid, subtask) {
-                            Some(start) => start,
-                            None => state
-                                .and_then(|s| s.operator)
-                                .and_then(|b| b.as_bytes().map(<[u8]>::to_vec)),
-                        };
-                    }
-                    NodeKind::Operator(f) => {
-                        ops.push(f.create(&ctx).map_err(|e| e.in_operator(&node.name))?);
-                        slots.push(slot);
-                        contexts.push(ctx);
-                        node_ids.push(node_id);
-                        restore.states.push(state);
-                    }
-                }
-            }
             let (ctl_tx, ctl_rx) = unbounded();
             controls.push(ControlPort::Local(ctl_tx));
-            let loop_head = match graph.loop_with_head(chain.nodes[0]) {
-                Some(l) => {
-                    let queues = head_queues
-                        .get(&l.head)
-                        .and_then(|q| q.get(subtask))
-                        .cloned()
-                        .unwrap_or_default();
-                    Some(Box::new(LoopHead::new(
-                        l.id,
-                        Arc::from(head_node.name.as_str()),
-                        queues,
-                        l.priority,
-                        l.co,
-                        task_inputs.len(),
-                        l.feedback_memory,
-                        l.spill_dir
-                            .clone()
-                            .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill")),
-                        shared.metrics.nodes[l.head].2.clone(),
-                    )))
-                }
-                None => None,
-            };
-            let body_term = (!head_node.scope.is_root() && loop_head.is_none())
-                .then(|| BodyTermination::new(task_inputs.len()));
-            let id = infos.len();
-            infos.push(info);
-            tasks.push(Task {
-                id,
-                source,
-                source_context,
-                ops,
-                slots,
-                contexts,
-                aligner: BarrierAligner::new(task_inputs.len(), mode),
-                inputs: task_inputs,
-                num_logical_inputs: graph.num_inputs(chain.nodes[0]).max(1),
-                output: task_output,
+            let channels = TaskChannels {
+                id: infos.len(),
+                output,
+                inputs,
                 control: ctl_rx,
                 reports: report_tx.clone(),
-                recompute: recompute.for_task(graph, &chain.nodes, &node_ids, subtask),
-                node_ids,
-                restore,
-                scope: head_node.scope.loop_path(),
-                body_term,
-                loop_head,
-                flow: std::cell::RefCell::new(InputFlow::new(flow_policy, Instant::now())),
-            });
+            };
+            infos.push(info);
+            tasks.push(b.task(ci, subtask, channels, &wiring.head_queues)?);
         }
     }
     drop(report_tx);
-    let mut threads = Vec::new();
+    let run = Attempt {
+        controls,
+        threads: Vec::new(),
+        reports: report_rx,
+        tasks: infos,
+        queues: wiring.queues,
+        remote: None,
+        announced: std::cell::Cell::new(0),
+    };
+    spawn_tasks(run, tasks)
+}
+
+/// The channels of one task.
+struct TaskChannels {
+    id: usize,
+    output: TaskOutput,
+    inputs: Vec<InputChannel>,
+    control: Receiver<Control>,
+    reports: Sender<TaskReport>,
+}
+
+/// Starts one thread per task; a thread that cannot start cancels the rest.
+fn spawn_tasks(mut run: Attempt, tasks: Vec<Task>) -> Result<Attempt> {
     for task in tasks {
         let name = format!("eddyline-task-{}", task.id);
         match std::thread::Builder::new()
             .name(name)
             .spawn(move || task.run())
         {
-            Ok(h) => threads.push(h),
+            Ok(h) => run.threads.push(h),
             Err(e) => {
-                let run = Attempt {
-                    controls,
-                    threads,
-                    reports: report_rx,
-                    tasks: infos,
-                    queues: all_queues,
-                    remote: None,
-                    announced: std::cell::Cell::new(0),
-                };
                 run.cancel_and_join();
                 return Err(Error::runtime(format!("cannot start a task thread: {e}")));
             }
         }
     }
-    Ok(Attempt {
-        controls,
-        threads,
-        reports: report_rx,
-        tasks: infos,
-        queues: all_queues,
-        remote: None,
-        announced: std::cell::Cell::new(0),
-    })
+    Ok(run)
+}
+
+/// Task ids are assigned chain by chain, subtask by subtask: the first id of
+/// each chain.
+fn first_task_ids(plan: &Plan) -> Vec<usize> {
+    let mut first_task = Vec::with_capacity(plan.chains.len());
+    let mut next_task = 0;
+    for chain in &plan.chains {
+        first_task.push(next_task);
+        next_task += chain.parallelism;
+    }
+    first_task
+}
+
+impl AttemptBuilder<'_> {
+    /// Channels: for every edge into a chain head, one channel per connected
+    /// (producer subtask, consumer subtask) pair, numbered in the same
+    /// (deterministic) order in every process; a pair split between two
+    /// processes goes over the data plane.
+    fn wire_channels(&self, place: &mut Placement<'_>) -> Result<Wiring> {
+        let (graph, plan, config) = (self.graph, self.plan, self.config);
+        let mut wiring = Wiring {
+            outputs: plan
+                .chains
+                .iter()
+                .map(|c| (0..c.parallelism).map(|_| TaskOutput::default()).collect())
+                .collect(),
+            inputs: plan
+                .chains
+                .iter()
+                .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
+                .collect(),
+            queues: Vec::new(),
+            head_queues: HashMap::new(),
+        };
+        let mut channel_id: u32 = 0;
+        for (ci, chain) in plan.chains.iter().enumerate() {
+            let head = &graph.nodes[chain.nodes[0]];
+            if matches!(head.kind, NodeKind::Source(_)) {
+                continue;
+            }
+            for edge in &head.inputs {
+                let from_chain = plan.chain_of[edge.from];
+                for up in 0..plan.chains[from_chain].parallelism {
+                    let targets: Vec<usize> = match edge.partitioning {
+                        Partitioning::Forward => vec![up],
+                        _ => (0..chain.parallelism).collect(),
+                    };
+                    let mut senders = Vec::with_capacity(targets.len());
+                    for down in targets {
+                        let id = channel_id;
+                        channel_id += 1;
+                        let Some((rx, credit)) =
+                            self.channel(place, up, down, id, &mut senders, config)?
+                        else {
+                            continue;
+                        };
+                        wiring.inputs[ci][down].push(InputChannel {
+                            rx,
+                            credit,
+                            input: edge.input,
+                            ended: false,
+                            blocked: false,
+                            watermark: i64::MIN,
+                            idle: false,
+                        });
+                    }
+                    if !place.owns(up) {
+                        continue;
+                    }
+                    let partitioner = Partitioner::new(
+                        &head.name,
+                        edge.partitioning.clone(),
+                        senders.len(),
+                        graph.max_parallelism,
+                        up,
+                    );
+                    wiring.outputs[from_chain][up].edges.push(OutputEdge {
+                        partitioner,
+                        senders,
+                        port: edge.port,
+                    });
+                }
+            }
+        }
+        Ok(wiring)
+    }
+
+    /// Channel `id` from subtask `up` to subtask `down`: its sending end goes
+    /// to `senders` when `up` runs here; its receiving end (and the credit
+    /// return of a remote one) is returned when `down` runs here.
+    fn channel(
+        &self,
+        place: &mut Placement<'_>,
+        up: usize,
+        down: usize,
+        id: u32,
+        senders: &mut Vec<OutSender>,
+        config: &JobConfig,
+    ) -> Result<Option<(EventReceiver, Option<CreditReturn>)>> {
+        Ok(match (place.owns(up), place.owns(down)) {
+            (true, true) => {
+                let (tx, rx) = bounded(config.channel_capacity, MIN_BUDGET_BYTES);
+                senders.push(OutSender::Channel(tx));
+                Some((rx, None))
+            }
+            (true, false) => {
+                let to = place.owner(down);
+                let tx = place.plane()?.outbound(to, id);
+                senders.push(OutSender::Remote(Box::new(tx)));
+                None
+            }
+            (false, true) => {
+                let from = place.owner(up);
+                let (rx, credit) = place.plane()?.inbound(from, id);
+                Some((rx, Some(credit)))
+            }
+            (false, false) => None,
+        })
+    }
+
+    /// Feedback edges (FLIP-15): one never-blocking queue per (tail subtask,
+    /// head subtask) pair; forward when the parallelisms match, else every
+    /// tail subtask writes to every head subtask round-robin.
+    fn wire_feedback(&self, wiring: &mut Wiring) -> Result<()> {
+        let (graph, plan) = (self.graph, self.plan);
+        for l in &graph.loops {
+            let head_chain = plan.chain_of[l.head];
+            let tail_chain = plan.chain_of[l.tail];
+            let head_name = &graph.nodes[l.head].name;
+            if plan.chains[head_chain].nodes[0] != l.head
+                || plan.chains[tail_chain].nodes.last() != Some(&l.tail)
+            {
+                return Err(Error::graph(
+                    head_name,
+                    "internal: a loop head must start its chain and a loop tail must end its chain",
+                ));
+            }
+            let hp = plan.chains[head_chain].parallelism;
+            let tp = plan.chains[tail_chain].parallelism;
+            let forward = hp == tp;
+            let writers = if forward { 1 } else { tp };
+            let spill_dir = l
+                .spill_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill"));
+            let per_queue = (l.feedback_memory / writers).max(1);
+            let queues: Vec<Vec<Arc<FeedbackQueue>>> = (0..hp)
+                .map(|h| {
+                    (0..writers)
+                        .map(|w| {
+                            let from = if forward { h } else { w };
+                            let name = format!("{head_name} {h} from {from}");
+                            let q =
+                                Arc::new(FeedbackQueue::new(name, spill_dir.clone(), per_queue));
+                            wiring.queues.push(q.clone());
+                            q
+                        })
+                        .collect()
+                })
+                .collect();
+            for (t, out) in wiring.outputs[tail_chain].iter_mut().enumerate() {
+                let (senders, partitioning): (Vec<OutSender>, _) = if forward {
+                    let q = queues[t][0].clone();
+                    (vec![OutSender::Feedback(q)], Partitioning::Forward)
+                } else {
+                    let all = (0..hp).map(|h| OutSender::Feedback(queues[h][t].clone()));
+                    (all.collect(), Partitioning::Rebalance)
+                };
+                let consumers = senders.len();
+                let max_p = graph.max_parallelism;
+                out.edges.push(OutputEdge {
+                    partitioner: Partitioner::new(head_name, partitioning, consumers, max_p, t),
+                    senders,
+                    port: 0,
+                });
+            }
+            wiring.head_queues.insert(l.head, queues);
+        }
+        Ok(())
+    }
+
+    /// What the coordinator knows of subtask `subtask` of chain `ci`.
+    fn task_info(&self, ci: usize, subtask: usize, first_task: &[usize]) -> TaskInfo {
+        let (graph, plan) = (self.graph, self.plan);
+        let chain = &plan.chains[ci];
+        let head_node = &graph.nodes[chain.nodes[0]];
+        let mut predecessors = Vec::new();
+        for edge in &head_node.inputs {
+            let from_chain = plan.chain_of[edge.from];
+            let up_p = plan.chains[from_chain].parallelism;
+            if edge.partitioning == Partitioning::Forward {
+                predecessors.push(first_task[from_chain] + subtask);
+            } else {
+                predecessors.extend((0..up_p).map(|u| first_task[from_chain] + u));
+            }
+        }
+        predecessors.sort_unstable();
+        predecessors.dedup();
+        TaskInfo {
+            name: chain
+                .nodes
+                .iter()
+                .map(|n| graph.nodes[*n].name.as_str())
+                .collect::<Vec<_>>()
+                .join(" -> "),
+            nodes: chain.nodes.clone(),
+            subtask,
+            is_source: matches!(head_node.kind, NodeKind::Source(_)),
+            loop_head: graph.loop_with_head(chain.nodes[0]).is_some(),
+            predecessors,
+        }
+    }
+
+    /// The operators of subtask `subtask` of chain `ci`, created, with the
+    /// state each restores.
+    fn chain_parts(&self, ci: usize, subtask: usize) -> Result<ChainParts> {
+        let (graph, config) = (self.graph, self.config);
+        let chain = &self.plan.chains[ci];
+        let (p, max_p) = (chain.parallelism, graph.max_parallelism);
+        let mut parts = ChainParts {
+            restore: TaskRestore {
+                finished: self
+                    .restored
+                    .is_some_and(|rc| all_finished(rc, graph, &chain.nodes))
+                    && !self.recompute.replays_chain(graph, &chain.nodes),
+                ..TaskRestore::default()
+            },
+            ..ChainParts::default()
+        };
+        for &node_id in &chain.nodes {
+            let node = &graph.nodes[node_id];
+            let ctx = OperatorContext {
+                name: node.name.clone(),
+                uid: node.uid.clone(),
+                subtask_index: subtask,
+                parallelism: p,
+                max_parallelism: max_p,
+                key_groups: key_group_range(subtask, p, max_p),
+                attempt: self.attempt,
+            };
+            let slot = OpSlot {
+                name: Arc::from(node.name.as_str()),
+                metrics: self.shared.metrics.nodes[node_id].2.clone(),
+                schema: node.output_schema.clone(),
+                late: 0,
+                replay_drop: false,
+            };
+            let state = match self.restored {
+                Some(rc) => state_for(rc, graph, node, subtask, p, ctx.key_groups.clone())?,
+                None => None,
+            };
+            match &node.kind {
+                NodeKind::Source(f) => {
+                    let reader = f
+                        .create(&ctx, config.batch_size)
+                        .map_err(|e| e.in_operator(&node.name))?;
+                    let recomputes = config.checkpoint.as_ref().is_some_and(|c| {
+                        c.recovery == crate::checkpoint::recompute::Recovery::Recompute
+                    });
+                    parts.source = Some(SourceHead {
+                        reader,
+                        slot,
+                        node: node_id,
+                        sized: !recomputes,
+                        row_bytes: 0,
+                    });
+                    parts.source_context = Some(ctx);
+                    parts.restore.source_offset =
+                        match self.recompute.source_start(&node.uid, subtask) {
+                            Some(start) => start,
+                            None => state
+                                .and_then(|s| s.operator)
+                                .and_then(|b| b.as_bytes().map(<[u8]>::to_vec)),
+                        };
+                }
+                NodeKind::Operator(f) => {
+                    parts
+                        .ops
+                        .push(f.create(&ctx).map_err(|e| e.in_operator(&node.name))?);
+                    parts.slots.push(slot);
+                    parts.contexts.push(ctx);
+                    parts.node_ids.push(node_id);
+                    parts.restore.states.push(state);
+                }
+            }
+        }
+        Ok(parts)
+    }
+
+    /// The loop head state of subtask `subtask` when chain `ci` heads a loop.
+    fn loop_head(
+        &self,
+        ci: usize,
+        subtask: usize,
+        inputs: usize,
+        head_queues: &HashMap<usize, Vec<Vec<Arc<FeedbackQueue>>>>,
+    ) -> Option<Box<LoopHead>> {
+        let head = self.plan.chains[ci].nodes[0];
+        let l = self.graph.loop_with_head(head)?;
+        let queues = head_queues
+            .get(&l.head)
+            .and_then(|q| q.get(subtask))
+            .cloned()
+            .unwrap_or_default();
+        Some(Box::new(LoopHead::new(
+            l.id,
+            Arc::from(self.graph.nodes[head].name.as_str()),
+            queues,
+            l.priority,
+            l.co,
+            inputs,
+            l.feedback_memory,
+            l.spill_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill")),
+            self.shared.metrics.nodes[l.head].2.clone(),
+        )))
+    }
+
+    /// Subtask `subtask` of chain `ci`, ready to run on its own thread.
+    fn task(
+        &self,
+        ci: usize,
+        subtask: usize,
+        channels: TaskChannels,
+        head_queues: &HashMap<usize, Vec<Vec<Arc<FeedbackQueue>>>>,
+    ) -> Result<Task> {
+        let graph = self.graph;
+        let chain = &self.plan.chains[ci];
+        let head_node = &graph.nodes[chain.nodes[0]];
+        let parts = self.chain_parts(ci, subtask)?;
+        let inputs = channels.inputs.len();
+        let loop_head = self.loop_head(ci, subtask, inputs, head_queues);
+        let body_term = (!head_node.scope.is_root() && loop_head.is_none())
+            .then(|| BodyTermination::new(inputs));
+        let flow_policy = FlowPolicy::for_job(
+            self.config.in_flight_target,
+            self.config.checkpoint.as_ref().map(|c| c.interval),
+        );
+        Ok(Task {
+            id: channels.id,
+            source: parts.source,
+            source_context: parts.source_context,
+            ops: parts.ops,
+            slots: parts.slots,
+            contexts: parts.contexts,
+            aligner: BarrierAligner::new(inputs, self.mode),
+            inputs: channels.inputs,
+            num_logical_inputs: graph.num_inputs(chain.nodes[0]).max(1),
+            output: channels.output,
+            control: channels.control,
+            reports: channels.reports,
+            recompute: self
+                .recompute
+                .for_task(graph, &chain.nodes, &parts.node_ids, subtask),
+            node_ids: parts.node_ids,
+            restore: parts.restore,
+            scope: head_node.scope.loop_path(),
+            body_term,
+            loop_head,
+            flow: std::cell::RefCell::new(InputFlow::new(flow_policy, Instant::now())),
+        })
+    }
 }
