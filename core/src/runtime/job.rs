@@ -12,7 +12,7 @@ use crossbeam_channel::{select, unbounded, Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
-use crate::checkpoint::coordinator::{Coordinator, Request, Waiter};
+use crate::checkpoint::coordinator::{Coordinator, Outgoing, Request, Waiter};
 use crate::checkpoint::restore::check_compatible;
 use crate::checkpoint::{CheckpointConfig, CheckpointDone, CheckpointFailure, CheckpointStats};
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
@@ -24,7 +24,7 @@ use crate::runtime::dist::Distribution;
 use crate::runtime::metrics::MetricsSnapshot;
 use crate::runtime::plan::Plan;
 use crate::runtime::replay::AttemptRecompute;
-use crate::runtime::spawn::{build_attempt, check_distributable, ControlPort, Placement};
+use crate::runtime::spawn::{build_attempt, check_distributable, Attempt, ControlPort, Placement};
 use crate::runtime::status::{JobOutcome, JobStatus, Shared};
 use crate::runtime::task::{Control, TaskReport};
 
@@ -290,13 +290,16 @@ fn drive(
     let plan = Plan::new(&graph);
     let mut attempt: u32 = 0;
     loop {
+        let job = JobContext {
+            graph: &graph,
+            plan: &plan,
+            config: &config,
+            shared: &shared,
+            driver_rx: &driver_rx,
+        };
         let outcome = run_attempt(
-            &graph,
-            &plan,
-            &config,
-            &shared,
+            &job,
             attempt,
-            &driver_rx,
             coordinator.as_mut(),
             restored.take(),
             dist.as_mut(),
@@ -338,31 +341,65 @@ fn drive(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What one attempt of the supervision loop reads (the job, not the attempt).
+struct JobContext<'a> {
+    graph: &'a JobGraph,
+    plan: &'a Plan,
+    config: &'a JobConfig,
+    shared: &'a Shared,
+    driver_rx: &'a Receiver<DriverMsg>,
+}
+
+/// Runs one attempt to its end: starts its tasks (here or in the workers),
+/// relays reports, checkpoints and requests until every task closed, and on
+/// a failure returns the failure's root cause.
 fn run_attempt(
-    graph: &JobGraph,
-    plan: &Plan,
-    config: &JobConfig,
-    shared: &Shared,
+    job: &JobContext<'_>,
     attempt: u32,
-    driver_rx: &Receiver<DriverMsg>,
     mut coordinator: Option<&mut Coordinator>,
     restored: Option<RestoredCheckpoint>,
-    dist: Option<&mut DistDriver>,
+    mut dist: Option<&mut DistDriver>,
 ) -> Result<()> {
+    let mut run = start_attempt(
+        job,
+        attempt,
+        coordinator.as_deref_mut(),
+        restored,
+        dist.as_deref_mut(),
+    )?;
+    let (first_error, user_cancel) = supervise(job, &mut run, coordinator.as_deref_mut());
+    if let Some(err) = first_error {
+        let mut out = Vec::new();
+        if let Some(c) = coordinator {
+            c.abort_inflight("a task failed", &mut out);
+        }
+        return Err(root_cause(err, user_cancel, run, dist));
+    }
+    if let (Some(d), Some(r)) = (dist, run.remote.take()) {
+        d.end_attempt(r, false);
+    }
+    run.join_local()
+}
+
+/// Builds the attempt's tasks and starts them: on this process's threads, or
+/// (a distributed job) in the workers, whose links then carry the controls.
+fn start_attempt(
+    job: &JobContext<'_>,
+    attempt: u32,
+    coordinator: Option<&mut Coordinator>,
+    restored: Option<RestoredCheckpoint>,
+    dist: Option<&mut DistDriver>,
+) -> Result<Attempt> {
     let mode = coordinator
         .as_ref()
         .map(|c| c.mode())
         .unwrap_or(AlignmentMode::ExactlyOnce);
-    let recompute = AttemptRecompute::prepare(
-        graph,
-        coordinator
-            .as_ref()
-            .map(|c| c.recovery())
-            .unwrap_or_default(),
-        restored.as_ref(),
-    )?;
-    if let Some(c) = coordinator.as_deref_mut() {
+    let recovery = coordinator
+        .as_ref()
+        .map(|c| c.recovery())
+        .unwrap_or_default();
+    let recompute = AttemptRecompute::prepare(job.graph, recovery, restored.as_ref())?;
+    if let Some(c) = coordinator {
         c.set_recomputed(recompute.recomputed.clone());
     }
     let mut place = match &dist {
@@ -374,20 +411,25 @@ fn run_attempt(
         None => Placement::local(),
     };
     let mut run = build_attempt(
-        graph,
-        plan,
-        config,
-        shared,
+        job.graph,
+        job.plan,
+        job.config,
+        job.shared,
         attempt,
         mode,
         restored.as_ref(),
         &recompute,
         &mut place,
     )?;
-    let mut dist = dist;
-    if let Some(d) = dist.as_deref_mut() {
-        let metrics = shared.metrics.nodes.iter().map(|n| n.2.clone()).collect();
-        let cancelled = || match driver_rx.try_recv() {
+    if let Some(d) = dist {
+        let metrics = job
+            .shared
+            .metrics
+            .nodes
+            .iter()
+            .map(|n| n.2.clone())
+            .collect();
+        let cancelled = || match job.driver_rx.try_recv() {
             Ok(DriverMsg::Cancel) => true,
             Ok(DriverMsg::Request(_, reply)) => {
                 let _ = reply.send(Err(Error::checkpoint(
@@ -412,12 +454,19 @@ fn run_attempt(
         run.reports = remote.reports.clone();
         run.remote = Some(remote);
     }
-    drop(restored);
+    Ok(run)
+}
+
+/// The supervision loop of one attempt: until every task closed, or a task
+/// failed or the user cancelled (the error and whether the user cancelled).
+fn supervise(
+    job: &JobContext<'_>,
+    run: &mut Attempt,
+    mut coordinator: Option<&mut Coordinator>,
+) -> (Option<Error>, bool) {
     let total = run.controls.len();
     let mut finished = vec![false; total];
     let mut closed = 0usize;
-    let mut first_error: Option<Error> = None;
-    let mut user_cancel = false;
     let mut out = Vec::new();
     if let Some(c) = coordinator.as_deref_mut() {
         c.begin_attempt(&mut out);
@@ -432,43 +481,20 @@ fn run_attempt(
         let timeout = deadline.saturating_duration_since(Instant::now());
         select! {
             recv(run.reports) -> msg => match msg {
-                Ok(TaskReport::Finished { task }) => {
-                    finished[task] = true;
-                    match coordinator.as_deref_mut() {
-                        Some(c) => c.on_task_finished(task, &run.tasks, &finished, &mut out),
-                        None => {
-                            if finished.iter().all(|f| *f) {
-                                for ctl in &run.controls {
-                                    ctl.send(Control::Finalize { commit_end_of_job: true });
-                                }
-                            }
-                        }
-                    }
-                }
-                Ok(TaskReport::Snapshot { task, checkpoint, states, alignment, finished: fin }) => {
-                    if let Some(c) = coordinator.as_deref_mut() {
-                        c.on_snapshot(graph, &run.tasks, task, checkpoint, states, alignment, fin, &mut out);
-                    }
-                }
                 Ok(TaskReport::Closed { .. }) => closed += 1,
-                Ok(TaskReport::Failed { task, error }) => {
-                    let _ = task;
-                    first_error = Some(error);
-                    break;
+                Ok(TaskReport::Failed { error, .. }) => return (Some(error), false),
+                Ok(report) => {
+                    on_report(job, run, coordinator.as_deref_mut(), report, &mut finished, &mut out)
                 }
                 Err(_) => break,
             },
             recv(done_rx.as_ref().unwrap_or(&never)) -> msg => {
                 if let (Ok(done), Some(c)) = (msg, coordinator.as_deref_mut()) {
-                    c.on_write_done(graph, &run.tasks, done, &mut out);
+                    c.on_write_done(job.graph, &run.tasks, done, &mut out);
                 }
             },
-            recv(driver_rx) -> msg => match msg {
-                Ok(DriverMsg::Cancel) | Err(_) => {
-                    first_error = Some(Error::Cancelled);
-                    user_cancel = true;
-                    break;
-                }
+            recv(job.driver_rx) -> msg => match msg {
+                Ok(DriverMsg::Cancel) | Err(_) => return (Some(Error::Cancelled), true),
                 Ok(DriverMsg::Request(req, reply)) => match coordinator.as_deref_mut() {
                     Some(c) => c.request(req, Some(reply), &run.tasks, &finished, &mut out),
                     None => {
@@ -486,50 +512,93 @@ fn run_attempt(
         }
         run.deliver(&mut out);
     }
-    if let Some(err) = first_error {
-        if let Some(c) = coordinator {
-            c.abort_inflight("a task failed", &mut out);
-        }
-        // Prefer the root cause over the cancellations it triggered.
-        let mut root = err;
-        let reports = run.reports.clone();
-        let remote = run.remote.take();
-        if let (Some(d), Some(r)) = (dist.as_deref_mut(), remote) {
-            if matches!(root, Error::Cancelled) && !user_cancel {
-                // A worker's task stopped because a peer connection broke:
-                // the peer's own loss is reported by its connection.
-                let deadline = Instant::now() + Duration::from_secs(2);
-                while let Ok(rep) = reports.recv_deadline(deadline) {
-                    if let TaskReport::Failed { error, .. } = rep {
-                        if !matches!(error, Error::Cancelled) {
-                            root = error;
-                            break;
-                        }
+    (None, false)
+}
+
+/// A task finished its input, or acknowledged a checkpoint.
+fn on_report(
+    job: &JobContext<'_>,
+    run: &Attempt,
+    coordinator: Option<&mut Coordinator>,
+    report: TaskReport,
+    finished: &mut [bool],
+    out: &mut Vec<Outgoing>,
+) {
+    match report {
+        TaskReport::Finished { task } => {
+            finished[task] = true;
+            match coordinator {
+                Some(c) => c.on_task_finished(task, &run.tasks, finished, out),
+                None if finished.iter().all(|f| *f) => {
+                    for ctl in &run.controls {
+                        ctl.send(Control::Finalize {
+                            commit_end_of_job: true,
+                        });
                     }
                 }
-                if matches!(root, Error::Cancelled) {
-                    root = Error::runtime(
-                        "a worker's task stopped because a connection to another worker broke",
-                    );
-                }
+                None => {}
             }
-            d.end_attempt(r, true);
         }
-        run.cancel_and_join();
-        if matches!(root, Error::Cancelled) {
-            while let Ok(r) = reports.try_recv() {
-                if let TaskReport::Failed { error, .. } = r {
+        TaskReport::Snapshot {
+            task,
+            checkpoint,
+            states,
+            alignment,
+            finished: fin,
+        } => {
+            if let Some(c) = coordinator {
+                let tasks = &run.tasks;
+                c.on_snapshot(
+                    job.graph, tasks, task, checkpoint, states, alignment, fin, out,
+                );
+            }
+        }
+        TaskReport::Closed { .. } | TaskReport::Failed { .. } => {}
+    }
+}
+
+/// Stops a failed attempt and finds the failure's root cause, preferring it
+/// over the cancellations it triggered.
+fn root_cause(
+    err: Error,
+    user_cancel: bool,
+    mut run: Attempt,
+    dist: Option<&mut DistDriver>,
+) -> Error {
+    let mut root = err;
+    let reports = run.reports.clone();
+    let remote = run.remote.take();
+    if let (Some(d), Some(r)) = (dist, remote) {
+        if matches!(root, Error::Cancelled) && !user_cancel {
+            // A worker's task stopped because a peer connection broke:
+            // the peer's own loss is reported by its connection.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while let Ok(rep) = reports.recv_deadline(deadline) {
+                if let TaskReport::Failed { error, .. } = rep {
                     if !matches!(error, Error::Cancelled) {
                         root = error;
                         break;
                     }
                 }
             }
+            if matches!(root, Error::Cancelled) {
+                root = Error::runtime(
+                    "a worker's task stopped because a connection to another worker broke",
+                );
+            }
         }
-        return Err(root);
+        d.end_attempt(r, true);
     }
-    if let (Some(d), Some(r)) = (dist, run.remote.take()) {
-        d.end_attempt(r, false);
+    run.cancel_and_join();
+    if matches!(root, Error::Cancelled) {
+        while let Ok(r) = reports.try_recv() {
+            if let TaskReport::Failed { error, .. } = r {
+                if !matches!(error, Error::Cancelled) {
+                    root = error;
+                    break;
+                }
+            }
+        }
     }
-    run.join_local()
+    root
 }
