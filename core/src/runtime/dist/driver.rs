@@ -118,48 +118,7 @@ impl DistDriver {
         self.dist
             .launcher
             .launch(attempt, n, &self.addr, &self.secret.to_hex())?;
-        let deadline = Instant::now() + self.dist.start_timeout;
-        let mut joined: Vec<Option<(Hello, TcpStream)>> = (0..n).map(|_| None).collect();
-        while joined.iter().any(Option::is_none) {
-            if cancel() {
-                self.dist.launcher.stop();
-                return Err(Error::Cancelled);
-            }
-            if let Err(e) = self.dist.launcher.check() {
-                self.dist.launcher.stop();
-                return Err(e);
-            }
-            if Instant::now() > deadline {
-                self.dist.launcher.stop();
-                let missing: Vec<String> = joined
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, j)| j.is_none())
-                    .map(|(i, _)| i.to_string())
-                    .collect();
-                return Err(Error::runtime(format!(
-                    "worker(s) {} did not connect to the driver within {:?}",
-                    missing.join(", "),
-                    self.dist.start_timeout
-                )));
-            }
-            match self.hellos.recv_timeout(Duration::from_millis(100)) {
-                Ok((hello, stream)) => {
-                    // Fencing: a worker of another attempt, or a second
-                    // worker with the same index, is turned away.
-                    let fits = hello.index < n
-                        && (hello.attempt == attempt || hello.attempt == u64::MAX)
-                        && joined[hello.index].is_none();
-                    if fits {
-                        let i = hello.index;
-                        joined[i] = Some((hello, stream));
-                    } else {
-                        let _ = stream.shutdown(Shutdown::Both);
-                    }
-                }
-                Err(_) => continue,
-            }
-        }
+        let joined = self.await_workers(attempt, cancel)?;
         let addrs: Vec<String> = joined
             .iter()
             .flatten()
@@ -212,6 +171,60 @@ impl DistDriver {
             reports: report_rx,
             readers,
         })
+    }
+
+    /// Waits until each worker of `attempt` said hello (fencing off workers
+    /// of other attempts and duplicates), stopping the launch on
+    /// cancellation, a failed launcher or the start timeout.
+    fn await_workers(
+        &mut self,
+        attempt: u64,
+        cancel: &dyn Fn() -> bool,
+    ) -> Result<Vec<Option<(Hello, TcpStream)>>> {
+        let n = self.dist.workers;
+        let deadline = Instant::now() + self.dist.start_timeout;
+        let mut joined: Vec<Option<(Hello, TcpStream)>> = (0..n).map(|_| None).collect();
+        while joined.iter().any(Option::is_none) {
+            if cancel() {
+                self.dist.launcher.stop();
+                return Err(Error::Cancelled);
+            }
+            if let Err(e) = self.dist.launcher.check() {
+                self.dist.launcher.stop();
+                return Err(e);
+            }
+            if Instant::now() > deadline {
+                self.dist.launcher.stop();
+                let missing: Vec<String> = joined
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, j)| j.is_none())
+                    .map(|(i, _)| i.to_string())
+                    .collect();
+                return Err(Error::runtime(format!(
+                    "worker(s) {} did not connect to the driver within {:?}",
+                    missing.join(", "),
+                    self.dist.start_timeout
+                )));
+            }
+            match self.hellos.recv_timeout(Duration::from_millis(100)) {
+                Ok((hello, stream)) => {
+                    // Fencing: a worker of another attempt, or a second
+                    // worker with the same index, is turned away.
+                    let fits = hello.index < n
+                        && (hello.attempt == attempt || hello.attempt == u64::MAX)
+                        && joined[hello.index].is_none();
+                    if fits {
+                        let i = hello.index;
+                        joined[i] = Some((hello, stream));
+                    } else {
+                        let _ = stream.shutdown(Shutdown::Both);
+                    }
+                }
+                Err(_) => continue,
+            }
+        }
+        Ok(joined)
     }
 
     /// Ends an attempt: with `cancel`, tells every worker to stop; waits

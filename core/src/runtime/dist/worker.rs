@@ -28,7 +28,7 @@ use crate::runtime::config::JobConfig;
 use crate::runtime::metrics::OperatorMetrics;
 use crate::runtime::plan::Plan;
 use crate::runtime::replay::AttemptRecompute;
-use crate::runtime::spawn::{build_attempt, Placement};
+use crate::runtime::spawn::{build_attempt, Attempt, Placement};
 use crate::runtime::status::Shared;
 use crate::sink::collect::CollectStore;
 
@@ -148,37 +148,7 @@ impl WorkerSession {
                 .try_clone()
                 .map_err(|e| net_err("cannot clone a socket", e))?,
         ));
-        for (node, store) in &collect_stores {
-            let w = writer.clone();
-            let node = *node as u32;
-            store.forward_to(Arc::new(move |op| {
-                let bytes = encode_collect(&op)?;
-                write_frame(&mut *w.lock(), TAG_COLLECT, node, &[&bytes])
-                    .map_err(|e| net_err("the driver connection broke", e))
-            }));
-        }
-        let restored = match &start.restore {
-            Some(p) => {
-                let options = crate::checkpoint::CheckpointConfig::storage_options_of(
-                    config.checkpoint.as_ref(),
-                );
-                Some(CheckpointStorage::load_path_with(p, &options)?)
-            }
-            None => None,
-        };
-        let mode = config
-            .checkpoint
-            .as_ref()
-            .map(|c| c.mode)
-            .unwrap_or(AlignmentMode::ExactlyOnce);
-        let recovery = config
-            .checkpoint
-            .as_ref()
-            .map(|c| c.recovery)
-            .unwrap_or_default();
-        let recompute = AttemptRecompute::prepare(&graph, recovery, restored.as_ref())?;
-        let plan = Plan::new(&graph);
-        let shared = Shared::new(&graph);
+        forward_collects(&writer, &collect_stores);
         let mut plane = DataPlane::new(
             start.index,
             start.attempt,
@@ -186,23 +156,8 @@ impl WorkerSession {
             listener,
             config.channel_capacity,
         );
-        let mut place = Placement {
-            workers: start.workers,
-            me: Some(start.index),
-            plane: Some(&mut plane),
-        };
-        let run = build_attempt(
-            &graph,
-            &plan,
-            &config,
-            &shared,
-            start.attempt as u32,
-            mode,
-            restored.as_ref(),
-            &recompute,
-            &mut place,
-        )?;
-        drop(restored);
+        let shared = Shared::new(&graph);
+        let run = build_worker_attempt(&graph, &config, &start, &shared, &mut plane)?;
         let mut addrs = Vec::with_capacity(start.addrs.len());
         for a in &start.addrs {
             addrs.push(
@@ -230,41 +185,11 @@ impl WorkerSession {
         let node_metrics: Vec<Arc<OperatorMetrics>> =
             shared.metrics.nodes.iter().map(|n| n.2.clone()).collect();
         let mut sent = vec![[0u64; METRIC_FIELDS]; node_metrics.len()];
-        let ticker = crossbeam_channel::tick(Duration::from_millis(250));
         let send = |tag: u8, payload: &[u8]| -> Result<()> {
             write_frame(&mut *writer.lock(), tag, 0, &[payload])
                 .map_err(|e| net_err("the driver connection broke", e))
         };
-        let mut failure: Option<Error> = None;
-        loop {
-            select! {
-                recv(run.reports) -> r => match r {
-                    Ok(report) => {
-                        let bytes = match encode_report(&report) {
-                            Ok(b) => b,
-                            Err(e) => {
-                                let task = match &report {
-                                    TaskReport::Snapshot { task, .. } => *task,
-                                    _ => 0,
-                                };
-                                encode_report(&TaskReport::Failed { task, error: e })?
-                            }
-                        };
-                        if let Err(e) = send(TAG_REPORT, &bytes) {
-                            failure = Some(e);
-                            break;
-                        }
-                    }
-                    Err(_) => break,
-                },
-                recv(ticker) -> _ => {
-                    if let Err(e) = send(TAG_METRICS, &metric_deltas(&node_metrics, &mut sent)) {
-                        failure = Some(e);
-                        break;
-                    }
-                }
-            }
-        }
+        let failure = relay(&run, &send, &node_metrics, &mut sent);
         if failure.is_some() || driver_gone.load(Ordering::SeqCst) {
             for c in locals.iter().flatten() {
                 let _ = c.send(Control::Cancel);
@@ -284,6 +209,110 @@ impl WorkerSession {
         send(TAG_DONE, &[])?;
         let _ = control.shutdown(Shutdown::Write);
         Ok(())
+    }
+}
+
+/// Collect sinks of this worker send their operations to the driver.
+fn forward_collects(
+    writer: &Arc<Mutex<TcpStream>>,
+    collect_stores: &HashMap<usize, Arc<CollectStore>>,
+) {
+    for (node, store) in collect_stores {
+        let w = writer.clone();
+        let node = *node as u32;
+        store.forward_to(Arc::new(move |op| {
+            let bytes = encode_collect(&op)?;
+            write_frame(&mut *w.lock(), TAG_COLLECT, node, &[&bytes])
+                .map_err(|e| net_err("the driver connection broke", e))
+        }));
+    }
+}
+
+/// This worker's tasks of the attempt `start` names, restored from its
+/// checkpoint, connected to the other workers through `plane`.
+fn build_worker_attempt(
+    graph: &JobGraph,
+    config: &JobConfig,
+    start: &Start,
+    shared: &Shared,
+    plane: &mut DataPlane,
+) -> Result<Attempt> {
+    let restored = match &start.restore {
+        Some(p) => {
+            let options =
+                crate::checkpoint::CheckpointConfig::storage_options_of(config.checkpoint.as_ref());
+            Some(CheckpointStorage::load_path_with(p, &options)?)
+        }
+        None => None,
+    };
+    let mode = config
+        .checkpoint
+        .as_ref()
+        .map(|c| c.mode)
+        .unwrap_or(AlignmentMode::ExactlyOnce);
+    let recovery = config
+        .checkpoint
+        .as_ref()
+        .map(|c| c.recovery)
+        .unwrap_or_default();
+    let recompute = AttemptRecompute::prepare(graph, recovery, restored.as_ref())?;
+    let plan = Plan::new(graph);
+    let mut place = Placement {
+        workers: start.workers,
+        me: Some(start.index),
+        plane: Some(plane),
+    };
+    build_attempt(
+        graph,
+        &plan,
+        config,
+        shared,
+        start.attempt as u32,
+        mode,
+        restored.as_ref(),
+        &recompute,
+        &mut place,
+    )
+}
+
+/// Sends the tasks' reports and (every 250 ms) the metric deltas to the
+/// driver until every task closed; the send failure, if one ended it.
+fn relay(
+    run: &Attempt,
+    send: &dyn Fn(u8, &[u8]) -> Result<()>,
+    node_metrics: &[Arc<OperatorMetrics>],
+    sent: &mut [[u64; METRIC_FIELDS]],
+) -> Option<Error> {
+    let ticker = crossbeam_channel::tick(Duration::from_millis(250));
+    loop {
+        select! {
+            recv(run.reports) -> r => match r {
+                Ok(report) => {
+                    let bytes = match encode_report(&report) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            let task = match &report {
+                                TaskReport::Snapshot { task, .. } => *task,
+                                _ => 0,
+                            };
+                            match encode_report(&TaskReport::Failed { task, error: e }) {
+                                Ok(b) => b,
+                                Err(e) => return Some(e),
+                            }
+                        }
+                    };
+                    if let Err(e) = send(TAG_REPORT, &bytes) {
+                        return Some(e);
+                    }
+                }
+                Err(_) => return None,
+            },
+            recv(ticker) -> _ => {
+                if let Err(e) = send(TAG_METRICS, &metric_deltas(node_metrics, sent)) {
+                    return Some(e);
+                }
+            }
+        }
     }
 }
 
