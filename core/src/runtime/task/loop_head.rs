@@ -174,6 +174,17 @@ impl LoopHead {
     /// A barrier is on its way to the head through its input channels (or
     /// a direct trigger waits for their end): the input goes first until it
     /// arrived, so the barrier does not wait for the feedback to run dry.
+    /// Checkpoint `id` was aborted: forgets it and the older ones.
+    fn forget_checkpoints_upto(&mut self, id: u64) {
+        self.pending.retain(|p| p.barrier.id > id);
+        if self.deferred.is_some_and(|d| d.id <= id) {
+            self.deferred = None;
+        }
+        if self.expected.is_some_and(|e| e <= id) {
+            self.expected = None;
+        }
+    }
+
     fn awaits_input_barrier(&self) -> bool {
         self.deferred.is_some() || self.expected.is_some_and(|e| e > self.begun)
     }
@@ -320,105 +331,14 @@ impl Task {
             match self.next_head_step(&mut cursor)? {
                 HeadStep::Control(c) => {
                     if let Control::AbortCheckpoint(id) = c {
-                        let head = self.head();
-                        head.pending.retain(|p| p.barrier.id > id);
-                        if head.deferred.is_some_and(|d| d.id <= id) {
-                            head.deferred = None;
-                        }
-                        if head.expected.is_some_and(|e| e <= id) {
-                            head.expected = None;
-                        }
+                        self.head().forget_checkpoints_upto(id);
                     }
                     self.handle_control(c)?;
                 }
-                HeadStep::Input(i, ev) => match ev {
-                    Event::Data(batch) => {
-                        self.head()
-                            .term
-                            .on_record()
-                            .map_err(|e| e.in_operator(&name))?;
-                        let input = self.inputs[i].input;
-                        let batch = self.head().relax(0, batch)?;
-                        push_batch(
-                            &mut self.ops,
-                            &mut self.slots,
-                            &mut self.output,
-                            input,
-                            batch,
-                        )?;
-                    }
-                    Event::Barrier(barrier) => {
-                        let action = self.aligner.on_barrier(i, barrier, Instant::now());
-                        self.apply(action)?;
-                    }
-                    Event::EndOfData { drain } => {
-                        self.inputs[i].ended = true;
-                        live -= 1;
-                        if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
-                            self.apply(action)?;
-                        }
-                        if live == 0 {
-                            // No barrier can come through the input now.
-                            self.head().expected = None;
-                            if let Some(b) = self.head().deferred.take() {
-                                self.begin_loop_checkpoint(b, Duration::ZERO)?;
-                            }
-                        }
-                        if drain {
-                            let actions = self
-                                .head()
-                                .term
-                                .on_input_ended(i)
-                                .map_err(|e| e.in_operator(&name))?;
-                            for a in actions {
-                                terminated |= self.head_actions(Some(a))?;
-                            }
-                        } else {
-                            undrained = true;
-                        }
-                    }
-                    Event::Termination(token) => {
-                        if self.scope.contains(&token.loop_id) {
-                            let action = self
-                                .head()
-                                .term
-                                .on_input_token(i, token)
-                                .map_err(|e| e.in_operator(&name))?;
-                            terminated |= self.head_actions(action)?;
-                        }
-                    }
-                    // Watermarks stay outside the loop (module docs).
-                    Event::Watermark(_) | Event::Idle | Event::EndOfPartition => {}
-                },
-                HeadStep::Feedback(q, ev) => match ev {
-                    Event::Data(batch) => {
-                        let head = self.head();
-                        head.term.on_record().map_err(|e| e.in_operator(&name))?;
-                        for p in head.pending.iter() {
-                            if !p.returned[q] {
-                                p.log.push(Event::Data(batch.clone()))?;
-                            }
-                        }
-                        self.emit_feedback(batch)?;
-                    }
-                    Event::Barrier(barrier) => self.barrier_returned(q, barrier.id)?,
-                    Event::Termination(token) => {
-                        let action = self
-                            .head()
-                            .term
-                            .on_feedback_token(q, token)
-                            .map_err(|e| e.in_operator(&name))?;
-                        terminated |= self.head_actions(action)?;
-                    }
-                    Event::EndOfData { .. } => {
-                        self.head().feedback[q].ended = true;
-                        for p in self.head().pending.iter_mut() {
-                            p.returned[q] = true;
-                        }
-                        self.complete_loop_checkpoints()?;
-                    }
-                    Event::Watermark(_) | Event::Idle | Event::EndOfPartition => {}
-                },
+                HeadStep::Input(i, ev) => {
+                    terminated |= self.on_head_input(i, ev, &name, &mut live, &mut undrained)?;
+                }
+                HeadStep::Feedback(q, ev) => terminated |= self.on_feedback(q, ev, &name)?,
             }
         }
         // The loop is empty: no feedback record can arrive any more, so the
@@ -436,6 +356,117 @@ impl Task {
             MAX_WATERMARK,
         )?;
         Ok(InputEnd::Drained)
+    }
+
+    /// One event of input channel `i`: records go into the body, barriers
+    /// are aligned, the end of an input may end the loop's input and start a
+    /// deferred loop checkpoint; true once the loop terminated.
+    fn on_head_input(
+        &mut self,
+        i: usize,
+        ev: Event,
+        name: &Arc<str>,
+        live: &mut usize,
+        undrained: &mut bool,
+    ) -> Result<bool> {
+        let mut terminated = false;
+        match ev {
+            Event::Data(batch) => {
+                self.head()
+                    .term
+                    .on_record()
+                    .map_err(|e| e.in_operator(name))?;
+                let input = self.inputs[i].input;
+                let batch = self.head().relax(0, batch)?;
+                push_batch(
+                    &mut self.ops,
+                    &mut self.slots,
+                    &mut self.output,
+                    input,
+                    batch,
+                )?;
+            }
+            Event::Barrier(barrier) => {
+                let action = self.aligner.on_barrier(i, barrier, Instant::now());
+                self.apply(action)?;
+            }
+            Event::EndOfData { drain } => {
+                self.inputs[i].ended = true;
+                *live -= 1;
+                if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
+                    self.apply(action)?;
+                }
+                if *live == 0 {
+                    // No barrier can come through the input now.
+                    self.head().expected = None;
+                    if let Some(b) = self.head().deferred.take() {
+                        self.begin_loop_checkpoint(b, Duration::ZERO)?;
+                    }
+                }
+                if drain {
+                    let actions = self
+                        .head()
+                        .term
+                        .on_input_ended(i)
+                        .map_err(|e| e.in_operator(name))?;
+                    for a in actions {
+                        terminated |= self.head_actions(Some(a))?;
+                    }
+                } else {
+                    *undrained = true;
+                }
+            }
+            Event::Termination(token) => {
+                if self.scope.contains(&token.loop_id) {
+                    let action = self
+                        .head()
+                        .term
+                        .on_input_token(i, token)
+                        .map_err(|e| e.in_operator(name))?;
+                    terminated |= self.head_actions(action)?;
+                }
+            }
+            // Watermarks stay outside the loop (module docs).
+            Event::Watermark(_) | Event::Idle | Event::EndOfPartition => {}
+        }
+        Ok(terminated)
+    }
+
+    /// One event of feedback queue `q`: records are logged for the loop
+    /// checkpoints whose barrier has not come back on it (FLIP-16) and go
+    /// into the body again; true once the loop terminated.
+    fn on_feedback(&mut self, q: usize, ev: Event, name: &Arc<str>) -> Result<bool> {
+        let mut terminated = false;
+        match ev {
+            Event::Data(batch) => {
+                let head = self.head();
+                head.term.on_record().map_err(|e| e.in_operator(name))?;
+                for p in head.pending.iter() {
+                    if !p.returned[q] {
+                        p.log.push(Event::Data(batch.clone()))?;
+                    }
+                }
+                self.emit_feedback(batch)?;
+            }
+            Event::Barrier(barrier) => self.barrier_returned(q, barrier.id)?,
+            Event::Termination(token) => {
+                let action = self
+                    .head()
+                    .term
+                    .on_feedback_token(q, token)
+                    .map_err(|e| e.in_operator(name))?;
+                terminated |= self.head_actions(action)?;
+            }
+            Event::EndOfData { .. } => {
+                self.head().feedback[q].ended = true;
+                for p in self.head().pending.iter_mut() {
+                    p.returned[q] = true;
+                }
+                self.complete_loop_checkpoints()?;
+            }
+            Event::Watermark(_) | Event::Idle | Event::EndOfPartition => {}
+        }
+        Ok(terminated)
     }
 
     /// Obeys the termination protocol; true once the loop terminated.
