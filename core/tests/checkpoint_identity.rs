@@ -16,11 +16,12 @@ use eddyline_core::checkpoint::CheckpointStorage;
 use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
-use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
+use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::partition::Partitioning;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestoreFrom};
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
+use eddyline_core::state::keyed::AggKind;
 
 use common::{fwd, node, seq_node};
 

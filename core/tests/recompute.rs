@@ -17,12 +17,13 @@ use eddyline_core::checkpoint::{CheckpointStorage, Recovery};
 use eddyline_core::error::Error;
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{JobGraph, NodeKind, Role};
-use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
+use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
+use eddyline_core::state::keyed::AggKind;
 
 mod common;
 use common::{by_key, final_sums, fwd, node, seq_node, FlakyFactory};

@@ -15,7 +15,7 @@ use eddyline_core::graph::{
     all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
 };
 use eddyline_core::operator::filter::FilterFactory;
-use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
+use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
@@ -29,6 +29,7 @@ use eddyline_core::source::arrow_batches::ArrowBatchesSource;
 use eddyline_core::source::parquet::ParquetSource;
 use eddyline_core::source::sequence::SequenceSource;
 use eddyline_core::source::SourceFactory;
+use eddyline_core::state::keyed::AggKind;
 use eddyline_core::store::StorageOptions;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};

@@ -66,9 +66,8 @@ use std::sync::Arc;
 use arrow::array::{
     Array, ArrayRef, AsArray, Int64Array, PrimitiveArray, RecordBatch, UInt32Array,
 };
-use arrow::buffer::{NullBuffer, ScalarBuffer};
+use arrow::buffer::NullBuffer;
 use arrow::compute::{cast_with_options, take, CastOptions};
-use arrow::datatypes::ArrowNativeType;
 use arrow::datatypes::{
     ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef,
 };
@@ -79,6 +78,9 @@ use rustc_hash::FxHashMap;
 use crate::error::{Error, ForOperator, Result};
 use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::state::keyed::{
+    column_index, numeric_column, sort_fields, values_array, Acc, AggKind, Num, ValueKind,
+};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
 /// The version byte that opens every serialized key-group blob.
@@ -90,31 +92,6 @@ const KIND_METADATA_KEY: &str = "eddyline.keyed_agg";
 /// Name of the accumulator column in a serialized blob (always the last).
 const ACC_FIELD: &str = "__eddyline_acc";
 
-/// Which running aggregate to compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AggKind {
-    /// Sum of the non-null values of the column.
-    Sum,
-    /// Number of rows (or of non-null values when a column is given).
-    Count,
-    /// Minimum of the non-null values of the column.
-    Min,
-    /// Maximum of the non-null values of the column.
-    Max,
-}
-
-impl AggKind {
-    /// The lower-case name (`sum`, `count`, `min`, `max`).
-    pub fn name(self) -> &'static str {
-        match self {
-            AggKind::Sum => "sum",
-            AggKind::Count => "count",
-            AggKind::Min => "min",
-            AggKind::Max => "max",
-        }
-    }
-}
-
 /// Builds [`KeyedAggOperator`]s: `keys` are the key column names, `column`
 /// the aggregated column (required for sum/min/max; optional for count,
 /// which then counts the column's non-null values instead of rows).
@@ -125,22 +102,6 @@ pub struct KeyedAggFactory {
     pub column: Option<String>,
 }
 
-/// Whether the accumulator is an `i64` or an `f64`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ValueKind {
-    Int,
-    Float,
-}
-
-impl ValueKind {
-    fn data_type(self) -> DataType {
-        match self {
-            ValueKind::Int => DataType::Int64,
-            ValueKind::Float => DataType::Float64,
-        }
-    }
-}
-
 /// An input schema resolved against a factory.
 #[derive(Debug, Clone)]
 struct Binding {
@@ -149,27 +110,6 @@ struct Binding {
     value_idx: Option<usize>,
     value_kind: ValueKind,
     output: SchemaRef,
-}
-
-fn describe_columns(schema: &Schema) -> String {
-    schema
-        .fields()
-        .iter()
-        .map(|f| f.name().as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn column_index(operator: &str, schema: &Schema, name: &str) -> Result<usize> {
-    schema.index_of(name).map_err(|_| {
-        Error::graph(
-            operator,
-            format!(
-                "column '{name}' does not exist; available columns: {}",
-                describe_columns(schema)
-            ),
-        )
-    })
 }
 
 impl KeyedAggFactory {
@@ -224,21 +164,7 @@ impl KeyedAggFactory {
                 ))
             }
             (agg, Some(col)) => {
-                let idx = column_index(operator, input, col)?;
-                let dt = input.field(idx).data_type();
-                let kind = if dt.is_integer() {
-                    ValueKind::Int
-                } else if dt.is_floating() {
-                    ValueKind::Float
-                } else {
-                    return Err(Error::schema(
-                        operator,
-                        format!(
-                            "{} needs a numeric (integer or floating-point) column, but column '{col}' has type {dt}",
-                            agg.name()
-                        ),
-                    ));
-                };
+                let (idx, kind) = numeric_column(operator, input, agg, col)?;
                 (Some(idx), kind, col.clone(), true)
             }
         };
@@ -266,81 +192,8 @@ impl OperatorFactory for KeyedAggFactory {
 // ---------------------------------------------------------------------------
 // Accumulators
 
-/// The native accumulator type (`i64` or `f64`).
-trait Value: ArrowNativeType + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
-    type Arrow: ArrowPrimitiveType<Native = Self>;
-    const ONE: Self;
-    fn add(self, other: Self) -> Self;
-    fn min_of(self, other: Self) -> Self;
-    fn max_of(self, other: Self) -> Self;
-}
-
-impl Value for i64 {
-    type Arrow = Int64Type;
-    const ONE: Self = 1;
-    #[inline]
-    fn add(self, other: Self) -> Self {
-        self.wrapping_add(other)
-    }
-    #[inline]
-    fn min_of(self, other: Self) -> Self {
-        Ord::min(self, other)
-    }
-    #[inline]
-    fn max_of(self, other: Self) -> Self {
-        Ord::max(self, other)
-    }
-}
-
-impl Value for f64 {
-    type Arrow = Float64Type;
-    const ONE: Self = 1.0;
-    #[inline]
-    fn add(self, other: Self) -> Self {
-        self + other
-    }
-    #[inline]
-    fn min_of(self, other: Self) -> Self {
-        f64::min(self, other)
-    }
-    #[inline]
-    fn max_of(self, other: Self) -> Self {
-        f64::max(self, other)
-    }
-}
-
-/// A running aggregate; `has == false` means no value was seen yet.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Acc<V> {
-    value: V,
-    has: bool,
-}
-
-#[inline]
-fn combine<V: Value>(agg: AggKind, a: V, b: V) -> V {
-    match agg {
-        AggKind::Sum | AggKind::Count => a.add(b),
-        AggKind::Min => a.min_of(b),
-        AggKind::Max => a.max_of(b),
-    }
-}
-
-#[inline]
-fn merge<V: Value>(agg: AggKind, a: Acc<V>, b: Acc<V>) -> Acc<V> {
-    if !b.has {
-        a
-    } else if !a.has {
-        b
-    } else {
-        Acc {
-            value: combine(agg, a.value, b.value),
-            has: true,
-        }
-    }
-}
-
 /// What the aggregated column contributes to a batch.
-enum ValueInput<V: Value> {
+enum ValueInput<V: Num> {
     /// `count` without a column: every row counts.
     AllRows,
     /// `count(column)`: rows whose column value is valid count.
@@ -349,7 +202,7 @@ enum ValueInput<V: Value> {
     Values(PrimitiveArray<V::Arrow>),
 }
 
-fn value_input<V: Value>(
+fn value_input<V: Num>(
     agg: AggKind,
     column: Option<&ArrayRef>,
     operator: &str,
@@ -383,7 +236,7 @@ fn value_input<V: Value>(
 }
 
 /// Computes one partial aggregate per group of the batch into `partials`.
-fn partial_aggregate<V: Value>(
+fn partial_aggregate<V: Num>(
     agg: AggKind,
     input: &ValueInput<V>,
     group_of_row: &[u32],
@@ -402,7 +255,7 @@ fn partial_aggregate<V: Value>(
             );
             for &g in group_of_row {
                 let p = &mut partials[g as usize];
-                p.value = p.value.add(V::ONE);
+                p.value = p.value.combine(AggKind::Count, V::ONE);
             }
         }
         ValueInput::Valid(nulls) => {
@@ -417,13 +270,13 @@ fn partial_aggregate<V: Value>(
                 None => {
                     for &g in group_of_row {
                         let p = &mut partials[g as usize];
-                        p.value = p.value.add(V::ONE);
+                        p.value = p.value.combine(AggKind::Count, V::ONE);
                     }
                 }
                 Some(nulls) => {
                     for i in nulls.valid_indices() {
                         let p = &mut partials[group_of_row[i] as usize];
-                        p.value = p.value.add(V::ONE);
+                        p.value = p.value.combine(AggKind::Count, V::ONE);
                     }
                 }
             }
@@ -435,14 +288,14 @@ fn partial_aggregate<V: Value>(
                 (AggKind::Sum, None) => {
                     for (&g, &v) in group_of_row.iter().zip(vals.iter()) {
                         let p = &mut partials[g as usize];
-                        p.value = p.value.add(v);
+                        p.value = p.value.combine(AggKind::Sum, v);
                         p.has = true;
                     }
                 }
                 (_, None) => {
                     for (&g, &v) in group_of_row.iter().zip(vals.iter()) {
                         let p = &mut partials[g as usize];
-                        p.value = if p.has { combine(agg, p.value, v) } else { v };
+                        p.value = if p.has { p.value.combine(agg, v) } else { v };
                         p.has = true;
                     }
                 }
@@ -450,7 +303,7 @@ fn partial_aggregate<V: Value>(
                     for i in nulls.valid_indices() {
                         let v = vals[i];
                         let p = &mut partials[group_of_row[i] as usize];
-                        p.value = if p.has { combine(agg, p.value, v) } else { v };
+                        p.value = if p.has { p.value.combine(agg, v) } else { v };
                         p.has = true;
                     }
                 }
@@ -619,7 +472,7 @@ enum KeyState<V> {
 }
 
 /// The keyed state and scratch of one accumulator type.
-struct Store<V: Value> {
+struct Store<V: Num> {
     /// The operator's name, for errors.
     name: Arc<str>,
     key_fields: Vec<FieldRef>,
@@ -647,14 +500,7 @@ fn encode_and_hash(
     Ok(())
 }
 
-fn sort_fields(key_fields: &[FieldRef]) -> Vec<SortField> {
-    key_fields
-        .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect()
-}
-
-impl<V: Value> Store<V> {
+impl<V: Num> Store<V> {
     fn new(name: Arc<str>, key_fields: Vec<FieldRef>, n_groups: usize) -> Result<Self> {
         let types: Vec<&DataType> = key_fields.iter().map(|f| f.data_type()).collect();
         let keys = if uses_int64_path(&types) {
@@ -751,7 +597,7 @@ impl<V: Value> Store<V> {
                     } else {
                         group.map.entry(group_keys[g]).or_default()
                     };
-                    *slot = merge(agg, *slot, partial);
+                    *slot = slot.merge(agg, partial);
                     out.push(slot.value);
                     out_valid.push(slot.has);
                 }
@@ -792,7 +638,7 @@ impl<V: Value> Store<V> {
                         Some(slot) => slot,
                         None => group.map.entry(Box::from(key.as_ref())).or_default(),
                     };
-                    *slot = merge(agg, *slot, partial);
+                    *slot = slot.merge(agg, partial);
                     out.push(slot.value);
                     out_valid.push(slot.has);
                 }
@@ -890,18 +736,6 @@ impl<V: Value> Store<V> {
     }
 }
 
-fn values_array<V: Value>(values: Vec<V>, valid: &[bool]) -> ArrayRef {
-    let nulls = if valid.iter().all(|v| *v) {
-        None
-    } else {
-        Some(NullBuffer::from(valid))
-    };
-    Arc::new(PrimitiveArray::<V::Arrow>::new(
-        ScalarBuffer::from(values),
-        nulls,
-    ))
-}
-
 /// The keyed state, by accumulator type.
 enum Engine {
     Int(Store<i64>),
@@ -972,7 +806,7 @@ struct IntSnapshot<V> {
     group: Arc<IntGroup<V>>,
 }
 
-impl<V: Value> DeferredState for IntSnapshot<V> {
+impl<V: Num> DeferredState for IntSnapshot<V> {
     fn serialize(&self) -> Result<Vec<u8>> {
         let len = self.group.map.len() + usize::from(self.group.null.is_some());
         let mut keys: Vec<Option<i64>> = Vec::with_capacity(len);
@@ -1005,7 +839,7 @@ struct RowSnapshot<V> {
     group: Arc<RowGroup<V>>,
 }
 
-impl<V: Value> DeferredState for RowSnapshot<V> {
+impl<V: Num> DeferredState for RowSnapshot<V> {
     fn serialize(&self) -> Result<Vec<u8>> {
         let converter =
             RowConverter::new(sort_fields(&self.key_fields)).for_operator(&self.name)?;

@@ -102,12 +102,12 @@ use arrow::array::{
     Array, ArrayRef, AsArray, Int64Array, PrimitiveArray, RecordBatch, UInt64Array,
 };
 use arrow::array::{BooleanArray, BooleanBufferBuilder};
-use arrow::buffer::{NullBuffer, ScalarBuffer};
+use arrow::buffer::NullBuffer;
 use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
 use arrow::datatypes::{
-    ArrowNativeType, ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema,
-    SchemaRef, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
-    TimestampNanosecondType, TimestampSecondType, UInt64Type,
+    ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef,
+    TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    TimestampSecondType, UInt64Type,
 };
 use arrow::ipc::reader::StreamReader;
 use arrow::row::{RowConverter, Rows, SortField};
@@ -118,9 +118,11 @@ use crate::error::{Error, ForOperator, Result};
 type ArrowResult<T> = std::result::Result<T, arrow::error::ArrowError>;
 use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
-use crate::operator::keyed_agg::AggKind;
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
+use crate::state::keyed::{
+    acc_array, column_index, numeric_column, sort_fields, Acc, AggKind, Num, ValueKind,
+};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
 /// The version byte that opens every serialized key-group blob.
@@ -206,22 +208,6 @@ pub struct WindowFactory {
     pub late_output: bool,
 }
 
-/// Whether the accumulator is an `i64` or an `f64`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ValueKind {
-    Int,
-    Float,
-}
-
-impl ValueKind {
-    fn data_type(self) -> DataType {
-        match self {
-            ValueKind::Int => DataType::Int64,
-            ValueKind::Float => DataType::Float64,
-        }
-    }
-}
-
 /// The state layout: what the keyed state holds and what it emits.
 #[derive(Debug, Clone, PartialEq)]
 struct Layout {
@@ -265,23 +251,6 @@ struct Binding {
     value_idx: Option<usize>,
     layout: Layout,
     output: SchemaRef,
-}
-
-fn column_index(operator: &str, schema: &Schema, name: &str) -> Result<usize> {
-    schema.index_of(name).map_err(|_| {
-        Error::graph(
-            operator,
-            format!(
-                "column '{name}' does not exist; available columns: {}",
-                schema
-                    .fields()
-                    .iter()
-                    .map(|f| f.name().as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        )
-    })
 }
 
 impl WindowFactory {
@@ -397,21 +366,7 @@ impl WindowFactory {
                 ))
             }
             (agg, Some(col)) => {
-                let idx = column_index(operator, input, col)?;
-                let dt = input.field(idx).data_type();
-                let kind = if dt.is_integer() {
-                    ValueKind::Int
-                } else if dt.is_floating() {
-                    ValueKind::Float
-                } else {
-                    return Err(Error::schema(
-                        operator,
-                        format!(
-                            "{} needs a numeric (integer or floating-point) column, but column '{col}' has type {dt}",
-                            agg.name()
-                        ),
-                    ));
-                };
+                let (idx, kind) = numeric_column(operator, input, agg, col)?;
                 (Some(idx), kind)
             }
         };
@@ -449,66 +404,6 @@ impl OperatorFactory for WindowFactory {
 
 // ---------------------------------------------------------------------------
 // Accumulators
-
-/// The native accumulator type (`i64` or `f64`).
-trait Num: ArrowNativeType + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
-    type Arrow: ArrowPrimitiveType<Native = Self>;
-    const ONE: Self;
-    fn combine(self, agg: AggKind, other: Self) -> Self;
-}
-
-impl Num for i64 {
-    type Arrow = Int64Type;
-    const ONE: Self = 1;
-    #[inline]
-    fn combine(self, agg: AggKind, other: Self) -> Self {
-        match agg {
-            AggKind::Sum | AggKind::Count => self.wrapping_add(other),
-            AggKind::Min => Ord::min(self, other),
-            AggKind::Max => Ord::max(self, other),
-        }
-    }
-}
-
-impl Num for f64 {
-    type Arrow = Float64Type;
-    const ONE: Self = 1.0;
-    #[inline]
-    fn combine(self, agg: AggKind, other: Self) -> Self {
-        match agg {
-            AggKind::Sum | AggKind::Count => self + other,
-            AggKind::Min => f64::min(self, other),
-            AggKind::Max => f64::max(self, other),
-        }
-    }
-}
-
-/// A window's accumulator; `has == false` means no value was seen yet
-/// (a count always has a value).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Acc<V> {
-    value: V,
-    has: bool,
-}
-
-impl<V: Num> Acc<V> {
-    fn empty(agg: AggKind) -> Self {
-        Acc {
-            value: V::default(),
-            has: agg == AggKind::Count,
-        }
-    }
-
-    #[inline]
-    fn add(&mut self, agg: AggKind, v: V) {
-        self.value = if self.has {
-            self.value.combine(agg, v)
-        } else {
-            v
-        };
-        self.has = true;
-    }
-}
 
 /// One (key, window) of the state.
 #[derive(Debug, Clone, Copy)]
@@ -673,13 +568,6 @@ impl StateKey for Option<i64> {
 struct RowCodec {
     converter: RowConverter,
     rows: Rows,
-}
-
-fn sort_fields(fields: &[FieldRef]) -> Vec<SortField> {
-    fields
-        .iter()
-        .map(|f| SortField::new(f.data_type().clone()))
-        .collect()
 }
 
 impl StateKey for Box<[u8]> {
@@ -969,25 +857,6 @@ impl<K: StateKey, V: Num> Store<K, V> {
         }
         Ok(max_seq)
     }
-}
-
-fn acc_array<V: Num>(accs: impl Iterator<Item = Acc<V>>) -> ArrayRef {
-    let (lower, _) = accs.size_hint();
-    let mut values = Vec::with_capacity(lower);
-    let mut valid = Vec::with_capacity(lower);
-    for a in accs {
-        values.push(a.value);
-        valid.push(a.has);
-    }
-    let nulls = if valid.iter().all(|v| *v) {
-        None
-    } else {
-        Some(NullBuffer::from(valid))
-    };
-    Arc::new(PrimitiveArray::<V::Arrow>::new(
-        ScalarBuffer::from(values),
-        nulls,
-    ))
 }
 
 /// Milliseconds as an array of the event-time column's type.

@@ -12,13 +12,14 @@ use arrow::datatypes::Int64Type;
 use eddyline_core::error::{Error, Result};
 use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, Node, NodeKind, Role};
-use eddyline_core::operator::keyed_agg::{AggKind, KeyedAggFactory};
+use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use eddyline_core::partition::Partitioning;
 use eddyline_core::scope::StreamScope;
 use eddyline_core::sink::collect::CollectStore;
 use eddyline_core::source::sequence::SequenceSource;
+use eddyline_core::state::keyed::AggKind;
 
 /// A node outside every loop, its uid equal to its name.
 pub fn node(

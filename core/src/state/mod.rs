@@ -7,6 +7,8 @@
 //! operator keeps processing. Keyed state is always split by key group so it
 //! can be redistributed when the parallelism changes.
 
+pub mod keyed;
+
 use std::sync::Arc;
 
 use crate::error::Result;

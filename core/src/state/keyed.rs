@@ -1,0 +1,266 @@
+//! The keyed-state layer the keyed aggregates (`operator/keyed_agg.rs`) and
+//! the windows (`operator/window.rs`) share, and the joins will (DESIGN.md
+//! "Keyed state layer and the operators on it"): the native aggregates, their
+//! accumulators over `i64` or `f64`, how an input column binds to one, and
+//! the helpers both use to encode keys and build their output columns. The
+//! per-key-group blobs stay with each operator (their formats are versioned
+//! separately and must read back what older checkpoints wrote).
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, ArrowPrimitiveType, PrimitiveArray};
+use arrow::buffer::{NullBuffer, ScalarBuffer};
+use arrow::datatypes::ArrowNativeType;
+use arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type, Schema};
+use arrow::row::SortField;
+
+use crate::error::{Error, Result};
+
+/// Which running aggregate to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggKind {
+    /// Sum of the non-null values of the column.
+    Sum,
+    /// Number of rows (or of non-null values when a column is given).
+    Count,
+    /// Minimum of the non-null values of the column.
+    Min,
+    /// Maximum of the non-null values of the column.
+    Max,
+}
+
+impl AggKind {
+    /// The lower-case name (`sum`, `count`, `min`, `max`).
+    pub fn name(self) -> &'static str {
+        match self {
+            AggKind::Sum => "sum",
+            AggKind::Count => "count",
+            AggKind::Min => "min",
+            AggKind::Max => "max",
+        }
+    }
+}
+
+/// Whether the accumulator is an `i64` or an `f64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ValueKind {
+    Int,
+    Float,
+}
+
+impl ValueKind {
+    pub(crate) fn data_type(self) -> DataType {
+        match self {
+            ValueKind::Int => DataType::Int64,
+            ValueKind::Float => DataType::Float64,
+        }
+    }
+}
+
+/// The native accumulator type (`i64` or `f64`).
+pub(crate) trait Num:
+    ArrowNativeType + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static
+{
+    type Arrow: ArrowPrimitiveType<Native = Self>;
+    const ONE: Self;
+    /// `self` and `other` combined by `agg` (a count adds).
+    fn combine(self, agg: AggKind, other: Self) -> Self;
+}
+
+impl Num for i64 {
+    type Arrow = Int64Type;
+    const ONE: Self = 1;
+    #[inline]
+    fn combine(self, agg: AggKind, other: Self) -> Self {
+        match agg {
+            AggKind::Sum | AggKind::Count => self.wrapping_add(other),
+            AggKind::Min => Ord::min(self, other),
+            AggKind::Max => Ord::max(self, other),
+        }
+    }
+}
+
+impl Num for f64 {
+    type Arrow = Float64Type;
+    const ONE: Self = 1.0;
+    #[inline]
+    fn combine(self, agg: AggKind, other: Self) -> Self {
+        match agg {
+            AggKind::Sum | AggKind::Count => self + other,
+            AggKind::Min => f64::min(self, other),
+            AggKind::Max => f64::max(self, other),
+        }
+    }
+}
+
+/// A running aggregate; `has == false` means no value was seen yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Acc<V> {
+    pub value: V,
+    pub has: bool,
+}
+
+impl<V: Num> Acc<V> {
+    /// Nothing seen yet (a count always has a value).
+    pub(crate) fn empty(agg: AggKind) -> Self {
+        Acc {
+            value: V::default(),
+            has: agg == AggKind::Count,
+        }
+    }
+
+    /// Adds one value.
+    #[inline]
+    pub(crate) fn add(&mut self, agg: AggKind, v: V) {
+        self.value = if self.has {
+            self.value.combine(agg, v)
+        } else {
+            v
+        };
+        self.has = true;
+    }
+
+    /// The aggregate of `self` and `other`.
+    #[inline]
+    pub(crate) fn merge(self, agg: AggKind, other: Acc<V>) -> Acc<V> {
+        if !other.has {
+            self
+        } else if !self.has {
+            other
+        } else {
+            Acc {
+                value: self.value.combine(agg, other.value),
+                has: true,
+            }
+        }
+    }
+}
+
+/// `values` as an Arrow column, null where `valid` is false.
+pub(crate) fn values_array<V: Num>(values: Vec<V>, valid: &[bool]) -> ArrayRef {
+    let nulls = if valid.iter().all(|v| *v) {
+        None
+    } else {
+        Some(NullBuffer::from(valid))
+    };
+    Arc::new(PrimitiveArray::<V::Arrow>::new(
+        ScalarBuffer::from(values),
+        nulls,
+    ))
+}
+
+/// Accumulators as an Arrow column (null where nothing was seen).
+pub(crate) fn acc_array<V: Num>(accs: impl Iterator<Item = Acc<V>>) -> ArrayRef {
+    let (lower, _) = accs.size_hint();
+    let mut values = Vec::with_capacity(lower);
+    let mut valid = Vec::with_capacity(lower);
+    for a in accs {
+        values.push(a.value);
+        valid.push(a.has);
+    }
+    values_array(values, &valid)
+}
+
+/// The columns of `schema`, for error messages.
+pub(crate) fn describe_columns(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The index of column `name`, or a graph error of `operator` naming the
+/// columns there are.
+pub(crate) fn column_index(operator: &str, schema: &Schema, name: &str) -> Result<usize> {
+    schema.index_of(name).map_err(|_| {
+        Error::graph(
+            operator,
+            format!(
+                "column '{name}' does not exist; available columns: {}",
+                describe_columns(schema)
+            ),
+        )
+    })
+}
+
+/// Binds the column `col` that `agg` (other than a plain count) aggregates:
+/// its index and the accumulator kind its type needs, or a schema error of
+/// `operator` for a non-numeric column.
+pub(crate) fn numeric_column(
+    operator: &str,
+    input: &Schema,
+    agg: AggKind,
+    col: &str,
+) -> Result<(usize, ValueKind)> {
+    let idx = column_index(operator, input, col)?;
+    let dt = input.field(idx).data_type();
+    let kind = if dt.is_integer() {
+        ValueKind::Int
+    } else if dt.is_floating() {
+        ValueKind::Float
+    } else {
+        return Err(Error::schema(
+            operator,
+            format!(
+                "{} needs a numeric (integer or floating-point) column, but column '{col}' has type {dt}",
+                agg.name()
+            ),
+        ));
+    };
+    Ok((idx, kind))
+}
+
+/// The row-format fields of key columns (multi-column and non-integer keys
+/// are encoded with arrow's row format).
+pub(crate) fn sort_fields(key_fields: &[FieldRef]) -> Vec<SortField> {
+    key_fields
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_accumulators_combine_and_merge_by_aggregate() {
+        let mut a = Acc::<i64>::empty(AggKind::Min);
+        assert!(!a.has);
+        a.add(AggKind::Min, 5);
+        a.add(AggKind::Min, 3);
+        assert_eq!(a.value, 3);
+        let c = Acc::<i64>::empty(AggKind::Count);
+        assert!(c.has && c.value == 0);
+        let b = Acc {
+            value: 7,
+            has: true,
+        };
+        assert_eq!(a.merge(AggKind::Max, b).value, 7);
+        assert_eq!(Acc::<i64>::default().merge(AggKind::Sum, b), b);
+        assert_eq!(2.5f64.combine(AggKind::Sum, 1.0), 3.5);
+        assert_eq!(
+            i64::MAX.combine(AggKind::Sum, 1),
+            i64::MIN,
+            "sums wrap like Flink's"
+        );
+    }
+
+    #[test]
+    fn test_numeric_column_refuses_strings_naming_the_column() {
+        let schema = Schema::new(vec![arrow::datatypes::Field::new(
+            "s",
+            DataType::Utf8,
+            false,
+        )]);
+        let err = numeric_column("op", &schema, AggKind::Sum, "s").expect_err("string");
+        assert!(
+            err.to_string().contains("column 's' has type Utf8"),
+            "{err}"
+        );
+        let err = column_index("op", &schema, "nope").expect_err("missing");
+        assert!(err.to_string().contains("available columns: s"), "{err}");
+    }
+}
