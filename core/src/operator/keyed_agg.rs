@@ -76,10 +76,11 @@ use arrow::row::{RowConverter, Rows, SortField};
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, ForOperator, Result};
-use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
+use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
-    column_index, numeric_column, sort_fields, values_array, Acc, AggKind, Num, ValueKind,
+    check_key_group, column_index, numeric_column, sort_fields, values_array, Acc, AggKind, Num,
+    ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -1055,22 +1056,14 @@ impl KeyedAggOperator {
         let local = kg - self.own.key_groups.start;
         for batch in batches {
             let key_cols = &batch.columns()[..n_keys];
-            hash_keys(key_cols, &mut self.scratch.hashes).for_operator(&self.own.name)?;
-            if let Some(h) = self
-                .scratch
-                .hashes
-                .iter()
-                .find(|h| key_group(**h, self.own.max_parallelism) != kg)
-            {
-                return Err(Error::checkpoint(
-                    None,
-                    format!(
-                        "the keyed state of key group {kg} holds a key of key group {} (max_parallelism is {}; was it changed?)",
-                        key_group(*h, self.own.max_parallelism),
-                        self.own.max_parallelism
-                    ),
-                ));
-            }
+            check_key_group(
+                &self.own.name,
+                "the keyed state",
+                key_cols,
+                &mut self.scratch.hashes,
+                kg,
+                self.own.max_parallelism,
+            )?;
             let acc = batch.column(n_keys);
             match self.engine.as_mut() {
                 Some(Engine::Int(store)) => {

@@ -117,11 +117,12 @@ use crate::error::{Error, ForOperator, Result};
 
 type ArrowResult<T> = std::result::Result<T, arrow::error::ArrowError>;
 use crate::event::MAX_WATERMARK;
-use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
+use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
-    acc_array, column_index, numeric_column, sort_fields, Acc, AggKind, Num, ValueKind,
+    acc_array, check_key_group, column_index, numeric_column, sort_fields, Acc, AggKind, Num,
+    ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -1225,22 +1226,14 @@ impl WindowOperator {
                 continue;
             }
             let key_cols = &batch.columns()[..n_keys];
-            hash_keys(key_cols, &mut self.scratch.hashes).for_operator(&self.own.name)?;
-            if let Some(h) = self
-                .scratch
-                .hashes
-                .iter()
-                .find(|h| key_group(**h, self.own.max_parallelism) != kg)
-            {
-                return Err(Error::checkpoint(
-                    None,
-                    format!(
-                        "the window state of key group {kg} holds a key of key group {} (max_parallelism is {}; was it changed?)",
-                        key_group(*h, self.own.max_parallelism),
-                        self.own.max_parallelism
-                    ),
-                ));
-            }
+            check_key_group(
+                &self.own.name,
+                "the window state",
+                key_cols,
+                &mut self.scratch.hashes,
+                kg,
+                self.own.max_parallelism,
+            )?;
             let starts = batch.column(n_keys).as_primitive::<Int64Type>();
             let seqs = batch.column(n_keys + 1).as_primitive::<UInt64Type>();
             let acc = batch.column(n_keys + 2);

@@ -14,7 +14,8 @@ use arrow::datatypes::ArrowNativeType;
 use arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type, Schema};
 use arrow::row::SortField;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ForOperator, Result};
+use crate::keygroup::{hash_keys, key_group};
 
 /// Which running aggregate to compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -219,6 +220,35 @@ pub(crate) fn sort_fields(key_fields: &[FieldRef]) -> Vec<SortField> {
         .iter()
         .map(|f| SortField::new(f.data_type().clone()))
         .collect()
+}
+
+/// Checks that every key of `key_cols` (restored from the blob of key group
+/// `kg`) belongs to `kg`: a key of another group means `max_parallelism`
+/// changed, which would misroute it (issue 20). `what` names the state in
+/// the error ("the keyed state", "the window state").
+pub(crate) fn check_key_group(
+    operator: &str,
+    what: &str,
+    key_cols: &[ArrayRef],
+    hashes: &mut Vec<u64>,
+    kg: usize,
+    max_parallelism: usize,
+) -> Result<()> {
+    hash_keys(key_cols, hashes).for_operator(operator)?;
+    match hashes
+        .iter()
+        .find(|h| key_group(**h, max_parallelism) != kg)
+    {
+        None => Ok(()),
+        Some(h) => Err(Error::checkpoint(
+            None,
+            format!(
+                "{what} of key group {kg} holds a key of key group {} (max_parallelism is \
+                 {max_parallelism}; was it changed?)",
+                key_group(*h, max_parallelism),
+            ),
+        )),
+    }
 }
 
 #[cfg(test)]
