@@ -1,0 +1,150 @@
+//! The keyed aggregates' per-key-group blob (format version
+//! [`STATE_FORMAT_VERSION`]): written off the task thread from a
+//! copy-on-write snapshot, read back on restore.
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, PrimitiveArray, RecordBatch};
+use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
+use arrow::ipc::reader::StreamReader;
+use arrow::row::RowConverter;
+
+use super::*;
+use crate::error::{Error, ForOperator, Result};
+use crate::state::keyed::{sort_fields, Acc, AggKind, Num};
+use crate::state::DeferredState;
+
+// ---------------------------------------------------------------------------
+// Serialization
+
+/// A copy-on-write view of one key group with a single `Int64` key.
+pub(crate) struct IntSnapshot<V> {
+    pub(crate) name: Arc<str>,
+    pub(crate) agg: AggKind,
+    pub(crate) key_field: FieldRef,
+    pub(crate) group: Arc<IntGroup<V>>,
+}
+
+impl<V: Num> DeferredState for IntSnapshot<V> {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let len = self.group.map.len() + usize::from(self.group.null.is_some());
+        let mut keys: Vec<Option<i64>> = Vec::with_capacity(len);
+        let mut accs: Vec<Option<V>> = Vec::with_capacity(len);
+        if let Some(acc) = self.group.null {
+            keys.push(None);
+            accs.push(acc.has.then_some(acc.value));
+        }
+        for (k, acc) in &self.group.map {
+            keys.push(Some(*k));
+            accs.push(acc.has.then_some(acc.value));
+        }
+        let keys: ArrayRef = Arc::new(Int64Array::from(keys));
+        let accs: ArrayRef = Arc::new(accs.into_iter().collect::<PrimitiveArray<V::Arrow>>());
+        encode_state(
+            self.agg,
+            std::slice::from_ref(&self.key_field),
+            vec![keys],
+            accs,
+        )
+        .for_operator(&self.name)
+    }
+}
+
+/// A copy-on-write view of one key group keyed by row-format bytes.
+pub(crate) struct RowSnapshot<V> {
+    pub(crate) name: Arc<str>,
+    pub(crate) agg: AggKind,
+    pub(crate) key_fields: Vec<FieldRef>,
+    pub(crate) group: Arc<RowGroup<V>>,
+}
+
+impl<V: Num> DeferredState for RowSnapshot<V> {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let converter =
+            RowConverter::new(sort_fields(&self.key_fields)).for_operator(&self.name)?;
+        let parser = converter.parser();
+        let entries: Vec<(&[u8], Acc<V>)> = self
+            .group
+            .map
+            .iter()
+            .map(|(k, acc)| (k.as_ref(), *acc))
+            .collect();
+        let keys = converter
+            .convert_rows(entries.iter().map(|(k, _)| parser.parse(k)))
+            .for_operator(&self.name)?;
+        let accs: ArrayRef = Arc::new(
+            entries
+                .iter()
+                .map(|(_, acc)| acc.has.then_some(acc.value))
+                .collect::<PrimitiveArray<V::Arrow>>(),
+        );
+        encode_state(self.agg, &self.key_fields, keys, accs).for_operator(&self.name)
+    }
+}
+
+pub(crate) fn encode_state(
+    agg: AggKind,
+    key_fields: &[FieldRef],
+    key_cols: Vec<ArrayRef>,
+    acc: ArrayRef,
+) -> std::result::Result<Vec<u8>, arrow::error::ArrowError> {
+    let mut fields: Vec<Field> = Vec::with_capacity(key_fields.len() + 1);
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(key_fields.len() + 1);
+    for (field, col) in key_fields.iter().zip(key_cols) {
+        let col = if col.data_type() == field.data_type() {
+            col
+        } else {
+            arrow::compute::cast(&col, field.data_type())?
+        };
+        fields.push(Field::new(field.name(), field.data_type().clone(), true));
+        columns.push(col);
+    }
+    fields.push(Field::new(ACC_FIELD, acc.data_type().clone(), true));
+    columns.push(acc);
+    let metadata = HashMap::from([(KIND_METADATA_KEY.to_string(), agg.name().to_string())]);
+    let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
+    crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns)
+}
+
+/// Decodes one key-group blob into its schema and batches.
+pub(crate) fn decode_state(
+    bytes: &[u8],
+    kg: usize,
+    agg: AggKind,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let bad = |msg: String| {
+        Error::checkpoint(
+            None,
+            format!("the keyed {} state of key group {kg} {msg}", agg.name()),
+        )
+    };
+    let Some((&version, body)) = bytes.split_first() else {
+        return Err(bad("is empty".to_string()));
+    };
+    if version != STATE_FORMAT_VERSION {
+        return Err(bad(format!(
+            "has format version {version}, but this build reads version {STATE_FORMAT_VERSION}"
+        )));
+    }
+    let reader = StreamReader::try_new(Cursor::new(body), None)
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let schema = reader.schema();
+    match schema.metadata().get(KIND_METADATA_KEY) {
+        Some(kind) if kind == agg.name() => {}
+        other => {
+            return Err(bad(format!(
+                "was written by a '{}' aggregate",
+                other.map_or("unknown", |s| s.as_str())
+            )))
+        }
+    }
+    if schema.fields().len() < 2 {
+        return Err(bad("has no key columns".to_string()));
+    }
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    Ok((schema, batches))
+}

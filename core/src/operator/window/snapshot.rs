@@ -1,0 +1,148 @@
+//! The windows' per-key-group blob (format version [`STATE_FORMAT_VERSION`]):
+//! written off the task thread from a copy-on-write snapshot, read back and
+//! checked against the operator's layout on restore.
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, UInt64Array};
+use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, Schema};
+use arrow::ipc::reader::StreamReader;
+
+use super::*;
+use crate::error::{Error, ForOperator, Result};
+
+// ---------------------------------------------------------------------------
+// Serialization
+
+/// What every blob of one snapshot shares.
+pub(crate) struct SnapshotMeta {
+    /// The operator's name, for errors.
+    pub(crate) name: Arc<str>,
+    pub(crate) agg: AggKind,
+    pub(crate) assigner: WindowAssigner,
+    pub(crate) layout: Layout,
+    pub(crate) watermark: i64,
+}
+
+/// A copy-on-write view of one key group.
+pub(crate) struct GroupSnapshot<K, V> {
+    pub(crate) meta: Arc<SnapshotMeta>,
+    pub(crate) group: Arc<GroupState<K, V>>,
+}
+
+impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let meta = &self.meta;
+        let n: usize = self.group.windows.values().map(|m| m.len()).sum();
+        let mut rows: Vec<(i64, u64, &K, Acc<V>)> = Vec::with_capacity(n);
+        for (&start, map) in &self.group.windows {
+            rows.extend(map.iter().map(|(k, e)| (start, e.seq, k, e.acc)));
+        }
+        rows.sort_unstable_by_key(|r| (r.0, r.1));
+        let key_fields = &meta.layout.key_fields;
+        let mut columns =
+            K::to_columns(key_fields, rows.iter().map(|r| r.2)).for_operator(&meta.name)?;
+        let mut fields: Vec<Field> = key_fields.iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new(START_FIELD, DataType::Int64, false));
+        columns.push(Arc::new(rows.iter().map(|r| r.0).collect::<Int64Array>()));
+        fields.push(Field::new(SEQ_FIELD, DataType::UInt64, false));
+        columns.push(Arc::new(rows.iter().map(|r| r.1).collect::<UInt64Array>()));
+        fields.push(Field::new(ACC_FIELD, V::Arrow::DATA_TYPE, true));
+        columns.push(acc_array::<V>(rows.iter().map(|r| r.3)));
+        let metadata = HashMap::from([
+            (META_AGG.to_string(), meta.agg.name().to_string()),
+            (META_ASSIGNER.to_string(), meta.assigner.describe()),
+            (
+                META_TIME_TYPE.to_string(),
+                meta.layout.time_type.to_string(),
+            ),
+            (META_WATERMARK.to_string(), meta.watermark.to_string()),
+        ]);
+        let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
+        crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns)
+            .for_operator(&meta.name)
+    }
+}
+
+/// One decoded key-group blob.
+pub(crate) struct DecodedGroup {
+    pub(crate) layout: Layout,
+    pub(crate) watermark: i64,
+    pub(crate) batches: Vec<RecordBatch>,
+}
+
+pub(crate) fn decode_group(
+    bytes: &[u8],
+    kg: usize,
+    agg: AggKind,
+    assigner: WindowAssigner,
+) -> Result<DecodedGroup> {
+    let bad =
+        |msg: String| Error::checkpoint(None, format!("the window state of key group {kg} {msg}"));
+    let Some((&version, body)) = bytes.split_first() else {
+        return Err(bad("is empty".to_string()));
+    };
+    if version != STATE_FORMAT_VERSION {
+        return Err(bad(format!(
+            "has format version {version}, but this build reads version {STATE_FORMAT_VERSION}"
+        )));
+    }
+    let reader = StreamReader::try_new(Cursor::new(body), None)
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let schema = reader.schema();
+    let meta = schema.metadata();
+    let get = |key: &str| meta.get(key).map(String::as_str).unwrap_or("unknown");
+    if get(META_AGG) != agg.name() {
+        return Err(bad(format!(
+            "was written by a '{}' window aggregate, not '{}'",
+            get(META_AGG),
+            agg.name()
+        )));
+    }
+    if get(META_ASSIGNER) != assigner.describe() {
+        return Err(bad(format!(
+            "was written by '{}' windows, not '{}'",
+            get(META_ASSIGNER),
+            assigner.describe()
+        )));
+    }
+    let time_type = DataType::from_str(get(META_TIME_TYPE))
+        .map_err(|e| bad(format!("has an unreadable event-time type: {e}")))?;
+    let watermark: i64 = get(META_WATERMARK)
+        .parse()
+        .map_err(|e| bad(format!("has an unreadable watermark: {e}")))?;
+    let fields = schema.fields();
+    if fields.len() < 4 {
+        return Err(bad("has no key columns".to_string()));
+    }
+    let n_keys = fields.len() - 3;
+    let value_kind = match (
+        fields[n_keys].data_type(),
+        fields[n_keys + 1].data_type(),
+        fields[n_keys + 2].data_type(),
+    ) {
+        (DataType::Int64, DataType::UInt64, DataType::Int64) => ValueKind::Int,
+        (DataType::Int64, DataType::UInt64, DataType::Float64) => ValueKind::Float,
+        (s, q, a) => {
+            return Err(bad(format!(
+                "has window/sequence/accumulator columns of types {s}, {q}, {a}"
+            )))
+        }
+    };
+    let layout = Layout {
+        key_fields: fields[..n_keys].to_vec(),
+        time_type,
+        value_kind,
+    };
+    let batches = reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    Ok(DecodedGroup {
+        layout,
+        watermark,
+        batches,
+    })
+}
