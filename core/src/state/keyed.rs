@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, ArrowPrimitiveType, PrimitiveArray};
+use arrow::array::{Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray};
 use arrow::buffer::{NullBuffer, ScalarBuffer};
+use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::ArrowNativeType;
 use arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type, Schema};
 use arrow::row::SortField;
@@ -135,6 +136,32 @@ impl<V: Num> Acc<V> {
             }
         }
     }
+}
+
+/// `column` as the accumulator's native type (cast when it has another
+/// numeric type; a value that does not fit is an error of `operator`).
+pub(crate) fn native_values<V: Num>(
+    operator: &str,
+    column: &ArrayRef,
+) -> Result<PrimitiveArray<V::Arrow>> {
+    let target = V::Arrow::DATA_TYPE;
+    if column.data_type() == &target {
+        return Ok(column.as_primitive::<V::Arrow>().clone());
+    }
+    let options = CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let cast = cast_with_options(column, &target, &options).map_err(|e| {
+        Error::operator(
+            operator,
+            format!(
+                "cannot aggregate a {} value as {target}: {e}",
+                column.data_type()
+            ),
+        )
+    })?;
+    Ok(cast.as_primitive::<V::Arrow>().clone())
 }
 
 /// `values` as an Arrow column, null where `valid` is false.

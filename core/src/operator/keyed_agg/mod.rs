@@ -63,17 +63,15 @@ use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, UInt32Array};
 use arrow::buffer::NullBuffer;
-use arrow::compute::{cast_with_options, take, CastOptions};
-use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef,
-};
+use arrow::compute::take;
+use arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
-    check_key_group, column_index, numeric_column, Acc, AggKind, Num, ValueKind,
+    check_key_group, column_index, native_values, numeric_column, Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -212,26 +210,7 @@ fn value_input<V: Num>(
     if agg == AggKind::Count {
         return Ok(ValueInput::Valid(column.logical_nulls()));
     }
-    let target = V::Arrow::DATA_TYPE;
-    if column.data_type() == &target {
-        return Ok(ValueInput::Values(
-            column.as_primitive::<V::Arrow>().clone(),
-        ));
-    }
-    let options = CastOptions {
-        safe: false,
-        ..Default::default()
-    };
-    let cast = cast_with_options(column, &target, &options).map_err(|e| {
-        Error::operator(
-            operator,
-            format!(
-                "cannot aggregate a {} value as {target}: {e}",
-                column.data_type()
-            ),
-        )
-    })?;
-    Ok(ValueInput::Values(cast.as_primitive::<V::Arrow>().clone()))
+    Ok(ValueInput::Values(native_values::<V>(operator, column)?))
 }
 
 /// Computes one partial aggregate per group of the batch into `partials`.

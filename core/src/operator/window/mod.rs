@@ -97,10 +97,9 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch};
 use arrow::array::{BooleanArray, BooleanBufferBuilder};
 use arrow::buffer::NullBuffer;
-use arrow::compute::{cast_with_options, filter_record_batch, CastOptions};
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef,
-    UInt64Type,
+    DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef, UInt64Type,
 };
 use arrow::row::{RowConverter, SortField};
 
@@ -119,8 +118,8 @@ use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
-    acc_array, check_key_group, column_index, numeric_column, sort_fields, Acc, AggKind, Num,
-    ValueKind,
+    acc_array, check_key_group, column_index, native_values, numeric_column, sort_fields, Acc,
+    AggKind, Num, ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -431,25 +430,7 @@ impl<V: Num> Contribution<V> {
         if agg == AggKind::Count {
             return Ok(Contribution { values: None, skip });
         }
-        let target = V::Arrow::DATA_TYPE;
-        let values = if column.data_type() == &target {
-            column.as_primitive::<V::Arrow>().clone()
-        } else {
-            let options = CastOptions {
-                safe: false,
-                ..Default::default()
-            };
-            let cast = cast_with_options(column, &target, &options).map_err(|e| {
-                Error::operator(
-                    operator,
-                    format!(
-                        "cannot aggregate a {} value as {target}: {e}",
-                        column.data_type()
-                    ),
-                )
-            })?;
-            cast.as_primitive::<V::Arrow>().clone()
-        };
+        let values = native_values::<V>(operator, column)?;
         Ok(Contribution {
             values: Some(values),
             skip,
