@@ -15,8 +15,13 @@ use arrow::datatypes::ArrowNativeType;
 use arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type, Schema};
 use arrow::row::SortField;
 
+use std::io::Cursor;
+
+use arrow::ipc::reader::StreamReader;
+
 use crate::error::{Error, ForOperator, Result};
 use crate::keygroup::{hash_keys, key_group};
+use crate::state::{OperatorState, StateBlob};
 
 /// Which running aggregate to compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -276,6 +281,43 @@ pub(crate) fn check_key_group(
             ),
         )),
     }
+}
+
+/// The keyed state of a restored operator that keeps nothing else, or a
+/// checkpoint error: `kind` (e.g. "a keyed sum") was given operator state,
+/// which it never writes.
+pub(crate) fn keyed_only(
+    state: OperatorState,
+    operator: &str,
+    kind: &str,
+) -> Result<Vec<(u32, StateBlob)>> {
+    if state.operator.is_some() {
+        return Err(Error::checkpoint(
+            None,
+            format!(
+                "operator '{operator}' ({kind}) was given non-keyed state, which it never writes"
+            ),
+        ));
+    }
+    Ok(state.keyed)
+}
+
+/// The Arrow IPC stream of a per-key-group blob whose first byte is its
+/// format version, checked against `version` (`bad` words the error).
+pub(crate) fn open_blob<'a>(
+    bytes: &'a [u8],
+    version: u8,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<StreamReader<Cursor<&'a [u8]>>> {
+    let Some((&found, body)) = bytes.split_first() else {
+        return Err(bad("is empty".to_string()));
+    };
+    if found != version {
+        return Err(bad(format!(
+            "has format version {found}, but this build reads version {version}"
+        )));
+    }
+    StreamReader::try_new(Cursor::new(body), None).map_err(|e| bad(format!("cannot be read: {e}")))
 }
 
 #[cfg(test)]

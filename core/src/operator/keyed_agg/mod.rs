@@ -71,7 +71,8 @@ use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
-    check_key_group, column_index, native_values, numeric_column, Acc, AggKind, Num, ValueKind,
+    check_key_group, column_index, keyed_only, native_values, numeric_column, Acc, AggKind, Num,
+    ValueKind,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -638,17 +639,8 @@ impl Operator for KeyedAggOperator {
     }
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
-        if state.operator.is_some() {
-            return Err(Error::checkpoint(
-                None,
-                format!(
-                    "operator '{}' (a keyed {}) was given non-keyed state, which it never writes",
-                    self.own.name,
-                    self.factory.agg.name()
-                ),
-            ));
-        }
-        for (kg, blob) in &state.keyed {
+        let kind = &format!("a keyed {}", self.factory.agg.name());
+        for (kg, blob) in &keyed_only(state, &self.own.name, kind)? {
             let kg = *kg as usize;
             self.own.check_restored(kg)?;
             self.restore_blob(kg, blob)?;

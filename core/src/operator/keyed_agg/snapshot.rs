@@ -3,16 +3,15 @@
 //! copy-on-write snapshot, read back on restore.
 
 use std::collections::HashMap;
-use std::io::Cursor;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
-use arrow::ipc::reader::StreamReader;
 use arrow::row::RowConverter;
 
 use super::*;
 use crate::error::{Error, ForOperator, Result};
+use crate::state::keyed::open_blob;
 use crate::state::keyed::{sort_fields, Acc, AggKind, Num};
 use crate::state::DeferredState;
 
@@ -120,16 +119,7 @@ pub(crate) fn decode_state(
             format!("the keyed {} state of key group {kg} {msg}", agg.name()),
         )
     };
-    let Some((&version, body)) = bytes.split_first() else {
-        return Err(bad("is empty".to_string()));
-    };
-    if version != STATE_FORMAT_VERSION {
-        return Err(bad(format!(
-            "has format version {version}, but this build reads version {STATE_FORMAT_VERSION}"
-        )));
-    }
-    let reader = StreamReader::try_new(Cursor::new(body), None)
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let reader = open_blob(bytes, STATE_FORMAT_VERSION, &bad)?;
     let schema = reader.schema();
     match schema.metadata().get(KIND_METADATA_KEY) {
         Some(kind) if kind == agg.name() => {}

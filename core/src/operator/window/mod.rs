@@ -118,8 +118,8 @@ use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
-    acc_array, check_key_group, column_index, native_values, numeric_column, sort_fields, Acc,
-    AggKind, Num, ValueKind,
+    acc_array, check_key_group, column_index, keyed_only, native_values, numeric_column,
+    sort_fields, Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -859,17 +859,8 @@ impl Operator for WindowOperator {
     }
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
-        if state.operator.is_some() {
-            return Err(Error::checkpoint(
-                None,
-                format!(
-                    "operator '{}' (a window {}) was given non-keyed state, which it never writes",
-                    self.own.name,
-                    self.factory.kind().name()
-                ),
-            ));
-        }
-        for (kg, blob) in &state.keyed {
+        let kind = &format!("a window {}", self.factory.kind().name());
+        for (kg, blob) in &keyed_only(state, &self.own.name, kind)? {
             let kg = *kg as usize;
             self.own.check_restored(kg)?;
             self.restore_blob(kg, blob)?;

@@ -3,16 +3,15 @@
 //! checked against the operator's layout on restore.
 
 use std::collections::HashMap;
-use std::io::Cursor;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, Schema};
-use arrow::ipc::reader::StreamReader;
 
 use super::*;
 use crate::error::{Error, ForOperator, Result};
+use crate::state::keyed::open_blob;
 
 // ---------------------------------------------------------------------------
 // Serialization
@@ -82,16 +81,7 @@ pub(crate) fn decode_group(
 ) -> Result<DecodedGroup> {
     let bad =
         |msg: String| Error::checkpoint(None, format!("the window state of key group {kg} {msg}"));
-    let Some((&version, body)) = bytes.split_first() else {
-        return Err(bad("is empty".to_string()));
-    };
-    if version != STATE_FORMAT_VERSION {
-        return Err(bad(format!(
-            "has format version {version}, but this build reads version {STATE_FORMAT_VERSION}"
-        )));
-    }
-    let reader = StreamReader::try_new(Cursor::new(body), None)
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
+    let reader = open_blob(bytes, STATE_FORMAT_VERSION, &bad)?;
     let schema = reader.schema();
     let meta = schema.metadata();
     let get = |key: &str| meta.get(key).map(String::as_str).unwrap_or("unknown");
