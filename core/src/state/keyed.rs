@@ -20,7 +20,7 @@ use std::io::Cursor;
 use arrow::ipc::reader::StreamReader;
 
 use crate::error::{Error, ForOperator, Result};
-use crate::keygroup::{hash_keys, key_group};
+use crate::keygroup::{hash_keys, key_group, KeyGroupOwnership};
 use crate::state::{OperatorState, StateBlob};
 
 /// Which running aggregate to compute.
@@ -283,23 +283,30 @@ pub(crate) fn check_key_group(
     }
 }
 
-/// The keyed state of a restored operator that keeps nothing else, or a
-/// checkpoint error: `kind` (e.g. "a keyed sum") was given operator state,
-/// which it never writes.
-pub(crate) fn keyed_only(
+/// The key groups of a restored operator that keeps keyed state only, each
+/// checked to be one this subtask owns; a checkpoint error when `kind` (e.g.
+/// "a keyed sum") was given operator state, which it never writes.
+pub(crate) fn owned_key_groups(
     state: OperatorState,
-    operator: &str,
+    own: &KeyGroupOwnership,
     kind: &str,
-) -> Result<Vec<(u32, StateBlob)>> {
+) -> Result<Vec<(usize, StateBlob)>> {
     if state.operator.is_some() {
         return Err(Error::checkpoint(
             None,
             format!(
-                "operator '{operator}' ({kind}) was given non-keyed state, which it never writes"
+                "operator '{}' ({kind}) was given non-keyed state, which it never writes",
+                own.name
             ),
         ));
     }
-    Ok(state.keyed)
+    let mut groups = Vec::with_capacity(state.keyed.len());
+    for (kg, blob) in state.keyed {
+        let kg = kg as usize;
+        own.check_restored(kg)?;
+        groups.push((kg, blob));
+    }
+    Ok(groups)
 }
 
 /// The Arrow IPC stream of a per-key-group blob whose first byte is its

@@ -71,8 +71,8 @@ use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
-    check_key_group, column_index, keyed_only, native_values, numeric_column, Acc, AggKind, Num,
-    ValueKind,
+    check_key_group, column_index, native_values, numeric_column, owned_key_groups, Acc, AggKind,
+    Num, ValueKind,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -640,10 +640,8 @@ impl Operator for KeyedAggOperator {
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
         let kind = &format!("a keyed {}", self.factory.agg.name());
-        for (kg, blob) in &keyed_only(state, &self.own.name, kind)? {
-            let kg = *kg as usize;
-            self.own.check_restored(kg)?;
-            self.restore_blob(kg, blob)?;
+        for (kg, blob) in owned_key_groups(state, &self.own, kind)? {
+            self.restore_blob(kg, &blob)?;
         }
         Ok(())
     }

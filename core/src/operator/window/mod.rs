@@ -118,7 +118,7 @@ use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
-    acc_array, check_key_group, column_index, keyed_only, native_values, numeric_column,
+    acc_array, check_key_group, column_index, native_values, numeric_column, owned_key_groups,
     sort_fields, Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
@@ -860,10 +860,8 @@ impl Operator for WindowOperator {
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
         let kind = &format!("a window {}", self.factory.kind().name());
-        for (kg, blob) in &keyed_only(state, &self.own.name, kind)? {
-            let kg = *kg as usize;
-            self.own.check_restored(kg)?;
-            self.restore_blob(kg, blob)?;
+        for (kg, blob) in owned_key_groups(state, &self.own, kind)? {
+            self.restore_blob(kg, &blob)?;
         }
         Ok(())
     }
