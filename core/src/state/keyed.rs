@@ -12,7 +12,7 @@ use arrow::array::{Array, ArrayRef, ArrowPrimitiveType, AsArray, PrimitiveArray}
 use arrow::buffer::{NullBuffer, ScalarBuffer};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::ArrowNativeType;
-use arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type, Schema};
+use arrow::datatypes::{DataType, FieldRef, Float64Type, Int64Type, Schema, SchemaRef};
 use arrow::row::SortField;
 
 use std::io::Cursor;
@@ -243,6 +243,12 @@ pub(crate) fn numeric_column(
         ));
     };
     Ok((idx, kind))
+}
+
+/// Whether a binding made for the input schema `bound` still holds for
+/// `schema` (the same schema object, or the same fields).
+pub(crate) fn same_input(bound: &SchemaRef, schema: &SchemaRef) -> bool {
+    Arc::ptr_eq(bound, schema) || bound.fields() == schema.fields()
 }
 
 /// The row-format fields of key columns (multi-column and non-integer keys

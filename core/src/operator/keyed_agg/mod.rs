@@ -71,8 +71,8 @@ use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
-    check_key_group, column_index, native_values, numeric_column, owned_key_groups, Acc, AggKind,
-    Num, ValueKind,
+    check_key_group, column_index, native_values, numeric_column, owned_key_groups, same_input,
+    Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -457,10 +457,12 @@ impl KeyedAggOperator {
     /// Resolves `schema` (cached while the input schema stays the same) and
     /// creates or checks the state layout.
     fn bind(&mut self, schema: &SchemaRef) -> Result<()> {
-        if let Some(b) = &self.binding {
-            if Arc::ptr_eq(&b.input, schema) || b.input.fields() == schema.fields() {
-                return Ok(());
-            }
+        if self
+            .binding
+            .as_ref()
+            .is_some_and(|b| same_input(&b.input, schema))
+        {
+            return Ok(());
         }
         let binding = self
             .factory

@@ -119,7 +119,7 @@ use crate::operator::timestamps::{event_time_column, event_times_millis, from_mi
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
     acc_array, check_key_group, column_index, native_values, numeric_column, owned_key_groups,
-    sort_fields, Acc, AggKind, Num, ValueKind,
+    same_input, sort_fields, Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -557,10 +557,12 @@ impl WindowOperator {
 
     /// Resolves `schema` (cached while the input schema stays the same).
     fn bind(&mut self, schema: &SchemaRef) -> Result<()> {
-        if let Some(b) = &self.binding {
-            if Arc::ptr_eq(&b.input, schema) || b.input.fields() == schema.fields() {
-                return Ok(());
-            }
+        if self
+            .binding
+            .as_ref()
+            .is_some_and(|b| same_input(&b.input, schema))
+        {
+            return Ok(());
         }
         let binding = self
             .factory
