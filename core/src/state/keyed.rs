@@ -251,6 +251,21 @@ pub(crate) fn same_input(bound: &SchemaRef, schema: &SchemaRef) -> bool {
     Arc::ptr_eq(bound, schema) || bound.fields() == schema.fields()
 }
 
+/// The binding of a keyed operator for input `schema`: `None` while the one
+/// it holds (made for input `held`) still fits, else what `bind` makes (its
+/// error named after `operator`).
+pub(crate) fn rebinding<B>(
+    operator: &str,
+    held: Option<&SchemaRef>,
+    schema: &SchemaRef,
+    bind: impl FnOnce() -> Result<B>,
+) -> Result<Option<B>> {
+    if held.is_some_and(|h| same_input(h, schema)) {
+        return Ok(None);
+    }
+    bind().map(Some).map_err(|e| e.in_operator(operator))
+}
+
 /// The row-format fields of key columns (multi-column and non-integer keys
 /// are encoded with arrow's row format).
 pub(crate) fn sort_fields(key_fields: &[FieldRef]) -> Vec<SortField> {

@@ -71,8 +71,8 @@ use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
-    check_key_group, column_index, native_values, numeric_column, owned_key_groups, same_input,
-    Acc, AggKind, Num, ValueKind,
+    check_key_group, column_index, native_values, numeric_column, owned_key_groups, rebinding, Acc,
+    AggKind, Num, ValueKind,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -457,17 +457,12 @@ impl KeyedAggOperator {
     /// Resolves `schema` (cached while the input schema stays the same) and
     /// creates or checks the state layout.
     fn bind(&mut self, schema: &SchemaRef) -> Result<()> {
-        if self
-            .binding
-            .as_ref()
-            .is_some_and(|b| same_input(&b.input, schema))
-        {
+        let held = self.binding.as_ref().map(|b| &b.input);
+        let name = &self.own.name;
+        let Some(binding) = rebinding(name, held, schema, || self.factory.bind(name, schema))?
+        else {
             return Ok(());
-        }
-        let binding = self
-            .factory
-            .bind(&self.own.name, schema)
-            .map_err(|e| e.in_operator(&self.own.name))?;
+        };
         let key_fields: Vec<FieldRef> = binding
             .key_idx
             .iter()

@@ -119,7 +119,7 @@ use crate::operator::timestamps::{event_time_column, event_times_millis, from_mi
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
     acc_array, check_key_group, column_index, native_values, numeric_column, owned_key_groups,
-    same_input, sort_fields, Acc, AggKind, Num, ValueKind,
+    rebinding, sort_fields, Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -557,17 +557,12 @@ impl WindowOperator {
 
     /// Resolves `schema` (cached while the input schema stays the same).
     fn bind(&mut self, schema: &SchemaRef) -> Result<()> {
-        if self
-            .binding
-            .as_ref()
-            .is_some_and(|b| same_input(&b.input, schema))
-        {
+        let held = self.binding.as_ref().map(|b| &b.input);
+        let name = &self.own.name;
+        let Some(binding) = rebinding(name, held, schema, || self.factory.bind(name, schema))?
+        else {
             return Ok(());
-        }
-        let binding = self
-            .factory
-            .bind(&self.own.name, schema)
-            .map_err(|e| e.in_operator(&self.own.name))?;
+        };
         if !self.adopt_layout(&binding.layout)? {
             let held = self
                 .layout
