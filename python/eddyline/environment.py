@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -429,7 +430,7 @@ class StreamEnvironment:
         for handle, _ in compiled.collects:
             handle._batches = None
         config = self._config(name, restore, allow_non_restored_state)
-        config["run_tag"] = f"{time.time_ns() // 1_000_000:x}"
+        config["run_tag"] = _run_tag(self.checkpoint)
         if runner is None:
             handle = core.start_job(compiled.nodes, config)
         else:
@@ -511,3 +512,19 @@ def _job_spec(nodes: list[NodeSpec], config: dict[str, Any]) -> bytes:
             "functions and sinks must be picklable by cloudpickle",
             operator=names[0] if names else None,
         ) from exc
+
+
+def _run_tag(checkpoint: CheckpointConfig | None) -> str:
+    """The tag of one run of a job, in the names of the files its sinks write.
+
+    ``<job>r<time>`` with ``<job>`` naming the checkpoint dir (the job's
+    identity across runs), so a sink can tell the files of this job's killed
+    runs from those of other jobs writing into the same directory (see
+    ``core/src/sink/parquet.rs``); without a checkpoint dir, ``<time>``. Both
+    parts are hex digits, so the first ``r`` ends ``<job>``.
+    """
+    run = f"{time.time_ns() // 1_000_000:x}"
+    if checkpoint is None:
+        return run
+    job = hashlib.sha256(os.fspath(checkpoint.dir).encode()).hexdigest()[:8]
+    return f"{job}r{run}"

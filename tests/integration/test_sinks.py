@@ -29,6 +29,39 @@ def test_parquet_sink_round_trip(make_env: MakeEnv, tmp_path: Path) -> None:
     assert "files" in result.metrics["operators"]
 
 
+def test_parquet_sink_sweeps_what_killed_runs_of_its_job_left(
+    make_env: MakeEnv, tmp_path: Path
+) -> None:
+    """A run killed between a pre-commit and its checkpoint's completion leaves a
+    ``.pending-`` file that no checkpoint names; the next run of the same job (same
+    checkpoint dir) removes it once its first checkpoint completed, and leaves the
+    files of another job writing into the same directory alone."""
+    out, chk = tmp_path / "out", tmp_path / "chk"
+
+    def run(rows: list[dict[str, Any]]) -> None:
+        env = make_env(checkpoint=ed.CheckpointConfig(chk, interval="50ms"))
+        env.from_collection(rows).sink_to(ed.ParquetSink(out)).name("files")
+        env.execute()
+
+    run(ROWS[:40])
+    parts = sorted(p.name for p in out.glob("part-*.parquet"))
+    assert parts
+    tag = parts[0].removeprefix("part-").split("-")[0]
+    job, _, _ = tag.partition("r")
+    assert job, f"the run tag {tag!r} names no job"
+    # What a killed run of this job (another time tag) and another job leave.
+    orphan = out / f".pending-{job}r1-0000-a0-000000.parquet"
+    half_written = out / f".inprogress-{job}r1-0001-a0-000003.parquet"
+    other_job = out / ".pending-0123abcdr1-0000-a0-000000.parquet"
+    for leftover in (orphan, half_written, other_job):
+        leftover.write_bytes((out / parts[0]).read_bytes())
+    run(ROWS[40:])
+    assert not orphan.exists() and not half_written.exists()
+    assert other_job.exists(), "a file of another job was removed"
+    table = ds.dataset(out, format="parquet").to_table()
+    assert_same_rows(table, ROWS)
+
+
 def test_parquet_sink_then_from_parquet(make_env: MakeEnv, tmp_path: Path) -> None:
     env = make_env()
     env.from_collection(ROWS).sink_to(ed.ParquetSink(tmp_path))

@@ -19,6 +19,17 @@
 //! The parallelism only changes from one job run to another, and file
 //! names carry the run tag, so the clean-up in `open` (this run's tag and
 //! subtask index) never removes a pending file another subtask was dealt.
+//!
+//! A run killed between a pre-commit and its checkpoint's completion leaves
+//! a pending file no checkpoint names; a later run that restores an older
+//! checkpoint does not know the killed run's tag. Run tags of a job with a
+//! checkpoint dir are `<job>r<time>`, `<job>` naming the checkpoint dir
+//! (see `job_prefix`), so subtask 0 sweeps, once the run's first checkpoint
+//! completed, every in-progress or pending file of the same job and another
+//! run: by then every subtask has restored and committed the transactions
+//! of the checkpoint it restored, so what is left is garbage of runs that
+//! were killed. Files of other jobs writing into the same directory (other
+//! checkpoint dirs) are never touched.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,6 +90,7 @@ impl OperatorFactory for ParquetSinkFactory {
             pending: BTreeMap::new(),
             options: self.options.clone(),
             restored_tag: None,
+            swept: false,
         }))
     }
 }
@@ -112,6 +124,16 @@ pub struct ParquetSink {
     options: StorageOptions,
     /// The run tag of the job this subtask was restored from.
     restored_tag: Option<String>,
+    /// Whether the files of the job's killed runs were swept (subtask 0).
+    swept: bool,
+}
+
+/// The part of a run tag `<job>r<time>` that names the job (through its
+/// checkpoint dir), with the `r`; `None` for a tag of a job without one.
+/// `<job>` and `<time>` are hex digits, so the first `r` ends the prefix.
+fn job_prefix(run_tag: &str) -> Option<&str> {
+    let end = run_tag.find('r')?;
+    (end > 0).then(|| &run_tag[..=end])
 }
 
 impl ParquetSink {
@@ -169,6 +191,50 @@ impl ParquetSink {
             },
         );
         Ok(())
+    }
+
+    /// Removes the in-progress and pending files of the job's other runs
+    /// (see the module docs). Called by subtask 0 once a checkpoint of this
+    /// run completed; a file that cannot be listed or removed is left and
+    /// reported on stderr (readers ignore it): it never fails the job.
+    fn sweep_killed_runs(&mut self) {
+        self.swept = true;
+        let Some(job) = job_prefix(&self.run_tag) else {
+            return;
+        };
+        let names = match self.dir.files() {
+            Ok(names) => names,
+            Err(e) => {
+                eprintln!(
+                    "eddyline: sink '{}': cannot list '{}' to remove files of killed runs \
+                     (they stay; readers ignore them): {e}",
+                    self.name,
+                    self.dir.location().display()
+                );
+                return;
+            }
+        };
+        for name in names {
+            let Some(tagged) = name
+                .strip_prefix(".pending-")
+                .or_else(|| name.strip_prefix(".inprogress-"))
+            else {
+                continue;
+            };
+            let ours = tagged
+                .strip_prefix(self.run_tag.as_str())
+                .is_some_and(|rest| rest.starts_with('-'));
+            if tagged.starts_with(job) && !ours {
+                if let Err(e) = self.dir.remove(&name) {
+                    eprintln!(
+                        "eddyline: sink '{}': cannot remove '{}', left by a killed run \
+                         (it stays; readers ignore it): {e}",
+                        self.name,
+                        self.dir.location_of(&name).display()
+                    );
+                }
+            }
+        }
     }
 
     fn commit_upto(&mut self, checkpoint_id: u64) -> Result<()> {
@@ -294,7 +360,11 @@ impl Operator for ParquetSink {
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.commit_upto(checkpoint_id)
+        self.commit_upto(checkpoint_id)?;
+        if self.subtask == 0 && !self.swept {
+            self.sweep_killed_runs();
+        }
+        Ok(())
     }
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
