@@ -1,14 +1,17 @@
 //! `from_parquet(path)`: Parquet files read with arrow-rs' Parquet reader.
 //!
-//! Files are dealt round-robin to subtasks; a subtask's offset is an entry
-//! list (FLIP-147 redistribution) with one entry `(file index, rows of that
-//! file already emitted)` per file it has not read to its end, so a restore
-//! re-opens each file and skips exactly the rows already emitted, in
-//! whichever subtask the file lands at another parallelism. Offsets of
-//! older checkpoints (position among the subtask's files, rows) still
-//! restore at the same parallelism. A subtask reads its files interleaved,
-//! a batch of each in turn (DESIGN.md "Event time per split"), so one
-//! file's event time never runs ahead of another's.
+//! The splits are the files' row groups, dealt round-robin to subtasks, so
+//! the subtasks of a source share even one large file. A subtask's offset is
+//! an entry list (FLIP-147 redistribution) with one entry `(file index, row
+//! group, rows of that group already emitted)` per row group it has not
+//! read to its end, so a restore re-opens each row group and skips exactly
+//! the rows already emitted, in whichever subtask it lands at another
+//! parallelism. Offsets of older checkpoints (files as splits: `(file index,
+//! rows of the file)` entries, or the position among the subtask's files)
+//! still restore. A subtask reads its files interleaved, a batch of each in
+//! turn, and the row groups of one file in order (DESIGN.md "Event time per
+//! split"): a file stays the unit of event time, so one file's event time
+//! never runs ahead of another's.
 //!
 //! Files are local paths or object store URIs (DESIGN.md "Where the data
 //! lives"): an object is read by byte ranges through [`ObjectFile`] (the
@@ -24,7 +27,10 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
+};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
@@ -185,31 +191,51 @@ impl Read for RangeRead {
     }
 }
 
+/// One file of the source: its path and its footer, read once when the
+/// source is built (every split of the file reuses it).
+struct FileMeta {
+    path: PathBuf,
+    meta: ArrowReaderMetadata,
+}
+
+impl FileMeta {
+    fn row_groups(&self) -> usize {
+        self.meta.metadata().num_row_groups()
+    }
+
+    fn group_rows(&self, group: usize) -> u64 {
+        self.meta.metadata().row_group(group).num_rows().max(0) as u64
+    }
+}
+
 /// Factory of Parquet readers over a fixed, ordered list of files.
 pub struct ParquetSource {
     /// The source's name, for errors.
     name: String,
-    paths: Arc<Vec<PathBuf>>,
+    files: Arc<Vec<FileMeta>>,
     schema: SchemaRef,
     options: Arc<StorageOptions>,
 }
 
-fn open_builder(
-    name: &str,
-    path: &PathBuf,
-    options: &StorageOptions,
-) -> Result<ParquetRecordBatchReaderBuilder<ParquetInput>> {
+fn open_input(name: &str, path: &PathBuf, options: &StorageOptions) -> Result<ParquetInput> {
     let file = ObjectFile::open(path, options).map_err(|e| Error::io(name, path, &e))?;
-    let input = ParquetInput::new(file);
-    let builder =
-        ParquetRecordBatchReaderBuilder::try_new(input.clone()).map_err(|e| Error::Io {
+    Ok(ParquetInput::new(file))
+}
+
+fn read_footer(name: &str, path: &PathBuf, options: &StorageOptions) -> Result<FileMeta> {
+    let input = open_input(name, path, options)?;
+    let meta = ArrowReaderMetadata::load(&input, ArrowReaderOptions::default()).map_err(|e| {
+        Error::Io {
             operator: name.to_string(),
             path: path.clone(),
             message: format!("not a readable Parquet file: {e}"),
             source: Some(Arc::new(e)),
-        })?;
-    input.know_chunks(builder.metadata());
-    Ok(builder)
+        }
+    })?;
+    Ok(FileMeta {
+        path: path.clone(),
+        meta,
+    })
 }
 
 impl ParquetSource {
@@ -228,48 +254,66 @@ impl ParquetSource {
                 "from_parquet found no Parquet files to read",
             ));
         };
-        let schema = open_builder(name, first, &options)?.schema().clone();
+        let first = read_footer(name, first, &options)?;
+        let schema = first.meta.schema().clone();
+        let mut files = vec![first];
         for p in &paths[1..] {
-            let s = open_builder(name, p, &options)?.schema().clone();
+            let file = read_footer(name, p, &options)?;
+            let s = file.meta.schema();
             if s.fields() != schema.fields() {
                 return Err(Error::schema(
                     name,
                     format!(
                         "Parquet file '{}' has schema {s:?} but '{}' has {schema:?}",
                         p.display(),
-                        first.display()
+                        files[0].path.display()
                     ),
                 ));
             }
+            files.push(file);
         }
         Ok(ParquetSource {
             name: name.to_string(),
-            paths: Arc::new(paths),
+            files: Arc::new(files),
             schema,
             options: Arc::new(options),
         })
+    }
+
+    /// Every row group of every file, in order: `(file, row group)`.
+    fn splits(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.files
+            .iter()
+            .enumerate()
+            .flat_map(|(f, file)| (0..file.row_groups()).map(move |g| (f, g)))
     }
 }
 
 impl SourceFactory for ParquetSource {
     fn create(&self, ctx: &OperatorContext, batch_size: usize) -> Result<Box<dyn SourceReader>> {
         let p = ctx.parallelism.max(1);
-        let mine = (0..self.paths.len())
-            .filter(|i| i % p == ctx.subtask_index)
-            .map(|i| (i, 0))
+        // Row groups are the splits, dealt round-robin: one large file is
+        // read by every subtask.
+        let mine = self
+            .splits()
+            .enumerate()
+            .filter(|(i, _)| i % p == ctx.subtask_index)
+            .map(|(_, (f, g))| (f, g, 0))
             .collect();
         let mut reader = ParquetReader {
-            paths: self.paths.clone(),
+            files: self.files.clone(),
             options: self.options.clone(),
-            files: Vec::new(),
+            open_files: Vec::new(),
             open: Vec::new(),
             cursor: 0,
             last: None,
             batch_size: batch_size.max(1),
             limit: batch_size.max(1),
             name: self.name.clone(),
+            subtask: ctx.subtask_index,
+            parallelism: p,
         };
-        reader.set_files(mine);
+        reader.set_splits(mine);
         Ok(Box::new(reader))
     }
 
@@ -277,21 +321,31 @@ impl SourceFactory for ParquetSource {
         Some(self.schema.clone())
     }
 
-    /// Every file not read to its end is an entry `(file index, rows emitted)`.
+    /// Every row group not read to its end is an entry `(file index, row
+    /// group, rows emitted)`.
     fn redistribution(&self) -> Redistribution {
         Redistribution::EvenSplit
     }
 }
 
-/// One file of a subtask: its index in the source's list, the rows already
-/// emitted, and its reader once its turn came.
-struct FileSplit {
-    index: usize,
+/// A row group of a file: its index and the rows already emitted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct GroupSplit {
+    group: usize,
     rows: u64,
-    /// The file's row count, known once it is open.
+}
+
+/// The row groups of one file that a subtask reads, in file order, the
+/// first one open. A file is the unit of event time (its split id is its
+/// index, as when files were the splits): its row groups are read one
+/// after the other, files interleaved.
+struct FileSplits {
+    index: usize,
+    groups: VecDeque<GroupSplit>,
+    /// The rows of the first group, known once it is open.
     total: u64,
     reader: Option<ParquetRecordBatchReader>,
-    /// Rows read from the file but not emitted yet (a batch cut to the
+    /// Rows read from the group but not emitted yet (a batch cut to the
     /// row limit); `rows` counts emitted rows only, so the offset is exact.
     rest: Option<RecordBatch>,
 }
@@ -301,13 +355,13 @@ struct FileSplit {
 /// split"), each file named by its index in the source's list.
 pub struct ParquetReader {
     /// Every file of the source, in order.
-    paths: Arc<Vec<PathBuf>>,
+    files: Arc<Vec<FileMeta>>,
     options: Arc<StorageOptions>,
-    /// The files this subtask has not read to their end.
-    files: Vec<FileSplit>,
-    /// `open[i]` is the index of `files[i]`.
+    /// The files this subtask has row groups of not read to their end.
+    open_files: Vec<FileSplits>,
+    /// `open[i]` is the index of `open_files[i]`.
     open: Vec<u64>,
-    /// The position in `files` of the file to read next.
+    /// The position in `open_files` of the file to read next.
     cursor: usize,
     /// The file of the last batch.
     last: Option<u64>,
@@ -316,6 +370,8 @@ pub struct ParquetReader {
     limit: usize,
     /// The source's name, for errors.
     name: String,
+    subtask: usize,
+    parallelism: usize,
 }
 
 impl ParquetReader {
@@ -323,74 +379,150 @@ impl ParquetReader {
         Error::checkpoint(None, "the Parquet source's offset is malformed")
     }
 
-    /// Reads exactly `files` (index, rows already emitted) from now on.
-    fn set_files(&mut self, files: Vec<(usize, u64)>) {
-        self.files = files
-            .into_iter()
-            .map(|(index, rows)| FileSplit {
-                index,
-                rows,
-                total: u64::MAX,
-                reader: None,
-                rest: None,
-            })
-            .collect();
-        self.open = self.files.iter().map(|f| f.index as u64).collect();
+    fn too_few_files(&self, index: u64) -> Error {
+        Error::checkpoint(
+            None,
+            format!(
+                "the Parquet source has {} files, fewer than its checkpointed file index {index}",
+                self.files.len()
+            ),
+        )
+    }
+
+    /// Reads exactly `splits` (file, row group, rows already emitted) from
+    /// now on.
+    fn set_splits(&mut self, mut splits: Vec<(usize, usize, u64)>) {
+        splits.sort_unstable_by_key(|&(f, g, _)| (f, g));
+        let mut files: Vec<FileSplits> = Vec::new();
+        for (index, group, rows) in splits {
+            let split = GroupSplit { group, rows };
+            match files.last_mut() {
+                Some(f) if f.index == index => f.groups.push_back(split),
+                _ => files.push(FileSplits {
+                    index,
+                    groups: VecDeque::from([split]),
+                    total: u64::MAX,
+                    reader: None,
+                    rest: None,
+                }),
+            }
+        }
+        self.open = files.iter().map(|f| f.index as u64).collect();
+        self.open_files = files;
         self.cursor = 0;
     }
 
-    fn open_file(
-        name: &str,
-        paths: &[PathBuf],
-        options: &StorageOptions,
-        f: &mut FileSplit,
-        batch_size: usize,
-    ) -> Result<()> {
-        let path = &paths[f.index];
-        let builder = open_builder(name, path, options)?;
-        let total = builder.metadata().file_metadata().num_rows() as u64;
-        if f.rows > total {
+    /// The row groups of file `index` after the first `rows` of the file.
+    fn after_rows(&self, index: usize, rows: u64) -> Result<Vec<(usize, usize, u64)>> {
+        let file = &self.files[index];
+        let mut skip = rows;
+        let mut out = Vec::new();
+        for group in 0..file.row_groups() {
+            let n = file.group_rows(group);
+            if skip >= n {
+                skip -= n;
+            } else {
+                out.push((index, group, skip));
+                skip = 0;
+            }
+        }
+        if skip > 0 {
             return Err(Error::checkpoint(
                 None,
                 format!(
-                    "Parquet file '{}' has {total} rows, fewer than its checkpointed offset {}",
-                    path.display(),
-                    f.rows
+                    "Parquet file '{}' has fewer rows than its checkpointed offset {rows}",
+                    file.path.display()
                 ),
             ));
         }
-        let reader = builder
+        Ok(out)
+    }
+
+    /// Opens the first row group of `f` (the footer is the one read when
+    /// the source was built).
+    fn open_group(
+        name: &str,
+        files: &[FileMeta],
+        options: &StorageOptions,
+        batch_size: usize,
+        f: &mut FileSplits,
+    ) -> Result<()> {
+        let Some(split) = f.groups.front().copied() else {
+            return Ok(());
+        };
+        let file = &files[f.index];
+        let io = |e: ParquetError| Error::Io {
+            operator: name.to_string(),
+            path: file.path.clone(),
+            message: e.to_string(),
+            source: Some(Arc::new(e)),
+        };
+        if split.group >= file.row_groups() {
+            return Err(Error::checkpoint(
+                None,
+                format!(
+                    "Parquet file '{}' has {} row groups, fewer than its checkpointed row group {}",
+                    file.path.display(),
+                    file.row_groups(),
+                    split.group
+                ),
+            ));
+        }
+        let total = file.group_rows(split.group);
+        if split.rows > total {
+            return Err(Error::checkpoint(
+                None,
+                format!(
+                    "row group {} of Parquet file '{}' has {total} rows, fewer than its \
+                     checkpointed offset {}",
+                    split.group,
+                    file.path.display(),
+                    split.rows
+                ),
+            ));
+        }
+        let input = open_input(name, &file.path, options)?;
+        input.know_chunks(file.meta.metadata());
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(input, file.meta.clone())
+            .with_row_groups(vec![split.group])
             .with_batch_size(batch_size)
-            .with_offset(f.rows as usize)
+            .with_offset(split.rows as usize)
             .build()
-            .map_err(|e| Error::Io {
-                operator: name.to_string(),
-                path: path.clone(),
-                message: e.to_string(),
-                source: Some(Arc::new(e)),
-            })?;
+            .map_err(io)?;
         f.total = total;
         f.reader = Some(reader);
         Ok(())
     }
 
-    /// Drops the file at `pos` (read to its end); the next one moves up.
-    fn retire(&mut self, pos: usize) {
-        self.files.remove(pos);
-        self.open.remove(pos);
-        self.cursor = pos;
+    /// The first row group of the file at `pos` was read to its end: the
+    /// next one opens on its turn, or the file is dropped and the next
+    /// file moves up.
+    fn next_group(&mut self, pos: usize) {
+        let f = &mut self.open_files[pos];
+        f.groups.pop_front();
+        f.reader = None;
+        f.rest = None;
+        f.total = u64::MAX;
+        if f.groups.is_empty() {
+            self.open_files.remove(pos);
+            self.open.remove(pos);
+            self.cursor = pos;
+        } else {
+            self.cursor = pos + 1;
+        }
     }
 }
 
 impl SourceReader for ParquetReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        while !self.files.is_empty() {
-            let pos = self.cursor % self.files.len();
-            let f = &mut self.files[pos];
+        while !self.open_files.is_empty() {
+            let pos = self.cursor % self.open_files.len();
+            let f = &mut self.open_files[pos];
             if f.reader.is_none() {
-                Self::open_file(&self.name, &self.paths, &self.options, f, self.batch_size)?;
+                Self::open_group(&self.name, &self.files, &self.options, self.batch_size, f)?;
             }
             let Some(reader) = f.reader.as_mut() else {
+                self.next_group(pos);
                 continue;
             };
             let next = match f.rest.take() {
@@ -404,10 +536,13 @@ impl SourceReader for ParquetReader {
                         f.rest = Some(batch.slice(self.limit, batch.num_rows() - self.limit));
                         batch = batch.slice(0, self.limit);
                     }
-                    f.rows += batch.num_rows() as u64;
+                    let Some(split) = f.groups.front_mut() else {
+                        return Err(Self::malformed());
+                    };
+                    split.rows += batch.num_rows() as u64;
                     self.last = Some(f.index as u64);
-                    if f.rows >= f.total {
-                        self.retire(pos);
+                    if split.rows >= f.total {
+                        self.next_group(pos);
                     } else {
                         self.cursor = pos + 1;
                     }
@@ -416,12 +551,12 @@ impl SourceReader for ParquetReader {
                 Some(Err(e)) => {
                     return Err(Error::Io {
                         operator: self.name.clone(),
-                        path: self.paths[f.index].clone(),
+                        path: self.files[f.index].path.clone(),
                         message: e.to_string(),
                         source: Some(Arc::new(e)),
                     })
                 }
-                None => self.retire(pos),
+                None => self.next_group(pos),
             }
         }
         Ok(SourcePoll::End)
@@ -433,9 +568,13 @@ impl SourceReader for ParquetReader {
 
     fn offset(&self) -> Vec<u8> {
         let entries: Vec<Vec<u8>> = self
-            .files
+            .open_files
             .iter()
-            .map(|f| encode_positions(&[f.index as u64, f.rows]))
+            .flat_map(|f| {
+                f.groups
+                    .iter()
+                    .map(|g| encode_positions(&[f.index as u64, g.group as u64, g.rows]))
+            })
             .collect();
         encode_entries(&entries)
     }
@@ -450,45 +589,58 @@ impl SourceReader for ParquetReader {
 
     fn seek(&mut self, offset: &[u8]) -> Result<()> {
         let Some(entries) = decode_entries(offset) else {
-            // An offset of an older checkpoint: (position among the
-            // subtask's files, rows emitted of that file); the files before
-            // it were read to their end.
+            // An offset of the oldest checkpoints: (position among the
+            // subtask's files when files were dealt round-robin, rows
+            // emitted of that file); the files before it were read to
+            // their end.
             let pos = decode_positions(offset, 2).ok_or_else(Self::malformed)?;
-            let mine: Vec<(usize, u64)> = self.files.iter().map(|f| (f.index, f.rows)).collect();
-            if pos[0] as usize > mine.len() {
+            let dealt: Vec<usize> = (0..self.files.len())
+                .filter(|i| i % self.parallelism == self.subtask)
+                .collect();
+            let first = usize::try_from(pos[0]).unwrap_or(usize::MAX);
+            if first > dealt.len() {
                 return Err(Error::checkpoint(
                     None,
                     format!(
                         "the Parquet source has {} files, fewer than its checkpointed file index {}",
-                        mine.len(),
+                        dealt.len(),
                         pos[0]
                     ),
                 ));
             }
-            let mut left: Vec<(usize, u64)> = mine[pos[0] as usize..].to_vec();
-            if let Some(f) = left.first_mut() {
-                f.1 = pos[1];
+            let mut splits = Vec::new();
+            for (n, &index) in dealt[first..].iter().enumerate() {
+                splits.extend(self.after_rows(index, if n == 0 { pos[1] } else { 0 })?);
             }
-            self.set_files(left);
+            self.set_splits(splits);
             return Ok(());
         };
-        let mut files = Vec::with_capacity(entries.len());
+        let mut splits = Vec::with_capacity(entries.len());
         for e in entries {
-            let f = decode_positions(&e, 2).ok_or_else(Self::malformed)?;
-            let index = usize::try_from(f[0]).unwrap_or(usize::MAX);
-            if index >= self.paths.len() {
-                return Err(Error::checkpoint(
-                    None,
-                    format!(
-                        "the Parquet source has {} files, fewer than its checkpointed file index {}",
-                        self.paths.len(),
-                        f[0]
-                    ),
-                ));
+            // (file, row group, rows) since row groups are the splits;
+            // (file, rows of the file) in checkpoints from before.
+            let (f, group) = match decode_positions(&e, 3) {
+                Some(p) => (p[0], Some((p[1], p[2]))),
+                None => {
+                    let p = decode_positions(&e, 2).ok_or_else(Self::malformed)?;
+                    (p[0], None)
+                }
+            };
+            let index = usize::try_from(f).unwrap_or(usize::MAX);
+            if index >= self.files.len() {
+                return Err(self.too_few_files(f));
             }
-            files.push((index, f[1]));
+            match group {
+                Some((g, rows)) => {
+                    splits.push((index, usize::try_from(g).unwrap_or(usize::MAX), rows))
+                }
+                None => {
+                    let rows = decode_positions(&e, 2).map_or(0, |p| p[1]);
+                    splits.extend(self.after_rows(index, rows)?);
+                }
+            }
         }
-        self.set_files(files);
+        self.set_splits(splits);
         Ok(())
     }
 }
@@ -523,6 +675,30 @@ mod tests {
             ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), None).unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
+    }
+
+    /// A file of `values` in row groups of `group` rows.
+    fn write_groups(path: &std::path::Path, values: std::ops::Range<i64>, group: usize) {
+        let batch = RecordBatch::try_from_iter([(
+            "v",
+            Arc::new(Int64Array::from_iter_values(values)) as arrow::array::ArrayRef,
+        )])
+        .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(group))
+            .build();
+        let mut w =
+            ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+
+    fn ctx_of(subtask: usize, parallelism: usize) -> OperatorContext {
+        OperatorContext {
+            subtask_index: subtask,
+            parallelism,
+            ..ctx()
+        }
     }
 
     fn drain(r: &mut dyn SourceReader) -> Vec<i64> {
@@ -566,5 +742,83 @@ mod tests {
         rest.extend(drain(r.as_mut()));
         rest.sort_unstable();
         assert_eq!(rest, (0..50).chain(100..150).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn test_the_row_groups_of_one_file_are_shared_by_the_subtasks() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.parquet");
+        write_groups(&a, 0..1000, 100);
+        let src = ParquetSource::new("files", vec![a]).unwrap();
+        let mut all = Vec::new();
+        for subtask in 0..3 {
+            let mut r = src.create(&ctx_of(subtask, 3), 64).unwrap();
+            let mine = drain(r.as_mut());
+            // 10 row groups dealt round-robin: 4, 3 and 3 of them.
+            assert_eq!(mine.len(), if subtask == 0 { 400 } else { 300 });
+            all.extend(mine);
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..1000).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn test_an_offset_inside_a_row_group_restores_exactly_at_another_parallelism() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+        write_groups(&a, 0..500, 70);
+        write_groups(&b, 1000..1300, 70);
+        let src = ParquetSource::new("files", vec![a, b]).unwrap();
+        let mut seen = Vec::new();
+        let mut offsets = Vec::new();
+        for subtask in 0..2 {
+            let mut r = src.create(&ctx_of(subtask, 2), 32).unwrap();
+            for _ in 0..5 {
+                if let SourcePoll::Batch(batch) = r.poll_next().unwrap() {
+                    seen.extend(batch.column(0).as_primitive::<Int64Type>().values().iter());
+                }
+            }
+            offsets.push(r.offset());
+        }
+        // FLIP-147: the entries of both old subtasks dealt over three.
+        let entries: Vec<Vec<u8>> = offsets
+            .iter()
+            .flat_map(|o| decode_entries(o).unwrap())
+            .collect();
+        for subtask in 0..3 {
+            let share: Vec<Vec<u8>> = entries.iter().skip(subtask).step_by(3).cloned().collect();
+            let mut r = src.create(&ctx_of(subtask, 3), 32).unwrap();
+            r.seek(&encode_entries(&share)).unwrap();
+            seen.extend(drain(r.as_mut()));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..500).chain(1000..1300).collect::<Vec<i64>>());
+    }
+
+    #[test]
+    fn test_an_offset_of_files_as_splits_restores_into_row_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.parquet"), dir.path().join("b.parquet"));
+        write_groups(&a, 0..500, 70);
+        write_groups(&b, 1000..1300, 70);
+        let src = ParquetSource::new("files", vec![a, b]).unwrap();
+        // Before row groups were splits: (file, rows of the file emitted).
+        let old = encode_entries(&[encode_positions(&[0, 155]), encode_positions(&[1, 0])]);
+        let mut r = src.create(&ctx(), 32).unwrap();
+        r.seek(&old).unwrap();
+        assert_eq!(
+            drain(r.as_mut()),
+            (155..500).chain(1000..1300).collect::<Vec<i64>>()
+        );
+        // The oldest offsets: position among the subtask's files, rows.
+        let mut r = src.create(&ctx(), 32).unwrap();
+        r.seek(&encode_positions(&[1, 10])).unwrap();
+        assert_eq!(drain(r.as_mut()), (1010..1300).collect::<Vec<i64>>());
+        // An offset beyond the file is an error naming the file.
+        let mut r = src.create(&ctx(), 32).unwrap();
+        let err = r
+            .seek(&encode_entries(&[encode_positions(&[0, 501])]))
+            .unwrap_err();
+        assert!(err.to_string().contains("a.parquet"), "{err}");
     }
 }
