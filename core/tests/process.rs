@@ -86,7 +86,8 @@ impl Launcher for ThreadLauncher {
             let (driver, secret) = (driver.to_string(), secret.to_string());
             let (n, p, flaky, config) = (self.n, self.p, self.flaky.clone(), self.config.clone());
             self.threads.push(std::thread::spawn(move || {
-                let session = WorkerSession::connect(&driver, &secret, i, attempt, "127.0.0.1")?;
+                let session =
+                    WorkerSession::connect(&driver, &secret, i, attempt, "127.0.0.1", None)?;
                 let store = CollectStore::new();
                 let g = graph(n, p, &flaky, store.clone());
                 session.run(g, config, [(4usize, store)].into_iter().collect())

@@ -62,12 +62,12 @@ def parquet_files(
     """The data files under ``location`` (a path or an object store URI) and
     their common schema, read from the footers by byte ranges."""
 
-def list_checkpoints(dir: str) -> list[dict[str, Any]]:
-    """The checkpoints under ``dir``, newest first: ``{"id", "kind",
+def list_checkpoints(dir: str, storage_options: dict[str, str] = ...) -> list[dict[str, Any]]:
+    """The checkpoints under ``dir`` (a path or an object store URI), newest first: ``{"id", "kind",
     "trigger_time_ms", "completion_time_ms", "duration_ms", "bytes", "path",
     "valid", "error", "null_state_checkpoint"}``."""
 
-def inspect_checkpoint(path: str) -> dict[str, Any]:
+def inspect_checkpoint(path: str, storage_options: dict[str, str] = ...) -> dict[str, Any]:
     """One checkpoint (``DIR/chk-N``): its stats, ``"alignments"`` and
     ``"operators"`` (uid, name, finished, recomputes, null_state_checkpoint,
     bytes, subtasks with bytes, key groups and file), and the checkpoint's
@@ -106,6 +106,7 @@ def worker_connect(
     index: int,
     attempt: int | None = None,
     bind_host: str = "127.0.0.1",
+    advertise_host: str | None = None,
 ) -> WorkerSession:
     """Connects to the driver as worker ``index`` and waits for the job."""
 

@@ -23,9 +23,11 @@ pub struct PyWorkerSession {
 }
 
 /// Connects to the driver at `driver` as worker `index` (GIL released while
-/// waiting for the job). `attempt=None`: any attempt (Spark tasks).
+/// waiting for the job). `attempt=None`: any attempt (Spark tasks). The data
+/// port is bound on `bind_host` and advertised to the peers as
+/// `advertise_host` (by default the bound address).
 #[pyfunction]
-#[pyo3(signature = (driver, secret, index, attempt=None, bind_host="127.0.0.1"))]
+#[pyo3(signature = (driver, secret, index, attempt=None, bind_host="127.0.0.1", advertise_host=None))]
 pub fn worker_connect(
     py: Python<'_>,
     driver: String,
@@ -33,6 +35,7 @@ pub fn worker_connect(
     index: usize,
     attempt: Option<u64>,
     bind_host: &str,
+    advertise_host: Option<String>,
 ) -> PyResult<PyWorkerSession> {
     let session = detached(py, move || {
         WorkerSession::connect(
@@ -41,6 +44,7 @@ pub fn worker_connect(
             index,
             attempt.unwrap_or(u64::MAX),
             bind_host,
+            advertise_host.as_deref(),
         )
     })
     .map_err(|e| to_py(py, &e))?;

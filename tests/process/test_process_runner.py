@@ -290,3 +290,62 @@ def test_from_arrow_of_a_large_table_runs_in_worker_processes() -> None:
     env.execute("arrow", runner=ed.ProcessRunner(workers=2))
     expected = np.bincount(keys, weights=np.arange(n, dtype=np.float64)).astype(np.int64)
     assert _sums(out.to_pylist()) == {k: int(v) for k, v in enumerate(expected)}
+
+
+def _keyed_sum_across_workers(
+    restart: ed.RestartStrategy | None = None,
+) -> tuple[ed.StreamEnvironment, ed.CollectHandle]:
+    n = 20_000
+    env = ed.StreamEnvironment(2, batch_size=1000, restart=restart)
+    out = (
+        env.from_arrow(pa.table({"k": [i % 11 for i in range(n)], "v": list(range(n))}))
+        .key_by("k")
+        .sum("v")
+        .collect()
+    )
+    return env, out
+
+
+@pytest.mark.parametrize(
+    ("bind", "advertise"),
+    [("127.0.0.3", None), ("0.0.0.0", "127.0.0.4"), ("0.0.0.0", None)],
+)
+def test_workers_bind_and_advertise_the_addresses_their_host_names(
+    monkeypatch: pytest.MonkeyPatch, bind: str, advertise: str | None
+) -> None:
+    """A multi-homed host binds one address and advertises another (issue 14.3):
+    the peers reach each worker's data port at the advertised address (any of
+    127.0.0.0/8 reaches a listener on 0.0.0.0; only 127.0.0.3 one bound there)."""
+    monkeypatch.setenv("EDDYLINE_BIND_HOST", bind)
+    if advertise is None:
+        monkeypatch.delenv("EDDYLINE_ADVERTISE_HOST", raising=False)
+    else:
+        monkeypatch.setenv("EDDYLINE_ADVERTISE_HOST", advertise)
+    env, out = _keyed_sum_across_workers()
+    env.execute("addresses", runner=ed.ProcessRunner(workers=2))
+    expected: dict[int, int] = {}
+    for i in range(20_000):
+        expected[i % 11] = expected.get(i % 11, 0) + i
+    assert _sums(out.to_pylist()) == expected
+
+
+def test_an_advertised_address_nobody_listens_at_fails_the_job_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("EDDYLINE_BIND_HOST", "127.0.0.3")
+    monkeypatch.setenv("EDDYLINE_ADVERTISE_HOST", "127.0.0.5")
+    monkeypatch.setenv("EDDYLINE_WORKER_QUIET", "1")
+    env, _ = _keyed_sum_across_workers(ed.RestartStrategy.none())
+    with pytest.raises(ed.EddylineError, match=r"127\.0\.0\.5"):
+        env.execute("bad-address", runner=ed.ProcessRunner(workers=2))
+
+
+def test_data_addresses_follow_the_host_environment() -> None:
+    from eddyline._exec.worker import data_addresses
+
+    assert data_addresses("10.1.2.3", {}) == ("10.1.2.3", "10.1.2.3")
+    assert data_addresses("10.1.2.3", {"SPARK_LOCAL_IP": "10.9.9.9"}) == ("10.9.9.9", "10.9.9.9")
+    env = {"EDDYLINE_BIND_HOST": "0.0.0.0", "SPARK_LOCAL_IP": "10.9.9.9"}
+    assert data_addresses("10.1.2.3", env) == ("0.0.0.0", "10.1.2.3")
+    env["EDDYLINE_ADVERTISE_HOST"] = "203.0.113.7"
+    assert data_addresses("10.1.2.3", env) == ("0.0.0.0", "203.0.113.7")

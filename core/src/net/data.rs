@@ -38,6 +38,9 @@ const TAG_CREDIT: u8 = 5;
 
 /// How long a worker keeps retrying to reach a peer's data port.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(60);
+/// How long a peer's data port may refuse connections (it listens before
+/// the job starts, so only a transient refusal is worth a retry).
+const REFUSED_PATIENCE: Duration = Duration::from_secs(3);
 
 fn lost(peer: usize, why: &str) -> Error {
     Error::runtime(format!(
@@ -303,11 +306,26 @@ fn dial(addr: SocketAddr, peer: usize) -> Result<TcpStream> {
     loop {
         match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
             Ok(s) => return Ok(s),
-            Err(e) if start.elapsed() < CONNECT_PATIENCE => {
-                let _ = e;
+            // Every peer listens before it greets the driver, so a refusal
+            // means a wrong advertised address or a dead peer: fail soon.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && start.elapsed() < REFUSED_PATIENCE =>
+            {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(e) => return Err(lost(peer, &format!("cannot connect to {addr}: {e}"))),
+            Err(e)
+                if e.kind() != std::io::ErrorKind::ConnectionRefused
+                    && start.elapsed() < CONNECT_PATIENCE =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(lost(
+                    peer,
+                    &format!("cannot connect to {addr} (the address it advertised): {e}"),
+                ))
+            }
         }
     }
 }

@@ -11,7 +11,30 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from typing import Any
+
+_WILDCARDS = ("0.0.0.0", "::", "[::]", "")
+
+
+def data_addresses(route_host: str, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Where a worker binds its data port and the address its peers reach it at.
+
+    ``route_host`` is the address of the interface that routes to the driver,
+    the default for both. On a host with several interfaces (or behind a NAT)
+    the host's environment chooses, as Spark's ``SPARK_LOCAL_IP`` does for
+    Spark's own ports: ``EDDYLINE_BIND_HOST`` (else ``SPARK_LOCAL_IP``) is the
+    address to bind (``0.0.0.0``: every interface) and ``EDDYLINE_ADVERTISE_HOST``
+    the address peers connect to (by default the bound one, or ``route_host``
+    when binding every interface). Set them per host (``spark-env.sh``) or for
+    every executor (``spark.executorEnv.EDDYLINE_BIND_HOST``).
+    """
+    env = os.environ if env is None else env
+    bind = env.get("EDDYLINE_BIND_HOST") or env.get("SPARK_LOCAL_IP") or route_host
+    advertise = env.get("EDDYLINE_ADVERTISE_HOST")
+    if not advertise:
+        advertise = route_host if bind in _WILDCARDS else bind
+    return bind, advertise
 
 
 def run_worker(
@@ -21,12 +44,18 @@ def run_worker(
     attempt: int | None,
     bind_host: str = "127.0.0.1",
 ) -> None:
-    """Connects to ``driver`` as worker ``index`` and runs until the attempt ends."""
+    """Connects to ``driver`` as worker ``index`` and runs until the attempt ends.
+
+    ``bind_host`` is the address of the interface that routes to the driver;
+    the host's environment may bind or advertise others (see
+    :func:`data_addresses`).
+    """
     import cloudpickle
 
     from .._core import worker_connect
 
-    session = worker_connect(driver, secret, index, attempt, bind_host)
+    bind, advertise = data_addresses(bind_host)
+    session = worker_connect(driver, secret, index, attempt, bind, advertise)
     try:
         nodes, config = cloudpickle.loads(session.spec)
     except Exception as exc:

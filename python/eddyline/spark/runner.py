@@ -10,8 +10,11 @@ retries as a gang when one of its tasks fails (a failing barrier
 *ResultStage* would abort the job, SPARK-25161). Each task agrees on the gang
 with one ``allGather`` (host and task attempt id, logged), then runs
 ``eddyline._exec.worker.run_worker``: it binds its data port on the interface that
-routes to the driver (127.0.0.1 in local mode), connects to the driver
-(which listens on ``spark.driver.host``, or 127.0.0.1 in local mode) and
+routes to the driver (127.0.0.1 in local mode; a host's ``EDDYLINE_BIND_HOST``
+and ``EDDYLINE_ADVERTISE_HOST``, or ``SPARK_LOCAL_IP``, choose others: see
+``eddyline._exec.worker.data_addresses``), connects to the driver (which
+listens on ``spark.driver.bindAddress`` if set, and is reached at
+``spark.driver.host``, or 127.0.0.1 in local mode) and
 receives the job, its peers' data-plane addresses and the checkpoint to
 restore from in the driver's START message. The checkpoint coordinator stays
 in the driver.
@@ -224,10 +227,20 @@ class SparkRunner:
         return f"SparkRunner(workers={self.workers})"
 
     def _driver_host(self) -> str:
+        """The address the workers connect to the driver at (``spark.driver.host``)."""
         sc = self.spark.sparkContext
         if _is_local(sc):
             return "127.0.0.1"
         return str(self.spark.conf.get("spark.driver.host"))
+
+    def _driver_bind(self) -> str:
+        """The address the driver listens for workers on: as Spark's own driver
+        ports, ``spark.driver.bindAddress`` when set (a multi-homed host, a
+        container), else the advertised ``spark.driver.host``."""
+        host = self._driver_host()
+        if _is_local(self.spark.sparkContext):
+            return host
+        return str(self.spark.conf.get("spark.driver.bindAddress", None) or host)
 
     # ---- used by execute_async ----------------------------------------------
 
@@ -263,9 +276,10 @@ class SparkRunner:
 
     def _start(self, core: Any, nodes: list[Any], config: dict[str, Any], spec: bytes) -> Any:
         self._check_reachable(nodes, config)
-        self._launcher = _SparkLauncher(self.spark, str(config.get("name", "job")))
         host = self._driver_host()
-        bind = f"[{host}]:0" if ":" in host else f"{host}:0"
+        self._launcher = _SparkLauncher(self.spark, str(config.get("name", "job")), host)
+        listen = self._driver_bind()
+        bind = f"[{listen}]:0" if ":" in listen else f"{listen}:0"
         return core.start_job(
             nodes,
             config,
@@ -280,9 +294,10 @@ class SparkRunner:
 class _SparkLauncher:
     """Submits one Spark job per attempt for the native driver (see ``Launcher``)."""
 
-    def __init__(self, spark: Any, name: str) -> None:
+    def __init__(self, spark: Any, name: str, driver_host: str) -> None:
         self._spark = spark
         self._name = name
+        self._driver_host = driver_host
         self._tag = uuid.uuid4().hex[:12]
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -299,6 +314,11 @@ class _SparkLauncher:
 
         sc = self._spark.sparkContext
         group = f"eddyline-{self._tag}-a{attempt}"
+        # The driver listens where spark.driver.bindAddress says (maybe every
+        # interface); the workers reach it at spark.driver.host.
+        port = driver.rpartition(":")[2]
+        host = self._driver_host
+        driver = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         member = _gang_member(driver, secret, attempt, [p for p in sys.path if p])
         done = threading.Event()
 

@@ -43,21 +43,35 @@ pub struct WorkerSession {
 impl WorkerSession {
     /// Binds a data port on `bind_host`, connects to the driver, says hello
     /// as worker `index` of `attempt` (`u64::MAX`: whichever attempt the
-    /// driver runs) and waits for the job.
+    /// driver runs) and waits for the job. The peers reach the data port at
+    /// `advertise_host` (by default the address it is bound to; a host with
+    /// several interfaces, or one behind a NAT, binds one address and
+    /// advertises another).
     pub fn connect(
         driver: &str,
         secret_hex: &str,
         index: usize,
         attempt: u64,
         bind_host: &str,
+        advertise_host: Option<&str>,
     ) -> Result<WorkerSession> {
         let secret = Secret::from_hex(secret_hex)?;
         let listener = TcpListener::bind((bind_host, 0))
             .map_err(|e| net_err(&format!("cannot bind a data port on {bind_host}"), e))?;
-        let data_addr = listener
+        let bound = listener
             .local_addr()
-            .map_err(|e| net_err("no local address", e))?
-            .to_string();
+            .map_err(|e| net_err("no local address", e))?;
+        let data_addr = match advertise_host {
+            Some(host) if host.contains(':') => format!("[{host}]:{}", bound.port()),
+            Some(host) => format!("{host}:{}", bound.port()),
+            None if bound.ip().is_unspecified() => {
+                return Err(Error::runtime(format!(
+                    "worker {index} binds its data port on {bind_host}, every interface: \
+                     name the address its peers reach it at (advertise host)"
+                )))
+            }
+            None => bound.to_string(),
+        };
         let addr = driver
             .to_socket_addrs()
             .map_err(|e| net_err(&format!("bad driver address {driver}"), e))?
@@ -167,6 +181,9 @@ impl WorkerSession {
         }
         let locals = run.local_controls();
         if let Err(e) = plane.start(&addrs) {
+            // Tasks may wait for a link that will never connect: fail the
+            // links first, or joining them would wait forever.
+            plane.shutdown();
             run.cancel_and_join();
             return Err(e);
         }
