@@ -131,18 +131,18 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
     return lines
 
 
-def _max_alignment(core: Any, path: str) -> str:
+def _max_alignment(core: Any, path: str, options: dict[str, str]) -> str:
     try:
-        alignments = core.inspect_checkpoint(path).get("alignments") or []
+        alignments = core.inspect_checkpoint(path, options).get("alignments") or []
     except Exception:
         return "-"
     return _ms(max((float(a.get("alignment_ms", 0.0)) for a in alignments), default=0.0))
 
 
-def _list_checkpoints(directory: str) -> int:
+def _list_checkpoints(directory: str, options: dict[str, str]) -> int:
     from . import _core
 
-    found: list[dict[str, Any]] = list(_core.list_checkpoints(directory))
+    found: list[dict[str, Any]] = list(_core.list_checkpoints(directory, options))
     if not found:
         print(f"no checkpoints found in {directory}")
         return 0
@@ -153,7 +153,7 @@ def _list_checkpoints(directory: str) -> int:
         alignment = (
             _ms(info["alignment_ms"])
             if "alignment_ms" in info
-            else (_max_alignment(_core, str(info.get("path"))) if valid else "-")
+            else (_max_alignment(_core, str(info.get("path")), options) if valid else "-")
         )
         rows.append(
             [
@@ -202,10 +202,10 @@ def _key_groups(ranges: Sequence[Sequence[int]]) -> str:
     return ", ".join(parts) if parts else "-"
 
 
-def _inspect_checkpoint(path: str) -> int:
+def _inspect_checkpoint(path: str, options: dict[str, str]) -> int:
     from . import _core
 
-    info: dict[str, Any] = _core.inspect_checkpoint(path)
+    info: dict[str, Any] = _core.inspect_checkpoint(path, options)
     print(f"{info.get('kind', 'checkpoint')} {info.get('id')} at {info.get('path', path)}")
     print(
         f"  triggered {_when(info.get('trigger_time_ms'))}, "
@@ -260,15 +260,46 @@ def _is_checkpoint_path(path: str) -> bool:
     )
 
 
-def _checkpoints(directory: str, checkpoint_id: int | None = None) -> int:
+def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` arguments as storage options.
+
+    Example:
+        >>> _storage_options(["endpoint=http://127.0.0.1:9000", "region=us-east-1"])
+        {'endpoint': 'http://127.0.0.1:9000', 'region': 'us-east-1'}
+    """
+    from .errors import StorageError
+
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise StorageError(f"--storage-option needs KEY=VALUE, got {pair!r}")
+        options[key] = value
+    return options
+
+
+def _checkpoints(
+    directory: str, checkpoint_id: int | None = None, storage_options: Sequence[str] = ()
+) -> int:
     """Lists or inspects checkpoints; a missing path or a file is an error (exit code 2).
 
     An existing directory without checkpoints is listed as empty (exit code 0).
+    An object store URI (``s3://bucket/chk``) is read with ``storage_options``
+    (``KEY=VALUE``), else the standard environment variables; an unreachable
+    endpoint, a missing bucket or bad credentials is an error (exit code 2).
     """
-    from ._storage import local_path
+    from ._storage import is_object_store_uri, local_path
     from .errors import CheckpointError, StorageError
 
     try:
+        options = _storage_options(storage_options)
+        if is_object_store_uri(directory):
+            uri = directory.rstrip("/")
+            if checkpoint_id is not None:
+                return _inspect_checkpoint(f"{uri}/chk-{checkpoint_id}", options)
+            if re.search(r"/chk-\d+$", uri):
+                return _inspect_checkpoint(uri, options)
+            return _list_checkpoints(uri, options)
         directory = local_path(directory, what="eddyline checkpoints")
         if not os.path.exists(directory):
             raise CheckpointError(f"'{directory}' does not exist")
@@ -278,13 +309,13 @@ def _checkpoints(directory: str, checkpoint_id: int | None = None) -> int:
                 "directory or one of its chk-<id> directories)"
             )
         if checkpoint_id is not None:
-            return _inspect_checkpoint(os.path.join(directory, f"chk-{checkpoint_id}"))
+            return _inspect_checkpoint(os.path.join(directory, f"chk-{checkpoint_id}"), options)
         if _is_checkpoint_path(directory):
-            return _inspect_checkpoint(directory)
+            return _inspect_checkpoint(directory, options)
         if not any(entry.startswith("chk-") for entry in os.listdir(directory)):
             print(f"no checkpoints found in {directory}")
             return 0
-        return _list_checkpoints(directory)
+        return _list_checkpoints(directory, options)
     except (CheckpointError, StorageError) as exc:
         print(f"eddyline checkpoints: {exc}", file=sys.stderr)
         return 2
@@ -306,8 +337,19 @@ def _parser() -> argparse.ArgumentParser:
         "checkpoints",
         help="list the checkpoints in a directory, or inspect one (--id N, or a chk-N path)",
     )
-    chk.add_argument("dir", help="a checkpoint directory, or one checkpoint's chk-N directory")
+    chk.add_argument(
+        "dir",
+        help="a checkpoint directory or URI (s3://...), or one checkpoint's chk-N directory",
+    )
     chk.add_argument("--id", type=int, default=None, help="inspect the checkpoint with this id")
+    chk.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an object store option for an s3:// (gs://, az://) dir, e.g. endpoint=URL "
+        "(repeatable; default: the standard environment variables)",
+    )
     return parser
 
 
@@ -322,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(args.rows, args.parallelism, args.seed)
     if args.command == "run":
         return _run(args.script, args.args)
-    return _checkpoints(args.dir, args.id)
+    return _checkpoints(args.dir, args.id, args.storage_option)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 use eddyline_core::checkpoint::recompute::null_state_checkpoint_of;
 use eddyline_core::checkpoint::{CheckpointStorage, Manifest};
 use eddyline_core::event::BarrierKind;
+use eddyline_core::store::StorageOptions;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -16,17 +17,21 @@ fn kind_str(kind: BarrierKind) -> &'static str {
     }
 }
 
-/// The completed checkpoints under `dir`, newest first.
+/// The completed checkpoints under `dir` (a local path or an object store
+/// URI reached with `storage_options`), newest first.
 #[pyfunction]
+#[pyo3(signature = (dir, storage_options=StorageOptions::new()))]
 pub fn list_checkpoints<'py>(
     py: Python<'py>,
     dir: std::path::PathBuf,
+    storage_options: StorageOptions,
 ) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     if !eddyline_core::store::is_object_store_uri(&dir) && !dir.exists() {
         return Ok(list);
     }
-    let storage = CheckpointStorage::open(&dir).map_err(|e| to_py(py, &e))?;
+    let storage =
+        CheckpointStorage::open_with(&dir, &storage_options).map_err(|e| to_py(py, &e))?;
     let summaries = storage.list().map_err(|e| to_py(py, &e))?;
     for s in summaries {
         let d = PyDict::new(py);
@@ -161,10 +166,13 @@ fn manifest_dict<'py>(py: Python<'py>, m: &Manifest, path: &str) -> PyResult<Bou
 
 /// The manifest of one checkpoint, verified (every state file checked).
 #[pyfunction]
+#[pyo3(signature = (path, storage_options=StorageOptions::new()))]
 pub fn inspect_checkpoint<'py>(
     py: Python<'py>,
     path: std::path::PathBuf,
+    storage_options: StorageOptions,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let rc = CheckpointStorage::load_path(&path).map_err(|e| to_py(py, &e))?;
+    let rc =
+        CheckpointStorage::load_path_with(&path, &storage_options).map_err(|e| to_py(py, &e))?;
     manifest_dict(py, rc.manifest(), &rc.dir().display().to_string())
 }

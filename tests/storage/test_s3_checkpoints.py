@@ -227,3 +227,39 @@ def test_large_state_is_uploaded_in_parts_and_reads_back_verified(s3: S3) -> Non
     assert max(sizes.values()) > 8 << 20, sizes
     listed = ed._core.list_checkpoints(uri)  # type: ignore[attr-defined]
     assert listed and all(c["valid"] for c in listed), listed
+
+
+def test_the_checkpoints_cli_lists_and_inspects_checkpoints_on_s3(
+    s3: S3, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eddyline.cli import main
+
+    uri = f"s3://{s3.bucket}/cli/chk"
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(uri, interval="50ms", retained=2), batch_size=500
+    )
+    _keyed_sum_job(env, 100_000)
+    result = env.execute("s3-cli")
+    newest = max(c.id for c in result.checkpoints)
+    # Through --storage-option only: no environment variables.
+    for key in s3.env:
+        monkeypatch.delenv(key)
+    options = [f"--storage-option={k}={v}" for k, v in s3.options.items()]
+    assert main(["checkpoints", uri, *options]) == 0
+    listing = capsys.readouterr().out
+    assert f"checkpoints in {uri} (newest first)" in listing
+    assert re.search(rf"^\s+{newest}\s+checkpoint\s", listing, re.M), listing
+    assert "invalid" not in listing
+    assert main(["checkpoints", uri, "--id", str(newest), *options]) == 0
+    inspected = capsys.readouterr().out
+    assert f"checkpoint {newest} at {uri}/chk-{newest}" in inspected
+    assert "sum ('sum'): 2 subtasks" in inspected, inspected
+    assert main(["checkpoints", f"{uri}/chk-{newest}", *options]) == 0
+    assert capsys.readouterr().out == inspected
+    # An empty prefix lists nothing; a missing bucket is an error naming it.
+    assert main(["checkpoints", f"s3://{s3.bucket}/nothing", *options]) == 0
+    assert "no checkpoints found" in capsys.readouterr().out
+    assert main(["checkpoints", "s3://no-such-bucket-here/chk", *options]) == 2
+    assert "no-such-bucket-here" in capsys.readouterr().err
+    assert main(["checkpoints", uri, "--storage-option", "endpoint"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
