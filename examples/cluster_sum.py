@@ -23,7 +23,6 @@ from pyspark.sql import SparkSession
 import eddyline as ed
 from eddyline.spark import SparkRunner
 
-
 # What the executors need to reach the store, taken from the driver's environment.
 S3_SETTINGS = (
     "AWS_ENDPOINT_URL",

@@ -7,6 +7,7 @@ bound what eddyline adds on top of a slow server, not what a real S3 gives).
 Runs alternate between the variants; the medians are printed as JSON lines.
 
     python benches/python/bench_storage.py --rows 10000000 --w3-rows 100000000 --runs 3
+    python benches/python/bench_storage.py --files 1 --parallelism 1 --no-w3  # one file
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def _options(endpoint: str) -> dict[str, str]:
     }
 
 
-def _read(location: str, options: dict[str, str]) -> float:
-    env = ed.StreamEnvironment(2, storage_options=options)
+def _read(location: str, options: dict[str, str], parallelism: int = 2) -> float:
+    env = ed.StreamEnvironment(parallelism, storage_options=options)
     handle = env.from_parquet(location).filter(ed.col("id") < 0).collect()
     start = time.perf_counter()
     env.execute("bench-read")
@@ -87,6 +88,10 @@ def main() -> None:
     ap.add_argument("--w3-rows", type=int, default=100_000_000, help="W3 input rows")
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument(
+        "--parallelism", type=int, default=2, help="of the Parquet read (row groups are splits)"
+    )
+    ap.add_argument("--no-w3", action="store_true", help="only the Parquet read")
     args = ap.parse_args()
 
     import boto3
@@ -119,14 +124,16 @@ def main() -> None:
                 s3.put_object(Bucket=bucket, Key=f"in/part-{i}.parquet", Body=data)
             times: dict[str, list[float]] = {"local": [], "s3": []}
             for _ in range(args.runs):
-                times["local"].append(_read(str(local), {}))
-                times["s3"].append(_read(f"s3://{bucket}/in", options))
+                times["local"].append(_read(str(local), {}, args.parallelism))
+                times["s3"].append(_read(f"s3://{bucket}/in", options, args.parallelism))
             med = {k: statistics.median(v) for k, v in times.items()}
             print(
                 json.dumps(
                     {
                         "bench": "parquet_read",
                         "rows": args.files * per,
+                        "files": args.files,
+                        "parallelism": args.parallelism,
                         "mb": round(total_bytes / 1e6, 1),
                         "seconds": {k: [round(t, 3) for t in v] for k, v in times.items()},
                         "rows_per_s": {k: round(args.files * per / t) for k, t in med.items()},
@@ -135,6 +142,8 @@ def main() -> None:
                 ),
                 flush=True,
             )
+            if args.no_w3:
+                return
             w3: dict[str, list[float]] = {"off": [], "local": [], "s3": []}
             for run in range(args.runs):
                 n = args.w3_rows
