@@ -349,3 +349,18 @@ def test_data_addresses_follow_the_host_environment() -> None:
     assert data_addresses("10.1.2.3", env) == ("0.0.0.0", "10.1.2.3")
     env["EDDYLINE_ADVERTISE_HOST"] = "203.0.113.7"
     assert data_addresses("10.1.2.3", env) == ("0.0.0.0", "203.0.113.7")
+
+
+def test_the_row_groups_of_one_parquet_file_are_read_by_every_worker(tmp_path: Path) -> None:
+    """Row groups are the Parquet source's splits (issue 14): one large file is shared."""
+    import pyarrow.parquet as pq
+
+    n = 40_000
+    pq.write_table(pa.table({"id": list(range(n))}), tmp_path / "one.parquet", row_group_size=4_000)
+    env = ed.StreamEnvironment(2, batch_size=1000)
+    out = env.from_parquet(tmp_path).map(lambda r: {"id": r["id"], "pid": os.getpid()}).collect()
+    env.execute("one-file", runner=ed.ProcessRunner(workers=2))
+    rows = out.to_pylist()
+    assert sorted(r["id"] for r in rows) == list(range(n))
+    per_worker = Counter(r["pid"] for r in rows)
+    assert sorted(per_worker.values()) == [n // 2, n // 2], per_worker
