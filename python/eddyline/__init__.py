@@ -38,7 +38,14 @@ from .errors import (
     StorageError,
 )
 from .expr import Expr, col, lit
-from .functions import ProcessContext, ProcessFunction, TimerService, ValueState
+from .functions import (
+    ListState,
+    MapState,
+    ProcessContext,
+    ProcessFunction,
+    TimerService,
+    ValueState,
+)
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
 from .keyed import KeyedStream, WindowedStream
 from .loops import CoLoopFunction, LoopFunction
@@ -69,7 +76,9 @@ __all__ = [
     "JobFailedError",
     "JobResult",
     "KeyedStream",
+    "ListState",
     "LoopFunction",
+    "MapState",
     "OperatorCheckpointStats",
     "OutputTag",
     "ParquetSink",

@@ -21,11 +21,19 @@ Event-time timers (the stream needs ``assign_timestamps`` upstream):
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .errors import EddylineError
 
-__all__ = ["ProcessContext", "ProcessFunction", "Row", "TimerService", "ValueState"]
+__all__ = [
+    "ListState",
+    "MapState",
+    "ProcessContext",
+    "ProcessFunction",
+    "Row",
+    "TimerService",
+    "ValueState",
+]
 
 MIN_WATERMARK = -(2**63)
 """The watermark before any was received (``Long.MIN_VALUE`` in Flink)."""
@@ -65,6 +73,127 @@ class ValueState:
 
     def __repr__(self) -> str:
         return f"ValueState({self.name!r})"
+
+
+class ListState:
+    """A list of values of keyed state, scoped to the key being processed.
+
+    Obtain it from :meth:`ProcessContext.get_list_state`. The elements must be
+    picklable; they are part of checkpoints. An empty list holds no state.
+    """
+
+    __slots__ = ("_ctx", "name")
+
+    def __init__(self, ctx: ProcessContext, name: str) -> None:
+        self._ctx = ctx
+        self.name = name
+
+    def get(self) -> list[Any]:
+        """The current key's elements in the order added (a new list; empty when unset)."""
+        return list(self._ctx._current_values().get(self.name, ()))
+
+    def add(self, value: Any) -> None:
+        """Appends ``value`` to the current key's list."""
+        self._ctx._current_values().setdefault(self.name, []).append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        """Appends every element of ``values``, in order."""
+        items = _as_list(values, self._ctx.name, f"ListState({self.name!r}).add_all")
+        if items:
+            self._ctx._current_values().setdefault(self.name, []).extend(items)
+
+    def update(self, values: Iterable[Any]) -> None:
+        """Replaces the current key's list with the elements of ``values``."""
+        items = _as_list(values, self._ctx.name, f"ListState({self.name!r}).update")
+        current = self._ctx._current_values()
+        if items:
+            current[self.name] = items
+        else:
+            current.pop(self.name, None)
+
+    def clear(self) -> None:
+        """Removes the current key's list."""
+        self._ctx._current_values().pop(self.name, None)
+
+    def __repr__(self) -> str:
+        return f"ListState({self.name!r})"
+
+
+_D = TypeVar("_D")
+
+
+class MapState:
+    """A map of keyed state (user key to value), scoped to the key being processed.
+
+    Obtain it from :meth:`ProcessContext.get_map_state`. User keys must be
+    hashable, keys and values picklable; they are part of checkpoints. An
+    empty map holds no state.
+    """
+
+    __slots__ = ("_ctx", "name")
+
+    def __init__(self, ctx: ProcessContext, name: str) -> None:
+        self._ctx = ctx
+        self.name = name
+
+    def _map(self) -> dict[Any, Any]:
+        return self._ctx._current_values().get(self.name) or {}
+
+    def get(self, key: Hashable, default: _D | None = None) -> Any | _D | None:
+        """The value of ``key`` for the current key, or ``default`` when absent."""
+        return self._map().get(key, default)
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Sets ``key`` to ``value`` for the current key."""
+        try:
+            hash(key)
+        except TypeError:
+            raise TypeError(
+                f"operator '{self._ctx.name}': MapState({self.name!r}) keys must be hashable, "
+                f"got {type(key).__name__}"
+            ) from None
+        self._ctx._current_values().setdefault(self.name, {})[key] = value
+
+    def remove(self, key: Hashable) -> None:
+        """Removes ``key`` (a no-op when absent)."""
+        current = self._ctx._current_values()
+        entries = current.get(self.name)
+        if entries is not None:
+            entries.pop(key, None)
+            if not entries:
+                del current[self.name]
+
+    def contains(self, key: Hashable) -> bool:
+        """Whether ``key`` is set for the current key."""
+        return key in self._map()
+
+    def keys(self) -> list[Any]:
+        """The current key's user keys, in insertion order (a new list)."""
+        return list(self._map().keys())
+
+    def values(self) -> list[Any]:
+        """The current key's values, in insertion order (a new list)."""
+        return list(self._map().values())
+
+    def items(self) -> list[tuple[Any, Any]]:
+        """The current key's ``(key, value)`` pairs, in insertion order (a new list)."""
+        return list(self._map().items())
+
+    def clear(self) -> None:
+        """Removes the current key's map."""
+        self._ctx._current_values().pop(self.name, None)
+
+    def __repr__(self) -> str:
+        return f"MapState({self.name!r})"
+
+
+def _as_list(values: Iterable[Any], operator: str, what: str) -> list[Any]:
+    if isinstance(values, str | bytes | dict) or not isinstance(values, Iterable):
+        raise TypeError(
+            f"operator '{operator}': {what}() needs an iterable of elements (a list, a "
+            f"tuple, ...), got {type(values).__name__}"
+        )
+    return list(values)
 
 
 class _TimerBackend(Protocol):
@@ -147,6 +276,7 @@ class ProcessContext:
     """
 
     __slots__ = (
+        "_kinds",
         "_states",
         "_timer_service",
         "_timers",
@@ -169,7 +299,8 @@ class ProcessContext:
         self.key: Hashable | None = None
         self.timestamp: int | None = None
         self._values: dict[str, Any] | None = None
-        self._states: dict[str, ValueState] = {}
+        self._states: dict[str, ValueState | ListState | MapState] = {}
+        self._kinds: dict[str, str] = {}
         self._timers: _TimerBackend | None = None
         self._timer_service = TimerService(self)
 
@@ -188,18 +319,69 @@ class ProcessContext:
         """The operator's current event-time watermark (``-2**63`` before the first)."""
         return self._timers.watermark if self._timers is not None else MIN_WATERMARK
 
-    def get_state(self, name: str, default: Any = None) -> ValueState:
+    def get_state(self, name: str, default: Any = None, ttl: Any = None) -> ValueState:
         """Returns the value state called ``name`` of the current key.
 
         Args:
             name: The state's name; states of different names are independent.
             default: What :meth:`ValueState.value` returns while unset.
+            ttl: Not supported yet: a value other than ``None`` is an error.
         """
+        self._declare(name, "value", ttl)
         state = self._states.get(name)
-        if state is None or state._default is not default:
+        if not isinstance(state, ValueState) or state._default is not default:
             state = ValueState(self, name, default)
             self._states[name] = state
         return state
+
+    def get_list_state(self, name: str, ttl: Any = None) -> ListState:
+        """Returns the list state called ``name`` of the current key.
+
+        Args:
+            name: The state's name, distinct from the names of the other states.
+            ttl: Not supported yet: a value other than ``None`` is an error.
+        """
+        self._declare(name, "list", ttl)
+        state = self._states.get(name)
+        if not isinstance(state, ListState):
+            state = ListState(self, name)
+            self._states[name] = state
+        return state
+
+    def get_map_state(self, name: str, ttl: Any = None) -> MapState:
+        """Returns the map state called ``name`` of the current key.
+
+        Args:
+            name: The state's name, distinct from the names of the other states.
+            ttl: Not supported yet: a value other than ``None`` is an error.
+        """
+        self._declare(name, "map", ttl)
+        state = self._states.get(name)
+        if not isinstance(state, MapState):
+            state = MapState(self, name)
+            self._states[name] = state
+        return state
+
+    def _declare(self, name: str, kind: str, ttl: Any) -> None:
+        """Checks a state's name, kind and ttl: one name is one kind of state."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(
+                f"operator '{self.name}': a state name must be a non-empty str, got {name!r}"
+            )
+        if ttl is not None:
+            raise EddylineError(
+                f"operator '{self.name}': state {name!r} asks for ttl={ttl!r}, but state TTL "
+                "is not implemented yet; this version keeps state until it is cleared "
+                "(use ttl=None)",
+                operator=self.name,
+            )
+        known = self._kinds.setdefault(name, kind)
+        if known != kind:
+            raise EddylineError(
+                f"operator '{self.name}': state {name!r} is a {known} state; it cannot also be "
+                f"used as a {kind} state (give each state its own name)",
+                operator=self.name,
+            )
 
     def _current_values(self) -> dict[str, Any]:
         if self._values is None:
@@ -235,6 +417,7 @@ class ProcessFunction:
         Args:
             row: The record.
             ctx: The context: ``ctx.key``, ``ctx.state``, ``ctx.get_state(name)``,
+                ``ctx.get_list_state(name)``, ``ctx.get_map_state(name)``,
                 ``ctx.timestamp``, ``ctx.timer_service``, ``ctx.current_watermark``.
         """
         raise NotImplementedError("ProcessFunction subclasses must implement process_element")
