@@ -20,9 +20,11 @@ Event-time timers (the stream needs ``assign_timestamps`` upstream):
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+import time
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol, TypeVar
 
+from .config import Duration, parse_duration
 from .errors import EddylineError
 
 __all__ = [
@@ -44,6 +46,98 @@ Row = dict[str, Any]
 """A record as seen by per-record functions: column name to Python value."""
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+_clock: Callable[[], int] = _wall_clock_ms
+"""The processing-time clock (ms since the epoch) of state TTL and
+``current_processing_time``; ``eddyline.testing.ManualClock`` replaces it."""
+
+
+def processing_time() -> int:
+    """The current processing time in milliseconds since the epoch."""
+    return _clock()
+
+
+class _Expiring:
+    """A value (or list element, or map value) of state with a TTL: when it expires.
+
+    The expiry (processing time, ms) is written with the value, so a checkpoint
+    drops expired entries without knowing the states' TTLs (see :func:`purge_expired`).
+    """
+
+    __slots__ = ("expires_at", "value")
+
+    def __init__(self, value: Any, expires_at: int) -> None:
+        self.value = value
+        self.expires_at = expires_at
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Expiring, (self.value, self.expires_at))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, _Expiring)
+            and self.value == other.value
+            and self.expires_at == other.expires_at
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _live(entry: Any, now: int) -> bool:
+    return type(entry) is not _Expiring or entry.expires_at > now
+
+
+def _plain(entry: Any) -> Any:
+    return entry.value if type(entry) is _Expiring else entry
+
+
+def purge_expired(values: dict[str, Any], now: int) -> bool:
+    """Drops the expired entries of one key's states (``values``: name -> value,
+    list or dict as the states keep them); a state left empty is removed.
+    Returns whether the key holds no state any more."""
+    for name in list(values):
+        held = values[name]
+        if type(held) is _Expiring:
+            if held.expires_at <= now:
+                del values[name]
+        elif type(held) is list:
+            live = [e for e in held if _live(e, now)]
+            if len(live) != len(held):
+                if live:
+                    values[name] = live
+                else:
+                    del values[name]
+        elif type(held) is dict:
+            expired = [k for k, e in held.items() if not _live(e, now)]
+            for k in expired:
+                del held[k]
+            if expired and not held:
+                del values[name]
+    return not values
+
+
+def _ttl_ms(ttl: Duration | None, operator: str, name: str) -> int | None:
+    if ttl is None:
+        return None
+    try:
+        seconds = parse_duration(ttl, what=f"ttl of state {name!r}")
+    except ValueError as exc:
+        raise EddylineError(f"operator '{operator}': {exc}", operator=operator) from None
+    ms = round(seconds * 1000)
+    if ms <= 0:
+        raise EddylineError(
+            f"operator '{operator}': the ttl of state {name!r} must be positive, got {ttl!r}",
+            operator=operator,
+        )
+    return ms
+
+
+_MISSING = object()
+
+
 class ValueState:
     """One named value of keyed state, scoped to the key being processed.
 
@@ -52,20 +146,36 @@ class ValueState:
     part of checkpoints.
     """
 
-    __slots__ = ("_ctx", "_default", "name")
+    __slots__ = ("_ctx", "_default", "_ttl", "name")
 
-    def __init__(self, ctx: ProcessContext, name: str, default: Any = None) -> None:
+    def __init__(
+        self, ctx: ProcessContext, name: str, default: Any = None, ttl: int | None = None
+    ) -> None:
         self._ctx = ctx
         self.name = name
         self._default = default
+        self._ttl = ttl
 
     def value(self) -> Any:
-        """Returns the value for the current key, or the default (``None``) if unset."""
-        return self._ctx._current_values().get(self.name, self._default)
+        """Returns the value for the current key, or the default (``None``) if unset
+        (or, with a ttl, written longer ago than the ttl)."""
+        values = self._ctx._current_values()
+        held = values.get(self.name, _MISSING)
+        if held is _MISSING:
+            return self._default
+        if type(held) is _Expiring:
+            if held.expires_at <= _clock():
+                del values[self.name]
+                return self._default
+            return held.value
+        return held
 
     def update(self, value: Any) -> None:
-        """Sets the value for the current key."""
-        self._ctx._current_values()[self.name] = value
+        """Sets the value for the current key (with a ttl: for the ttl from now)."""
+        ttl = self._ttl
+        self._ctx._current_values()[self.name] = (
+            value if ttl is None else _Expiring(value, _clock() + ttl)
+        )
 
     def clear(self) -> None:
         """Removes the value for the current key."""
@@ -82,32 +192,54 @@ class ListState:
     picklable; they are part of checkpoints. An empty list holds no state.
     """
 
-    __slots__ = ("_ctx", "name")
+    __slots__ = ("_ctx", "_ttl", "name")
 
-    def __init__(self, ctx: ProcessContext, name: str) -> None:
+    def __init__(self, ctx: ProcessContext, name: str, ttl: int | None = None) -> None:
         self._ctx = ctx
         self.name = name
+        self._ttl = ttl
+
+    def _wrap(self, items: list[Any]) -> list[Any]:
+        ttl = self._ttl
+        if ttl is None:
+            return items
+        expires = _clock() + ttl
+        return [_Expiring(v, expires) for v in items]
 
     def get(self) -> list[Any]:
-        """The current key's elements in the order added (a new list; empty when unset)."""
-        return list(self._ctx._current_values().get(self.name, ()))
+        """The current key's elements in the order added (a new list; empty when unset).
+        With a ttl, each element lives for the ttl from when it was added."""
+        values = self._ctx._current_values()
+        held = values.get(self.name)
+        if not held:
+            return []
+        if not self._ctx._ttl_seen:
+            return list(held)
+        now = _clock()
+        live = [e for e in held if _live(e, now)]
+        if len(live) != len(held):
+            if live:
+                values[self.name] = live
+            else:
+                del values[self.name]
+        return [_plain(e) for e in live]
 
     def add(self, value: Any) -> None:
         """Appends ``value`` to the current key's list."""
-        self._ctx._current_values().setdefault(self.name, []).append(value)
+        self._ctx._current_values().setdefault(self.name, []).extend(self._wrap([value]))
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Appends every element of ``values``, in order."""
         items = _as_list(values, self._ctx.name, f"ListState({self.name!r}).add_all")
         if items:
-            self._ctx._current_values().setdefault(self.name, []).extend(items)
+            self._ctx._current_values().setdefault(self.name, []).extend(self._wrap(items))
 
     def update(self, values: Iterable[Any]) -> None:
         """Replaces the current key's list with the elements of ``values``."""
         items = _as_list(values, self._ctx.name, f"ListState({self.name!r}).update")
         current = self._ctx._current_values()
         if items:
-            current[self.name] = items
+            current[self.name] = self._wrap(items)
         else:
             current.pop(self.name, None)
 
@@ -130,18 +262,32 @@ class MapState:
     empty map holds no state.
     """
 
-    __slots__ = ("_ctx", "name")
+    __slots__ = ("_ctx", "_ttl", "name")
 
-    def __init__(self, ctx: ProcessContext, name: str) -> None:
+    def __init__(self, ctx: ProcessContext, name: str, ttl: int | None = None) -> None:
         self._ctx = ctx
         self.name = name
+        self._ttl = ttl
 
     def _map(self) -> dict[Any, Any]:
-        return self._ctx._current_values().get(self.name) or {}
+        """The current key's map, its expired entries dropped, values still wrapped."""
+        values = self._ctx._current_values()
+        held: dict[Any, Any] | None = values.get(self.name)
+        if not held:
+            return {}
+        if self._ctx._ttl_seen:
+            now = _clock()
+            expired = [k for k, e in held.items() if not _live(e, now)]
+            for k in expired:
+                del held[k]
+            if not held:
+                del values[self.name]
+        return held
 
     def get(self, key: Hashable, default: _D | None = None) -> Any | _D | None:
         """The value of ``key`` for the current key, or ``default`` when absent."""
-        return self._map().get(key, default)
+        held = self._map().get(key, _MISSING)
+        return default if held is _MISSING else _plain(held)
 
     def put(self, key: Hashable, value: Any) -> None:
         """Sets ``key`` to ``value`` for the current key."""
@@ -152,7 +298,10 @@ class MapState:
                 f"operator '{self._ctx.name}': MapState({self.name!r}) keys must be hashable, "
                 f"got {type(key).__name__}"
             ) from None
-        self._ctx._current_values().setdefault(self.name, {})[key] = value
+        ttl = self._ttl
+        self._ctx._current_values().setdefault(self.name, {})[key] = (
+            value if ttl is None else _Expiring(value, _clock() + ttl)
+        )
 
     def remove(self, key: Hashable) -> None:
         """Removes ``key`` (a no-op when absent)."""
@@ -173,11 +322,11 @@ class MapState:
 
     def values(self) -> list[Any]:
         """The current key's values, in insertion order (a new list)."""
-        return list(self._map().values())
+        return [_plain(e) for e in self._map().values()]
 
     def items(self) -> list[tuple[Any, Any]]:
         """The current key's ``(key, value)`` pairs, in insertion order (a new list)."""
-        return list(self._map().items())
+        return [(k, _plain(e)) for k, e in self._map().items()]
 
     def clear(self) -> None:
         """Removes the current key's map."""
@@ -185,6 +334,19 @@ class MapState:
 
     def __repr__(self) -> str:
         return f"MapState({self.name!r})"
+
+
+def _ttl_of_cache(ctx: ProcessContext, name: str, ttl: Duration | None) -> int | None:
+    """``ttl`` in ms, parsed once per (name, ttl) for the context."""
+    if ttl is None:
+        return None
+    try:
+        return ctx._ttls[(name, ttl)]
+    except KeyError:
+        ms = ctx._ttls[(name, ttl)] = _ttl_ms(ttl, ctx.name, name)
+        return ms
+    except TypeError:  # an unhashable ttl: parse_duration explains
+        return _ttl_ms(ttl, ctx.name, name)
 
 
 def _as_list(values: Iterable[Any], operator: str, what: str) -> list[Any]:
@@ -249,6 +411,10 @@ class TimerService:
         """The operator's current watermark (``-2**63`` before the first)."""
         return self._ctx.current_watermark
 
+    def current_processing_time(self) -> int:
+        """The current processing time (ms since the epoch), the clock of state TTL."""
+        return _clock()
+
     def __repr__(self) -> str:
         return f"TimerService({self._ctx.name!r})"
 
@@ -280,6 +446,8 @@ class ProcessContext:
         "_states",
         "_timer_service",
         "_timers",
+        "_ttl_seen",
+        "_ttls",
         "_values",
         "attempt",
         "current_checkpoint",
@@ -301,6 +469,9 @@ class ProcessContext:
         self._values: dict[str, Any] | None = None
         self._states: dict[str, ValueState | ListState | MapState] = {}
         self._kinds: dict[str, str] = {}
+        self._ttls: dict[tuple[str, Any], int | None] = {}
+        self._ttl_seen = False
+        """Whether any state has a ttl (declared, or restored from a checkpoint)."""
         self._timers: _TimerBackend | None = None
         self._timer_service = TimerService(self)
 
@@ -319,62 +490,67 @@ class ProcessContext:
         """The operator's current event-time watermark (``-2**63`` before the first)."""
         return self._timers.watermark if self._timers is not None else MIN_WATERMARK
 
-    def get_state(self, name: str, default: Any = None, ttl: Any = None) -> ValueState:
+    def get_state(self, name: str, default: Any = None, ttl: Duration | None = None) -> ValueState:
         """Returns the value state called ``name`` of the current key.
 
         Args:
             name: The state's name; states of different names are independent.
             default: What :meth:`ValueState.value` returns while unset.
-            ttl: Not supported yet: a value other than ``None`` is an error.
+            ttl: How long a written value lives (processing time since the last
+                write: ``"10min"``, seconds); an expired value is never returned
+                and is dropped from checkpoints. ``None``: until cleared.
         """
-        self._declare(name, "value", ttl)
+        ttl_ms = self._ttl_of(name, "value", ttl)
         state = self._states.get(name)
-        if not isinstance(state, ValueState) or state._default is not default:
-            state = ValueState(self, name, default)
+        if (
+            not isinstance(state, ValueState)
+            or state._default is not default
+            or state._ttl != ttl_ms
+        ):
+            state = ValueState(self, name, default, ttl_ms)
             self._states[name] = state
         return state
 
-    def get_list_state(self, name: str, ttl: Any = None) -> ListState:
+    def get_list_state(self, name: str, ttl: Duration | None = None) -> ListState:
         """Returns the list state called ``name`` of the current key.
 
         Args:
             name: The state's name, distinct from the names of the other states.
-            ttl: Not supported yet: a value other than ``None`` is an error.
+            ttl: How long each added element lives (processing time); ``None``:
+                until cleared.
         """
-        self._declare(name, "list", ttl)
+        ttl_ms = self._ttl_of(name, "list", ttl)
         state = self._states.get(name)
-        if not isinstance(state, ListState):
-            state = ListState(self, name)
+        if not isinstance(state, ListState) or state._ttl != ttl_ms:
+            state = ListState(self, name, ttl_ms)
             self._states[name] = state
         return state
 
-    def get_map_state(self, name: str, ttl: Any = None) -> MapState:
+    def get_map_state(self, name: str, ttl: Duration | None = None) -> MapState:
         """Returns the map state called ``name`` of the current key.
 
         Args:
             name: The state's name, distinct from the names of the other states.
-            ttl: Not supported yet: a value other than ``None`` is an error.
+            ttl: How long each entry lives after it was put (processing time);
+                ``None``: until removed.
         """
-        self._declare(name, "map", ttl)
+        ttl_ms = self._ttl_of(name, "map", ttl)
         state = self._states.get(name)
-        if not isinstance(state, MapState):
-            state = MapState(self, name)
+        if not isinstance(state, MapState) or state._ttl != ttl_ms:
+            state = MapState(self, name, ttl_ms)
             self._states[name] = state
         return state
 
-    def _declare(self, name: str, kind: str, ttl: Any) -> None:
-        """Checks a state's name, kind and ttl: one name is one kind of state."""
+    def _ttl_of(self, name: str, kind: str, ttl: Duration | None) -> int | None:
+        """Checks a state's name and kind (one name is one kind of state); returns
+        its ttl in ms."""
         if not isinstance(name, str) or not name:
             raise TypeError(
                 f"operator '{self.name}': a state name must be a non-empty str, got {name!r}"
             )
-        if ttl is not None:
-            raise EddylineError(
-                f"operator '{self.name}': state {name!r} asks for ttl={ttl!r}, but state TTL "
-                "is not implemented yet; this version keeps state until it is cleared "
-                "(use ttl=None)",
-                operator=self.name,
-            )
+        ttl_ms = _ttl_of_cache(self, name, ttl)
+        if ttl_ms is not None:
+            self._ttl_seen = True
         known = self._kinds.setdefault(name, kind)
         if known != kind:
             raise EddylineError(
@@ -382,6 +558,7 @@ class ProcessContext:
                 f"used as a {kind} state (give each state its own name)",
                 operator=self.name,
             )
+        return ttl_ms
 
     def _current_values(self) -> dict[str, Any]:
         if self._values is None:

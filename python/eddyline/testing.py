@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FailOnce",
     "InjectedFailure",
+    "ManualClock",
     "RecordingTwoPhaseSink",
     "SleepPerBatch",
     "assert_exact_ids",
@@ -50,6 +51,56 @@ __all__ = [
 T = TypeVar("T")
 
 RowsLike: TypeAlias = pa.Table | pa.RecordBatch | CollectHandle | Iterable[dict[str, Any]]
+
+
+class ManualClock:
+    """The processing-time clock of this process, set by hand (state TTL and
+    ``current_processing_time`` read it), for tests that must not sleep.
+
+    Used as a context manager; the wall clock is back on exit. Only jobs that
+    run in this process (the default runner) see it.
+
+    Example:
+        >>> import eddyline as ed
+        >>> with ManualClock(1_000) as clock:
+        ...     clock.advance(500)
+        ...     clock.now()
+        1500
+    """
+
+    def __init__(self, start_ms: int = 0) -> None:
+        self._now = int(start_ms)
+        self._lock = threading.Lock()
+        self._previous: Callable[[], int] | None = None
+
+    def now(self) -> int:
+        """The clock's time (ms)."""
+        with self._lock:
+            return self._now
+
+    def set(self, ms: int) -> None:
+        """Sets the time (ms); it never goes back."""
+        with self._lock:
+            self._now = max(self._now, int(ms))
+
+    def advance(self, ms: int) -> None:
+        """Moves the time ``ms`` milliseconds on."""
+        with self._lock:
+            self._now += max(0, int(ms))
+
+    def __enter__(self) -> ManualClock:
+        from . import functions
+
+        self._previous = functions._clock
+        functions._clock = self.now
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from . import functions
+
+        if self._previous is not None:
+            functions._clock = self._previous
+            self._previous = None
 
 
 def to_rows(data: RowsLike) -> list[dict[str, Any]]:

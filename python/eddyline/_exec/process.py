@@ -17,7 +17,14 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import EddylineError
-from ..functions import MIN_WATERMARK, ProcessContext, ProcessFunction, Row
+from ..functions import (
+    MIN_WATERMARK,
+    ProcessContext,
+    ProcessFunction,
+    Row,
+    processing_time,
+    purge_expired,
+)
 from .base import RunnerOutput, State
 from .event_time import event_times, key_group_range
 from .keyed import KeyedRunner
@@ -56,6 +63,7 @@ class KeyedProcessRunner(KeyedRunner):
         self._seq = itertools.count()
         self._group = 0
         self.watermark = MIN_WATERMARK
+        self._ttl_restored = False
         self._context = self._new_context(node, 0, 1, 0)
 
     def _new_context(
@@ -63,6 +71,7 @@ class KeyedProcessRunner(KeyedRunner):
     ) -> ProcessContext:
         context = ProcessContext(name, subtask_index, parallelism, attempt)
         context._timers = self
+        context._ttl_seen = self._ttl_restored
         return context
 
     def open(self, ctx: dict[str, Any]) -> None:
@@ -256,6 +265,12 @@ class KeyedProcessRunner(KeyedRunner):
         ones), so the watermark survives a restore (issue 12.3; like the
         window operator's, DESIGN.md "Keyed state layer").
         """
+        if self._context._ttl_seen:
+            # State with a ttl: expired entries are not part of the checkpoint.
+            now = processing_time()
+            for entries in self._state.values():
+                for key in [k for k, values in entries.items() if purge_expired(values, now)]:
+                    del entries[key]
         groups = {g for g, entries in self._state.items() if entries}
         groups.update(g for g, keyed in self._timers.items() if keyed)
         if self.watermark > MIN_WATERMARK:
@@ -292,6 +307,9 @@ class KeyedProcessRunner(KeyedRunner):
         if not isinstance(data, dict):
             raise TypeError(f"keyed state must be {{key_group: bytes}}, got {type(data).__name__}")
         for group, blob in data.items():
+            if b"_Expiring" in blob:
+                # State with a ttl (its class's name is in the pickle).
+                self._ttl_restored = self._context._ttl_seen = True
             restored = pickle.loads(blob)
             group = int(group)
             if isinstance(restored, dict):  # values only
