@@ -237,8 +237,11 @@ class LogicalGraph:
                 "inputs": self._edges(first, parallelism, group_of),
                 "scope": first.scope._loop_path(),
             }
-            if first.side_outputs:
-                # Only windows have a side output: their late records, on port 1.
+            if first.side_outputs and first.params.get("declares_side_outputs"):
+                # A process function's side outputs: one port each.
+                base["side_outputs"] = sorted(first.side_outputs.values(), key=lambda e: e[0])
+            elif first.side_outputs:
+                # A window's late records, on port 1.
                 base["late_output"] = True
             out.append(self._spec(base, members, group_of))
             if first.collect is not None:

@@ -56,6 +56,8 @@ class NodeBase(TypedDict):
     """What every node spec holds; ``scope`` is the loop path, outermost loop first.
 
     ``late_output``: the node (a window) emits its late records on port 1.
+    ``side_outputs``: the ports of a process function's side outputs and
+    their schemas (``None``: inferred from the rows).
     """
 
     id: int
@@ -65,6 +67,7 @@ class NodeBase(TypedDict):
     inputs: list[EdgeSpec]
     scope: list[int]
     late_output: NotRequired[bool]
+    side_outputs: NotRequired[list[tuple[int, pa.Schema | None]]]
 
 
 class SourceArrowSpec(NodeBase):

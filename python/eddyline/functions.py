@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .config import Duration, parse_duration
 from .errors import EddylineError
+
+if TYPE_CHECKING:
+    from .windows import OutputTag
 
 __all__ = [
     "ListState",
@@ -443,6 +446,7 @@ class ProcessContext:
 
     __slots__ = (
         "_kinds",
+        "_side_rows",
         "_states",
         "_timer_service",
         "_timers",
@@ -469,6 +473,7 @@ class ProcessContext:
         self._values: dict[str, Any] | None = None
         self._states: dict[str, ValueState | ListState | MapState] = {}
         self._kinds: dict[str, str] = {}
+        self._side_rows: dict[str, list[Row]] = {}
         self._ttls: dict[tuple[str, Any], int | None] = {}
         self._ttl_seen = False
         """Whether any state has a ttl (declared, or restored from a checkpoint)."""
@@ -540,6 +545,40 @@ class ProcessContext:
             state = MapState(self, name, ttl_ms)
             self._states[name] = state
         return state
+
+    def output(self, tag: OutputTag, row: Row) -> None:
+        """Emits ``row`` (a dict) to the side output ``tag``, read with
+        ``stream.side_output(tag)`` (rows for a tag nobody reads are dropped).
+
+        Example:
+            >>> import eddyline as ed
+            >>> big = ed.OutputTag("big")
+            >>> class Split(ed.ProcessFunction):
+            ...     def process_element(self, row, ctx):
+            ...         if row["value"] > 2:
+            ...             ctx.output(big, {"value": row["value"]})
+            ...             return None
+            ...         return [row]
+            >>> env = ed.StreamEnvironment(1)
+            >>> small = env.from_sequence(0, 5).key_by("value").process(Split())
+            >>> large = small.side_output(big).collect()
+            >>> _ = small.collect()
+            >>> _ = env.execute()
+            >>> sorted(r["value"] for r in large.to_pylist())
+            [3, 4]
+        """
+        from .windows import OutputTag
+
+        if not isinstance(tag, OutputTag):
+            raise TypeError(
+                f"operator '{self.name}': ctx.output() needs an ed.OutputTag, got {tag!r}"
+            )
+        if not isinstance(row, dict):
+            raise TypeError(
+                f"operator '{self.name}': ctx.output({tag.name!r}, row) needs a dict row, got "
+                f"{type(row).__name__}"
+            )
+        self._side_rows.setdefault(tag.name, []).append(row)
 
     def _ttl_of(self, name: str, kind: str, ttl: Duration | None) -> int | None:
         """Checks a state's name and kind (one name is one kind of state); returns

@@ -123,14 +123,27 @@ class KeyedStream:
         private = (2,) if isinstance(fn, ProcessFunction) else ()
         function = fn
         time_column = self._stream.time_column
-        return self._stream._python(
+        # Side outputs (tag name -> (port, schema)), declared by
+        # stream.side_output(tag) until the job is compiled.
+        ports: dict[str, tuple[int, pa.Schema | None]] = {}
+        stream = self._stream._python(
             "process",
             lambda name: RunnerFactory(
-                KeyedProcessRunner, name, keys, function, declared, time_column, private=private
+                KeyedProcessRunner,
+                name,
+                keys,
+                function,
+                declared,
+                time_column,
+                ports,
+                private=private,
             ),
             schema=declared,
             keys=keys,
         )
+        stream._node.side_outputs = ports
+        stream._node.params["declares_side_outputs"] = True
+        return stream
 
     def dedup(self, ttl: Duration) -> DataStream:
         """Drops duplicate records per key within ``ttl`` of event time.

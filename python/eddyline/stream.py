@@ -547,7 +547,10 @@ class DataStream(_Operators):
         A window given ``late_output=tag`` (see :meth:`KeyedStream.window`)
         emits its late records there, unchanged, with the window's input
         schema, in order with its other output and covered by checkpoints
-        like any output. They are still counted in ``late_records``.
+        like any output. They are still counted in ``late_records``. A keyed
+        :class:`~eddyline.ProcessFunction` emits there what it passes to
+        ``ctx.output(tag, row)``; asking for the side output declares it (rows
+        for a tag nobody asked for are dropped, as in Flink).
 
         Raises:
             TypeError: ``tag`` is not an :class:`OutputTag`.
@@ -571,6 +574,10 @@ class DataStream(_Operators):
                 f"side_output() of operator '{name}' needs an ed.OutputTag, got {tag!r}"
             )
         entry = self._node.side_outputs.get(tag.name) if not self._port else None
+        if entry is None and not self._port and self._node.params.get("declares_side_outputs"):
+            # A process function's side output: declared by asking for it.
+            port = 1 + max((p for p, _ in self._node.side_outputs.values()), default=0)
+            entry = self._node.side_outputs[tag.name] = (port, tag.schema)
         if entry is None:
             if self._port:
                 what = "a side output or loop feedback stream has no side outputs"

@@ -187,8 +187,11 @@ class OutputTag:
     """Names a side output of an operator (Flink's ``OutputTag``).
 
     Give it to :meth:`KeyedStream.window` as ``late_output`` to receive the
-    window's late records, then read them with :meth:`DataStream.side_output`.
-    Tags are equal when their names are.
+    window's late records, or emit rows to it from a keyed
+    :class:`~eddyline.ProcessFunction` with ``ctx.output(tag, row)``; read them
+    with :meth:`DataStream.side_output`. ``schema`` is the rows' schema for a
+    process function's side output (inferred from the first rows when not
+    given). Tags are equal when their names are.
 
     Example:
         >>> import eddyline as ed
@@ -196,17 +199,30 @@ class OutputTag:
         OutputTag('late')
     """
 
-    __slots__ = ("_name",)
+    __slots__ = ("_name", "_schema")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, schema: Any = None) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"OutputTag() needs a non-empty str name, got {name!r}")
         self._name = name
+        if schema is not None:
+            import pyarrow as pa
+
+            from ._checks import as_schema
+
+            schema = as_schema(schema, f"OutputTag({name!r})")
+            assert isinstance(schema, pa.Schema)
+        self._schema = schema
 
     @property
     def name(self) -> str:
         """The tag's name."""
         return self._name
+
+    @property
+    def schema(self) -> Any:
+        """The side output's ``pyarrow.Schema`` if given, else ``None``."""
+        return self._schema
 
     def __repr__(self) -> str:
         return f"OutputTag({self._name!r})"

@@ -383,9 +383,10 @@ struct GraphReader<'a> {
     run_tag: &'a str,
     nodes: Vec<Node>,
     schemas: Vec<Option<SchemaRef>>,
-    /// The schema of each node's port 1: a co-loop head's feedback or a
-    /// window's late records (its input schema).
-    port1_schemas: HashMap<usize, Option<SchemaRef>>,
+    /// The schema of each (node, port >= 1): a co-loop head's feedback, a
+    /// window's late records (its input schema) or a process function's
+    /// side outputs (their tags' schemas, when given).
+    port_schemas: HashMap<(usize, u8), Option<SchemaRef>>,
     loops: Vec<LoopSpec>,
     scopes: HashMap<Vec<u32>, StreamScope>,
     collect_stores: HashMap<usize, Arc<CollectStore>>,
@@ -408,7 +409,7 @@ impl GraphReader<'_> {
                 let port: u8 = opt(e, "port")?.unwrap_or(0);
                 input_schemas.push(match port {
                     0 => self.schemas.get(from).cloned().flatten(),
-                    _ => self.port1_schemas.get(&from).cloned().flatten(),
+                    _ => self.port_schemas.get(&(from, port)).cloned().flatten(),
                 });
                 inputs.push(Edge {
                     from,
@@ -446,7 +447,14 @@ impl GraphReader<'_> {
         // A window (native or Python) with a late output emits its late
         // records, unchanged, on port 1.
         if opt::<bool>(d, "late_output")?.unwrap_or(false) {
-            self.port1_schemas.insert(id, spec.first_input());
+            self.port_schemas.insert((id, 1), spec.first_input());
+        }
+        // A process function's side outputs: (port, schema or None) each.
+        if let Some(ports) = opt::<Vec<(u8, Option<Bound<'_, PyAny>>)>>(d, "side_outputs")? {
+            for (port, schema) in ports {
+                let schema = schema.map(|s| schema_from_py(&s)).transpose()?;
+                self.port_schemas.insert((id, port), schema);
+            }
         }
         self.schemas.push(schema.clone());
         let path = opt::<Vec<u32>>(d, "scope")?.unwrap_or_default();
@@ -546,7 +554,8 @@ impl GraphReader<'_> {
         } else {
             spec.first_input()
         };
-        self.port1_schemas.insert(id, fb.as_ref().map(all_nullable));
+        self.port_schemas
+            .insert((id, 1), fb.as_ref().map(all_nullable));
         self.loops.push(LoopSpec {
             id: loop_id,
             head: id,
@@ -578,7 +587,7 @@ pub fn parse_graph(
         run_tag,
         nodes: Vec::new(),
         schemas: Vec::new(),
-        port1_schemas: HashMap::new(),
+        port_schemas: HashMap::new(),
         loops: Vec::new(),
         scopes: HashMap::new(),
         collect_stores: HashMap::new(),

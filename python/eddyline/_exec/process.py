@@ -52,8 +52,14 @@ class KeyedProcessRunner(KeyedRunner):
         fn: ProcessFunction | Callable[[Row, ProcessContext], Iterable[Row] | None],
         schema: pa.Schema | None,
         time_column: str | None = None,
+        side_outputs: dict[str, tuple[int, pa.Schema | None]] | None = None,
     ) -> None:
         super().__init__(node, keys)
+        # ctx.output(tag, row): one writer per declared tag, on its port.
+        self._side = {
+            name: (port, RowWriter(f"{node} side output {name!r}", tag_schema))
+            for name, (port, tag_schema) in (side_outputs or {}).items()
+        }
         self._function = fn if isinstance(fn, ProcessFunction) else None
         self._fn = fn.process_element if isinstance(fn, ProcessFunction) else fn
         self._writer = RowWriter(node, schema)
@@ -166,7 +172,27 @@ class KeyedProcessRunner(KeyedRunner):
                         out.extend(result)
         finally:
             self._unbind()
-        return self._writer.encode(out)
+        return self._emit(out)
+
+    def _emit(self, out: list[Any]) -> RunnerOutput:
+        """The main output's batch, then each side output's ``(port, batch)``."""
+        main = self._writer.encode(out)
+        rows = self._context._side_rows
+        if not rows:
+            return main
+        self._context._side_rows = {}
+        batches: list[pa.RecordBatch | tuple[int, pa.RecordBatch]] = []
+        if main is not None:
+            batches.append(main)
+        for name, tag_rows in rows.items():
+            declared = self._side.get(name)
+            if declared is None:
+                continue  # nobody reads this tag: dropped, as in Flink
+            port, writer = declared
+            batch = writer.encode(tag_rows)
+            if batch is not None:
+                batches.append((port, batch))
+        return batches or None
 
     def _call_for_key(
         self, group: int, key: Hashable, timestamp: int | None, fn: Callable[..., Any], arg: Any
@@ -237,7 +263,7 @@ class KeyedProcessRunner(KeyedRunner):
                         out.extend(result)
         finally:
             self._unbind()
-        return self._writer.encode(out)
+        return self._emit(out)
 
     def _lifecycle(self, hook: str, *args: Any) -> RunnerOutput:
         if self._function is None or not _overrides(self._function, hook):
