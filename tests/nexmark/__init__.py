@@ -1,0 +1,1 @@
+"""Nexmark: the generator and queries under benches/nexmark, checked against DuckDB."""
