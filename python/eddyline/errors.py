@@ -114,20 +114,20 @@ class CheckpointError(EddylineError):
 class StorageError(EddylineError):
     """A path or URI that storage cannot reach or write.
 
-    Until object stores are supported, any URI scheme other than ``file://``
-    (``s3://``, ``gs://``, ...) given as a checkpoint dir, savepoint path,
-    ``restore_from``, ``from_parquet`` or ``ParquetSink`` path raises it,
-    naming the URI.
+    Raised for a URI of a scheme no store serves, an object store URI
+    without a bucket, and, before the job runs where possible, for an
+    unreachable endpoint, a missing bucket or bad credentials; it names the
+    URI.
 
     Attributes:
         uri: The URI or path, when known.
 
     Example:
         >>> import eddyline as ed
-        >>> ed.CheckpointConfig("s3://bucket/chk")  # doctest: +ELLIPSIS
+        >>> ed.CheckpointConfig("ftp://host/chk")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        eddyline.errors.StorageError: checkpoint dir: the URI scheme 's3' of ...
+        eddyline.errors.StorageError: checkpoint dir: the URI scheme 'ftp' of ...
     """
 
     uri: str | None

@@ -182,3 +182,13 @@ def test_concurrent_reader_never_sees_part_of_a_checkpoint(spark: Any, tmp_path:
         for key, names in snapshot.items():
             assert names == complete[key], f"the reader saw part of checkpoint {key}"
     assert final.keys() <= complete.keys()
+
+
+def test_an_object_store_path_is_a_storage_error_naming_it() -> None:
+    """SparkTableSink writes through the local filesystem; s3:// would need Spark's
+    S3A connector (issue 14), so it is refused, not written to a local dir "s3:"."""
+    from eddyline.spark import SparkTableSink
+
+    with pytest.raises(ed.StorageError, match=r"s3://bucket/table.*DeltaSink") as info:
+        SparkTableSink(object(), "t", path="s3://bucket/table")
+    assert info.value.uri == "s3://bucket/table"

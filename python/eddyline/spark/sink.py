@@ -45,7 +45,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import EddylineError, GraphError, SchemaError
+from .._storage import is_object_store_uri
+from ..errors import EddylineError, GraphError, SchemaError, StorageError
 from ..sinks import TwoPhaseCommitSink
 from ._filelog import SinkLog, fsync_dir, local_path
 from ._lazy import require_pyspark
@@ -98,7 +99,8 @@ class SparkTableSink(TwoPhaseCommitSink):
         table: The table name (``db.table`` or ``table``). A missing table is
             created as an unmanaged Parquet table at ``path`` (or, without
             ``path``, as a managed table in the warehouse).
-        path: Where a new table's files live (local filesystem).
+        path: Where a new table's files live (a local or shared filesystem; an
+            object store URI is a :class:`~eddyline.errors.StorageError`).
         schema: The rows' Arrow schema, for streams whose schema is only known
             at run time (by default the stream's schema).
 
@@ -126,6 +128,15 @@ class SparkTableSink(TwoPhaseCommitSink):
             raise ValueError(f"SparkTableSink needs a table name, got {table!r}")
         self.table = table
         self.path = os.fspath(path) if path is not None else None
+        if self.path is not None and is_object_store_uri(self.path):
+            # Spark would have to create and read the table through its own S3A
+            # connector (hadoop-aws), which eddyline cannot provide or test here.
+            raise StorageError(
+                f"SparkTableSink({table!r}): path {self.path!r} is an object store URI; "
+                "SparkTableSink writes tables on local or shared filesystems only. Use "
+                "ed.DeltaSink or ed.ParquetSink for s3://, gs:// or az:// locations",
+                uri=self.path,
+            )
         self.schema = schema
         self.location: str | None = None
         self._token = uuid.uuid4().hex
