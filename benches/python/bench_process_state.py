@@ -76,34 +76,13 @@ SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64())])
 # ---- input and check ------------------------------------------------------------------
 
 
-def make_batches(n: int, k: int) -> Iterator[pa.RecordBatch]:
-    """W2's rows as in ``bench_engine.make_data``: default_rng(42), 65,536-row batches."""
-    rng = np.random.default_rng(42)
-    for start in range(0, n, GEN_BATCH):
-        m = min(GEN_BATCH, n - start)
-        key = rng.integers(0, k, m, dtype=np.int64)
-        value = rng.integers(0, 1000, m, dtype=np.int64)
-        yield pa.record_batch({"key": key, "value": value})
-
-
 def parquet_input(n: int, k: int, data_dir: str) -> str:
-    """The input as a directory of ``FILES`` Parquet files, written once (the layout and
-    name of ``bench_engine.parquet_input(n, k, data_dir, files=2)``)."""
-    path = os.path.join(data_dir, f"data-n{n}-k{k}-f{FILES}")
-    if os.path.exists(path):
-        return path
-    tmp = path + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    writers = [
-        pq.ParquetWriter(os.path.join(tmp, f"part-{i}.parquet"), SCHEMA) for i in range(FILES)
-    ]
-    for i, batch in enumerate(make_batches(n, k)):
-        writers[i % FILES].write_batch(batch)
-    for w in writers:
-        w.close()
-    os.replace(tmp, path)
-    return path
+    """The input: W2's rows as ``bench_engine`` writes them (``FILES`` Parquet files,
+    written once and shared with that harness)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_engine import parquet_input as engine_input
+
+    return engine_input(n, k, data_dir, files=FILES)
 
 
 def csv_input(parquet_dir: str) -> str:
