@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from .config import Duration, parse_duration
 from .errors import EddylineError
@@ -339,19 +339,6 @@ class MapState:
         return f"MapState({self.name!r})"
 
 
-def _ttl_of_cache(ctx: ProcessContext, name: str, ttl: Duration | None) -> int | None:
-    """``ttl`` in ms, parsed once per (name, ttl) for the context."""
-    if ttl is None:
-        return None
-    try:
-        return ctx._ttls[(name, ttl)]
-    except KeyError:
-        ms = ctx._ttls[(name, ttl)] = _ttl_ms(ttl, ctx.name, name)
-        return ms
-    except TypeError:  # an unhashable ttl: parse_duration explains
-        return _ttl_ms(ttl, ctx.name, name)
-
-
 def _as_list(values: Iterable[Any], operator: str, what: str) -> list[Any]:
     if isinstance(values, str | bytes | dict) or not isinstance(values, Iterable):
         raise TypeError(
@@ -451,7 +438,6 @@ class ProcessContext:
         "_timer_service",
         "_timers",
         "_ttl_seen",
-        "_ttls",
         "_values",
         "attempt",
         "current_checkpoint",
@@ -471,10 +457,10 @@ class ProcessContext:
         self.key: Hashable | None = None
         self.timestamp: int | None = None
         self._values: dict[str, Any] | None = None
-        self._states: dict[str, ValueState | ListState | MapState] = {}
+        self._states: dict[str, tuple[type, Any, Any, ValueState | ListState | MapState]] = {}
+        """name -> (state class, default, ttl as given, the state handle)."""
         self._kinds: dict[str, str] = {}
         self._side_rows: dict[str, list[Row]] = {}
-        self._ttls: dict[tuple[str, Any], int | None] = {}
         self._ttl_seen = False
         """Whether any state has a ttl (declared, or restored from a checkpoint)."""
         self._timers: _TimerBackend | None = None
@@ -505,16 +491,7 @@ class ProcessContext:
                 write: ``"10min"``, seconds); an expired value is never returned
                 and is dropped from checkpoints. ``None``: until cleared.
         """
-        ttl_ms = self._ttl_of(name, "value", ttl)
-        state = self._states.get(name)
-        if (
-            not isinstance(state, ValueState)
-            or state._default is not default
-            or state._ttl != ttl_ms
-        ):
-            state = ValueState(self, name, default, ttl_ms)
-            self._states[name] = state
-        return state
+        return cast(ValueState, self._state(ValueState, "value", name, ttl, default))
 
     def get_list_state(self, name: str, ttl: Duration | None = None) -> ListState:
         """Returns the list state called ``name`` of the current key.
@@ -524,12 +501,7 @@ class ProcessContext:
             ttl: How long each added element lives (processing time); ``None``:
                 until cleared.
         """
-        ttl_ms = self._ttl_of(name, "list", ttl)
-        state = self._states.get(name)
-        if not isinstance(state, ListState) or state._ttl != ttl_ms:
-            state = ListState(self, name, ttl_ms)
-            self._states[name] = state
-        return state
+        return cast(ListState, self._state(ListState, "list", name, ttl))
 
     def get_map_state(self, name: str, ttl: Duration | None = None) -> MapState:
         """Returns the map state called ``name`` of the current key.
@@ -539,11 +511,26 @@ class ProcessContext:
             ttl: How long each entry lives after it was put (processing time);
                 ``None``: until removed.
         """
-        ttl_ms = self._ttl_of(name, "map", ttl)
-        state = self._states.get(name)
-        if not isinstance(state, MapState) or state._ttl != ttl_ms:
-            state = MapState(self, name, ttl_ms)
-            self._states[name] = state
+        return cast(MapState, self._state(MapState, "map", name, ttl))
+
+    def _state(
+        self, cls: type, kind: str, name: str, ttl: Duration | None, default: Any = None
+    ) -> ValueState | ListState | MapState:
+        """The handle of state ``name``: the one made before when asked for the same
+        way again (the per-record path does no checks), else a checked new one."""
+        try:
+            held = self._states.get(name)
+        except TypeError:  # an unhashable name: _ttl_of says what is wrong
+            held = None
+        if held is not None and held[0] is cls and held[1] is default and held[2] is ttl:
+            return held[3]
+        ttl_ms = self._ttl_of(name, kind, ttl)
+        state: ValueState | ListState | MapState
+        if cls is ValueState:
+            state = ValueState(self, name, default, ttl_ms)
+        else:
+            state = cls(self, name, ttl_ms)
+        self._states[name] = (cls, default, ttl, state)
         return state
 
     def output(self, tag: OutputTag, row: Row) -> None:
@@ -587,7 +574,7 @@ class ProcessContext:
             raise TypeError(
                 f"operator '{self.name}': a state name must be a non-empty str, got {name!r}"
             )
-        ttl_ms = _ttl_of_cache(self, name, ttl)
+        ttl_ms = _ttl_ms(ttl, self.name, name)
         if ttl_ms is not None:
             self._ttl_seen = True
         known = self._kinds.setdefault(name, kind)

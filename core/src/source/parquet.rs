@@ -619,25 +619,19 @@ impl SourceReader for ParquetReader {
         for e in entries {
             // (file, row group, rows) since row groups are the splits;
             // (file, rows of the file) in checkpoints from before.
-            let (f, group) = match decode_positions(&e, 3) {
-                Some(p) => (p[0], Some((p[1], p[2]))),
-                None => {
-                    let p = decode_positions(&e, 2).ok_or_else(Self::malformed)?;
-                    (p[0], None)
-                }
-            };
-            let index = usize::try_from(f).unwrap_or(usize::MAX);
+            let p = decode_positions(&e, 3)
+                .or_else(|| decode_positions(&e, 2))
+                .ok_or_else(Self::malformed)?;
+            let index = usize::try_from(p[0]).unwrap_or(usize::MAX);
             if index >= self.files.len() {
-                return Err(self.too_few_files(f));
+                return Err(self.too_few_files(p[0]));
             }
-            match group {
-                Some((g, rows)) => {
-                    splits.push((index, usize::try_from(g).unwrap_or(usize::MAX), rows))
+            match p[1..] {
+                [group, rows] => {
+                    splits.push((index, usize::try_from(group).unwrap_or(usize::MAX), rows))
                 }
-                None => {
-                    let rows = decode_positions(&e, 2).map_or(0, |p| p[1]);
-                    splits.extend(self.after_rows(index, rows)?);
-                }
+                [rows] => splits.extend(self.after_rows(index, rows)?),
+                _ => return Err(Self::malformed()),
             }
         }
         self.set_splits(splits);
