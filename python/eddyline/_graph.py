@@ -258,11 +258,15 @@ class LogicalGraph:
         """The inputs of the group ``node`` starts: hash-partitioned on its keys,
         forwarded at the same parallelism, rebalanced otherwise."""
         edges: list[EdgeSpec] = []
+        # A two-input keyed operator (a join) hashes each input on its own keys.
+        input_keys: list[list[str]] | None = node.params.get("input_keys")
         for edge in node.inputs:
             producer = self.nodes[edge.node]
-            if node.keys:
-                partition: Literal["forward", "rebalance", "hash"] = "hash"
-                keys = list(node.keys)
+            partition: Literal["forward", "rebalance", "hash"]
+            if input_keys is not None:
+                partition, keys = "hash", list(input_keys[edge.input])
+            elif node.keys:
+                partition, keys = "hash", list(node.keys)
             elif self.parallelism_of(producer) == parallelism:
                 partition, keys = "forward", []
             else:
@@ -415,6 +419,17 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
                 "assigner": p["assigner"],
                 "agg": p["agg"],
                 "column": p["column"],
+            }
+        case "join":
+            return {
+                **base,
+                "kind": "join",
+                "left_keys": p["input_keys"][0],
+                "right_keys": p["input_keys"][1],
+                "how": p["how"],
+                "within": p["within"],
+                "state_ttl_ms": p["state_ttl_ms"],
+                "time_columns": p["time_columns"],
             }
         case "loop_exit" | "union":
             return {**base, "kind": node.kind}

@@ -147,6 +147,23 @@ class WindowSpec(NodeBase):
     column: str | None
 
 
+class JoinSpec(NodeBase):
+    """A native keyed join of input 0 (left) and input 1 (right) (``stream.join``).
+
+    ``within``: ``(lower_ms, upper_ms)`` of an interval join, None for an
+    unbounded one (bounded by ``state_ttl_ms`` when given); ``time_columns``:
+    the event-time columns of the left and right inputs.
+    """
+
+    kind: Literal["join"]
+    left_keys: list[str]
+    right_keys: list[str]
+    how: Literal["inner", "left", "right", "outer"]
+    within: tuple[int, int] | None
+    state_ttl_ms: int | None
+    time_columns: tuple[str | None, str | None]
+
+
 class LoopHeadSpec(NodeBase):
     """The head of loop ``loop`` (FLIP-15, FLIP-16): its feedback arrives from
     node ``feedback_from`` (None while the loop is still being built)."""
@@ -205,6 +222,7 @@ NodeSpec: TypeAlias = (
     | AssignTimestampsSpec
     | KeyedAggSpec
     | WindowSpec
+    | JoinSpec
     | LoopHeadSpec
     | PassThroughSpec
     | PythonSpec

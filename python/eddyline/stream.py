@@ -40,6 +40,7 @@ from .connected import ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
 from .functions import Row
+from .joins import build_join
 from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
 from .scope import StreamScope
@@ -465,6 +466,44 @@ class DataStream(_Operators):
         known = all(s.schema is not None for s in streams)
         inputs = [self._edge()] + [s._edge() for s in streams]
         return self._add("union", "union", schema=schema if known else None, inputs=inputs)
+
+    def join(
+        self,
+        right: DataStream,
+        on: str | Sequence[str] | None = None,
+        *,
+        left_on: str | Sequence[str] | None = None,
+        right_on: str | Sequence[str] | None = None,
+        how: str = "inner",
+        within: tuple[Duration, Duration] | None = None,
+        state_ttl: Duration | None = None,
+    ) -> DataStream:
+        """Joins this stream (left) with ``right`` on equal keys (see :mod:`eddyline.joins`).
+
+        Args:
+            right: The right input (same scope and environment).
+            on: Key columns named alike on both sides; or ``left_on`` and ``right_on``.
+            how: ``"inner"``, or with ``within``: ``"left"``, ``"right"``, ``"outer"``.
+            within: ``(lower, upper)``: an interval join,
+                ``left.ts + lower <= right.ts <= left.ts + upper``; both
+                inputs need ``assign_timestamps``.
+            state_ttl: Without ``within``: drop rows once the watermark passes
+                their time + ``state_ttl`` (both inputs need timestamps).
+
+        Raises:
+            GraphError: If keys, ``how`` or the bounds are wrong, or a schema is unknown.
+            SchemaError: If the key types of the two sides differ.
+        """
+        return build_join(
+            self,
+            right,
+            on=on,
+            left_on=left_on,
+            right_on=right_on,
+            how=how,
+            within=within,
+            state_ttl=state_ttl,
+        )
 
     def connect(self, other: DataStream) -> ConnectedStreams:
         """Connects two streams (possibly of different schemas) for a two-input operator."""

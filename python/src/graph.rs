@@ -15,6 +15,7 @@ use eddyline_core::graph::{
     all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
 };
 use eddyline_core::operator::filter::FilterFactory;
+use eddyline_core::operator::join::{JoinBounds, JoinFactory, JoinSpec, JoinType};
 use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
@@ -363,6 +364,42 @@ fn window_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
     Ok(operator(Arc::new(f), s))
 }
 
+/// `join`: a native keyed join of input 0 (left) and input 1 (right).
+fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
+    let (d, name) = (spec.d, spec.name);
+    let how = match get::<String>(d, "how")?.as_str() {
+        "inner" => JoinType::Inner,
+        "left" => JoinType::Left,
+        "right" => JoinType::Right,
+        "outer" => JoinType::Outer,
+        other => {
+            let message = format!("unknown join type '{other}'");
+            return Err(Error::graph(name, message).into());
+        }
+    };
+    let bounds = match opt::<(i64, i64)>(d, "within")? {
+        Some((lower_ms, upper_ms)) => JoinBounds::Interval { lower_ms, upper_ms },
+        None => JoinBounds::Unbounded {
+            ttl_ms: opt(d, "state_ttl_ms")?,
+        },
+    };
+    let (lt, rt): (Option<String>, Option<String>) = get(d, "time_columns")?;
+    let join = JoinSpec {
+        left_keys: get(d, "left_keys")?,
+        right_keys: get(d, "right_keys")?,
+        time_columns: [lt, rt],
+        how,
+        bounds,
+    };
+    let (Some(Some(left)), Some(Some(right))) = (spec.inputs.first(), spec.inputs.get(1)) else {
+        let message = "a join needs the schemas of both inputs before running";
+        return Err(Error::graph(name, message).into());
+    };
+    let f = JoinFactory::new(name, join, left, right)?;
+    let s = Some(f.output_schema());
+    Ok(operator(Arc::new(f), s))
+}
+
 /// `python`: Python code run by the runners the spec's `factory` makes.
 fn python_node(py: Python<'_>, spec: &Spec<'_, '_>, run_tag: &str) -> Result<NodeParts, NodeError> {
     let factory: Py<PyAny> = get(spec.d, "factory")?;
@@ -499,6 +536,7 @@ impl GraphReader<'_> {
             "assign_timestamps" => timestamps_node(spec)?,
             "keyed_agg" => keyed_agg_node(spec)?,
             "window" => window_node(spec)?,
+            "join" => join_node(spec)?,
             "loop_head" => self.loop_head_node(spec)?,
             "loop_exit" => operator(Arc::new(UnionFactory), spec.first_input()),
             "union" => {

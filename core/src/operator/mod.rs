@@ -8,6 +8,7 @@
 //! barrier snapshotting drives.
 
 pub mod filter;
+pub mod join;
 pub mod keyed_agg;
 pub mod project;
 pub mod timestamps;

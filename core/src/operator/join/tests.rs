@@ -1,0 +1,533 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use arrow::array::{AsArray, Int64Array, StringArray};
+use arrow::datatypes::{DataType, Int64Type};
+use proptest::prelude::*;
+
+#[derive(Default)]
+struct Recorder {
+    batches: Vec<RecordBatch>,
+    watermarks: Vec<i64>,
+}
+
+impl Collector for Recorder {
+    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
+        self.batches.push(batch);
+        Ok(())
+    }
+    fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
+        self.watermarks.push(watermark);
+        Ok(())
+    }
+}
+
+/// (key, left id, left ts, right id, right ts) of every output row; ids are
+/// None where a side is absent.
+type Out = (
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+impl Recorder {
+    fn rows(&self) -> Vec<Out> {
+        let mut out = Vec::new();
+        for b in &self.batches {
+            let col = |name: &str| -> Vec<Option<i64>> {
+                b.column_by_name(name)
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .iter()
+                    .collect()
+            };
+            let (k, li, lt, ri, rt) = (col("k"), col("id"), col("t"), col("rid"), col("t_right"));
+            for i in 0..b.num_rows() {
+                out.push((k[i], li[i], lt[i], ri[i], rt[i]));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+fn left_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("t", DataType::Int64, false),
+        Field::new("id", DataType::Int64, false),
+    ]))
+}
+
+fn right_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("rk", DataType::Int64, true),
+        Field::new("t", DataType::Int64, false),
+        Field::new("rid", DataType::Int64, false),
+    ]))
+}
+
+fn spec(how: JoinType, bounds: JoinBounds) -> JoinSpec {
+    JoinSpec {
+        left_keys: vec!["k".into()],
+        right_keys: vec!["rk".into()],
+        time_columns: [Some("t".into()), Some("t".into())],
+        how,
+        bounds,
+    }
+}
+
+fn factory(how: JoinType, bounds: JoinBounds) -> JoinFactory {
+    JoinFactory::new("join", spec(how, bounds), &left_schema(), &right_schema()).unwrap()
+}
+
+fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
+    OperatorContext {
+        name: "join".to_string(),
+        uid: "join".to_string(),
+        subtask_index: 0,
+        parallelism: 1,
+        max_parallelism: 16,
+        key_groups,
+        attempt: 0,
+    }
+}
+
+fn batch(side: usize, k: Vec<Option<i64>>, t: Vec<i64>, id: Vec<i64>) -> RecordBatch {
+    let schema = if side == 0 {
+        left_schema()
+    } else {
+        right_schema()
+    };
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(k)),
+            Arc::new(Int64Array::from(t)),
+            Arc::new(Int64Array::from(id)),
+        ],
+    )
+    .unwrap()
+}
+
+const INTERVAL: JoinBounds = JoinBounds::Interval {
+    lower_ms: -5,
+    upper_ms: 10,
+};
+
+#[test]
+fn test_output_schema_keys_once_left_then_right_with_suffix() {
+    let f = factory(JoinType::Left, INTERVAL);
+    let s = f.output_schema();
+    let names: Vec<_> = s.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["k", "t", "id", "t_right", "rid"]);
+    assert!(!s.field(1).is_nullable(), "the left side is always present");
+    assert!(
+        s.field(4).is_nullable(),
+        "a left join may leave the right out"
+    );
+}
+
+#[test]
+fn test_build_errors_name_the_cause() {
+    let err = |how, bounds, l: SchemaRef| {
+        JoinFactory::new("j", spec(how, bounds), &l, &right_schema())
+            .unwrap_err()
+            .to_string()
+    };
+    let strings = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("t", DataType::Int64, false),
+    ]));
+    let e = err(JoinType::Inner, INTERVAL, strings);
+    assert!(
+        e.contains("key types must match") && e.contains("Utf8"),
+        "{e}"
+    );
+    let e = err(
+        JoinType::Left,
+        JoinBounds::Unbounded { ttl_ms: None },
+        left_schema(),
+    );
+    assert!(e.contains("needs within="), "{e}");
+    let bad = JoinBounds::Interval {
+        lower_ms: 5,
+        upper_ms: -5,
+    };
+    let e = err(JoinType::Inner, bad, left_schema());
+    assert!(e.contains("lower <= upper"), "{e}");
+    let mut no_time = spec(JoinType::Inner, INTERVAL);
+    no_time.time_columns = [None, Some("t".into())];
+    let e = JoinFactory::new("j", no_time, &left_schema(), &right_schema())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("assign_timestamps"), "{e}");
+    let mut no_time = spec(JoinType::Inner, JoinBounds::Unbounded { ttl_ms: None });
+    no_time.time_columns = [None, None];
+    assert!(JoinFactory::new("j", no_time, &left_schema(), &right_schema()).is_ok());
+}
+
+#[test]
+fn test_interval_bounds_are_inclusive_and_each_pair_is_emitted_once() {
+    let f = factory(JoinType::Inner, INTERVAL);
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_batch(0, batch(0, vec![Some(1)], vec![100], vec![1]), &mut out)
+        .unwrap();
+    // 95 and 110 are the bounds; 94 and 111 are outside.
+    let right = batch(
+        1,
+        vec![Some(1); 4],
+        vec![94, 95, 110, 111],
+        vec![10, 11, 12, 13],
+    );
+    op.process_batch(1, right, &mut out).unwrap();
+    op.process_batch(0, batch(0, vec![Some(2)], vec![100], vec![2]), &mut out)
+        .unwrap();
+    assert_eq!(
+        out.rows(),
+        vec![
+            (Some(1), Some(1), Some(100), Some(11), Some(95)),
+            (Some(1), Some(1), Some(100), Some(12), Some(110)),
+        ]
+    );
+    assert_eq!(out.batches.len(), 1, "one output batch per input batch");
+}
+
+#[test]
+fn test_outer_join_emits_unmatched_rows_once_when_the_watermark_passes() {
+    let f = factory(JoinType::Outer, INTERVAL);
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_batch(
+        0,
+        batch(0, vec![Some(1), Some(2)], vec![100, 100], vec![1, 2]),
+        &mut out,
+    )
+    .unwrap();
+    op.process_batch(
+        1,
+        batch(1, vec![Some(1), Some(3)], vec![104, 100], vec![10, 30]),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(out.rows().len(), 1);
+    // Right rows expire at ts + 5, left rows at ts + 10.
+    op.process_watermark(105, &mut out).unwrap();
+    assert_eq!(out.rows().len(), 2, "right 30 expired unmatched");
+    assert!(out
+        .rows()
+        .contains(&(Some(3), None, None, Some(30), Some(100))));
+    op.process_watermark(110, &mut out).unwrap();
+    assert!(out
+        .rows()
+        .contains(&(Some(2), Some(2), Some(100), None, None)));
+    assert_eq!(out.rows().len(), 3, "matched rows are not emitted again");
+    op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+    assert_eq!(out.rows().len(), 3);
+    assert_eq!(op.kept_rows(0) + op.kept_rows(1), 0);
+    assert_eq!(out.watermarks, vec![105, 110, MAX_WATERMARK]);
+}
+
+#[test]
+fn test_late_rows_are_dropped_and_counted_null_keys_never_match() {
+    let f = factory(JoinType::Left, INTERVAL);
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_watermark(100, &mut out).unwrap();
+    op.process_batch(
+        1,
+        batch(1, vec![Some(1), None], vec![101, 101], vec![10, 11]),
+        &mut out,
+    )
+    .unwrap();
+    op.process_batch(
+        0,
+        batch(
+            0,
+            vec![Some(1), None, Some(1)],
+            vec![100, 101, 101],
+            vec![1, 2, 3],
+        ),
+        &mut out,
+    )
+    .unwrap();
+    assert_eq!(op.late_records(), 1, "left row 1 at the watermark is late");
+    // The null-keyed left row is emitted at once; left 3 matches right 10.
+    assert_eq!(
+        out.rows(),
+        vec![
+            (None, Some(2), Some(101), None, None),
+            (Some(1), Some(3), Some(101), Some(10), Some(101)),
+        ]
+    );
+}
+
+#[test]
+fn test_unbounded_join_matches_every_pair_and_ttl_expires_rows() {
+    let f = factory(JoinType::Inner, JoinBounds::Unbounded { ttl_ms: None });
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_batch(
+        0,
+        batch(0, vec![Some(1), Some(1)], vec![0, 1_000_000], vec![1, 2]),
+        &mut out,
+    )
+    .unwrap();
+    op.process_watermark(5_000_000, &mut out).unwrap();
+    op.process_batch(1, batch(1, vec![Some(1)], vec![-7], vec![10]), &mut out)
+        .unwrap();
+    assert_eq!(
+        out.rows().len(),
+        2,
+        "no time bound: every pair, no lateness"
+    );
+
+    let f = factory(JoinType::Inner, JoinBounds::Unbounded { ttl_ms: Some(100) });
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_batch(
+        0,
+        batch(0, vec![Some(1), Some(1)], vec![0, 50], vec![1, 2]),
+        &mut out,
+    )
+    .unwrap();
+    op.process_watermark(100, &mut out).unwrap();
+    assert_eq!(op.kept_rows(0), 1, "row at 0 expired at 0 + 100");
+    op.process_batch(1, batch(1, vec![Some(1)], vec![101], vec![10]), &mut out)
+        .unwrap();
+    assert_eq!(
+        out.rows(),
+        vec![(Some(1), Some(2), Some(50), Some(10), Some(101))]
+    );
+}
+
+#[test]
+fn test_string_keys_and_compaction_keep_the_rows() {
+    let l = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let r = Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let s = JoinSpec {
+        left_keys: vec!["name".into()],
+        right_keys: vec!["name".into()],
+        time_columns: [None, None],
+        how: JoinType::Inner,
+        bounds: JoinBounds::Unbounded { ttl_ms: None },
+    };
+    let f = JoinFactory::new("j", s, &l, &r).unwrap();
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    let mk = |schema: &SchemaRef, name: &str, v: i64| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(vec![name])),
+                Arc::new(Int64Array::from(vec![v])),
+            ],
+        )
+        .unwrap()
+    };
+    for i in 0..200 {
+        op.process_batch(0, mk(&l, "a", i), &mut out).unwrap();
+    }
+    assert!(op
+        .groups
+        .iter()
+        .all(|g| g.sides[0].batches.len() < COMPACT_TEST_BOUND));
+    op.process_batch(1, mk(&r, "a", -1), &mut out).unwrap();
+    let b = &out.batches[0];
+    assert_eq!(b.num_rows(), 200);
+    let names: Vec<_> = b
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(names, ["name", "v", "v_right"]);
+    let mut vs: Vec<i64> = b.column(1).as_primitive::<Int64Type>().values().to_vec();
+    vs.sort_unstable();
+    assert_eq!(vs, (0..200).collect::<Vec<_>>());
+}
+
+const COMPACT_TEST_BOUND: usize = 65;
+
+/// Runs `events` through an operator (restoring from a snapshot taken after
+/// event `cut` into two subtasks' operators when given) and returns every
+/// output row.
+fn run(f: &JoinFactory, events: &[Event], cut: Option<usize>) -> Vec<Out> {
+    let mut out = Recorder::default();
+    let mut ops = vec![JoinOperator::new(f, &ctx(0..16)).unwrap()];
+    for (i, e) in events.iter().enumerate() {
+        for op in &mut ops {
+            apply(op, e, &mut out);
+        }
+        if cut == Some(i) {
+            let state = ops[0].snapshot_state(1).unwrap();
+            let bytes: Vec<(u32, Vec<u8>)> = state
+                .keyed
+                .iter()
+                .map(|(kg, b)| (*kg, b.to_bytes().unwrap().as_ref().clone()))
+                .collect();
+            // Restore into two subtasks owning half the key groups each.
+            ops = [0..8, 8..16]
+                .into_iter()
+                .map(|range| {
+                    let mut op = JoinOperator::new(f, &ctx(range.clone())).unwrap();
+                    let keyed = bytes
+                        .iter()
+                        .filter(|(kg, _)| range.contains(&(*kg as usize)))
+                        .map(|(kg, b)| (*kg, StateBlob::Bytes(Arc::new(b.clone()))))
+                        .collect();
+                    op.restore_state(OperatorState {
+                        operator: None,
+                        keyed,
+                    })
+                    .unwrap();
+                    op
+                })
+                .collect();
+        }
+    }
+    out.rows()
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Rows(usize, Vec<(i64, i64)>),
+    Watermark(i64),
+}
+
+/// Feeds one event; a two-subtask run routes each row to its subtask.
+fn apply(op: &mut JoinOperator, e: &Event, out: &mut Recorder) {
+    match e {
+        Event::Rows(side, rows) => {
+            let mut hashes = Vec::new();
+            let keys: ArrayRef = Arc::new(Int64Array::from(
+                rows.iter().map(|r| Some(r.0)).collect::<Vec<_>>(),
+            ));
+            hash_keys(&[keys], &mut hashes).unwrap();
+            let mine: Vec<usize> = (0..rows.len())
+                .filter(|&i| {
+                    op.own
+                        .key_groups
+                        .contains(&crate::keygroup::key_group(hashes[i], 16))
+                })
+                .collect();
+            if mine.is_empty() {
+                return;
+            }
+            let ids = mine.iter().map(|&i| id_of(*side, rows, i)).collect();
+            let b = batch(
+                *side,
+                mine.iter().map(|&i| Some(rows[i].0)).collect(),
+                mine.iter().map(|&i| rows[i].1).collect(),
+                ids,
+            );
+            op.process_batch(*side, b, out).unwrap();
+        }
+        Event::Watermark(w) => op.process_watermark(*w, out).unwrap(),
+    }
+}
+
+/// A row's id: its side, position in the event and timestamp, unique enough.
+fn id_of(side: usize, rows: &[(i64, i64)], i: usize) -> i64 {
+    (side as i64) * 1_000_000_000 + rows[i].1 * 1000 + i as i64
+}
+
+/// The reference: rows not late on arrival pair when within the interval;
+/// an outer side's rows without a partner appear once with nulls.
+fn reference(how: JoinType, lower: i64, upper: i64, events: &[Event]) -> Vec<Out> {
+    let mut w = i64::MIN;
+    let mut kept: [Vec<(i64, i64, i64)>; 2] = [Vec::new(), Vec::new()];
+    for e in events {
+        match e {
+            Event::Watermark(x) => w = w.max(*x),
+            Event::Rows(side, rows) => {
+                for (i, r) in rows.iter().enumerate() {
+                    if r.1 > w {
+                        kept[*side].push((r.0, r.1, id_of(*side, rows, i)));
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut matched = [vec![false; kept[0].len()], vec![false; kept[1].len()]];
+    for (i, l) in kept[0].iter().enumerate() {
+        for (j, r) in kept[1].iter().enumerate() {
+            if l.0 == r.0 && l.1 + lower <= r.1 && r.1 <= l.1 + upper {
+                out.push((Some(l.0), Some(l.2), Some(l.1), Some(r.2), Some(r.1)));
+                matched[0][i] = true;
+                matched[1][j] = true;
+            }
+        }
+    }
+    for side in 0..2 {
+        if how.keeps(side) {
+            for (i, r) in kept[side].iter().enumerate() {
+                if !matched[side][i] {
+                    out.push(if side == 0 {
+                        (Some(r.0), Some(r.2), Some(r.1), None, None)
+                    } else {
+                        (Some(r.0), None, None, Some(r.2), Some(r.1))
+                    });
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn events() -> impl Strategy<Value = Vec<Event>> {
+    let rows = (0usize..2, prop::collection::vec((0i64..4, 0i64..60), 1..6))
+        .prop_map(|(side, rows)| Event::Rows(side, rows));
+    let wm = (0i64..60).prop_map(Event::Watermark);
+    prop::collection::vec(prop_oneof![3 => rows, 1 => wm], 1..30).prop_map(|mut v| {
+        // Watermarks only advance in a real run; the end of input fires all.
+        let mut hi = i64::MIN;
+        for e in &mut v {
+            if let Event::Watermark(w) = e {
+                hi = hi.max(*w);
+                *w = hi;
+            }
+        }
+        v.push(Event::Watermark(MAX_WATERMARK));
+        v
+    })
+}
+
+fn how_strategy() -> impl Strategy<Value = JoinType> {
+    prop_oneof![
+        Just(JoinType::Inner),
+        Just(JoinType::Left),
+        Just(JoinType::Right),
+        Just(JoinType::Outer)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn prop_interval_join_equals_the_reference_across_a_restore(
+        events in events(),
+        how in how_strategy(),
+        lower in -8i64..4,
+        width in 0i64..10,
+        cut in prop::option::of(0usize..30),
+    ) {
+        let upper = lower + width;
+        let f = factory(how, JoinBounds::Interval { lower_ms: lower, upper_ms: upper });
+        let cut = cut.filter(|c| *c + 1 < events.len());
+        let got = run(&f, &events, cut);
+        prop_assert_eq!(got, reference(how, lower, upper, &events));
+    }
+}

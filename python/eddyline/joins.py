@@ -1,0 +1,138 @@
+"""Native keyed joins of two streams: ``left.join(right, ...)``.
+
+The join runs in Rust without the GIL (``core/src/operator/join``): both
+inputs are hash-partitioned on their key columns, each side's rows are kept
+per key group (checkpointed, restorable at another parallelism) and every
+matching pair is emitted once, as soon as both rows have arrived.
+
+- Without ``within``: an unbounded equi-join. ``state_ttl`` (event time,
+  against the watermark) bounds the rows kept; pairs at most ``state_ttl``
+  apart are always emitted.
+- ``within=(lower, upper)``: an interval join, ``left.ts + lower <= right.ts
+  <= left.ts + upper`` (inclusive; the bounds may be negative, e.g.
+  ``("-5s", "10s")`` or seconds ``(-5, 10)``). Rows are dropped once the
+  watermark passes their interval; ``how="left" | "right" | "outer"`` emits
+  an outer side's unmatched row once, with nulls, at that moment.
+
+A row whose timestamp is at or below the watermark when it arrives is late:
+counted in the operator's ``late_records`` metric and dropped (as Flink's
+interval join does). Keys compare as in SQL: a null key matches nothing.
+
+Output: the join keys once (with the left's names), the left's other
+columns, then the right's; a right column whose name is taken gets the
+suffix ``_right``.
+
+Example:
+    >>> import eddyline as ed
+    >>> env = ed.StreamEnvironment()
+    >>> orders = env.from_collection([{"customer": 1, "amount": 10}, {"customer": 2, "amount": 5}])
+    >>> customers = env.from_collection([{"id": 1, "name": "ada"}])
+    >>> out = orders.join(customers, left_on="customer", right_on="id").collect()
+    >>> _ = env.execute("enrich")
+    >>> out.to_pylist()
+    [{'customer': 1, 'amount': 10, 'name': 'ada'}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .config import Duration, parse_duration
+from .errors import GraphError
+
+if TYPE_CHECKING:
+    from .stream import DataStream
+
+__all__ = ["JOIN_TYPES", "build_join", "signed_duration_ms"]
+
+JOIN_TYPES = ("inner", "left", "right", "outer")
+"""The values ``how`` accepts."""
+
+
+def signed_duration_ms(value: Duration, what: str) -> int:
+    """A duration that may be negative, in whole milliseconds.
+
+    Example:
+        >>> signed_duration_ms("-5s", "lower"), signed_duration_ms(2.5, "upper")
+        (-5000, 2500)
+    """
+    if isinstance(value, str) and value.strip().startswith("-"):
+        return -round(parse_duration(value.strip()[1:], what=what) * 1000)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        return -round(parse_duration(-value, what=what) * 1000)
+    return round(parse_duration(value, what=what) * 1000)
+
+
+def _columns(value: str | Sequence[str] | None, what: str) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]
+    cols = list(value)
+    if not cols or not all(isinstance(c, str) for c in cols):
+        raise TypeError(f"join(): {what} needs a column name or a list of them, got {value!r}")
+    return cols
+
+
+def build_join(
+    left: DataStream,
+    right: DataStream,
+    *,
+    on: str | Sequence[str] | None,
+    left_on: str | Sequence[str] | None,
+    right_on: str | Sequence[str] | None,
+    how: str,
+    within: tuple[Duration, Duration] | None,
+    state_ttl: Duration | None,
+) -> DataStream:
+    """Adds a join node reading ``left`` (input 0) and ``right`` (input 1)."""
+    left._same_env(right, "join()")
+    name = f"join_{len(left._env._graph.nodes)}"
+    if how not in JOIN_TYPES:
+        raise GraphError(f"join(): how must be one of {JOIN_TYPES}, got {how!r}", operator=name)
+    both = _columns(on, "on")
+    lk, rk = _columns(left_on, "left_on"), _columns(right_on, "right_on")
+    if both is not None and (lk is not None or rk is not None):
+        raise GraphError("join(): give either on= or left_on= and right_on=", operator=name)
+    if both is not None:
+        lk, rk = both, list(both)
+    if lk is None or rk is None:
+        raise GraphError(
+            "join(): name the key columns with on= or with both left_on= and right_on=",
+            operator=name,
+        )
+    for side, stream in (("left", left), ("right", right)):
+        if stream.schema is None:
+            raise GraphError(
+                f"join(): the schema of the {side} input '{stream.operator_name}' is not known "
+                "before running; give its map(...)/process(...) a schema=",
+                operator=name,
+            )
+    bounds: tuple[int, int] | None = None
+    if within is not None:
+        if not isinstance(within, tuple | list) or len(within) != 2:
+            raise GraphError(
+                f"join(): within must be (lower, upper), got {within!r}", operator=name
+            )
+        bounds = (
+            signed_duration_ms(within[0], "within lower bound"),
+            signed_duration_ms(within[1], "within upper bound"),
+        )
+    ttl = None if state_ttl is None else round(parse_duration(state_ttl, what="state_ttl") * 1000)
+    params: dict[str, Any] = {
+        "input_keys": [lk, rk],
+        "how": how,
+        "within": bounds,
+        "state_ttl_ms": ttl,
+        "time_columns": (left.time_column, right.time_column),
+    }
+    stream = left._add("join", "join", params=params, inputs=[left._edge(0), right._edge(1)])
+    node = stream._node
+    graph = left._env._graph
+    try:
+        node.schema = graph.output_schema(node, left._env.max_parallelism)
+    except BaseException:
+        graph.discard_last(node)
+        raise
+    return stream
