@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import random
+
 import pytest
 
 
@@ -9,4 +12,13 @@ import pytest
 def parallelism(request: pytest.FixtureRequest) -> int:
     """Parallelism of the environment under test: 1, 2 and 4."""
     value: int = request.param
+    return value
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """A logged seed for the test's random choices (``EDDYLINE_FAULT_SEED`` pins it)."""
+    pinned = os.environ.get("EDDYLINE_FAULT_SEED")
+    value = int(pinned) if pinned else random.SystemRandom().randrange(2**32)
+    print(f"{request.node.nodeid}: seed {value} (rerun with EDDYLINE_FAULT_SEED={value})")
     return value
