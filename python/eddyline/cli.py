@@ -319,6 +319,8 @@ def _checkpoints(
 
     try:
         options = _storage_options(storage_options)
+        if state_name is not None and state_uid is None:
+            raise CheckpointError("--state-name NAME needs --state UID (the operator to read)")
         if state_uid is not None:
             base = directory.rstrip("/") if is_object_store_uri(directory) else directory
             if checkpoint_id is not None:
