@@ -134,7 +134,10 @@ pub fn read_from(rc: &RestoredCheckpoint, uid: &str) -> Result<KeyedStateRead> {
     let blobs = rc.keyed_state(uid, 0..u32::MAX);
     let is_source = op.subtasks.iter().any(|s| !s.source_offsets.is_empty());
     if blobs.is_empty() {
-        if let (Some(from), false) = (op.null_state_checkpoint, is_source) {
+        // A recomputing operator whose null-state checkpoint is this one
+        // holds an empty state: rebuilding it replays nothing.
+        let replayed = op.null_state_checkpoint.filter(|&from| from < manifest.id);
+        if let (Some(from), false) = (replayed, is_source) {
             return Err(fail(format!(
                 "{named} stores no state: it recomputes its state on restore by replaying \
                  the input since checkpoint {from} (recovery=\"recompute\"); read a \
@@ -343,7 +346,7 @@ mod tests {
         };
         let e = err("nope");
         assert!(
-            e.contains("no operator with uid 'nope'") && e.contains("odd, py, sums, src"),
+            e.contains("no operator with uid 'nope'") && e.contains("odd, py, src, sums"),
             "{e}"
         );
         let e = err("src");
