@@ -272,3 +272,46 @@ def test_cli_prints_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
     assert main(["checkpoints", str(tmp_path / "chk"), "--state", "nope"]) == 2
     assert "no operator with uid 'nope'" in capsys.readouterr().err
+    assert main(["checkpoints", str(tmp_path / "chk"), "--state-name", "value"]) == 2
+    assert "--state-name NAME needs --state UID" in capsys.readouterr().err
+    chk = f"chk-{result.checkpoints[-1].id}"
+    args = ["checkpoints", str(tmp_path / "chk" / chk), "--state", "sums", "--state-name", "value"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == ["k", "value"]
+
+
+def test_read_state_of_recomputed_windows(tmp_path: Path) -> None:
+    """With recovery="recompute" a window stores no state: a savepoint (which always
+    holds full state) has its pending windows, a checkpoint taken while windows are
+    open refuses to show them (they are rebuilt by replay), and the final checkpoint
+    of the bounded job holds its (empty) final state."""
+    env = ed.StreamEnvironment(
+        1,
+        checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="1h", recovery="recompute"),
+        batch_size=50,
+    )
+    keyed = (
+        env.from_sequence(0, N)
+        .name("numbers")
+        .assign_timestamps("value")
+        .map_batches(SleepPerBatch(0.01))
+        .with_columns(k=ed.col("value") % KEYS)
+        .key_by("k")
+    )
+    keyed.window(ed.Tumbling("1s")).sum("value").uid("win").collect()
+    client = env.execute_async("recompute")
+    wait_until(
+        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 500,
+        timeout=TIMEOUT_S,
+        what="500 rows to be read",
+    )
+    savepoint = client.trigger_savepoint(str(tmp_path / "sp"))
+    checkpoint_id = client.trigger_checkpoint()
+    result = client.wait(timeout=TIMEOUT_S)
+    assert ed.read_state(savepoint, "win").num_rows > 0
+    taken = {c.id: c for c in result.checkpoints}[checkpoint_id]
+    assert taken.null_state_checkpoint < checkpoint_id  # a window was open
+    with pytest.raises(ed.CheckpointError, match=r"'win'.*recomputes its state"):
+        ed.read_state(taken.path, "win")
+    final = ed.read_state(_final(result), "win")
+    assert final.num_rows == 0
