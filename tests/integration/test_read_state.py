@@ -190,6 +190,10 @@ def _windows(parallelism: int, chk: Path, out: Path) -> ed.StreamEnvironment:
     keyed.window(ed.Tumbling("1s")).reduce(
         lambda acc, row: {**acc, "value": acc["value"] + row["value"]}
     ).uid("pywin").collect()
+    # and by a Python apply, whose state is the window's rows
+    keyed.window(ed.Tumbling("1s")).apply(lambda key, window, rows: [{"n": len(rows)}]).uid(
+        "pyapply"
+    ).collect()
     return env
 
 
@@ -227,6 +231,13 @@ def test_read_state_of_savepoint_holds_pending_windows(tmp_path: Path, paralleli
     py_state = ed.read_state(savepoint, "pywin")
     assert py_state.column_names == ["k", "window_start", "window_end", "value"]
     assert _rows(py_state, "k", "window_start") == _rows(state, "k", "window_start")
+
+    applied = ed.read_state(savepoint, "pyapply", state="rows")
+    assert applied.column_names == ["k", "window_start", "window_end", "rows"]
+    sums = {
+        (r["k"], r["window_start"]): sum(x["value"] for x in r["rows"]) for r in applied.to_pylist()
+    }
+    assert sums == {(k, s): v for k, s, v in pending}
 
 
 def test_read_state_errors_name_the_problem(tmp_path: Path) -> None:
