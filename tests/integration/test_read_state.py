@@ -326,3 +326,38 @@ def test_read_state_of_recomputed_windows(tmp_path: Path) -> None:
         ed.read_state(taken.path, "win")
     final = ed.read_state(_final(result), "win")
     assert final.num_rows == 0
+
+
+def test_read_state_drops_expired_list_and_map_entries_under_a_composite_key(
+    tmp_path: Path,
+) -> None:
+    with ManualClock(5_000) as clock:
+
+        class Recent(ed.ProcessFunction):
+            def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> Any:
+                clock.advance(1)  # row v is written at 5_001 + v and lives 5 ms
+                ctx.get_list_state("seen", ttl=0.005).add(row["value"])
+                ctx.get_map_state("tens", ttl=0.005).put(row["value"], row["value"] * 10)
+                return None
+
+        env = ed.StreamEnvironment(1, checkpoint=ed.CheckpointConfig(str(tmp_path / "chk")))
+        rows = env.from_sequence(0, 10).with_columns(a=ed.col("value") % 2, b=ed.col("value") % 3)
+        rows.key_by(["a", "b"]).process(Recent()).uid("recent").collect()
+        final = _final(env.execute("ttl"))
+        assert clock.now() == 5_010
+        state = ed.read_state(final, "recent")
+        # later, entries the checkpoint holds expire at the read too
+        clock.advance(2)
+        later = ed.read_state(final, "recent")
+    assert sorted(v for r in later.to_pylist() for v in r["seen"]) == [7, 8, 9]
+    assert sorted(k for r in later.to_pylist() for k, _ in r["tens"]) == [7, 8, 9]
+    assert state.column_names == ["a", "b", "seen", "tens"]
+    got = {(r["a"], r["b"]): (r["seen"], dict(r["tens"])) for r in state.to_pylist()}
+    # alive at 5_010: the rows v > 4; key (0, 1) held only v = 4 and is gone
+    assert got == {
+        (1, 2): ([5], {5: 50}),
+        (0, 0): ([6], {6: 60}),
+        (1, 1): ([7], {7: 70}),
+        (0, 2): ([8], {8: 80}),
+        (1, 0): ([9], {9: 90}),
+    }
