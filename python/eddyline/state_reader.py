@@ -108,7 +108,7 @@ def read_state_info(
     if kind == "native":
         table = pa.Table.from_batches(info["batches"])
     elif kind == "pickled":
-        table = _decode_pickled(info)
+        table = _decode_pickled(info, state)
     else:
         table = _key_table(info, [])
     about = {k: info[k] for k in ("checkpoint_id", "path", "uid", "name")}
@@ -162,7 +162,7 @@ def _select(table: pa.Table, info: Mapping[str, Any], state: str | None) -> pa.T
     return table.select([name for name in table.column_names if name in fixed or name == state])
 
 
-def _decode_pickled(info: Mapping[str, Any]) -> pa.Table:
+def _decode_pickled(info: Mapping[str, Any], state: str | None) -> pa.Table:
     # The blobs are the operator's own checkpoint, unpickled as a restore does.
     blobs = [(int(kg), pickle.loads(blob)) for kg, blob in info["blobs"]]
     kinds = {_blob_kind(info, kg, blob) for kg, blob in blobs}
@@ -172,7 +172,7 @@ def _decode_pickled(info: Mapping[str, Any]) -> pa.Table:
         )
     kind = kinds.pop()
     if kind == "process":
-        return _process_table(info, [blob for _, blob in blobs])
+        return _process_table(info, [blob for _, blob in blobs], state)
     if kind == "window":
         return _window_table(info, [blob for _, blob in blobs])
     return _reduce_table(info, [blob for _, blob in blobs])
@@ -223,7 +223,11 @@ def _guess_kind(held: Any) -> str:
     return "value"
 
 
-def _process_table(info: Mapping[str, Any], blobs: list[tuple[Any, ...]]) -> pa.Table:
+def _process_table(
+    info: Mapping[str, Any], blobs: list[tuple[Any, ...]], state: str | None
+) -> pa.Table:
+    """One column per named state; with ``state`` (a name it has) only that one is
+    converted, so a state Arrow cannot represent does not stop reading the others."""
     kinds: dict[str, str] = {}
     for blob in blobs:
         if len(blob) > 4:
@@ -243,7 +247,8 @@ def _process_table(info: Mapping[str, Any], blobs: list[tuple[Any, ...]]) -> pa.
                 keys.append(key)
                 rows.append(row)
     table = _key_table(info, keys)
-    for name in sorted(kinds):
+    names = [state] if state in kinds else sorted(kinds)
+    for name in names:
         values = [row.get(name) for row in rows]
         what = f"{kinds[name]} state {name!r}"
         if kinds[name] == "map":

@@ -361,3 +361,21 @@ def test_read_state_drops_expired_list_and_map_entries_under_a_composite_key(
         (0, 2): ([8], {8: 80}),
         (1, 0): ([9], {9: 90}),
     }
+
+
+class Complex(ed.ProcessFunction):
+    def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> Any:
+        ctx.get_state("odd").update(complex(row["value"], 1))
+        ctx.get_state("count", default=0).update(ctx.get_state("count", default=0).value() + 1)
+        return None
+
+
+def test_read_state_names_a_state_arrow_cannot_hold_and_reads_the_others(tmp_path: Path) -> None:
+    env = ed.StreamEnvironment(1, checkpoint=ed.CheckpointConfig(str(tmp_path / "chk")))
+    rows = env.from_sequence(0, 6).with_columns(k=ed.col("value") % 2)
+    rows.key_by("k").process(Complex()).uid("complex").collect()
+    final = _final(env.execute("complex"))
+    with pytest.raises(ed.CheckpointError, match=r"'complex'.*value state 'odd'.*state="):
+        ed.read_state(final, "complex")
+    counts = ed.read_state(final, "complex", state="count")
+    assert counts.sort_by("k").to_pylist() == [{"k": 0, "count": 3}, {"k": 1, "count": 3}]
