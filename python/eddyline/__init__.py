@@ -53,6 +53,7 @@ from .runners import ProcessRunner
 from .scope import StreamScope
 from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .sources import Source
+from .state_reader import read_state
 from .stream import DataStream, DataStreamSink
 from .windows import OutputTag, Sliding, TimeWindow, Tumbling
 
@@ -103,6 +104,7 @@ __all__ = [
     "col",
     "lit",
     "parse_duration",
+    "read_state",
 ]
 
 

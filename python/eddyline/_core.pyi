@@ -20,6 +20,7 @@ __all__ = [
     "inspect_checkpoint",
     "list_checkpoints",
     "parquet_files",
+    "read_keyed_state",
     "start_job",
     "worker_connect",
 ]
@@ -73,6 +74,14 @@ def inspect_checkpoint(path: str, storage_options: dict[str, str] = ...) -> dict
     bytes, subtasks with bytes, key groups and file), and the checkpoint's
     ``"null_state_checkpoint"`` (FLINK-4120). Raises ``CheckpointError``
     naming the file when it is corrupt."""
+
+def read_keyed_state(path: str, uid: str, storage_options: dict[str, str] = ...) -> dict[str, Any]:
+    """The keyed state of operator ``uid`` in a checkpoint, savepoint or storage
+    root (its newest checkpoint): ``{"checkpoint_id", "path", "uid", "name",
+    "key_columns": [(name, pa.DataType | None)], "kind": "native" | "pickled" |
+    "empty", "batches": [pa.RecordBatch], "blobs": [(key_group, bytes)]}``.
+    Raises ``CheckpointError`` for an unknown uid, a path that is not a
+    checkpoint, or an operator without keyed state."""
 
 @final
 class JobHandle:

@@ -1,4 +1,4 @@
-"""The ``eddyline`` command line: ``demo``, ``run script.py`` and ``checkpoints DIR``.
+"""The ``eddyline`` command line: ``demo``, ``run script.py`` and ``checkpoints DIR [--state UID]``.
 
 Example:
     >>> main(["checkpoints", "/nonexistent/dir"])
@@ -253,6 +253,25 @@ def _inspect_checkpoint(path: str, options: dict[str, str]) -> int:
     return 0
 
 
+def _cell(value: object) -> str:
+    text = "null" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _print_state(path: str, uid: str, state: str | None, options: dict[str, str]) -> int:
+    """Prints the keyed state of operator ``uid`` (``--state UID``) as a table."""
+    from .state_reader import read_state_info
+
+    table, about = read_state_info(path, uid, state=state, storage_options=options)
+    print(
+        f"keyed state of operator '{about['name']}' (uid '{about['uid']}') in checkpoint "
+        f"{about['checkpoint_id']} at {about['path']}: {table.num_rows} rows"
+    )
+    rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    print("\n".join(_table(table.column_names, rows, "  ")))
+    return 0
+
+
 def _is_checkpoint_path(path: str) -> bool:
     name = os.path.basename(os.path.normpath(path))
     return bool(re.fullmatch(r"chk-\d+", name)) or os.path.isfile(
@@ -279,9 +298,16 @@ def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _checkpoints(
-    directory: str, checkpoint_id: int | None = None, storage_options: Sequence[str] = ()
+    directory: str,
+    checkpoint_id: int | None = None,
+    storage_options: Sequence[str] = (),
+    state_uid: str | None = None,
+    state_name: str | None = None,
 ) -> int:
-    """Lists or inspects checkpoints; a missing path or a file is an error (exit code 2).
+    """Lists or inspects checkpoints, or prints an operator's keyed state
+    (``state_uid``: of the checkpoint ``checkpoint_id``, the ``chk-N`` path
+    given, or the newest one); a missing path or a file is an error (exit
+    code 2).
 
     An existing directory without checkpoints is listed as empty (exit code 0).
     An object store URI (``s3://bucket/chk``) is read with ``storage_options``
@@ -293,6 +319,13 @@ def _checkpoints(
 
     try:
         options = _storage_options(storage_options)
+        if state_name is not None and state_uid is None:
+            raise CheckpointError("--state-name NAME needs --state UID (the operator to read)")
+        if state_uid is not None:
+            base = directory.rstrip("/") if is_object_store_uri(directory) else directory
+            if checkpoint_id is not None:
+                base = f"{base}/chk-{checkpoint_id}"
+            return _print_state(base, state_uid, state_name, options)
         if is_object_store_uri(directory):
             uri = directory.rstrip("/")
             if checkpoint_id is not None:
@@ -343,6 +376,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("--id", type=int, default=None, help="inspect the checkpoint with this id")
     chk.add_argument(
+        "--state",
+        default=None,
+        metavar="UID",
+        help="print the keyed state of the operator with this uid (of --id N, a chk-N path, "
+        "or the newest checkpoint)",
+    )
+    chk.add_argument(
+        "--state-name",
+        default=None,
+        metavar="NAME",
+        help="with --state: only this named state (read_state's state=)",
+    )
+    chk.add_argument(
         "--storage-option",
         action="append",
         default=[],
@@ -364,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(args.rows, args.parallelism, args.seed)
     if args.command == "run":
         return _run(args.script, args.args)
-    return _checkpoints(args.dir, args.id, args.storage_option)
+    return _checkpoints(args.dir, args.id, args.storage_option, args.state, args.state_name)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,21 @@
-//! `list_checkpoints` and `inspect_checkpoint`: read-only views of a
-//! checkpoint directory for the CLI and for users.
+//! `list_checkpoints`, `inspect_checkpoint` and `read_keyed_state`:
+//! read-only views of a checkpoint directory for the CLI and for users.
 
+use std::str::FromStr;
+
+use arrow::datatypes::DataType;
+use arrow_pyarrow::ToPyArrow;
+use eddyline_core::checkpoint::read_state::{self, KeyedStateContent};
 use eddyline_core::checkpoint::recompute::null_state_checkpoint_of;
 use eddyline_core::checkpoint::{CheckpointStorage, Manifest};
 use eddyline_core::event::BarrierKind;
 use eddyline_core::store::StorageOptions;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
+use crate::arrow::batch_to_py;
 use crate::errors::to_py;
+use crate::gil::detached;
 
 fn kind_str(kind: BarrierKind) -> &'static str {
     match kind {
@@ -175,4 +182,59 @@ pub fn inspect_checkpoint<'py>(
     let rc =
         CheckpointStorage::load_path_with(&path, &storage_options).map_err(|e| to_py(py, &e))?;
     manifest_dict(py, rc.manifest(), &rc.dir().display().to_string())
+}
+
+/// The keyed state of operator `uid` in the checkpoint at `path` (a
+/// checkpoint or savepoint directory, or a storage root: its newest
+/// checkpoint): `{"checkpoint_id", "path", "uid", "name", "key_columns":
+/// [(name, pyarrow type or None)], "kind": "native" | "pickled" | "empty",
+/// "batches": [pyarrow.RecordBatch] (native), "blobs": [(key_group, bytes)]
+/// (pickled)}`. Reading and decoding run without the GIL.
+#[pyfunction]
+#[pyo3(signature = (path, uid, storage_options=StorageOptions::new()))]
+pub fn read_keyed_state<'py>(
+    py: Python<'py>,
+    path: std::path::PathBuf,
+    uid: String,
+    storage_options: StorageOptions,
+) -> PyResult<Bound<'py, PyDict>> {
+    let read = detached(py, || {
+        read_state::read_keyed_state(&path, &storage_options, &uid)
+    })
+    .map_err(|e| to_py(py, &e))?;
+    let d = PyDict::new(py);
+    d.set_item("checkpoint_id", read.checkpoint_id)?;
+    d.set_item("path", read.path.display().to_string())?;
+    d.set_item("uid", &read.uid)?;
+    d.set_item("name", &read.name)?;
+    let keys = PyList::empty(py);
+    for col in &read.key_columns {
+        let ty = match col.data_type.as_deref().map(DataType::from_str) {
+            Some(Ok(t)) => Some(t.to_pyarrow(py)?),
+            _ => None,
+        };
+        keys.append((&col.name, ty))?;
+    }
+    d.set_item("key_columns", keys)?;
+    let batches = PyList::empty(py);
+    let blobs = PyList::empty(py);
+    let kind = match &read.content {
+        KeyedStateContent::Native(b) => {
+            for batch in b.iter() {
+                batches.append(batch_to_py(py, batch)?)?;
+            }
+            "native"
+        }
+        KeyedStateContent::Foreign(b) => {
+            for (kg, bytes) in b.iter() {
+                blobs.append((*kg, PyBytes::new(py, bytes.as_slice())))?;
+            }
+            "pickled"
+        }
+        KeyedStateContent::Empty => "empty",
+    };
+    d.set_item("kind", kind)?;
+    d.set_item("batches", batches)?;
+    d.set_item("blobs", blobs)?;
+    Ok(d)
 }

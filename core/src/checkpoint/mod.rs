@@ -51,6 +51,7 @@
 pub mod config;
 pub mod coordinator;
 pub mod manifest;
+pub mod read_state;
 pub mod recompute;
 pub mod restore;
 mod state_file;

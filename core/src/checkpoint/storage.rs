@@ -161,6 +161,14 @@ impl CheckpointStorage {
         Ok(CheckpointStorage { store })
     }
 
+    /// Opens the existing storage root `dir` for reading only: nothing is
+    /// created or written (a reader needs no write access).
+    pub fn open_read_only(dir: impl AsRef<Path>, options: &StorageOptions) -> Result<Self> {
+        Ok(CheckpointStorage {
+            store: Store::open(dir.as_ref(), options)?,
+        })
+    }
+
     /// The storage root: a local path or a URI.
     pub fn dir(&self) -> &Path {
         self.store.location()

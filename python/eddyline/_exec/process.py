@@ -31,7 +31,9 @@ from .keyed import KeyedRunner
 from .output import RowWriter
 from .user_code import UserCode, call_user, short
 
-_KEYED_STATE_FORMAT = "eddyline.keyed_process.v2"
+_KEYED_STATE_FORMAT = "eddyline.keyed_process.v3"
+"""v3 adds the states' kinds (name -> "value" | "list" | "map", for ``ed.read_state``)
+to v2's ``(format, values, timers, watermark)``."""
 
 
 class KeyedProcessRunner(KeyedRunner):
@@ -70,6 +72,8 @@ class KeyedProcessRunner(KeyedRunner):
         self._group = 0
         self.watermark = MIN_WATERMARK
         self._ttl_restored = False
+        self._restored_kinds: dict[str, str] = {}
+        """The kinds of the named states restored from a checkpoint (name -> kind)."""
         self._context = self._new_context(node, 0, 1, 0)
 
     def _new_context(
@@ -284,7 +288,7 @@ class KeyedProcessRunner(KeyedRunner):
     # ---- state ----------------------------------------------------------------
 
     def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
-        """One blob per key group: ``(format, values, timers, watermark)``.
+        """One blob per key group: ``(format, values, timers, watermark, kinds)``.
 
         Written for the key groups with values or timers and, once the
         runner has a watermark, for every key group it owns (even empty
@@ -308,6 +312,7 @@ class KeyedProcessRunner(KeyedRunner):
                     int(ctx.get("max_parallelism", 128)),
                 )
             )
+        kinds = {**self._restored_kinds, **self._context._kinds}
         return {
             group: pickle.dumps(
                 (
@@ -315,6 +320,7 @@ class KeyedProcessRunner(KeyedRunner):
                     self._state.get(group, {}),
                     {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
                     self.watermark,
+                    kinds,
                 ),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
@@ -324,8 +330,8 @@ class KeyedProcessRunner(KeyedRunner):
     def restore(self, data: State) -> None:
         """Restores values, timers and the watermark (the largest of the key groups given).
 
-        Also the formats of earlier versions: values only, and values with
-        timers but no watermark.
+        Also the formats of earlier versions: values only, values with timers
+        but no watermark, and without the states' kinds.
         """
         if isinstance(data, bytes | bytearray | memoryview):
             super().restore(data)
@@ -344,6 +350,8 @@ class KeyedProcessRunner(KeyedRunner):
             _, values, timers, *rest = restored
             if rest:
                 self.watermark = max(self.watermark, int(rest[0]))
+            if len(rest) > 1:
+                self._restored_kinds.update(rest[1])
             if values:
                 self._state.setdefault(group, {}).update(values)
             keyed = self._timers.setdefault(group, {})

@@ -253,7 +253,8 @@ class PythonWindowRunner(KeyedRunner):
     # ---- lifecycle and state ------------------------------------------------
 
     def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
-        """One blob per owned key group: its watermark, input schema and open windows."""
+        """One blob per owned key group: its watermark, input schema, open windows and
+        ``(size_ms, slide_ms, time_column)`` (for ``ed.read_state``; restore ignores it)."""
         groups = set(self._state)
         if self._watermark > MIN_WATERMARK or self._group_watermarks:
             groups.update(self._owned or ())
@@ -265,6 +266,7 @@ class PythonWindowRunner(KeyedRunner):
                     self._watermark_of(group),
                     self._input_schema,
                     self._state.get(group, {}),
+                    (self._size, self._slide, self._time_column),
                 ),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
@@ -278,7 +280,7 @@ class PythonWindowRunner(KeyedRunner):
                 f"got {type(data).__name__}"
             )
         for group, blob in data.items():
-            fmt, watermark, schema, windows = pickle.loads(blob)
+            fmt, watermark, schema, windows, *_ = pickle.loads(blob)
             if fmt != _STATE_FORMAT:
                 raise EddylineError(
                     f"operator '{self.name}': unknown window state format {fmt!r} in key group "

@@ -6,6 +6,8 @@
 * :class:`SparkTableSink` — exactly-once appends to a Spark table.
 * :class:`SparkRunner` — run a job's workers as Spark barrier tasks
   (``env.execute(name, runner=SparkRunner(spark, workers=N))``).
+* :func:`read_state` — an operator's keyed state in a checkpoint or savepoint
+  as a DataFrame (``ed.read_state`` as Spark).
 * :func:`register` — makes ``spark.readStream.format("eddyline").load(dir)``
   read the committed output of a ``ParquetSink`` or ``SparkTableSink``.
 
@@ -16,6 +18,8 @@ imports without it, and raises :class:`SparkNotInstalledError` (an
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from ._lazy import SparkNotInstalledError, require_pyspark
@@ -29,8 +33,36 @@ __all__ = [
     "SparkRunner",
     "SparkTableSink",
     "from_spark_files",
+    "read_state",
     "register",
 ]
+
+
+def read_state(
+    spark: Any,
+    path: str | os.PathLike[str],
+    uid: str,
+    *,
+    state: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Any:
+    """The keyed state of operator ``uid`` in a checkpoint or savepoint as a Spark DataFrame.
+
+    The same rows and columns as :func:`eddyline.read_state` (which it calls:
+    the checkpoint is read by eddyline on the driver, not by Spark tasks);
+    Arrow types map to Spark's as ``spark.createDataFrame`` maps them (a
+    ``MapState`` column becomes a ``MapType``). Read-only: writing state
+    back into a checkpoint is not offered.
+
+    Raises:
+        SparkNotInstalledError: pyspark is not installed.
+        CheckpointError: As :func:`eddyline.read_state`.
+    """
+    require_pyspark("eddyline.spark.read_state()")
+    from ..state_reader import read_state as read_table
+
+    table = read_table(path, uid, state=state, storage_options=storage_options)
+    return spark.createDataFrame(table)
 
 
 def register(spark: Any) -> None:

@@ -47,7 +47,9 @@
 //!
 //! ```text
 //! byte 0      format version, currently 1
-//! bytes 1..   an Arrow IPC stream: schema metadata {"eddyline.keyed_agg": "<sum|count|min|max>"},
+//! bytes 1..   an Arrow IPC stream: schema metadata {"eddyline.keyed_agg": "<sum|count|min|max>",
+//!             "eddyline.keyed_agg.column": the output column's name (absent in blobs
+//!             written before `read_state` existed)},
 //!             columns = the key columns (input names and types, nullable) followed by
 //!             the accumulator (last column, Int64 or Float64, null = no value seen yet),
 //!             one row per key of the key group
@@ -77,6 +79,10 @@ use crate::state::keyed::{
 use crate::state::{OperatorState, StateBlob};
 
 mod snapshot;
+#[cfg(test)]
+pub(crate) use snapshot::encode_state;
+/// `read_state`'s view of this operator's blobs.
+pub(crate) use snapshot::{is_state_schema, state_table};
 mod store;
 use snapshot::*;
 use store::*;
@@ -86,6 +92,10 @@ pub const STATE_FORMAT_VERSION: u8 = 1;
 
 /// Schema metadata key naming the aggregate kind of a serialized blob.
 const KIND_METADATA_KEY: &str = "eddyline.keyed_agg";
+
+/// Schema metadata key naming the aggregate's output column (what
+/// `read_state` calls the state's column); restore ignores it.
+const COLUMN_METADATA_KEY: &str = "eddyline.keyed_agg.column";
 
 /// Name of the accumulator column in a serialized blob (always the last).
 const ACC_FIELD: &str = "__eddyline_acc";
@@ -622,12 +632,15 @@ impl Operator for KeyedAggOperator {
     }
 
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
+        let (agg, start) = (self.factory.agg, self.own.key_groups.start);
+        let column: Arc<str> = match (agg, &self.factory.column) {
+            (AggKind::Sum | AggKind::Min | AggKind::Max, Some(col)) => Arc::from(col.as_str()),
+            _ => Arc::from("count"),
+        };
         let keyed = match &self.engine {
             None => Vec::new(),
-            Some(Engine::Int(store)) => store.snapshot(self.factory.agg, self.own.key_groups.start),
-            Some(Engine::Float(store)) => {
-                store.snapshot(self.factory.agg, self.own.key_groups.start)
-            }
+            Some(Engine::Int(store)) => store.snapshot(agg, start, &column),
+            Some(Engine::Float(store)) => store.snapshot(agg, start, &column),
         };
         Ok(OperatorState {
             operator: None,

@@ -22,6 +22,8 @@ use crate::state::DeferredState;
 pub(crate) struct IntSnapshot<V> {
     pub(crate) name: Arc<str>,
     pub(crate) agg: AggKind,
+    /// The output column's name, written into the metadata for `read_state`.
+    pub(crate) column: Arc<str>,
     pub(crate) key_field: FieldRef,
     pub(crate) group: Arc<IntGroup<V>>,
 }
@@ -43,6 +45,7 @@ impl<V: Num> DeferredState for IntSnapshot<V> {
         let accs: ArrayRef = Arc::new(accs.into_iter().collect::<PrimitiveArray<V::Arrow>>());
         encode_state(
             self.agg,
+            &self.column,
             std::slice::from_ref(&self.key_field),
             vec![keys],
             accs,
@@ -55,6 +58,8 @@ impl<V: Num> DeferredState for IntSnapshot<V> {
 pub(crate) struct RowSnapshot<V> {
     pub(crate) name: Arc<str>,
     pub(crate) agg: AggKind,
+    /// The output column's name, written into the metadata for `read_state`.
+    pub(crate) column: Arc<str>,
     pub(crate) key_fields: Vec<FieldRef>,
     pub(crate) group: Arc<RowGroup<V>>,
 }
@@ -79,12 +84,13 @@ impl<V: Num> DeferredState for RowSnapshot<V> {
                 .map(|(_, acc)| acc.has.then_some(acc.value))
                 .collect::<PrimitiveArray<V::Arrow>>(),
         );
-        encode_state(self.agg, &self.key_fields, keys, accs).for_operator(&self.name)
+        encode_state(self.agg, &self.column, &self.key_fields, keys, accs).for_operator(&self.name)
     }
 }
 
 pub(crate) fn encode_state(
     agg: AggKind,
+    column: &str,
     key_fields: &[FieldRef],
     key_cols: Vec<ArrayRef>,
     acc: ArrayRef,
@@ -102,7 +108,10 @@ pub(crate) fn encode_state(
     }
     fields.push(Field::new(ACC_FIELD, acc.data_type().clone(), true));
     columns.push(acc);
-    let metadata = HashMap::from([(KIND_METADATA_KEY.to_string(), agg.name().to_string())]);
+    let metadata = HashMap::from([
+        (KIND_METADATA_KEY.to_string(), agg.name().to_string()),
+        (COLUMN_METADATA_KEY.to_string(), column.to_string()),
+    ]);
     let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
     crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns)
 }
@@ -137,4 +146,49 @@ pub(crate) fn decode_state(
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| bad(format!("cannot be read: {e}")))?;
     Ok((schema, batches))
+}
+
+// ---------------------------------------------------------------------------
+// Reading state from checkpoints (`read_state`)
+
+/// Whether a decoded blob schema is a keyed aggregate's.
+pub(crate) fn is_state_schema(schema: &Schema) -> bool {
+    schema.metadata().contains_key(KIND_METADATA_KEY)
+}
+
+/// One key-group blob as `read_state` shows it: the key columns, then the
+/// aggregate under its output column name (`count` for a count; blobs that
+/// predate the column metadata use the aggregate's name).
+pub(crate) fn state_table(bytes: &[u8], kg: u32) -> Result<Vec<RecordBatch>> {
+    let bad = |msg: String| {
+        Error::checkpoint(
+            None,
+            format!("the keyed aggregate state of key group {kg} {msg}"),
+        )
+    };
+    let reader = open_blob(bytes, STATE_FORMAT_VERSION, &bad)?;
+    let schema = reader.schema();
+    let meta = schema.metadata();
+    let Some(kind) = meta.get(KIND_METADATA_KEY) else {
+        return Err(bad("has no aggregate kind".to_string()));
+    };
+    let column = meta.get(COLUMN_METADATA_KEY).unwrap_or(kind);
+    let fields = schema.fields();
+    if fields.len() < 2 {
+        return Err(bad("has no key columns".to_string()));
+    }
+    let mut out: Vec<Field> = fields[..fields.len() - 1]
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let acc = &fields[fields.len() - 1];
+    out.push(Field::new(column, acc.data_type().clone(), true));
+    let out = Arc::new(Schema::new(out));
+    reader
+        .map(|batch| {
+            let batch = batch.map_err(|e| bad(format!("cannot be read: {e}")))?;
+            RecordBatch::try_new(out.clone(), batch.columns().to_vec())
+                .map_err(|e| bad(format!("cannot be read: {e}")))
+        })
+        .collect()
 }

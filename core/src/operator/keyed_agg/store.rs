@@ -225,7 +225,12 @@ impl<V: Num> Store<V> {
         }
     }
 
-    pub(crate) fn snapshot(&self, agg: AggKind, start: usize) -> Vec<(u32, StateBlob)> {
+    pub(crate) fn snapshot(
+        &self,
+        agg: AggKind,
+        start: usize,
+        column: &Arc<str>,
+    ) -> Vec<(u32, StateBlob)> {
         let mut blobs = Vec::new();
         match &self.keys {
             KeyState::Int64 { groups } => {
@@ -234,6 +239,7 @@ impl<V: Num> Store<V> {
                         let view = IntSnapshot {
                             name: self.name.clone(),
                             agg,
+                            column: column.clone(),
                             key_field: self.key_fields[0].clone(),
                             group: group.clone(),
                         };
@@ -247,6 +253,7 @@ impl<V: Num> Store<V> {
                         let view = RowSnapshot {
                             name: self.name.clone(),
                             agg,
+                            column: column.clone(),
                             key_fields: self.key_fields.clone(),
                             group: group.clone(),
                         };

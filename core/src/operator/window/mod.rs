@@ -80,6 +80,8 @@
 //!               "eddyline.window.assigner"  "tumbling <size>" | "sliding <size> <slide>" (ms)
 //!               "eddyline.window.time_type" the event-time column's Arrow type (Display form)
 //!               "eddyline.window.watermark" the operator's watermark (decimal i64)
+//!               "eddyline.window.column"    the aggregate's output column name (absent
+//!                                           in blobs written before `read_state` existed)
 //!             columns: the key columns (input names and types, nullable), then
 //!               __eddyline_window_start  Int64 (ms)
 //!               __eddyline_seq           UInt64 (first-seen order of the pair)
@@ -107,6 +109,8 @@ use crate::error::{Error, Result};
 
 mod keys;
 mod snapshot;
+/// `read_state`'s view of this operator's blobs.
+pub(crate) use snapshot::{is_state_schema, state_table};
 mod store;
 use keys::*;
 use snapshot::*;
@@ -130,6 +134,7 @@ const META_AGG: &str = "eddyline.window";
 const META_ASSIGNER: &str = "eddyline.window.assigner";
 const META_TIME_TYPE: &str = "eddyline.window.time_type";
 const META_WATERMARK: &str = "eddyline.window.watermark";
+const META_COLUMN: &str = "eddyline.window.column";
 const START_FIELD: &str = "__eddyline_window_start";
 const SEQ_FIELD: &str = "__eddyline_seq";
 const ACC_FIELD: &str = "__eddyline_acc";
@@ -845,6 +850,10 @@ impl Operator for WindowOperator {
             assigner: self.factory.assigner,
             layout: layout.clone(),
             watermark: self.watermark,
+            column: Arc::from(match (self.factory.kind(), self.factory.agg_column()) {
+                (AggKind::Count, _) | (_, None) => "count",
+                (_, Some(col)) => col,
+            }),
         });
         let all = self.watermark > i64::MIN;
         let start = self.own.key_groups.start;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use arrow::array::{Int64Array, RecordBatch, UInt64Array};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Field, Schema};
 
 use super::*;
@@ -24,6 +24,8 @@ pub(crate) struct SnapshotMeta {
     pub(crate) assigner: WindowAssigner,
     pub(crate) layout: Layout,
     pub(crate) watermark: i64,
+    /// The aggregate's output column name (metadata for `read_state`).
+    pub(crate) column: Arc<str>,
 }
 
 /// A copy-on-write view of one key group.
@@ -59,6 +61,7 @@ impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
                 meta.layout.time_type.to_string(),
             ),
             (META_WATERMARK.to_string(), meta.watermark.to_string()),
+            (META_COLUMN.to_string(), meta.column.to_string()),
         ]);
         let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
         crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns)
@@ -135,4 +138,84 @@ pub(crate) fn decode_group(
         watermark,
         batches,
     })
+}
+
+// ---------------------------------------------------------------------------
+// Reading state from checkpoints (`read_state`)
+
+/// Whether a decoded blob schema is a window's.
+pub(crate) fn is_state_schema(schema: &Schema) -> bool {
+    schema.metadata().contains_key(META_AGG)
+}
+
+/// The window length (ms) of an assigner as [`WindowAssigner::describe`]
+/// writes it.
+fn size_of_described(described: &str) -> Option<i64> {
+    let mut parts = described.split(' ');
+    match (parts.next(), parts.next()) {
+        (Some("tumbling" | "sliding"), Some(size)) => size.parse().ok(),
+        _ => None,
+    }
+}
+
+/// One key-group blob as `read_state` shows it: the key columns,
+/// `window_start` and `window_end` (the event-time column's type), then the
+/// accumulator under the aggregate's output column name, one row per open
+/// (key, window) in first-seen order.
+pub(crate) fn state_table(bytes: &[u8], kg: u32) -> Result<Vec<RecordBatch>> {
+    let bad =
+        |msg: String| Error::checkpoint(None, format!("the window state of key group {kg} {msg}"));
+    let reader = open_blob(bytes, STATE_FORMAT_VERSION, &bad)?;
+    let schema = reader.schema();
+    let meta = schema.metadata();
+    let get = |key: &str| meta.get(key).map(String::as_str).unwrap_or("unknown");
+    let size = size_of_described(get(META_ASSIGNER))
+        .ok_or_else(|| bad(format!("has an unknown assigner '{}'", get(META_ASSIGNER))))?;
+    let time_type = DataType::from_str(get(META_TIME_TYPE))
+        .map_err(|e| bad(format!("has an unreadable event-time type: {e}")))?;
+    let column = meta
+        .get(META_COLUMN)
+        .map_or_else(|| get(META_AGG).to_string(), Clone::clone);
+    let fields = schema.fields();
+    if fields.len() < 4 {
+        return Err(bad("has no key columns".to_string()));
+    }
+    let n_keys = fields.len() - 3;
+    let mut out: Vec<Field> = fields[..n_keys]
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    out.push(Field::new("window_start", time_type.clone(), false));
+    out.push(Field::new("window_end", time_type.clone(), false));
+    out.push(Field::new(
+        column,
+        fields[n_keys + 2].data_type().clone(),
+        true,
+    ));
+    let out = Arc::new(Schema::new(out));
+    let convert = |batch: RecordBatch| -> std::result::Result<RecordBatch, String> {
+        let starts = batch
+            .column(n_keys)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .ok_or("has a window start column that is not Int64")?;
+        let bound = |offset: i64| -> std::result::Result<ArrayRef, String> {
+            let raw: Int64Array = starts
+                .iter()
+                .map(|s| s.map(|s| from_millis(s.saturating_add(offset), &time_type)))
+                .collect();
+            arrow::compute::cast(&raw, &time_type).map_err(|e| e.to_string())
+        };
+        let mut columns: Vec<ArrayRef> = batch.columns()[..n_keys].to_vec();
+        columns.push(bound(0)?);
+        columns.push(bound(size)?);
+        columns.push(batch.column(n_keys + 2).clone());
+        RecordBatch::try_new(out.clone(), columns).map_err(|e| e.to_string())
+    };
+    reader
+        .map(|batch| {
+            let batch = batch.map_err(|e| bad(format!("cannot be read: {e}")))?;
+            convert(batch).map_err(|e| bad(format!("cannot be read: {e}")))
+        })
+        .collect()
 }
