@@ -55,7 +55,7 @@ from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
 from .sources import Source
 from .state_reader import read_state
 from .stream import DataStream, DataStreamSink
-from .windows import OutputTag, Sliding, TimeWindow, Tumbling
+from .windows import OutputTag, Session, Sliding, TimeWindow, Tumbling
 
 __version__ = "0.1.0"
 
@@ -89,6 +89,7 @@ __all__ = [
     "RestartStrategy",
     "SchemaError",
     "ScopeError",
+    "Session",
     "Sliding",
     "Source",
     "StreamEnvironment",

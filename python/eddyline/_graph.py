@@ -420,6 +420,16 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
                 "agg": p["agg"],
                 "column": p["column"],
             }
+        case "session_window":
+            return {
+                **base,
+                "kind": "session_window",
+                "keys": p["keys"],
+                "time_column": p["time_column"],
+                "gap_ms": p["gap_ms"],
+                "agg": p["agg"],
+                "column": p["column"],
+            }
         case "join":
             return {
                 **base,

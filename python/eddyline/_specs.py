@@ -147,6 +147,17 @@ class WindowSpec(NodeBase):
     column: str | None
 
 
+class SessionWindowSpec(NodeBase):
+    """Native event-time session windows (``ed.Session(gap)``) with an aggregate per key."""
+
+    kind: Literal["session_window"]
+    keys: list[str]
+    time_column: str
+    gap_ms: int
+    agg: AggName
+    column: str | None
+
+
 class JoinSpec(NodeBase):
     """A native keyed join of input 0 (left) and input 1 (right) (``stream.join``).
 
@@ -223,6 +234,7 @@ NodeSpec: TypeAlias = (
     | KeyedAggSpec
     | WindowSpec
     | JoinSpec
+    | SessionWindowSpec
     | LoopHeadSpec
     | PassThroughSpec
     | PythonSpec

@@ -29,7 +29,7 @@ from ._exec.window import LATE_PORT, PythonWindowRunner, window_output_schema
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .functions import ProcessContext, ProcessFunction, Row
-from .windows import OutputTag, TimeWindow, WindowAssigner
+from .windows import OutputTag, Session, TimeWindow, WindowAssigner
 
 if TYPE_CHECKING:
     from .stream import DataStream
@@ -183,9 +183,10 @@ class KeyedStream:
         )
 
     def window(
-        self, assigner: WindowAssigner, *, late_output: OutputTag | None = None
+        self, assigner: WindowAssigner | Session, *, late_output: OutputTag | None = None
     ) -> WindowedStream:
-        """Groups each key's records into event-time windows (``ed.Tumbling``, ``ed.Sliding``).
+        """Groups each key's records into event-time windows (``ed.Tumbling``,
+        ``ed.Sliding``, ``ed.Session``).
 
         The event time is the column given to the nearest upstream
         :meth:`DataStream.assign_timestamps`. Records arriving after all
@@ -205,9 +206,10 @@ class KeyedStream:
             >>> s.assign_timestamps("t").key_by("k").window(ed.Tumbling("10s"))
             WindowedStream(keys=['k'], Tumbling(size_ms=10000), time_column='t')
         """
-        if not isinstance(assigner, WindowAssigner):
+        if not isinstance(assigner, WindowAssigner | Session):
             raise TypeError(
-                f"window() needs ed.Tumbling(size) or ed.Sliding(size, slide), got {assigner!r}"
+                "window() needs ed.Tumbling(size), ed.Sliding(size, slide) or ed.Session(gap), "
+                f"got {assigner!r}"
             )
         if late_output is not None and not isinstance(late_output, OutputTag):
             raise TypeError(
@@ -242,7 +244,7 @@ class WindowedStream:
     def __init__(
         self,
         keyed: KeyedStream,
-        assigner: WindowAssigner,
+        assigner: WindowAssigner | Session,
         time_column: str,
         late_output: OutputTag | None = None,
     ) -> None:
@@ -260,7 +262,7 @@ class WindowedStream:
         return stream
 
     @property
-    def assigner(self) -> WindowAssigner:
+    def assigner(self) -> WindowAssigner | Session:
         """The window assigner."""
         return self._assigner
 
@@ -279,6 +281,19 @@ class WindowedStream:
         if column is not None and not isinstance(column, str):
             raise TypeError(f"{agg}() needs a column name, got {column!r}")
         keys = self._keyed.keys
+        columns = [self._time_column] + ([column] if column is not None else [])
+        if isinstance(self._assigner, Session):
+            session = {
+                "keys": keys,
+                "time_column": self._time_column,
+                "gap_ms": self._assigner.gap_ms,
+                "agg": agg,
+                "column": column,
+            }
+            stream = self._stream._native(
+                f"session_{agg}", "session_window", session, keys=keys, columns=columns
+            )
+            return self._declare_late_output(stream)
         params = {
             "keys": keys,
             "time_column": self._time_column,
@@ -286,7 +301,6 @@ class WindowedStream:
             "agg": agg,
             "column": column,
         }
-        columns = [self._time_column] + ([column] if column is not None else [])
         stream = self._stream._native(f"window_{agg}", "window", params, keys=keys, columns=columns)
         return self._declare_late_output(stream)
 
@@ -310,6 +324,12 @@ class WindowedStream:
         self, op: str, mode: str, fn: Callable[..., Any], schema: pa.Schema | None
     ) -> DataStream:
         keys = self._keyed.keys
+        if isinstance(self._assigner, Session):
+            raise GraphError(
+                f"{mode}() on session windows is not built yet: use the native "
+                ".sum/.count/.min/.max, or a keyed process function with event-time timers",
+                operator=self._stream.operator_name,
+            )
         size, slide = self._assigner.size_ms, self._assigner.slide_ms
         time_column = self._time_column
         late_output = self._late_output is not None

@@ -3,8 +3,8 @@
 API.md "Reading state from checkpoints and savepoints"; docs/read_state.md.
 The core (``core/src/checkpoint/read_state.rs``) loads and verifies the
 checkpoint as a restore would, gathers the operator's key groups from all
-subtasks and decodes the native operators' blobs (keyed aggregates, windows)
-into Arrow without the GIL. The Python runners' keyed state (process
+subtasks and decodes the native operators' blobs (keyed aggregates, windows,
+joins) into Arrow without the GIL. The Python runners' keyed state (process
 functions, ``reduce``, Python windows) is pickled; it is decoded here.
 
 Columns: the key columns, then one column per state:
@@ -16,6 +16,10 @@ Columns: the key columns, then one column per state:
   column's type), then the accumulator: the aggregate under its column name,
   a ``reduce``'s row columns, or for ``apply`` the window's rows as ``rows``
   (a list of structs);
+* joins: one row per kept row of either side: ``side`` (``"left"`` or
+  ``"right"``), the row as a struct in ``left`` or ``right`` (the other
+  null), ``time_ms`` (its event time, 0 without time bounds) and ``matched``
+  (whether it has met a row of the other side);
 * process functions: one column per named state. A ``ValueState`` is its
   value, a ``ListState`` a list, a ``MapState`` an Arrow ``map`` (user key to
   value, in insertion order). A key without some state has a null there.

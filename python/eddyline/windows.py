@@ -183,6 +183,47 @@ class Sliding(WindowAssigner):
         return f"Sliding(size_ms={self.size_ms}, slide_ms={self.slide_ms})"
 
 
+class Session:
+    """Event-time session windows: per key, rows closer than ``gap`` form one session.
+
+    Rows exactly ``gap`` apart start a new session; a row that bridges two
+    sessions merges them. ``window_start`` is the session's first row time,
+    ``window_end`` its last row time + ``gap``; a session fires when the
+    watermark passes its last millisecond (``window_end - 1``). Runs natively
+    with ``.sum``/``.count``/``.min``/``.max`` and ``late_output``.
+
+    Args:
+        gap: A duration: seconds as a number, or a string like ``"30s"``.
+
+    Example:
+        >>> import eddyline as ed
+        >>> ed.Session("30s")
+        Session(gap_ms=30000)
+    """
+
+    __slots__ = ("gap_ms",)
+
+    gap_ms: int
+
+    def __init__(self, gap: Duration) -> None:
+        object.__setattr__(self, "gap_ms", duration_ms(gap, "session gap"))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Session is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Session) and other.gap_ms == self.gap_ms
+
+    def __hash__(self) -> int:
+        return hash(("Session", self.gap_ms))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Session, (self.gap_ms / 1000.0,))
+
+    def __repr__(self) -> str:
+        return f"Session(gap_ms={self.gap_ms})"
+
+
 class OutputTag:
     """Names a side output of an operator (Flink's ``OutputTag``).
 

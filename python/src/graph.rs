@@ -18,6 +18,7 @@ use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::join::{JoinBounds, JoinFactory, JoinSpec, JoinType};
 use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
+use eddyline_core::operator::session::SessionFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
@@ -364,6 +365,21 @@ fn window_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
     Ok(operator(Arc::new(f), s))
 }
 
+/// `session_window`: native event-time session windows with an aggregate per key.
+fn session_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
+    let (d, name) = (spec.d, spec.name);
+    let f = SessionFactory {
+        keys: get(d, "keys")?,
+        time_column: get(d, "time_column")?,
+        gap_ms: get(d, "gap_ms")?,
+        agg: parse_agg(name, &get::<String>(d, "agg")?)?,
+        column: opt(d, "column")?,
+        late_output: opt(d, "late_output")?.unwrap_or(false),
+    };
+    let s = spec.output_of(|s| f.output_schema(name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
 /// `join`: a native keyed join of input 0 (left) and input 1 (right).
 fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
     let (d, name) = (spec.d, spec.name);
@@ -537,6 +553,7 @@ impl GraphReader<'_> {
             "keyed_agg" => keyed_agg_node(spec)?,
             "window" => window_node(spec)?,
             "join" => join_node(spec)?,
+            "session_window" => session_node(spec)?,
             "loop_head" => self.loop_head_node(spec)?,
             "loop_exit" => operator(Arc::new(UnionFactory), spec.first_input()),
             "union" => {

@@ -10,10 +10,11 @@
 //! windows); blobs the core does not own (the Python runners' pickles) are
 //! handed back as bytes, by key group, for the binding's side to decode.
 //!
-//! Extension point: a new native keyed operator (the joins) makes its blobs
-//! readable by adding `(name, is_state_schema, state_table)` to
-//! [`NATIVE_FORMATS`]; until then its state is refused with an error naming
-//! the operator, never shown wrongly.
+//! Extension point: a new native keyed operator makes its blobs readable by
+//! adding `(name, is_state_schema, state_table)` to [`NATIVE_FORMATS`] (the
+//! joins, whose blob holds two IPC streams behind a header, are recognized
+//! by [`join::is_state_blob`]); until then its state is refused with an
+//! error naming the operator, never shown wrongly.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use arrow::ipc::reader::StreamReader;
 use super::manifest::KeyColumn;
 use super::storage::{CheckpointStorage, RestoredCheckpoint, MANIFEST_FILE};
 use crate::error::{Error, Result};
-use crate::operator::{keyed_agg, window};
+use crate::operator::{join, keyed_agg, session, window};
 use crate::store::{is_object_store_uri, StorageOptions, Store};
 
 /// Decodes one key group's blob into the rows `read_state` shows.
@@ -43,7 +44,11 @@ const NATIVE_FORMATS: &[(&str, Recognizer, Decoder)] = &[
         keyed_agg::state_table,
     ),
     ("window", window::is_state_schema, window::state_table),
-    // Joins: add their decoder here once their state format is settled.
+    (
+        "session window",
+        session::is_state_schema,
+        session::state_table,
+    ),
 ];
 
 /// The first byte of a pickle of protocol 2 or later (the Python runners'
@@ -164,7 +169,7 @@ pub fn read_from(rc: &RestoredCheckpoint, uid: &str) -> Result<KeyedStateRead> {
         let decode = native_decoder(&bytes).ok_or_else(|| {
             fail(format!(
                 "{named} holds keyed state (key group {kg}) in a format read_state cannot \
-                 decode yet (it reads keyed aggregates, windows and process functions)"
+                 decode yet (it reads keyed aggregates, windows, joins and process functions)"
             ))
         })?;
         let batches = decode(&bytes, kg).map_err(|e| fail(format!("{named}: {e}")))?;
@@ -212,6 +217,9 @@ pub fn read_from(rc: &RestoredCheckpoint, uid: &str) -> Result<KeyedStateRead> {
 /// The decoder of a native blob: a version byte, then an Arrow IPC stream
 /// whose schema metadata names its format.
 fn native_decoder(bytes: &[u8]) -> Option<Decoder> {
+    if join::is_state_blob(bytes) {
+        return Some(join::state_table);
+    }
     let (_, body) = bytes.split_first()?;
     let reader = StreamReader::try_new(std::io::Cursor::new(body), None).ok()?;
     let schema = reader.schema();

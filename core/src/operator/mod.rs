@@ -11,6 +11,7 @@ pub mod filter;
 pub mod join;
 pub mod keyed_agg;
 pub mod project;
+pub mod session;
 pub mod timestamps;
 pub mod union;
 pub mod window;

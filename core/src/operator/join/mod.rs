@@ -59,6 +59,8 @@ mod output;
 mod rows;
 mod snapshot;
 
+pub(crate) use snapshot::{is_state_blob, state_table};
+
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -178,6 +180,22 @@ struct Plan {
     sides: [SideBinding; 2],
     output: SchemaRef,
     columns: Vec<OutColumn>,
+}
+
+impl Plan {
+    /// `side`'s key column names, then the output's, separated by U+001F
+    /// (written into the state for `read_state`).
+    fn key_names(&self, side: usize) -> String {
+        let names = |b: &SideBinding| -> Vec<String> {
+            b.key_idx
+                .iter()
+                .map(|&i| b.schema.field(i).name().clone())
+                .collect()
+        };
+        let mut all = names(&self.sides[side]);
+        all.extend(names(&self.sides[0]));
+        all.join("\u{1f}")
+    }
 }
 
 /// Builds [`JoinOperator`]s for two inputs of known schemas.
@@ -815,6 +833,7 @@ impl Operator for JoinOperator {
                 self.plan.sides[0].schema.clone(),
                 self.plan.sides[1].schema.clone(),
             ],
+            keys: [self.plan.key_names(0), self.plan.key_names(1)],
             watermark: self.watermark,
         });
         let all = self.watermark > i64::MIN;

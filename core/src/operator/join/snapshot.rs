@@ -6,18 +6,29 @@
 //! byte 0       format version, currently 1
 //! bytes 1..9   the operator's watermark (i64, little endian)
 //! then, for the left and then the right side:
-//!   8 bytes    n, the length of what follows (u64, little endian; 0: no rows)
-//!   n bytes    an Arrow IPC stream of the side's kept rows: the input's
-//!              columns, then __eddyline_ts (Int64, event time in ms) and
-//!              __eddyline_matched (Boolean); schema metadata "eddyline.join"
-//!              is "<join type> <bounds>", e.g. "left interval -5000 10000"
+//!   8 bytes    n, the length of what follows (u64, little endian)
+//!   n bytes    an Arrow IPC stream of the side's kept rows (no batch when
+//!              none): the input's columns, then __eddyline_ts (Int64, event
+//!              time in ms) and __eddyline_matched (Boolean); schema metadata:
+//!                "eddyline.join"       "<join type> <bounds>", e.g.
+//!                                      "left interval -5000 10000"
+//!                "eddyline.join.keys"  the side's key columns, then the
+//!                                      output's (the left's) key names,
+//!                                      all separated by U+001F
 //! ```
+//!
+//! [`state_table`] turns a blob into the rows `read_state` shows: the keys
+//! (the left's names), `side` ("left" or "right"), the kept row as a struct
+//! in `left` or `right` (the other null), `time_ms` and `matched`.
 
 use std::collections::HashMap;
 use std::io::Cursor;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, StringArray,
+    StructArray,
+};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -31,6 +42,8 @@ use crate::state::DeferredState;
 pub const STATE_FORMAT_VERSION: u8 = 1;
 
 const META_JOIN: &str = "eddyline.join";
+const META_KEYS: &str = "eddyline.join.keys";
+const SEP: char = '\u{1f}';
 const TS_FIELD: &str = "__eddyline_ts";
 const MATCHED_FIELD: &str = "__eddyline_matched";
 
@@ -44,6 +57,8 @@ pub(super) struct SnapshotMeta {
     pub how: JoinType,
     pub bounds: JoinBounds,
     pub schemas: [SchemaRef; 2],
+    /// Per side: its key column names, then the output's key names.
+    pub keys: [String; 2],
     pub watermark: i64,
 }
 
@@ -54,12 +69,9 @@ pub(super) struct GroupSnapshot {
 }
 
 impl GroupSnapshot {
-    /// The IPC stream of one side's kept rows (empty when none).
+    /// The IPC stream of one side's kept rows (no batch when none).
     fn side_bytes(&self, side: usize) -> std::result::Result<Vec<u8>, arrow::error::ArrowError> {
         let s = &self.group.sides[side];
-        if s.live == 0 {
-            return Ok(Vec::new());
-        }
         let mut indices = Vec::with_capacity(s.live);
         let mut ts = Vec::with_capacity(s.live);
         let mut matched = Vec::with_capacity(s.live);
@@ -68,7 +80,6 @@ impl GroupSnapshot {
             ts.push(r.ts);
             matched.push(Some(r.matched));
         }
-        let rows = gather(&s.batches, &indices)?;
         let input = &self.meta.schemas[side];
         let mut fields: Vec<Field> = input
             .fields()
@@ -77,18 +88,23 @@ impl GroupSnapshot {
             .collect();
         fields.push(Field::new(TS_FIELD, DataType::Int64, false));
         fields.push(Field::new(MATCHED_FIELD, DataType::Boolean, false));
-        let metadata = HashMap::from([(
-            META_JOIN.to_string(),
-            describe(self.meta.how, self.meta.bounds),
-        )]);
+        let metadata = HashMap::from([
+            (
+                META_JOIN.to_string(),
+                describe(self.meta.how, self.meta.bounds),
+            ),
+            (META_KEYS.to_string(), self.meta.keys[side].clone()),
+        ]);
         let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
-        let mut columns = rows.columns().to_vec();
-        columns.push(Arc::new(Int64Array::from(ts)));
-        columns.push(Arc::new(BooleanArray::from(matched)));
-        let batch = RecordBatch::try_new(schema.clone(), columns)?;
         let mut out = Vec::new();
         let mut writer = StreamWriter::try_new(&mut out, &schema)?;
-        writer.write(&batch)?;
+        if s.live > 0 {
+            let rows = gather(&s.batches, &indices)?;
+            let mut columns = rows.columns().to_vec();
+            columns.push(Arc::new(Int64Array::from(ts)));
+            columns.push(Arc::new(BooleanArray::from(matched)));
+            writer.write(&RecordBatch::try_new(schema.clone(), columns)?)?;
+        }
         writer.finish()?;
         drop(writer);
         Ok(out)
@@ -118,6 +134,94 @@ pub(super) struct DecodedGroup {
     pub sides: [Option<DecodedSide>; 2],
 }
 
+/// One side of a blob as written: its schema (input columns, time,
+/// matched) and its rows (`None` when it kept none).
+struct RawSide {
+    schema: SchemaRef,
+    rows: Option<RecordBatch>,
+}
+
+/// The watermark and the two sides of a blob, checked for shape only.
+fn read_sides(bytes: &[u8], bad: &dyn Fn(String) -> Error) -> Result<(i64, [RawSide; 2])> {
+    match bytes.first() {
+        None => return Err(bad("is empty".to_string())),
+        Some(&v) if v != STATE_FORMAT_VERSION => {
+            return Err(bad(format!(
+                "has format version {v}, but this build reads version {STATE_FORMAT_VERSION}"
+            )))
+        }
+        _ => {}
+    }
+    let watermark = read_u64(bytes, 1).ok_or_else(|| bad("is truncated".to_string()))? as i64;
+    let mut at = 9;
+    let mut sides = Vec::with_capacity(2);
+    for _ in 0..2 {
+        let n = read_u64(bytes, at).ok_or_else(|| bad("is truncated".to_string()))? as usize;
+        at += 8;
+        let body = bytes
+            .get(at..at.saturating_add(n))
+            .ok_or_else(|| bad("is truncated".to_string()))?;
+        at += n;
+        let reader = StreamReader::try_new(Cursor::new(body), None)
+            .map_err(|e| bad(format!("cannot be read: {e}")))?;
+        let schema = reader.schema();
+        if schema.fields().len() < 3 || !schema.metadata().contains_key(META_JOIN) {
+            return Err(bad("is not a join's state".to_string()));
+        }
+        let mut batches = Vec::new();
+        for b in reader {
+            batches.push(b.map_err(|e| bad(format!("cannot be read: {e}")))?);
+        }
+        let rows = match batches.len() {
+            0 => None,
+            _ => Some(
+                arrow::compute::concat_batches(&schema, &batches)
+                    .map_err(|e| bad(format!("cannot be read: {e}")))?,
+            ),
+        }
+        .filter(|b| b.num_rows() > 0);
+        sides.push(RawSide { schema, rows });
+    }
+    if at != bytes.len() {
+        return Err(bad("has trailing bytes".to_string()));
+    }
+    let right = sides.pop().expect("invariant: two sides were read");
+    let left = sides.pop().expect("invariant: two sides were read");
+    Ok((watermark, [left, right]))
+}
+
+/// The time and matched columns of a side's rows, checked.
+fn time_and_matched(
+    rows: &RecordBatch,
+    bad: &dyn Fn(String) -> Error,
+) -> Result<(Vec<i64>, Vec<bool>)> {
+    let width = rows.num_columns();
+    let (ts, matched) = (rows.column(width - 2), rows.column(width - 1));
+    if ts.data_type() != &DataType::Int64 || matched.data_type() != &DataType::Boolean {
+        return Err(bad("has mistyped time or matched columns".to_string()));
+    }
+    Ok((
+        ts.as_primitive::<Int64Type>().values().to_vec(),
+        matched
+            .as_boolean()
+            .iter()
+            .map(|m| m.unwrap_or(false))
+            .collect(),
+    ))
+}
+
+/// The input columns of a side's rows (without time and matched).
+fn input_rows(rows: &RecordBatch, bad: &dyn Fn(String) -> Error) -> Result<RecordBatch> {
+    let width = rows.num_columns();
+    let schema = rows.schema();
+    let fields: Vec<_> = schema.fields()[..width - 2].to_vec();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        rows.columns()[..width - 2].to_vec(),
+    )
+    .map_err(|e| bad(format!("cannot be read: {e}")))
+}
+
 fn read_u64(bytes: &[u8], at: usize) -> Option<u64> {
     bytes
         .get(at..at + 8)
@@ -132,33 +236,12 @@ pub(super) fn decode_group(
 ) -> Result<DecodedGroup> {
     let bad =
         |msg: String| Error::checkpoint(None, format!("the join state of key group {kg} {msg}"));
-    match bytes.first() {
-        None => return Err(bad("is empty".to_string())),
-        Some(&v) if v != STATE_FORMAT_VERSION => {
-            return Err(bad(format!(
-                "has format version {v}, but this build reads version {STATE_FORMAT_VERSION}"
-            )))
-        }
-        _ => {}
-    }
-    let watermark = read_u64(bytes, 1).ok_or_else(|| bad("is truncated".to_string()))? as i64;
-    let mut at = 9;
-    let mut sides: [Option<DecodedSide>; 2] = [None, None];
+    let (watermark, raw) = read_sides(bytes, &bad)?;
     let expected = describe(how, bounds);
-    for slot in &mut sides {
-        let n = read_u64(bytes, at).ok_or_else(|| bad("is truncated".to_string()))? as usize;
-        at += 8;
-        let body = bytes
-            .get(at..at.saturating_add(n))
-            .ok_or_else(|| bad("is truncated".to_string()))?;
-        at += n;
-        if n == 0 {
-            continue;
-        }
-        let reader = StreamReader::try_new(Cursor::new(body), None)
-            .map_err(|e| bad(format!("cannot be read: {e}")))?;
-        let schema = reader.schema();
-        let found = schema
+    let mut sides: [Option<DecodedSide>; 2] = [None, None];
+    for (slot, side) in sides.iter_mut().zip(raw) {
+        let found = side
+            .schema
             .metadata()
             .get(META_JOIN)
             .map_or("unknown", String::as_str);
@@ -167,37 +250,98 @@ pub(super) fn decode_group(
                 "was written by a '{found}' join, not '{expected}'"
             )));
         }
-        let width = schema.fields().len();
-        if width < 3 {
-            return Err(bad("has no input columns".to_string()));
+        if let Some(rows) = side.rows {
+            let (times, matched) = time_and_matched(&rows, &bad)?;
+            *slot = Some((input_rows(&rows, &bad)?, times, matched));
         }
-        let mut batches = Vec::new();
-        for b in reader {
-            batches.push(b.map_err(|e| bad(format!("cannot be read: {e}")))?);
-        }
-        let batch = arrow::compute::concat_batches(&schema, &batches)
-            .map_err(|e| bad(format!("cannot be read: {e}")))?;
-        let ts = batch.column(width - 2);
-        let matched = batch.column(width - 1);
-        if ts.data_type() != &DataType::Int64 || matched.data_type() != &DataType::Boolean {
-            return Err(bad("has mistyped time or matched columns".to_string()));
-        }
-        let times = ts.as_primitive::<Int64Type>().values().to_vec();
-        let matched = matched
-            .as_boolean()
-            .iter()
-            .map(|m| m.unwrap_or(false))
-            .collect();
-        let input_fields: Vec<_> = schema.fields()[..width - 2].to_vec();
-        let rows = RecordBatch::try_new(
-            Arc::new(Schema::new(input_fields)),
-            batch.columns()[..width - 2].to_vec(),
-        )
-        .map_err(|e| bad(format!("cannot be read: {e}")))?;
-        *slot = Some((rows, times, matched));
-    }
-    if at != bytes.len() {
-        return Err(bad("has trailing bytes".to_string()));
     }
     Ok(DecodedGroup { watermark, sides })
+}
+
+/// Whether `bytes` is a join's key-group blob.
+pub(crate) fn is_state_blob(bytes: &[u8]) -> bool {
+    read_sides(bytes, &|m| Error::checkpoint(None, m)).is_ok()
+}
+
+/// The rows `read_state` shows for one key-group blob (see the module docs).
+pub(crate) fn state_table(bytes: &[u8], kg: u32) -> Result<Vec<RecordBatch>> {
+    let bad =
+        |msg: String| Error::checkpoint(None, format!("the join state of key group {kg} {msg}"));
+    let (_, sides) = read_sides(bytes, &bad)?;
+    let keys_of = |side: &RawSide| -> Result<(Vec<String>, Vec<String>)> {
+        let all: Vec<String> = side
+            .schema
+            .metadata()
+            .get(META_KEYS)
+            .ok_or_else(|| bad("names no key columns".to_string()))?
+            .split(SEP)
+            .map(str::to_string)
+            .collect();
+        if !all.len().is_multiple_of(2) || all.is_empty() {
+            return Err(bad("has unreadable key names".to_string()));
+        }
+        let out = all[all.len() / 2..].to_vec();
+        Ok((all[..all.len() / 2].to_vec(), out))
+    };
+    let struct_type = |side: &RawSide| {
+        let width = side.schema.fields().len();
+        DataType::Struct(side.schema.fields()[..width - 2].to_vec().into())
+    };
+    let types = [struct_type(&sides[0]), struct_type(&sides[1])];
+    let (left_keys, out_keys) = keys_of(&sides[0])?;
+    let mut key_fields = Vec::with_capacity(left_keys.len());
+    for (k, name) in left_keys.iter().zip(&out_keys) {
+        let f = sides[0]
+            .schema
+            .field_with_name(k)
+            .map_err(|_| bad(format!("has no key column '{k}'")))?;
+        key_fields.push(Field::new(name, f.data_type().clone(), true));
+    }
+    let mut fields = key_fields;
+    fields.push(Field::new("side", DataType::Utf8, false));
+    fields.push(Field::new("left", types[0].clone(), true));
+    fields.push(Field::new("right", types[1].clone(), true));
+    fields.push(Field::new("time_ms", DataType::Int64, false));
+    fields.push(Field::new("matched", DataType::Boolean, false));
+    let schema = Arc::new(Schema::new(fields));
+    let mut out = Vec::new();
+    for (i, side) in sides.iter().enumerate() {
+        let Some(rows) = &side.rows else {
+            continue;
+        };
+        let n = rows.num_rows();
+        let (keys, _) = keys_of(side)?;
+        let mut columns: Vec<ArrayRef> = Vec::new();
+        for k in &keys {
+            let c = rows
+                .column_by_name(k)
+                .ok_or_else(|| bad(format!("has no key column '{k}'")))?;
+            columns.push(c.clone());
+        }
+        columns.push(Arc::new(StringArray::from(vec![
+            if i == 0 {
+                "left"
+            } else {
+                "right"
+            };
+            n
+        ])));
+        let input = input_rows(rows, &bad)?;
+        let row: ArrayRef = Arc::new(StructArray::from(input));
+        for (j, t) in types.iter().enumerate() {
+            columns.push(if j == i {
+                row.clone()
+            } else {
+                new_null_array(t, n)
+            });
+        }
+        let width = rows.num_columns();
+        columns.push(rows.column(width - 2).clone());
+        columns.push(rows.column(width - 1).clone());
+        out.push(
+            RecordBatch::try_new(schema.clone(), columns)
+                .map_err(|e| bad(format!("cannot be shown: {e}")))?,
+        );
+    }
+    Ok(out)
 }

@@ -111,6 +111,7 @@ mod keys;
 mod snapshot;
 /// `read_state`'s view of this operator's blobs.
 pub(crate) use snapshot::{is_state_schema, state_table};
+pub(crate) use store::time_array;
 mod store;
 use keys::*;
 use snapshot::*;
