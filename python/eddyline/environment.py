@@ -328,7 +328,13 @@ class StreamEnvironment:
                 f"{type(schema).__name__}, not a pyarrow.Schema"
             )
         op = getattr(source, "operator_name", "from_source")
-        params = {"make_reader": SourceReaderFactory(source, op), "schema": schema}
+        params = {
+            "make_reader": SourceReaderFactory(source, op),
+            "schema": schema,
+            # Splits found while running are dealt by id: every restored
+            # subtask sees every offset and keeps its own (sources.DynamicReader).
+            "union_offsets": source.discovery_interval is not None,
+        }
         return self._source(op, "source_python", schema, params)
 
     def from_spark(self, df: Any) -> DataStream:
