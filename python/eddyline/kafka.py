@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import json
+import sys
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -327,6 +328,14 @@ class KafkaSource(Source):
                 good.append(m)
             elif self.skip_invalid:
                 self.skipped += 1
+                # The count is reported where the job's operators log: stderr.
+                print(
+                    f"eddyline: source '{self.operator_name}' skipped the message at topic "
+                    f"'{split[0]}' partition {split[1]} offset {m.offset()}: it {problem} "
+                    f"({self.skipped} skipped by this subtask so far)",
+                    file=sys.stderr,
+                    flush=True,
+                )
             else:
                 raise SchemaError(
                     f"source '{self.operator_name}': the message at topic '{split[0]}' "

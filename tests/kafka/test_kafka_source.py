@@ -168,7 +168,9 @@ def _kafka_cause(err: BaseException, text: str) -> bool:
     return text in str(err) and "from_kafka" in str(err)
 
 
-def test_a_message_that_does_not_decode_is_named_or_skipped(broker: str) -> None:
+def test_a_message_that_does_not_decode_is_named_or_skipped(
+    broker: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     topic = new_topic(broker, 1)
     good = {"id": 1, "user": "a", "amount": 2, "ts": 3}
     bad = {"id": 2, "user": "a", "amount": "lots", "ts": 4}
@@ -196,8 +198,10 @@ def test_a_message_that_does_not_decode_is_named_or_skipped(broker: str) -> None
     out = env.from_kafka(
         broker, topic, schema=SCHEMA, stopping_offsets=stop, skip_invalid=True
     ).collect()
+    capfd.readouterr()
     env.execute()
     assert [r["id"] for r in out.to_pylist()] == [1, 3]
+    assert "(2 skipped by this subtask so far)" in capfd.readouterr().err
 
 
 def test_settings_are_checked_when_the_graph_is_built() -> None:
