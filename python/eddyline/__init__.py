@@ -33,6 +33,7 @@ from .errors import (
     GraphError,
     JobCancelledError,
     JobFailedError,
+    KafkaError,
     SchemaError,
     ScopeError,
     StorageError,
@@ -47,6 +48,7 @@ from .functions import (
     ValueState,
 )
 from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
+from .kafka import KafkaSink
 from .keyed import KeyedStream, WindowedStream
 from .loops import CoLoopFunction, LoopFunction
 from .runners import ProcessRunner
@@ -76,6 +78,8 @@ __all__ = [
     "JobClient",
     "JobFailedError",
     "JobResult",
+    "KafkaError",
+    "KafkaSink",
     "KeyedStream",
     "ListState",
     "LoopFunction",

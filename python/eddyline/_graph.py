@@ -386,6 +386,7 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
                 "kind": "source_python",
                 "schema": p["schema"],
                 "make_reader": p["make_reader"],
+                "union_offsets": p.get("union_offsets", False),
             }
         case "filter":
             return {**base, "kind": "filter", "expr": p["expr"]}

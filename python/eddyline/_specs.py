@@ -102,6 +102,8 @@ class SourcePythonSpec(NodeBase):
     kind: Literal["source_python"]
     schema: pa.Schema
     make_reader: SourceReaderFactory
+    # The offsets are restored by union (a source that discovers its splits).
+    union_offsets: bool
 
 
 class FilterSpec(NodeBase):

@@ -328,8 +328,77 @@ class StreamEnvironment:
                 f"{type(schema).__name__}, not a pyarrow.Schema"
             )
         op = getattr(source, "operator_name", "from_source")
-        params = {"make_reader": SourceReaderFactory(source, op), "schema": schema}
+        params = {
+            "make_reader": SourceReaderFactory(source, op),
+            "schema": schema,
+            # Splits found while running are dealt by id: every restored
+            # subtask sees every offset and keeps its own (sources.DynamicReader).
+            "union_offsets": source.discovery_interval is not None,
+        }
         return self._source(op, "source_python", schema, params)
+
+    def from_kafka(
+        self,
+        bootstrap_servers: str,
+        topics: str | Sequence[str],
+        *,
+        schema: pa.Schema | None = None,
+        format: str = "json",
+        starting_offsets: str | Mapping[tuple[str, int], int] = "earliest",
+        properties: Mapping[str, Any] | None = None,
+        skip_invalid: bool = False,
+        discovery_interval: str | float = "10s",
+        timeout: str | float = "30s",
+        stopping_offsets: Mapping[tuple[str, int], int] | None = None,
+    ) -> DataStream:
+        """Reads Kafka topics as a replayable source (see :mod:`eddyline.kafka`).
+
+        Partitions are splits: their offsets are the checkpointed state (a
+        restore rewinds to them exactly; consumer-group offsets are committed
+        after a checkpoint completes, for monitoring only), they are spread
+        over the subtasks, and each has its own watermark when
+        ``assign_timestamps`` follows. Partitions added to a topic are found
+        every ``discovery_interval`` and read from their beginning.
+
+        Args:
+            bootstrap_servers: ``host:port[,host:port...]``.
+            topics: A topic or a list of topics (they must exist).
+            schema: The fields decoded from each JSON message (``format="json"``;
+                missing fields are null, others ignored).
+            format: ``"json"`` (decoded natively, a batch at a time) or ``"raw"``
+                (``key`` and ``value`` binary columns).
+            starting_offsets: ``"earliest"``, ``"latest"`` or
+                ``{(topic, partition): offset}`` (other partitions: earliest) for
+                a fresh job; a restore uses the checkpoint's offsets.
+            properties: librdkafka consumer properties (``group.id``, security, ...).
+            skip_invalid: Skip (and count) messages that do not decode instead
+                of failing the job with a ``SchemaError`` naming topic,
+                partition, offset and field.
+            discovery_interval: How often to look for new partitions.
+            timeout: How long to wait for the broker's metadata.
+            stopping_offsets: ``{(topic, partition): offset}`` for every partition
+                makes a bounded read: each partition up to (not including) its
+                offset, then the source ends (no partition discovery).
+
+        Every row also has ``_topic``, ``_partition``, ``_offset`` and
+        ``_timestamp`` (the message timestamp, milliseconds).
+        """
+        from .kafka import KafkaSource
+
+        return self.from_source(
+            KafkaSource(
+                bootstrap_servers,
+                topics,
+                schema=schema,
+                format=format,
+                starting_offsets=starting_offsets,
+                properties=properties,
+                skip_invalid=skip_invalid,
+                discovery_interval=discovery_interval,
+                timeout=timeout,
+                stopping_offsets=stopping_offsets,
+            )
+        )
 
     def from_spark(self, df: Any) -> DataStream:
         """A Spark DataFrame as a replayable, checkpointed source.

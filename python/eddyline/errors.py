@@ -20,6 +20,7 @@ __all__ = [
     "GraphError",
     "JobCancelledError",
     "JobFailedError",
+    "KafkaError",
     "SchemaError",
     "ScopeError",
     "StorageError",
@@ -154,6 +155,17 @@ def _rebuild_storage_error(
     message: str, operator: str | None, user_traceback: str | None, uri: str | None
 ) -> StorageError:
     return StorageError(message, operator=operator, user_traceback=user_traceback, uri=uri)
+
+
+class KafkaError(EddylineError):
+    """A Kafka broker cannot be reached, a topic is missing, or a message
+    could not be delivered; the message names the operator and the cause.
+
+    Example:
+        >>> import eddyline as ed
+        >>> issubclass(ed.KafkaError, ed.EddylineError)
+        True
+    """
 
 
 class JobFailedError(EddylineError):

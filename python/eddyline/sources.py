@@ -13,6 +13,15 @@ checkpoint left it: a source whose ``read`` returns the same rows for the same
 of every split not yet read to its end, so a job can be restored at another
 parallelism: the splits left over are dealt to the new subtasks.
 
+A source whose splits grow while it runs (Kafka partitions added to a topic)
+sets :attr:`Source.discovery_interval` and names each split by a stable
+:meth:`Source.split_id`: split ``i`` is read by subtask ``i % parallelism``,
+:meth:`Source.splits` is asked again every ``discovery_interval`` seconds,
+and its checkpoint holds every owned split (finished ones too), so a split in
+no checkpoint entry is one found later and is read from
+:meth:`Source.discovered_offset`. Such a checkpoint is restored by union (every
+subtask sees every entry and keeps the splits it owns now).
+
 Example:
     >>> import pyarrow as pa
     >>> import eddyline as ed
@@ -36,7 +45,8 @@ Example:
 from __future__ import annotations
 
 import pickle
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -87,9 +97,60 @@ class Source:
     def close(self) -> None:
         """Optional hook: called when a subtask stops reading (not guaranteed on a crash)."""
 
+    discovery_interval: float | None = None
+    """Seconds between calls of :meth:`splits` while running, to pick up new
+    splits (e.g. partitions added to a topic); ``None`` (default): the splits
+    are fixed when the job starts. A source that sets it names each split by
+    :meth:`split_id`; a split with id ``i`` is read by subtask
+    ``i % parallelism`` (also after a restore at another parallelism), and a
+    split that appears while running, or since the checkpoint a job is
+    restored from, is read from :meth:`discovered_offset`."""
+
+    def split_id(self, split: Any) -> int:
+        """A stable id of ``split`` in ``0 .. 2**63`` (sources with :attr:`discovery_interval`).
+
+        It names the split in checkpoints and for per-split watermarks, so it
+        must not depend on the order :meth:`splits` lists them in.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} sets discovery_interval but does not implement split_id()"
+        )
+
+    def discovered_offset(self, split: Any) -> Any:
+        """Where reading a split found while running starts (default :meth:`initial_offset`)."""
+        return self.initial_offset(split)
+
+    def checkpoint_complete(self, offsets: dict[Any, Any]) -> None:
+        """Optional hook: a checkpoint completed; ``offsets`` maps each split this
+        subtask reads to its offset in that checkpoint. For side effects such as
+        telling an external system how far the job got; never needed to restore.
+        """
+
 
 _INITIAL = object()
 """Marks a split that starts at its :meth:`Source.initial_offset`."""
+
+
+class _Completions:
+    """The offsets of the checkpoints taken and not yet completed, by id."""
+
+    def __init__(self, source: Source) -> None:
+        self._source = source
+        self._pending: list[tuple[int, dict[Any, Any]]] = []
+        # Only sources that override the hook pay for remembering offsets.
+        self._wanted = type(source).checkpoint_complete is not Source.checkpoint_complete
+
+    def taken(self, checkpoint_id: int, offsets: Callable[[], dict[Any, Any]]) -> None:
+        if self._wanted:
+            self._pending.append((checkpoint_id, offsets()))
+
+    def complete(self, checkpoint_id: int) -> None:
+        """Tells the source the newest offsets at or before ``checkpoint_id``."""
+        done = [p for p in self._pending if p[0] <= checkpoint_id]
+        if not done:
+            return
+        self._pending = [p for p in self._pending if p[0] > checkpoint_id]
+        self._source.checkpoint_complete(done[-1][1])
 
 
 class SourceSubtaskReader:
@@ -123,6 +184,7 @@ class SourceSubtaskReader:
         self._batch_size = batch_size
         # The subtask's own splits of a fresh start (for older offsets).
         self._own = [i for i in range(len(self._all)) if i % parallelism == subtask]
+        self._completions = _Completions(source)
         self._set_open(dict.fromkeys(self._own, _INITIAL))
 
     def _set_open(self, offsets: dict[int, Any]) -> None:
@@ -168,18 +230,7 @@ class SourceSubtaskReader:
             if batch is None:
                 quiet += 1
                 continue
-            if not isinstance(batch, pa.RecordBatch):
-                raise SchemaError(
-                    f"source '{self._operator}' returned {type(batch).__name__} from read(), "
-                    "not a pyarrow.RecordBatch",
-                    operator=self._operator,
-                )
-            if not batch.schema.equals(self._schema):
-                raise SchemaError(
-                    f"source '{self._operator}' returned a batch with schema\n{batch.schema}\n"
-                    f"but declared\n{self._schema}",
-                    operator=self._operator,
-                )
+            _check_batch(batch, self._schema, self._operator)
             self._offsets[index] = next_offset
             if batch.num_rows == 0:
                 continue  # progress without rows (e.g. the end of a file): read on
@@ -187,18 +238,37 @@ class SourceSubtaskReader:
         self._source.close()
         return False
 
-    def entries(self) -> list[bytes]:
-        """One ``pickle((split index, offset))`` per split not read to its end."""
+    def entries(self, checkpoint_id: int | None = None) -> list[bytes]:
+        """One ``pickle((split index, offset))`` per split not read to its end.
+
+        With ``checkpoint_id`` (a checkpoint's snapshot) the offsets are also
+        kept for :meth:`notify_checkpoint_complete`.
+        """
+        if checkpoint_id is not None:
+            self._completions.taken(
+                checkpoint_id, lambda: {self._all[i]: self._offsets[i] for i in self._open}
+            )
         return [
             pickle.dumps((index, self._offsets[index]), protocol=pickle.HIGHEST_PROTOCOL)
             for index in self._open
         ]
 
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed: tells :meth:`Source.checkpoint_complete`."""
+        self._completions.complete(checkpoint_id)
+
     def seek_entries(self, entries: list[bytes]) -> None:
         """Reads exactly the splits of ``entries``, each from its offset."""
         offsets: dict[int, Any] = {}
         for data in entries:
-            split, offset = pickle.loads(data)
+            entry = pickle.loads(data)
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise CheckpointError(
+                    f"source '{self._operator}' has a fixed split list, but its checkpoint "
+                    "holds the offsets of a source that discovers its splits",
+                    operator=self._operator,
+                )
+            split, offset = entry
             if not isinstance(split, int) or not 0 <= split < len(self._all):
                 raise CheckpointError(
                     f"source '{self._operator}' has {len(self._all)} splits, but its checkpoint "
@@ -226,6 +296,173 @@ class SourceSubtaskReader:
         self._set_open(left)
 
 
+class DynamicReader:
+    """One subtask's reader of a source whose splits grow (:attr:`Source.discovery_interval`).
+
+    It reads the splits whose :meth:`Source.split_id` ``i`` has ``i %
+    parallelism == subtask``, interleaved like :class:`SourceSubtaskReader`,
+    and asks :meth:`Source.splits` again every ``discovery_interval``
+    seconds (by ``clock``). Its checkpointed offset is one entry
+    ``pickle((id, split, offset, done))`` per split it owns, also those
+    read to their end (``done``), so that a split in no entry is one found
+    after the checkpoint. The binding restores these entries by union: every
+    restored subtask sees all of them and keeps those it owns now.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        operator: str,
+        subtask: int,
+        parallelism: int,
+        batch_size: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self._operator = operator
+        self._subtask = subtask
+        self._parallelism = parallelism
+        self._schema = source.schema()
+        self._batch_size = batch_size
+        self._clock = clock
+        self._completions = _Completions(source)
+        self._splits: dict[int, Any] = {}  # id -> split, of every owned split
+        self._offsets: dict[int, Any] = {}  # id -> offset, of the open ones
+        self._open: list[int] = []
+        self._cursor = 0
+        self._changed = True
+        for split in source.splits():
+            self._add(split, source.initial_offset)
+        self._next_discovery = clock() + float(source.discovery_interval or 0)
+
+    def _id(self, split: Any) -> int:
+        sid = self._source.split_id(split)
+        if not isinstance(sid, int) or not 0 <= sid < 2**63:
+            raise SchemaError(
+                f"source '{self._operator}': split_id({split!r}) returned {sid!r}, "
+                "not an int in 0 .. 2**63",
+                operator=self._operator,
+            )
+        return sid
+
+    def _add(self, split: Any, offset_of: Callable[[Any], Any]) -> None:
+        sid = self._id(split)
+        if sid % self._parallelism != self._subtask or sid in self._splits:
+            return
+        self._splits[sid] = split
+        self._offsets[sid] = offset_of(split)
+        self._open.append(sid)
+        self._changed = True
+
+    def _discover(self) -> None:
+        for split in self._source.splits():
+            self._add(split, self._source.discovered_offset)
+        self._next_discovery = self._clock() + float(self._source.discovery_interval or 0)
+
+    def open_splits(self) -> list[int]:
+        """The ids of the splits this subtask reads and has not read to their end."""
+        return list(self._open)
+
+    def _open_if_changed(self) -> tuple[int, ...] | None:
+        if not self._changed:
+            return None
+        self._changed = False
+        return tuple(self._open)
+
+    def poll(
+        self,
+    ) -> tuple[pa.RecordBatch | None, int | None, tuple[int, ...] | None] | bool | None:
+        if self._clock() >= self._next_discovery:
+            self._discover()
+        quiet = 0
+        while quiet < len(self._open):
+            pos = self._cursor % len(self._open)
+            sid = self._open[pos]
+            result = self._source.read(self._splits[sid], self._offsets[sid], self._batch_size)
+            if result is None:
+                del self._open[pos]
+                del self._offsets[sid]
+                self._cursor = pos
+                self._changed = True
+                continue
+            self._cursor = pos + 1
+            batch, next_offset = result
+            if batch is None:
+                quiet += 1
+                continue
+            _check_batch(batch, self._schema, self._operator)
+            self._offsets[sid] = next_offset
+            if batch.num_rows == 0:
+                continue
+            return batch, sid, self._open_if_changed()
+        # Unbounded: more splits may appear, so an empty reader waits for them.
+        opened = self._open_if_changed()
+        return None if opened is None else (None, None, opened)
+
+    def entries(self, checkpoint_id: int | None = None) -> list[bytes]:
+        """One ``pickle((id, split, offset, done))`` per split this subtask owns."""
+        if checkpoint_id is not None:
+            self._completions.taken(
+                checkpoint_id, lambda: {self._splits[i]: self._offsets[i] for i in self._open}
+            )
+        return [
+            pickle.dumps(
+                (sid, split, self._offsets.get(sid), sid not in self._offsets),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+            for sid, split in self._splits.items()
+        ]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed: tells :meth:`Source.checkpoint_complete`."""
+        self._completions.complete(checkpoint_id)
+
+    def seek_entries(self, entries: list[bytes]) -> None:
+        """Reads the owned splits of ``entries`` from their offsets, and every other
+        owned split that :meth:`Source.splits` lists from its discovered offset."""
+        self._splits, self._offsets, self._open = {}, {}, []
+        for data in entries:
+            entry = pickle.loads(data)
+            if not (isinstance(entry, tuple) and len(entry) == 4):
+                raise CheckpointError(
+                    f"source '{self._operator}' discovers its splits, but its checkpoint "
+                    "holds offsets of a source with a fixed split list",
+                    operator=self._operator,
+                )
+            sid, split, offset, done = entry
+            if sid % self._parallelism != self._subtask:
+                continue
+            self._splits[sid] = split
+            if not done:
+                self._offsets[sid] = offset
+                self._open.append(sid)
+        self._cursor = 0
+        self._changed = True
+        self._discover()
+
+    def seek(self, data: bytes) -> None:
+        raise CheckpointError(
+            f"source '{self._operator}' discovers its splits, but its checkpoint holds the "
+            "offset of a source with a fixed split list",
+            operator=self._operator,
+        )
+
+
+def _check_batch(batch: Any, schema: pa.Schema, operator: str) -> None:
+    if not isinstance(batch, pa.RecordBatch):
+        raise SchemaError(
+            f"source '{operator}' returned {type(batch).__name__} from read(), "
+            "not a pyarrow.RecordBatch",
+            operator=operator,
+        )
+    if not batch.schema.equals(schema):
+        raise SchemaError(
+            f"source '{operator}' returned a batch with schema\n{batch.schema}\n"
+            f"but declared\n{schema}",
+            operator=operator,
+        )
+
+
 class SourceReaderFactory:
     """The picklable ``make_reader(subtask, parallelism, batch_size)`` of a Python source node."""
 
@@ -233,10 +470,13 @@ class SourceReaderFactory:
         self.source = source
         self.operator = operator
 
-    def __call__(self, subtask: int, parallelism: int, batch_size: int) -> SourceSubtaskReader:
+    def __call__(
+        self, subtask: int, parallelism: int, batch_size: int
+    ) -> SourceSubtaskReader | DynamicReader:
         from ._exec.factory import private_copy
 
-        return SourceSubtaskReader(
+        reader = SourceSubtaskReader if self.source.discovery_interval is None else DynamicReader
+        return reader(
             private_copy(self.source, self.operator),
             self.operator,
             subtask,

@@ -286,9 +286,11 @@ fn arrow_source(spec: &Spec<'_, '_>) -> Result<Arc<dyn SourceFactory>, NodeError
 fn python_source(spec: &Spec<'_, '_>) -> Result<Arc<dyn SourceFactory>, NodeError> {
     let schema = spec.schema("schema")?;
     let make_reader: Py<PyAny> = get(spec.d, "make_reader")?;
+    let union_offsets = opt::<bool>(spec.d, "union_offsets")?.unwrap_or(false);
     Ok(Arc::new(PySourceFactory {
         make_reader,
         schema,
+        union_offsets,
     }))
 }
 

@@ -24,6 +24,10 @@ use crate::errors::from_py;
 pub struct PySourceFactory {
     pub make_reader: Py<PyAny>,
     pub schema: SchemaRef,
+    /// A source that discovers splits while running deals its splits by
+    /// their ids, so every restored subtask sees every entry (Flink's union
+    /// list state) and keeps its own.
+    pub union_offsets: bool,
 }
 
 impl SourceFactory for PySourceFactory {
@@ -49,7 +53,11 @@ impl SourceFactory for PySourceFactory {
 
     /// Every split not read to its end is an entry (`SourceSubtaskReader.entries`).
     fn redistribution(&self) -> Redistribution {
-        Redistribution::EvenSplit
+        if self.union_offsets {
+            Redistribution::Union
+        } else {
+            Redistribution::EvenSplit
+        }
     }
 }
 
@@ -119,22 +127,20 @@ impl SourceReader for PySourceReader {
     }
 
     fn offset(&self) -> Vec<u8> {
-        // The Python side only pickles its own plain state here; should that
-        // ever fail, the cause goes to stderr and the empty offset is refused
-        // by `seek` with a clear error instead of restoring a wrong position.
+        self.entries_of(None)
+    }
+
+    fn checkpoint_offset(&self, checkpoint_id: u64) -> Vec<u8> {
+        self.entries_of(Some(checkpoint_id))
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
         Python::attach(|py| {
             self.reader
                 .bind(py)
-                .call_method0("entries")
-                .and_then(|l| l.extract::<Vec<Vec<u8>>>())
-                .map(|entries| encode_entries(&entries))
-                .unwrap_or_else(|e| {
-                    eprintln!(
-                        "eddyline: source '{}' could not report its offset: {e}",
-                        self.name
-                    );
-                    Vec::new()
-                })
+                .call_method1("notify_checkpoint_complete", (checkpoint_id,))
+                .map(|_| ())
+                .map_err(|e| from_py(py, &self.name, e))
         })
     }
 
@@ -159,5 +165,29 @@ impl SourceReader for PySourceReader {
             done.map(|_| ()).map_err(|e| from_py(py, &self.name, e))
         })?;
         self.refresh_open()
+    }
+}
+
+impl PySourceReader {
+    /// `entries(checkpoint_id)` encoded: the offset of a checkpoint (`Some`)
+    /// or of a recompute position check (`None`).
+    fn entries_of(&self, checkpoint_id: Option<u64>) -> Vec<u8> {
+        // The Python side only pickles its own plain state here; should that
+        // ever fail, the cause goes to stderr and the empty offset is refused
+        // by `seek` with a clear error instead of restoring a wrong position.
+        Python::attach(|py| {
+            self.reader
+                .bind(py)
+                .call_method1("entries", (checkpoint_id,))
+                .and_then(|l| l.extract::<Vec<Vec<u8>>>())
+                .map(|entries| encode_entries(&entries))
+                .unwrap_or_else(|e| {
+                    eprintln!(
+                        "eddyline: source '{}' could not report its offset: {e}",
+                        self.name
+                    );
+                    Vec::new()
+                })
+        })
     }
 }

@@ -7,6 +7,7 @@ fresh directory, as a user would run it. The examples that read ``events/``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,6 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from eddyline.kafka_testing import new_topic, tansu_broker
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -77,14 +80,20 @@ def test_readme_example_runs_as_written(name: str, code: str, tmp_path: Path) ->
     script.write_text(code)
     env = dict(os.environ)
     env.pop("PYSPARK_PYTHON", None)  # the README example sets it itself
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    with contextlib.ExitStack() as stack:
+        if "KAFKA_BROKERS" in code:
+            # A local Kafka-API broker (tansu, built by .ci/run) with the README's topic.
+            broker = stack.enter_context(tansu_broker(tmp_path / "tansu.log"))
+            new_topic(broker, 3, "orders")
+            env["KAFKA_BROKERS"] = broker
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert proc.returncode == 0, (
         f"README example {name} failed:\n{code}\n--- stdout\n{proc.stdout[-3000:]}"
         f"\n--- stderr\n{proc.stderr[-6000:]}"

@@ -65,6 +65,22 @@ pub trait SourceReader: Send {
     /// ignore it (the default); their batches are cut into slices by the
     /// channel, and a barrier waits for the whole batch.
     fn limit_batch_rows(&mut self, _rows: usize) {}
+
+    /// The offset recorded in checkpoint `checkpoint_id` (default:
+    /// [`SourceReader::offset`]). A reader that acts when a checkpoint
+    /// completes (an external system told how far the job got) remembers
+    /// here which position belongs to which checkpoint.
+    fn checkpoint_offset(&self, _checkpoint_id: u64) -> Vec<u8> {
+        self.offset()
+    }
+
+    /// Checkpoint `checkpoint_id` completed (and every one before it): what
+    /// [`SourceReader::checkpoint_offset`] returned for it is durable. For
+    /// side effects only (e.g. committing consumer offsets for
+    /// monitoring); never needed for correctness.
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Builds one reader per parallel subtask of a source node.

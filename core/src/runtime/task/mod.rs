@@ -547,7 +547,7 @@ impl Task {
                 node: src.node,
                 state: crate::state::OperatorState {
                     operator: Some(crate::state::StateBlob::Bytes(Arc::new(
-                        src.reader.offset(),
+                        src.reader.checkpoint_offset(barrier.id),
                     ))),
                     keyed: Vec::new(),
                 },
@@ -606,6 +606,12 @@ impl Task {
     }
 
     pub(crate) fn notify_complete(&mut self, id: u64) -> Result<()> {
+        if let Some(src) = self.source.as_mut() {
+            let name = src.slot.name.clone();
+            src.reader
+                .notify_checkpoint_complete(id)
+                .map_err(|e| e.in_operator(&name))?;
+        }
         for i in 0..self.ops.len() {
             let name = self.slots[i].name.clone();
             self.ops[i]

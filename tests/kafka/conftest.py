@@ -1,0 +1,58 @@
+"""A tansu Kafka-API broker for tests/kafka, and helpers to feed and read topics.
+
+``tansu`` is built once per machine by ``.ci/run`` into
+``$EDDYLINE_TOOL_CACHE/tansu`` (default ``/work/.cache``), outside the
+repository. Every message is produced in its own batch (``produce_each``, see
+``eddyline.kafka_testing`` for tansu's bug), which ``test_harness.py`` checks.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+# These suites need the native extension and the client: missing ones must fail.
+import confluent_kafka as ck
+import pytest
+
+import eddyline._core  # noqa: F401
+from eddyline.kafka_testing import tansu_broker, tansu_path
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a tansu broker with in-memory storage, for the whole session."""
+    if not tansu_path().exists():
+        pytest.skip(
+            f"no tansu broker at {tansu_path()}: .ci/run builds it (cargo install tansu "
+            f"--locked --features dynostore --root {tansu_path().parent.parent})"
+        )
+    with tansu_broker(tmp_path_factory.mktemp("tansu") / "broker.log") as address:
+        yield address
+
+
+def consume_all(broker: str, topic: str, expected: int, timeout: float = 30.0) -> list[Any]:
+    """Reads every partition of ``topic`` from its start until ``expected`` messages came
+    (``timeout`` is a harness limit), then one more poll round for any extra ones."""
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": broker,
+            "group.id": f"check-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+        }
+    )
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in partitions])
+    out: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < expected and time.monotonic() < deadline:
+        for m in consumer.consume(num_messages=1000, timeout=0.2):
+            assert m.error() is None, m.error()
+            out.append(m)
+    out += [m for m in consumer.consume(num_messages=1000, timeout=0.5) if m.error() is None]
+    consumer.close()
+    return out
