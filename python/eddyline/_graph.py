@@ -441,6 +441,7 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
                 "within": p["within"],
                 "state_ttl_ms": p["state_ttl_ms"],
                 "time_columns": p["time_columns"],
+                "temporal": bool(p.get("temporal")),
             }
         case "loop_exit" | "union":
             return {**base, "kind": node.kind}

@@ -175,6 +175,8 @@ class JoinSpec(NodeBase):
     within: tuple[int, int] | None
     state_ttl_ms: int | None
     time_columns: tuple[str | None, str | None]
+    #: An event-time "as of" join against the right input's versions.
+    temporal: NotRequired[bool]
 
 
 class LoopHeadSpec(NodeBase):

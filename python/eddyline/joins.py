@@ -18,6 +18,13 @@ A row whose timestamp is at or below the watermark when it arrives is late:
 counted in the operator's ``late_records`` metric and dropped (as Flink's
 interval join does). Keys compare as in SQL: a null key matches nothing.
 
+``left.temporal_join(versions, on=..., how="inner" | "left")`` is an
+event-time "as of" join: ``versions`` is an upsert stream keyed by ``on``
+(a row with the time of a kept version replaces it); each left row waits
+until the watermark reaches its time, then is joined with the newest
+version of its key at or before that time (``how="left"``: with nulls when
+there is none).
+
 Output: the join keys once (with the left's names), the left's other
 columns, then the right's; a right column whose name is taken gets the
 suffix ``_right``.
@@ -83,14 +90,23 @@ def build_join(
     left_on: str | Sequence[str] | None,
     right_on: str | Sequence[str] | None,
     how: str,
-    within: tuple[Duration, Duration] | None,
-    state_ttl: Duration | None,
+    within: tuple[Duration, Duration] | None = None,
+    state_ttl: Duration | None = None,
+    temporal: bool = False,
 ) -> DataStream:
-    """Adds a join node reading ``left`` (input 0) and ``right`` (input 1)."""
-    left._same_env(right, "join()")
+    """Adds a join node reading ``left`` (input 0) and ``right`` (input 1);
+    ``temporal``: an event-time "as of" join against ``right``'s versions."""
+    what = "temporal_join()" if temporal else "join()"
+    left._same_env(right, what)
     name = f"join_{len(left._env._graph.nodes)}"
-    if how not in JOIN_TYPES:
-        raise GraphError(f"join(): how must be one of {JOIN_TYPES}, got {how!r}", operator=name)
+    allowed = ("inner", "left") if temporal else JOIN_TYPES
+    if how not in allowed:
+        raise GraphError(f"{what}: how must be one of {allowed}, got {how!r}", operator=name)
+    if temporal and (left.time_column is None or right.time_column is None):
+        raise GraphError(
+            f"{what}: both inputs need event time: call assign_timestamps on them",
+            operator=name,
+        )
     both = _columns(on, "on")
     lk, rk = _columns(left_on, "left_on"), _columns(right_on, "right_on")
     if both is not None and (lk is not None or rk is not None):
@@ -126,6 +142,7 @@ def build_join(
         "within": bounds,
         "state_ttl_ms": ttl,
         "time_columns": (left.time_column, right.time_column),
+        "temporal": temporal,
     }
     stream = left._add("join", "join", params=params, inputs=[left._edge(0), right._edge(1)])
     node = stream._node

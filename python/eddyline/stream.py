@@ -505,6 +505,26 @@ class DataStream(_Operators):
             state_ttl=state_ttl,
         )
 
+    def temporal_join(
+        self,
+        versions: DataStream,
+        on: str | Sequence[str] | None = None,
+        *,
+        left_on: str | Sequence[str] | None = None,
+        right_on: str | Sequence[str] | None = None,
+        how: str = "inner",
+    ) -> DataStream:
+        """Joins each row with the newest row of ``versions`` at or before its time.
+
+        ``versions`` is an upsert stream keyed by ``on`` with its own
+        timestamps; a row is emitted once the watermark passes its time
+        (``how="left"`` keeps rows without a version, with nulls). Both
+        inputs need ``assign_timestamps``. See :mod:`eddyline.joins`.
+        """
+        return build_join(
+            self, versions, on=on, left_on=left_on, right_on=right_on, how=how, temporal=True
+        )
+
     def connect(self, other: DataStream) -> ConnectedStreams:
         """Connects two streams (possibly of different schemas) for a two-input operator."""
         self._same_env(other, "connect()")

@@ -395,7 +395,9 @@ fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
             return Err(Error::graph(name, message).into());
         }
     };
+    let temporal: bool = opt(d, "temporal")?.unwrap_or(false);
     let bounds = match opt::<(i64, i64)>(d, "within")? {
+        _ if temporal => JoinBounds::Temporal,
         Some((lower_ms, upper_ms)) => JoinBounds::Interval { lower_ms, upper_ms },
         None => JoinBounds::Unbounded {
             ttl_ms: opt(d, "state_ttl_ms")?,

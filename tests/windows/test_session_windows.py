@@ -26,10 +26,10 @@ def reference(rows: list[dict[str, int]], gap: int) -> list[dict[str, int]]:
     df = pd.DataFrame(rows, columns=["k", "t", "v"]).sort_values(["k", "t"])
     df["new"] = df.groupby("k")["t"].diff().fillna(gap) >= gap
     df["session"] = df.groupby("k")["new"].cumsum()
-    g = df.groupby(["k", "session"]).agg(start=("t", "min"), last=("t", "max"), v=("v", "sum"))
+    g = df.groupby(["k", "session"]).agg(first=("t", "min"), final=("t", "max"), v=("v", "sum"))
     return [
-        {"k": int(k), "window_start": int(r.start), "window_end": int(r.last) + gap, "v": int(r.v)}
-        for (k, _), r in g.iterrows()
+        {"k": int(k), "window_start": int(first), "window_end": int(final) + gap, "v": int(v)}
+        for (k, _), first, final, v in zip(g.index, g["first"], g["final"], g["v"], strict=True)
     ]
 
 
@@ -130,7 +130,7 @@ def test_session_reduce_and_bad_gap_are_clear_errors() -> None:
         keyed.window(ed.Session("1s")).reduce(lambda a, b: a)
     with pytest.raises(ValueError, match="session gap"):
         ed.Session(0)
-    with pytest.raises(ed.GraphError, match="column 'nope' does not exist"):
+    with pytest.raises(ed.GraphError, match="column 'nope' is not in the input schema"):
         keyed.window(ed.Session("1s")).sum("nope")
 
 
@@ -172,9 +172,18 @@ def test_session_savepoint_resumes_exactly_at_another_parallelism(tmp_path: Path
     build(3, tmp_path / "chk2", tmp_path / "out2", sleep=0.0).execute(
         "resumed", restore_from=savepoint
     )
-    got = read_parquet_dir(tmp_path / "out1").to_pylist() + read_parquet_dir(
-        tmp_path / "out2"
-    ).to_pylist()
+    got = (
+        read_parquet_dir(tmp_path / "out1").to_pylist()
+        + read_parquet_dir(tmp_path / "out2").to_pylist()
+    )
     rows = [{"k": v % 7, "t": v * 3 + v // 500 * 100, "v": v} for v in range(N)]
-    want = [{**r, "value": r.pop("v")} for r in reference(rows, 40)]
+    want = [
+        {
+            "k": r["k"],
+            "window_start": r["window_start"],
+            "window_end": r["window_end"],
+            "value": r["v"],
+        }
+        for r in reference(rows, 40)
+    ]
     assert_same_rows(got, want)

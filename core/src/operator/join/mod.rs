@@ -58,6 +58,7 @@
 mod output;
 mod rows;
 mod snapshot;
+mod temporal;
 
 pub(crate) use snapshot::{is_state_blob, state_table};
 
@@ -118,6 +119,10 @@ pub enum JoinBounds {
     Unbounded { ttl_ms: Option<i64> },
     /// `left.ts + lower_ms <= right.ts <= left.ts + upper_ms`.
     Interval { lower_ms: i64, upper_ms: i64 },
+    /// Event-time "as of": each left row with the newest right row (a
+    /// version of its key) at or before its time, once the watermark passes
+    /// the left row ([`temporal`]).
+    Temporal,
 }
 
 impl JoinBounds {
@@ -127,6 +132,10 @@ impl JoinBounds {
             JoinBounds::Unbounded { ttl_ms } => ttl_ms,
             JoinBounds::Interval { upper_ms, .. } if side == 0 => Some(upper_ms),
             JoinBounds::Interval { lower_ms, .. } => Some(lower_ms.saturating_neg()),
+            // Left rows wait until the watermark reaches them; versions are
+            // pruned, not expired.
+            JoinBounds::Temporal if side == 0 => Some(0),
+            JoinBounds::Temporal => None,
         }
     }
 
@@ -136,6 +145,7 @@ impl JoinBounds {
     fn pairs(self, side: usize, ts: i64, other: i64) -> bool {
         match self {
             JoinBounds::Unbounded { .. } => true,
+            JoinBounds::Temporal => false,
             JoinBounds::Interval { lower_ms, upper_ms } => {
                 let (l, r) = if side == 0 { (ts, other) } else { (other, ts) };
                 let (l, r) = (i128::from(l), i128::from(r));
@@ -152,6 +162,7 @@ impl JoinBounds {
             JoinBounds::Interval { lower_ms, upper_ms } => {
                 format!("interval {lower_ms} {upper_ms}")
             }
+            JoinBounds::Temporal => "temporal".to_string(),
         }
     }
 }
@@ -301,6 +312,12 @@ impl JoinFactory {
                     format!("state_ttl must be positive, got {t} ms"),
                 ))
             }
+            JoinBounds::Temporal if !matches!(how, JoinType::Inner | JoinType::Left) => {
+                return Err(Error::graph(
+                    operator,
+                    format!("a temporal join is 'inner' or 'left', got '{}'", how.name()),
+                ))
+            }
             JoinBounds::Unbounded { .. } if how != JoinType::Inner => {
                 return Err(Error::graph(
                     operator,
@@ -313,7 +330,7 @@ impl JoinFactory {
             }
             _ => {}
         }
-        let needs_time = bounds.keep_ms(0).is_some();
+        let needs_time = bounds.keep_ms(0).is_some() || bounds.keep_ms(1).is_some();
         let [lt, rt] = &time_columns;
         let sides = [
             bind_side(
@@ -669,7 +686,10 @@ impl JoinOperator {
                 continue;
             }
             let ts = if timed { self.scratch.times[row] } else { 0 };
-            if timed && ts <= self.watermark {
+            // A temporal join's versions are never late: one at or before
+            // the watermark is still the newest for rows to come.
+            let versions = side == 1 && self.bounds == JoinBounds::Temporal;
+            if timed && ts <= self.watermark && !versions {
                 late += 1;
                 continue;
             }
@@ -693,6 +713,9 @@ impl JoinOperator {
                 }
             }
             let mine = &mut group.sides[side];
+            if versions {
+                mine.replace_version(key, ts);
+            }
             let b = mine.batch_for(seq, batch);
             mine.keep(
                 key,
@@ -752,7 +775,7 @@ impl JoinOperator {
             for side in 0..2 {
                 let keep = self.bounds.keep_ms(side);
                 let emit = self.how.keeps(side);
-                group.sides[side].expire(watermark, keep, |r| {
+                group.sides[side].expire(watermark, keep, |_, r| {
                     if emit && !r.matched {
                         builder.push_unmatched(side, Source::Kept(local as u32, r.batch), r.row);
                     }
@@ -798,7 +821,17 @@ impl Operator for JoinOperator {
             return Ok(());
         }
         self.watermark = watermark;
-        if self.bounds.keep_ms(0).is_some() {
+        if self.bounds == JoinBounds::Temporal {
+            let keeps = self.how.keeps(0);
+            let builder = &mut self.scratch.builder;
+            temporal::fire(&mut self.groups, watermark, keeps, builder);
+            let rows = builder
+                .finish(&self.plan, &self.groups)
+                .map_err(|e| Error::arrow(&self.own.name, &e))?;
+            if let Some(rows) = rows {
+                out.emit(rows)?;
+            }
+        } else if self.bounds.keep_ms(0).is_some() {
             if let Some(rows) = self.expire(watermark)? {
                 out.emit(rows)?;
             }

@@ -77,6 +77,16 @@ impl OutputBuilder {
         self.rows[1 - side].push((theirs, krow as usize));
     }
 
+    /// Kept row `lrow` of left batch `lbatch` joined with kept row `rrow` of
+    /// right batch `rbatch`, both of group `group`.
+    #[inline]
+    pub fn push_kept_pair(&mut self, group: u32, lbatch: u32, lrow: u32, rbatch: u32, rrow: u32) {
+        let l = self.source(0, Source::Kept(group, lbatch));
+        let r = self.source(1, Source::Kept(group, rbatch));
+        self.rows[0].push((l, lrow as usize));
+        self.rows[1].push((r, rrow as usize));
+    }
+
     /// Row `row` of `side` at `source`, with nulls for the other side.
     #[inline]
     pub fn push_unmatched(&mut self, side: usize, source: Source, row: u32) {

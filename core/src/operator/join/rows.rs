@@ -99,7 +99,12 @@ impl Side {
 
     /// Drops the rows with `ts + keep <= watermark`, calling `dropped` with
     /// each (before the batches may be released).
-    pub fn expire(&mut self, watermark: i64, keep: Option<i64>, mut dropped: impl FnMut(&RowRef)) {
+    pub fn expire(
+        &mut self,
+        watermark: i64,
+        keep: Option<i64>,
+        mut dropped: impl FnMut(&[u8], &RowRef),
+    ) {
         let Some(k) = keep else {
             return;
         };
@@ -108,11 +113,11 @@ impl Side {
         }
         let mut min = i64::MAX;
         let mut live = 0usize;
-        self.rows.retain(|_, refs| {
+        self.rows.retain(|key, refs| {
             refs.retain(|r| {
                 let expiry = r.ts.saturating_add(k);
                 if expiry <= watermark {
-                    dropped(r);
+                    dropped(key, r);
                     false
                 } else {
                     min = min.min(expiry);
@@ -176,4 +181,46 @@ pub(super) fn gather(
         columns.push(interleave(&arrays, indices)?);
     }
     RecordBatch::try_new(schema, columns)
+}
+
+impl Side {
+    /// Keeps, per key, the rows newer than `watermark` and the newest one at
+    /// or before it (a temporal join's versions: older ones can no longer
+    /// be the newest version at or before a row still to come).
+    pub fn prune_versions(&mut self, watermark: i64) {
+        if self.live == self.rows.len() {
+            return; // one version per key
+        }
+        let mut live = 0;
+        for refs in self.rows.values_mut() {
+            let newest_due = refs
+                .iter()
+                .filter(|r| r.ts <= watermark)
+                .map(|r| r.ts)
+                .max();
+            if let Some(due) = newest_due {
+                refs.retain(|r| r.ts >= due);
+            }
+            live += refs.len();
+        }
+        self.live = live;
+    }
+
+    /// Forgets the version of `key` at `ts`, if any (an upsert replaces it).
+    pub fn replace_version(&mut self, key: &[u8], ts: i64) {
+        if let Some(refs) = self.rows.get_mut(key) {
+            let before = refs.len();
+            refs.retain(|r| r.ts != ts);
+            self.live -= before - refs.len();
+        }
+    }
+
+    /// The newest row of `key` at or before `ts`.
+    pub fn version_at(&self, key: &[u8], ts: i64) -> Option<&RowRef> {
+        self.rows
+            .get(key)?
+            .iter()
+            .filter(|r| r.ts <= ts)
+            .max_by_key(|r| r.ts)
+    }
 }

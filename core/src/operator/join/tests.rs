@@ -531,3 +531,130 @@ proptest! {
         prop_assert_eq!(got, reference(how, lower, upper, &events));
     }
 }
+
+/// The temporal join's reference: versions in arrival order (a later one
+/// at the same time replaces an earlier one); left rows not late on arrival
+/// wait for the first watermark at or past their time and take the newest
+/// version arrived by then at or before it.
+fn temporal_reference(how: JoinType, events: &[Event]) -> Vec<Out> {
+    let mut w = i64::MIN;
+    let mut versions: Vec<(i64, i64, i64)> = Vec::new();
+    let mut waiting: Vec<(i64, i64, i64)> = Vec::new();
+    let mut out = Vec::new();
+    for e in events {
+        match e {
+            Event::Rows(0, rows) => {
+                for (i, r) in rows.iter().enumerate() {
+                    if r.1 > w {
+                        waiting.push((r.0, r.1, id_of(0, rows, i)));
+                    }
+                }
+            }
+            Event::Rows(_, rows) => {
+                for (i, r) in rows.iter().enumerate() {
+                    versions.retain(|v| !(v.0 == r.0 && v.1 == r.1));
+                    versions.push((r.0, r.1, id_of(1, rows, i)));
+                }
+            }
+            Event::Watermark(x) => {
+                w = w.max(*x);
+                waiting.retain(|l| {
+                    if l.1 > w {
+                        return true;
+                    }
+                    let best = versions
+                        .iter()
+                        .filter(|v| v.0 == l.0 && v.1 <= l.1)
+                        .max_by_key(|v| v.1);
+                    match best {
+                        Some(v) => {
+                            out.push((Some(l.0), Some(l.2), Some(l.1), Some(v.2), Some(v.1)))
+                        }
+                        None if how == JoinType::Left => {
+                            out.push((Some(l.0), Some(l.2), Some(l.1), None, None))
+                        }
+                        None => {}
+                    }
+                    false
+                });
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn prop_temporal_join_equals_the_reference_across_a_restore(
+        events in events(),
+        left_join in any::<bool>(),
+        cut in prop::option::of(0usize..30),
+    ) {
+        let how = if left_join { JoinType::Left } else { JoinType::Inner };
+        let f = factory(how, JoinBounds::Temporal);
+        let cut = cut.filter(|c| *c + 1 < events.len());
+        prop_assert_eq!(run(&f, &events, cut), temporal_reference(how, &events));
+    }
+}
+
+#[test]
+fn test_temporal_join_takes_the_newest_version_at_or_before_the_row() {
+    let f = factory(JoinType::Left, JoinBounds::Temporal);
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_batch(
+        1,
+        batch(
+            1,
+            vec![Some(1), Some(1), Some(1)],
+            vec![10, 20, 30],
+            vec![100, 200, 300],
+        ),
+        &mut out,
+    )
+    .unwrap();
+    op.process_batch(
+        0,
+        batch(
+            0,
+            vec![Some(1), Some(1), Some(2)],
+            vec![25, 9, 25],
+            vec![1, 2, 3],
+        ),
+        &mut out,
+    )
+    .unwrap();
+    assert!(
+        out.batches.is_empty(),
+        "nothing before the watermark reaches the rows"
+    );
+    // An upsert of the version at 20.
+    op.process_batch(1, batch(1, vec![Some(1)], vec![20], vec![201]), &mut out)
+        .unwrap();
+    op.process_watermark(25, &mut out).unwrap();
+    assert_eq!(
+        out.rows(),
+        vec![
+            (Some(1), Some(1), Some(25), Some(201), Some(20)),
+            (Some(1), Some(2), Some(9), None, None),
+            (Some(2), Some(3), Some(25), None, None),
+        ]
+    );
+    assert_eq!(
+        op.kept_rows(1),
+        2,
+        "versions 20 (newest <= 25) and 30 are kept"
+    );
+    let e = JoinFactory::new(
+        "j",
+        spec(JoinType::Outer, JoinBounds::Temporal),
+        &left_schema(),
+        &right_schema(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("'inner' or 'left'"), "{e}");
+}
