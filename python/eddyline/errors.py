@@ -16,6 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "DashboardError",
     "EddylineError",
     "GraphError",
     "JobCancelledError",
@@ -154,6 +155,10 @@ def _rebuild_storage_error(
     message: str, operator: str | None, user_traceback: str | None, uri: str | None
 ) -> StorageError:
     return StorageError(message, operator=operator, user_traceback=user_traceback, uri=uri)
+
+
+class DashboardError(EddylineError):
+    """The job's dashboard cannot be served (its port is taken, the address is invalid)."""
 
 
 class JobFailedError(EddylineError):
