@@ -180,3 +180,24 @@ def test_unknown_paths_are_json_404(tmp_path: Any) -> None:
     finally:
         client.wait()
     assert client.dashboard_url is not None  # the address stays readable after the end
+
+
+def test_eddyline_run_dashboard_serves_the_scripts_jobs(tmp_path: Any) -> None:
+    from eddyline.cli import main
+
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import sys\n"
+        "import eddyline as ed\n"
+        "env = ed.StreamEnvironment(1)\n"
+        "env.from_sequence(0, 10).collect()\n"
+        "client = env.execute_async('cli')\n"
+        "with open(sys.argv[1], 'w') as f:\n"
+        "    f.write(str(client.dashboard_url))\n"
+        "client.wait()\n"
+    )
+    out = tmp_path / "url.txt"
+    assert main(["run", "--dashboard-port", "0", str(script), str(out)]) == 0
+    assert out.read_text().startswith("http://127.0.0.1:")
+    assert main(["run", str(script), str(out)]) == 0
+    assert out.read_text() == "None", "no dashboard unless asked"

@@ -48,8 +48,9 @@ class Dashboard:
                 f"{exc.strerror or exc}; pass dashboard=0 to pick a free port"
             ) from exc
         self._server.daemon_threads = True
-        bound_host, bound_port = self._server.server_address[:2]
-        shown = bound_host if ":" not in str(bound_host) else f"[{bound_host}]"
+        address = self._server.server_address
+        bound_host, bound_port = str(address[0]), int(address[1])
+        shown = bound_host if ":" not in bound_host else f"[{bound_host}]"
         self.url = f"http://{shown}:{bound_port}/"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="eddyline-dashboard", daemon=True
@@ -99,10 +100,15 @@ def _routes(view: JobView) -> dict[str, Callable[[], Any]]:
         f"{base}/plan": lambda: {"plan": {"jid": jid, "nodes": [n.to_json() for n in view.nodes]}},
     }
     for node in view.nodes:
-        routes[f"{base}/vertices/{node.id}"] = lambda node=node: view.vertex(
-            node, _op(sample().operators, node.id), subtasks=True
-        )
+        routes[f"{base}/vertices/{node.id}"] = _vertex_route(view, node)
     return routes
+
+
+def _vertex_route(view: JobView, node: GraphNode) -> Callable[[], Any]:
+    def route() -> dict[str, Any]:
+        return view.vertex(node, _op(view.sample().operators, node.id), subtasks=True)
+
+    return route
 
 
 def _op(ops: list[dict[str, Any]], index: int) -> dict[str, Any]:
