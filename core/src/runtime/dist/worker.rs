@@ -11,7 +11,7 @@ use std::time::Duration;
 use crossbeam_channel::{select, Sender};
 use parking_lot::Mutex;
 
-use super::{metric_values, net_err, subtask_values, SentMetrics, METRIC_FIELDS};
+use super::{metric_values, net_err, subtask_values, SentMetrics};
 use crate::barrier::AlignmentMode;
 use crate::checkpoint::CheckpointStorage;
 use crate::error::{Error, Result};
@@ -341,8 +341,8 @@ pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMe
     for (node, (m, last)) in metrics.iter().zip(sent.iter_mut()).enumerate() {
         let now = metric_values(m);
         e.u32(node as u32);
-        for k in 0..METRIC_FIELDS {
-            e.u64(now[k].saturating_sub(last.op[k]));
+        for (now, before) in now.iter().zip(&last.op) {
+            e.u64(now.saturating_sub(*before));
         }
         last.op = now;
         last.subtasks.resize(m.subtasks.len(), Default::default());
@@ -354,8 +354,8 @@ pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMe
             let now = m.subtasks[i].snapshot();
             let (a, b) = (subtask_values(&now), subtask_values(&last.subtasks[i]));
             e.u32(i as u32);
-            for k in 0..a.len() {
-                e.u64(a[k].saturating_sub(b[k]));
+            for (now, before) in a.iter().zip(&b) {
+                e.u64(now.saturating_sub(*before));
             }
             e.i64(now.watermark);
             last.subtasks[i] = now;
