@@ -201,3 +201,23 @@ def test_eddyline_run_dashboard_serves_the_scripts_jobs(tmp_path: Any) -> None:
     assert out.read_text().startswith("http://127.0.0.1:")
     assert main(["run", str(script), str(out)]) == 0
     assert out.read_text() == "None", "no dashboard unless asked"
+
+
+def test_a_restart_is_listed_with_its_cause(tmp_path: Any) -> None:
+    from eddyline.testing import FailOnce
+
+    env = ed.StreamEnvironment(
+        1, batch_size=100, restart=ed.RestartStrategy.fixed_delay(attempts=1, delay="10ms")
+    )
+    numbers = env.from_sequence(0, 1_000).name("numbers")
+    fail = FailOnce(None, str(tmp_path), column="value", at=500)
+    numbers.map(fail).name("fails-once").collect()
+    client = env.execute_async("restart", dashboard=0)
+    _ended(client)
+    causes = client.restart_causes()
+    assert [c["attempt"] for c in causes] == [0]
+    assert "fails-once" in causes[0]["cause"]
+    entries = _api(client, "/exceptions")["exceptionHistory"]["entries"]
+    assert [e["stacktrace"] for e in entries] == [causes[0]["cause"]]
+    assert _api(client)["restarts"] == 1
+    assert client.wait().restarts == 1
