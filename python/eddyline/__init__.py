@@ -29,6 +29,7 @@ from .delta import DeltaSink
 from .environment import StreamEnvironment
 from .errors import (
     CheckpointError,
+    DashboardError,
     EddylineError,
     GraphError,
     JobCancelledError,
@@ -65,6 +66,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointError",
     "CheckpointStats",
+    "DashboardError",
     "CoLoopFunction",
     "CollectHandle",
     "ConnectedStreams",

@@ -92,6 +92,8 @@ class JobHandle:
     def wait(self, timeout_s: float) -> bool:
         """Waits up to ``timeout_s`` (GIL released); True once the job has ended."""
     def metrics(self) -> dict[str, Any]: ...
+    def restart_causes(self) -> list[dict[str, Any]]:
+        """Every restart so far, oldest first: ``{"attempt", "time_ms", "cause"}``."""
     def result(self) -> dict[str, Any]:
         """``{"restarts", "checkpoints", "metrics"}``; raises the job's error if it failed."""
     def cancel(self) -> None: ...

@@ -69,10 +69,13 @@ def _demo(rows: int, parallelism: int, seed: int) -> int:
     return 1
 
 
-def _run(script: str, args: Sequence[str]) -> int:
+def _run(script: str, args: Sequence[str], dashboard: int | None = None) -> int:
+    from . import environment
+
     if not os.path.isfile(script):
         print(f"eddyline run: no such file: {script}", file=sys.stderr)
         return 2
+    environment.RUN_DASHBOARD[0] = dashboard
     saved = sys.argv[:]
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -82,6 +85,7 @@ def _run(script: str, args: Sequence[str]) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     finally:
+        environment.RUN_DASHBOARD[0] = None
         sys.argv = saved
         sys.path.pop(0)
     return 0
@@ -364,6 +368,18 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--parallelism", type=int, default=min(4, os.cpu_count() or 1))
     demo.add_argument("--seed", type=int, default=42)
     run = commands.add_parser("run", help="run a job script as __main__")
+    run.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve each job's web dashboard on 127.0.0.1 (port 8081, see --dashboard-port)",
+    )
+    run.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="the dashboard's port (implies --dashboard; 0 picks a free one)",
+    )
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
     chk = commands.add_parser(
@@ -409,7 +425,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         return _demo(args.rows, args.parallelism, args.seed)
     if args.command == "run":
-        return _run(args.script, args.args)
+        port = args.dashboard_port
+        if port is None and args.dashboard:
+            port = 8081
+        return _run(args.script, args.args, port)
     return _checkpoints(args.dir, args.id, args.storage_option, args.state, args.state_name)
 
 

@@ -455,6 +455,8 @@ class StreamEnvironment:
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
         allow_non_restored_state: bool = False,
+        dashboard: bool | int | None = None,
+        dashboard_host: str = "127.0.0.1",
     ) -> JobClient:
         """Starts the job and returns at once.
 
@@ -467,6 +469,13 @@ class StreamEnvironment:
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators (by uid) this job lacks;
                 by default that is a ``CheckpointError`` naming them.
+            dashboard: ``True`` serves the job's web dashboard on port 8081,
+                an int on that port (``0`` picks a free one); its address is
+                printed on stderr and in ``client.dashboard_url``. It stops
+                when :meth:`JobClient.wait` returns. ``None`` (the default):
+                none, unless the script runs under ``eddyline run --dashboard``.
+            dashboard_host: The interface the dashboard listens on (only this
+                machine by default).
 
         Returns:
             A client to wait on, cancel or checkpoint the job.
@@ -482,6 +491,9 @@ class StreamEnvironment:
                 "runner must be None, ed.ProcessRunner(...) or eddyline.spark.SparkRunner(...), "
                 f"got {runner!r}"
             )
+        port = _dashboard_port(RUN_DASHBOARD[0] if dashboard is None else dashboard)
+        if not isinstance(dashboard_host, str) or not dashboard_host:
+            raise TypeError(f"dashboard_host must be a non-empty str, got {dashboard_host!r}")
         restore = os.fspath(restore_from) if restore_from is not None else None
         if restore is not None and restore != "latest":
             restore = storage_location(restore, what="restore_from")
@@ -505,7 +517,10 @@ class StreamEnvironment:
         else:
             start = getattr(runner, "_start")  # noqa: B009 - checked callable above
             handle = start(core, compiled.nodes, config, _job_spec(compiled.nodes, config))
-        return JobClient(handle, name, compiled.collects)
+        client = JobClient(handle, name, compiled.collects)
+        if port is not None:
+            client._serve_dashboard(compiled.nodes, port, dashboard_host)
+        return client
 
     def execute(
         self,
@@ -514,6 +529,8 @@ class StreamEnvironment:
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
         allow_non_restored_state: bool = False,
+        dashboard: bool | int | None = None,
+        dashboard_host: str = "127.0.0.1",
     ) -> JobResult:
         """Runs the job to the end and returns its result.
 
@@ -528,6 +545,10 @@ class StreamEnvironment:
                 Spark tasks.
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators this job lacks.
+            dashboard: ``True`` (port 8081) or a port (``0``: a free one)
+                serves the web dashboard while the job runs (see
+                :meth:`execute_async`).
+            dashboard_host: The interface the dashboard listens on.
 
         Raises:
             JobFailedError: The job failed and its restart strategy is exhausted.
@@ -539,7 +560,29 @@ class StreamEnvironment:
             restore_from=restore_from,
             runner=runner,
             allow_non_restored_state=allow_non_restored_state,
+            dashboard=dashboard,
+            dashboard_host=dashboard_host,
         ).wait()
+
+
+RUN_DASHBOARD: list[bool | int | None] = [None]
+"""The ``dashboard`` of jobs that do not say (set by ``eddyline run --dashboard``)."""
+
+
+def _dashboard_port(dashboard: object) -> int | None:
+    """The port ``dashboard=`` asks for; ``None`` for no dashboard.
+
+    Example:
+        >>> _dashboard_port(True), _dashboard_port(False), _dashboard_port(0)
+        (8081, None, 0)
+    """
+    if dashboard is True:
+        return 8081
+    if dashboard is False or dashboard is None:
+        return None
+    if isinstance(dashboard, int) and 0 <= dashboard <= 65535:
+        return dashboard
+    raise TypeError(f"dashboard must be a bool or a port number 0-65535, got {dashboard!r}")
 
 
 def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "CheckpointError",
+    "DashboardError",
     "EddylineError",
     "GraphError",
     "JobCancelledError",
@@ -166,6 +167,10 @@ class KafkaError(EddylineError):
         >>> issubclass(ed.KafkaError, ed.EddylineError)
         True
     """
+
+
+class DashboardError(EddylineError):
+    """The job's dashboard cannot be served (its port is taken, the address is invalid)."""
 
 
 class JobFailedError(EddylineError):

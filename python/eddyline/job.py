@@ -184,61 +184,109 @@ class JobResult:
         )
 
 
-def _rate(count: float, seconds: float) -> str:
-    value = count / seconds if seconds > 0 else 0.0
+def _count(value: float) -> str:
     for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= scale:
             return f"{value / scale:.1f}{unit}"
     return f"{value:.0f}"
 
 
-def progress_line(name: str, metrics: dict[str, Any], elapsed: float) -> str:
+def _rate(count: float, seconds: float) -> str:
+    return _count(count / seconds if seconds > 0 else 0.0)
+
+
+def progress_line(
+    name: str,
+    metrics: dict[str, Any],
+    elapsed: float,
+    *,
+    previous: dict[str, Any] | None = None,
+    interval: float = 0.0,
+    last_checkpoint: CheckpointStats | None = None,
+    restarts: int = 0,
+) -> str:
     """Formats one line of live progress from a metrics snapshot.
+
+    Each source and sink shows its total rows and its current rate: the
+    rows since ``previous`` (the snapshot ``interval`` seconds earlier), or
+    the average over ``elapsed`` without one. Then the last checkpoint and
+    the restarts.
 
     Example:
         >>> m = {"operators": {"src": {"kind": "source", "records_out": 2000},
         ...                    "out": {"kind": "sink", "records_in": 1000}}}
         >>> progress_line("job", m, 2.0)
-        'job 2.0s | src 1.0k rec/s | out 500 rec/s'
+        'job 2.0s | src 2.0k rows 1.0k/s | out 1.0k rows 500/s | no checkpoint'
+        >>> before = {"operators": {"src": {"records_out": 1900}, "out": {"records_in": 900}}}
+        >>> progress_line("job", m, 2.0, previous=before, interval=0.5, restarts=1)
+        'job 2.0s | src 2.0k rows 200/s | out 1.0k rows 200/s | no checkpoint | 1 restart'
     """
     parts = [f"{name} {elapsed:.1f}s"]
     operators: dict[str, dict[str, Any]] = metrics.get("operators", {})
-    for op, stats in operators.items():
-        kind = stats.get("kind")
-        if kind == "source":
-            parts.append(f"{op} {_rate(stats.get('records_out', 0), elapsed)} rec/s")
-    for op, stats in operators.items():
-        if stats.get("kind") == "sink":
-            parts.append(f"{op} {_rate(stats.get('records_in', 0), elapsed)} rec/s")
+    old: dict[str, dict[str, Any]] = (previous or {}).get("operators", {})
+    for kind, key in (("source", "records_out"), ("sink", "records_in")):
+        for op, stats in operators.items():
+            if stats.get("kind") != kind:
+                continue
+            total = stats.get(key, 0)
+            if previous is not None:
+                rate = _rate(total - old.get(op, {}).get(key, total), interval)
+            else:
+                rate = _rate(total, elapsed)
+            parts.append(f"{op} {_count(total)} rows {rate}/s")
+    if last_checkpoint is None:
+        parts.append("no checkpoint")
+    else:
+        c = last_checkpoint
+        parts.append(f"checkpoint {c.id} ({_count(c.bytes)}B, {c.duration_ms:.0f} ms)")
+    if restarts:
+        parts.append(f"{restarts} restart{'s' if restarts != 1 else ''}")
     return " | ".join(parts)
 
 
 class _Progress:
-    """A single status line on a terminal, redrawn in place; silent otherwise."""
+    """A live status line on a terminal (``rich``), redrawn in place; silent otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self._enabled = _is_tty(stream)
         self._last = 0.0
-        self._shown = False
+        self._live: Any = None
+        self._previous: dict[str, Any] | None = None
 
-    def update(self, text: str) -> None:
+    def update(self, client: JobClient) -> None:
         if not self._enabled:
             return
         now = time.monotonic()
         if now - self._last < _PROGRESS_EVERY_S:
             return
-        self._last = now
-        width = 120
-        self._stream.write("\r\x1b[K" + text[:width])
-        self._stream.flush()
-        self._shown = True
+        metrics = client.metrics()
+        checkpoints = client.checkpoints
+        text = progress_line(
+            client.name,
+            metrics,
+            now - client._started,
+            previous=self._previous,
+            interval=now - self._last,
+            last_checkpoint=checkpoints[-1] if checkpoints else None,
+            restarts=len(client.restart_causes()),
+        )
+        self._previous, self._last = metrics, now
+        if self._live is None:
+            from rich.console import Console
+            from rich.live import Live
+
+            console = Console(file=self._stream, highlight=False)
+            self._live = Live(console=console, transient=True, auto_refresh=False)
+            self._live.start()
+        from rich.text import Text
+
+        self._live.update(Text(text, overflow="ellipsis", no_wrap=True), refresh=True)
 
     def clear(self) -> None:
-        if self._enabled and self._shown:
-            self._stream.write("\r\x1b[K")
-            self._stream.flush()
-            self._shown = False
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -285,6 +333,34 @@ class JobClient:
         self._collects = list(collects)
         self._result: JobResult | None = None
         self._started = time.monotonic()
+        self._dashboard: Any = None
+
+    def _serve_dashboard(self, nodes: Sequence[Mapping[str, Any]], port: int, host: str) -> None:
+        """Starts the job's dashboard (``execute(dashboard=...)``) and prints its address."""
+        from .dashboard import graph_nodes, serve
+
+        try:
+            self._dashboard = serve(self, graph_nodes(nodes), port, host)
+        except BaseException:
+            self._inner.cancel()
+            self._inner.wait(5.0)
+            raise
+        url = self._dashboard.url
+        print(f"eddyline: dashboard of job '{self._name}' at {url}", file=sys.stderr)
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """The address of the job's web dashboard, ``None`` without one."""
+        return self._dashboard.url if self._dashboard is not None else None
+
+    def _close_dashboard(self) -> None:
+        if self._dashboard is not None:
+            self._dashboard.close()
+
+    def restart_causes(self) -> list[dict[str, Any]]:
+        """Every restart so far, oldest first: ``{"attempt", "time_ms", "cause"}``."""
+        causes = getattr(self._inner, "restart_causes", None)
+        return [dict(c) for c in causes()] if causes is not None else []
 
     @property
     def name(self) -> str:
@@ -326,17 +402,16 @@ class JobClient:
                     break
                 if remaining <= 0:
                     raise TimeoutError(f"job '{self._name}' is still running after {timeout} s")
-                if progress._enabled:
-                    progress.update(
-                        progress_line(self._name, self.metrics(), time.monotonic() - self._started)
-                    )
+                progress.update(self)
         except KeyboardInterrupt:
             progress.clear()
             self._inner.cancel()
             self._inner.wait(5.0)
+            self._close_dashboard()
             raise
         finally:
             progress.clear()
+        self._close_dashboard()
         outcome = self._inner.result()
         for handle, node in self._collects:
             handle._set(self._inner.collected(node))

@@ -321,6 +321,19 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
         od.set_item("late_records", o.late_records)?;
         od.set_item("spilled_bytes", o.spilled_bytes)?;
         od.set_item("spill_files", o.spill_files)?;
+        let subtasks = PyList::empty(py);
+        for st in &o.subtasks {
+            let sd = PyDict::new(py);
+            sd.set_item("records_in", st.records_in)?;
+            sd.set_item("records_out", st.records_out)?;
+            sd.set_item("busy_ns", st.busy_ns)?;
+            sd.set_item("backpressured_ns", st.backpressured_ns)?;
+            sd.set_item("idle_ns", st.idle_ns)?;
+            let wm = (st.watermark != i64::MIN).then_some(st.watermark);
+            sd.set_item("watermark", wm)?;
+            subtasks.append(sd)?;
+        }
+        od.set_item("subtasks", subtasks)?;
         od.set_item(
             "kind",
             match o.role {
@@ -359,6 +372,19 @@ impl PyJobHandle {
     /// Counters per operator and the wall time.
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         metrics_dict(py, &self.handle)
+    }
+
+    /// Every restart so far, oldest first: `{"attempt", "time_ms", "cause"}`.
+    fn restart_causes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for r in self.handle.restart_causes() {
+            let d = PyDict::new(py);
+            d.set_item("attempt", r.attempt)?;
+            d.set_item("time_ms", r.time_ms)?;
+            d.set_item("cause", r.cause)?;
+            list.append(d)?;
+        }
+        Ok(list)
     }
 
     /// The outcome of the ended job; raises its error if it failed.

@@ -99,3 +99,36 @@ def test_spark_runner_rejects_another_worker_interpreter(spark: Any, monkeypatch
     monkeypatch.setattr(spark.sparkContext, "pythonExec", "/opt/other/bin/python3")
     with pytest.raises(ValueError, match="set the environment variable PYSPARK_PYTHON"):
         SparkRunner(spark, workers=1)
+
+
+def test_the_dashboard_serves_the_workers_metrics_aggregated_by_the_driver(
+    spark: Any, tmp_path: Any
+) -> None:
+    import json
+    import urllib.request
+
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="50ms"), batch_size=500
+    )
+    numbers = env.from_sequence(0, 20_000).name("numbers")
+    numbers.with_columns(k=ed.col("value") % 5).key_by("k").sum("value").name("sums").collect()
+    client = env.execute_async("spark-dashboard", runner=SparkRunner(spark, workers=2), dashboard=0)
+    assert client._inner.wait(120.0), "the job did not end"
+    url = client.dashboard_url
+    assert url is not None
+    with urllib.request.urlopen(url + "api/v1/jobs", timeout=10) as r:
+        jid = json.loads(r.read())["jobs"][0]["id"]
+    with urllib.request.urlopen(f"{url}api/v1/jobs/{jid}", timeout=10) as r:
+        job = json.loads(r.read())
+    own = client.metrics()["operators"]
+    for vertex in job["vertices"]:
+        m, subs = vertex["metrics"], vertex["subtasks"]
+        assert m["read-records"] == own[vertex["name"]]["records_in"]
+        assert m["write-records"] == own[vertex["name"]]["records_out"]
+        # Both workers' subtasks reached the driver.
+        assert len(subs) == 2
+        assert sum(s["write-records"] for s in subs) == m["write-records"]
+        assert all(s["busyTimeMs"] + s["idleTimeMs"] > 0 for s in subs), vertex["name"]
+    by_name = {v["name"]: v["metrics"] for v in job["vertices"]}
+    assert by_name["numbers"]["write-records"] == by_name["sums"]["read-records"] == 20_000
+    client.wait()

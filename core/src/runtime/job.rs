@@ -208,6 +208,11 @@ impl JobHandle {
         self.shared.metrics.snapshot(self.shared.wall_time())
     }
 
+    /// Every restart so far with its cause, oldest first.
+    pub fn restart_causes(&self) -> Vec<crate::runtime::RestartCause> {
+        self.shared.restart_causes.lock().clone()
+    }
+
     /// The outcome of an ended job (its error if it failed). Waits for the end.
     pub fn result(&self) -> Result<JobOutcome> {
         while !self.wait_timeout(Duration::from_secs(3600)) {}
@@ -317,7 +322,8 @@ fn drive(
                 shared.set_status(JobStatus::Failed, Some(e));
                 return;
             }
-            Err(_) => {
+            Err(e) => {
+                shared.record_restart(attempt, &e);
                 attempt += 1;
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
                 shared.set_status(JobStatus::Restarting, None);

@@ -16,5 +16,8 @@ pub(crate) mod task;
 pub use config::{JobConfig, RestartStrategy, RestoreFrom};
 pub use dist::{Distribution, Launcher, WorkerSession};
 pub use job::JobHandle;
-pub use metrics::{MetricsSnapshot, OperatorMetrics, OperatorMetricsSnapshot};
-pub use status::{JobOutcome, JobStatus};
+pub use metrics::{
+    MetricsSnapshot, OperatorMetrics, OperatorMetricsSnapshot, SubtaskMetrics,
+    SubtaskMetricsSnapshot,
+};
+pub use status::{JobOutcome, JobStatus, RestartCause};

@@ -588,6 +588,7 @@ impl AttemptBuilder<'_> {
             let slot = OpSlot {
                 name: Arc::from(node.name.as_str()),
                 metrics: self.shared.metrics.nodes[node_id].2.clone(),
+                sub: Default::default(),
                 schema: node.output_schema.clone(),
                 late: 0,
                 replay_drop: false,

@@ -59,6 +59,19 @@ pub(crate) struct Shared {
     pub(crate) ended: Mutex<Option<Instant>>,
     pub(crate) checkpoints: Arc<Mutex<Vec<CheckpointStats>>>,
     pub(crate) failed_checkpoints: Arc<CheckpointFailures>,
+    /// Every restart so far: when and why (the failure that caused it).
+    pub(crate) restart_causes: Mutex<Vec<RestartCause>>,
+}
+
+/// One restart of a job after a failure.
+#[derive(Debug, Clone)]
+pub struct RestartCause {
+    /// The attempt that failed (0 is the first run).
+    pub attempt: u32,
+    /// When it failed, in milliseconds since the epoch.
+    pub time_ms: u64,
+    /// The failure, as its message.
+    pub cause: String,
 }
 
 impl Shared {
@@ -68,7 +81,10 @@ impl Shared {
             nodes: graph
                 .nodes
                 .iter()
-                .map(|n| (n.name.clone(), n.role, Arc::new(OperatorMetrics::default())))
+                .map(|n| {
+                    let m = OperatorMetrics::new(n.parallelism);
+                    (n.name.clone(), n.role, Arc::new(m))
+                })
                 .collect(),
         };
         Shared {
@@ -80,6 +96,7 @@ impl Shared {
             ended: Mutex::new(None),
             checkpoints: Arc::new(Mutex::new(Vec::new())),
             failed_checkpoints: Arc::new(CheckpointFailures::default()),
+            restart_causes: Mutex::new(Vec::new()),
         }
     }
 
@@ -90,6 +107,18 @@ impl Shared {
         }
         *g = (status, error);
         self.changed.notify_all();
+    }
+
+    /// Records that attempt `attempt` failed with `cause` and restarts.
+    pub(crate) fn record_restart(&self, attempt: u32, cause: &Error) {
+        let time_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.restart_causes.lock().push(RestartCause {
+            attempt,
+            time_ms,
+            cause: cause.to_string(),
+        });
     }
 
     pub(crate) fn wall_time(&self) -> f64 {

@@ -353,7 +353,7 @@ fn read_worker(
     }
 }
 
-fn apply_metrics(buf: &[u8], metrics: &[Arc<OperatorMetrics>]) -> Result<()> {
+pub(super) fn apply_metrics(buf: &[u8], metrics: &[Arc<OperatorMetrics>]) -> Result<()> {
     let mut d = Dec::new(buf);
     let n = d.u32()? as usize;
     for _ in 0..n {
@@ -371,6 +371,70 @@ fn apply_metrics(buf: &[u8], metrics: &[Arc<OperatorMetrics>]) -> Result<()> {
             m.spilled_bytes.fetch_add(v[5], Ordering::Relaxed);
             m.spill_files.fetch_add(v[6], Ordering::Relaxed);
         }
+        for _ in 0..d.u32()? {
+            let index = d.u32()? as usize;
+            let mut v = [0u64; 5];
+            for x in &mut v {
+                *x = d.u64()?;
+            }
+            let watermark = d.i64()?;
+            if let Some(s) = metrics.get(node).and_then(|m| m.subtasks.get(index)) {
+                s.records_in.fetch_add(v[0], Ordering::Relaxed);
+                s.records_out.fetch_add(v[1], Ordering::Relaxed);
+                s.busy_ns.fetch_add(v[2], Ordering::Relaxed);
+                s.backpressured_ns.fetch_add(v[3], Ordering::Relaxed);
+                s.idle_ns.fetch_add(v[4], Ordering::Relaxed);
+                // A frame never takes a known watermark back to "none".
+                if watermark != i64::MIN {
+                    s.watermark.store(watermark, Ordering::Relaxed);
+                }
+            }
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::dist::worker::metric_deltas;
+    use crate::runtime::dist::SentMetrics;
+
+    fn ops(parallelism: usize) -> Vec<Arc<OperatorMetrics>> {
+        vec![Arc::new(OperatorMetrics::new(parallelism))]
+    }
+
+    #[test]
+    fn a_workers_subtask_metrics_add_up_on_the_driver() {
+        let (worker, driver) = (ops(2), ops(2));
+        let mut sent = vec![SentMetrics::default()];
+        let sub = &worker[0].subtasks[1];
+        worker[0].add_in(10);
+        sub.records_in.fetch_add(10, Ordering::Relaxed);
+        sub.busy_ns.fetch_add(7, Ordering::Relaxed);
+        sub.backpressured_ns.fetch_add(5, Ordering::Relaxed);
+        sub.watermark.store(42, Ordering::Relaxed);
+        apply_metrics(&metric_deltas(&worker, &mut sent), &driver).unwrap();
+        // A second frame carries only what changed since.
+        sub.idle_ns.fetch_add(3, Ordering::Relaxed);
+        sub.watermark.store(50, Ordering::Relaxed);
+        apply_metrics(&metric_deltas(&worker, &mut sent), &driver).unwrap();
+        apply_metrics(&metric_deltas(&worker, &mut sent), &driver).unwrap();
+        let got = driver[0].subtasks[1].snapshot();
+        assert_eq!(got, worker[0].subtasks[1].snapshot());
+        assert_eq!((got.records_in, got.busy_ns, got.idle_ns), (10, 7, 3));
+        assert_eq!((got.backpressured_ns, got.watermark), (5, 50));
+        assert_eq!(driver[0].records_in.load(Ordering::Relaxed), 10);
+        assert_eq!(driver[0].subtasks[0].snapshot().watermark, i64::MIN);
+    }
+
+    #[test]
+    fn a_truncated_metric_frame_is_an_error() {
+        let worker = ops(1);
+        worker[0].subtasks[0]
+            .busy_ns
+            .fetch_add(1, Ordering::Relaxed);
+        let frame = metric_deltas(&worker, &mut [SentMetrics::default()]);
+        assert!(apply_metrics(&frame[..frame.len() - 3], &ops(1)).is_err());
+    }
 }

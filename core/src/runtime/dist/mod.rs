@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::runtime::metrics::OperatorMetrics;
+use crate::runtime::metrics::{OperatorMetrics, SubtaskMetricsSnapshot};
 use crate::sink::collect::CollectStore;
 
 /// Starts and stops the worker processes of a distributed job.
@@ -74,5 +74,24 @@ fn metric_values(m: &OperatorMetrics) -> [u64; METRIC_FIELDS] {
         m.late_records.load(Ordering::Relaxed),
         m.spilled_bytes.load(Ordering::Relaxed),
         m.spill_files.load(Ordering::Relaxed),
+    ]
+}
+
+/// What a worker last sent of one operator's counters: its metric frames
+/// carry the deltas since (and each changed subtask's watermark).
+#[derive(Debug, Clone, Default)]
+struct SentMetrics {
+    op: [u64; METRIC_FIELDS],
+    subtasks: Vec<SubtaskMetricsSnapshot>,
+}
+
+/// The subtask fields a metric frame carries as deltas.
+fn subtask_values(s: &SubtaskMetricsSnapshot) -> [u64; 5] {
+    [
+        s.records_in,
+        s.records_out,
+        s.busy_ns,
+        s.backpressured_ns,
+        s.idle_ns,
     ]
 }

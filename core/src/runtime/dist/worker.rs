@@ -11,7 +11,7 @@ use std::time::Duration;
 use crossbeam_channel::{select, Sender};
 use parking_lot::Mutex;
 
-use super::{metric_values, net_err, METRIC_FIELDS};
+use super::{metric_values, net_err, subtask_values, SentMetrics};
 use crate::barrier::AlignmentMode;
 use crate::checkpoint::CheckpointStorage;
 use crate::error::{Error, Result};
@@ -201,7 +201,7 @@ impl WorkerSession {
             .map_err(|e| net_err("cannot start a thread", e))?;
         let node_metrics: Vec<Arc<OperatorMetrics>> =
             shared.metrics.nodes.iter().map(|n| n.2.clone()).collect();
-        let mut sent = vec![[0u64; METRIC_FIELDS]; node_metrics.len()];
+        let mut sent = vec![SentMetrics::default(); node_metrics.len()];
         let send = |tag: u8, payload: &[u8]| -> Result<()> {
             write_frame(&mut *writer.lock(), tag, 0, &[payload])
                 .map_err(|e| net_err("the driver connection broke", e))
@@ -298,7 +298,7 @@ fn relay(
     run: &Attempt,
     send: &dyn Fn(u8, &[u8]) -> Result<()>,
     node_metrics: &[Arc<OperatorMetrics>],
-    sent: &mut [[u64; METRIC_FIELDS]],
+    sent: &mut [SentMetrics],
 ) -> Option<Error> {
     let ticker = crossbeam_channel::tick(Duration::from_millis(250));
     loop {
@@ -333,16 +333,33 @@ fn relay(
     }
 }
 
-fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [[u64; METRIC_FIELDS]]) -> Vec<u8> {
+/// Per node: the operator counters' deltas, then the subtasks that changed
+/// since the last frame (index, deltas of rows and times, watermark).
+pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMetrics]) -> Vec<u8> {
     let mut e = Enc::default();
     e.u32(metrics.len() as u32);
     for (node, (m, last)) in metrics.iter().zip(sent.iter_mut()).enumerate() {
         let now = metric_values(m);
         e.u32(node as u32);
-        for k in 0..METRIC_FIELDS {
-            e.u64(now[k].saturating_sub(last[k]));
+        for (now, before) in now.iter().zip(&last.op) {
+            e.u64(now.saturating_sub(*before));
         }
-        *last = now;
+        last.op = now;
+        last.subtasks.resize(m.subtasks.len(), Default::default());
+        let changed: Vec<usize> = (0..m.subtasks.len())
+            .filter(|&i| m.subtasks[i].snapshot() != last.subtasks[i])
+            .collect();
+        e.u32(changed.len() as u32);
+        for i in changed {
+            let now = m.subtasks[i].snapshot();
+            let (a, b) = (subtask_values(&now), subtask_values(&last.subtasks[i]));
+            e.u32(i as u32);
+            for (now, before) in a.iter().zip(&b) {
+                e.u64(now.saturating_sub(*before));
+            }
+            e.i64(now.watermark);
+            last.subtasks[i] = now;
+        }
     }
     e.0
 }

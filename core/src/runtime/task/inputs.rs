@@ -62,6 +62,9 @@ impl Task {
         if let Some(c) = &self.inputs[i].credit {
             c.consumed();
         }
+        // A task that never waits (its input is always there) still
+        // charges its busy time per batch.
+        self.output.timer.waited(std::time::Duration::ZERO, false);
         let mut flow = self.flow.borrow_mut();
         if let Some(rate) = flow.on_taken(bytes, Instant::now()) {
             let live = self.inputs.iter().filter(|c| !c.ended).count();
@@ -93,7 +96,9 @@ impl Task {
         }
         let waiting = Instant::now();
         let op = sel.select();
-        self.flow.borrow_mut().on_idle(waiting.elapsed());
+        let waited = waiting.elapsed();
+        self.flow.borrow_mut().on_idle(waited);
+        self.output.timer.waited(waited, false);
         let k = op.index();
         if k == control_op {
             return match op.recv(&self.control) {

@@ -488,8 +488,8 @@ impl Task {
         let batch = self.head().relax(port, batch)?;
         if self.head_ref().co {
             let slot = &self.slots[0];
-            slot.metrics.add_in(batch.num_rows());
-            slot.metrics.add_out(batch.num_rows());
+            slot.count_in(batch.num_rows());
+            slot.count_out(batch.num_rows());
             self.output.port = 1;
             let r = self.output.emit(batch);
             self.output.port = 0;

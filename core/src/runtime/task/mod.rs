@@ -29,7 +29,7 @@ use crate::feedback::FeedbackQueue;
 use crate::net::data::{CreditReturn, RemoteSender};
 use crate::operator::{Collector, Operator, OperatorContext};
 use crate::partition::Partitioner;
-use crate::runtime::metrics::OperatorMetrics;
+use crate::runtime::metrics::{OperatorMetrics, SubtaskMetrics, TaskTimer};
 use crate::runtime::replay::{start_epoch, TaskRecompute};
 use crate::sink::END_OF_JOB;
 use crate::termination::BodyTermination;
@@ -42,6 +42,8 @@ pub(crate) use crate::message::{Control, TaskReport};
 pub(crate) struct OpSlot {
     pub name: Arc<str>,
     pub metrics: Arc<OperatorMetrics>,
+    /// This subtask's counters of the operator (set when the task starts).
+    pub sub: Arc<SubtaskMetrics>,
     pub schema: Option<SchemaRef>,
     /// This subtask's contribution to the operator's late-record count.
     pub late: u64,
@@ -51,6 +53,24 @@ pub(crate) struct OpSlot {
 }
 
 impl OpSlot {
+    /// Counts an input batch of `rows` rows.
+    #[inline]
+    pub(crate) fn count_in(&self, rows: usize) {
+        self.metrics.add_in(rows);
+        self.sub
+            .records_in
+            .fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts an output batch of `rows` rows.
+    #[inline]
+    pub(crate) fn count_out(&self, rows: usize) {
+        self.metrics.add_out(rows);
+        self.sub
+            .records_out
+            .fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Adds what the operator dropped as late since the last look.
     #[inline]
     fn track_late(&mut self, now: u64) {
@@ -126,6 +146,16 @@ impl OutSender {
             OutSender::Feedback(q) => q.push(event),
         }
     }
+
+    /// Sends, charging the time a full channel blocks it as backpressure.
+    #[inline]
+    fn send_timed(&self, event: Event, timer: &TaskTimer) -> Result<()> {
+        match self {
+            // A feedback queue never blocks (it spills).
+            OutSender::Feedback(q) => q.push(event),
+            _ => timer.send(|| self.send(event)),
+        }
+    }
 }
 
 /// One outgoing edge of a task.
@@ -144,6 +174,8 @@ pub(crate) struct TaskOutput {
     /// The port data batches are emitted on now (a co-loop head switches
     /// to port 1 for feedback); control events go to every port.
     pub port: u8,
+    /// Busy / backpressured / idle time of the task.
+    pub timer: TaskTimer,
 }
 
 impl TaskOutput {
@@ -163,15 +195,21 @@ impl TaskOutput {
                 continue;
             }
             // A clone of a batch shares its buffers (reference counts only).
-            partitioner.route(batch.clone(), |c, part| senders[c].send(Event::Data(part)))?;
+            let timer = &self.timer;
+            partitioner.route(batch.clone(), |c, part| {
+                senders[c].send_timed(Event::Data(part), timer)
+            })?;
         }
         Ok(())
     }
 
     pub(crate) fn broadcast(&mut self, event: Event) -> Result<()> {
+        if let Event::Watermark(w) = event {
+            self.timer.watermark(w);
+        }
         for edge in &mut self.edges {
             for s in &edge.senders {
-                s.send(event.clone())?;
+                s.send_timed(event.clone(), &self.timer)?;
             }
         }
         Ok(())
@@ -193,7 +231,7 @@ impl Collector for ChainOut<'_> {
             return Ok(());
         }
         self.slot.check(&batch)?;
-        self.slot.metrics.add_out(batch.num_rows());
+        self.slot.count_out(batch.num_rows());
         if self.rest_ops.is_empty() {
             self.tail.emit(batch)
         } else {
@@ -228,7 +266,7 @@ impl Collector for ChainOut<'_> {
         if batch.num_rows() == 0 || !self.rest_ops.is_empty() {
             return Ok(());
         }
-        self.slot.metrics.add_out(batch.num_rows());
+        self.slot.count_out(batch.num_rows());
         self.tail.emit_port(port, batch)
     }
 }
@@ -275,7 +313,7 @@ pub(crate) fn push_batch(
     if slot.replay_drop {
         return Ok(());
     }
-    slot.metrics.add_in(batch.num_rows());
+    slot.count_in(batch.num_rows());
     let name = slot.name.clone();
     let mut out = ChainOut {
         slot,
@@ -387,6 +425,7 @@ pub(crate) enum Step {
 impl Task {
     /// Runs the task to its end and reports the outcome.
     pub fn run(mut self) {
+        self.start_metrics();
         let id = self.id;
         let reports = self.reports.clone();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_inner()));
@@ -417,6 +456,22 @@ impl Task {
         };
         let _ = reports.send(report);
         // Dropping self drops the senders: consumers see the partition end.
+    }
+
+    /// Points the chain's slots and the task timer at this subtask's counters.
+    fn start_metrics(&mut self) {
+        let index = self
+            .source_context
+            .as_ref()
+            .or(self.contexts.first())
+            .map_or(0, |c| c.subtask_index);
+        let mut subs = Vec::with_capacity(self.slots.len() + 1);
+        let src = self.source.as_mut().map(|s| &mut s.slot);
+        for slot in src.into_iter().chain(self.slots.iter_mut()) {
+            slot.sub = slot.metrics.subtask(index);
+            subs.push(slot.sub.clone());
+        }
+        self.output.timer = TaskTimer::new(subs);
     }
 
     fn run_inner(&mut self) -> Result<()> {
@@ -689,7 +744,10 @@ impl Task {
     /// checkpointing, after committing with the end-of-job pseudo-checkpoint).
     fn await_finalize(&mut self) -> Result<()> {
         loop {
-            match self.control.recv() {
+            let waiting = std::time::Instant::now();
+            let next = self.control.recv();
+            self.output.timer.waited(waiting.elapsed(), false);
+            match next {
                 // A stop-with-savepoint can reach a source that ended its
                 // input before the coordinator heard of it: the savepoint's
                 // barrier is then a trigger like any other (the task has

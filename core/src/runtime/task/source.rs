@@ -153,10 +153,12 @@ impl Task {
                         None,
                         src.reader.open_splits(),
                     )?;
-                    match self
+                    let waiting = std::time::Instant::now();
+                    let next = self
                         .control
-                        .recv_timeout(std::time::Duration::from_millis(10))
-                    {
+                        .recv_timeout(std::time::Duration::from_millis(10));
+                    self.output.timer.waited(waiting.elapsed(), false);
+                    match next {
                         Ok(c) => {
                             if let Some(end) = self.source_control(c, &mut drain_now)? {
                                 return Ok(end);

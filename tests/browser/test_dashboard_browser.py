@@ -1,0 +1,113 @@
+"""The dashboard in a real browser: headless Chromium driven by selenium.
+
+CI installs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run``); the
+tests skip only where they are not installed, and say so. A screenshot of
+the page is kept under pytest's temporary directory (``artifacts/``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import eddyline as ed
+from eddyline.testing import collatz_body
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or DRIVER is None,
+    reason="Chromium is not installed here (apt-get install chromium chromium-driver; CI does)",
+)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1600,1400",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(DRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_page_shows_the_graph_the_loop_and_a_checkpoint(
+    browser: Any, tmp_path: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    env = ed.StreamEnvironment(
+        2, batch_size=256, checkpoint=ed.CheckpointConfig(tmp_path / "chk", interval="100ms")
+    )
+    numbers = env.from_sequence(1, 10**12).set_parallelism(1).name("numbers")
+    start = numbers.with_columns(x=ed.col("value"), steps=ed.lit(0)).name("prepare")
+    done = start.iterate(collatz_body)
+    stamped = done.with_columns(k=ed.col("value") % 3).assign_timestamps("value").name("stamp")
+    stamped.key_by("k").window(ed.Tumbling("1s")).sum("steps").name("steps-per-second").collect()
+    client = env.execute_async("browser", dashboard=0)
+    try:
+        assert client.dashboard_url is not None
+        plan = _plan(client.dashboard_url)
+        browser.get(client.dashboard_url)
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph g.node")) == len(plan))
+        shown = {
+            e.get_attribute("data-name")
+            for e in browser.find_elements(By.CSS_SELECTOR, "#graph g.node")
+        }
+        assert shown == {n["name"] for n in plan}
+        texts = {e.text for e in browser.find_elements(By.CSS_SELECTOR, "#graph text.title")}
+        for name in ("numbers", "prepare", "stamp", "steps-per-second"):
+            assert name in texts
+        # The loop's cycle: a feedback edge back into the loop head, inside a loop scope box.
+        head = next(n for n in plan if n["feedback_from"] is not None)
+        feedback = browser.find_elements(By.CSS_SELECTOR, "#graph path.edge.feedback")
+        assert [(e.get_attribute("data-from"), e.get_attribute("data-to")) for e in feedback] == [
+            (str(head["feedback_from"]), str(head["id"]))
+        ]
+        assert browser.find_elements(By.CSS_SELECTOR, "#graph g.scope rect")
+        wait.until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, '#checkpoints tr[data-status="COMPLETED"]')
+        )
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoint-chart rect.bar"))
+        row = browser.find_element(By.CSS_SELECTOR, '#checkpoints tr[data-status="COMPLETED"]')
+        assert int(row.get_attribute("data-id")) in {c.id for c in client.checkpoints}
+        operators = browser.find_elements(By.CSS_SELECTOR, "#operators tbody tr")
+        assert {r.get_attribute("data-name") for r in operators} == shown
+        artifacts = tmp_path_factory.mktemp("artifacts")
+        shot = artifacts / "dashboard.png"
+        assert browser.save_screenshot(str(shot))
+        print(f"screenshot: {shot}")
+        assert shot.stat().st_size > 10_000
+    finally:
+        client.cancel()
+        with pytest.raises(ed.EddylineError):
+            client.wait(30)
+
+
+def _plan(url: str) -> list[dict[str, Any]]:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(url + "api/v1/jobs", timeout=10) as r:
+        jid = json.loads(r.read())["jobs"][0]["id"]
+    with urllib.request.urlopen(f"{url}api/v1/jobs/{jid}/plan", timeout=10) as r:
+        nodes: list[dict[str, Any]] = json.loads(r.read())["plan"]["nodes"]
+    return nodes
