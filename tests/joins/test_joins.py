@@ -188,3 +188,56 @@ def test_join_build_errors_name_the_operator_and_cause() -> None:
     untyped = a.map(lambda r: r)
     with pytest.raises(ed.GraphError, match="schema of the right input"):
         a.join(untyped, on="k")
+
+
+def temporal_reference(
+    orders: list[dict[str, Any]], rates: list[dict[str, Any]], how: str
+) -> list[dict[str, Any]]:
+    """Each order with the newest rate of its currency at or before its time
+    (rates are an upsert stream: at equal times the later one wins)."""
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in rates:
+        latest[(r["cur"], r["t"])] = r
+    out = []
+    for o in orders:
+        known = [r for (c, t), r in latest.items() if c == o["cur"] and t <= o["t"]]
+        if known:
+            best = max(known, key=lambda r: r["t"])
+            out.append({**o, "rate": best["rate"], "t_right": best["t"]})
+        elif how == "left":
+            out.append({**o, "rate": None, "t_right": None})
+    return out
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_temporal_join_takes_the_rate_in_force_at_each_order(parallelism: int, how: str) -> None:
+    rng = random.Random(parallelism)
+    curs = ["eur", "usd", "gbp", "chf"]
+    rates = sorted(
+        ({"cur": rng.choice(curs), "t": rng.randrange(0, 5_000), "rate": i} for i in range(300)),
+        key=lambda r: r["t"],
+    )
+    orders = sorted(
+        ({"id": i, "cur": rng.choice(curs), "t": rng.randrange(0, 5_000)} for i in range(500)),
+        key=lambda r: r["t"],
+    )
+    env = ed.StreamEnvironment(parallelism, batch_size=32)
+    o = env.from_collection(orders).assign_timestamps("t")
+    r = env.from_collection(rates).assign_timestamps("t")
+    out = o.temporal_join(r, on="cur", how=how).name("fx").collect()
+    result = env.execute("fx")
+    assert result.metrics["operators"]["fx"]["late_records"] == 0
+    want = temporal_reference(orders, rates, how)
+    assert len(want) > 400
+    assert_same_rows(out.to_pylist(), want)
+
+
+def test_temporal_join_errors() -> None:
+    env = ed.StreamEnvironment()
+    a = env.from_collection([{"k": 1, "t": 0}]).assign_timestamps("t")
+    untimed = env.from_collection([{"k": 1, "v": 0}])
+    with pytest.raises(ed.GraphError, match="how must be one of"):
+        a.temporal_join(a, on="k", how="outer")
+    with pytest.raises(ed.GraphError, match="need event time"):
+        a.temporal_join(untimed, on="k")

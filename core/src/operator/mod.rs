@@ -12,6 +12,8 @@ pub mod join;
 pub mod keyed_agg;
 pub mod project;
 pub mod session;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod timestamps;
 pub mod union;
 pub mod window;

@@ -245,6 +245,97 @@ pub(crate) fn numeric_column(
     Ok((idx, kind))
 }
 
+/// The key columns `keys` of `input`: their indices and fields, each of a
+/// type the row format can key on (else a schema error of `operator` naming
+/// the column). `what` names the key columns' owner ("", "left ").
+pub(crate) fn key_columns(
+    operator: &str,
+    input: &Schema,
+    keys: &[String],
+    what: &str,
+) -> Result<(Vec<usize>, Vec<FieldRef>)> {
+    let mut key_idx = Vec::with_capacity(keys.len());
+    let mut fields = Vec::with_capacity(keys.len());
+    for key in keys {
+        let idx = column_index(operator, input, key)?;
+        let field = input.fields()[idx].clone();
+        if !arrow::row::RowConverter::supports_fields(&[SortField::new(field.data_type().clone())])
+        {
+            return Err(Error::schema(
+                operator,
+                format!(
+                    "{what}key column '{key}' has type {}, which cannot be used as a key",
+                    field.data_type()
+                ),
+            ));
+        }
+        key_idx.push(idx);
+        fields.push(field);
+    }
+    Ok((key_idx, fields))
+}
+
+/// The key columns of a window (tumbling, sliding or session) over `keys`:
+/// at least one, none named like the window's output columns, their fields
+/// nullable (fired rows hold keys of earlier batches too). `kind` names the
+/// window in errors ("a window sum").
+pub(crate) fn window_key_columns(
+    operator: &str,
+    input: &Schema,
+    keys: &[String],
+    kind: &str,
+) -> Result<(Vec<usize>, Vec<FieldRef>)> {
+    if keys.is_empty() {
+        return Err(Error::graph(
+            operator,
+            format!("{kind} needs at least one key column"),
+        ));
+    }
+    let (key_idx, fields) = key_columns(operator, input, keys, "")?;
+    if let Some(f) = fields
+        .iter()
+        .find(|f| matches!(f.name().as_str(), "window_start" | "window_end"))
+    {
+        return Err(Error::graph(
+            operator,
+            format!(
+                "key column '{}' clashes with the window's output columns",
+                f.name()
+            ),
+        ));
+    }
+    let fields = fields
+        .into_iter()
+        .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
+        .collect();
+    Ok((key_idx, fields))
+}
+
+/// The column a window aggregate `agg` reads (`None`: a count of rows) and
+/// its accumulator kind; `kind` names the window in errors.
+pub(crate) fn window_agg_column(
+    operator: &str,
+    input: &Schema,
+    agg: AggKind,
+    column: Option<&str>,
+    kind: &str,
+) -> Result<(Option<usize>, ValueKind)> {
+    Ok(match (agg, column) {
+        (AggKind::Count, None) => (None, ValueKind::Int),
+        (AggKind::Count, Some(col)) => (Some(column_index(operator, input, col)?), ValueKind::Int),
+        (_, None) => {
+            return Err(Error::graph(
+                operator,
+                format!("{kind} needs a column to aggregate"),
+            ))
+        }
+        (agg, Some(col)) => {
+            let (idx, kind) = numeric_column(operator, input, agg, col)?;
+            (Some(idx), kind)
+        }
+    })
+}
+
 /// Whether a binding made for the input schema `bound` still holds for
 /// `schema` (the same schema object, or the same fields).
 pub(crate) fn same_input(bound: &SchemaRef, schema: &SchemaRef) -> bool {

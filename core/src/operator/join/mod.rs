@@ -76,7 +76,7 @@ use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use crate::state::keyed::{column_index, owned_key_groups};
+use crate::state::keyed::{key_columns, owned_key_groups};
 use crate::state::{OperatorState, StateBlob};
 
 use output::{OutputBuilder, Source};
@@ -176,6 +176,16 @@ struct SideBinding {
     time_name: Option<String>,
 }
 
+impl SideBinding {
+    /// The key columns of a batch of this side.
+    fn key_columns(&self, batch: &RecordBatch) -> Vec<ArrayRef> {
+        self.key_idx
+            .iter()
+            .map(|&i| batch.column(i).clone())
+            .collect()
+    }
+}
+
 /// Where an output column comes from.
 #[derive(Debug, Clone, Copy)]
 enum OutColumn {
@@ -237,18 +247,7 @@ fn bind_side(
     needs_time: bool,
     what: &str,
 ) -> Result<SideBinding> {
-    let mut key_idx = Vec::with_capacity(keys.len());
-    for key in keys {
-        let idx = column_index(operator, schema, key)?;
-        let dt = schema.field(idx).data_type();
-        if !RowConverter::supports_fields(&[SortField::new(dt.clone())]) {
-            return Err(Error::schema(
-                operator,
-                format!("{what} key column '{key}' has type {dt}, which cannot be used as a key"),
-            ));
-        }
-        key_idx.push(idx);
-    }
+    let (key_idx, _) = key_columns(operator, schema, keys, &format!("{what} "))?;
     let time_idx = match (needs_time, time) {
         (false, _) => None,
         (true, Some(t)) => Some(event_time_column(operator, schema, t)?),
@@ -595,11 +594,7 @@ impl JoinOperator {
             self.check_schema(side, &batch)
                 .map_err(|e| Error::checkpoint(None, format!("key group {kg}: {e}")))?;
             let binding = &self.plan.sides[side];
-            let key_cols: Vec<ArrayRef> = binding
-                .key_idx
-                .iter()
-                .map(|&i| batch.column(i).clone())
-                .collect();
+            let key_cols = binding.key_columns(&batch);
             crate::state::keyed::check_key_group(
                 &self.own.name,
                 "the join state",
@@ -653,11 +648,7 @@ impl JoinOperator {
     fn join_batch(&mut self, side: usize, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
         let name = self.own.name.clone();
         let binding = &self.plan.sides[side];
-        let key_cols: Vec<ArrayRef> = binding
-            .key_idx
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
+        let key_cols = binding.key_columns(batch);
         hash_keys(&key_cols, &mut self.scratch.hashes).map_err(|e| Error::arrow(&name, &e))?;
         let keys = self.codecs[side]
             .convert_columns(&key_cols)

@@ -5,22 +5,7 @@ use arrow::array::{AsArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Int64Type};
 use proptest::prelude::*;
 
-#[derive(Default)]
-struct Recorder {
-    batches: Vec<RecordBatch>,
-    watermarks: Vec<i64>,
-}
-
-impl Collector for Recorder {
-    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        self.batches.push(batch);
-        Ok(())
-    }
-    fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
-        self.watermarks.push(watermark);
-        Ok(())
-    }
-}
+use crate::operator::testing::Recorder;
 
 /// (key, left id, left ts, right id, right ts) of every output row; ids are
 /// None where a side is absent.
@@ -32,10 +17,11 @@ type Out = (
     Option<i64>,
 );
 
-impl Recorder {
-    fn rows(&self) -> Vec<Out> {
+/// Every output row of `rec`, sorted.
+fn rows_of(rec: &Recorder) -> Vec<Out> {
+    {
         let mut out = Vec::new();
-        for b in &self.batches {
+        for b in &rec.batches {
             let col = |name: &str| -> Vec<Option<i64>> {
                 b.column_by_name(name)
                     .unwrap()
@@ -187,7 +173,7 @@ fn test_interval_bounds_are_inclusive_and_each_pair_is_emitted_once() {
     op.process_batch(0, batch(0, vec![Some(2)], vec![100], vec![2]), &mut out)
         .unwrap();
     assert_eq!(
-        out.rows(),
+        rows_of(&out),
         vec![
             (Some(1), Some(1), Some(100), Some(11), Some(95)),
             (Some(1), Some(1), Some(100), Some(12), Some(110)),
@@ -213,20 +199,16 @@ fn test_outer_join_emits_unmatched_rows_once_when_the_watermark_passes() {
         &mut out,
     )
     .unwrap();
-    assert_eq!(out.rows().len(), 1);
+    assert_eq!(rows_of(&out).len(), 1);
     // Right rows expire at ts + 5, left rows at ts + 10.
     op.process_watermark(105, &mut out).unwrap();
-    assert_eq!(out.rows().len(), 2, "right 30 expired unmatched");
-    assert!(out
-        .rows()
-        .contains(&(Some(3), None, None, Some(30), Some(100))));
+    assert_eq!(rows_of(&out).len(), 2, "right 30 expired unmatched");
+    assert!(rows_of(&out).contains(&(Some(3), None, None, Some(30), Some(100))));
     op.process_watermark(110, &mut out).unwrap();
-    assert!(out
-        .rows()
-        .contains(&(Some(2), Some(2), Some(100), None, None)));
-    assert_eq!(out.rows().len(), 3, "matched rows are not emitted again");
+    assert!(rows_of(&out).contains(&(Some(2), Some(2), Some(100), None, None)));
+    assert_eq!(rows_of(&out).len(), 3, "matched rows are not emitted again");
     op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
-    assert_eq!(out.rows().len(), 3);
+    assert_eq!(rows_of(&out).len(), 3);
     assert_eq!(op.kept_rows(0) + op.kept_rows(1), 0);
     assert_eq!(out.watermarks, vec![105, 110, MAX_WATERMARK]);
 }
@@ -257,7 +239,7 @@ fn test_late_rows_are_dropped_and_counted_null_keys_never_match() {
     assert_eq!(op.late_records(), 1, "left row 1 at the watermark is late");
     // The null-keyed left row is emitted at once; left 3 matches right 10.
     assert_eq!(
-        out.rows(),
+        rows_of(&out),
         vec![
             (None, Some(2), Some(101), None, None),
             (Some(1), Some(3), Some(101), Some(10), Some(101)),
@@ -280,7 +262,7 @@ fn test_unbounded_join_matches_every_pair_and_ttl_expires_rows() {
     op.process_batch(1, batch(1, vec![Some(1)], vec![-7], vec![10]), &mut out)
         .unwrap();
     assert_eq!(
-        out.rows().len(),
+        rows_of(&out).len(),
         2,
         "no time bound: every pair, no lateness"
     );
@@ -299,7 +281,7 @@ fn test_unbounded_join_matches_every_pair_and_ttl_expires_rows() {
     op.process_batch(1, batch(1, vec![Some(1)], vec![101], vec![10]), &mut out)
         .unwrap();
     assert_eq!(
-        out.rows(),
+        rows_of(&out),
         vec![(Some(1), Some(2), Some(50), Some(10), Some(101))]
     );
 }
@@ -395,7 +377,7 @@ fn run(f: &JoinFactory, events: &[Event], cut: Option<usize>) -> Vec<Out> {
                 .collect();
         }
     }
-    out.rows()
+    rows_of(&out)
 }
 
 #[derive(Debug, Clone)]
@@ -636,7 +618,7 @@ fn test_temporal_join_takes_the_newest_version_at_or_before_the_row() {
         .unwrap();
     op.process_watermark(25, &mut out).unwrap();
     assert_eq!(
-        out.rows(),
+        rows_of(&out),
         vec![
             (Some(1), Some(1), Some(25), Some(201), Some(20)),
             (Some(1), Some(2), Some(9), None, None),

@@ -67,14 +67,13 @@ use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, UInt32
 use arrow::buffer::NullBuffer;
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef};
-use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
-    check_key_group, column_index, native_values, numeric_column, owned_key_groups, rebinding, Acc,
-    AggKind, Num, ValueKind,
+    check_key_group, column_index, key_columns, native_values, numeric_column, owned_key_groups,
+    rebinding, Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -140,23 +139,7 @@ impl KeyedAggFactory {
                 format!("{} needs at least one key column", self.agg.name()),
             ));
         }
-        let mut key_idx = Vec::with_capacity(self.keys.len());
-        let mut fields: Vec<FieldRef> = Vec::with_capacity(self.keys.len() + 1);
-        for key in &self.keys {
-            let idx = column_index(operator, input, key)?;
-            let field = input.fields()[idx].clone();
-            if !RowConverter::supports_fields(&[SortField::new(field.data_type().clone())]) {
-                return Err(Error::schema(
-                    operator,
-                    format!(
-                        "key column '{key}' has type {}, which cannot be used as a key",
-                        field.data_type()
-                    ),
-                ));
-            }
-            key_idx.push(idx);
-            fields.push(field);
-        }
+        let (key_idx, mut fields) = key_columns(operator, input, &self.keys, "")?;
         let (value_idx, value_kind, out_name, nullable) = match (self.agg, &self.column) {
             (AggKind::Count, None) => (None, ValueKind::Int, "count".to_string(), false),
             (AggKind::Count, Some(col)) => (
@@ -665,6 +648,7 @@ mod tests {
     use crate::state::keyed::sort_fields;
     use arrow::array::Int64Array;
     use arrow::array::{Float32Array, Float64Array, StringArray, UInt32Array};
+    use arrow::row::{RowConverter, SortField};
 
     struct VecCollector(Vec<RecordBatch>);
 

@@ -57,8 +57,8 @@ use crate::operator::timestamps::{event_time_column, event_times_millis};
 use crate::operator::window::time_array;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
-    acc_array, column_index, native_values, numeric_column, owned_key_groups, Acc, AggKind, Num,
-    ValueKind,
+    acc_array, native_values, owned_key_groups, window_agg_column, window_key_columns, Acc,
+    AggKind, Num, ValueKind,
 };
 use crate::state::OperatorState;
 
@@ -133,56 +133,11 @@ impl SessionFactory {
                 format!("a session gap must be positive, got {} ms", self.gap_ms),
             ));
         }
-        if self.keys.is_empty() {
-            return Err(Error::graph(
-                operator,
-                format!(
-                    "a session window {} needs at least one key column",
-                    self.agg.name()
-                ),
-            ));
-        }
-        let mut key_idx = Vec::with_capacity(self.keys.len());
-        let mut key_fields = Vec::with_capacity(self.keys.len());
-        for key in &self.keys {
-            let idx = column_index(operator, input, key)?;
-            let field = input.field(idx);
-            if !RowConverter::supports_fields(&[SortField::new(field.data_type().clone())]) {
-                return Err(Error::schema(
-                    operator,
-                    format!(
-                        "key column '{key}' has type {}, which cannot be used as a key",
-                        field.data_type()
-                    ),
-                ));
-            }
-            if matches!(key.as_str(), "window_start" | "window_end") {
-                return Err(Error::graph(
-                    operator,
-                    format!("key column '{key}' clashes with the window's output columns"),
-                ));
-            }
-            key_idx.push(idx);
-            key_fields.push(Arc::new(field.clone().with_nullable(true)));
-        }
+        let kind = format!("a session window {}", self.agg.name());
+        let (key_idx, key_fields) = window_key_columns(operator, input, &self.keys, &kind)?;
         let time_idx = event_time_column(operator, input, &self.time_column)?;
-        let (value_idx, value_kind) = match (self.agg, &self.column) {
-            (AggKind::Count, None) => (None, ValueKind::Int),
-            (AggKind::Count, Some(c)) => (Some(column_index(operator, input, c)?), ValueKind::Int),
-            (agg, None) => {
-                return Err(Error::graph(
-                    operator,
-                    format!(
-                        "a session window {} needs a column to aggregate",
-                        agg.name()
-                    ),
-                ))
-            }
-            (agg, Some(c)) => {
-                let (idx, kind) = numeric_column(operator, input, agg, c)?;
-                (Some(idx), kind)
-            }
-        };
+        let (value_idx, value_kind) =
+            window_agg_column(operator, input, self.agg, self.column.as_deref(), &kind)?;
         let time_type = input.field(time_idx).data_type().clone();
         let (name, nullable) = match (self.agg, &self.column) {
             (AggKind::Count, _) | (_, None) => ("count", false),
@@ -223,6 +178,16 @@ impl OperatorFactory for SessionFactory {
 enum Groups {
     Int(Vec<Arc<Group<i64>>>),
     Float(Vec<Arc<Group<f64>>>),
+}
+
+/// Runs `$body` with `$g` bound to the groups of either accumulator type.
+macro_rules! with_groups {
+    ($groups:expr, $g:ident => $body:expr) => {
+        match $groups {
+            Groups::Int($g) => $body,
+            Groups::Float($g) => $body,
+        }
+    };
 }
 
 /// Per-batch scratch buffers, reused across batches.
@@ -426,19 +391,12 @@ impl SessionOperator {
 
     /// How many sessions are open.
     pub fn open_sessions(&self) -> usize {
-        let count = |gs: &[Arc<Group<_>>]| -> usize {
-            gs.iter()
-                .map(|g| g.sessions.values().map(Vec::len).sum::<usize>())
-                .sum()
-        };
-        match &self.groups {
-            Some(Groups::Int(g)) => count(g),
-            Some(Groups::Float(g)) => g
+        self.groups.as_ref().map_or(0, |groups| {
+            with_groups!(groups, gs => gs
                 .iter()
                 .map(|g| g.sessions.values().map(Vec::len).sum::<usize>())
-                .sum(),
-            None => 0,
-        }
+                .sum())
+        })
     }
 
     /// Binds `schema` (once per input schema) and makes the state.
@@ -590,24 +548,14 @@ impl SessionOperator {
             return Ok(None);
         };
         let name = &self.own.name;
-        let ((keys, starts, ends), acc): (Split, ArrayRef) = match groups {
-            Groups::Int(g) => {
-                let fired = fire(g, watermark);
-                if fired.is_empty() {
-                    return Ok(None);
-                }
-                let acc = acc_array(fired.iter().map(|(_, s)| s.acc));
-                (split(fired), acc)
+        let ((keys, starts, ends), acc): (Split, ArrayRef) = with_groups!(groups, g => {
+            let fired = fire(g, watermark);
+            if fired.is_empty() {
+                return Ok(None);
             }
-            Groups::Float(g) => {
-                let fired = fire(g, watermark);
-                if fired.is_empty() {
-                    return Ok(None);
-                }
-                let acc = acc_array(fired.iter().map(|(_, s)| s.acc));
-                (split(fired), acc)
-            }
-        };
+            let acc = acc_array(fired.iter().map(|(_, s)| s.acc));
+            (split(fired), acc)
+        });
         let parser = codec.parser();
         let mut columns = codec
             .convert_rows(keys.iter().map(|k| parser.parse(k)))
@@ -627,11 +575,9 @@ impl SessionOperator {
                 .flat_map(|g| g.sessions.values().flatten().map(|s| s.epoch))
                 .min()
         }
-        match &self.groups {
-            Some(Groups::Int(g)) => oldest(g),
-            Some(Groups::Float(g)) => oldest(g),
-            None => None,
-        }
+        self.groups
+            .as_ref()
+            .and_then(|groups| with_groups!(groups, g => oldest(g)))
     }
 }
 
@@ -752,10 +698,7 @@ impl Operator for SessionOperator {
         });
         let all = self.watermark > i64::MIN;
         let start = self.own.key_groups.start;
-        let keyed = match groups {
-            Groups::Int(g) => snapshot::snapshot(&meta, g, start, all),
-            Groups::Float(g) => snapshot::snapshot(&meta, g, start, all),
-        };
+        let keyed = with_groups!(groups, g => snapshot::snapshot(&meta, g, start, all));
         Ok(OperatorState {
             operator: None,
             keyed,
@@ -788,24 +731,16 @@ impl Operator for SessionOperator {
             }
             let codec = self.codec.as_ref().expect("invariant: made by adopt");
             let local = kg - self.own.key_groups.start;
-            let max_seq = match self.groups.as_mut().expect("invariant: made by adopt") {
-                Groups::Int(g) => snapshot::restore_rows(
-                    &self.own,
-                    kg,
-                    &decoded,
-                    codec,
-                    Arc::make_mut(&mut g[local]),
-                    &mut self.scratch.hashes,
-                )?,
-                Groups::Float(g) => snapshot::restore_rows(
-                    &self.own,
-                    kg,
-                    &decoded,
-                    codec,
-                    Arc::make_mut(&mut g[local]),
-                    &mut self.scratch.hashes,
-                )?,
-            };
+            let groups = self.groups.as_mut().expect("invariant: made by adopt");
+            let hashes = &mut self.scratch.hashes;
+            let max_seq = with_groups!(groups, g => snapshot::restore_rows(
+                &self.own,
+                kg,
+                &decoded,
+                codec,
+                Arc::make_mut(&mut g[local]),
+                hashes,
+            )?);
             self.next_seq = self.next_seq.max(max_seq + 1);
         }
         Ok(())

@@ -6,26 +6,7 @@ use arrow::array::{AsArray, Int64Array};
 use arrow::datatypes::Int64Type;
 use proptest::prelude::*;
 
-#[derive(Default)]
-struct Recorder {
-    batches: Vec<RecordBatch>,
-    late: Vec<RecordBatch>,
-}
-
-impl Collector for Recorder {
-    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        self.batches.push(batch);
-        Ok(())
-    }
-    fn emit_watermark(&mut self, _watermark: i64) -> Result<()> {
-        Ok(())
-    }
-    fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
-        assert_eq!(port, LATE_PORT);
-        self.late.push(batch);
-        Ok(())
-    }
-}
+use crate::operator::testing::Recorder;
 
 /// (key, start, end, sum) of every fired session, in emission order.
 fn fired(out: &Recorder) -> Vec<(Option<i64>, i64, i64, Option<i64>)> {
@@ -116,7 +97,8 @@ fn test_a_late_row_alone_is_dropped_or_side_output_but_joins_an_open_session() {
     op.process_batch(0, batch(&[(1, 96, 2), (2, 50, 4)]), &mut out)
         .unwrap();
     assert_eq!(op.late_records(), 1);
-    assert_eq!(out.late[0].num_rows(), 1);
+    assert_eq!(out.side[0].0, LATE_PORT);
+    assert_eq!(out.side[0].1.num_rows(), 1);
     op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
     assert_eq!(fired(&out), vec![(Some(1), 96, 110, Some(3))]);
 }

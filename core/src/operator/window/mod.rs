@@ -103,7 +103,6 @@ use arrow::compute::filter_record_batch;
 use arrow::datatypes::{
     DataType, Field, FieldRef, Float64Type, Int64Type, Schema, SchemaRef, UInt64Type,
 };
-use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Error, Result};
 
@@ -123,8 +122,8 @@ use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
 use crate::state::keyed::{
-    acc_array, check_key_group, column_index, native_values, numeric_column, owned_key_groups,
-    rebinding, sort_fields, Acc, AggKind, Num, ValueKind,
+    acc_array, check_key_group, native_values, owned_key_groups, rebinding, sort_fields,
+    window_agg_column, window_key_columns, Acc, AggKind, Num, ValueKind,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -327,53 +326,11 @@ impl WindowFactory {
     fn bind(&self, operator: &str, input: &SchemaRef) -> Result<Binding> {
         self.assigner.validate(operator)?;
         let agg = self.kind();
-        if self.keys.is_empty() {
-            return Err(Error::graph(
-                operator,
-                format!("a window {} needs at least one key column", agg.name()),
-            ));
-        }
-        let mut key_idx = Vec::with_capacity(self.keys.len());
-        let mut key_fields = Vec::with_capacity(self.keys.len());
-        for key in &self.keys {
-            let idx = column_index(operator, input, key)?;
-            let field = input.fields()[idx].clone();
-            if !RowConverter::supports_fields(&[SortField::new(field.data_type().clone())]) {
-                return Err(Error::schema(
-                    operator,
-                    format!(
-                        "key column '{key}' has type {}, which cannot be used as a key",
-                        field.data_type()
-                    ),
-                ));
-            }
-            if matches!(field.name().as_str(), "window_start" | "window_end") {
-                return Err(Error::graph(
-                    operator,
-                    format!("key column '{key}' clashes with the window's output columns"),
-                ));
-            }
-            key_idx.push(idx);
-            // Nullable: fired rows hold keys of earlier batches too.
-            key_fields.push(Arc::new(field.as_ref().clone().with_nullable(true)));
-        }
+        let kind = format!("a window {}", agg.name());
+        let (key_idx, key_fields) = window_key_columns(operator, input, &self.keys, &kind)?;
         let time_idx = event_time_column(operator, input, &self.time_column)?;
-        let (value_idx, value_kind) = match (agg, self.agg_column()) {
-            (AggKind::Count, None) => (None, ValueKind::Int),
-            (AggKind::Count, Some(col)) => {
-                (Some(column_index(operator, input, col)?), ValueKind::Int)
-            }
-            (agg, None) => {
-                return Err(Error::graph(
-                    operator,
-                    format!("a window {} needs a column to aggregate", agg.name()),
-                ))
-            }
-            (agg, Some(col)) => {
-                let (idx, kind) = numeric_column(operator, input, agg, col)?;
-                (Some(idx), kind)
-            }
-        };
+        let (value_idx, value_kind) =
+            window_agg_column(operator, input, agg, self.agg_column(), &kind)?;
         let layout = Layout {
             key_fields,
             time_type: input.field(time_idx).data_type().clone(),
