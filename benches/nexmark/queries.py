@@ -8,33 +8,57 @@ the tables of :mod:`generator` (columns ``snake_case``: ``date_time``, not
 - ``q1`` currency conversion: the same with ``price * 908 // 1000`` (dollars to
   euros in integer arithmetic; nexmark-flink multiplies by the decimal 0.908);
 - ``q2`` selection: ``auction, price`` of the bids with ``auction % 123 == 0``;
+- ``q3`` local item suggestion: ``name, city, state, id`` of the persons
+  in OR, ID or CA joined with their auctions in category 10
+  (``auction.seller = person.id``): an unbounded inner equi-join;
 - ``q5`` hot items: per sliding window of 10 s every 2 s (epoch-aligned, on
   the bids' event time), the auction(s) with the most bids (ties all kept):
   ``auction, num, window_start, window_end``. nexmark-flink's SQL outputs
   ``auction, num`` only; the window bounds are kept here so that the rows can
-  be compared exactly.
+  be compared exactly;
+- ``q7`` highest bid: the bids whose price is the largest of their tumbling
+  10 s window: ``auction, price, bidder, date_time, extra``. As in
+  nexmark-flink, a window's max is timed at its ``TUMBLE_ROWTIME`` (the
+  window's last millisecond, ``window_end - 1 ms``) and a bid matches when its
+  time is in ``[rowtime - 10 s, rowtime]`` (inclusive): a bid at the last
+  millisecond of a window also matches the next window's max when its price
+  equals it (then it is output twice);
+- ``q11`` user sessions: per bidder and session window of gap 10 s, the number
+  of bids: ``bidder, bid_count, starttime, endtime`` (``starttime`` the
+  session's first bid, ``endtime`` its last bid + 10 s). Bids exactly 10 s
+  apart are in two sessions here (eddyline's :class:`eddyline.Session`); Flink's
+  session windows merge windows that only touch, so they put them in one.
 
 q5 is faithful (the auctions of the largest count per window, ties
-included) but built differently from the SQL, as eddyline has no join yet
-(the SQL takes the max per window and joins it back): a native sliding-window
-count per auction; a vectorised ``map_batches`` combiner that drops, within
-each batch, the rows below their window's largest count in that batch; then,
-with the window start as a new event time, one 2 s tumbling window per
-sliding window (keyed by its start) whose Python ``apply`` function keeps the
-rows of the largest count.
+included) but built differently from the SQL (which takes the max per
+window and joins it back): a native sliding-window count per auction; a
+vectorised ``map_batches`` combiner that drops, within each batch, the rows
+below their window's largest count in that batch; then, with the window start
+as a new event time, one 2 s tumbling window per sliding window (keyed by its
+start) whose Python ``apply`` function keeps the rows of the largest count.
 
-The other Nexmark queries are not here yet: q3, q4, q6, q7, q8, q9 and q10+
-need joins (streaming, interval or window joins), session windows (q11) or
-processing-time windows (q12), none of which eddyline has so far.
+q7 takes the windowed max on a constant key (one subtask, as Flink's global
+window aggregate), then interval-joins the bids with the maxes on the price.
+q3 and q11 are the native join and session window as they are.
 
-Every ``qN(source, parallelism)`` runs the query with eddyline and returns the
-collected rows as a ``pyarrow.Table``; ``duckdb_query(name, bid)`` runs the SQL;
-:func:`compare` checks the two as multisets of rows.
+The other Nexmark queries are not here yet: q4, q6 and q9 aggregate or rank
+the result of a join into rows that later input updates (retractions, which
+eddyline's operators do not emit), q8 joins two windowed aggregates (a window
+join; an equi-join on the key and ``window_start`` of two windowed counts may
+do, not tried yet), q10 writes files per time partition, q12 needs
+processing-time windows.
+
+Every ``qN(sources, parallelism)`` runs the query with eddyline and returns the
+collected rows as a ``pyarrow.Table``; ``duckdb_query(name, sources)`` runs the SQL;
+:func:`compare` checks the two as multisets of rows. ``sources`` maps the table
+names (``"person"``, ``"auction"``, ``"bid"``) to ``pyarrow`` tables or Parquet
+paths; a lone table or path is the ``bid`` table. :data:`TABLES` names the tables
+each query reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -46,24 +70,40 @@ import eddyline as ed
 __all__ = [
     "QUERIES",
     "SQL",
+    "TABLES",
+    "build",
     "build_q0",
     "build_q1",
     "build_q2",
+    "build_q3",
     "build_q5",
+    "build_q7",
+    "build_q11",
     "compare",
     "duckdb_query",
+    "inputs",
     "q0",
     "q1",
     "q2",
+    "q3",
     "q5",
+    "q7",
+    "q11",
     "run_query",
 ]
 
 Source: TypeAlias = pa.Table | str
-"""A query's input: the ``bid`` table, or the path of ``bid.parquet``."""
+"""One input table: a ``pyarrow.Table``, or the path of its Parquet file."""
+Sources: TypeAlias = Source | Mapping[str, Source]
+"""A query's inputs by table name (``"person"``, ``"auction"``, ``"bid"``); a lone
+:data:`Source` is the ``bid`` table."""
 
 Q5_SIZE = "10s"
 Q5_SLIDE = "2s"
+Q3_STATES = ("OR", "ID", "CA")
+Q3_CATEGORY = 10
+Q7_SIZE_MS = 10_000
+Q11_GAP = "10s"
 _TS = pa.timestamp("ms")
 
 # ---- the queries as eddyline streams -------------------------------------------------------
@@ -165,48 +205,147 @@ def build_q5(bids: ed.DataStream) -> ed.DataStream:
     )
 
 
-BUILDERS: dict[str, Callable[[ed.DataStream], ed.DataStream]] = {
+def build_q3(auctions: ed.DataStream, persons: ed.DataStream) -> ed.DataStream:
+    """q3 local item suggestion: the sellers in OR, ID or CA of the auctions in category 10.
+
+    An unbounded inner join (every person and auction kept: an auction may
+    come before its seller, whose id may run ahead of the last person's).
+    """
+    in_states = ed.col("state") == Q3_STATES[0]
+    for state in Q3_STATES[1:]:
+        in_states = in_states | (ed.col("state") == state)
+    sellers = persons.filter(in_states).select("id", "name", "city", "state")
+    items = auctions.filter(ed.col("category") == Q3_CATEGORY).select("id", "seller")
+    # output: seller (the key, left's name), id (the auction's), then name, city, state
+    joined = items.join(sellers, left_on="seller", right_on="id").name("q3_join")
+    return joined.select("name", "city", "state", "id")
+
+
+def build_q7(bids: ed.DataStream) -> ed.DataStream:
+    """q7 highest bid: the bids priced at their tumbling 10 s window's max (ties all kept)."""
+    # only the columns the query outputs: the join keeps its bids for 10 s of event time
+    timed = bids.select("auction", "bidder", "price", "date_time", "extra")
+    timed = timed.assign_timestamps("date_time")
+    maxes = (
+        timed.select(ed.lit(0).alias("all"), "price", "date_time")
+        .key_by("all")
+        .window(ed.Tumbling(f"{Q7_SIZE_MS}ms"))
+        .max("price")
+        .name("q7_max_per_window")
+        .set_parallelism(1)
+        .select(ed.col("price").alias("maxprice"), "window_end")
+        .set_parallelism(1)
+        .assign_timestamps("window_end")
+        .set_parallelism(1)
+    )
+    # The maxes run at parallelism 1: their assign_timestamps makes the watermark from the
+    # rows it sees, so a subtask that sees none (all but the one of the constant key) would
+    # hold the join's watermark back to the end, and the join would keep every bid.
+    # The SQL's condition rowtime - 10 s <= bid.t <= rowtime with rowtime = window_end - 1 ms
+    # is window_end in [bid.t + 1 ms, bid.t + 10 s + 1 ms]: an interval join on the maxes'
+    # window_end. A window's max row comes when the watermark passes its end; until then
+    # the join's watermark (the smaller of its inputs') keeps the bids it can match.
+    joined = timed.join(
+        maxes,
+        left_on="price",
+        right_on="maxprice",
+        within=("1ms", f"{Q7_SIZE_MS + 1}ms"),
+    ).name("q7_join")
+    return joined.select("auction", "price", "bidder", "date_time", "extra")
+
+
+def build_q11(bids: ed.DataStream) -> ed.DataStream:
+    """q11 user sessions: the bids per bidder and session window (gap 10 s)."""
+    sessions = (
+        bids.select("bidder", "date_time")
+        .assign_timestamps("date_time")
+        .key_by("bidder")
+        .window(ed.Session(Q11_GAP))
+        .count()
+        .name("q11_sessions")
+    )
+    return sessions.select(
+        "bidder",
+        ed.col("count").alias("bid_count"),
+        ed.col("window_start").alias("starttime"),
+        ed.col("window_end").alias("endtime"),
+    )
+
+
+BUILDERS: dict[str, Callable[..., ed.DataStream]] = {
     "q0": build_q0,
     "q1": build_q1,
     "q2": build_q2,
+    "q3": build_q3,
     "q5": build_q5,
+    "q7": build_q7,
+    "q11": build_q11,
 }
+"""Each query's builder: called with one stream per table of :data:`TABLES`, in order."""
+
+TABLES: dict[str, tuple[str, ...]] = {name: ("bid",) for name in BUILDERS}
+TABLES["q3"] = ("auction", "person")
+"""The tables each query reads, in the order its builder takes them."""
 
 
-def run_query(name: str, bid: Source, parallelism: int = 1, batch_size: int = 8192) -> pa.Table:
-    """Runs query ``name`` on eddyline over ``bid`` and returns the collected rows."""
+def inputs(name: str, sources: Sources) -> dict[str, Source]:
+    """The tables query ``name`` reads, taken from ``sources`` (a lone table is ``bid``).
+
+    Raises:
+        KeyError: ``name`` is no query here.
+        ValueError: A table the query reads is not in ``sources``.
+    """
+    given = dict(sources) if isinstance(sources, Mapping) else {"bid": sources}
+    missing = [table for table in TABLES[name] if table not in given]
+    if missing:
+        raise ValueError(f"{name} reads the tables {list(TABLES[name])}; missing: {missing}")
+    return {table: given[table] for table in TABLES[name]}
+
+
+def build(name: str, env: ed.StreamEnvironment, sources: Sources) -> ed.DataStream:
+    """Query ``name`` as a stream of ``env`` reading ``sources``."""
+    streams = [
+        env.from_parquet(source) if isinstance(source, str) else env.from_arrow(source)
+        for source in inputs(name, sources).values()
+    ]
+    return BUILDERS[name](*streams)
+
+
+def run_query(
+    name: str, sources: Sources, parallelism: int = 1, batch_size: int = 8192
+) -> pa.Table:
+    """Runs query ``name`` on eddyline over ``sources`` and returns the collected rows."""
     env = ed.StreamEnvironment(parallelism=parallelism, batch_size=batch_size)
-    source = env.from_parquet(bid) if isinstance(bid, str) else env.from_arrow(bid)
-    handle = BUILDERS[name](source).collect()
+    handle = build(name, env, sources).collect()
     env.execute(f"nexmark-{name}")
     return handle.to_arrow()
 
 
-def q0(bid: Source, parallelism: int = 1) -> pa.Table:
-    """q0 on eddyline (see :func:`build_q0`)."""
-    return run_query("q0", bid, parallelism)
+def _runner(name: str) -> Callable[[Sources, int], pa.Table]:
+    def run(sources: Sources, parallelism: int = 1) -> pa.Table:
+        return run_query(name, sources, parallelism)
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = f"{name} on eddyline (see :func:`build_{name}`)."
+    return run
 
 
-def q1(bid: Source, parallelism: int = 1) -> pa.Table:
-    """q1 on eddyline (see :func:`build_q1`)."""
-    return run_query("q1", bid, parallelism)
+q0 = _runner("q0")
+q1 = _runner("q1")
+q2 = _runner("q2")
+q3 = _runner("q3")
+q5 = _runner("q5")
+q7 = _runner("q7")
+q11 = _runner("q11")
 
-
-def q2(bid: Source, parallelism: int = 1) -> pa.Table:
-    """q2 on eddyline (see :func:`build_q2`)."""
-    return run_query("q2", bid, parallelism)
-
-
-def q5(bid: Source, parallelism: int = 1) -> pa.Table:
-    """q5 on eddyline (see :func:`build_q5`)."""
-    return run_query("q5", bid, parallelism)
-
-
-QUERIES: dict[str, Callable[[Source, int], pa.Table]] = {
+QUERIES: dict[str, Callable[[Sources, int], pa.Table]] = {
     "q0": q0,
     "q1": q1,
     "q2": q2,
+    "q3": q3,
     "q5": q5,
+    "q7": q7,
+    "q11": q11,
 }
 
 # ---- the same queries in DuckDB SQL --------------------------------------------------------
@@ -236,20 +375,64 @@ SQL: dict[str, str] = {
                epoch_ms(c.ws + 10000)::TIMESTAMP_MS AS window_end
         FROM counts AS c JOIN maxes AS m ON c.ws = m.ws AND c.num >= m.maxn
     """,
+    "q3": """
+        SELECT P.name, P.city, P.state, A.id
+        FROM auction AS A JOIN person AS P ON A.seller = P.id
+        WHERE A.category = 10 AND P.state IN ('OR', 'ID', 'CA')
+    """,
+    # TUMBLE(10 s): the window of a bid at t ms ends at t - t % 10000 + 10000; its
+    # TUMBLE_ROWTIME is that end - 1 ms.
+    "q7": """
+        WITH maxes AS (
+            SELECT max(price) AS maxprice,
+                   epoch_ms(date_time::TIMESTAMP) // 10000 * 10000 + 9999 AS rowtime
+            FROM bid
+            GROUP BY rowtime
+        )
+        SELECT B.auction, B.price, B.bidder, B.date_time, B.extra
+        FROM bid AS B JOIN maxes AS M ON B.price = M.maxprice
+        WHERE epoch_ms(B.date_time::TIMESTAMP) BETWEEN M.rowtime - 10000 AND M.rowtime
+    """,
+    # SESSION(10 s): per bidder in time order, a bid 10 s or more after the previous
+    # one opens a new session.
+    "q11": """
+        WITH times AS (
+            SELECT bidder, epoch_ms(date_time::TIMESTAMP) AS t FROM bid
+        ),
+        opens AS (
+            SELECT bidder, t,
+                   CASE WHEN t - lag(t) OVER (PARTITION BY bidder ORDER BY t) < 10000
+                        THEN 0 ELSE 1 END AS opens
+            FROM times
+        ),
+        sessions AS (
+            SELECT bidder, t,
+                   sum(opens) OVER (
+                       PARTITION BY bidder ORDER BY t ROWS UNBOUNDED PRECEDING
+                   ) AS session
+            FROM opens
+        )
+        SELECT bidder, count(*) AS bid_count,
+               epoch_ms(min(t))::TIMESTAMP_MS AS starttime,
+               epoch_ms(max(t) + 10000)::TIMESTAMP_MS AS endtime
+        FROM sessions
+        GROUP BY bidder, session
+    """,
 }
 
 
-def duckdb_query(name: str, bid: Source) -> pa.Table:
-    """Runs query ``name`` in DuckDB over ``bid`` (a table or a Parquet path)."""
+def duckdb_query(name: str, sources: Sources) -> pa.Table:
+    """Runs query ``name`` in DuckDB over ``sources`` (tables or Parquet paths)."""
     import duckdb
 
     con = duckdb.connect()
     try:
-        if isinstance(bid, str):
-            escaped = bid.replace("'", "''")
-            con.execute(f"CREATE VIEW bid AS SELECT * FROM read_parquet('{escaped}')")
-        else:
-            con.register("bid", bid)
+        for table, source in inputs(name, sources).items():
+            if isinstance(source, str):
+                escaped = source.replace("'", "''")
+                con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{escaped}')")
+            else:
+                con.register(table, source)
         return con.sql(SQL[name]).to_arrow_table()
     finally:
         con.close()

@@ -3,14 +3,18 @@
     python benches/nexmark/run.py --query q5 --events 10M [--engine eddyline|spark|flink]
         [--parallelism P] [--check] [--seed S] [--flink-python PATH]
 
+Queries: q0, q1, q2, q3, q5, q7, q11 (see :mod:`queries`).
+
 The events are generated once per (events, seed, rate) into a cached directory of
 Parquet files (``person.parquet``, ``auction.parquet``, ``bid.parquet``) under
 ``--data-dir``, in a child process so that the generator's memory does not count
-in this process's peak RSS. The job reads ``bid.parquet`` and collects the result
-in the driver; ``seconds`` is the time of ``env.execute`` plus reading the collected
-table, ``events_per_s`` is events (all three kinds, as Nexmark counts them) per
-second. ``--check`` then runs the query's DuckDB SQL over the same file and compares
-the rows as multisets: ``check`` is ``"ok"``, ``"skipped"`` or ``"MISMATCH ..."``.
+in this process's peak RSS. The job reads the query's tables (``bid.parquet``; q3:
+``auction.parquet`` and ``person.parquet``, ``rows_in`` rows in all) and collects the
+result in the driver; ``seconds`` is the time of ``env.execute`` plus reading the
+collected table, ``events_per_s`` is events (all three kinds, as Nexmark counts them,
+whichever the query reads) per second. ``--check`` then runs the query's DuckDB SQL
+over the same files and compares the rows as multisets: ``check`` is ``"ok"``,
+``"skipped"`` or ``"MISMATCH ..."``.
 
 ``--engine spark`` (q1, q5: :mod:`peer_spark`, Spark SQL's batch engine over the same
 ``bid.parquet``) and ``--engine flink`` (q0, q1, q2, q5: :mod:`peer_flink`, Flink SQL in
@@ -46,7 +50,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from generator import DEFAULT_EVENTS_PER_SECOND, parse_count  # noqa: E402
-from queries import BUILDERS, compare, duckdb_query  # noqa: E402
+from queries import BUILDERS, TABLES, build, compare, duckdb_query  # noqa: E402
 
 import eddyline as ed  # noqa: E402
 
@@ -174,12 +178,13 @@ def main() -> None:
     args = ap.parse_args()
     n = parse_count(args.events)
     directory = cached_events(n, args.seed, args.events_per_second, args.data_dir)
-    bid = os.path.join(directory, "bid.parquet")
+    paths = {table: os.path.join(directory, f"{table}.parquet") for table in TABLES[args.query]}
+    rows_in = sum(pq.ParquetFile(path).metadata.num_rows for path in paths.values())
 
     if args.engine == "eddyline":
         t0 = time.perf_counter()
         env = ed.StreamEnvironment(parallelism=args.parallelism, batch_size=args.batch_size)
-        handle = BUILDERS[args.query](env.from_parquet(bid)).collect()
+        handle = build(args.query, env, paths).collect()
         startup = time.perf_counter() - t0
         t1 = time.perf_counter()
         env.execute(f"nexmark-{args.query}")
@@ -203,7 +208,7 @@ def main() -> None:
             "input": "csv" if args.engine == "flink" else "parquet",
             "mode": report["mode"],
         }
-    check = compare(result, duckdb_query(args.query, bid)) if args.check else "skipped"
+    check = compare(result, duckdb_query(args.query, paths)) if args.check else "skipped"
     print(
         json.dumps(
             {
@@ -214,6 +219,7 @@ def main() -> None:
                 "parallelism": args.parallelism,
                 "seconds": round(seconds, 4),
                 "events_per_s": round(n / max(seconds, 1e-9)),
+                "rows_in": rows_in,
                 "rows_out": rows_out,
                 "startup_s": round(startup, 4),
                 "peak_rss_mb": round(rss, 1),

@@ -89,11 +89,10 @@ def test_timestamps_follow_the_event_number(tables: dict[str, pa.Table]) -> None
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
-@pytest.mark.parametrize("name", ["q0", "q1", "q2", "q5"])
+@pytest.mark.parametrize("name", ["q0", "q1", "q2", "q3", "q5", "q7", "q11"])
 def test_query_matches_duckdb(tables: dict[str, pa.Table], name: str, parallelism: int) -> None:
-    bid = tables["bid"]
-    got = queries.QUERIES[name](bid, parallelism)
-    expected = queries.duckdb_query(name, bid)
+    got = queries.QUERIES[name](tables, parallelism)
+    expected = queries.duckdb_query(name, tables)
     assert expected.num_rows > 0
     assert queries.compare(got, expected) == "ok"
 
@@ -105,6 +104,111 @@ def test_q5_small_batches_from_parquet(tables: dict[str, pa.Table], tmp_path: Pa
     assert queries.compare(got, expected) == "ok"
     # one or more rows (ties) per sliding window holding bids: 20 s of bids, 2 s slide
     assert len(set(expected.column("window_start").to_pylist())) >= 12
+
+
+@pytest.fixture(scope="module")
+def slow_tables() -> dict[str, pa.Table]:
+    """200 s of event time (10 ms between events): 20 q7 windows, sparser q11 sessions."""
+    return gen.generate(N, seed=11, events_per_second=100)
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+@pytest.mark.parametrize("name", ["q3", "q7", "q11"])
+def test_joins_and_sessions_from_parquet_small_batches(
+    slow_tables: dict[str, pa.Table], tmp_path: Path, name: str, parallelism: int
+) -> None:
+    paths = gen.write_parquet(slow_tables, str(tmp_path))
+    got = queries.run_query(name, paths, parallelism=parallelism, batch_size=300)
+    expected = queries.duckdb_query(name, paths)
+    assert queries.compare(got, expected) == "ok"
+    if name == "q7":  # at least one highest bid per window
+        windows = set(_ms(expected.column("date_time")) // queries.Q7_SIZE_MS)
+        assert len(windows) == 20
+    if name == "q11":  # the hot bidder's long sessions and the others' short ones
+        assert expected.num_rows > 1000
+        assert max(expected.column("bid_count").to_pylist()) > 100
+
+
+def _bids(rows: list[tuple[int, int, int]]) -> pa.Table:
+    """A ``bid`` table from ``(bidder, price, ms after BASE_TIME_MS)`` rows."""
+    n = len(rows)
+    return pa.table(
+        {
+            "auction": pa.array(range(1000, 1000 + n), pa.int64()),
+            "bidder": pa.array([r[0] for r in rows], pa.int64()),
+            "price": pa.array([r[1] for r in rows], pa.int64()),
+            "channel": pa.array(["Google"] * n),
+            "url": pa.array(["https://www.nexmark.com/a/b/c/item.htm?query=1"] * n),
+            "date_time": pa.array([gen.BASE_TIME_MS + r[2] for r in rows]).cast(pa.timestamp("ms")),
+            "extra": pa.array([""] * n),
+        },
+        schema=gen.BID_SCHEMA,
+    )
+
+
+Q7_EDGES = [  # (bidder, price, ms): windows of 10 s from BASE_TIME_MS (a multiple of 10 s)
+    (1, 5, 100),
+    (1, 7, 200),  # window 0's max (a tie)
+    (1, 7, 9_999),  # window 0's max, and window 1's: its last ms is window 1's rowtime - 10 s
+    (2, 3, 10_000),
+    (2, 7, 15_000),  # window 1's max (a tie)
+    (2, 7, 19_999),  # window 1's max; window 2's max differs
+    (3, 2, 20_000),
+    (3, 8, 29_999),  # window 2's max, and window 3's (the same price)
+    (4, 8, 30_000),  # window 3's max (a tie)
+    (4, 1, 30_001),
+    (5, 8, 45_000),  # window 4's max only: window 3's bids are more than 10 s before its rowtime
+]
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_q7_window_edges_and_ties(parallelism: int) -> None:
+    """nexmark-flink's q7 condition, rowtime - 10 s <= bid time <= rowtime (rowtime: the
+    window's last ms), on hand-made bids; the SQL is checked against the same rows."""
+    bids = _bids(Q7_EDGES)
+    got = queries.q7(bids, parallelism)
+    expected = queries.duckdb_query("q7", bids)
+    assert queries.compare(got, expected) == "ok"
+    ms = sorted(int(t) - gen.BASE_TIME_MS for t in _ms(got.column("date_time")))
+    assert ms == [200, 9_999, 9_999, 15_000, 19_999, 29_999, 29_999, 30_000, 45_000]
+
+
+Q11_EDGES = [  # (bidder, price, ms)
+    (1, 1, 0),
+    (2, 1, 5_000),
+    (2, 1, 5_000),  # the same ms: one session of 2
+    (1, 1, 9_999),  # 9,999 ms after the last: the same session
+    (2, 1, 15_000),  # exactly 10 s after the last: a new session
+    (1, 1, 19_999),  # exactly 10 s after the last: a new session
+    (1, 1, 29_998),  # 9,999 ms after the last: the same session
+    (3, 1, 40_000),
+]
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_q11_session_gap_edges(parallelism: int) -> None:
+    """Bids closer than 10 s share a session, bids exactly 10 s apart do not (eddyline's
+    ``ed.Session``; Flink's sessions would merge them); the SQL is checked too."""
+    bids = _bids(Q11_EDGES)
+    got = queries.q11(bids, parallelism)
+    expected = queries.duckdb_query("q11", bids)
+    assert queries.compare(got, expected) == "ok"
+    start = _ms(got.column("starttime")) - gen.BASE_TIME_MS
+    end = _ms(got.column("endtime")) - gen.BASE_TIME_MS
+    bidders, counts = got.column("bidder").to_pylist(), got.column("bid_count").to_pylist()
+    rows = zip(bidders, counts, start, end, strict=True)
+    assert sorted(rows) == [
+        (1, 2, 0, 19_999),
+        (1, 2, 19_999, 39_998),
+        (2, 1, 15_000, 25_000),
+        (2, 2, 5_000, 15_000),
+        (3, 1, 40_000, 50_000),
+    ]
+
+
+def test_inputs_name_the_missing_table(tables: dict[str, pa.Table]) -> None:
+    with pytest.raises(ValueError, match=r"q3 reads the tables \['auction', 'person'\]"):
+        queries.run_query("q3", tables["bid"])
 
 
 def test_compare_reports_a_mismatch() -> None:
@@ -122,20 +226,28 @@ def test_parse_count() -> None:
     assert gen.parse_count("20000") == 20_000
 
 
-def test_harness_json_line(tmp_path: Path) -> None:
-    command = [sys.executable, str(BENCH / "run.py"), "--query", "q5", "--events", "20000"]
-    command += ["--check", "--parallelism", "2", "--data-dir", str(tmp_path)]
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The harness's cache of generated events, shared by its runs here."""
+    return tmp_path_factory.mktemp("nexmark-data")
+
+
+@pytest.mark.parametrize(("query", "rows_in"), [("q5", 18_400), ("q3", 400 + 1_200)])
+def test_harness_json_line(data_dir: Path, query: str, rows_in: int) -> None:
+    command = [sys.executable, str(BENCH / "run.py"), "--query", query, "--events", "20000"]
+    command += ["--check", "--parallelism", "2", "--data-dir", str(data_dir)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1, done.stdout
     line = json.loads(lines[0])
     assert line["engine"] == "eddyline"
-    assert line["workload"] == "nexmark-q5"
+    assert line["workload"] == f"nexmark-{query}"
     assert line["n"] == 20_000
+    assert line["rows_in"] == rows_in  # q5 reads the bids, q3 the persons and auctions
     assert line["check"] == "ok"
-    for field in ("seconds", "events_per_s", "peak_rss_mb"):
+    for field in ("seconds", "events_per_s", "peak_rss_mb", "rows_out"):
         assert line[field] > 0, field
-    assert (tmp_path / "events20000-seed42-eps10000" / "bid.parquet").exists()
+    assert (data_dir / "events20000-seed42-eps10000" / "bid.parquet").exists()
 
 
 def test_tree_peak_rss_counts_a_child() -> None:
