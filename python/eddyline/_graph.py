@@ -442,6 +442,7 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
                 "state_ttl_ms": p["state_ttl_ms"],
                 "time_columns": p["time_columns"],
                 "temporal": bool(p.get("temporal")),
+                "window_ms": p.get("window_ms"),
             }
         case "loop_exit" | "union":
             return {**base, "kind": node.kind}

@@ -177,6 +177,8 @@ class JoinSpec(NodeBase):
     time_columns: tuple[str | None, str | None]
     #: An event-time "as of" join against the right input's versions.
     temporal: NotRequired[bool]
+    #: A join within tumbling windows of this size (ms).
+    window_ms: NotRequired[int | None]
 
 
 class LoopHeadSpec(NodeBase):

@@ -25,6 +25,11 @@ until the watermark reaches its time, then is joined with the newest
 version of its key at or before that time (``how="left"``: with nulls when
 there is none).
 
+``left.window_join(right, on=..., window=ed.Tumbling(size))`` pairs the
+rows of equal keys in the same tumbling window when the window fires; its
+rows hold the keys, ``window_start``, ``window_end``, then the left's and the
+right's other columns. A row whose window is over when it arrives is late.
+
 Output: the join keys once (with the left's names), the left's other
 columns, then the right's; a right column whose name is taken gets the
 suffix ``_right``.
@@ -51,7 +56,7 @@ from .errors import GraphError
 if TYPE_CHECKING:
     from .stream import DataStream
 
-__all__ = ["JOIN_TYPES", "build_join", "signed_duration_ms"]
+__all__ = ["JOIN_TYPES", "build_join", "build_window_join", "signed_duration_ms"]
 
 JOIN_TYPES = ("inner", "left", "right", "outer")
 """The values ``how`` accepts."""
@@ -93,16 +98,18 @@ def build_join(
     within: tuple[Duration, Duration] | None = None,
     state_ttl: Duration | None = None,
     temporal: bool = False,
+    window_ms: int | None = None,
 ) -> DataStream:
     """Adds a join node reading ``left`` (input 0) and ``right`` (input 1);
-    ``temporal``: an event-time "as of" join against ``right``'s versions."""
-    what = "temporal_join()" if temporal else "join()"
+    ``temporal``: an event-time "as of" join against ``right``'s versions;
+    ``window_ms``: a join within tumbling windows of that size."""
+    what = "temporal_join()" if temporal else "window_join()" if window_ms else "join()"
     left._same_env(right, what)
     name = f"join_{len(left._env._graph.nodes)}"
-    allowed = ("inner", "left") if temporal else JOIN_TYPES
+    allowed = ("inner", "left") if temporal else ("inner",) if window_ms else JOIN_TYPES
     if how not in allowed:
         raise GraphError(f"{what}: how must be one of {allowed}, got {how!r}", operator=name)
-    if temporal and (left.time_column is None or right.time_column is None):
+    if (temporal or window_ms) and (left.time_column is None or right.time_column is None):
         raise GraphError(
             f"{what}: both inputs need event time: call assign_timestamps on them",
             operator=name,
@@ -143,6 +150,7 @@ def build_join(
         "state_ttl_ms": ttl,
         "time_columns": (left.time_column, right.time_column),
         "temporal": temporal,
+        "window_ms": window_ms,
     }
     stream = left._add("join", "join", params=params, inputs=[left._edge(0), right._edge(1)])
     node = stream._node
@@ -153,3 +161,27 @@ def build_join(
         graph.discard_last(node)
         raise
     return stream
+
+
+def build_window_join(
+    left: DataStream,
+    right: DataStream,
+    *,
+    on: str | Sequence[str] | None,
+    left_on: str | Sequence[str] | None,
+    right_on: str | Sequence[str] | None,
+    window: Any,
+    how: str,
+) -> DataStream:
+    """Adds a window join of ``left`` and ``right`` (see the module docs)."""
+    from .windows import Tumbling
+
+    if not isinstance(window, Tumbling):
+        raise GraphError(
+            f"window_join(): window must be ed.Tumbling(size) (sliding and session window "
+            f"joins are not built yet), got {window!r}",
+            operator=f"join_{len(left._env._graph.nodes)}",
+        )
+    return build_join(
+        left, right, on=on, left_on=left_on, right_on=right_on, how=how, window_ms=window.size_ms
+    )

@@ -40,7 +40,7 @@ from .connected import ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
 from .functions import Row
-from .joins import build_join
+from .joins import build_join, build_window_join
 from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
 from .scope import StreamScope
@@ -523,6 +523,26 @@ class DataStream(_Operators):
         """
         return build_join(
             self, versions, on=on, left_on=left_on, right_on=right_on, how=how, temporal=True
+        )
+
+    def window_join(
+        self,
+        right: DataStream,
+        on: str | Sequence[str] | None = None,
+        *,
+        window: Any,
+        left_on: str | Sequence[str] | None = None,
+        right_on: str | Sequence[str] | None = None,
+        how: str = "inner",
+    ) -> DataStream:
+        """Pairs rows of equal keys in the same window when it fires (see :mod:`eddyline.joins`).
+
+        ``window`` is an ``ed.Tumbling(size)``; both inputs need
+        ``assign_timestamps``. Rows: the keys, ``window_start``,
+        ``window_end``, then the left's and the right's other columns.
+        """
+        return build_window_join(
+            self, right, on=on, left_on=left_on, right_on=right_on, window=window, how=how
         )
 
     def connect(self, other: DataStream) -> ConnectedStreams:

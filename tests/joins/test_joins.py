@@ -241,3 +241,30 @@ def test_temporal_join_errors() -> None:
         a.temporal_join(a, on="k", how="outer")
     with pytest.raises(ed.GraphError, match="need event time"):
         a.temporal_join(untimed, on="k")
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+def test_window_join_pairs_rows_of_each_tumbling_window(parallelism: int) -> None:
+    rng = random.Random(parallelism + 40)
+    left = events(rng, 400, 9, 0)
+    right = as_right(events(rng, 300, 9, 10_000))
+    env = ed.StreamEnvironment(parallelism, batch_size=32)
+    ls = env.from_collection(left, schema=LEFT_SCHEMA).assign_timestamps(
+        "t", max_out_of_orderness=f"{BOUND_MS}ms"
+    )
+    rs = env.from_collection(right, schema=RIGHT_SCHEMA).assign_timestamps(
+        "t", max_out_of_orderness=f"{BOUND_MS}ms"
+    )
+    joined = ls.window_join(rs, left_on="k", right_on="rk", window=ed.Tumbling("100ms"))
+    out = joined.name("wjoin").collect()
+    result = env.execute("window-join")
+    assert result.metrics["operators"]["wjoin"]["late_records"] == 0
+    want = [
+        {**r, "window_start": r["t"] // 100 * 100, "window_end": r["t"] // 100 * 100 + 100}
+        for r in reference(left, right, how="inner", within=None)
+        if r["t"] // 100 == r["t_right"] // 100
+    ]
+    assert len(want) > 100
+    assert_same_rows(out.to_pylist(), want)
+    with pytest.raises(ed.GraphError, match=r"must be ed\.Tumbling"):
+        ls.window_join(rs, left_on="k", right_on="rk", window=ed.Sliding("1s", "500ms"))

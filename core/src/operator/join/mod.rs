@@ -56,31 +56,32 @@
 //! so they also work with `recovery="recompute"`.
 
 mod output;
+mod plan;
 mod rows;
 mod snapshot;
 mod temporal;
+mod window;
 
 pub(crate) use snapshot::{is_state_blob, state_table};
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::buffer::NullBuffer;
-use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
-use crate::operator::timestamps::{event_time_column, event_times_millis};
+use crate::operator::timestamps::event_times_millis;
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use crate::state::keyed::{key_columns, owned_key_groups};
+use crate::state::keyed::owned_key_groups;
 use crate::state::{OperatorState, StateBlob};
 
 use output::{OutputBuilder, Source};
-use rows::{Group, RowRef};
+use rows::{Expiry, Group, RowRef};
 
 /// Which unmatched rows an outer join keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,20 +124,30 @@ pub enum JoinBounds {
     /// version of its key) at or before its time, once the watermark passes
     /// the left row ([`temporal`]).
     Temporal,
+    /// Rows of equal keys in the same tumbling window of `size_ms`, paired
+    /// when the window fires ([`window`]).
+    Window { size_ms: i64 },
 }
 
 impl JoinBounds {
-    /// How long after its timestamp a row of `side` is kept (`None`: forever).
-    fn keep_ms(self, side: usize) -> Option<i64> {
+    /// When a row of `side` is dropped.
+    fn expiry(self, side: usize) -> Expiry {
         match self {
-            JoinBounds::Unbounded { ttl_ms } => ttl_ms,
-            JoinBounds::Interval { upper_ms, .. } if side == 0 => Some(upper_ms),
-            JoinBounds::Interval { lower_ms, .. } => Some(lower_ms.saturating_neg()),
+            JoinBounds::Unbounded { ttl_ms: None } => Expiry::Never,
+            JoinBounds::Unbounded { ttl_ms: Some(t) } => Expiry::After(t),
+            JoinBounds::Interval { upper_ms, .. } if side == 0 => Expiry::After(upper_ms),
+            JoinBounds::Interval { lower_ms, .. } => Expiry::After(lower_ms.saturating_neg()),
             // Left rows wait until the watermark reaches them; versions are
             // pruned, not expired.
-            JoinBounds::Temporal if side == 0 => Some(0),
-            JoinBounds::Temporal => None,
+            JoinBounds::Temporal if side == 0 => Expiry::After(0),
+            JoinBounds::Temporal => Expiry::Never,
+            JoinBounds::Window { size_ms } => Expiry::WindowEnd(size_ms),
         }
+    }
+
+    /// Whether time plays a part (the inputs need event time).
+    fn timed(self) -> bool {
+        self.expiry(0) != Expiry::Never || self.expiry(1) != Expiry::Never
     }
 
     /// Whether a row of `side` at `ts` and one of the other side at `other`
@@ -145,7 +156,7 @@ impl JoinBounds {
     fn pairs(self, side: usize, ts: i64, other: i64) -> bool {
         match self {
             JoinBounds::Unbounded { .. } => true,
-            JoinBounds::Temporal => false,
+            JoinBounds::Temporal | JoinBounds::Window { .. } => false,
             JoinBounds::Interval { lower_ms, upper_ms } => {
                 let (l, r) = if side == 0 { (ts, other) } else { (other, ts) };
                 let (l, r) = (i128::from(l), i128::from(r));
@@ -163,282 +174,13 @@ impl JoinBounds {
                 format!("interval {lower_ms} {upper_ms}")
             }
             JoinBounds::Temporal => "temporal".to_string(),
+            JoinBounds::Window { size_ms } => format!("window {size_ms}"),
         }
     }
 }
 
-/// One input side resolved against its schema.
-#[derive(Debug, Clone)]
-struct SideBinding {
-    schema: SchemaRef,
-    key_idx: Vec<usize>,
-    time_idx: Option<usize>,
-    time_name: Option<String>,
-}
-
-impl SideBinding {
-    /// The key columns of a batch of this side.
-    fn key_columns(&self, batch: &RecordBatch) -> Vec<ArrayRef> {
-        self.key_idx
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect()
-    }
-}
-
-/// Where an output column comes from.
-#[derive(Debug, Clone, Copy)]
-enum OutColumn {
-    /// Key column `i` (from whichever side is present).
-    Key(usize),
-    /// Column `col` of `side`.
-    Side(usize, usize),
-}
-
-/// The resolved join: both sides and the output layout.
-#[derive(Debug, Clone)]
-struct Plan {
-    sides: [SideBinding; 2],
-    output: SchemaRef,
-    columns: Vec<OutColumn>,
-}
-
-impl Plan {
-    /// `side`'s key column names, then the output's, separated by U+001F
-    /// (written into the state for `read_state`).
-    fn key_names(&self, side: usize) -> String {
-        let names = |b: &SideBinding| -> Vec<String> {
-            b.key_idx
-                .iter()
-                .map(|&i| b.schema.field(i).name().clone())
-                .collect()
-        };
-        let mut all = names(&self.sides[side]);
-        all.extend(names(&self.sides[0]));
-        all.join("\u{1f}")
-    }
-}
-
-/// Builds [`JoinOperator`]s for two inputs of known schemas.
-#[derive(Debug, Clone)]
-pub struct JoinFactory {
-    pub how: JoinType,
-    pub bounds: JoinBounds,
-    plan: Arc<Plan>,
-}
-
-/// What defines a join: its keys, time columns, type and bounds.
-#[derive(Debug, Clone)]
-pub struct JoinSpec {
-    pub left_keys: Vec<String>,
-    pub right_keys: Vec<String>,
-    /// The event-time columns of the left and right inputs (needed when
-    /// time bounds the state).
-    pub time_columns: [Option<String>; 2],
-    pub how: JoinType,
-    pub bounds: JoinBounds,
-}
-
-fn bind_side(
-    operator: &str,
-    schema: &SchemaRef,
-    keys: &[String],
-    time: Option<&str>,
-    needs_time: bool,
-    what: &str,
-) -> Result<SideBinding> {
-    let (key_idx, _) = key_columns(operator, schema, keys, &format!("{what} "))?;
-    let time_idx = match (needs_time, time) {
-        (false, _) => None,
-        (true, Some(t)) => Some(event_time_column(operator, schema, t)?),
-        (true, None) => {
-            return Err(Error::graph(
-                operator,
-                format!(
-                    "the {what} input has no event time: call assign_timestamps on it (an \
-                     interval join or a state_ttl needs both inputs' timestamps)"
-                ),
-            ))
-        }
-    };
-    Ok(SideBinding {
-        schema: schema.clone(),
-        key_idx,
-        time_idx,
-        time_name: time.filter(|_| needs_time).map(str::to_string),
-    })
-}
-
-impl JoinFactory {
-    /// Resolves `spec` against the schemas of the left and right inputs;
-    /// errors (missing or mistyped columns, key types that differ, bounds
-    /// that cannot hold) name `operator`.
-    pub fn new(
-        operator: &str,
-        spec: JoinSpec,
-        left: &SchemaRef,
-        right: &SchemaRef,
-    ) -> Result<Self> {
-        let JoinSpec {
-            left_keys,
-            right_keys,
-            time_columns,
-            how,
-            bounds,
-        } = spec;
-        if left_keys.is_empty() || left_keys.len() != right_keys.len() {
-            return Err(Error::graph(
-                operator,
-                format!(
-                    "a join needs as many left as right key columns (at least one), got {} and {}",
-                    left_keys.len(),
-                    right_keys.len()
-                ),
-            ));
-        }
-        match bounds {
-            JoinBounds::Interval { lower_ms, upper_ms } if lower_ms > upper_ms => {
-                return Err(Error::graph(
-                    operator,
-                    format!(
-                        "an interval join needs lower <= upper, got ({lower_ms} ms, {upper_ms} ms)"
-                    ),
-                ))
-            }
-            JoinBounds::Unbounded { ttl_ms: Some(t) } if t <= 0 => {
-                return Err(Error::graph(
-                    operator,
-                    format!("state_ttl must be positive, got {t} ms"),
-                ))
-            }
-            JoinBounds::Temporal if !matches!(how, JoinType::Inner | JoinType::Left) => {
-                return Err(Error::graph(
-                    operator,
-                    format!("a temporal join is 'inner' or 'left', got '{}'", how.name()),
-                ))
-            }
-            JoinBounds::Unbounded { .. } if how != JoinType::Inner => {
-                return Err(Error::graph(
-                    operator,
-                    format!(
-                        "a '{}' join needs within=(lower, upper): without a time bound an \
-                         unmatched row could still match later and would never be emitted",
-                        how.name()
-                    ),
-                ))
-            }
-            _ => {}
-        }
-        let needs_time = bounds.keep_ms(0).is_some() || bounds.keep_ms(1).is_some();
-        let [lt, rt] = &time_columns;
-        let sides = [
-            bind_side(
-                operator,
-                left,
-                &left_keys,
-                lt.as_deref(),
-                needs_time,
-                "left",
-            )?,
-            bind_side(
-                operator,
-                right,
-                &right_keys,
-                rt.as_deref(),
-                needs_time,
-                "right",
-            )?,
-        ];
-        for (i, (l, r)) in sides[0].key_idx.iter().zip(&sides[1].key_idx).enumerate() {
-            let (lf, rf) = (left.field(*l), right.field(*r));
-            if lf.data_type() != rf.data_type() {
-                return Err(Error::schema(
-                    operator,
-                    format!(
-                        "join key {} has type {} on the left ('{}') but {} on the right ('{}'); \
-                         key types must match",
-                        i + 1,
-                        lf.data_type(),
-                        lf.name(),
-                        rf.data_type(),
-                        rf.name()
-                    ),
-                ));
-            }
-        }
-        let (output, columns) = output_layout(operator, &sides, how)?;
-        Ok(JoinFactory {
-            how,
-            bounds,
-            plan: Arc::new(Plan {
-                sides,
-                output,
-                columns,
-            }),
-        })
-    }
-
-    /// The schema of the joined rows.
-    pub fn output_schema(&self) -> SchemaRef {
-        self.plan.output.clone()
-    }
-}
-
-/// The output schema: keys (the left's names), the left's other columns,
-/// then the right's (a taken name gets `_right`).
-fn output_layout(
-    operator: &str,
-    sides: &[SideBinding; 2],
-    how: JoinType,
-) -> Result<(SchemaRef, Vec<OutColumn>)> {
-    let (left, right) = (&sides[0], &sides[1]);
-    let mut fields: Vec<FieldRef> = Vec::new();
-    let mut columns = Vec::new();
-    let mut names: HashSet<String> = HashSet::new();
-    for (i, (&l, &r)) in left.key_idx.iter().zip(&right.key_idx).enumerate() {
-        let lf = left.schema.field(l);
-        let nullable = lf.is_nullable() || right.schema.field(r).is_nullable();
-        fields.push(Arc::new(lf.clone().with_nullable(nullable)));
-        names.insert(lf.name().clone());
-        columns.push(OutColumn::Key(i));
-    }
-    for (side, binding) in sides.iter().enumerate() {
-        let nullable_side = how.keeps(1 - side);
-        for (col, f) in binding.schema.fields().iter().enumerate() {
-            if binding.key_idx.contains(&col) {
-                continue;
-            }
-            let mut name = f.name().clone();
-            if names.contains(&name) {
-                if side == 0 {
-                    return Err(Error::schema(
-                        operator,
-                        format!("the left input has two columns named '{name}'"),
-                    ));
-                }
-                name = format!("{name}_right");
-                if names.contains(&name) {
-                    return Err(Error::schema(
-                        operator,
-                        format!(
-                            "the right column '{}' clashes with a left column, and so does \
-                             '{name}'; rename one of them before the join",
-                            f.name()
-                        ),
-                    ));
-                }
-            }
-            names.insert(name.clone());
-            let nullable = f.is_nullable() || nullable_side;
-            fields.push(Arc::new(
-                Field::new(name, f.data_type().clone(), nullable)
-                    .with_metadata(f.metadata().clone()),
-            ));
-            columns.push(OutColumn::Side(side, col));
-        }
-    }
-    Ok((Arc::new(Schema::new(fields)), columns))
-}
+pub use plan::{JoinFactory, JoinSpec};
+use plan::{OutColumn, Plan, SideBinding};
 
 impl OperatorFactory for JoinFactory {
     /// Interval joins rebuild their rows by replaying from the checkpoint
@@ -606,7 +348,7 @@ impl JoinOperator {
             let keys = self.codecs[side]
                 .convert_columns(&key_cols)
                 .map_err(|e| Error::arrow(&self.own.name, &e))?;
-            let keep = self.bounds.keep_ms(side);
+            let keep = self.bounds.expiry(side);
             let group = Arc::make_mut(&mut self.groups[local]);
             let s = &mut group.sides[side];
             s.batches.push(batch);
@@ -660,8 +402,9 @@ impl JoinOperator {
         let nulls = null_key_rows(&key_cols);
         self.batch_seq += 1;
         let seq = self.batch_seq;
-        let keep = self.bounds.keep_ms(side);
-        let other_keep = self.bounds.keep_ms(1 - side);
+        let keep = self.bounds.expiry(side);
+        let other_keep = self.bounds.expiry(1 - side);
+        let windowed = matches!(self.bounds, JoinBounds::Window { .. });
         let outer = self.how != JoinType::Inner;
         let keeps_unmatched = self.how.keeps(side);
         let builder = &mut self.scratch.builder;
@@ -680,7 +423,13 @@ impl JoinOperator {
             // A temporal join's versions are never late: one at or before
             // the watermark is still the newest for rows to come.
             let versions = side == 1 && self.bounds == JoinBounds::Temporal;
-            if timed && ts <= self.watermark && !versions {
+            // A window join's row is late once its window is over.
+            let cutoff = if windowed {
+                keep.at(ts).unwrap_or(ts)
+            } else {
+                ts
+            };
+            if timed && cutoff <= self.watermark && !versions {
                 late += 1;
                 continue;
             }
@@ -696,8 +445,8 @@ impl JoinOperator {
                         r.matched = true;
                         matched = true;
                         if outer {
-                            if let Some(k) = other_keep {
-                                matched_until = matched_until.max(r.ts.saturating_add(k));
+                            if let Some(e) = other_keep.at(r.ts) {
+                                matched_until = matched_until.max(e);
                             }
                         }
                     }
@@ -718,8 +467,7 @@ impl JoinOperator {
                 },
                 keep,
             );
-            if let Some(k) = keep {
-                let until = ts.saturating_add(k);
+            if let Some(until) = keep.at(ts) {
                 kept_until = kept_until.max(until);
                 if matched && outer {
                     matched_until = matched_until.max(until);
@@ -764,7 +512,7 @@ impl JoinOperator {
             }
             let group = Arc::make_mut(g);
             for side in 0..2 {
-                let keep = self.bounds.keep_ms(side);
+                let keep = self.bounds.expiry(side);
                 let emit = self.how.keeps(side);
                 group.sides[side].expire(watermark, keep, |_, r| {
                     if emit && !r.matched {
@@ -822,7 +570,16 @@ impl Operator for JoinOperator {
             if let Some(rows) = rows {
                 out.emit(rows)?;
             }
-        } else if self.bounds.keep_ms(0).is_some() {
+        } else if let JoinBounds::Window { size_ms } = self.bounds {
+            let builder = &mut self.scratch.builder;
+            window::fire(&mut self.groups, watermark, size_ms, builder);
+            let rows = builder
+                .finish(&self.plan, &self.groups)
+                .map_err(|e| Error::arrow(&self.own.name, &e))?;
+            if let Some(rows) = rows {
+                out.emit(rows)?;
+            }
+        } else if self.bounds.timed() {
             if let Some(rows) = self.expire(watermark)? {
                 out.emit(rows)?;
             }

@@ -12,7 +12,9 @@ use rustc_hash::FxHashMap;
 use super::rows::Group;
 use super::{OutColumn, Plan};
 
-type ArrowResult<T> = std::result::Result<T, arrow::error::ArrowError>;
+use arrow::error::ArrowError;
+
+type ArrowResult<T> = std::result::Result<T, ArrowError>;
 
 /// Stands for the one-row all-null batch of a side (the side is absent).
 const ABSENT: usize = usize::MAX;
@@ -36,6 +38,8 @@ pub(super) struct OutputBuilder {
     /// A one-row all-null batch per side, made once.
     nulls: [Option<RecordBatch>; 2],
     keys: Vec<(usize, usize)>,
+    /// A window join's window start per output row.
+    windows: Vec<i64>,
 }
 
 impl OutputBuilder {
@@ -45,6 +49,7 @@ impl OutputBuilder {
             self.index_of[side].clear();
             self.rows[side].clear();
         }
+        self.windows.clear();
         self.input = None;
     }
 
@@ -85,6 +90,21 @@ impl OutputBuilder {
         let r = self.source(1, Source::Kept(group, rbatch));
         self.rows[0].push((l, lrow as usize));
         self.rows[1].push((r, rrow as usize));
+    }
+
+    /// [`Self::push_kept_pair`] of a window join, in the window at `start`.
+    #[inline]
+    pub fn push_window_pair(
+        &mut self,
+        group: u32,
+        lbatch: u32,
+        lrow: u32,
+        rbatch: u32,
+        rrow: u32,
+        start: i64,
+    ) {
+        self.push_kept_pair(group, lbatch, lrow, rbatch, rrow);
+        self.windows.push(start);
     }
 
     /// Row `row` of `side` at `source`, with nulls for the other side.
@@ -182,6 +202,16 @@ impl OutputBuilder {
                             }
                         }));
                     columns.push(interleave(&arrays, &self.keys)?);
+                }
+                OutColumn::WindowStart | OutColumn::WindowEnd => {
+                    let (size, dt) = plan.window.as_ref().ok_or_else(|| {
+                        ArrowError::InvalidArgumentError("a window column of a plain join".into())
+                    })?;
+                    let end = matches!(col, OutColumn::WindowEnd);
+                    let ms = self.windows.iter().map(|s| if end { s + size } else { *s });
+                    let array = crate::operator::window::time_array("join", ms, dt)
+                        .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
+                    columns.push(array);
                 }
                 OutColumn::Side(side, c) => {
                     arrays.extend(batches[side].iter().map(|b| b.column(c).as_ref()));

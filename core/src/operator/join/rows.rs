@@ -13,6 +13,35 @@ type ArrowResult<T> = std::result::Result<T, arrow::error::ArrowError>;
 /// many batches.
 const COMPACT_AT: usize = 64;
 
+/// When a kept row expires (the watermark at which it is dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expiry {
+    /// Kept forever.
+    Never,
+    /// At its time + this many ms.
+    After(i64),
+    /// At the last millisecond of its tumbling window of this size.
+    WindowEnd(i64),
+}
+
+impl Expiry {
+    /// The expiry of a row at `ts`, if it expires.
+    #[inline]
+    pub fn at(self, ts: i64) -> Option<i64> {
+        match self {
+            Expiry::Never => None,
+            Expiry::After(k) => Some(ts.saturating_add(k)),
+            Expiry::WindowEnd(size) => Some(window_start(ts, size).saturating_add(size - 1)),
+        }
+    }
+}
+
+/// The start of the tumbling window of `size` ms holding `ts`.
+#[inline]
+pub(super) fn window_start(ts: i64, size: i64) -> i64 {
+    ts - ts.rem_euclid(size)
+}
+
 /// One kept row: where it is, its event time (0 when time plays no part)
 /// and whether it matched a row of the other side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,9 +101,8 @@ impl Side {
         (self.batches.len() - 1) as u32
     }
 
-    /// Keeps `r` under `key`; rows of a side kept `keep` ms expire at
-    /// `ts + keep`.
-    pub fn keep(&mut self, key: &[u8], r: RowRef, keep: Option<i64>) {
+    /// Keeps `r` under `key`, to expire as `expiry` says.
+    pub fn keep(&mut self, key: &[u8], r: RowRef, expiry: Expiry) {
         match self.rows.get_mut(key) {
             Some(refs) => refs.push(r),
             None => {
@@ -82,45 +110,41 @@ impl Side {
             }
         }
         self.live += 1;
-        if let Some(k) = keep {
-            self.min_expiry = self.min_expiry.min(r.ts.saturating_add(k));
+        if let Some(e) = expiry.at(r.ts) {
+            self.min_expiry = self.min_expiry.min(e);
         }
     }
 
     /// The largest expiry of a kept row, if rows expire.
-    pub fn max_expiry(&self, keep: Option<i64>) -> Option<i64> {
-        let k = keep?;
+    pub fn max_expiry(&self, expiry: Expiry) -> Option<i64> {
         self.rows
             .values()
             .flatten()
-            .map(|r| r.ts.saturating_add(k))
+            .filter_map(|r| expiry.at(r.ts))
             .max()
     }
 
-    /// Drops the rows with `ts + keep <= watermark`, calling `dropped` with
-    /// each (before the batches may be released).
+    /// Drops the rows whose expiry the watermark reached, calling
+    /// `dropped` with each (before the batches may be released).
     pub fn expire(
         &mut self,
         watermark: i64,
-        keep: Option<i64>,
+        expiry: Expiry,
         mut dropped: impl FnMut(&[u8], &RowRef),
     ) {
-        let Some(k) = keep else {
-            return;
-        };
-        if self.min_expiry > watermark {
+        if expiry == Expiry::Never || self.min_expiry > watermark {
             return;
         }
         let mut min = i64::MAX;
         let mut live = 0usize;
         self.rows.retain(|key, refs| {
             refs.retain(|r| {
-                let expiry = r.ts.saturating_add(k);
-                if expiry <= watermark {
+                let e = expiry.at(r.ts).unwrap_or(i64::MAX);
+                if e <= watermark {
                     dropped(key, r);
                     false
                 } else {
-                    min = min.min(expiry);
+                    min = min.min(e);
                     true
                 }
             });

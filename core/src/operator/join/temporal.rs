@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::output::{OutputBuilder, Source};
-use super::rows::Group;
+use super::rows::{Expiry, Group};
 
 /// Joins the waiting left rows the watermark reached, then prunes versions.
 pub(super) fn fire(
@@ -31,7 +31,7 @@ pub(super) fn fire(
         let group = Arc::make_mut(g);
         let [left, versions] = &mut group.sides;
         let local = local as u32;
-        left.expire(watermark, Some(0), |key, l| {
+        left.expire(watermark, Expiry::After(0), |key, l| {
             match versions.version_at(key, l.ts) {
                 Some(v) => builder.push_kept_pair(local, l.batch, l.row, v.batch, v.row),
                 None if keeps_unmatched => {

@@ -2,7 +2,7 @@
 
 use super::*;
 use arrow::array::{AsArray, Int64Array, StringArray};
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use proptest::prelude::*;
 
 use crate::operator::testing::Recorder;
@@ -639,4 +639,113 @@ fn test_temporal_join_takes_the_newest_version_at_or_before_the_row() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("'inner' or 'left'"), "{e}");
+}
+
+#[test]
+fn test_window_join_pairs_rows_of_a_window_when_it_fires() {
+    let f = factory(JoinType::Inner, JoinBounds::Window { size_ms: 10 });
+    let names: Vec<String> = f
+        .output_schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "k",
+            "window_start",
+            "window_end",
+            "t",
+            "id",
+            "t_right",
+            "rid"
+        ]
+    );
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_batch(
+        0,
+        batch(
+            0,
+            vec![Some(1), Some(1), Some(2)],
+            vec![1, 12, 3],
+            vec![1, 2, 3],
+        ),
+        &mut out,
+    )
+    .unwrap();
+    op.process_batch(
+        1,
+        batch(
+            1,
+            vec![Some(1), Some(1), Some(2)],
+            vec![9, 10, 25],
+            vec![10, 11, 12],
+        ),
+        &mut out,
+    )
+    .unwrap();
+    assert!(out.batches.is_empty(), "nothing before a window fires");
+    op.process_watermark(9, &mut out).unwrap();
+    assert_eq!(
+        rows_of(&out),
+        vec![(Some(1), Some(1), Some(1), Some(10), Some(9))]
+    );
+    let b = &out.batches[0];
+    let bounds = |c: usize| b.column(c).as_primitive::<Int64Type>().value(0);
+    assert_eq!((bounds(1), bounds(2)), (0, 10));
+    // Row 3 at 0..10 and key 2's right row at 25 never meet; a row of a
+    // closed window is late.
+    op.process_batch(1, batch(1, vec![Some(1)], vec![5], vec![13]), &mut out)
+        .unwrap();
+    assert_eq!(op.late_records(), 1);
+    op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+    assert_eq!(
+        rows_of(&out),
+        vec![
+            (Some(1), Some(1), Some(1), Some(10), Some(9)),
+            (Some(1), Some(2), Some(12), Some(11), Some(10)),
+        ]
+    );
+    assert_eq!(op.kept_rows(0) + op.kept_rows(1), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    #[test]
+    fn prop_window_join_equals_pairs_in_one_window_across_a_restore(
+        events in events(),
+        size in 1i64..20,
+        cut in prop::option::of(0usize..30),
+    ) {
+        let f = factory(JoinType::Inner, JoinBounds::Window { size_ms: size });
+        let cut = cut.filter(|c| *c + 1 < events.len());
+        // Rows not late on arrival (their window not over) pair within a window.
+        let mut w = i64::MIN;
+        let mut kept: [Vec<(i64, i64, i64)>; 2] = [Vec::new(), Vec::new()];
+        for e in &events {
+            match e {
+                Event::Watermark(x) => w = w.max(*x),
+                Event::Rows(side, rows) => {
+                    for (i, r) in rows.iter().enumerate() {
+                        if r.1 - r.1.rem_euclid(size) + size - 1 > w {
+                            kept[*side].push((r.0, r.1, id_of(*side, rows, i)));
+                        }
+                    }
+                }
+            }
+        }
+        let mut want = Vec::new();
+        for l in &kept[0] {
+            for r in &kept[1] {
+                if l.0 == r.0 && l.1.div_euclid(size) == r.1.div_euclid(size) {
+                    want.push((Some(l.0), Some(l.2), Some(l.1), Some(r.2), Some(r.1)));
+                }
+            }
+        }
+        want.sort();
+        prop_assert_eq!(run(&f, &events, cut), want);
+    }
 }
