@@ -25,6 +25,7 @@ from ._exec.dedup import Deduplicate
 from ._exec.factory import RunnerFactory
 from ._exec.keyed import KeyedReduceRunner
 from ._exec.process import KeyedProcessRunner
+from ._exec.session import PythonSessionRunner
 from ._exec.window import LATE_PORT, PythonWindowRunner, window_output_schema
 from .config import Duration, parse_duration
 from .errors import GraphError
@@ -325,11 +326,16 @@ class WindowedStream:
     ) -> DataStream:
         keys = self._keyed.keys
         if isinstance(self._assigner, Session):
-            raise GraphError(
-                f"{mode}() on session windows is not built yet: use the native "
-                ".sum/.count/.min/.max, or a keyed process function with event-time timers",
-                operator=self._stream.operator_name,
+            gap, column, late = self._assigner.gap_ms, self._time_column, self._late_output
+            stream = self._stream._python(
+                op,
+                lambda name: RunnerFactory(
+                    PythonSessionRunner, name, keys, gap, column, mode, fn, schema, late is not None
+                ),
+                schema=schema,
+                keys=keys,
             )
+            return self._declare_late_output(stream)
         size, slide = self._assigner.size_ms, self._assigner.slide_ms
         time_column = self._time_column
         late_output = self._late_output is not None

@@ -190,7 +190,8 @@ class Session:
     sessions merges them. ``window_start`` is the session's first row time,
     ``window_end`` its last row time + ``gap``; a session fires when the
     watermark passes its last millisecond (``window_end - 1``). Runs natively
-    with ``.sum``/``.count``/``.min``/``.max`` and ``late_output``.
+    with ``.sum``/``.count``/``.min``/``.max``; ``.reduce``/``.apply`` run in
+    Python (merged sessions fold in start order); ``late_output`` works with all.
 
     Args:
         gap: A duration: seconds as a number, or a string like ``"30s"``.

@@ -123,11 +123,45 @@ def test_session_late_rows_go_to_the_side_output() -> None:
     ]
 
 
-def test_session_reduce_and_bad_gap_are_clear_errors() -> None:
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_session_reduce_and_apply_match_the_native_sums(parallelism: int) -> None:
+    rng = random.Random(17 + parallelism)
+    rows = generate(rng, 500, 5, 30)
+    env = ed.StreamEnvironment(parallelism, batch_size=16)
+    s = env.from_collection(shuffled(rows, rng, 20), schema=SCHEMA).assign_timestamps(
+        "t", max_out_of_orderness="20ms"
+    )
+    windows = s.key_by("k").window(ed.Session("30ms"))
+    reduced = windows.reduce(lambda a, b: {**b, "v": a["v"] + b["v"]}).collect()
+    applied = windows.apply(
+        lambda key, w, rs: [
+            {"n": len(rs), "total": sum(r["v"] for r in rs), "span": w.end - w.start}
+        ]
+    ).collect()
+    env.execute("session-python")
+    want = reference(rows, 30)
+    assert_same_rows(
+        [{c: r[c] for c in ("k", "window_start", "window_end", "v")} for r in reduced.to_pylist()],
+        want,
+    )
+    assert_same_rows(
+        [
+            {
+                "k": r["k"],
+                "window_start": r["window_start"],
+                "window_end": r["window_end"],
+                "v": r["total"],
+            }
+            for r in applied.to_pylist()
+        ],
+        want,
+    )
+    assert sum(r["n"] for r in applied.to_pylist()) == len(rows)
+
+
+def test_session_bad_gap_and_columns_are_clear_errors() -> None:
     env = ed.StreamEnvironment()
     keyed = env.from_collection([{"k": 1, "t": 0, "v": 1}]).assign_timestamps("t").key_by("k")
-    with pytest.raises(ed.GraphError, match="reduce\\(\\) on session windows is not built yet"):
-        keyed.window(ed.Session("1s")).reduce(lambda a, b: a)
     with pytest.raises(ValueError, match="session gap"):
         ed.Session(0)
     with pytest.raises(ed.GraphError, match="column 'nope' is not in the input schema"):

@@ -34,9 +34,11 @@ from .keyed import KeyedRunner
 from .output import RowWriter
 from .user_code import UserCode, short
 
-__all__ = ["PythonWindowRunner", "window_output_schema"]
+__all__ = ["Fired", "PythonWindowRunner", "window_output_schema"]
 
 WindowMode = Literal["reduce", "apply"]
+Fired = tuple[int, int, Hashable, Any]
+"""A fired window: its start and end (ms), the key and the accumulator."""
 _STATE_FORMAT = "eddyline.window.v1"
 LATE_PORT = 1
 """The output port of late records (the window's side output)."""
@@ -67,6 +69,8 @@ class PythonWindowRunner(KeyedRunner):
     """
 
     counts_late_records = True
+    #: The tag of the state blobs (restore refuses another).
+    state_format = _STATE_FORMAT
 
     def __init__(
         self,
@@ -170,37 +174,38 @@ class PythonWindowRunner(KeyedRunner):
             return None
         self._watermark = watermark
         size = self._size
-        fired: list[tuple[int, Hashable, Any]] = []
+        fired: list[Fired] = []
         for group_state in self._state.values():
             windows = cast(dict[int, dict[Hashable, Any]], group_state)
             due = [start for start in windows if start + size - 1 <= watermark]
             for start in due:
-                fired.extend((start, key, acc) for key, acc in windows.pop(start).items())
+                end = start + size
+                fired.extend((start, end, key, acc) for key, acc in windows.pop(start).items())
         if not fired:
             return None
-        fired.sort(key=lambda item: item[0])
+        fired.sort(key=lambda item: item[1])
         return self._emit(fired)
 
-    def _bounds(self, start: int) -> tuple[Any, Any]:
+    def _bounds(self, start: int, end: int) -> tuple[Any, Any]:
         schema = self._input_schema
         if schema is None:
-            return start, start + self._size
+            return start, end
         time_type = schema.field(self._time_column).type
-        return millis_to_value(start, time_type), millis_to_value(start + self._size, time_type)
+        return millis_to_value(start, time_type), millis_to_value(end, time_type)
 
     def _key_fields(self, key: Any) -> dict[str, Any]:
         if len(self._keys) == 1:
             return {self._keys[0]: key}
         return dict(zip(self._keys, key, strict=True))
 
-    def _emit(self, fired: list[tuple[int, Hashable, Any]]) -> RunnerOutput:
+    def _emit(self, fired: list[Fired]) -> RunnerOutput:
         out: list[Row] = []
-        bounds: dict[int, tuple[Any, Any]] = {}
+        bounds: dict[tuple[int, int], tuple[Any, Any]] = {}
         key_names = set(self._keys)
-        for start, key, acc in fired:
-            b = bounds.get(start)
+        for start, end, key, acc in fired:
+            b = bounds.get((start, end))
             if b is None:
-                b = bounds[start] = self._bounds(start)
+                b = bounds[(start, end)] = self._bounds(start, end)
             prefix = self._key_fields(key)
             prefix["window_start"], prefix["window_end"] = b
             if self._mode == "reduce":
@@ -213,7 +218,7 @@ class PythonWindowRunner(KeyedRunner):
                 prefix.update((k, v) for k, v in acc.items() if k not in key_names)
                 out.append(prefix)
                 continue
-            window = TimeWindow(start, start + self._size)
+            window = TimeWindow(start, end)
             with UserCode(
                 self.name,
                 detail=lambda v: (
@@ -262,7 +267,7 @@ class PythonWindowRunner(KeyedRunner):
         return {
             group: pickle.dumps(
                 (
-                    _STATE_FORMAT,
+                    self.state_format,
                     self._watermark_of(group),
                     self._input_schema,
                     self._state.get(group, {}),
@@ -281,7 +286,7 @@ class PythonWindowRunner(KeyedRunner):
             )
         for group, blob in data.items():
             fmt, watermark, schema, windows, *_ = pickle.loads(blob)
-            if fmt != _STATE_FORMAT:
+            if fmt != self.state_format:
                 raise EddylineError(
                     f"operator '{self.name}': unknown window state format {fmt!r} in key group "
                     f"{group}",
