@@ -24,7 +24,7 @@ without the native extension; building and running jobs needs
 from __future__ import annotations
 
 from .config import CheckpointConfig, RestartStrategy, parse_duration
-from .connected import ConnectedStreams
+from .connected import ConnectedStreams, KeyedConnectedStreams
 from .delta import DeltaSink
 from .environment import StreamEnvironment
 from .errors import (
@@ -41,6 +41,7 @@ from .errors import (
 )
 from .expr import Expr, col, lit
 from .functions import (
+    CoProcessFunction,
     ListState,
     MapState,
     ProcessContext,
@@ -69,6 +70,7 @@ __all__ = [
     "DashboardError",
     "CoLoopFunction",
     "CollectHandle",
+    "CoProcessFunction",
     "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
@@ -90,6 +92,7 @@ __all__ = [
     "OutputTag",
     "ParquetSink",
     "ProcessContext",
+    "KeyedConnectedStreams",
     "ProcessFunction",
     "ProcessRunner",
     "RestartStrategy",

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ._exec.codegen import Stage
 from ._exec.factory import RunnerFactory
 from ._exec.records import RecordChainRunner
-from ._specs import AssignTimestampsSpec, EdgeSpec, NodeBase, NodeSpec
+from ._specs import AssignTimestampsSpec, EdgeSpec, NodeBase, NodeSpec, PythonSpec
 from .errors import GraphError
 from .scope import StreamScope
 
@@ -306,7 +306,7 @@ class LogicalGraph:
             }
         params = first.params
         if first.kind == "python":
-            return {
+            spec: PythonSpec = {
                 **base,
                 "kind": "python",
                 "factory": params["make_factory"](base["name"]),
@@ -314,6 +314,9 @@ class LogicalGraph:
                 "keys": list(first.keys) if first.keys else None,
                 "is_sink": first.is_sink,
             }
+            if "input_keys" in params:
+                spec["input_keys"] = [list(k) for k in params["input_keys"]]
+            return spec
         if first.kind == "loop_head":
             assert first.scope.loop_id is not None  # a loop head is in its loop's scope
             feedback = params.get("feedback_node")

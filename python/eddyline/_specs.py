@@ -213,6 +213,8 @@ class PythonSpec(NodeBase):
     #: A user's TwoPhaseCommitSink: it commits outside the process, so it is
     #: a sink to the engine (no output; counted among the external sinks).
     is_sink: bool
+    #: A two-input keyed function: the key columns of each input.
+    input_keys: NotRequired[list[list[str]]]
 
 
 class SinkCollectSpec(NodeBase):

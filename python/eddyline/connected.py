@@ -20,18 +20,80 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from ._checks import SchemaLike, as_schema, require_callable
+from ._checks import SchemaLike, as_schema, missing_columns_error, require_callable
 from ._exec.base import Runner
 from ._exec.batches import BatchRunner
 from ._exec.factory import RunnerFactory
+from ._exec.process import KeyedCoProcessRunner
 from ._exec.records import ConnectedRecordRunner
 from ._graph import LogicalEdge
-from .functions import Row
+from .functions import CoProcessFunction, Row
 
 if TYPE_CHECKING:
     from .stream import DataStream
 
-__all__ = ["ConnectedStreams"]
+__all__ = ["ConnectedStreams", "KeyedConnectedStreams"]
+
+
+class KeyedConnectedStreams:
+    """Two connected streams keyed on their own columns (``a.connect(b).key_by(ka, kb)``)."""
+
+    def __init__(
+        self, connected: ConnectedStreams, first_keys: list[str], second_keys: list[str]
+    ) -> None:
+        self._connected = connected
+        self.keys = (first_keys, second_keys)
+
+    def __repr__(self) -> str:
+        return f"KeyedConnectedStreams({self.keys[0]!r}, {self.keys[1]!r})"
+
+    def process(
+        self, fn: CoProcessFunction | type[CoProcessFunction], *, schema: SchemaLike | None = None
+    ) -> DataStream:
+        """Runs a :class:`~eddyline.CoProcessFunction` with one keyed state and one
+        timer service per key, shared by both inputs.
+
+        Args:
+            fn: A CoProcessFunction (instance or subclass).
+            schema: The output schema; inferred from the first output if omitted.
+        """
+        if isinstance(fn, type) and issubclass(fn, CoProcessFunction):
+            fn = fn()
+        if not isinstance(fn, CoProcessFunction):
+            raise TypeError(
+                f"connect(...).key_by(...).process() needs an ed.CoProcessFunction, got {fn!r}"
+            )
+        first, second = self._connected.first, self._connected.second
+        declared = as_schema(schema, "process()")
+        input_keys = [list(self.keys[0]), list(self.keys[1])]
+        times = [first.time_column, second.time_column]
+        ports: dict[str, tuple[int, pa.Schema | None]] = {}
+        function = fn
+        params: dict[str, Any] = {
+            "make_factory": lambda name: RunnerFactory(
+                KeyedCoProcessRunner,
+                name,
+                input_keys,
+                function,
+                declared,
+                times,
+                ports,
+                private=(2,),
+            ),
+            "output_schema": declared,
+            "input_keys": input_keys,
+            "declares_side_outputs": True,
+        }
+        for stream, keys in ((first, input_keys[0]), (second, input_keys[1])):
+            schema_in = stream.schema
+            missing = [k for k in keys if schema_in is not None and k not in schema_in.names]
+            if missing:
+                raise missing_columns_error("co-process key_by", missing[0], schema_in)
+        out = first._add(
+            "co_process", "python", schema=declared, params=params, inputs=self._connected._inputs()
+        )
+        out._node.side_outputs = ports
+        return out
 
 
 class ConnectedStreams:
@@ -43,6 +105,18 @@ class ConnectedStreams:
 
     def __repr__(self) -> str:
         return f"ConnectedStreams({self.first.operator_name!r}, {self.second.operator_name!r})"
+
+    def key_by(
+        self, first_keys: str | list[str], second_keys: str | list[str]
+    ) -> KeyedConnectedStreams:
+        """Keys both inputs (each on its own columns) for a :class:`~eddyline.CoProcessFunction`."""
+        a = [first_keys] if isinstance(first_keys, str) else list(first_keys)
+        b = [second_keys] if isinstance(second_keys, str) else list(second_keys)
+        if not a or len(a) != len(b):
+            raise TypeError(
+                f"connect(...).key_by() needs as many key columns for each input, got {a} and {b}"
+            )
+        return KeyedConnectedStreams(self, a, b)
 
     def _inputs(self) -> list[LogicalEdge]:
         return [self.first._edge(0), self.second._edge(1)]

@@ -670,3 +670,26 @@ class ProcessFunction:
         starts from (0 on a fresh start). An exception fails that checkpoint
         and the task, like one in :meth:`process_element`.
         """
+
+
+class CoProcessFunction(ProcessFunction):
+    """A keyed function of two connected inputs (``a.connect(b).key_by(ka, kb).process(fn)``).
+
+    Override :meth:`process_element1` (rows of the first input) and
+    :meth:`process_element2` (rows of the second). Both see one keyed state
+    and one timer service per key: a key of the first input and an equal key
+    of the second are the same key. :meth:`on_timer` and the lifecycle hooks
+    are those of :class:`ProcessFunction`.
+    """
+
+    def process_element1(self, row: Row, ctx: ProcessContext) -> Iterable[Row] | None:
+        """Handles one row of the first input; returns the rows to emit (or ``None``)."""
+        raise NotImplementedError("CoProcessFunction subclasses must implement process_element1")
+
+    def process_element2(self, row: Row, ctx: ProcessContext) -> Iterable[Row] | None:
+        """Handles one row of the second input; returns the rows to emit (or ``None``)."""
+        raise NotImplementedError("CoProcessFunction subclasses must implement process_element2")
+
+    def process_element(self, row: Row, ctx: ProcessContext) -> Iterable[Row] | None:
+        """Not used: a CoProcessFunction gets its rows by input."""
+        raise TypeError("a CoProcessFunction handles rows in process_element1/process_element2")

@@ -427,7 +427,11 @@ fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
 /// `python`: Python code run by the runners the spec's `factory` makes.
 fn python_node(py: Python<'_>, spec: &Spec<'_, '_>, run_tag: &str) -> Result<NodeParts, NodeError> {
     let factory: Py<PyAny> = get(spec.d, "factory")?;
-    let keys: Option<Vec<String>> = opt(spec.d, "keys")?;
+    // A two-input keyed function (CoProcessFunction) keys each input on its own columns.
+    let keys: Option<Vec<Vec<String>>> = match opt::<Vec<Vec<String>>>(spec.d, "input_keys")? {
+        Some(per_input) => Some(per_input),
+        None => opt::<Vec<String>>(spec.d, "keys")?.map(|k| vec![k]),
+    };
     let s = spec.opt_schema("output_schema")?;
     let is_sink: bool = opt(spec.d, "is_sink")?.unwrap_or(false);
     let f = PyRunnerFactory::new(py, spec.name, factory, keys, run_tag.to_string())?;

@@ -23,7 +23,8 @@ use crate::errors::from_py;
 /// Builds a runner per subtask by calling the node's Python factory.
 pub struct PyRunnerFactory {
     factory: Py<PyAny>,
-    keys: Option<Vec<String>>,
+    /// The key columns per logical input (one list: the same for every input).
+    keys: Option<Vec<Vec<String>>>,
     /// Unique per job run (one `execute`), shared by all subtasks and attempts.
     run_tag: String,
     /// The factory's properties, read once when the graph is built.
@@ -55,7 +56,7 @@ impl PyRunnerFactory {
         py: Python<'_>,
         operator: &str,
         factory: Py<PyAny>,
-        keys: Option<Vec<String>>,
+        keys: Option<Vec<Vec<String>>>,
         run_tag: String,
     ) -> Result<Self> {
         let read = |attr: &str| {
@@ -122,7 +123,8 @@ impl OperatorFactory for PyRunnerFactory {
 pub struct PyRunner {
     name: String,
     runner: Py<PyAny>,
-    keys: Option<Vec<String>>,
+    /// The key columns per logical input (see [`PyRunnerFactory`]).
+    keys: Option<Vec<Vec<String>>>,
     run_tag: String,
     key_indices: Vec<usize>,
     hashes: Vec<u64>,
@@ -134,8 +136,8 @@ pub struct PyRunner {
 }
 
 impl PyRunner {
-    fn key_groups(&mut self, batch: &RecordBatch) -> Result<Option<ArrayRef>> {
-        let Some(keys) = &self.keys else {
+    fn key_groups(&mut self, input: usize, batch: &RecordBatch) -> Result<Option<ArrayRef>> {
+        let Some(keys) = self.keys.as_ref().and_then(|k| k.get(input).or(k.last())) else {
             return Ok(None);
         };
         let schema = batch.schema();
@@ -252,7 +254,7 @@ impl Operator for PyRunner {
         batch: RecordBatch,
         out: &mut dyn Collector,
     ) -> Result<()> {
-        let kgs = self.key_groups(&batch)?;
+        let kgs = self.key_groups(input, &batch)?;
         let name = self.name.clone();
         Python::attach(|py| {
             let r: PyResult<()> = (|| {

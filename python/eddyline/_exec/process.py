@@ -368,3 +368,32 @@ class KeyedProcessRunner(KeyedRunner):
 def _overrides(function: ProcessFunction, hook: str) -> bool:
     """True if ``function``'s class overrides the base class's ``hook``."""
     return getattr(type(function), hook, None) is not getattr(ProcessFunction, hook)
+
+
+class KeyedCoProcessRunner(KeyedProcessRunner):
+    """``a.connect(b).key_by(ka, kb).process(fn)``: a :class:`~eddyline.CoProcessFunction`
+    over two inputs keyed on their own columns, sharing one state and one
+    timer service per key (a key of input 0 equal to one of input 1 is the
+    same key). The binding hashes each input on its own key columns."""
+
+    def __init__(
+        self,
+        node: str,
+        input_keys: Sequence[Sequence[str]],
+        fn: Any,
+        schema: pa.Schema | None,
+        time_columns: Sequence[str | None],
+        side_outputs: dict[str, tuple[int, pa.Schema | None]] | None = None,
+    ) -> None:
+        super().__init__(node, input_keys[0], fn, schema, time_columns[0], side_outputs)
+        self._input_keys = [tuple(k) for k in input_keys]
+        self._time_columns = list(time_columns)
+        self._fns = [fn.process_element1, fn.process_element2]
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        self._keys = self._input_keys[input]
+        self._fn = self._fns[input]
+        self._time_column = self._time_columns[input]
+        return super().process(input, batch, key_groups)
