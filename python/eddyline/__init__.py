@@ -24,7 +24,12 @@ without the native extension; building and running jobs needs
 from __future__ import annotations
 
 from .config import CheckpointConfig, RestartStrategy, parse_duration
-from .connected import ConnectedStreams, KeyedConnectedStreams
+from .connected import (
+    BroadcastConnectedStreams,
+    BroadcastStream,
+    ConnectedStreams,
+    KeyedConnectedStreams,
+)
 from .delta import DeltaSink
 from .environment import StreamEnvironment
 from .errors import (
@@ -41,6 +46,8 @@ from .errors import (
 )
 from .expr import Expr, col, lit
 from .functions import (
+    BroadcastContext,
+    BroadcastProcessFunction,
     CoProcessFunction,
     ListState,
     MapState,
@@ -70,6 +77,10 @@ __all__ = [
     "DashboardError",
     "CoLoopFunction",
     "CollectHandle",
+    "BroadcastConnectedStreams",
+    "BroadcastContext",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "CoProcessFunction",
     "ConnectedStreams",
     "DataStream",

@@ -50,6 +50,8 @@ class LogicalEdge:
     node: int
     input: int = 0
     port: int = 0
+    broadcast: bool = False
+    """Every consumer subtask gets every row (``stream.broadcast()``)."""
 
 
 @dataclass
@@ -262,8 +264,10 @@ class LogicalGraph:
         input_keys: list[list[str]] | None = node.params.get("input_keys")
         for edge in node.inputs:
             producer = self.nodes[edge.node]
-            partition: Literal["forward", "rebalance", "hash"]
-            if input_keys is not None:
+            partition: Literal["forward", "rebalance", "broadcast", "hash"]
+            if edge.broadcast:
+                partition, keys = "broadcast", []
+            elif input_keys is not None:
                 partition, keys = "hash", list(input_keys[edge.input])
             elif node.keys:
                 partition, keys = "hash", list(node.keys)

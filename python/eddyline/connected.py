@@ -23,16 +23,71 @@ import pyarrow as pa
 from ._checks import SchemaLike, as_schema, missing_columns_error, require_callable
 from ._exec.base import Runner
 from ._exec.batches import BatchRunner
+from ._exec.broadcast import BroadcastProcessRunner
 from ._exec.factory import RunnerFactory
 from ._exec.process import KeyedCoProcessRunner
 from ._exec.records import ConnectedRecordRunner
 from ._graph import LogicalEdge
-from .functions import CoProcessFunction, Row
+from .functions import BroadcastProcessFunction, CoProcessFunction, Row
 
 if TYPE_CHECKING:
     from .stream import DataStream
 
-__all__ = ["ConnectedStreams", "KeyedConnectedStreams"]
+__all__ = [
+    "BroadcastConnectedStreams",
+    "BroadcastStream",
+    "ConnectedStreams",
+    "KeyedConnectedStreams",
+]
+
+
+class BroadcastStream:
+    """A stream every consumer subtask reads whole (``stream.broadcast()``), for
+    ``other.connect(broadcast_stream).process(ed.BroadcastProcessFunction)``."""
+
+    def __init__(self, stream: DataStream) -> None:
+        self.stream = stream
+
+    def __repr__(self) -> str:
+        return f"BroadcastStream({self.stream.operator_name!r})"
+
+
+class BroadcastConnectedStreams:
+    """A stream connected with a broadcast stream (``a.connect(rules.broadcast())``)."""
+
+    def __init__(self, first: DataStream, broadcast: BroadcastStream) -> None:
+        self.first = first
+        self.broadcast = broadcast
+
+    def __repr__(self) -> str:
+        return f"BroadcastConnectedStreams({self.first.operator_name!r}, {self.broadcast!r})"
+
+    def process(
+        self,
+        fn: BroadcastProcessFunction | type[BroadcastProcessFunction],
+        *,
+        schema: SchemaLike | None = None,
+    ) -> DataStream:
+        """Runs ``fn`` with broadcast state (see :class:`~eddyline.BroadcastProcessFunction`)."""
+        if isinstance(fn, type) and issubclass(fn, BroadcastProcessFunction):
+            fn = fn()
+        if not isinstance(fn, BroadcastProcessFunction):
+            raise TypeError(
+                "connect(stream.broadcast()).process() needs an ed.BroadcastProcessFunction, "
+                f"got {fn!r}"
+            )
+        declared = as_schema(schema, "process()")
+        function = fn
+        rules = self.broadcast.stream
+        inputs = [self.first._edge(0), LogicalEdge(rules._node.id, 1, rules._port, broadcast=True)]
+        return self.first._python(
+            "broadcast_process",
+            lambda name: RunnerFactory(
+                BroadcastProcessRunner, name, function, declared, private=(1,)
+            ),
+            schema=declared,
+            inputs=inputs,
+        )
 
 
 class KeyedConnectedStreams:

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from .windows import OutputTag
 
 __all__ = [
+    "BroadcastContext",
+    "BroadcastProcessFunction",
+    "CoProcessFunction",
     "ListState",
     "MapState",
     "ProcessContext",
@@ -693,3 +696,68 @@ class CoProcessFunction(ProcessFunction):
     def process_element(self, row: Row, ctx: ProcessContext) -> Iterable[Row] | None:
         """Not used: a CoProcessFunction gets its rows by input."""
         raise TypeError("a CoProcessFunction handles rows in process_element1/process_element2")
+
+
+class _ReadOnlyMapState(MapState):
+    """The broadcast state as :meth:`BroadcastProcessFunction.process_element` sees it."""
+
+    __slots__ = ()
+
+    def put(self, key: Hashable, value: Any) -> None:
+        raise TypeError(
+            "the broadcast state is read-only in process_element: write it in "
+            "process_broadcast_element, so that every subtask holds the same state"
+        )
+
+    def remove(self, key: Hashable) -> None:
+        self.put(key, None)
+
+    def clear(self) -> None:
+        self.put(None, None)
+
+
+class BroadcastContext:
+    """What a :class:`BroadcastProcessFunction` sees: ``broadcast_state`` (a
+    :class:`MapState`, read-only in ``process_element``), ``name``,
+    ``subtask_index`` and ``parallelism``."""
+
+    def __init__(self, name: str, subtask_index: int, parallelism: int, read_only: bool) -> None:
+        self.name = name
+        self.subtask_index = subtask_index
+        self.parallelism = parallelism
+        self._values: dict[str, Any] = {}
+        self._ttl_seen = False
+        cls = _ReadOnlyMapState if read_only else MapState
+        self.broadcast_state = cls(self, "broadcast")  # type: ignore[arg-type]
+
+    def _current_values(self) -> dict[str, Any]:
+        return self._values
+
+
+class BroadcastProcessFunction:
+    """A function over a stream connected with a broadcast stream
+    (``stream.connect(rules.broadcast()).process(fn)``; Flink's broadcast
+    state pattern).
+
+    :meth:`process_broadcast_element` sees every row of the broadcast input
+    in every parallel subtask and may write ``ctx.broadcast_state``;
+    :meth:`process_element` sees the other input's rows and reads it. Every
+    subtask therefore holds the same broadcast state; it is checkpointed once
+    and restored into every subtask at any parallelism. Rows of the two
+    inputs interleave in no fixed order: a row may be processed before a
+    broadcast row that was produced earlier.
+    """
+
+    def open(self, ctx: BroadcastContext) -> None:
+        """Called once per parallel instance before any row."""
+
+    def process_element(self, row: Row, ctx: BroadcastContext) -> Iterable[Row] | None:
+        """Handles a row of the (non-broadcast) input; returns rows to emit."""
+        raise NotImplementedError("BroadcastProcessFunction subclasses must implement it")
+
+    def process_broadcast_element(self, row: Row, ctx: BroadcastContext) -> Iterable[Row] | None:
+        """Handles a row of the broadcast input (in every subtask); returns rows to emit."""
+        raise NotImplementedError("BroadcastProcessFunction subclasses must implement it")
+
+    def close(self) -> None:
+        """Called once per parallel instance at the end, also after failures."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import pyarrow as pa
 
@@ -36,7 +36,7 @@ from ._exec.factory import RunnerFactory
 from ._exec.two_phase import TwoPhaseCommitRunner
 from ._graph import LogicalEdge, LogicalNode
 from .config import Duration, parse_duration
-from .connected import ConnectedStreams
+from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
 from .functions import Row
@@ -545,10 +545,26 @@ class DataStream(_Operators):
             self, right, on=on, left_on=left_on, right_on=right_on, window=window, how=how
         )
 
-    def connect(self, other: DataStream) -> ConnectedStreams:
-        """Connects two streams (possibly of different schemas) for a two-input operator."""
+    @overload
+    def connect(self, other: DataStream) -> ConnectedStreams: ...
+
+    @overload
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStreams: ...
+
+    def connect(
+        self, other: DataStream | BroadcastStream
+    ) -> ConnectedStreams | BroadcastConnectedStreams:
+        """Connects two streams (possibly of different schemas) for a two-input operator;
+        with ``other.broadcast()``, for a :class:`~eddyline.BroadcastProcessFunction`."""
+        if isinstance(other, BroadcastStream):
+            self._same_env(other.stream, "connect()")
+            return BroadcastConnectedStreams(self, other)
         self._same_env(other, "connect()")
         return ConnectedStreams(self, other)
+
+    def broadcast(self) -> BroadcastStream:
+        """This stream, read whole by every subtask of the operator it is connected to."""
+        return BroadcastStream(self)
 
     # ---- loops --------------------------------------------------------------
 

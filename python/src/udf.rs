@@ -31,6 +31,8 @@ pub struct PyRunnerFactory {
     recomputable: bool,
     replayable_from_earlier: bool,
     redistributable: bool,
+    /// Its runners hold broadcast state (one copy, written by subtask 0).
+    broadcast_state: bool,
     /// Which optional hooks its runners have (`Runner` class flags).
     hooks: Hooks,
 }
@@ -69,6 +71,7 @@ impl PyRunnerFactory {
             recomputable: read("recomputable")?,
             replayable_from_earlier: read("replayable_from_earlier")?,
             redistributable: read("redistributable")?,
+            broadcast_state: read("broadcast_state")?,
             hooks: Hooks {
                 on_watermark: read("handles_watermarks")?,
                 end_input: read("handles_end_input")?,
@@ -91,7 +94,9 @@ impl OperatorFactory for PyRunnerFactory {
     }
 
     fn redistribution(&self) -> Redistribution {
-        if self.redistributable {
+        if self.broadcast_state {
+            Redistribution::Broadcast
+        } else if self.redistributable {
             Redistribution::EvenSplit
         } else {
             Redistribution::unsupported()

@@ -48,7 +48,10 @@ pub(crate) fn state_for(
     }
     let old_p = entry.subtasks.len();
     let keyed = rc.keyed_state(uid, key_groups.start as u32..key_groups.end as u32);
-    let operator = if old_p == parallelism {
+    let operator = if redistribution_of(node) == Redistribution::Broadcast {
+        // Every subtask holds what subtask 0 wrote, at any parallelism.
+        rc.state(uid, 0).and_then(|s| s.operator.clone())
+    } else if old_p == parallelism {
         rc.state(uid, subtask as u32)
             .and_then(|s| s.operator.clone())
     } else if rc.operator_blobs(uid).is_empty() || entry.finished && !redistributes(node) {
@@ -81,7 +84,7 @@ fn redistribution_of(node: &Node) -> Redistribution {
 fn redistributes(node: &Node) -> bool {
     matches!(
         redistribution_of(node),
-        Redistribution::EvenSplit | Redistribution::Union
+        Redistribution::EvenSplit | Redistribution::Union | Redistribution::Broadcast
     )
 }
 

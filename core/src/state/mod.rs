@@ -178,6 +178,10 @@ pub enum Redistribution {
     /// concerns it (a timestamp assigner: the watermarks of the splits it
     /// reads now, and the smallest watermark of the old subtasks).
     Union,
+    /// Broadcast state (Flink's broadcast state pattern): every subtask
+    /// holds the same state, so only subtask 0 writes it, and on every
+    /// restore, at any parallelism, every subtask gets subtask 0's.
+    Broadcast,
     /// The state belongs to the subtask that wrote it; restoring it at
     /// another parallelism is refused with this reason.
     Unsupported(String),

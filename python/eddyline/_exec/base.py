@@ -66,6 +66,9 @@ class Runner:
     # restore at another parallelism). Other operator state stays with its
     # subtask, and such a restore is refused with a CheckpointError.
     redistributable: ClassVar[bool] = False
+    # True for runners with broadcast state: subtask 0 writes it (bytes) and
+    # every subtask of any restore gets that copy.
+    broadcast_state: ClassVar[bool] = False
     counts_late_records: ClassVar[bool] = False
     """Whether :attr:`late_records` is kept (read by the binding after each batch)."""
     handles_watermarks: ClassVar[bool] = False

@@ -73,6 +73,12 @@ class RunnerFactory:
         return self.cls.recomputable_for(*self.args)
 
     @property
+    def broadcast_state(self) -> bool:
+        """Whether its runners hold broadcast state: one copy, written by subtask 0 and
+        restored into every subtask at any parallelism (read by the engine)."""
+        return self.cls.broadcast_state
+
+    @property
     def redistributable(self) -> bool:
         """Whether its runners' operator state can move to other subtasks (read by the engine)."""
         return self.cls.redistributable
