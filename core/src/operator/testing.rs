@@ -3,10 +3,14 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use arrow::record_batch::RecordBatch;
 
 use super::Collector;
 use crate::error::Result;
+use crate::state::{OperatorState, StateBlob};
 
 /// Everything an operator emitted: batches, watermarks and side-port
 /// batches (with their port).
@@ -32,4 +36,26 @@ impl Collector for Recorder {
         self.side.push((port, batch));
         Ok(())
     }
+}
+
+/// The keyed state `state` (a snapshot) as serialized blobs, split by key
+/// group into one restorable state per range (a restore at another
+/// parallelism).
+pub(crate) fn split_keyed(state: &OperatorState, ranges: &[Range<usize>]) -> Vec<OperatorState> {
+    let blobs: Vec<(u32, Vec<u8>)> = state
+        .keyed
+        .iter()
+        .map(|(kg, b)| (*kg, b.to_bytes().unwrap().as_ref().clone()))
+        .collect();
+    ranges
+        .iter()
+        .map(|range| OperatorState {
+            operator: None,
+            keyed: blobs
+                .iter()
+                .filter(|(kg, _)| range.contains(&(*kg as usize)))
+                .map(|(kg, b)| (*kg, StateBlob::Bytes(Arc::new(b.clone()))))
+                .collect(),
+        })
+        .collect()
 }

@@ -29,7 +29,7 @@ from ..functions import Row
 from .base import RunnerOutput
 from .event_time import event_times
 from .user_code import UserCode, short
-from .window import LATE_PORT, Fired, PythonWindowRunner, WindowMode
+from .window import Fired, PythonWindowRunner, WindowMode
 
 __all__ = ["PythonSessionRunner"]
 
@@ -101,15 +101,7 @@ class PythonSessionRunner(PythonWindowRunner):
                 kept = [s for s in open_ if not (s[0] < t + gap and t < s[1])]
                 kept.append(self._merge(touched, row, t))
                 by_key[key] = kept
-        self.late_records += len(late_rows)
-        if not late_rows or not self._late_output:
-            return None
-        if len(late_rows) == batch.num_rows:
-            return (LATE_PORT, batch)
-        mask = [False] * batch.num_rows
-        for i in late_rows:
-            mask[i] = True
-        return (LATE_PORT, batch.filter(pa.array(mask, pa.bool_())))
+        return self._late(batch, late_rows)
 
     def on_watermark(self, watermark: int) -> RunnerOutput:
         """Fires every session that is over at ``watermark`` (``end - 1 <= watermark``)."""

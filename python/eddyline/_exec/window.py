@@ -155,6 +155,11 @@ class PythonWindowRunner(KeyedRunner):
                     else:
                         accs[key] = dict(row)
                     start -= slide
+        return self._late(batch, late_rows)
+
+    def _late(self, batch: pa.RecordBatch, late_rows: list[int]) -> RunnerOutput:
+        """Counts the late rows of ``batch`` (indices ``late_rows``) and, with a late
+        output, returns them for port 1: the batch itself when all are late."""
         self.late_records += len(late_rows)
         if not late_rows or not self._late_output:
             return None

@@ -5,7 +5,7 @@ use arrow::array::{AsArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use proptest::prelude::*;
 
-use crate::operator::testing::Recorder;
+use crate::operator::testing::{split_keyed, Recorder};
 
 /// (key, left id, left ts, right id, right ts) of every output row; ids are
 /// None where a side is absent.
@@ -352,26 +352,14 @@ fn run(f: &JoinFactory, events: &[Event], cut: Option<usize>) -> Vec<Out> {
         }
         if cut == Some(i) {
             let state = ops[0].snapshot_state(1).unwrap();
-            let bytes: Vec<(u32, Vec<u8>)> = state
-                .keyed
-                .iter()
-                .map(|(kg, b)| (*kg, b.to_bytes().unwrap().as_ref().clone()))
-                .collect();
             // Restore into two subtasks owning half the key groups each.
-            ops = [0..8, 8..16]
+            let ranges = [0..8, 8..16];
+            ops = split_keyed(&state, &ranges)
                 .into_iter()
-                .map(|range| {
-                    let mut op = JoinOperator::new(f, &ctx(range.clone())).unwrap();
-                    let keyed = bytes
-                        .iter()
-                        .filter(|(kg, _)| range.contains(&(*kg as usize)))
-                        .map(|(kg, b)| (*kg, StateBlob::Bytes(Arc::new(b.clone()))))
-                        .collect();
-                    op.restore_state(OperatorState {
-                        operator: None,
-                        keyed,
-                    })
-                    .unwrap();
+                .zip(ranges)
+                .map(|(part, range)| {
+                    let mut op = JoinOperator::new(f, &ctx(range)).unwrap();
+                    op.restore_state(part).unwrap();
                     op
                 })
                 .collect();

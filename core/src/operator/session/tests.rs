@@ -1,12 +1,11 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::state::StateBlob;
 use arrow::array::{AsArray, Int64Array};
 use arrow::datatypes::Int64Type;
 use proptest::prelude::*;
 
-use crate::operator::testing::Recorder;
+use crate::operator::testing::{split_keyed, Recorder};
 
 /// (key, start, end, sum) of every fired session, in emission order.
 fn fired(out: &Recorder) -> Vec<(Option<i64>, i64, i64, Option<i64>)> {
@@ -187,21 +186,13 @@ proptest! {
             }
             if cut == Some(i) {
                 let state = ops[0].snapshot_state(1).unwrap();
-                let blobs: Vec<(u32, Vec<u8>)> = state
-                    .keyed
-                    .iter()
-                    .map(|(kg, b)| (*kg, b.to_bytes().unwrap().as_ref().clone()))
-                    .collect();
-                ops = [0..8, 8..16]
+                let ranges = [0..8, 8..16];
+                ops = split_keyed(&state, &ranges)
                     .into_iter()
-                    .map(|range| {
-                        let mut op = SessionOperator::new(&f, &ctx(range.clone())).unwrap();
-                        let keyed = blobs
-                            .iter()
-                            .filter(|(kg, _)| range.contains(&(*kg as usize)))
-                            .map(|(kg, b)| (*kg, StateBlob::Bytes(Arc::new(b.clone()))))
-                            .collect();
-                        op.restore_state(OperatorState { operator: None, keyed }).unwrap();
+                    .zip(ranges)
+                    .map(|(part, range)| {
+                        let mut op = SessionOperator::new(&f, &ctx(range)).unwrap();
+                        op.restore_state(part).unwrap();
                         op
                     })
                     .collect();
