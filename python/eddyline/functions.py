@@ -360,15 +360,25 @@ class _TimerBackend(Protocol):
 
     def delete_timer(self, timestamp: int) -> None: ...
 
+    def register_processing_timer(self, timestamp: int) -> None: ...
+
+    def delete_processing_timer(self, timestamp: int) -> None: ...
+
 
 class TimerService:
-    """Event-time timers of the current key (``ctx.timer_service``).
+    """Timers of the current key (``ctx.timer_service``).
 
-    A timer for ``t`` fires once the watermark reaches ``t`` (``t <= watermark``):
-    :meth:`ProcessFunction.on_timer` is called with ``t`` and the context of
-    the key that registered it. Timers of one key are unique by timestamp,
-    fire in timestamp order, and are keyed state (checkpointed). The end of a
-    bounded input (or a drain) fires every timer left.
+    An event-time timer for ``t`` fires once the watermark reaches ``t``
+    (``t <= watermark``); a processing-time timer once the processing time
+    (:meth:`current_processing_time`, ms since the epoch) reaches ``t``, from
+    the task's own wake-up (a timer whose time passed while the job was down
+    fires right after the restore). :meth:`ProcessFunction.on_timer` is called
+    with ``t``, the context of the key that registered it and
+    ``ctx.time_domain`` (``"event_time"`` or ``"processing_time"``). Timers of
+    one key and domain are unique by timestamp, fire in timestamp order, and
+    are keyed state (checkpointed). The end of a bounded input (or a drain)
+    fires every event-time timer left; pending processing-time timers do not
+    fire.
     """
 
     __slots__ = ("_ctx",)
@@ -399,6 +409,19 @@ class TimerService:
     def delete_event_time_timer(self, timestamp: int) -> None:
         """Deletes the current key's timer at ``timestamp`` (a no-op if there is none)."""
         self._backend().delete_timer(timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        """Registers a timer of the current key at processing time ``timestamp`` (ms)."""
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+            raise TypeError(
+                f"register_processing_time_timer() needs an int timestamp in milliseconds, got "
+                f"{timestamp!r}"
+            )
+        self._backend().register_processing_timer(timestamp)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        """Deletes the current key's processing-time timer at ``timestamp`` (if any)."""
+        self._backend().delete_processing_timer(timestamp)
 
     def current_watermark(self) -> int:
         """The operator's current watermark (``-2**63`` before the first)."""
@@ -448,6 +471,7 @@ class ProcessContext:
         "name",
         "parallelism",
         "subtask_index",
+        "time_domain",
         "timestamp",
     )
 
@@ -459,6 +483,8 @@ class ProcessContext:
         self.current_checkpoint = 0
         self.key: Hashable | None = None
         self.timestamp: int | None = None
+        self.time_domain: str | None = None
+        """In ``on_timer``: ``"event_time"`` or ``"processing_time"``; else ``None``."""
         self._values: dict[str, Any] | None = None
         self._states: dict[str, tuple[type, Any, Any, ValueState | ListState | MapState]] = {}
         """name -> (state class, default, ttl as given, the state handle)."""

@@ -43,6 +43,9 @@ struct Hooks {
     on_watermark: bool,
     end_input: bool,
     late_records: bool,
+    /// Its runners have processing-time timers (`processing_timer()` and
+    /// `on_processing_time()`).
+    processing_time: bool,
 }
 
 impl PyRunnerFactory {
@@ -76,6 +79,7 @@ impl PyRunnerFactory {
                 on_watermark: read("handles_watermarks")?,
                 end_input: read("handles_end_input")?,
                 late_records: read("counts_late_records")?,
+                processing_time: read("handles_processing_time")?,
             },
             factory,
             keys,
@@ -120,6 +124,7 @@ impl OperatorFactory for PyRunnerFactory {
             results: Vec::new(),
             hooks: self.hooks,
             late: 0,
+            timer: None,
         }))
     }
 }
@@ -138,6 +143,9 @@ pub struct PyRunner {
     results: Vec<(u8, RecordBatch)>,
     hooks: Hooks,
     late: u64,
+    /// The runner's next processing-time timer as it last said: (due, its
+    /// clock's now, when it said so), all by the runner's clock (ms).
+    timer: Option<(i64, i64, std::time::Instant)>,
 }
 
 impl PyRunner {
@@ -188,10 +196,16 @@ impl PyRunner {
         Ok(())
     }
 
-    /// Reads the runner's running count of late records (if it keeps one).
+    /// After a call into the runner: reads its running count of late
+    /// records (if it keeps one) and its next processing-time timer (if it
+    /// has timers), under the same GIL acquisition.
     fn read_late(&mut self, runner: &Bound<'_, PyAny>) -> PyResult<()> {
         if self.hooks.late_records {
             self.late = runner.getattr("late_records")?.extract::<u64>()?;
+        }
+        if self.hooks.processing_time {
+            let next: Option<(i64, i64)> = runner.call_method0("processing_timer")?.extract()?;
+            self.timer = next.map(|(due, now)| (due, now, std::time::Instant::now()));
         }
         Ok(())
     }
@@ -247,8 +261,11 @@ impl Operator for PyRunner {
             d.set_item("max_parallelism", ctx.max_parallelism)?;
             d.set_item("attempt", ctx.attempt)?;
             d.set_item("run_tag", &self.run_tag)?;
-            self.runner.call_method1(py, "open", (d,))?;
-            Ok(())
+            let runner = self.runner.bind(py).clone();
+            runner.call_method1("open", (d,))?;
+            // Restored processing-time timers (also ones due while the job
+            // was down) need a wake-up.
+            self.read_late(&runner)
         })
         .map_err(|e| Python::attach(|py| from_py(py, &self.name, e)))
     }
@@ -293,6 +310,28 @@ impl Operator for PyRunner {
             self.emit_results(out)?;
         }
         out.emit_watermark(watermark)
+    }
+
+    fn processing_timer_delay(&self) -> Option<i64> {
+        let (due, now, at) = self.timer?;
+        Some(due - now - at.elapsed().as_millis() as i64)
+    }
+
+    fn on_processing_time(&mut self, out: &mut dyn Collector) -> Result<()> {
+        if !self.hooks.processing_time {
+            return Ok(());
+        }
+        let name = self.name.clone();
+        Python::attach(|py| {
+            let r: PyResult<()> = (|| {
+                let runner = self.runner.bind(py).clone();
+                let res = runner.call_method0("on_processing_time")?;
+                self.read_late(&runner)?;
+                self.collect_results(&res)
+            })();
+            r.map_err(|e| from_py(py, &name, e))
+        })?;
+        self.emit_results(out)
     }
 
     fn end_input(&mut self, input: usize, out: &mut dyn Collector) -> Result<()> {

@@ -158,6 +158,22 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// Processing-time timers (API.md "Keyed state and timers"): how long
+    /// (ms, by the operator's own clock; 0 or less: due now) until its next
+    /// processing-time timer, if it has one. Asked of the head of a task's
+    /// chain after every event and before the task waits: the task waits at
+    /// most that long, then calls [`Operator::on_processing_time`]; time
+    /// never advances by sleeping in the engine. Default: none.
+    fn processing_timer_delay(&self) -> Option<i64> {
+        None
+    }
+
+    /// A processing-time timer may be due: fires those that are (by the
+    /// operator's clock) and emits what they produce. Default: nothing.
+    fn on_processing_time(&mut self, _out: &mut dyn Collector) -> Result<()> {
+        Ok(())
+    }
+
     /// FLIP-27 per-split event time (DESIGN.md "Event time per split"):
     /// called only on the first operator of a source task's chain (the one
     /// right after the source). Before each batch the source emits,

@@ -82,6 +82,19 @@ class Runner:
         cls.handles_end_input = cls.end_input is not Runner.end_input
 
     @classmethod
+    def processing_time_for(cls, *args: Any) -> bool:
+        """Whether a runner built from ``args`` has processing-time timers."""
+        return False
+
+    def processing_timer(self) -> tuple[int, int] | None:
+        """``(due, now)`` of the next processing-time timer by the runner's clock (ms)."""
+        return None
+
+    def on_processing_time(self) -> RunnerOutput:
+        """Fires the processing-time timers that are due; returns what they emit."""
+        return None
+
+    @classmethod
     def recomputable_for(cls, *args: Any) -> bool:
         """Whether a runner built from ``args`` can rebuild its state by replay."""
         return cls.recomputable

@@ -73,6 +73,11 @@ class RunnerFactory:
         return self.cls.recomputable_for(*self.args)
 
     @property
+    def handles_processing_time(self) -> bool:
+        """Whether its runners have processing-time timers (read by the engine)."""
+        return self.cls.processing_time_for(*self.args)
+
+    @property
     def broadcast_state(self) -> bool:
         """Whether its runners hold broadcast state: one copy, written by subtask 0 and
         restored into every subtask at any parallelism (read by the engine)."""

@@ -68,6 +68,9 @@ class KeyedProcessRunner(KeyedRunner):
         self._time_column = time_column
         self._timers: dict[int, dict[Hashable, set[int]]] = {}
         self._heap: list[tuple[int, int, int, Hashable]] = []
+        # Processing-time timers: the same shapes, by processing time.
+        self._ptimers: dict[int, dict[Hashable, set[int]]] = {}
+        self._pheap: list[tuple[int, int, int, Hashable]] = []
         self._seq = itertools.count()
         self._group = 0
         self.watermark = MIN_WATERMARK
@@ -100,6 +103,12 @@ class KeyedProcessRunner(KeyedRunner):
     # ---- recompute (FLINK-4120) -----------------------------------------------
 
     @classmethod
+    def processing_time_for(cls, *args: Any) -> bool:
+        """A ProcessFunction with ``on_timer`` may register processing-time timers."""
+        fn = args[2] if len(args) > 2 else None
+        return isinstance(fn, ProcessFunction) and _overrides(fn, "on_timer")
+
+    @classmethod
     def recomputable_for(cls, *args: Any) -> bool:
         """Recomputable when the function is a ProcessFunction declaring it."""
         fn = args[2] if len(args) > 2 else None
@@ -118,24 +127,44 @@ class KeyedProcessRunner(KeyedRunner):
     # ---- timers (the ProcessContext's timer backend) --------------------------
 
     def register_timer(self, timestamp: int) -> None:
-        """Registers ``timestamp`` for the current key (idempotent)."""
+        """Registers an event-time timer at ``timestamp`` for the current key (idempotent)."""
+        self._register(self._timers, self._heap, timestamp, "event-time")
+
+    def delete_timer(self, timestamp: int) -> None:
+        """Deletes the current key's event-time timer at ``timestamp``, if any."""
+        self._delete(self._timers, timestamp)
+
+    def register_processing_timer(self, timestamp: int) -> None:
+        """Registers a processing-time timer at ``timestamp`` for the current key."""
+        self._register(self._ptimers, self._pheap, timestamp, "processing-time")
+
+    def delete_processing_timer(self, timestamp: int) -> None:
+        """Deletes the current key's processing-time timer at ``timestamp``, if any."""
+        self._delete(self._ptimers, timestamp)
+
+    def _register(
+        self,
+        timers: dict[int, dict[Hashable, set[int]]],
+        heap: list[tuple[int, int, int, Hashable]],
+        timestamp: int,
+        what: str,
+    ) -> None:
         if self._function is None or not _overrides(self._function, "on_timer"):
             raise EddylineError(
-                f"operator '{self.name}': event-time timers need an ed.ProcessFunction that "
+                f"operator '{self.name}': {what} timers need an ed.ProcessFunction that "
                 "implements on_timer(timestamp, ctx)",
                 operator=self.name,
             )
         key = self._context.key
         group = self._group
-        per_key = self._timers.setdefault(group, {}).setdefault(key, set())
+        per_key = timers.setdefault(group, {}).setdefault(key, set())
         if timestamp not in per_key:
             per_key.add(timestamp)
-            heapq.heappush(self._heap, (timestamp, next(self._seq), group, key))
+            heapq.heappush(heap, (timestamp, next(self._seq), group, key))
 
-    def delete_timer(self, timestamp: int) -> None:
-        """Deletes the current key's timer at ``timestamp``, if any."""
+    def _delete(self, timers: dict[int, dict[Hashable, set[int]]], timestamp: int) -> None:
         key = self._context.key
-        keyed = self._timers.get(self._group)
+        keyed = timers.get(self._group)
         per_key = keyed.get(key) if keyed is not None else None
         if per_key is not None and timestamp in per_key:
             per_key.discard(timestamp)
@@ -237,13 +266,39 @@ class KeyedProcessRunner(KeyedRunner):
         if watermark <= self.watermark:
             return None
         self.watermark = watermark
-        heap = self._heap
-        if not heap or heap[0][0] > watermark:
+        return self._fire(self._timers, self._heap, watermark, "event_time")
+
+    def processing_timer(self) -> tuple[int, int] | None:
+        """``(due, now)`` of the next live processing-time timer, by :func:`processing_time`."""
+        heap = self._pheap
+        while heap:
+            timestamp, _, group, key = heap[0]
+            per_key = self._ptimers.get(group, {}).get(key)
+            if per_key is not None and timestamp in per_key:
+                return timestamp, processing_time()
+            heapq.heappop(heap)  # deleted
+        return None
+
+    def on_processing_time(self) -> RunnerOutput:
+        """Fires the processing-time timers at or before the current processing time."""
+        return self._fire(self._ptimers, self._pheap, processing_time(), "processing_time")
+
+    def _fire(
+        self,
+        timers: dict[int, dict[Hashable, set[int]]],
+        heap: list[tuple[int, int, int, Hashable]],
+        until: int,
+        domain: str,
+    ) -> RunnerOutput:
+        """Fires ``timers`` at or before ``until`` in timestamp order (``on_timer``
+        sees ``ctx.time_domain`` = ``domain``)."""
+        if not heap or heap[0][0] > until:
             return None
         assert self._function is not None  # only a ProcessFunction registers timers
         on_timer = self._function.on_timer
         out: list[Any] = []
         timestamp = 0
+        self._context.time_domain = domain
         try:
             with UserCode(
                 self.name,
@@ -251,9 +306,9 @@ class KeyedProcessRunner(KeyedRunner):
                     f"on_timer at {v['timestamp']} for key {short(v['self']._context.key)}"
                 ),
             ):
-                while heap and heap[0][0] <= watermark:
+                while heap and heap[0][0] <= until:
                     timestamp, _, group, key = heapq.heappop(heap)
-                    keyed = self._timers.get(group)
+                    keyed = timers.get(group)
                     per_key = keyed.get(key) if keyed is not None else None
                     if per_key is None or timestamp not in per_key:
                         continue  # deleted
@@ -266,6 +321,7 @@ class KeyedProcessRunner(KeyedRunner):
                     elif result is not None:
                         out.extend(result)
         finally:
+            self._context.time_domain = None
             self._unbind()
         return self._emit(out)
 
@@ -288,7 +344,8 @@ class KeyedProcessRunner(KeyedRunner):
     # ---- state ----------------------------------------------------------------
 
     def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
-        """One blob per key group: ``(format, values, timers, watermark, kinds)``.
+        """One blob per key group: ``(format, values, timers, watermark, kinds,
+        processing-time timers)``.
 
         Written for the key groups with values or timers and, once the
         runner has a watermark, for every key group it owns (even empty
@@ -303,6 +360,7 @@ class KeyedProcessRunner(KeyedRunner):
                     del entries[key]
         groups = {g for g, entries in self._state.items() if entries}
         groups.update(g for g, keyed in self._timers.items() if keyed)
+        groups.update(g for g, keyed in self._ptimers.items() if keyed)
         if self.watermark > MIN_WATERMARK:
             ctx = self.ctx
             groups.update(
@@ -321,6 +379,7 @@ class KeyedProcessRunner(KeyedRunner):
                     {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
                     self.watermark,
                     kinds,
+                    {key: sorted(ts) for key, ts in self._ptimers.get(group, {}).items()},
                 ),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
@@ -354,11 +413,22 @@ class KeyedProcessRunner(KeyedRunner):
                 self._restored_kinds.update(rest[1])
             if values:
                 self._state.setdefault(group, {}).update(values)
-            keyed = self._timers.setdefault(group, {})
-            for key, stamps in timers.items():
-                keyed.setdefault(key, set()).update(stamps)
-                for ts in stamps:
-                    heapq.heappush(self._heap, (ts, next(self._seq), group, key))
+            self._restore_timers(self._timers, self._heap, group, timers)
+            if len(rest) > 2:
+                self._restore_timers(self._ptimers, self._pheap, group, rest[2])
+
+    def _restore_timers(
+        self,
+        into: dict[int, dict[Hashable, set[int]]],
+        heap: list[tuple[int, int, int, Hashable]],
+        group: int,
+        timers: dict[Hashable, Sequence[int]],
+    ) -> None:
+        keyed = into.setdefault(group, {})
+        for key, stamps in timers.items():
+            keyed.setdefault(key, set()).update(stamps)
+            for ts in stamps:
+                heapq.heappush(heap, (ts, next(self._seq), group, key))
 
     def close(self) -> None:
         if self._function is not None:

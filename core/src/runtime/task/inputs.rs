@@ -18,10 +18,27 @@ impl Task {
             return Ok(Step::Event(i, ev));
         }
         loop {
-            if let Some(step) = self.wait_step(&[])? {
+            let deadline = self.timer_delay().map(|d| Instant::now() + d);
+            if let Some(step) = self.wait_step(&[], deadline)? {
                 return Ok(step);
             }
         }
+    }
+
+    /// How long until the chain head's next processing-time timer, if any.
+    fn timer_delay(&self) -> Option<std::time::Duration> {
+        let ms = self.ops.first()?.processing_timer_delay()?;
+        Some(std::time::Duration::from_millis(ms.max(0) as u64))
+    }
+
+    /// Lets the chain head fire its due processing-time timers.
+    fn fire_processing_timers(&mut self) -> Result<()> {
+        at_chain_head(
+            &mut self.ops,
+            &mut self.slots,
+            &mut self.output,
+            |op, out| op.on_processing_time(out),
+        )
     }
 
     /// A control message, if one is waiting.
@@ -79,9 +96,14 @@ impl Task {
     }
 
     /// Blocks until the control channel, a live unblocked input channel or
-    /// one of `wakers` (wake-up tokens, e.g. of feedback queues) is ready.
+    /// one of `wakers` (wake-up tokens, e.g. of feedback queues) is ready,
+    /// or `deadline` (a processing-time timer: [`Step::Timer`]) passed.
     /// `None` when a waker fired (its token is consumed): look again.
-    pub(crate) fn wait_step(&self, wakers: &[&Receiver<()>]) -> Result<Option<Step>> {
+    pub(crate) fn wait_step(
+        &self,
+        wakers: &[&Receiver<()>],
+        deadline: Option<Instant>,
+    ) -> Result<Option<Step>> {
         let mut sel = Select::new();
         let mut index = Vec::with_capacity(self.inputs.len());
         for (i, ch) in self.inputs.iter().enumerate() {
@@ -95,7 +117,16 @@ impl Task {
             sel.recv(w);
         }
         let waiting = Instant::now();
-        let op = sel.select();
+        let op = match deadline {
+            None => sel.select(),
+            Some(d) => match sel.select_deadline(d) {
+                Ok(op) => op,
+                Err(_) => {
+                    self.output.timer.waited(waiting.elapsed(), false);
+                    return Ok(Some(Step::Timer));
+                }
+            },
+        };
         let waited = waiting.elapsed();
         self.flow.borrow_mut().on_idle(waited);
         self.output.timer.waited(waited, false);
@@ -130,8 +161,12 @@ impl Task {
         let mut combined_wm = i64::MIN;
         let mut cursor = 0;
         while live > 0 {
+            if self.timer_delay().is_some_and(|d| d.is_zero()) {
+                self.fire_processing_timers()?;
+            }
             match self.next_step(&mut cursor)? {
                 Step::Control(c) => self.handle_control(c)?,
+                Step::Timer => self.fire_processing_timers()?,
                 Step::Event(i, Event::Data(batch)) => {
                     self.inputs[i].idle = false;
                     let input = self.inputs[i].input;

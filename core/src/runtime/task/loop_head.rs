@@ -635,8 +635,9 @@ impl Task {
                 .filter(|f| !f.ended)
                 .map(|f| f.queue.ready())
                 .collect();
-            match self.wait_step(&wakers)? {
-                None => continue,
+            match self.wait_step(&wakers, None)? {
+                // No deadline was given, so no timer ends the wait.
+                None | Some(Step::Timer) => continue,
                 Some(Step::Control(c)) => return Ok(HeadStep::Control(c)),
                 Some(Step::Event(i, ev)) => return Ok(HeadStep::Input(i, ev)),
             }

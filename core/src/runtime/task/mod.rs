@@ -420,6 +420,8 @@ pub(crate) enum InputEnd {
 pub(crate) enum Step {
     Event(usize, Event),
     Control(Control),
+    /// The wait for input ended at the chain head's processing-time timer.
+    Timer,
 }
 
 impl Task {
