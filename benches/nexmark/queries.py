@@ -39,13 +39,12 @@ start) whose Python ``apply`` function keeps the rows of the largest count.
 
 q7 takes the windowed max on a constant key (one subtask, as Flink's global
 window aggregate), then interval-joins the bids with the maxes on the price.
-q3 and q11 are the native join and session window as they are.
+q3 and q11 are the native join and session window as they are; q8 counts the
+auctions per seller and tumbling window, then window-joins them with the persons.
 
 The other Nexmark queries are not here yet: q4, q6 and q9 aggregate or rank
 the result of a join into rows that later input updates (retractions, which
-eddyline's operators do not emit), q8 joins two windowed aggregates (a window
-join; an equi-join on the key and ``window_start`` of two windowed counts may
-do, not tried yet), q10 writes files per time partition, q12 needs
+eddyline's operators do not emit), q10 writes files per time partition, q12 needs
 processing-time windows.
 
 Every ``qN(sources, parallelism)`` runs the query with eddyline and returns the
@@ -78,6 +77,7 @@ __all__ = [
     "build_q3",
     "build_q5",
     "build_q7",
+    "build_q8",
     "build_q11",
     "compare",
     "duckdb_query",
@@ -88,6 +88,7 @@ __all__ = [
     "q3",
     "q5",
     "q7",
+    "q8",
     "q11",
     "run_query",
 ]
@@ -103,6 +104,7 @@ Q5_SLIDE = "2s"
 Q3_STATES = ("OR", "ID", "CA")
 Q3_CATEGORY = 10
 Q7_SIZE_MS = 10_000
+Q8_SIZE_MS = 10_000
 Q11_GAP = "10s"
 _TS = pa.timestamp("ms")
 
@@ -254,6 +256,30 @@ def build_q7(bids: ed.DataStream) -> ed.DataStream:
     return joined.select("auction", "price", "bidder", "date_time", "extra")
 
 
+def build_q8(persons: ed.DataStream, auctions: ed.DataStream) -> ed.DataStream:
+    """q8 monitor new users: the persons who opened an auction in the tumbling 10 s
+    window in which they registered (id, name, and the window's start).
+
+    The auctions are first counted per seller and window (one row per seller and
+    window, as the SQL's GROUP BY), timed at their window's start, then window-joined
+    with the persons: one row per person and window.
+    """
+    window = ed.Tumbling(f"{Q8_SIZE_MS}ms")
+    sellers = (
+        auctions.select("seller", "date_time")
+        .assign_timestamps("date_time")
+        .key_by("seller")
+        .window(window)
+        .count()
+        .name("q8_sellers")
+        .select("seller", ed.col("window_start").alias("t"))
+        .assign_timestamps("t")
+    )
+    people = persons.select("id", "name", "date_time").assign_timestamps("date_time")
+    joined = people.window_join(sellers, left_on="id", right_on="seller", window=window)
+    return joined.name("q8_join").select("id", "name", ed.col("window_start").alias("starttime"))
+
+
 def build_q11(bids: ed.DataStream) -> ed.DataStream:
     """q11 user sessions: the bids per bidder and session window (gap 10 s)."""
     sessions = (
@@ -279,12 +305,14 @@ BUILDERS: dict[str, Callable[..., ed.DataStream]] = {
     "q3": build_q3,
     "q5": build_q5,
     "q7": build_q7,
+    "q8": build_q8,
     "q11": build_q11,
 }
 """Each query's builder: called with one stream per table of :data:`TABLES`, in order."""
 
 TABLES: dict[str, tuple[str, ...]] = {name: ("bid",) for name in BUILDERS}
 TABLES["q3"] = ("auction", "person")
+TABLES["q8"] = ("person", "auction")
 """The tables each query reads, in the order its builder takes them."""
 
 
@@ -336,6 +364,7 @@ q2 = _runner("q2")
 q3 = _runner("q3")
 q5 = _runner("q5")
 q7 = _runner("q7")
+q8 = _runner("q8")
 q11 = _runner("q11")
 
 QUERIES: dict[str, Callable[[Sources, int], pa.Table]] = {
@@ -345,6 +374,7 @@ QUERIES: dict[str, Callable[[Sources, int], pa.Table]] = {
     "q3": q3,
     "q5": q5,
     "q7": q7,
+    "q8": q8,
     "q11": q11,
 }
 
@@ -392,6 +422,18 @@ SQL: dict[str, str] = {
         SELECT B.auction, B.price, B.bidder, B.date_time, B.extra
         FROM bid AS B JOIN maxes AS M ON B.price = M.maxprice
         WHERE epoch_ms(B.date_time::TIMESTAMP) BETWEEN M.rowtime - 10000 AND M.rowtime
+    """,
+    "q8": """
+        SELECT P.id, P.name,
+               epoch_ms(epoch_ms(P.date_time::TIMESTAMP) // 10000 * 10000)::TIMESTAMP_MS
+                   AS starttime
+        FROM person AS P
+        JOIN (
+            SELECT DISTINCT seller,
+                   epoch_ms(date_time::TIMESTAMP) // 10000 * 10000 AS ws
+            FROM auction
+        ) AS A
+        ON P.id = A.seller AND epoch_ms(P.date_time::TIMESTAMP) // 10000 * 10000 = A.ws
     """,
     # SESSION(10 s): per bidder in time order, a bid 10 s or more after the previous
     # one opens a new session.

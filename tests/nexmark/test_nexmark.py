@@ -89,7 +89,7 @@ def test_timestamps_follow_the_event_number(tables: dict[str, pa.Table]) -> None
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
-@pytest.mark.parametrize("name", ["q0", "q1", "q2", "q3", "q5", "q7", "q11"])
+@pytest.mark.parametrize("name", ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11"])
 def test_query_matches_duckdb(tables: dict[str, pa.Table], name: str, parallelism: int) -> None:
     got = queries.QUERIES[name](tables, parallelism)
     expected = queries.duckdb_query(name, tables)
@@ -113,7 +113,7 @@ def slow_tables() -> dict[str, pa.Table]:
 
 
 @pytest.mark.parametrize("parallelism", [1, 3])
-@pytest.mark.parametrize("name", ["q3", "q7", "q11"])
+@pytest.mark.parametrize("name", ["q3", "q7", "q8", "q11"])
 def test_joins_and_sessions_from_parquet_small_batches(
     slow_tables: dict[str, pa.Table], tmp_path: Path, name: str, parallelism: int
 ) -> None:
