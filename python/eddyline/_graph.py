@@ -450,6 +450,7 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
                 "time_columns": p["time_columns"],
                 "temporal": bool(p.get("temporal")),
                 "window_ms": p.get("window_ms"),
+                "window_slide_ms": p.get("window_slide_ms"),
             }
         case "loop_exit" | "union":
             return {**base, "kind": node.kind}

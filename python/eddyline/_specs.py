@@ -177,8 +177,9 @@ class JoinSpec(NodeBase):
     time_columns: tuple[str | None, str | None]
     #: An event-time "as of" join against the right input's versions.
     temporal: NotRequired[bool]
-    #: A join within tumbling windows of this size (ms).
+    #: A join within windows of this size (ms), one starting every window_slide_ms.
     window_ms: NotRequired[int | None]
+    window_slide_ms: NotRequired[int | None]
 
 
 class LoopHeadSpec(NodeBase):

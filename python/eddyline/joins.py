@@ -25,10 +25,12 @@ until the watermark reaches its time, then is joined with the newest
 version of its key at or before that time (``how="left"``: with nulls when
 there is none).
 
-``left.window_join(right, on=..., window=ed.Tumbling(size))`` pairs the
-rows of equal keys in the same tumbling window when the window fires; its
-rows hold the keys, ``window_start``, ``window_end``, then the left's and the
-right's other columns. A row whose window is over when it arrives is late.
+``left.window_join(right, on=..., window=ed.Tumbling(size) | ed.Sliding(size,
+slide))`` pairs the rows of equal keys in the same window when the window
+fires (one row per pair and shared window); its rows hold the keys,
+``window_start``, ``window_end``, then the left's and the right's other
+columns. A row whose windows are all over when it arrives is late; one some
+of whose (sliding) windows are over joins in the others only.
 
 Output: the join keys once (with the left's names), the left's other
 columns, then the right's; a right column whose name is taken gets the
@@ -99,6 +101,7 @@ def build_join(
     state_ttl: Duration | None = None,
     temporal: bool = False,
     window_ms: int | None = None,
+    window_slide_ms: int | None = None,
 ) -> DataStream:
     """Adds a join node reading ``left`` (input 0) and ``right`` (input 1);
     ``temporal``: an event-time "as of" join against ``right``'s versions;
@@ -151,6 +154,7 @@ def build_join(
         "time_columns": (left.time_column, right.time_column),
         "temporal": temporal,
         "window_ms": window_ms,
+        "window_slide_ms": window_slide_ms,
     }
     stream = left._add("join", "join", params=params, inputs=[left._edge(0), right._edge(1)])
     node = stream._node
@@ -174,14 +178,21 @@ def build_window_join(
     how: str,
 ) -> DataStream:
     """Adds a window join of ``left`` and ``right`` (see the module docs)."""
-    from .windows import Tumbling
+    from .windows import WindowAssigner
 
-    if not isinstance(window, Tumbling):
+    if not isinstance(window, WindowAssigner):
         raise GraphError(
-            f"window_join(): window must be ed.Tumbling(size) (sliding and session window "
-            f"joins are not built yet), got {window!r}",
+            f"window_join(): window must be ed.Tumbling(size) or ed.Sliding(size, slide) "
+            f"(session window joins are not built yet), got {window!r}",
             operator=f"join_{len(left._env._graph.nodes)}",
         )
     return build_join(
-        left, right, on=on, left_on=left_on, right_on=right_on, how=how, window_ms=window.size_ms
+        left,
+        right,
+        on=on,
+        left_on=left_on,
+        right_on=right_on,
+        how=how,
+        window_ms=window.size_ms,
+        window_slide_ms=window.slide_ms,
     )

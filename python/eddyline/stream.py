@@ -537,7 +537,7 @@ class DataStream(_Operators):
     ) -> DataStream:
         """Pairs rows of equal keys in the same window when it fires (see :mod:`eddyline.joins`).
 
-        ``window`` is an ``ed.Tumbling(size)``; both inputs need
+        ``window`` is an ``ed.Tumbling(size)`` or ``ed.Sliding(size, slide)``; both inputs need
         ``assign_timestamps``. Rows: the keys, ``window_start``,
         ``window_end``, then the left's and the right's other columns.
         """

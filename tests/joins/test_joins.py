@@ -267,4 +267,30 @@ def test_window_join_pairs_rows_of_each_tumbling_window(parallelism: int) -> Non
     assert len(want) > 100
     assert_same_rows(out.to_pylist(), want)
     with pytest.raises(ed.GraphError, match=r"must be ed\.Tumbling"):
-        ls.window_join(rs, left_on="k", right_on="rk", window=ed.Sliding("1s", "500ms"))
+        ls.window_join(rs, left_on="k", right_on="rk", window=ed.Session("1s"))
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+def test_sliding_window_join_emits_a_pair_once_per_shared_window(parallelism: int) -> None:
+    rng = random.Random(parallelism + 80)
+    left = events(rng, 300, 7, 0)
+    right = as_right(events(rng, 300, 7, 10_000))
+    env = ed.StreamEnvironment(parallelism, batch_size=32)
+    ls = env.from_collection(left, schema=LEFT_SCHEMA).assign_timestamps(
+        "t", max_out_of_orderness=f"{BOUND_MS}ms"
+    )
+    rs = env.from_collection(right, schema=RIGHT_SCHEMA).assign_timestamps(
+        "t", max_out_of_orderness=f"{BOUND_MS}ms"
+    )
+    window = ed.Sliding("300ms", "100ms")
+    out = ls.window_join(rs, left_on="k", right_on="rk", window=window).collect()
+    env.execute("sliding-join")
+    want = []
+    for r in reference(left, right, how="inner", within=None):
+        start = r["t"] // 100 * 100
+        while start > r["t"] - 300:
+            if start <= r["t_right"] < start + 300:
+                want.append({**r, "window_start": start, "window_end": start + 300})
+            start -= 100
+    assert len(want) > 100
+    assert_same_rows(out.to_pylist(), want)

@@ -124,9 +124,10 @@ pub enum JoinBounds {
     /// version of its key) at or before its time, once the watermark passes
     /// the left row ([`temporal`]).
     Temporal,
-    /// Rows of equal keys in the same tumbling window of `size_ms`, paired
-    /// when the window fires ([`window`]).
-    Window { size_ms: i64 },
+    /// Rows of equal keys in the same window of `size_ms` (one starting every
+    /// `slide_ms`; tumbling when equal), paired when the window fires
+    /// ([`window`]).
+    Window { size_ms: i64, slide_ms: i64 },
 }
 
 impl JoinBounds {
@@ -141,7 +142,10 @@ impl JoinBounds {
             // pruned, not expired.
             JoinBounds::Temporal if side == 0 => Expiry::After(0),
             JoinBounds::Temporal => Expiry::Never,
-            JoinBounds::Window { size_ms } => Expiry::WindowEnd(size_ms),
+            JoinBounds::Window { size_ms, slide_ms } => Expiry::LastWindowEnd {
+                size: size_ms,
+                slide: slide_ms,
+            },
         }
     }
 
@@ -174,7 +178,10 @@ impl JoinBounds {
                 format!("interval {lower_ms} {upper_ms}")
             }
             JoinBounds::Temporal => "temporal".to_string(),
-            JoinBounds::Window { size_ms } => format!("window {size_ms}"),
+            JoinBounds::Window { size_ms, slide_ms } if size_ms == slide_ms => {
+                format!("window {size_ms}")
+            }
+            JoinBounds::Window { size_ms, slide_ms } => format!("window {size_ms} {slide_ms}"),
         }
     }
 }
@@ -559,6 +566,7 @@ impl Operator for JoinOperator {
         if watermark <= self.watermark {
             return Ok(());
         }
+        let previous = self.watermark;
         self.watermark = watermark;
         if self.bounds == JoinBounds::Temporal {
             let keeps = self.how.keeps(0);
@@ -570,9 +578,10 @@ impl Operator for JoinOperator {
             if let Some(rows) = rows {
                 out.emit(rows)?;
             }
-        } else if let JoinBounds::Window { size_ms } = self.bounds {
+        } else if let JoinBounds::Window { size_ms, slide_ms } = self.bounds {
             let builder = &mut self.scratch.builder;
-            window::fire(&mut self.groups, watermark, size_ms, builder);
+            let span = (previous, watermark);
+            window::fire(&mut self.groups, span, size_ms, slide_ms, builder);
             let rows = builder
                 .finish(&self.plan, &self.groups)
                 .map_err(|e| Error::arrow(&self.own.name, &e))?;

@@ -164,12 +164,14 @@ impl JoinFactory {
                     format!("state_ttl must be positive, got {t} ms"),
                 ))
             }
-            JoinBounds::Window { size_ms } if size_ms <= 0 || how != JoinType::Inner => {
+            JoinBounds::Window { size_ms, slide_ms }
+                if slide_ms <= 0 || slide_ms > size_ms || how != JoinType::Inner =>
+            {
                 return Err(Error::graph(
                     operator,
                     format!(
-                        "a window join is an inner join over windows of positive size, got \
-                         '{}' over {size_ms} ms",
+                        "a window join is an inner join over windows with 0 < slide <= size, \
+                         got '{}' over {size_ms} ms sliding by {slide_ms} ms",
                         how.name()
                     ),
                 ))
@@ -230,7 +232,7 @@ impl JoinFactory {
             }
         }
         let window = match bounds {
-            JoinBounds::Window { size_ms } => sides[0]
+            JoinBounds::Window { size_ms, .. } => sides[0]
                 .time_idx
                 .map(|i| (size_ms, left.field(i).data_type().clone())),
             _ => None,

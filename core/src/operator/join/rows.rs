@@ -20,8 +20,9 @@ pub(super) enum Expiry {
     Never,
     /// At its time + this many ms.
     After(i64),
-    /// At the last millisecond of its tumbling window of this size.
-    WindowEnd(i64),
+    /// At the last millisecond of the last window of `size` ms (starting
+    /// every `slide` ms) that holds it.
+    LastWindowEnd { size: i64, slide: i64 },
 }
 
 impl Expiry {
@@ -31,15 +32,17 @@ impl Expiry {
         match self {
             Expiry::Never => None,
             Expiry::After(k) => Some(ts.saturating_add(k)),
-            Expiry::WindowEnd(size) => Some(window_start(ts, size).saturating_add(size - 1)),
+            Expiry::LastWindowEnd { size, slide } => {
+                Some(window_start(ts, slide).saturating_add(size - 1))
+            }
         }
     }
 }
 
-/// The start of the tumbling window of `size` ms holding `ts`.
+/// The start of the last window starting every `slide` ms that holds `ts`.
 #[inline]
-pub(super) fn window_start(ts: i64, size: i64) -> i64 {
-    ts - ts.rem_euclid(size)
+pub(super) fn window_start(ts: i64, slide: i64) -> i64 {
+    ts - ts.rem_euclid(slide)
 }
 
 /// One kept row: where it is, its event time (0 when time plays no part)

@@ -631,7 +631,13 @@ fn test_temporal_join_takes_the_newest_version_at_or_before_the_row() {
 
 #[test]
 fn test_window_join_pairs_rows_of_a_window_when_it_fires() {
-    let f = factory(JoinType::Inner, JoinBounds::Window { size_ms: 10 });
+    let f = factory(
+        JoinType::Inner,
+        JoinBounds::Window {
+            size_ms: 10,
+            slide_ms: 10,
+        },
+    );
     let names: Vec<String> = f
         .output_schema()
         .fields()
@@ -705,21 +711,24 @@ proptest! {
     #[test]
     fn prop_window_join_equals_pairs_in_one_window_across_a_restore(
         events in events(),
-        size in 1i64..20,
+        slide in 1i64..20,
+        slides in 1i64..4,
         cut in prop::option::of(0usize..30),
     ) {
-        let f = factory(JoinType::Inner, JoinBounds::Window { size_ms: size });
+        let size = slide * slides;
+        let f = factory(JoinType::Inner, JoinBounds::Window { size_ms: size, slide_ms: slide });
         let cut = cut.filter(|c| *c + 1 < events.len());
-        // Rows not late on arrival (their window not over) pair within a window.
+        // Rows not late on arrival (their last window not over) pair within each
+        // window they share that was not over when either arrived.
         let mut w = i64::MIN;
-        let mut kept: [Vec<(i64, i64, i64)>; 2] = [Vec::new(), Vec::new()];
+        let mut kept: [Vec<(i64, i64, i64, i64)>; 2] = [Vec::new(), Vec::new()];
         for e in &events {
             match e {
                 Event::Watermark(x) => w = w.max(*x),
                 Event::Rows(side, rows) => {
                     for (i, r) in rows.iter().enumerate() {
-                        if r.1 - r.1.rem_euclid(size) + size - 1 > w {
-                            kept[*side].push((r.0, r.1, id_of(*side, rows, i)));
+                        if r.1 - r.1.rem_euclid(slide) + size - 1 > w {
+                            kept[*side].push((r.0, r.1, id_of(*side, rows, i), w));
                         }
                     }
                 }
@@ -728,8 +737,13 @@ proptest! {
         let mut want = Vec::new();
         for l in &kept[0] {
             for r in &kept[1] {
-                if l.0 == r.0 && l.1.div_euclid(size) == r.1.div_euclid(size) {
-                    want.push((Some(l.0), Some(l.2), Some(l.1), Some(r.2), Some(r.1)));
+                let mut s = l.1 - l.1.rem_euclid(slide);
+                while s > l.1 - size {
+                    let open = s + size - 1 > l.3.max(r.3);
+                    if l.0 == r.0 && s <= r.1 && r.1 < s + size && open {
+                        want.push((Some(l.0), Some(l.2), Some(l.1), Some(r.2), Some(r.1)));
+                    }
+                    s -= slide;
                 }
             }
         }
