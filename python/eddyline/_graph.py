@@ -451,6 +451,7 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
                 "temporal": bool(p.get("temporal")),
                 "window_ms": p.get("window_ms"),
                 "window_slide_ms": p.get("window_slide_ms"),
+                "session_gap_ms": p.get("session_gap_ms"),
             }
         case "loop_exit" | "union":
             return {**base, "kind": node.kind}

@@ -180,6 +180,8 @@ class JoinSpec(NodeBase):
     #: A join within windows of this size (ms), one starting every window_slide_ms.
     window_ms: NotRequired[int | None]
     window_slide_ms: NotRequired[int | None]
+    #: A join within session windows of this gap (ms), formed from both inputs' rows.
+    session_gap_ms: NotRequired[int | None]
 
 
 class LoopHeadSpec(NodeBase):

@@ -30,7 +30,10 @@ slide))`` pairs the rows of equal keys in the same window when the window
 fires (one row per pair and shared window); its rows hold the keys,
 ``window_start``, ``window_end``, then the left's and the right's other
 columns. A row whose windows are all over when it arrives is late; one some
-of whose (sliding) windows are over joins in the others only.
+of whose (sliding) windows are over joins in the others only. With
+``ed.Session(gap)`` the sessions are formed from both sides' rows together
+(rows closer than ``gap``; ``window_start`` the first row's time,
+``window_end`` the last row's + ``gap``) and pair up when the session fires.
 
 Output: the join keys once (with the left's names), the left's other
 columns, then the right's; a right column whose name is taken gets the
@@ -102,17 +105,19 @@ def build_join(
     temporal: bool = False,
     window_ms: int | None = None,
     window_slide_ms: int | None = None,
+    session_gap_ms: int | None = None,
 ) -> DataStream:
     """Adds a join node reading ``left`` (input 0) and ``right`` (input 1);
     ``temporal``: an event-time "as of" join against ``right``'s versions;
     ``window_ms``: a join within tumbling windows of that size."""
-    what = "temporal_join()" if temporal else "window_join()" if window_ms else "join()"
+    windowed = window_ms is not None or session_gap_ms is not None
+    what = "temporal_join()" if temporal else "window_join()" if windowed else "join()"
     left._same_env(right, what)
     name = f"join_{len(left._env._graph.nodes)}"
-    allowed = ("inner", "left") if temporal else ("inner",) if window_ms else JOIN_TYPES
+    allowed = ("inner", "left") if temporal else ("inner",) if windowed else JOIN_TYPES
     if how not in allowed:
         raise GraphError(f"{what}: how must be one of {allowed}, got {how!r}", operator=name)
-    if (temporal or window_ms) and (left.time_column is None or right.time_column is None):
+    if (temporal or windowed) and (left.time_column is None or right.time_column is None):
         raise GraphError(
             f"{what}: both inputs need event time: call assign_timestamps on them",
             operator=name,
@@ -155,6 +160,7 @@ def build_join(
         "temporal": temporal,
         "window_ms": window_ms,
         "window_slide_ms": window_slide_ms,
+        "session_gap_ms": session_gap_ms,
     }
     stream = left._add("join", "join", params=params, inputs=[left._edge(0), right._edge(1)])
     node = stream._node
@@ -178,12 +184,22 @@ def build_window_join(
     how: str,
 ) -> DataStream:
     """Adds a window join of ``left`` and ``right`` (see the module docs)."""
-    from .windows import WindowAssigner
+    from .windows import Session, WindowAssigner
 
+    if isinstance(window, Session):
+        return build_join(
+            left,
+            right,
+            on=on,
+            left_on=left_on,
+            right_on=right_on,
+            how=how,
+            session_gap_ms=window.gap_ms,
+        )
     if not isinstance(window, WindowAssigner):
         raise GraphError(
-            f"window_join(): window must be ed.Tumbling(size) or ed.Sliding(size, slide) "
-            f"(session window joins are not built yet), got {window!r}",
+            "window_join(): window must be ed.Tumbling(size), ed.Sliding(size, slide) or "
+            f"ed.Session(gap), got {window!r}",
             operator=f"join_{len(left._env._graph.nodes)}",
         )
     return build_join(

@@ -398,8 +398,12 @@ fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
     let temporal: bool = opt(d, "temporal")?.unwrap_or(false);
     let window_ms: Option<i64> = opt(d, "window_ms")?;
     let slide_ms: Option<i64> = opt(d, "window_slide_ms")?;
+    let gap_ms: Option<i64> = opt(d, "session_gap_ms")?;
     let bounds = match opt::<(i64, i64)>(d, "within")? {
         _ if temporal => JoinBounds::Temporal,
+        _ if gap_ms.is_some() => JoinBounds::SessionWindow {
+            gap_ms: gap_ms.unwrap_or_default(),
+        },
         _ if window_ms.is_some() => JoinBounds::Window {
             size_ms: window_ms.unwrap_or_default(),
             slide_ms: slide_ms.or(window_ms).unwrap_or_default(),

@@ -267,7 +267,56 @@ def test_window_join_pairs_rows_of_each_tumbling_window(parallelism: int) -> Non
     assert len(want) > 100
     assert_same_rows(out.to_pylist(), want)
     with pytest.raises(ed.GraphError, match=r"must be ed\.Tumbling"):
-        ls.window_join(rs, left_on="k", right_on="rk", window=ed.Session("1s"))
+        ls.window_join(rs, left_on="k", right_on="rk", window="1s")
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 4])
+def test_session_window_join_forms_sessions_from_both_sides(parallelism: int) -> None:
+    rng = random.Random(parallelism + 90)
+    left = events(rng, 200, 5, 0, step_ms=30)
+    right = as_right(events(rng, 200, 5, 10_000, step_ms=30))
+    env = ed.StreamEnvironment(parallelism, batch_size=16)
+    ls = env.from_collection(left, schema=LEFT_SCHEMA).assign_timestamps(
+        "t", max_out_of_orderness=f"{BOUND_MS}ms"
+    )
+    rs = env.from_collection(right, schema=RIGHT_SCHEMA).assign_timestamps(
+        "t", max_out_of_orderness=f"{BOUND_MS}ms"
+    )
+    gap = 60
+    out = ls.window_join(rs, left_on="k", right_on="rk", window=ed.Session(f"{gap}ms"))
+    rows = out.collect()
+    env.execute("session-join")
+    # Per key, both sides' rows in time order, a new session where the next is >= gap later.
+    want = []
+    for k in {r["k"] for r in left} | {r["rk"] for r in right}:
+        times = sorted(
+            [(r["t"], 0, r) for r in left if r["k"] == k]
+            + [(r["t"], 1, r) for r in right if r["rk"] == k],
+            key=lambda x: (x[0], x[1]),
+        )
+        sessions: list[list[Any]] = []
+        for item in times:
+            if sessions and item[0] - sessions[-1][-1][0] < gap:
+                sessions[-1].append(item)
+            else:
+                sessions.append([item])
+        for s in sessions:
+            start, end = s[0][0], s[-1][0] + gap
+            for _, _, lr in (x for x in s if x[1] == 0):
+                for _, _, rr in (x for x in s if x[1] == 1):
+                    want.append(
+                        {
+                            "k": k,
+                            "window_start": start,
+                            "window_end": end,
+                            "id": lr["id"],
+                            "t": lr["t"],
+                            "rid": rr["rid"],
+                            "t_right": rr["t"],
+                        }
+                    )
+    assert len(want) > 50
+    assert_same_rows(rows.to_pylist(), want)
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 4])

@@ -128,6 +128,9 @@ pub enum JoinBounds {
     /// `slide_ms`; tumbling when equal), paired when the window fires
     /// ([`window`]).
     Window { size_ms: i64, slide_ms: i64 },
+    /// Rows of equal keys in the same session (rows of both sides closer
+    /// than `gap_ms` in event time), paired when the session fires.
+    SessionWindow { gap_ms: i64 },
 }
 
 impl JoinBounds {
@@ -146,6 +149,9 @@ impl JoinBounds {
                 size: size_ms,
                 slide: slide_ms,
             },
+            // The earliest a row's session can fire; its rows are dropped
+            // when it does (window::fire_sessions), not by expiry.
+            JoinBounds::SessionWindow { gap_ms } => Expiry::After(gap_ms - 1),
         }
     }
 
@@ -160,7 +166,9 @@ impl JoinBounds {
     fn pairs(self, side: usize, ts: i64, other: i64) -> bool {
         match self {
             JoinBounds::Unbounded { .. } => true,
-            JoinBounds::Temporal | JoinBounds::Window { .. } => false,
+            JoinBounds::Temporal | JoinBounds::Window { .. } | JoinBounds::SessionWindow { .. } => {
+                false
+            }
             JoinBounds::Interval { lower_ms, upper_ms } => {
                 let (l, r) = if side == 0 { (ts, other) } else { (other, ts) };
                 let (l, r) = (i128::from(l), i128::from(r));
@@ -182,6 +190,7 @@ impl JoinBounds {
                 format!("window {size_ms}")
             }
             JoinBounds::Window { size_ms, slide_ms } => format!("window {size_ms} {slide_ms}"),
+            JoinBounds::SessionWindow { gap_ms } => format!("session {gap_ms}"),
         }
     }
 }
@@ -411,7 +420,10 @@ impl JoinOperator {
         let seq = self.batch_seq;
         let keep = self.bounds.expiry(side);
         let other_keep = self.bounds.expiry(1 - side);
-        let windowed = matches!(self.bounds, JoinBounds::Window { .. });
+        let windowed = matches!(
+            self.bounds,
+            JoinBounds::Window { .. } | JoinBounds::SessionWindow { .. }
+        );
         let outer = self.how != JoinType::Inner;
         let keeps_unmatched = self.how.keeps(side);
         let builder = &mut self.scratch.builder;
@@ -436,13 +448,26 @@ impl JoinOperator {
             } else {
                 ts
             };
-            if timed && cutoff <= self.watermark && !versions {
-                late += 1;
-                continue;
-            }
             let local = self.own.local_index(self.scratch.hashes[row])?;
-            let group = Arc::make_mut(&mut self.groups[local]);
             let key = key.as_ref();
+            if timed && cutoff <= self.watermark && !versions {
+                // A session join's row whose own session is over still joins
+                // an open session it touches.
+                let open = match self.bounds {
+                    JoinBounds::SessionWindow { gap_ms } => self.groups[local]
+                        .sides
+                        .iter()
+                        .filter_map(|s| s.rows.get(key))
+                        .flatten()
+                        .any(|r| (r.ts - ts).abs() < gap_ms),
+                    _ => false,
+                };
+                if !open {
+                    late += 1;
+                    continue;
+                }
+            }
+            let group = Arc::make_mut(&mut self.groups[local]);
             let mut matched = false;
             let other = &mut group.sides[1 - side];
             if let Some(refs) = other.rows.get_mut(key) {
@@ -572,6 +597,15 @@ impl Operator for JoinOperator {
             let keeps = self.how.keeps(0);
             let builder = &mut self.scratch.builder;
             temporal::fire(&mut self.groups, watermark, keeps, builder);
+            let rows = builder
+                .finish(&self.plan, &self.groups)
+                .map_err(|e| Error::arrow(&self.own.name, &e))?;
+            if let Some(rows) = rows {
+                out.emit(rows)?;
+            }
+        } else if let JoinBounds::SessionWindow { gap_ms } = self.bounds {
+            let builder = &mut self.scratch.builder;
+            window::fire_sessions(&mut self.groups, watermark, gap_ms, builder);
             let rows = builder
                 .finish(&self.plan, &self.groups)
                 .map_err(|e| Error::arrow(&self.own.name, &e))?;

@@ -38,8 +38,8 @@ pub(super) struct OutputBuilder {
     /// A one-row all-null batch per side, made once.
     nulls: [Option<RecordBatch>; 2],
     keys: Vec<(usize, usize)>,
-    /// A window join's window start per output row.
-    windows: Vec<i64>,
+    /// A window join's window (start, end) per output row.
+    windows: Vec<(i64, i64)>,
 }
 
 impl OutputBuilder {
@@ -92,19 +92,17 @@ impl OutputBuilder {
         self.rows[1].push((r, rrow as usize));
     }
 
-    /// [`Self::push_kept_pair`] of a window join, in the window at `start`.
+    /// [`Self::push_kept_pair`] of a window join, in the window `[start, end)`.
     #[inline]
     pub fn push_window_pair(
         &mut self,
         group: u32,
-        lbatch: u32,
-        lrow: u32,
-        rbatch: u32,
-        rrow: u32,
-        start: i64,
+        left: (u32, u32),
+        right: (u32, u32),
+        window: (i64, i64),
     ) {
-        self.push_kept_pair(group, lbatch, lrow, rbatch, rrow);
-        self.windows.push(start);
+        self.push_kept_pair(group, left.0, left.1, right.0, right.1);
+        self.windows.push(window);
     }
 
     /// Row `row` of `side` at `source`, with nulls for the other side.
@@ -204,11 +202,11 @@ impl OutputBuilder {
                     columns.push(interleave(&arrays, &self.keys)?);
                 }
                 OutColumn::WindowStart | OutColumn::WindowEnd => {
-                    let (size, dt) = plan.window.as_ref().ok_or_else(|| {
+                    let (_, dt) = plan.window.as_ref().ok_or_else(|| {
                         ArrowError::InvalidArgumentError("a window column of a plain join".into())
                     })?;
                     let end = matches!(col, OutColumn::WindowEnd);
-                    let ms = self.windows.iter().map(|s| if end { s + size } else { *s });
+                    let ms = self.windows.iter().map(|w| if end { w.1 } else { w.0 });
                     let array = crate::operator::window::time_array("join", ms, dt)
                         .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
                     columns.push(array);

@@ -232,9 +232,21 @@ impl JoinFactory {
             }
         }
         let window = match bounds {
-            JoinBounds::Window { size_ms, .. } => sides[0]
-                .time_idx
-                .map(|i| (size_ms, left.field(i).data_type().clone())),
+            JoinBounds::SessionWindow { gap_ms } if gap_ms <= 0 || how != JoinType::Inner => {
+                return Err(Error::graph(
+                    operator,
+                    format!(
+                        "a session window join is an inner join with a positive gap, got '{}' \
+                         with gap {gap_ms} ms",
+                        how.name()
+                    ),
+                ))
+            }
+            JoinBounds::Window { size_ms, .. } | JoinBounds::SessionWindow { gap_ms: size_ms } => {
+                sides[0]
+                    .time_idx
+                    .map(|i| (size_ms, left.field(i).data_type().clone()))
+            }
             _ => None,
         };
         let (output, columns) =

@@ -751,3 +751,109 @@ proptest! {
         prop_assert_eq!(run(&f, &events, cut), want);
     }
 }
+
+/// `events` with every watermark lowered below the rows still to come (so no row
+/// is late), the last one kept at the end of time.
+fn never_late(events: &[Event]) -> Vec<Event> {
+    let mut out = events.to_vec();
+    let mut future = i64::MAX;
+    for e in out.iter_mut().rev() {
+        match e {
+            Event::Rows(_, rows) => {
+                future = future.min(rows.iter().map(|r| r.1).min().unwrap_or(i64::MAX));
+            }
+            Event::Watermark(w) if *w != MAX_WATERMARK => *w = (*w).min(future - 1),
+            Event::Watermark(_) => {}
+        }
+    }
+    // Watermarks never go back.
+    let mut hi = i64::MIN;
+    for e in &mut out {
+        if let Event::Watermark(w) = e {
+            hi = hi.max(*w);
+            *w = hi;
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    #[test]
+    fn prop_session_window_join_pairs_rows_of_one_session_across_a_restore(
+        events in events(),
+        gap in 1i64..15,
+        cut in prop::option::of(0usize..30),
+    ) {
+        let events = never_late(&events);
+        let f = factory(JoinType::Inner, JoinBounds::SessionWindow { gap_ms: gap });
+        let cut = cut.filter(|c| *c + 1 < events.len());
+        // Per key, every row of both sides sorted by time, split where the next
+        // row is gap or more later: each session pairs its left and right rows.
+        let mut by_key: std::collections::BTreeMap<i64, Vec<(i64, usize, i64)>> =
+            Default::default();
+        for e in &events {
+            if let Event::Rows(side, rows) = e {
+                for (i, r) in rows.iter().enumerate() {
+                    by_key.entry(r.0).or_default().push((r.1, *side, id_of(*side, rows, i)));
+                }
+            }
+        }
+        let mut want = Vec::new();
+        for (k, mut rows) in by_key {
+            rows.sort_unstable();
+            let mut start = 0;
+            while start < rows.len() {
+                let mut end = start + 1;
+                while end < rows.len() && rows[end].0 - rows[end - 1].0 < gap {
+                    end += 1;
+                }
+                let session = &rows[start..end];
+                for l in session.iter().filter(|r| r.1 == 0) {
+                    for r in session.iter().filter(|r| r.1 == 1) {
+                        want.push((Some(k), Some(l.2), Some(l.0), Some(r.2), Some(r.0)));
+                    }
+                }
+                start = end;
+            }
+        }
+        want.sort();
+        prop_assert_eq!(run(&f, &events, cut), want);
+    }
+}
+
+#[test]
+fn test_session_window_join_merges_sessions_a_row_bridges() {
+    let f = factory(JoinType::Inner, JoinBounds::SessionWindow { gap_ms: 10 });
+    let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
+    let mut out = Recorder::default();
+    op.process_batch(0, batch(0, vec![Some(1)], vec![0], vec![1]), &mut out)
+        .unwrap();
+    op.process_batch(1, batch(1, vec![Some(1)], vec![15], vec![10]), &mut out)
+        .unwrap();
+    op.process_watermark(5, &mut out).unwrap();
+    assert!(
+        out.batches.is_empty(),
+        "0's session [0, 10) is not over at 5"
+    );
+    // 8 bridges [0, 10) and [15, 25): one session [0, 25).
+    op.process_batch(0, batch(0, vec![Some(1)], vec![8], vec![2]), &mut out)
+        .unwrap();
+    op.process_watermark(24, &mut out).unwrap();
+    assert_eq!(
+        rows_of(&out),
+        vec![
+            (Some(1), Some(1), Some(0), Some(10), Some(15)),
+            (Some(1), Some(2), Some(8), Some(10), Some(15)),
+        ]
+    );
+    let b = &out.batches[0];
+    let bound = |c: usize| b.column(c).as_primitive::<Int64Type>().value(0);
+    assert_eq!((bound(1), bound(2)), (0, 25));
+    assert_eq!(op.kept_rows(0) + op.kept_rows(1), 0);
+    // A row whose own session is over and that touches none is late.
+    op.process_batch(1, batch(1, vec![Some(1)], vec![3], vec![11]), &mut out)
+        .unwrap();
+    assert_eq!(op.late_records(), 1);
+}
