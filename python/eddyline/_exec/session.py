@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from ..functions import Row
 from .base import RunnerOutput
-from .event_time import event_times
 from .user_code import UserCode, short
 from .window import Fired, PythonWindowRunner, WindowMode
 
@@ -74,10 +73,7 @@ class PythonSessionRunner(PythonWindowRunner):
     def _process_keyed(
         self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
-        if self._input_schema is None:
-            self._input_schema = batch.schema
-        times = event_times(batch, self._time_column, self.name)
-        rows, keys, groups = self._rows(batch, key_groups)
+        times, rows, keys, groups = self._prepare(batch, key_groups)
         gap = self._gap
         state = self._state
         late_rows: list[int] = []

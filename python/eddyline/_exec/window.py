@@ -116,10 +116,7 @@ class PythonWindowRunner(KeyedRunner):
     def _process_keyed(
         self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
-        if self._input_schema is None:
-            self._input_schema = batch.schema
-        times = event_times(batch, self._time_column, self.name)
-        rows, keys, groups = self._rows(batch, key_groups)
+        times, rows, keys, groups = self._prepare(batch, key_groups)
         size, slide = self._size, self._slide
         reduce = self._mode == "reduce"
         fn = self._fn
@@ -156,6 +153,16 @@ class PythonWindowRunner(KeyedRunner):
                         accs[key] = dict(row)
                     start -= slide
         return self._late(batch, late_rows)
+
+    def _prepare(
+        self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> tuple[list[int], list[Row], list[Any], list[int]]:
+        """The batch's event times, rows, keys and key groups (its schema noted)."""
+        if self._input_schema is None:
+            self._input_schema = batch.schema
+        times = event_times(batch, self._time_column, self.name)
+        rows, keys, groups = self._rows(batch, key_groups)
+        return times, rows, keys, groups
 
     def _late(self, batch: pa.RecordBatch, late_rows: list[int]) -> RunnerOutput:
         """Counts the late rows of ``batch`` (indices ``late_rows``) and, with a late
