@@ -153,7 +153,49 @@ class _Completions:
         self._source.checkpoint_complete(done[-1][1])
 
 
-class SourceSubtaskReader:
+class _InterleavedReads:
+    """Reading a subtask's open splits in turn (DESIGN.md "Event time per split"),
+    shared by :class:`SourceSubtaskReader` and :class:`DynamicReader`: both keep
+    ``_open`` (split ids in reading order), ``_offsets``, ``_cursor`` and ``_changed``."""
+
+    _source: Source
+    _schema: pa.Schema
+    _operator: str
+    _batch_size: int
+    _open: list[int]
+    _offsets: dict[int, Any]
+    _cursor: int
+    _changed: bool
+
+    def _read_open(self, split_of: Callable[[int], Any]) -> tuple[pa.RecordBatch, int] | None:
+        """The next batch with rows of the open splits, read in turn from the cursor, and
+        its split's id; ``None`` when every open split had nothing now (or none is open).
+        An exhausted split leaves (the next one moves up to its place)."""
+        quiet = 0  # splits in a row that had nothing
+        while quiet < len(self._open):
+            pos = self._cursor % len(self._open)
+            sid = self._open[pos]
+            result = self._source.read(split_of(sid), self._offsets[sid], self._batch_size)
+            if result is None:
+                del self._open[pos]
+                del self._offsets[sid]
+                self._cursor = pos
+                self._changed = True
+                continue
+            self._cursor = pos + 1
+            batch, next_offset = result
+            if batch is None:
+                quiet += 1
+                continue
+            _check_batch(batch, self._schema, self._operator)
+            self._offsets[sid] = next_offset
+            if batch.num_rows == 0:
+                continue  # progress without rows (e.g. the end of a file): read on
+            return batch, sid
+        return None
+
+
+class SourceSubtaskReader(_InterleavedReads):
     """One subtask's reader over its share of a :class:`Source`'s splits.
 
     The splits are read interleaved (DESIGN.md "Event time per split"): each
@@ -210,31 +252,12 @@ class SourceSubtaskReader:
     def poll(
         self,
     ) -> tuple[pa.RecordBatch | None, int | None, tuple[int, ...] | None] | bool | None:
-        quiet = 0  # splits in a row that had nothing
-        while self._open:
-            if quiet >= len(self._open):
-                opened = self._open_if_changed()
-                return None if opened is None else (None, None, opened)
-            pos = self._cursor % len(self._open)
-            index = self._open[pos]
-            result = self._source.read(self._all[index], self._offsets[index], self._batch_size)
-            if result is None:
-                # Exhausted: the split leaves; the next one moves up to ``pos``.
-                del self._open[pos]
-                del self._offsets[index]
-                self._cursor = pos
-                self._changed = True
-                continue
-            self._cursor = pos + 1
-            batch, next_offset = result
-            if batch is None:
-                quiet += 1
-                continue
-            _check_batch(batch, self._schema, self._operator)
-            self._offsets[index] = next_offset
-            if batch.num_rows == 0:
-                continue  # progress without rows (e.g. the end of a file): read on
-            return batch, index, self._open_if_changed()
+        got = self._read_open(lambda index: self._all[index])
+        if got is not None:
+            return got[0], got[1], self._open_if_changed()
+        if self._open:  # every open split had nothing now
+            opened = self._open_if_changed()
+            return None if opened is None else (None, None, opened)
         self._source.close()
         return False
 
@@ -296,7 +319,7 @@ class SourceSubtaskReader:
         self._set_open(left)
 
 
-class DynamicReader:
+class DynamicReader(_InterleavedReads):
     """One subtask's reader of a source whose splits grow (:attr:`Source.discovery_interval`).
 
     It reads the splits whose :meth:`Source.split_id` ``i`` has ``i %
@@ -374,27 +397,9 @@ class DynamicReader:
     ) -> tuple[pa.RecordBatch | None, int | None, tuple[int, ...] | None] | bool | None:
         if self._clock() >= self._next_discovery:
             self._discover()
-        quiet = 0
-        while quiet < len(self._open):
-            pos = self._cursor % len(self._open)
-            sid = self._open[pos]
-            result = self._source.read(self._splits[sid], self._offsets[sid], self._batch_size)
-            if result is None:
-                del self._open[pos]
-                del self._offsets[sid]
-                self._cursor = pos
-                self._changed = True
-                continue
-            self._cursor = pos + 1
-            batch, next_offset = result
-            if batch is None:
-                quiet += 1
-                continue
-            _check_batch(batch, self._schema, self._operator)
-            self._offsets[sid] = next_offset
-            if batch.num_rows == 0:
-                continue
-            return batch, sid, self._open_if_changed()
+        got = self._read_open(lambda sid: self._splits[sid])
+        if got is not None:
+            return got[0], got[1], self._open_if_changed()
         # Unbounded: more splits may appear, so an empty reader waits for them.
         opened = self._open_if_changed()
         return None if opened is None else (None, None, opened)
