@@ -75,6 +75,7 @@ __all__ = [
     "PERSON_SCHEMA",
     "generate",
     "generate_to_parquet",
+    "max_auction_duration_ms",
     "parse_count",
     "write_parquet",
 ]
@@ -190,6 +191,13 @@ def parse_count(text: str | int) -> int:
     if value < 0 or value != int(value):
         raise ValueError(f"not a count of events: {text!r}")
     return int(value)
+
+
+def max_auction_duration_ms(events_per_second: int) -> int:
+    """An upper bound of every auction's ``expires - date_time`` (ms) at this rate:
+    ``1 + uniform[0, 2 * horizon)`` with the horizon at most 1,666 events' time."""
+    events_ahead = NUM_IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION // AUCTION_PROPORTION
+    return 2 * -(-events_ahead * 1000 // events_per_second) + 1
 
 
 def event_time_ms(event: np.ndarray, events_per_second: int) -> np.ndarray:

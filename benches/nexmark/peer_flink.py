@@ -1,4 +1,4 @@
-"""Nexmark q0, q1, q2, q3, q5, q7 and q11 on PyFlink's SQL engine, run by ``run.py --engine flink``.
+"""Nexmark q0 to q5, q7 and q11 on PyFlink's SQL engine, run by ``run.py --engine flink``.
 
 Flink's Table API / SQL in *batch* mode (``EnvironmentSettings.in_batch_mode()``; q11 in
 streaming mode, see :data:`STREAMING`; ``parallelism.default`` P, the local mini-cluster
@@ -119,7 +119,7 @@ PERSON_DDL = """
 """
 """The persons, as the columns of ``generator.PERSON_SCHEMA`` in order."""
 
-TABLES: dict[str, tuple[str, ...]] = {"q3": ("auction", "person")}
+TABLES: dict[str, tuple[str, ...]] = {"q3": ("auction", "person"), "q4": ("auction", "bid")}
 """The tables a query reads when not the bids alone (as ``queries.TABLES``)."""
 
 DDL = {"bid": BID_DDL, "auction": AUCTION_DDL, "person": PERSON_DDL}
@@ -145,6 +145,17 @@ SQL: dict[str, str] = {
         FROM counts AS c JOIN maxes AS m
         ON c.window_start = m.window_start AND c.window_end = m.window_end
            AND c.num >= m.maxn
+    """,
+    # nexmark-flink's q4 (an auction's closing price is its largest bid in its time)
+    "q4": """
+        SELECT Q.category, AVG(CAST(Q.final AS DOUBLE)) AS `avg`
+        FROM (
+            SELECT MAX(B.price) AS final, A.category
+            FROM auction AS A, bid AS B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.category
+        ) AS Q
+        GROUP BY Q.category
     """,
     "q3": """
         SELECT P.name, P.city, P.state, A.id

@@ -11,6 +11,12 @@ the tables of :mod:`generator` (columns ``snake_case``: ``date_time``, not
 - ``q3`` local item suggestion: ``name, city, state, id`` of the persons
   in OR, ID or CA joined with their auctions in category 10
   (``auction.seller = person.id``): an unbounded inner equi-join;
+- ``q4`` average price for a category: per category, the average of the
+  closing prices (the largest bid between an auction's ``date_time`` and its
+  ``expires``, both included) of its auctions that had a bid: ``category,
+  avg``. The stream is the running average, one row per closed auction;
+  :func:`final` keeps each category's last one (its ``num`` counts every closed
+  auction), the row the SQL computes;
 - ``q5`` hot items: per sliding window of 10 s every 2 s (epoch-aligned, on
   the bids' event time), the auction(s) with the most bids (ties all kept):
   ``auction, num, window_start, window_end``. nexmark-flink's SQL outputs
@@ -42,10 +48,18 @@ window aggregate), then interval-joins the bids with the maxes on the price.
 q3 and q11 are the native join and session window as they are; q8 counts the
 auctions per seller and tumbling window, then window-joins them with the persons.
 
-The other Nexmark queries are not here yet: q4, q6 and q9 aggregate or rank
-the result of a join into rows that later input updates (retractions, which
-eddyline's operators do not emit), q10 writes files per time partition, q12 needs
-processing-time windows.
+q4 closes auctions in event time, as Nexmark's original (Beam)
+``WinningBids``: an interval join of each auction with the bids in its time
+(bounded by the generator's longest auction), a native running max per
+auction, and a Python process function that emits the max once the watermark
+passes the auction's ``expires``: no bid can change it then. Flink's SQL
+instead updates (retracts) its averages as later bids raise a max; the final
+rows are the same.
+
+The other Nexmark queries are not here yet: q6 averages each seller's last 10
+closed auctions (it needs them in closing order across subtasks), q9 ranks the bids of each
+auction (a top-1 with every column of the winning bid), q10 writes files per
+time partition, q12 needs processing-time windows.
 
 Every ``qN(sources, parallelism)`` runs the query with eddyline and returns the
 collected rows as a ``pyarrow.Table``; ``duckdb_query(name, sources)`` runs the SQL;
@@ -63,6 +77,7 @@ from typing import Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from generator import DEFAULT_EVENTS_PER_SECOND, max_auction_duration_ms
 
 import eddyline as ed
 
@@ -75,17 +90,20 @@ __all__ = [
     "build_q1",
     "build_q2",
     "build_q3",
+    "build_q4",
     "build_q5",
     "build_q7",
     "build_q8",
     "build_q11",
     "compare",
     "duckdb_query",
+    "final",
     "inputs",
     "q0",
     "q1",
     "q2",
     "q3",
+    "q4",
     "q5",
     "q7",
     "q8",
@@ -298,11 +316,96 @@ def build_q11(bids: ed.DataStream) -> ed.DataStream:
     )
 
 
+# ---- q4: auctions closed in event time -------------------------------------------------
+
+WINNING_SCHEMA = pa.schema(
+    [("id", pa.int64()), ("category", pa.int64()), ("seller", pa.int64()), ("final", pa.int64())]
+)
+"""A closed auction (with a bid): its id, category, seller and closing price."""
+
+
+def _expiry_ms(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The running maxes with ``expires`` as int64 ms (cheaper per row in Python)."""
+    index = batch.schema.get_field_index("expires")
+    column = batch.column(index).cast(pa.int64())
+    return batch.set_column(index, pa.field("expires", pa.int64()), column)
+
+
+class _CloseAuction(ed.ProcessFunction):
+    """Keeps an auction's largest bid; emits it when the watermark passes ``expires``."""
+
+    def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> None:
+        state = ctx.state
+        held = state.value()
+        if held is None:
+            ctx.timer_service.register_event_time_timer(row["expires"])
+            state.update((row["category"], row["seller"], row["price"]))
+        elif row["price"] > held[2]:
+            state.update((held[0], held[1], row["price"]))
+
+    def on_timer(self, timestamp: int, ctx: ed.ProcessContext) -> list[dict[str, Any]]:
+        category, seller, price = ctx.state.value()
+        ctx.state.clear()
+        return [{"id": ctx.key, "category": category, "seller": seller, "final": price}]
+
+
+def closed_auctions(
+    auctions: ed.DataStream,
+    bids: ed.DataStream,
+    events_per_second: int = DEFAULT_EVENTS_PER_SECOND,
+) -> ed.DataStream:
+    """Every auction with a bid in its time, with its closing price, once it closed."""
+    longest = max_auction_duration_ms(events_per_second)
+    items = auctions.select("id", "category", "seller", "date_time", "expires")
+    items = items.assign_timestamps("date_time")
+    offers = bids.select("auction", "price", ed.col("date_time").alias("bid_time"))
+    offers = offers.assign_timestamps("bid_time")
+    # bid_time in [date_time, date_time + longest]; expires bounds it further
+    joined = items.join(
+        offers, left_on="id", right_on="auction", within=("0ms", f"{longest}ms")
+    ).name("q4_auction_bids")
+    valid = joined.filter(ed.col("bid_time") <= ed.col("expires"))
+    # one row per auction and input batch: the Python function sees few rows
+    maxes = (
+        valid.select("id", "category", "seller", "expires", "price")
+        .key_by(["id", "category", "seller", "expires"])
+        .max("price")
+        .name("q4_max_bid")
+    )
+    schema = maxes.schema
+    index = schema.get_field_index("expires")
+    maxes = maxes.map_batches(
+        _expiry_ms, schema=schema.set(index, pa.field("expires", pa.int64()))
+    ).name("q4_expiry_ms")
+    return maxes.key_by("id").process(_CloseAuction(), schema=WINNING_SCHEMA).name("q4_close")
+
+
+def _running_average(acc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "total": acc["total"] + row["total"], "num": acc["num"] + 1}
+
+
+def build_q4(
+    auctions: ed.DataStream,
+    bids: ed.DataStream,
+    events_per_second: int = DEFAULT_EVENTS_PER_SECOND,
+) -> ed.DataStream:
+    """q4 average price for a category: the running average of its closing prices."""
+    closed = closed_auctions(auctions, bids, events_per_second)
+    sums = (
+        closed.select("category", ed.col("final").alias("total"), ed.lit(1).alias("num"))
+        .key_by("category")
+        .reduce(_running_average)
+        .name("q4_average")
+    )
+    return sums.select("category", (ed.col("total") / ed.col("num")).alias("avg"), "num")
+
+
 BUILDERS: dict[str, Callable[..., ed.DataStream]] = {
     "q0": build_q0,
     "q1": build_q1,
     "q2": build_q2,
     "q3": build_q3,
+    "q4": build_q4,
     "q5": build_q5,
     "q7": build_q7,
     "q8": build_q8,
@@ -313,6 +416,7 @@ BUILDERS: dict[str, Callable[..., ed.DataStream]] = {
 TABLES: dict[str, tuple[str, ...]] = {name: ("bid",) for name in BUILDERS}
 TABLES["q3"] = ("auction", "person")
 TABLES["q8"] = ("person", "auction")
+TABLES["q4"] = ("auction", "bid")
 """The tables each query reads, in the order its builder takes them."""
 
 
@@ -330,28 +434,62 @@ def inputs(name: str, sources: Sources) -> dict[str, Source]:
     return {table: given[table] for table in TABLES[name]}
 
 
-def build(name: str, env: ed.StreamEnvironment, sources: Sources) -> ed.DataStream:
-    """Query ``name`` as a stream of ``env`` reading ``sources``."""
+RATE_BOUND = frozenset({"q4"})
+"""The queries whose builder takes the generator's ``events_per_second`` (it bounds
+how long an auction runs)."""
+
+
+def build(
+    name: str,
+    env: ed.StreamEnvironment,
+    sources: Sources,
+    events_per_second: int = DEFAULT_EVENTS_PER_SECOND,
+) -> ed.DataStream:
+    """Query ``name`` as a stream of ``env`` reading ``sources`` (generated at
+    ``events_per_second``)."""
     streams = [
         env.from_parquet(source) if isinstance(source, str) else env.from_arrow(source)
         for source in inputs(name, sources).values()
     ]
+    if name in RATE_BOUND:
+        return BUILDERS[name](*streams, events_per_second=events_per_second)
     return BUILDERS[name](*streams)
 
 
+def final(name: str, table: pa.Table) -> pa.Table:
+    """The rows of query ``name`` that its SQL computes: for q4, whose stream is the
+    running average per category, each category's last row (the largest ``num``),
+    without ``num``; the collected rows as they are for the other queries."""
+    if name != "q4":
+        return table
+    last = table.group_by("category").aggregate([("num", "max")])
+    joined = table.join(
+        last, keys=["category", "num"], right_keys=["category", "num_max"], join_type="inner"
+    )
+    return joined.select(["category", "avg"])
+
+
 def run_query(
-    name: str, sources: Sources, parallelism: int = 1, batch_size: int = 8192
+    name: str,
+    sources: Sources,
+    parallelism: int = 1,
+    batch_size: int = 8192,
+    events_per_second: int = DEFAULT_EVENTS_PER_SECOND,
 ) -> pa.Table:
-    """Runs query ``name`` on eddyline over ``sources`` and returns the collected rows."""
+    """Runs query ``name`` on eddyline over ``sources`` and returns its rows (:func:`final`)."""
     env = ed.StreamEnvironment(parallelism=parallelism, batch_size=batch_size)
-    handle = build(name, env, sources).collect()
+    handle = build(name, env, sources, events_per_second).collect()
     env.execute(f"nexmark-{name}")
-    return handle.to_arrow()
+    return final(name, handle.to_arrow())
 
 
-def _runner(name: str) -> Callable[[Sources, int], pa.Table]:
-    def run(sources: Sources, parallelism: int = 1) -> pa.Table:
-        return run_query(name, sources, parallelism)
+def _runner(name: str) -> Callable[..., pa.Table]:
+    def run(
+        sources: Sources,
+        parallelism: int = 1,
+        events_per_second: int = DEFAULT_EVENTS_PER_SECOND,
+    ) -> pa.Table:
+        return run_query(name, sources, parallelism, events_per_second=events_per_second)
 
     run.__name__ = run.__qualname__ = name
     run.__doc__ = f"{name} on eddyline (see :func:`build_{name}`)."
@@ -362,16 +500,18 @@ q0 = _runner("q0")
 q1 = _runner("q1")
 q2 = _runner("q2")
 q3 = _runner("q3")
+q4 = _runner("q4")
 q5 = _runner("q5")
 q7 = _runner("q7")
 q8 = _runner("q8")
 q11 = _runner("q11")
 
-QUERIES: dict[str, Callable[[Sources, int], pa.Table]] = {
+QUERIES: dict[str, Callable[..., pa.Table]] = {
     "q0": q0,
     "q1": q1,
     "q2": q2,
     "q3": q3,
+    "q4": q4,
     "q5": q5,
     "q7": q7,
     "q8": q8,
@@ -404,6 +544,17 @@ SQL: dict[str, str] = {
                epoch_ms(c.ws)::TIMESTAMP_MS AS window_start,
                epoch_ms(c.ws + 10000)::TIMESTAMP_MS AS window_end
         FROM counts AS c JOIN maxes AS m ON c.ws = m.ws AND c.num >= m.maxn
+    """,
+    # the closing price of an auction: its largest bid in [date_time, expires]
+    "q4": """
+        SELECT Q.category, avg(Q.final) AS avg
+        FROM (
+            SELECT A.id, A.category, max(B.price) AS final
+            FROM auction AS A JOIN bid AS B ON A.id = B.auction
+            WHERE B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.category
+        ) AS Q
+        GROUP BY Q.category
     """,
     "q3": """
         SELECT P.name, P.city, P.state, A.id

@@ -50,13 +50,13 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 from generator import DEFAULT_EVENTS_PER_SECOND, parse_count  # noqa: E402
-from queries import BUILDERS, TABLES, build, compare, duckdb_query  # noqa: E402
+from queries import BUILDERS, TABLES, build, compare, duckdb_query, final  # noqa: E402
 
 import eddyline as ed  # noqa: E402
 
 PEERS: dict[str, tuple[str, frozenset[str]]] = {
     "spark": ("peer_spark.py", frozenset({"q1", "q5"})),
-    "flink": ("peer_flink.py", frozenset({"q0", "q1", "q2", "q3", "q5", "q7", "q11"})),
+    "flink": ("peer_flink.py", frozenset({"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q11"})),
 }
 """Each peer's script and the queries it runs."""
 
@@ -184,11 +184,11 @@ def main() -> None:
     if args.engine == "eddyline":
         t0 = time.perf_counter()
         env = ed.StreamEnvironment(parallelism=args.parallelism, batch_size=args.batch_size)
-        handle = build(args.query, env, paths).collect()
+        handle = build(args.query, env, paths, args.events_per_second).collect()
         startup = time.perf_counter() - t0
         t1 = time.perf_counter()
         env.execute(f"nexmark-{args.query}")
-        result = handle.to_arrow()
+        result = final(args.query, handle.to_arrow())
         seconds = time.perf_counter() - t1
         rss = peak_rss_mb()  # before the check allocates its own tables
         rows_out = result.num_rows
