@@ -3,7 +3,7 @@
     python benches/nexmark/run.py --query q5 --events 10M [--engine eddyline|spark|flink]
         [--parallelism P] [--check] [--seed S] [--flink-python PATH]
 
-Queries: q0, q1, q2, q3, q5, q7, q11 (see :mod:`queries`).
+Queries: q0 to q5, q7, q8, q11 (see :mod:`queries`).
 
 The events are generated once per (events, seed, rate) into a cached directory of
 Parquet files (``person.parquet``, ``auction.parquet``, ``bid.parquet``) under
