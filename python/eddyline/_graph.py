@@ -19,7 +19,14 @@ import pyarrow as pa
 from ._exec.codegen import Stage
 from ._exec.factory import RunnerFactory
 from ._exec.records import RecordChainRunner
-from ._specs import AssignTimestampsSpec, EdgeSpec, NodeBase, NodeSpec, PythonSpec
+from ._specs import (
+    AssignTimestampsSpec,
+    EdgeSpec,
+    NodeBase,
+    NodeSpec,
+    PythonSpec,
+    SourceParquetSpec,
+)
 from .errors import GraphError
 from .scope import StreamScope
 
@@ -204,6 +211,18 @@ class LogicalGraph:
                         operator=node.display_name,
                     )
 
+        readers: dict[int, list[int]] = {nid: [] for nid in needed}
+        for nid in needed:
+            for edge in self.nodes[nid].inputs:
+                readers[edge.node].append(nid)
+        pushdown = {
+            nid: columns
+            for nid in needed
+            if self.nodes[nid].kind == "source_parquet"
+            and "columns" not in self.nodes[nid].params
+            and (columns := self._columns_read(nid, readers)) is not None
+        }
+
         groups: list[_Group] = []
         group_of: dict[int, int] = {}
         for nid in needed:
@@ -245,7 +264,10 @@ class LogicalGraph:
             elif first.side_outputs:
                 # A window's late records, on port 1.
                 base["late_output"] = True
-            out.append(self._spec(base, members, group_of))
+            spec = self._spec(base, members, group_of)
+            if first.id in pushdown and spec["kind"] == "source_parquet":
+                spec["columns"] = pushdown[first.id]
+            out.append(spec)
             if first.collect is not None:
                 collects.append((first.collect, index))
         return CompiledGraph(
@@ -337,6 +359,31 @@ class LogicalGraph:
             }
         return _native_spec(base, first)
 
+    def _columns_read(self, nid: int, readers: dict[int, list[int]]) -> list[str] | None:
+        """The columns of ``nid``'s output that its readers use, in its schema's order,
+        when every path from it is filters ending in a ``select`` (each naming
+        the columns its expressions read); ``None`` when some reader may use any
+        column (another operator, a sink, a loop) or nothing is known."""
+        schema = self.nodes[nid].schema
+        if schema is None or not readers[nid]:
+            return None
+        used: set[str] = set()
+        for reader in readers[nid]:
+            node = self.nodes[reader]
+            if "reads" not in node.params or node.collect is not None or node.side_outputs:
+                return None
+            if node.kind == "filter":
+                below = self._columns_read(reader, readers)
+                if below is None:
+                    return None
+                used.update(below)
+            elif node.kind != "select":
+                return None
+            used.update(node.params["reads"])
+        if used.isdisjoint(schema.names):
+            return None
+        return [name for name in schema.names if name in used]
+
     def output_schema(self, node: LogicalNode, max_parallelism: int) -> pa.Schema | None:
         """Builds the graph up to ``node`` in the native layer and returns its schema.
 
@@ -381,12 +428,15 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
         case "source_sequence":
             return {**base, "kind": "source_sequence", "start": p["start"], "end": p["end"]}
         case "source_parquet":
-            return {
+            parquet: SourceParquetSpec = {
                 **base,
                 "kind": "source_parquet",
                 "paths": p["paths"],
                 "storage_options": dict(p.get("storage_options") or {}),
             }
+            if "columns" in p:
+                parquet["columns"] = list(p["columns"])
+            return parquet
         case "source_python":
             return {
                 **base,

@@ -94,6 +94,9 @@ class SourceParquetSpec(NodeBase):
     #: Options of the object store the paths lie on (empty: local paths, or
     #: the standard environment variables).
     storage_options: dict[str, str]
+    #: Read only these top-level columns (``from_parquet(columns=)`` or pushed
+    #: down from the selects that read the source); absent: every column.
+    columns: NotRequired[list[str]]
 
 
 class SourcePythonSpec(NodeBase):

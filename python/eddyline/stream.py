@@ -274,8 +274,9 @@ class DataStream(_Operators):
                 (run in Rust), or a function ``fn(row) -> bool``.
         """
         if isinstance(predicate, Expr):
+            reads = list(predicate.columns())
             return self._native(
-                "filter", "filter", {"expr": predicate._tree()}, columns=predicate.columns()
+                "filter", "filter", {"expr": predicate._tree(), "reads": reads}, columns=reads
             )
         require_callable(predicate, "filter()")
         return self._add("filter", "record", schema=self.schema, stage=("filter", predicate))
@@ -347,7 +348,9 @@ class DataStream(_Operators):
                 raise GraphError(f"select(): column '{name}' is selected twice")
             columns.append((name, expr._tree()))
             used.update(dict.fromkeys(expr.columns()))
-        return self._native("select", "select", {"columns": columns}, columns=used)
+        return self._native(
+            "select", "select", {"columns": columns, "reads": list(used)}, columns=used
+        )
 
     # ---- event time ---------------------------------------------------------
 

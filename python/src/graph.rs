@@ -559,9 +559,11 @@ impl GraphReader<'_> {
             "source_parquet" => {
                 let paths: Vec<PathBuf> = get(spec.d, "paths")?;
                 let options = storage_options(spec.d)?;
-                source(Arc::new(ParquetSource::new_with(
-                    spec.name, paths, options,
-                )?))
+                let mut parquet = ParquetSource::new_with(spec.name, paths, options)?;
+                if let Some(columns) = opt::<Vec<String>>(spec.d, "columns")? {
+                    parquet = parquet.with_columns(&columns)?;
+                }
+                source(Arc::new(parquet))
             }
             "source_python" => source(python_source(spec)?),
             "filter" => filter_node(spec)?,

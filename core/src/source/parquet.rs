@@ -31,6 +31,7 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
     ParquetRecordBatchReaderBuilder,
 };
+use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
@@ -213,8 +214,12 @@ pub struct ParquetSource {
     /// The source's name, for errors.
     name: String,
     files: Arc<Vec<FileMeta>>,
+    /// The schema of the batches: the files' or the projected columns'.
     schema: SchemaRef,
     options: Arc<StorageOptions>,
+    /// The top-level columns read (indices into the files' schema, in
+    /// file order); `None`: all of them.
+    projection: Option<Arc<Vec<usize>>>,
 }
 
 fn open_input(name: &str, path: &PathBuf, options: &StorageOptions) -> Result<ParquetInput> {
@@ -277,7 +282,37 @@ impl ParquetSource {
             files: Arc::new(files),
             schema,
             options: Arc::new(options),
+            projection: None,
         })
+    }
+
+    /// Reads only the top-level `columns` (projection pushdown: the other
+    /// columns' chunks are neither fetched nor decoded). The batches hold
+    /// them in the files' column order.
+    pub fn with_columns(mut self, columns: &[String]) -> Result<Self> {
+        let full = self.files[0].meta.schema().clone();
+        let mut indices = Vec::with_capacity(columns.len());
+        for name in columns {
+            let Some((i, _)) = full.column_with_name(name) else {
+                let known: Vec<&str> = full.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(Error::schema(
+                    &self.name,
+                    format!("the Parquet files have no column '{name}' (they have {known:?})"),
+                ));
+            };
+            indices.push(i);
+        }
+        indices.sort_unstable();
+        indices.dedup();
+        if indices.is_empty() {
+            return Err(Error::graph(&self.name, "from_parquet: no columns to read"));
+        }
+        self.schema = Arc::new(
+            full.project(&indices)
+                .map_err(|e| Error::arrow(&self.name, &e))?,
+        );
+        self.projection = Some(Arc::new(indices));
+        Ok(self)
     }
 
     /// Every row group of every file, in order: `(file, row group)`.
@@ -303,6 +338,7 @@ impl SourceFactory for ParquetSource {
         let mut reader = ParquetReader {
             files: self.files.clone(),
             options: self.options.clone(),
+            projection: self.projection.clone(),
             open_files: Vec::new(),
             open: Vec::new(),
             cursor: 0,
@@ -357,6 +393,8 @@ pub struct ParquetReader {
     /// Every file of the source, in order.
     files: Arc<Vec<FileMeta>>,
     options: Arc<StorageOptions>,
+    /// The columns read (see [`ParquetSource::with_columns`]).
+    projection: Option<Arc<Vec<usize>>>,
     /// The files this subtask has row groups of not read to their end.
     open_files: Vec<FileSplits>,
     /// `open[i]` is the index of `open_files[i]`.
@@ -444,6 +482,7 @@ impl ParquetReader {
         name: &str,
         files: &[FileMeta],
         options: &StorageOptions,
+        projection: Option<&[usize]>,
         batch_size: usize,
         f: &mut FileSplits,
     ) -> Result<()> {
@@ -483,12 +522,16 @@ impl ParquetReader {
         }
         let input = open_input(name, &file.path, options)?;
         input.know_chunks(file.meta.metadata());
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(input, file.meta.clone())
-            .with_row_groups(vec![split.group])
-            .with_batch_size(batch_size)
-            .with_offset(split.rows as usize)
-            .build()
-            .map_err(io)?;
+        let mut builder =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(input, file.meta.clone())
+                .with_row_groups(vec![split.group])
+                .with_batch_size(batch_size)
+                .with_offset(split.rows as usize);
+        if let Some(columns) = projection {
+            let mask = ProjectionMask::roots(builder.parquet_schema(), columns.iter().copied());
+            builder = builder.with_projection(mask);
+        }
+        let reader = builder.build().map_err(io)?;
         f.total = total;
         f.reader = Some(reader);
         Ok(())
@@ -519,7 +562,14 @@ impl SourceReader for ParquetReader {
             let pos = self.cursor % self.open_files.len();
             let f = &mut self.open_files[pos];
             if f.reader.is_none() {
-                Self::open_group(&self.name, &self.files, &self.options, self.batch_size, f)?;
+                Self::open_group(
+                    &self.name,
+                    &self.files,
+                    &self.options,
+                    self.projection.as_deref().map(Vec::as_slice),
+                    self.batch_size,
+                    f,
+                )?;
             }
             let Some(reader) = f.reader.as_mut() else {
                 self.next_group(pos);
@@ -814,5 +864,37 @@ mod tests {
             .seek(&encode_entries(&[encode_positions(&[0, 501])]))
             .unwrap_err();
         assert!(err.to_string().contains("a.parquet"), "{err}");
+    }
+
+    #[test]
+    fn test_columns_project_the_batches_and_an_offset_restores_under_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.parquet");
+        let v: arrow::array::ArrayRef = Arc::new(Int64Array::from_iter_values(0..100));
+        let w: arrow::array::ArrayRef = Arc::new(Int64Array::from_iter_values(100..200));
+        let batch = RecordBatch::try_from_iter([("v", v), ("w", w)]).unwrap();
+        let mut out =
+            ArrowWriter::try_new(File::create(&a).unwrap(), batch.schema(), None).unwrap();
+        out.write(&batch).unwrap();
+        out.close().unwrap();
+        let src = ParquetSource::new("files", vec![a.clone()]).unwrap();
+        let err = src.with_columns(&["x".into()]).err().unwrap().to_string();
+        assert!(err.contains("'x'") && err.contains("files"), "{err}");
+        let src = ParquetSource::new("files", vec![a]).unwrap();
+        let src = src.with_columns(&["w".into()]).unwrap();
+        assert_eq!(src.schema().unwrap().fields().len(), 1);
+        let mut r = src.create(&ctx(), 30).unwrap();
+        let SourcePoll::Batch(first) = r.poll_next().unwrap() else {
+            panic!("a batch");
+        };
+        assert_eq!(first.schema().field(0).name(), "w");
+        let mut restored = src.create(&ctx(), 30).unwrap();
+        restored.seek(&r.offset()).unwrap();
+        let rest = drain(restored.as_mut());
+        assert_eq!(
+            rest,
+            (130..200).collect::<Vec<i64>>(),
+            "column w after its first 30 rows"
+        );
     }
 }
