@@ -54,6 +54,18 @@ def test_from_parquet_reads_every_object_under_the_prefix(s3: S3, parallelism: i
     assert_exact_ids(got["id"].to_pylist(), expected["id"].to_pylist(), "from_parquet(s3://)")
 
 
+def test_from_parquet_columns_on_the_store(s3: S3) -> None:
+    """Projection on an object store: only the named column comes back."""
+    expected = _upload(s3, "cols")
+    env = ed.StreamEnvironment(2, batch_size=1_000)
+    stream = env.from_parquet(f"s3://{s3.bucket}/cols", columns=["k"])
+    assert stream.schema == pa.schema({"k": pa.int64()})
+    handle = stream.collect()
+    env.execute("s3-parquet-columns")
+    got = sorted(handle.to_arrow()["k"].to_pylist())
+    assert got == sorted(expected["k"].to_pylist())
+
+
 def test_from_parquet_single_object_and_storage_options(
     s3: S3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
