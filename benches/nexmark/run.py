@@ -171,6 +171,13 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8192)
     ap.add_argument("--check", action="store_true", help="compare with DuckDB's result")
     ap.add_argument(
+        "--sink",
+        choices=["collect", "discard"],
+        default="collect",
+        help="eddyline: collect the rows into the driver, or drop them (ed.DiscardSink, as "
+        "the peers' blackhole/noop sinks); discard cannot --check",
+    )
+    ap.add_argument(
         "--data-dir",
         default=os.path.join(tempfile.gettempdir(), "eddyline-nexmark"),
         help="where the generated Parquet files are cached",
@@ -184,15 +191,25 @@ def main() -> None:
     if args.engine == "eddyline":
         t0 = time.perf_counter()
         env = ed.StreamEnvironment(parallelism=args.parallelism, batch_size=args.batch_size)
-        handle = build(args.query, env, paths, args.events_per_second).collect()
+        if args.sink == "discard" and args.check:
+            raise SystemExit("--sink discard keeps no rows to --check")
+        stream = build(args.query, env, paths, args.events_per_second)
+        if args.sink == "discard":
+            stream.sink_to(ed.DiscardSink()).name("discard")
+        else:
+            handle = stream.collect()
         startup = time.perf_counter() - t0
         t1 = time.perf_counter()
-        env.execute(f"nexmark-{args.query}")
-        result = final(args.query, handle.to_arrow())
+        job = env.execute(f"nexmark-{args.query}")
+        if args.sink == "discard":
+            result = None
+            rows_out = int(job.metrics["operators"]["discard"]["records_in"])
+        else:
+            result = final(args.query, handle.to_arrow())
+            rows_out = result.num_rows
         seconds = time.perf_counter() - t1
         rss = peak_rss_mb()  # before the check allocates its own tables
-        rows_out = result.num_rows
-        extra = {"sink": "collect", "input": "parquet"}
+        extra = {"sink": args.sink, "input": "parquet"}
     else:
         python = args.flink_python if args.engine == "flink" else sys.executable
         report, result = run_peer(

@@ -62,7 +62,7 @@ from .keyed import KeyedStream, WindowedStream
 from .loops import CoLoopFunction, LoopFunction
 from .runners import ProcessRunner
 from .scope import StreamScope
-from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
+from .sinks import CollectHandle, DiscardSink, ParquetSink, TwoPhaseCommitSink
 from .sources import Source
 from .state_reader import read_state
 from .stream import DataStream, DataStreamSink
@@ -77,6 +77,7 @@ __all__ = [
     "DashboardError",
     "CoLoopFunction",
     "CollectHandle",
+    "DiscardSink",
     "BroadcastConnectedStreams",
     "BroadcastContext",
     "BroadcastProcessFunction",

@@ -507,6 +507,8 @@ def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
             return {**base, "kind": node.kind}
         case "sink_collect":
             return {**base, "kind": "sink_collect"}
+        case "sink_discard":
+            return {**base, "kind": "sink_discard"}
         case "sink_parquet":
             return {
                 **base,

@@ -229,6 +229,12 @@ class SinkCollectSpec(NodeBase):
     kind: Literal["sink_collect"]
 
 
+class SinkDiscardSpec(NodeBase):
+    """``DiscardSink()``: batches dropped."""
+
+    kind: Literal["sink_discard"]
+
+
 class SinkParquetSpec(NodeBase):
     """``ParquetSink(dir)``: files committed with checkpoints."""
 
@@ -253,6 +259,7 @@ NodeSpec: TypeAlias = (
     | PassThroughSpec
     | PythonSpec
     | SinkCollectSpec
+    | SinkDiscardSpec
     | SinkParquetSpec
 )
 """One node of a job graph as ``eddyline._core`` reads it."""

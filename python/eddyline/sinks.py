@@ -149,6 +149,24 @@ class ParquetSink(Sink):
         return f"ParquetSink({self.dir!r})"
 
 
+class DiscardSink:
+    """Drops every row (Flink's ``DiscardingSink``, Spark's ``noop`` format).
+
+    For measuring a pipeline without the cost of keeping or writing its
+    output: the job's metrics still count the rows that reached the sink.
+
+    Example:
+        >>> import eddyline as ed
+        >>> env = ed.StreamEnvironment(1)
+        >>> _ = env.from_sequence(0, 1000).sink_to(ed.DiscardSink()).name("drop")
+        >>> env.execute().metrics["operators"]["drop"]["records_in"]
+        1000
+    """
+
+    def __repr__(self) -> str:
+        return "DiscardSink()"
+
+
 class TwoPhaseCommitSink(Sink):
     """Base class of exactly-once sinks with transactions.
 

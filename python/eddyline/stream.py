@@ -44,7 +44,7 @@ from .joins import build_join, build_window_join
 from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
 from .scope import StreamScope
-from .sinks import CollectHandle, ParquetSink, TwoPhaseCommitSink
+from .sinks import CollectHandle, DiscardSink, ParquetSink, TwoPhaseCommitSink
 from .windows import OutputTag
 
 if TYPE_CHECKING:
@@ -705,9 +705,12 @@ class DataStream(_Operators):
         stream._node.collect = handle
         return handle
 
-    def sink_to(self, sink: ParquetSink | TwoPhaseCommitSink) -> DataStreamSink:
-        """Writes the stream to ``sink`` (``ParquetSink`` or a ``TwoPhaseCommitSink``)."""
-        if isinstance(sink, ParquetSink):
+    def sink_to(self, sink: ParquetSink | TwoPhaseCommitSink | DiscardSink) -> DataStreamSink:
+        """Writes the stream to ``sink`` (``ParquetSink``, a ``TwoPhaseCommitSink``, or
+        ``DiscardSink`` to drop it)."""
+        if isinstance(sink, DiscardSink):
+            stream = self._add("discard_sink", "sink_discard", params={})
+        elif isinstance(sink, ParquetSink):
             options = {**self._env.storage_options, **sink.storage_options}
             params = {"dir": sink.dir, "storage_options": options}
             stream = self._add("parquet_sink", "sink_parquet", params=params)
@@ -727,7 +730,8 @@ class DataStream(_Operators):
                     raise
         else:
             raise TypeError(
-                f"sink_to() needs an ed.ParquetSink or an ed.TwoPhaseCommitSink, got "
+                f"sink_to() needs an ed.ParquetSink, an ed.TwoPhaseCommitSink or an "
+                f"ed.DiscardSink, got "
                 f"{type(sink).__name__}"
             )
         return DataStreamSink(self._env, stream._node)

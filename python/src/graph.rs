@@ -26,6 +26,7 @@ use eddyline_core::operator::OperatorFactory;
 use eddyline_core::partition::Partitioning;
 use eddyline_core::scope::StreamScope;
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
+use eddyline_core::sink::discard::DiscardSinkFactory;
 use eddyline_core::sink::parquet::ParquetSinkFactory;
 use eddyline_core::source::arrow_batches::ArrowBatchesSource;
 use eddyline_core::source::parquet::ParquetSource;
@@ -512,7 +513,9 @@ impl GraphReader<'_> {
             Err(NodeError::Core(e)) => return Err(to_py(py, &e.in_operator(&name))),
             Err(NodeError::Py(e)) => return Err(e),
         };
-        if role == Role::Sink && kind != "sink_collect" {
+        // Sinks whose output lives outside the job (not collect's, which the
+        // driver holds; a discard sink has none).
+        if role == Role::Sink && kind != "sink_collect" && kind != "sink_discard" {
             self.external_sinks.push(name.clone());
         }
         // A window (native or Python) with a late output emits its late
@@ -594,6 +597,7 @@ impl GraphReader<'_> {
                     None,
                 )
             }
+            "sink_discard" => (op(Arc::new(DiscardSinkFactory)), Role::Sink, None),
             "sink_parquet" => {
                 let dir: PathBuf = get(spec.d, "dir")?;
                 let options = storage_options(spec.d)?;

@@ -131,3 +131,20 @@ def test_a_sink_that_cannot_be_copied_is_a_graph_error_before_anything_runs() ->
         env.execute()
     assert info.value.operator == "locked_sink"
     assert isinstance(info.value.__cause__, TypeError)
+
+
+def test_discard_sink_drops_rows_and_counts_them(tmp_path: Path) -> None:
+    """A DiscardSink beside a collect, in recompute mode (it holds no state): it counts
+    every row that reached it and emits none."""
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), recovery="recompute")
+    )
+    rows = env.from_sequence(0, 5_000)
+    rows.sink_to(ed.DiscardSink()).name("dropped")
+    kept = rows.filter(ed.col("value") % 5 == 0).collect()
+    result = env.execute("discard")
+    assert sorted(r["value"] for r in kept.to_pylist()) == list(range(0, 5_000, 5))
+    assert result.metrics["operators"]["dropped"]["records_in"] == 5_000
+    assert result.metrics["operators"]["dropped"]["records_out"] == 0
+    with pytest.raises(TypeError, match="DiscardSink"):
+        rows.sink_to("nowhere")  # type: ignore[arg-type]

@@ -7,6 +7,7 @@
 //! restarts from scratch never leaves partial output behind.
 
 pub mod collect;
+pub mod discard;
 pub mod parquet;
 
 /// The id of the pseudo-checkpoint that commits everything at the end of a
