@@ -134,6 +134,61 @@ def test_the_page_shows_the_graph_the_loop_and_a_checkpoint(
             client.wait(30)
 
 
+def test_nested_loops_are_nested_clusters_each_closed_by_its_feedback_edge(
+    browser: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def inner(t: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        nxt = t.with_columns(n=ed.col("n") - 1).name("inner-step")
+        return nxt.filter(ed.col("n") > 0), nxt.filter(ed.col("n") <= 0)
+
+    def outer(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        back = s.with_columns(n=ed.col("m")).iterate(inner).with_columns(m=ed.col("m") - 1)
+        return back.filter(ed.col("m") > 0), back.filter(ed.col("m") <= 0)
+
+    env = ed.StreamEnvironment(1, batch_size=64)
+    src = env.from_sequence(0, 10**12).name("numbers")
+    src.with_columns(m=ed.col("value") % 4 + 1, n=ed.lit(0)).iterate(outer).collect()
+    client = env.execute_async("nested", dashboard=0)
+    try:
+        assert client.dashboard_url is not None
+        plan = _plan(client.dashboard_url)
+        browser.get(client.dashboard_url)
+        WebDriverWait(browser, 30).until(
+            lambda d: len(d.find_elements(By.CSS_SELECTOR, "#graph g.node")) == len(plan)
+        )
+        heads = [n for n in plan if n["feedback_from"] is not None]
+        assert len(heads) == 2
+        feedback = {
+            (e.get_attribute("data-from"), e.get_attribute("data-to"))
+            for e in browser.find_elements(By.CSS_SELECTOR, "#graph g.edgePath.feedback")
+        }
+        assert feedback == {(str(h["feedback_from"]), str(h["id"])) for h in heads}
+        outer_head, inner_head = sorted(heads, key=lambda h: len(h["scope"]))
+        out_loop, in_loop = outer_head["scope"][-1], inner_head["scope"][-1]
+        assert inner_head["scope"] == [out_loop, in_loop]
+        (outer_box,) = browser.execute_script(
+            _BOXES, f'#graph g.cluster[data-loop="{out_loop}"] > rect'
+        )
+        (inner_box,) = browser.execute_script(
+            _BOXES, f'#graph g.cluster[data-loop="{in_loop}"] > rect'
+        )
+        assert _contains(outer_box, inner_box) and outer_box != inner_box
+        for n in plan:
+            (box,) = browser.execute_script(_BOXES, f'#graph g.node[data-id="{n["id"]}"] rect')
+            assert _contains(inner_box, box) == (in_loop in n["scope"]), n["name"]
+            assert _contains(outer_box, box) == (out_loop in n["scope"]), n["name"]
+        shot = tmp_path_factory.mktemp("artifacts") / "nested-loops.png"
+        assert browser.save_screenshot(str(shot))
+        print(f"screenshot: {shot}")
+    finally:
+        client.cancel()
+        with pytest.raises(ed.EddylineError):
+            client.wait(30)
+
+
 # The page boxes (x, y, width, height) of the elements a CSS selector finds.
 _BOXES = """
 return [...document.querySelectorAll(arguments[0])].map(e => {
