@@ -321,6 +321,15 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
         od.set_item("late_records", o.late_records)?;
         od.set_item("spilled_bytes", o.spilled_bytes)?;
         od.set_item("spill_files", o.spill_files)?;
+        // Loop heads (0 elsewhere): the furthest termination round of its
+        // subtasks, the events and bytes queued on their feedback queues.
+        let subs = &o.subtasks;
+        let round = subs.iter().map(|s| s.termination_round).max();
+        od.set_item("termination_rounds", round.unwrap_or(0))?;
+        let events: u64 = subs.iter().map(|s| s.feedback_events).sum();
+        od.set_item("feedback_queue_events", events)?;
+        let bytes: u64 = subs.iter().map(|s| s.feedback_bytes).sum();
+        od.set_item("feedback_queue_bytes", bytes)?;
         let subtasks = PyList::empty(py);
         for st in &o.subtasks {
             let sd = PyDict::new(py);
@@ -331,6 +340,9 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
             sd.set_item("idle_ns", st.idle_ns)?;
             let wm = (st.watermark != i64::MIN).then_some(st.watermark);
             sd.set_item("watermark", wm)?;
+            sd.set_item("termination_round", st.termination_round)?;
+            sd.set_item("feedback_queue_events", st.feedback_events)?;
+            sd.set_item("feedback_queue_bytes", st.feedback_bytes)?;
             subtasks.append(sd)?;
         }
         od.set_item("subtasks", subtasks)?;

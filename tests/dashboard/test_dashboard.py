@@ -14,6 +14,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -221,3 +222,120 @@ def test_a_restart_is_listed_with_its_cause(tmp_path: Any) -> None:
     assert [e["stacktrace"] for e in entries] == [causes[0]["cause"]]
     assert _api(client)["restarts"] == 1
     assert client.wait().restarts == 1
+
+
+def _amplifying_loop(tmp_path: Any, workers: int) -> tuple[ed.StreamEnvironment, Any]:
+    """W4-like: every row goes round the loop twice per level until level 9, its padding
+    making the feedback far larger than the loop head's 16 KiB of feedback memory."""
+    env = ed.StreamEnvironment(workers, batch_size=256)
+    seeds = env.from_sequence(0, 4).set_parallelism(1).name("seeds")
+    rows = seeds.with_columns(depth=ed.lit(0), pad=ed.lit("x" * 200)).name("pad")
+
+    def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        twice = s.union(s).with_columns(depth=ed.col("depth") + 1).name("double")
+        return twice.filter(ed.col("depth") < 9), twice.filter(ed.col("depth") >= 9)
+
+    leaves = rows.iterate(body, feedback_memory="16KiB", spill_dir=tmp_path / "spill")
+    return env, leaves.name("leaves").collect()
+
+
+@pytest.mark.parametrize("runner", [None, "process"])
+def test_loop_metrics_agree_with_the_jobs_metrics(tmp_path: Any, runner: str | None) -> None:
+    env, out = _amplifying_loop(tmp_path, 2)
+    client = env.execute_async("loop", dashboard=0, runner=ed.ProcessRunner(2) if runner else None)
+    _ended(client)
+    own = client.metrics()["operators"]
+    heads = [v for v in _api(client)["vertices"] if v["kind"] == "loop_head"]
+    assert len(heads) == 1
+    head = heads[0]
+    mine = own[head["name"]]
+    # The loop spilled (16 KiB of memory for ~1.6 MB of feedback) and terminated after rounds.
+    assert mine["spilled_bytes"] > 0 and mine["spill_files"] > 0
+    assert mine["termination_rounds"] >= 2
+    assert mine["termination_rounds"] == max(s["termination_round"] for s in mine["subtasks"])
+    assert mine["feedback_queue_events"] == 0, "the ended loop left nothing queued"
+    loops = _api(client, "/loops")["loops"]
+    assert loops == [
+        {
+            "id": head["id"],
+            "name": head["name"],
+            "loop-id": head["scope"][-1],
+            "feedback-from": head["feedback_from"],
+            "feedback-queue-events": 0,
+            "feedback-queue-bytes": 0,
+            "spilled-bytes": mine["spilled_bytes"],
+            "spill-files": mine["spill_files"],
+            "termination-rounds": mine["termination_rounds"],
+        }
+    ]
+    assert head["loop"] == {k: v for k, v in loops[0].items() if k not in ("id", "name")}
+    assert [s["terminationRound"] for s in head["subtasks"]] == [
+        s["termination_round"] for s in mine["subtasks"]
+    ]
+    assert client.dashboard_url is not None
+    text = _get(client.dashboard_url + "metrics").decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    rounds = {
+        s.labels["subtask"]: s.value for s in families["eddyline_loop_termination_round"].samples
+    }
+    assert rounds == {str(i): float(s["termination_round"]) for i, s in enumerate(mine["subtasks"])}
+    spilled = [
+        s.value
+        for s in families["eddyline_operator_spilled_bytes"].samples
+        if s.labels["operator"] == head["name"] and s.name.endswith("_total")
+    ]
+    assert spilled == [float(mine["spilled_bytes"])]
+    result = client.wait()
+    assert result.metrics["operators"][head["name"]]["spilled_bytes"] == mine["spilled_bytes"]
+    assert len(out) == 4 * 2**9
+
+
+def test_the_page_loads_its_graph_libraries_from_the_xstatic_packages(tmp_path: Any) -> None:
+    import xstatic.pkg.d3
+    import xstatic.pkg.dagre_d3
+
+    client = _finite_job(tmp_path).execute_async("vendor", dashboard=0)
+    try:
+        url = client.dashboard_url
+        assert url is not None
+        page = _get(url).decode()
+        for lib, pkg, file in (
+            ("d3", xstatic.pkg.d3, "d3.js"),
+            ("dagre_d3", xstatic.pkg.dagre_d3, "dagre-d3.min.js"),
+        ):
+            assert f'src="vendor/{lib}/{file}"' in page
+            with urllib.request.urlopen(f"{url}vendor/{lib}/{file}", timeout=10) as r:
+                assert r.read() == (Path(pkg.BASE_DIR) / file).read_bytes()
+        for bad in ("vendor/d3/../__init__.py", "vendor/d3/nope.js", "vendor/jquery/x.js"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                _get(url + bad)
+            assert info.value.code == 404, bad
+            info.value.close()
+    finally:
+        client.wait()
+
+
+def test_a_running_loop_shows_its_queue_and_spilled_bytes_live(tmp_path: Any) -> None:
+    from eddyline.testing import collatz_body
+
+    env = ed.StreamEnvironment(2, batch_size=256)
+    numbers = env.from_sequence(1, 10**12).set_parallelism(1).name("numbers")
+    start = numbers.with_columns(x=ed.col("value"), steps=ed.lit(0)).name("prepare")
+    start.iterate(collatz_body, feedback_memory="16KiB", spill_dir=tmp_path).name("out").collect()
+    client = env.execute_async("live-loop", dashboard=0)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            (loop,) = _api(client, "/loops")["loops"]
+            if loop["spilled-bytes"] > 0 and loop["feedback-queue-events"] > 0:
+                break
+            assert time.monotonic() < deadline, f"no live loop metrics: {loop}"
+            time.sleep(0.2)  # the next sample
+        own = client.metrics()["operators"][loop["name"]]
+        # Taken after the sample: the counter only grows.
+        assert own["spilled_bytes"] >= loop["spilled-bytes"]
+        assert loop["termination-rounds"] == 0, "the input never ends: no round started"
+    finally:
+        client.cancel()
+        with pytest.raises(ed.EddylineError):
+            client.wait(30)

@@ -1,12 +1,17 @@
 //! Per-operator counters (records and batches in and out), summed over the
 //! operator's subtasks with relaxed atomics: one add per batch, none per
 //! record; per-subtask rows, busy / backpressured / idle time and
-//! watermark ([`SubtaskMetrics`]).
+//! watermark ([`SubtaskMetrics`]); a loop head subtask's feedback queue
+//! and termination round (DESIGN.md "Loops": feedback queues and the
+//! termination protocol).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
+use crate::feedback::FeedbackQueue;
 use crate::graph::Role;
 
 /// Live counters of one operator.
@@ -20,7 +25,8 @@ pub struct OperatorMetrics {
     pub batches_out: AtomicU64,
     /// Late records dropped (summed over subtasks).
     pub late_records: AtomicU64,
-    /// Loop heads: bytes of feedback spilled to disk.
+    /// Loop heads: bytes of feedback spilled to disk (counted while the
+    /// head reads its feedback, so a running job's value is current).
     pub spilled_bytes: AtomicU64,
     /// Loop heads: feedback spill files written.
     pub spill_files: AtomicU64,
@@ -113,6 +119,10 @@ impl JobMetrics {
 /// the subtask's thread spent its time (Flink's busy / backpressured /
 /// idle time), in nanoseconds. The time of a task is charged to every
 /// operator of its chain (they share the thread).
+///
+/// A loop head subtask also shows its feedback queues (events and bytes
+/// queued, read live from the queues it [watches](Self::watch_feedback))
+/// and the last termination round it emitted.
 #[derive(Debug)]
 pub struct SubtaskMetrics {
     pub records_in: AtomicU64,
@@ -125,6 +135,16 @@ pub struct SubtaskMetrics {
     pub idle_ns: AtomicU64,
     /// The last watermark the subtask emitted (`i64::MIN`: none yet).
     pub watermark: AtomicI64,
+    /// Loop heads: the last termination round emitted in this attempt
+    /// (0 before round 1; termination.rs).
+    pub termination_round: AtomicU64,
+    /// Loop heads without watched queues (a driver whose workers run the
+    /// heads): the events and bytes queued as the last metric frame said.
+    pub feedback_events: AtomicU64,
+    pub feedback_bytes: AtomicU64,
+    /// Loop heads: the feedback queues the subtask reads in this attempt
+    /// (weak: the metrics never keep a queue, or its spill files, alive).
+    feedback: Mutex<Vec<Weak<FeedbackQueue>>>,
 }
 
 impl Default for SubtaskMetrics {
@@ -136,6 +156,10 @@ impl Default for SubtaskMetrics {
             backpressured_ns: AtomicU64::new(0),
             idle_ns: AtomicU64::new(0),
             watermark: AtomicI64::new(i64::MIN),
+            termination_round: AtomicU64::new(0),
+            feedback_events: AtomicU64::new(0),
+            feedback_bytes: AtomicU64::new(0),
+            feedback: Mutex::new(Vec::new()),
         }
     }
 }
@@ -149,10 +173,32 @@ pub struct SubtaskMetricsSnapshot {
     pub backpressured_ns: u64,
     pub idle_ns: u64,
     pub watermark: i64,
+    /// Loop heads: the last termination round emitted (0: none).
+    pub termination_round: u64,
+    /// Loop heads: events queued on the feedback queues (memory and disk).
+    pub feedback_events: u64,
+    /// Loop heads: bytes of feedback batches held in memory.
+    pub feedback_bytes: u64,
 }
 
 impl SubtaskMetrics {
     pub fn snapshot(&self) -> SubtaskMetricsSnapshot {
+        let (feedback_events, feedback_bytes) = {
+            let queues = self.feedback.lock();
+            if queues.is_empty() {
+                (
+                    self.feedback_events.load(Ordering::Relaxed),
+                    self.feedback_bytes.load(Ordering::Relaxed),
+                )
+            } else {
+                queues
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .fold((0, 0), |(e, b), q| {
+                        (e + q.len_events() as u64, b + q.memory_bytes() as u64)
+                    })
+            }
+        };
         SubtaskMetricsSnapshot {
             records_in: self.records_in.load(Ordering::Relaxed),
             records_out: self.records_out.load(Ordering::Relaxed),
@@ -160,7 +206,17 @@ impl SubtaskMetrics {
             backpressured_ns: self.backpressured_ns.load(Ordering::Relaxed),
             idle_ns: self.idle_ns.load(Ordering::Relaxed),
             watermark: self.watermark.load(Ordering::Relaxed),
+            termination_round: self.termination_round.load(Ordering::Relaxed),
+            feedback_events,
+            feedback_bytes,
         }
+    }
+
+    /// A loop head subtask of a new attempt reads `queues`: they replace
+    /// the last attempt's, and its termination round starts over.
+    pub fn watch_feedback(&self, queues: &[Arc<FeedbackQueue>]) {
+        *self.feedback.lock() = queues.iter().map(Arc::downgrade).collect();
+        self.termination_round.store(0, Ordering::Relaxed);
     }
 }
 
@@ -261,6 +317,36 @@ mod tests {
         let after = subs[0].snapshot();
         assert!(after.busy_ns + after.backpressured_ns >= before.busy_ns + before.backpressured_ns);
         assert_eq!(after.idle_ns, before.idle_ns, "a send is never idle time");
+    }
+
+    #[test]
+    fn a_loop_head_subtask_shows_its_feedback_queues_live() {
+        use crate::event::Event;
+        let sub = SubtaskMetrics::default();
+        sub.termination_round.store(4, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join("eddyline-metrics-test");
+        let queues: Vec<_> = (0..2)
+            .map(|i| Arc::new(FeedbackQueue::new(format!("head {i}"), &dir, 1 << 20)))
+            .collect();
+        sub.watch_feedback(&queues);
+        assert_eq!(
+            sub.snapshot().termination_round,
+            0,
+            "a new attempt starts over"
+        );
+        queues[0].push(Event::Watermark(1)).unwrap();
+        queues[1].push(Event::Watermark(2)).unwrap();
+        queues[1].push(Event::Watermark(3)).unwrap();
+        assert_eq!(sub.snapshot().feedback_events, 3);
+        queues[1].try_pop().unwrap();
+        assert_eq!(sub.snapshot().feedback_events, 2);
+        // A dropped queue (an ended attempt's) counts as empty.
+        drop(queues);
+        assert_eq!(sub.snapshot().feedback_events, 0);
+        // Without queues (a driver): the values the last metric frame stored.
+        let driver = SubtaskMetrics::default();
+        driver.feedback_events.store(9, Ordering::Relaxed);
+        assert_eq!(driver.snapshot().feedback_events, 9);
     }
 
     #[test]

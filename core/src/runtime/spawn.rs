@@ -650,19 +650,22 @@ impl AttemptBuilder<'_> {
             .and_then(|q| q.get(subtask))
             .cloned()
             .unwrap_or_default();
-        Some(Box::new(LoopHead::new(
-            l.id,
-            Arc::from(self.graph.nodes[head].name.as_str()),
-            queues,
-            l.priority,
-            l.co,
-            inputs,
-            l.feedback_memory,
-            l.spill_dir
-                .clone()
-                .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill")),
-            self.shared.metrics.nodes[l.head].2.clone(),
-        )))
+        Some(Box::new(
+            LoopHead::new(
+                l.id,
+                Arc::from(self.graph.nodes[head].name.as_str()),
+                queues,
+                l.priority,
+                l.co,
+                inputs,
+                l.feedback_memory,
+                l.spill_dir
+                    .clone()
+                    .unwrap_or_else(|| std::env::temp_dir().join("eddyline-spill")),
+                self.shared.metrics.nodes[l.head].2.clone(),
+            )
+            .observed_by(self.shared.metrics.nodes[l.head].2.subtask(subtask)),
+        ))
     }
 
     /// Subtask `subtask` of chain `ci`, ready to run on its own thread.

@@ -8,10 +8,13 @@ metrics; it stops when ``client.wait()`` returns.
 
 Routes (names follow Flink's REST API where they fit):
 
-- ``/`` the page (graph, operators, subtasks, checkpoints, restarts)
+- ``/`` the page (graph, operators, subtasks, loops, checkpoints, restarts); its
+  graph is laid out by dagre and drawn with dagre-d3, its chart with D3, both
+  served under ``/vendor/`` from the installed XStatic packages
 - ``/api/v1/jobs``, ``/api/v1/jobs/<jid>``, ``/api/v1/jobs/<jid>/vertices``,
   ``/api/v1/jobs/<jid>/vertices/<vid>``, ``/api/v1/jobs/<jid>/checkpoints``,
-  ``/api/v1/jobs/<jid>/exceptions``, ``/api/v1/jobs/<jid>/metrics``
+  ``/api/v1/jobs/<jid>/exceptions``, ``/api/v1/jobs/<jid>/loops``,
+  ``/api/v1/jobs/<jid>/metrics``
 - ``/metrics`` Prometheus text
 """
 

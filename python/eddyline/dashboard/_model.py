@@ -251,6 +251,8 @@ class JobView:
                 "spill-files": op.get("spill_files", 0),
             },
         }
+        if node.kind == "loop_head":
+            out["loop"] = self.loop_json(node, op)
         if subtasks:
             out["subtasks"] = [
                 {
@@ -266,10 +268,46 @@ class JobView:
                     "backPressuredTimeMs": s.get("backpressured_ns", 0) // 1_000_000,
                     "idleTimeMs": s.get("idle_ns", 0) // 1_000_000,
                     "currentOutputWatermark": s.get("watermark"),
+                    **(
+                        {
+                            "feedbackQueueEvents": s.get("feedback_queue_events", 0),
+                            "feedbackQueueBytes": s.get("feedback_queue_bytes", 0),
+                            "terminationRound": s.get("termination_round", 0),
+                        }
+                        if node.kind == "loop_head"
+                        else {}
+                    ),
                 }
                 for i, s in enumerate(subs)
             ]
         return out
+
+    @staticmethod
+    def loop_json(node: GraphNode, op: Mapping[str, Any]) -> dict[str, Any]:
+        """A loop head's loop metrics (its vertex's ``loop``).
+
+        ``termination-rounds`` is the furthest termination round its
+        subtasks emitted in this attempt (DESIGN.md "Loops"), the feedback
+        queue figures are summed over its subtasks (events on memory and
+        disk, bytes in memory), ``spilled-bytes`` counts since the job began.
+        """
+        return {
+            "loop-id": node.scope[-1] if node.scope else None,
+            "feedback-from": node.feedback_from,
+            "feedback-queue-events": op.get("feedback_queue_events", 0),
+            "feedback-queue-bytes": op.get("feedback_queue_bytes", 0),
+            "spilled-bytes": op.get("spilled_bytes", 0),
+            "spill-files": op.get("spill_files", 0),
+            "termination-rounds": op.get("termination_rounds", 0),
+        }
+
+    def loops(self, sample: Sample) -> list[dict[str, Any]]:
+        """``/api/v1/jobs/<id>/loops``: every loop head with its loop metrics."""
+        return [
+            {"id": node.id, "name": node.name, **self.loop_json(node, sample.operators[i])}
+            for i, node in enumerate(self.nodes)
+            if node.kind == "loop_head" and i < len(sample.operators)
+        ]
 
     def vertices(self, sample: Sample, *, subtasks: bool = False) -> list[dict[str, Any]]:
         """Every operator with its metrics, in graph order."""
@@ -305,6 +343,10 @@ class JobView:
                 "state_size": c.bytes,
                 "external_path": c.path,
                 "null_state_checkpoint": c.null_state_checkpoint,
+                # The bytes an incremental checkpoint wrote: None until the
+                # checkpoint stats carry them (the lead wires that field here;
+                # the page's table and chart already draw it when set).
+                "incremental_size": None,
                 "num_acknowledged_subtasks": sum(o.subtasks for o in c.operators.values()),
             }
             for c in sample.checkpoints

@@ -54,6 +54,15 @@ class _JobCollector(Collector):
             )
             for key in ("records_in", "records_out")
         }
+        # Loop heads only (DESIGN.md "Loops"): gauges of the current attempt.
+        loops = {
+            key: GaugeMetricFamily(f"eddyline_loop_{key}", doc, labels=_SUB)
+            for key, doc in (
+                ("feedback_queue_events", "Events on the head subtask's feedback queues."),
+                ("feedback_queue_bytes", "Feedback bytes the head subtask holds in memory."),
+                ("termination_round", "The last termination round the head subtask emitted."),
+            )
+        }
         watermark = GaugeMetricFamily(
             "eddyline_subtask_watermark_ms",
             "The subtask's current output watermark.",
@@ -71,10 +80,14 @@ class _JobCollector(Collector):
                     family.add_metric(sub, float(st.get(key, 0)))
                 if st.get("watermark") is not None:
                     watermark.add_metric(sub, float(st["watermark"]))
+                if node.kind == "loop_head":
+                    for key, gauge in loops.items():
+                        gauge.add_metric(sub, float(st.get(key, 0)))
         yield from counters.values()
         yield from sub_counters.values()
         yield from sub_rows.values()
         yield watermark
+        yield from loops.values()
         yield from self._job_metrics(job, sample)
 
     @staticmethod

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..errors import DashboardError
@@ -27,6 +29,24 @@ _STATIC = {
 
 def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
+
+
+# The page's graph and chart libraries, served from the installed XStatic
+# packages (dependencies of eddyline; nothing is copied into this repository
+# and nothing is fetched from the internet): D3 3.5 and dagre-d3 0.4.17,
+# whose bundle carries the dagre layout and graphlib and expects D3 3.x.
+VENDORED = {"d3": "xstatic.pkg.d3", "dagre_d3": "xstatic.pkg.dagre_d3"}
+
+
+def _vendor(path: str) -> bytes | None:
+    """The file ``/vendor/<package>/<file>`` of a vendored library, if it exists."""
+    parts = path.split("/")
+    if len(parts) != 4 or parts[1] != "vendor" or parts[2] not in VENDORED:
+        return None
+    base = Path(importlib.import_module(VENDORED[parts[2]]).BASE_DIR)
+    files = {p.name: p for p in base.iterdir() if p.is_file()}  # never a path outside BASE_DIR
+    file = files.get(parts[3])
+    return file.read_bytes() if file is not None else None
 
 
 class Dashboard:
@@ -96,6 +116,7 @@ def _routes(view: JobView) -> dict[str, Callable[[], Any]]:
         f"{base}/vertices": lambda: {"vertices": view.vertices(sample())},
         f"{base}/checkpoints": lambda: view.checkpoints_json(sample()),
         f"{base}/exceptions": lambda: view.exceptions_json(sample()),
+        f"{base}/loops": lambda: {"loops": view.loops(sample())},
         f"{base}/metrics": lambda: view.job.metrics(),
         f"{base}/plan": lambda: {"plan": {"jid": jid, "nodes": [n.to_json() for n in view.nodes]}},
     }
@@ -127,6 +148,12 @@ def _handler(view: JobView) -> type[BaseHTTPRequestHandler]:
                 if path in _STATIC:
                     name, kind = _STATIC[path]
                     self._send(HTTPStatus.OK, kind, _static(name))
+                elif path.startswith("/vendor/"):
+                    body = _vendor(path)
+                    if body is None:
+                        self._json(HTTPStatus.NOT_FOUND, {"errors": [f"no such file: {path}"]})
+                    else:
+                        self._send(HTTPStatus.OK, "text/javascript; charset=utf-8", body)
                 elif path == "/metrics":
                     from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 

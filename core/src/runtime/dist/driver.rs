@@ -378,7 +378,11 @@ pub(super) fn apply_metrics(buf: &[u8], metrics: &[Arc<OperatorMetrics>]) -> Res
                 *x = d.u64()?;
             }
             let watermark = d.i64()?;
+            let (round, events, bytes) = (d.u64()?, d.u64()?, d.u64()?);
             if let Some(s) = metrics.get(node).and_then(|m| m.subtasks.get(index)) {
+                s.termination_round.store(round, Ordering::Relaxed);
+                s.feedback_events.store(events, Ordering::Relaxed);
+                s.feedback_bytes.store(bytes, Ordering::Relaxed);
                 s.records_in.fetch_add(v[0], Ordering::Relaxed);
                 s.records_out.fetch_add(v[1], Ordering::Relaxed);
                 s.busy_ns.fetch_add(v[2], Ordering::Relaxed);
@@ -426,6 +430,21 @@ mod tests {
         assert_eq!((got.backpressured_ns, got.watermark), (5, 50));
         assert_eq!(driver[0].records_in.load(Ordering::Relaxed), 10);
         assert_eq!(driver[0].subtasks[0].snapshot().watermark, i64::MIN);
+    }
+
+    #[test]
+    fn a_loop_heads_gauges_reach_the_driver_as_they_are() {
+        let (worker, driver) = (ops(1), ops(1));
+        let mut sent = vec![SentMetrics::default()];
+        let sub = &worker[0].subtasks[0];
+        sub.termination_round.store(3, Ordering::Relaxed);
+        sub.feedback_events.store(7, Ordering::Relaxed);
+        apply_metrics(&metric_deltas(&worker, &mut sent), &driver).unwrap();
+        sub.termination_round.store(5, Ordering::Relaxed);
+        sub.feedback_events.store(2, Ordering::Relaxed);
+        apply_metrics(&metric_deltas(&worker, &mut sent), &driver).unwrap();
+        let got = driver[0].subtasks[0].snapshot();
+        assert_eq!((got.termination_round, got.feedback_events), (5, 2));
     }
 
     #[test]

@@ -334,7 +334,8 @@ fn relay(
 }
 
 /// Per node: the operator counters' deltas, then the subtasks that changed
-/// since the last frame (index, deltas of rows and times, watermark).
+/// since the last frame (index, deltas of rows and times, watermark, then
+/// a loop head's termination round and feedback queue events and bytes).
 pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMetrics]) -> Vec<u8> {
     let mut e = Enc::default();
     e.u32(metrics.len() as u32);
@@ -358,6 +359,10 @@ pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMe
                 e.u64(now.saturating_sub(*before));
             }
             e.i64(now.watermark);
+            // Loop heads' gauges go as they are (DESIGN.md "Dashboard").
+            e.u64(now.termination_round);
+            e.u64(now.feedback_events);
+            e.u64(now.feedback_bytes);
             last.subtasks[i] = now;
         }
     }

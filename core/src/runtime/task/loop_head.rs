@@ -50,7 +50,7 @@ use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
 use crate::feedback::FeedbackQueue;
 use crate::graph::{all_nullable, LoopPriority};
-use crate::runtime::metrics::OperatorMetrics;
+use crate::runtime::metrics::{OperatorMetrics, SubtaskMetrics};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 use crate::termination::{HeadAction, LoopHeadTermination};
 
@@ -58,6 +58,8 @@ use crate::termination::{HeadAction, LoopHeadTermination};
 pub(crate) struct FeedbackIn {
     pub queue: Arc<FeedbackQueue>,
     pub ended: bool,
+    /// Spilled bytes and files of the queue already added to the metrics.
+    reported: (u64, u64),
 }
 
 /// A loop checkpoint whose barrier went into the body and has not yet come
@@ -86,6 +88,8 @@ pub(crate) struct LoopHead {
     fb_cursor: usize,
     fair_turn: bool,
     metrics: Arc<OperatorMetrics>,
+    /// This subtask's counters (termination round, feedback queue size).
+    subtask: Arc<SubtaskMetrics>,
     /// The newest checkpoint whose barrier went into the body.
     begun: u64,
     /// A direct trigger that waits for the loop input's last records.
@@ -119,6 +123,7 @@ impl LoopHead {
                 .map(|queue| FeedbackIn {
                     queue,
                     ended: false,
+                    reported: (0, 0),
                 })
                 .collect(),
             priority,
@@ -131,11 +136,21 @@ impl LoopHead {
             fb_cursor: 0,
             fair_turn: false,
             metrics,
+            subtask: Arc::default(),
             begun: 0,
             deferred: None,
             expected: None,
             relaxed: [None, None],
         }
+    }
+
+    /// Shows this head subtask's feedback queues and termination rounds in
+    /// `subtask` (the dashboard's loop metrics).
+    pub fn observed_by(mut self, subtask: Arc<SubtaskMetrics>) -> Self {
+        let queues: Vec<_> = self.feedback.iter().map(|f| f.queue.clone()).collect();
+        subtask.watch_feedback(&queues);
+        self.subtask = subtask;
+        self
     }
 
     /// Takes the FLIP-16 log of the restored checkpoint, to re-emit first.
@@ -232,16 +247,18 @@ impl LoopHead {
             .map_err(|e| Error::arrow(self.name.to_string(), &e))
     }
 
-    /// Adds the spill counters of the feedback queues to the metrics.
-    fn record_spill_stats(&self) {
+    /// Adds what the feedback queues spilled since the last call to the
+    /// metrics (two loads per queue: called per feedback batch).
+    fn record_spill_stats(&mut self) {
         use std::sync::atomic::Ordering::Relaxed;
-        for f in &self.feedback {
-            self.metrics
-                .spilled_bytes
-                .fetch_add(f.queue.spilled_bytes_total(), Relaxed);
-            self.metrics
-                .spill_files
-                .fetch_add(f.queue.spill_files_written(), Relaxed);
+        for f in &mut self.feedback {
+            let now = (f.queue.spilled_bytes_total(), f.queue.spill_files_written());
+            if now != f.reported {
+                let m = &self.metrics;
+                m.spilled_bytes.fetch_add(now.0 - f.reported.0, Relaxed);
+                m.spill_files.fetch_add(now.1 - f.reported.1, Relaxed);
+                f.reported = now;
+            }
         }
     }
 }
@@ -325,7 +342,7 @@ impl Task {
         }
         while !terminated {
             if undrained && live == 0 && self.head_ref().pending.is_empty() {
-                self.head_ref().record_spill_stats();
+                self.head().record_spill_stats();
                 return Ok(InputEnd::Undrained);
             }
             match self.next_head_step(&mut cursor)? {
@@ -348,7 +365,7 @@ impl Task {
             p.returned.iter_mut().for_each(|r| *r = true);
         }
         self.complete_loop_checkpoints()?;
-        self.head_ref().record_spill_stats();
+        self.head().record_spill_stats();
         push_watermark(
             &mut self.ops,
             &mut self.slots,
@@ -441,6 +458,7 @@ impl Task {
             Event::Data(batch) => {
                 let head = self.head();
                 head.term.on_record().map_err(|e| e.in_operator(name))?;
+                head.record_spill_stats();
                 for p in head.pending.iter() {
                     if !p.returned[q] {
                         p.log.push(Event::Data(batch.clone()))?;
@@ -474,6 +492,8 @@ impl Task {
         match action {
             None => Ok(false),
             Some(HeadAction::Emit(token)) => {
+                let round = &self.head_ref().subtask.termination_round;
+                round.store(token.round, std::sync::atomic::Ordering::Relaxed);
                 self.output.broadcast(Event::Termination(token))?;
                 Ok(false)
             }

@@ -1,9 +1,9 @@
-// The eddyline dashboard page: polls /api/v1 and draws the job graph, the
-// tables and the checkpoint chart as plain SVG and HTML (no external code).
+// The eddyline dashboard page: polls /api/v1 and draws the job graph with
+// dagre-d3 and the checkpoint chart with D3 (served from the installed
+// XStatic packages under /vendor/), the tables as plain HTML.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
-const NODE_W = 200, NODE_H = 62, GAP_X = 90, GAP_Y = 36, MARGIN = 40;
 let jobId = null;
 let graphDrawn = false;
 
@@ -45,120 +45,90 @@ async function get(path) {
   return r.json();
 }
 
-// Layers by longest path from the sources, over forward edges only (a
-// loop's feedback edge goes back and is drawn separately).
-function layout(vertices) {
-  const byId = new Map(vertices.map(v => [v.id, v]));
-  const layer = new Map();
-  const depth = id => {
-    if (layer.has(id)) return layer.get(id);
-    layer.set(id, 0);
-    const v = byId.get(id);
-    let d = 0;
-    for (const e of v.inputs) if (byId.has(e.id)) d = Math.max(d, depth(e.id) + 1);
-    layer.set(id, d);
-    return d;
-  };
-  vertices.forEach(v => depth(v.id));
-  const rows = new Map();
-  const pos = new Map();
-  for (const v of vertices) {
-    const l = layer.get(v.id);
-    const r = rows.get(l) || 0;
-    rows.set(l, r + 1);
-    const indent = v.scope.length * 14;
-    pos.set(v.id, { x: MARGIN + l * (NODE_W + GAP_X), y: MARGIN + 20 + r * (NODE_H + GAP_Y) + indent });
-  }
-  return pos;
+// The job graph, laid out by dagre and drawn by dagre-d3 (both vendored
+// through the XStatic-Dagre-D3 package, on D3 3.5 from XStatic-D3): one
+// node per operator, one edge per input labelled with its partitioning, a
+// loop's feedback edge from its feedback producer back to its head (dagre
+// reverses it for ranking, so it is drawn as the cycle's back edge), and
+// each loop scope as a compound (cluster) node holding its operators, an
+// inner loop's cluster nested in the outer one's (DESIGN.md "Loops").
+function nodeLabel(v) {
+  const g = document.createElementNS(SVG, "g");
+  const name = v.name.length > 28 ? v.name.slice(0, 27) + "…" : v.name;
+  el("text", { class: "title", x: 0, y: 12 }, g, name);
+  el("text", { class: "info", x: 0, y: 28 }, g, v.kind + " ×" + v.parallelism);
+  el("text", { class: "rate", x: 0, y: 44 }, g, "in – /s · out – /s");
+  if (v.kind === "loop_head") el("text", { class: "loop", x: 0, y: 60 }, g, "queue – · round –");
+  return g;
 }
 
 function drawGraph(vertices) {
-  const svg = document.getElementById("graph");
-  svg.innerHTML = "";
-  const defs = el("defs", {}, svg);
-  for (const [id, color] of [["arrow", "#6c7a89"], ["arrow-feedback", "#e76f51"]]) {
-    const m = el("marker", { id, viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7,
-      markerHeight: 7, orient: "auto-start-reverse" }, defs);
-    el("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: color }, m);
-  }
-  const pos = layout(vertices);
-  let maxX = 0, maxY = 0;
-  pos.forEach(p => { maxX = Math.max(maxX, p.x + NODE_W); maxY = Math.max(maxY, p.y + NODE_H); });
-  // Loop scopes: one dashed box around the operators of each loop, the
-  // outer loops' boxes drawn first and larger.
-  const scopes = new Map();
-  for (const v of vertices) v.scope.forEach((loop, depth) => {
-    const s = scopes.get(loop) || { depth, ids: [] };
-    s.ids.push(v.id);
-    scopes.set(loop, s);
-  });
-  const scopeLayer = el("g", { class: "scopes" }, svg);
-  [...scopes.entries()].sort((a, b) => a[1].depth - b[1].depth).forEach(([loop, s]) => {
-    const pad = 26 - s.depth * 8;
-    const xs = s.ids.map(id => pos.get(id));
-    const x0 = Math.min(...xs.map(p => p.x)) - pad, y0 = Math.min(...xs.map(p => p.y)) - pad - 12;
-    const x1 = Math.max(...xs.map(p => p.x + NODE_W)) + pad;
-    const y1 = Math.max(...xs.map(p => p.y + NODE_H)) + pad + 30;
-    const g = el("g", { class: "scope", "data-loop": loop }, scopeLayer);
-    el("rect", { x: x0, y: y0, width: x1 - x0, height: y1 - y0 }, g);
-    el("text", { x: x0 + 8, y: y0 + 13 }, g, "loop " + loop);
-    maxY = Math.max(maxY, y1);
-  });
-  const edges = el("g", { class: "edges" }, svg);
+  const g = new dagreD3.graphlib.Graph({ compound: true, multigraph: true })
+    .setGraph({ rankdir: "LR", nodesep: 28, ranksep: 70, marginx: 16, marginy: 16 })
+    .setDefaultEdgeLabel(() => ({}));
+  const ids = new Set(vertices.map(v => String(v.id)));
   for (const v of vertices) {
-    const to = pos.get(v.id);
-    for (const e of v.inputs) {
-      const from = pos.get(e.id);
-      if (!from) continue;
-      const x0 = from.x + NODE_W, y0 = from.y + NODE_H / 2, x1 = to.x, y1 = to.y + NODE_H / 2;
-      const mx = (x0 + x1) / 2;
-      el("path", { class: "edge", "data-from": e.id, "data-to": v.id,
-        d: `M ${x0} ${y0} C ${mx} ${y0}, ${mx} ${y1}, ${x1} ${y1}`, "marker-end": "url(#arrow)" }, edges);
+    g.setNode(String(v.id), { labelType: "svg", label: nodeLabel(v), class: "operator",
+      width: 200, height: v.kind === "loop_head" ? 66 : 50, rx: 6, ry: 6,
+      paddingLeft: 8, paddingRight: 8, paddingTop: 6, paddingBottom: 6 });
+  }
+  // One cluster per loop scope, nested like the scopes.
+  for (const v of vertices) {
+    v.scope.forEach((loop, depth) => {
+      const c = "loop-" + loop;
+      if (!g.hasNode(c)) g.setNode(c, { label: "loop " + loop, clusterLabelPos: "top",
+        paddingTop: 22, rx: 10, ry: 10 });
+      if (depth > 0) g.setParent(c, "loop-" + v.scope[depth - 1]);
+    });
+    if (v.scope.length) g.setParent(String(v.id), "loop-" + v.scope[v.scope.length - 1]);
+  }
+  for (const v of vertices) {
+    v.inputs.forEach((e, port) => {
+      if (!ids.has(String(e.id))) return;
       const label = e.ship_strategy + (e.keys.length ? "(" + e.keys.join(",") + ")" : "");
-      el("text", { class: "edge-label", x: mx - 24, y: (y0 + y1) / 2 - 4 }, edges, label);
-    }
-    if (v.feedback_from !== null && pos.has(v.feedback_from)) {
-      // The loop's cycle: from the feedback producer back under the body to the head.
-      const from = pos.get(v.feedback_from);
-      const x0 = from.x + NODE_W / 2, y0 = from.y + NODE_H, x1 = to.x + NODE_W / 2, y1 = to.y + NODE_H;
-      const low = Math.max(y0, y1) + 34;
-      el("path", { class: "edge feedback", "data-from": v.feedback_from, "data-to": v.id,
-        d: `M ${x0} ${y0} C ${x0} ${low}, ${x1} ${low}, ${x1} ${y1}`,
-        "marker-end": "url(#arrow-feedback)" }, edges);
-      el("text", { class: "edge-label", x: (x0 + x1) / 2 - 22, y: low - 4 }, edges, "feedback");
-      maxY = Math.max(maxY, low + 10);
+      g.setEdge(String(e.id), String(v.id), { label, class: "forward",
+        lineInterpolate: "basis", arrowhead: "vee" }, "in" + port);
+    });
+    if (v.feedback_from !== null && ids.has(String(v.feedback_from))) {
+      g.setEdge(String(v.feedback_from), String(v.id), { label: "feedback", class: "feedback",
+        lineInterpolate: "basis", arrowhead: "vee" }, "feedback");
     }
   }
-  const nodes = el("g", { class: "nodes" }, svg);
-  for (const v of vertices) {
-    const p = pos.get(v.id);
-    const g = el("g", { class: "node", "data-id": v.id, "data-name": v.name,
-      transform: `translate(${p.x},${p.y})` }, nodes);
-    el("title", {}, g, v.name + " (" + v.kind + ")");
-    el("rect", { width: NODE_W, height: NODE_H, fill: "#e8f1f8" }, g);
-    const name = v.name.length > 26 ? v.name.slice(0, 25) + "…" : v.name;
-    el("text", { class: "title", x: 8, y: 17 }, g, name);
-    el("text", { class: "info", x: 8, y: 34 }, g, v.kind + " ×" + v.parallelism);
-    el("text", { class: "rate", x: 8, y: 51 }, g, "");
-  }
-  svg.setAttribute("width", maxX + MARGIN);
-  svg.setAttribute("height", maxY + MARGIN);
+  const svg = d3.select("#graph");
+  svg.selectAll("*").remove();
+  const inner = svg.append("g").attr("class", "dagre");
+  new dagreD3.render()(inner, g);
+  const byId = new Map(vertices.map(v => [String(v.id), v]));
+  inner.selectAll("g.node").attr("data-id", id => id)
+    .attr("data-name", id => byId.get(id).name);
+  inner.selectAll("g.cluster").attr("data-loop", c => c.slice("loop-".length));
+  inner.selectAll("g.edgePath").attr("data-from", e => e.v).attr("data-to", e => e.w);
+  const size = g.graph();
+  // Shrunk to the page's width when wider, to 60 % at most (then it scrolls).
+  const w = Math.ceil(size.width) + 4, h = Math.ceil(size.height) + 4;
+  const room = document.getElementById("graph-wrap").clientWidth || w;
+  const scale = Math.max(0.6, Math.min(1, room / w));
+  svg.attr("viewBox", `0 0 ${w} ${h}`).attr("width", Math.round(w * scale))
+    .attr("height", Math.round(h * scale));
   graphDrawn = true;
 }
 
 function updateGraph(vertices) {
   for (const v of vertices) {
-    const g = document.querySelector(`#graph .node[data-id="${v.id}"]`);
-    if (!g) continue;
+    const node = document.querySelector(`#graph g.node[data-id="${v.id}"]`);
+    if (!node) continue;
     const m = v.metrics;
-    g.querySelector(".rate").textContent =
+    node.querySelector("text.rate").textContent =
       `in ${fmt(m["read-records-per-second"])}/s · out ${fmt(m["write-records-per-second"])}/s`;
+    if (v.loop) node.querySelector("text.loop").textContent =
+      `queue ${fmt(v.loop["feedback-queue-events"])} · spilled ${bytes(v.loop["spilled-bytes"])}` +
+      ` · round ${v.loop["termination-rounds"]}`;
     // Colour by backpressure: white-blue when free, red when blocked.
     const bp = Math.min(1, m.backPressuredTimeMsPerSecond / 1000);
     const busy = Math.min(1, m.busyTimeMsPerSecond / 1000);
     const r = Math.round(232 + 23 * bp), gr = Math.round(241 - 140 * bp - 30 * busy * (1 - bp));
     const b = Math.round(248 - 160 * bp - 60 * busy * (1 - bp));
-    g.querySelector("rect").setAttribute("fill", `rgb(${r},${gr},${b})`);
+    node.querySelector("rect").style.fill = `rgb(${r},${gr},${b})`;
   }
 }
 
@@ -195,6 +165,12 @@ function drawTables(job) {
     fmt(s.backPressuredTimeMsPerSecond), fmt(s.idleTimeMsPerSecond),
     watermark(s.currentOutputWatermark)] });
   fillTable("subtasks", subs);
+  const loops = job.vertices.filter(v => v.loop);
+  document.getElementById("loops-section").hidden = !loops.length;
+  fillTable("loops", loops.map(v => ({ attrs: { "data-name": v.name, "data-loop": v.loop["loop-id"] },
+    cells: [v.name, v.loop["loop-id"], fmt(v.loop["feedback-queue-events"]),
+      bytes(v.loop["feedback-queue-bytes"]), bytes(v.loop["spilled-bytes"]),
+      fmt(v.loop["spill-files"]), v.loop["termination-rounds"]] })));
 }
 
 function drawCheckpoints(c) {
@@ -203,33 +179,51 @@ function drawCheckpoints(c) {
   const rows = c.history.map(h => ({ attrs: { "data-id": h.id, "data-status": h.status }, cells: [
     h.id, h.status, h.is_savepoint ? "savepoint" : "checkpoint",
     new Date(h.trigger_timestamp).toLocaleTimeString(), bytes(h.state_size),
+    h.incremental_size === null ? "–" : bytes(h.incremental_size),
     ms(h.end_to_end_duration), ms(h.alignment_duration), h.null_state_checkpoint,
     h.num_acknowledged_subtasks] }));
   for (const f of c.failures) rows.push({ attrs: { "data-id": f.id, "data-status": f.status },
-    cells: [f.id, f.status, f.is_savepoint ? "savepoint" : "checkpoint", "", "", "", "", "",
+    cells: [f.id, f.status, f.is_savepoint ? "savepoint" : "checkpoint", "", "", "", "", "", "",
       { text: f.failure_message || "", cls: "cause" }] });
   fillTable("checkpoints", rows);
-  // Chart: duration (blue) and size (yellow) of the last 30 checkpoints.
-  const svg = document.getElementById("checkpoint-chart");
-  svg.innerHTML = "";
-  const hist = c.history.slice(0, 30).reverse();
+  drawCheckpointChart(c.history.slice(0, 30).reverse());
+}
+
+// The checkpoint history chart (D3): end-to-end duration as bars on the left
+// axis, size as a line on the right axis, one band per checkpoint id. A
+// checkpoint's incrementally written bytes (when the stats carry them:
+// `incremental_size`) are drawn as a second line; until then it is absent.
+function drawCheckpointChart(hist) {
+  const svg = d3.select("#checkpoint-chart");
+  svg.selectAll("*").remove();
   if (!hist.length) return;
-  const W = 720, H = 180, base = H - 24, top = 14;
-  const maxD = Math.max(1, ...hist.map(h => h.end_to_end_duration));
-  const maxS = Math.max(1, ...hist.map(h => h.state_size));
-  const step = (W - 60) / hist.length, bw = Math.max(2, step / 2 - 2);
-  hist.forEach((h, i) => {
-    const x = 50 + i * step;
-    const hd = (base - top) * h.end_to_end_duration / maxD, hs = (base - top) * h.state_size / maxS;
-    el("rect", { class: "bar duration", x, y: base - hd, width: bw, height: hd }, svg,
-      ).appendChild(el("title", {}, null, `#${h.id}: ${ms(h.end_to_end_duration)}`));
-    el("rect", { class: "bar size", x: x + bw, y: base - hs, width: bw, height: hs }, svg)
-      .appendChild(el("title", {}, null, `#${h.id}: ${bytes(h.state_size)}`));
-    el("text", { class: "axis", x, y: H - 8 }, svg, String(h.id));
-  });
-  el("text", { class: "axis", x: 2, y: top + 4 }, svg, ms(maxD));
-  el("text", { class: "axis", x: 2, y: top + 16 }, svg, bytes(maxS));
-  el("line", { x1: 48, y1: base, x2: W, y2: base, stroke: "#99a" }, svg);
+  const W = +svg.attr("width"), H = +svg.attr("height");
+  const m = { top: 12, right: 64, bottom: 28, left: 58 };
+  const plot = svg.append("g").attr("transform", `translate(${m.left},${m.top})`);
+  const w = W - m.left - m.right, h = H - m.top - m.bottom;
+  const x = d3.scale.ordinal().domain(hist.map(c => c.id)).rangeBands([0, w], 0.25);
+  const yd = d3.scale.linear().domain([0, d3.max(hist, c => c.end_to_end_duration) || 1])
+    .range([h, 0]).nice();
+  const sizes = hist.map(c => Math.max(c.state_size, c.incremental_size || 0));
+  const ys = d3.scale.linear().domain([0, d3.max(sizes) || 1]).range([h, 0]).nice();
+  const every = Math.max(1, Math.ceil(hist.length / 15));
+  plot.append("g").attr("class", "axis x").attr("transform", `translate(0,${h})`)
+    .call(d3.svg.axis().scale(x).orient("bottom")
+      .tickValues(hist.map(c => c.id).filter((_, i) => i % every === 0)));
+  plot.append("g").attr("class", "axis duration")
+    .call(d3.svg.axis().scale(yd).orient("left").ticks(5).tickFormat(d => d + " ms"));
+  plot.append("g").attr("class", "axis size").attr("transform", `translate(${w},0)`)
+    .call(d3.svg.axis().scale(ys).orient("right").ticks(5).tickFormat(bytes));
+  plot.selectAll("rect.bar").data(hist).enter().append("rect")
+    .attr("class", "bar duration").attr("data-id", c => c.id)
+    .attr("x", c => x(c.id)).attr("width", x.rangeBand())
+    .attr("y", c => yd(c.end_to_end_duration)).attr("height", c => h - yd(c.end_to_end_duration))
+    .append("title").text(c => `#${c.id}: ${ms(c.end_to_end_duration)}, ${bytes(c.state_size)}`);
+  const line = key => d3.svg.line().x(c => x(c.id) + x.rangeBand() / 2).y(c => ys(c[key]));
+  plot.append("path").datum(hist).attr("class", "line size").attr("d", line("state_size"));
+  const incremental = hist.filter(c => c.incremental_size !== null && c.incremental_size !== undefined);
+  if (incremental.length) plot.append("path").datum(incremental).attr("class", "line incremental")
+    .attr("d", line("incremental_size"));
 }
 
 function drawRestarts(e) {
