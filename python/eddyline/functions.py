@@ -167,7 +167,9 @@ class ValueState:
     def value(self) -> Any:
         """Returns the value for the current key, or the default (``None``) if unset
         (or, with a ttl, written longer ago than the ttl)."""
-        values = self._ctx._current_values()
+        values = self._ctx._values  # the per-record path: no call while a key is bound
+        if values is None:
+            values = self._ctx._current_values()  # raises: no key is bound
         held = values.get(self.name, _MISSING)
         if held is _MISSING:
             return self._default
@@ -180,10 +182,11 @@ class ValueState:
 
     def update(self, value: Any) -> None:
         """Sets the value for the current key (with a ttl: for the ttl from now)."""
+        values = self._ctx._values
+        if values is None:
+            values = self._ctx._current_values()  # raises: no key is bound
         ttl = self._ttl
-        self._ctx._current_values()[self.name] = (
-            value if ttl is None else _Expiring(value, _clock() + ttl)
-        )
+        values[self.name] = value if ttl is None else _Expiring(value, _clock() + ttl)
 
     def clear(self) -> None:
         """Removes the value for the current key."""

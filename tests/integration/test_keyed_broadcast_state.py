@@ -301,3 +301,55 @@ def test_keyed_broadcast_errors_name_the_operator() -> None:
         data.connect(rules.broadcast()).process(Rescore)
     with pytest.raises(TypeError, match=r"a.connect\(b\).key_by"):
         data.key_by("v").connect(rules)  # type: ignore[arg-type]
+
+
+class Reminder(ed.KeyedBroadcastProcessFunction):
+    """A processing-time timer per key; the timer reads the key's state and the rule."""
+
+    def process_broadcast_element(self, row: dict[str, Any], ctx: ed.BroadcastContext) -> None:
+        ctx.broadcast_state.put("delay", row["delay"])
+
+    def process_element(self, row: dict[str, Any], ctx: ed.KeyedBroadcastContext) -> None:
+        ctx.get_list_state("seen").add(row["v"])
+        now = ctx.timer_service.current_processing_time()
+        ctx.timer_service.register_processing_time_timer(now + ctx.broadcast_state.get("delay", 0))
+        if row["v"] < 0:
+            ctx.output(NEGATIVE, {"k": ctx.key, "v": row["v"]})
+
+    def on_timer(self, timestamp: int, ctx: ed.KeyedBroadcastContext) -> list[dict[str, Any]]:
+        assert ctx.time_domain == "processing_time"
+        return [{"k": ctx.key, "seen": sum(ctx.get_list_state("seen").get()), "at": timestamp}]
+
+
+NEGATIVE = ed.OutputTag("negative")
+
+
+def test_processing_time_timers_and_side_outputs_on_a_keyed_broadcast_stream() -> None:
+    from eddyline._exec.broadcast import KeyedBroadcastProcessRunner
+    from eddyline.testing import ManualClock
+
+    assert KeyedBroadcastProcessRunner.processing_time_for("r", ["k"], Reminder())
+    with ManualClock(1_000) as clock:
+        runner = KeyedBroadcastProcessRunner("remind", ["k"], Reminder(), None, None, {})
+        runner.open({"subtask_index": 0, "parallelism": 1})
+        assert runner.process(1, pa.record_batch({"delay": [100]}), None) is None
+        data = pa.record_batch({"k": [1, 2, 1], "v": [3, 4, 5]})
+        runner.process(0, data, pa.array([1, 2, 1], type=pa.uint32()))
+        assert runner.processing_timer() == (1_100, 1_000)
+        assert runner.on_processing_time() is None
+        clock.advance(100)
+        fired = runner.on_processing_time()
+        assert fired is not None
+        assert sorted(fired.to_pylist(), key=lambda r: r["k"]) == [
+            {"k": 1, "seen": 8, "at": 1_100},
+            {"k": 2, "seen": 4, "at": 1_100},
+        ]
+
+    env = ed.StreamEnvironment(2)
+    rules = env.from_collection([{"delay": 1}])
+    data = env.from_collection([{"k": k % 3, "v": -k} for k in range(9)])
+    out = data.key_by("k").connect(rules.broadcast()).process(Reminder())
+    negative = out.side_output(NEGATIVE).collect()
+    out.collect()
+    env.execute("side-output")
+    assert sorted(r["v"] for r in negative.to_pylist()) == [-k for k in range(8, 0, -1)]
