@@ -109,12 +109,12 @@ def job(
     return out.name("bcast").uid("bcast")
 
 
-@pytest.mark.parametrize("parallelism", [1, 2])
-def test_keyed_broadcast_equals_the_reference(parallelism: int) -> None:
+@pytest.mark.parametrize(("parallelism", "workers"), [(1, 0), (2, 0), (2, 2)])
+def test_keyed_broadcast_equals_the_reference(parallelism: int, workers: int) -> None:
     n = 3000
     env = ed.StreamEnvironment(parallelism, batch_size=100)
     out = job(env, n).collect()
-    env.execute("keyed-broadcast")
+    env.execute("keyed-broadcast", runner=ed.ProcessRunner(workers=workers) if workers else None)
     check(out.to_pylist(), n)
 
 
