@@ -23,12 +23,17 @@ import pyarrow as pa
 from ._checks import SchemaLike, as_schema, missing_columns_error, require_callable
 from ._exec.base import Runner
 from ._exec.batches import BatchRunner
-from ._exec.broadcast import BroadcastProcessRunner
+from ._exec.broadcast import BroadcastProcessRunner, KeyedBroadcastProcessRunner
 from ._exec.factory import RunnerFactory
 from ._exec.process import KeyedCoProcessRunner
 from ._exec.records import ConnectedRecordRunner
 from ._graph import LogicalEdge
-from .functions import BroadcastProcessFunction, CoProcessFunction, Row
+from .functions import (
+    BroadcastProcessFunction,
+    CoProcessFunction,
+    KeyedBroadcastProcessFunction,
+    Row,
+)
 
 if TYPE_CHECKING:
     from .stream import DataStream
@@ -53,14 +58,20 @@ class BroadcastStream:
 
 
 class BroadcastConnectedStreams:
-    """A stream connected with a broadcast stream (``a.connect(rules.broadcast())``)."""
+    """A stream connected with a broadcast stream (``a.connect(rules.broadcast())``),
+    or a keyed stream connected with one (``keyed.connect(rules.broadcast())``:
+    ``keys`` are its key columns)."""
 
-    def __init__(self, first: DataStream, broadcast: BroadcastStream) -> None:
+    def __init__(
+        self, first: DataStream, broadcast: BroadcastStream, keys: list[str] | None = None
+    ) -> None:
         self.first = first
         self.broadcast = broadcast
+        self.keys = list(keys) if keys else None
 
     def __repr__(self) -> str:
-        return f"BroadcastConnectedStreams({self.first.operator_name!r}, {self.broadcast!r})"
+        keyed = f", keys={self.keys!r}" if self.keys else ""
+        return f"BroadcastConnectedStreams({self.first.operator_name!r}, {self.broadcast!r}{keyed})"
 
     def process(
         self,
@@ -68,7 +79,17 @@ class BroadcastConnectedStreams:
         *,
         schema: SchemaLike | None = None,
     ) -> DataStream:
-        """Runs ``fn`` with broadcast state (see :class:`~eddyline.BroadcastProcessFunction`)."""
+        """Runs ``fn`` with broadcast state (see :class:`~eddyline.BroadcastProcessFunction`).
+
+        On a keyed stream ``fn`` also gets the key's state and timers in
+        ``process_element`` (and ``on_timer`` of an
+        :class:`~eddyline.KeyedBroadcastProcessFunction`), and
+        ``ctx.apply_to_keyed_state`` in ``process_broadcast_element``.
+
+        Args:
+            fn: A BroadcastProcessFunction (instance or subclass).
+            schema: The output schema; inferred from the first output if omitted.
+        """
         if isinstance(fn, type) and issubclass(fn, BroadcastProcessFunction):
             fn = fn()
         if not isinstance(fn, BroadcastProcessFunction):
@@ -80,6 +101,13 @@ class BroadcastConnectedStreams:
         function = fn
         rules = self.broadcast.stream
         inputs = [self.first._edge(0), LogicalEdge(rules._node.id, 1, rules._port, broadcast=True)]
+        if self.keys is not None:
+            return self._keyed(function, declared, inputs, self.keys)
+        if isinstance(fn, KeyedBroadcastProcessFunction):
+            raise TypeError(
+                "an ed.KeyedBroadcastProcessFunction needs a keyed stream: "
+                "stream.key_by(...).connect(rules.broadcast()).process(fn)"
+            )
         return self.first._python(
             "broadcast_process",
             lambda name: RunnerFactory(
@@ -88,6 +116,44 @@ class BroadcastConnectedStreams:
             schema=declared,
             inputs=inputs,
         )
+
+    def _keyed(
+        self,
+        fn: BroadcastProcessFunction,
+        declared: pa.Schema | None,
+        inputs: list[LogicalEdge],
+        keys: list[str],
+    ) -> DataStream:
+        """The keyed form: input 0 hashed on ``keys``, input 1 broadcast."""
+        first = self.first
+        schema_in = first.schema
+        missing = [k for k in keys if schema_in is not None and k not in schema_in.names]
+        if missing:
+            raise missing_columns_error("broadcast process key_by", missing[0], schema_in)
+        time_column = first.time_column
+        # Side outputs (tag name -> (port, schema)), as for KeyedStream.process.
+        ports: dict[str, tuple[int, pa.Schema | None]] = {}
+        params: dict[str, Any] = {
+            "make_factory": lambda name: RunnerFactory(
+                KeyedBroadcastProcessRunner,
+                name,
+                keys,
+                fn,
+                declared,
+                time_column,
+                ports,
+                private=(2,),
+            ),
+            "output_schema": declared,
+            # The broadcast input has no key: its rows belong to no key group.
+            "input_keys": [list(keys), []],
+            "declares_side_outputs": True,
+        }
+        out = first._add(
+            "broadcast_process", "python", schema=declared, params=params, inputs=inputs
+        )
+        out._node.side_outputs = ports
+        return out
 
 
 class KeyedConnectedStreams:

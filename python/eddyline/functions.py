@@ -34,6 +34,8 @@ __all__ = [
     "BroadcastContext",
     "BroadcastProcessFunction",
     "CoProcessFunction",
+    "KeyedBroadcastContext",
+    "KeyedBroadcastProcessFunction",
     "ListState",
     "MapState",
     "ProcessContext",
@@ -165,7 +167,9 @@ class ValueState:
     def value(self) -> Any:
         """Returns the value for the current key, or the default (``None``) if unset
         (or, with a ttl, written longer ago than the ttl)."""
-        values = self._ctx._current_values()
+        values = self._ctx._values  # the per-record path: no call while a key is bound
+        if values is None:
+            values = self._ctx._current_values()  # raises: no key is bound
         held = values.get(self.name, _MISSING)
         if held is _MISSING:
             return self._default
@@ -178,10 +182,11 @@ class ValueState:
 
     def update(self, value: Any) -> None:
         """Sets the value for the current key (with a ttl: for the ttl from now)."""
+        values = self._ctx._values
+        if values is None:
+            values = self._ctx._current_values()  # raises: no key is bound
         ttl = self._ttl
-        self._ctx._current_values()[self.name] = (
-            value if ttl is None else _Expiring(value, _clock() + ttl)
-        )
+        values[self.name] = value if ttl is None else _Expiring(value, _clock() + ttl)
 
     def clear(self) -> None:
         """Removes the value for the current key."""
@@ -731,8 +736,9 @@ class _ReadOnlyMapState(MapState):
 
     def put(self, key: Hashable, value: Any) -> None:
         raise TypeError(
-            "the broadcast state is read-only in process_element: write it in "
-            "process_broadcast_element, so that every subtask holds the same state"
+            f"operator '{self._ctx.name}': the broadcast state is read-only in "
+            "process_element (and on_timer): write it in process_broadcast_element, so that "
+            "every subtask holds the same state"
         )
 
     def remove(self, key: Hashable) -> None:
@@ -745,7 +751,11 @@ class _ReadOnlyMapState(MapState):
 class BroadcastContext:
     """What a :class:`BroadcastProcessFunction` sees: ``broadcast_state`` (a
     :class:`MapState`, read-only in ``process_element``), ``name``,
-    ``subtask_index`` and ``parallelism``."""
+    ``subtask_index`` and ``parallelism``.
+
+    On a keyed stream (``keyed.connect(rules.broadcast())``) the context of
+    ``process_broadcast_element`` also offers :meth:`apply_to_keyed_state`.
+    """
 
     def __init__(self, name: str, subtask_index: int, parallelism: int, read_only: bool) -> None:
         self.name = name
@@ -753,11 +763,61 @@ class BroadcastContext:
         self.parallelism = parallelism
         self._values: dict[str, Any] = {}
         self._ttl_seen = False
+        self._apply: Callable[[Callable[..., Any], str | None], None] | None = None
         cls = _ReadOnlyMapState if read_only else MapState
         self.broadcast_state = cls(self, "broadcast")  # type: ignore[arg-type]
 
     def _current_values(self) -> dict[str, Any]:
         return self._values
+
+    def apply_to_keyed_state(
+        self,
+        fn: Callable[[Hashable, ProcessContext], Iterable[Row] | None],
+        state: str | None = None,
+    ) -> None:
+        """Calls ``fn(key, ctx)`` for every key of this subtask that holds keyed state
+        (Flink's ``applyToKeyedState``); only on a keyed stream, in
+        ``process_broadcast_element``.
+
+        ``ctx`` is the :class:`ProcessContext` bound to ``key``: ``fn`` may read,
+        change or clear any of the key's states and register timers. Rows it
+        returns are emitted. Keys are visited by key group, then in the order
+        they first got state.
+
+        Args:
+            fn: The function to call per key.
+            state: Only the keys holding the state of this name.
+
+        Raises:
+            EddylineError: Not on a keyed stream.
+        """
+        if self._apply is None:
+            raise EddylineError(
+                f"operator '{self.name}': apply_to_keyed_state() needs a keyed stream "
+                "(keyed.connect(rules.broadcast()).process(fn))",
+                operator=self.name,
+            )
+        if not callable(fn):
+            raise TypeError(
+                f"operator '{self.name}': apply_to_keyed_state() needs a function "
+                f"fn(key, ctx), got {fn!r}"
+            )
+        self._apply(fn, state)
+
+
+class KeyedBroadcastContext(ProcessContext):
+    """What :meth:`BroadcastProcessFunction.process_element` and
+    :meth:`KeyedBroadcastProcessFunction.on_timer` see on a keyed stream: a
+    :class:`ProcessContext` (``ctx.key``, keyed state, timers, side outputs)
+    with ``broadcast_state``, read-only."""
+
+    __slots__ = ("broadcast_state",)
+
+    def __init__(
+        self, name: str, subtask_index: int, parallelism: int, attempt: int, broadcast: MapState
+    ) -> None:
+        super().__init__(name, subtask_index, parallelism, attempt)
+        self.broadcast_state = broadcast
 
 
 class BroadcastProcessFunction:
@@ -787,3 +847,22 @@ class BroadcastProcessFunction:
 
     def close(self) -> None:
         """Called once per parallel instance at the end, also after failures."""
+
+
+class KeyedBroadcastProcessFunction(BroadcastProcessFunction):
+    """A :class:`BroadcastProcessFunction` on a keyed stream with timers
+    (``keyed.connect(rules.broadcast()).process(fn)``; Flink's
+    KeyedBroadcastProcessFunction).
+
+    :meth:`process_element` sees a :class:`KeyedBroadcastContext`: the key's
+    state and timers and the read-only broadcast state;
+    :meth:`process_broadcast_element` writes the broadcast state and may
+    visit every key's state with ``ctx.apply_to_keyed_state(fn)``. A plain
+    :class:`BroadcastProcessFunction` runs on a keyed stream too; this class
+    adds :meth:`on_timer`.
+    """
+
+    def on_timer(self, timestamp: int, ctx: KeyedBroadcastContext) -> Iterable[Row] | None:
+        """Called when a timer of ``ctx.key`` fires (``ctx.time_domain`` says which
+        kind); returns records to emit. The broadcast state is read-only here."""
+        return None

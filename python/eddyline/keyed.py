@@ -33,6 +33,7 @@ from .functions import ProcessContext, ProcessFunction, Row
 from .windows import OutputTag, Session, TimeWindow, WindowAssigner
 
 if TYPE_CHECKING:
+    from .connected import BroadcastConnectedStreams, BroadcastStream
     from .stream import DataStream
 
 __all__ = ["KeyedStream", "WindowedStream"]
@@ -90,6 +91,26 @@ class KeyedStream:
     def max(self, column: str) -> DataStream:
         """Running maximum of ``column`` per key."""
         return self._agg("max", column)
+
+    def connect(self, other: BroadcastStream) -> BroadcastConnectedStreams:
+        """Connects a broadcast stream (``rules.broadcast()``) for a
+        :class:`~eddyline.BroadcastProcessFunction` (or
+        :class:`~eddyline.KeyedBroadcastProcessFunction`) with keyed state and
+        timers: ``keyed.connect(rules.broadcast()).process(fn)``.
+
+        Raises:
+            TypeError: ``other`` is not a broadcast stream (two keyed inputs are
+                ``a.connect(b).key_by(key_a, key_b)``).
+        """
+        from .connected import BroadcastConnectedStreams, BroadcastStream
+
+        if not isinstance(other, BroadcastStream):
+            raise TypeError(
+                "keyed.connect() needs a broadcast stream (rules.broadcast()); connect two "
+                "keyed inputs with a.connect(b).key_by(key_a, key_b)"
+            )
+        self._stream._same_env(other.stream, "connect()")
+        return BroadcastConnectedStreams(self._stream, other, self._keys)
 
     def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
         """Running reduction per key: ``fn(acc_row, row) -> row`` (rows keep the input schema).

@@ -39,13 +39,18 @@ from typing import Any
 
 import pyarrow as pa
 
+from ._exec.process import unpack_v4
 from ._storage import checked_storage_options, storage_location
 from .errors import CheckpointError
 from .functions import _Expiring, processing_time
 
 __all__ = ["read_state"]
 
-_PROCESS_FORMATS = ("eddyline.keyed_process.v2", "eddyline.keyed_process.v3")
+_PROCESS_FORMATS = (
+    "eddyline.keyed_process.v2",
+    "eddyline.keyed_process.v3",
+    "eddyline.keyed_process.v4",
+)
 _PY_WINDOW_FORMAT = "eddyline.window.v1"
 
 
@@ -168,7 +173,7 @@ def _select(table: pa.Table, info: Mapping[str, Any], state: str | None) -> pa.T
 
 def _decode_pickled(info: Mapping[str, Any], state: str | None) -> pa.Table:
     # The blobs are the operator's own checkpoint, unpickled as a restore does.
-    blobs = [(int(kg), pickle.loads(blob)) for kg, blob in info["blobs"]]
+    blobs = [(int(kg), _unpack(pickle.loads(blob))) for kg, blob in info["blobs"]]
     kinds = {_blob_kind(info, kg, blob) for kg, blob in blobs}
     if len(kinds) > 1:
         raise CheckpointError(
@@ -180,6 +185,13 @@ def _decode_pickled(info: Mapping[str, Any], state: str | None) -> pa.Table:
     if kind == "window":
         return _window_table(info, [blob for _, blob in blobs])
     return _reduce_table(info, [blob for _, blob in blobs])
+
+
+def _unpack(blob: Any) -> Any:
+    """A process function's v4 blob (its state pickled once more inside) in the v3 shape."""
+    if isinstance(blob, tuple) and blob and blob[0] == "eddyline.keyed_process.v4":
+        return unpack_v4(blob)
+    return blob
 
 
 def _blob_kind(info: Mapping[str, Any], kg: int, blob: Any) -> str:

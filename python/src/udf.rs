@@ -153,6 +153,11 @@ impl PyRunner {
         let Some(keys) = self.keys.as_ref().and_then(|k| k.get(input).or(k.last())) else {
             return Ok(None);
         };
+        if keys.is_empty() {
+            // An input without keys (the broadcast input of a keyed broadcast
+            // function): its rows belong to no key group.
+            return Ok(None);
+        }
         let schema = batch.schema();
         self.key_indices.clear();
         for k in keys {
@@ -215,6 +220,93 @@ impl PyRunner {
             out.emit_to_port(port, b)?;
         }
         Ok(())
+    }
+
+    /// Reads what a runner's `snapshot()` returned: `None`; `{key_group:
+    /// bytes}` (keyed state); a list of bytes (operator state as entries);
+    /// bytes (operator state); or a tuple `(bytes | None, {key_group: bytes})`,
+    /// both (a keyed broadcast function: its broadcast state and its keyed
+    /// state).
+    fn state_from_py(&self, res: &Bound<'_, PyAny>) -> Result<OperatorState> {
+        {
+            if res.is_none() {
+                return Ok(OperatorState::default());
+            }
+            if let Ok(t) = res.cast::<PyTuple>() {
+                let parts = (t.len() == 2)
+                    .then(|| (t.get_item(0), t.get_item(1)))
+                    .and_then(|(a, b)| a.ok().zip(b.ok()));
+                let Some((operator, keyed)) = parts else {
+                    return Err(Error::operator(
+                        self.name.clone(),
+                        "the runner's snapshot() returned a tuple that is not \
+                         (operator state, keyed state)",
+                    ));
+                };
+                if keyed.cast::<PyDict>().is_err() {
+                    return Err(Error::operator(
+                        self.name.clone(),
+                        "the second part of the runner's snapshot() is not {key_group: bytes}",
+                    ));
+                }
+                let operator = self.state_from_py(&operator)?;
+                let keyed = self.state_from_py(&keyed)?;
+                return Ok(OperatorState {
+                    operator: operator.operator,
+                    keyed: keyed.keyed,
+                });
+            }
+            if let Ok(d) = res.cast::<PyDict>() {
+                // Keyed state: one blob per key group.
+                let mut keyed = Vec::with_capacity(d.len());
+                for (k, v) in d.iter() {
+                    let kg: u32 = k.extract().map_err(|_| {
+                        Error::operator(
+                            self.name.clone(),
+                            "the runner's keyed snapshot has a non-integer key group",
+                        )
+                    })?;
+                    let b = v.cast::<PyBytes>().map_err(|_| {
+                        Error::operator(
+                            self.name.clone(),
+                            "the runner's keyed snapshot holds a value that is not bytes",
+                        )
+                    })?;
+                    keyed.push((kg, StateBlob::Bytes(Arc::new(b.as_bytes().to_vec()))));
+                }
+                keyed.sort_by_key(|(kg, _)| *kg);
+                return Ok(OperatorState {
+                    operator: None,
+                    keyed,
+                });
+            }
+            if let Ok(l) = res.cast::<PyList>() {
+                // Operator state as a list of entries (redistributable).
+                let entries: Vec<Vec<u8>> = l.extract().map_err(|_| {
+                    Error::operator(
+                        self.name.clone(),
+                        "the runner's snapshot() returned a list that does not hold only bytes",
+                    )
+                })?;
+                return Ok(OperatorState {
+                    operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
+                    keyed: Vec::new(),
+                });
+            }
+            let bytes: Vec<u8> = res
+                .cast::<PyBytes>()
+                .map(|b| b.as_bytes().to_vec())
+                .map_err(|_| {
+                    Error::operator(
+                        self.name.clone(),
+                        "the runner's snapshot() did not return bytes",
+                    )
+                })?;
+            Ok(OperatorState {
+                operator: Some(StateBlob::Bytes(Arc::new(bytes))),
+                keyed: Vec::new(),
+            })
+        }
     }
 }
 
@@ -372,63 +464,32 @@ impl Operator for PyRunner {
                 .bind(py)
                 .call_method1("snapshot", (checkpoint_id,))
                 .map_err(|e| from_py(py, &self.name, e))?;
-            if res.is_none() {
-                return Ok(OperatorState::default());
-            }
-            if let Ok(d) = res.cast::<PyDict>() {
-                // Keyed state: one blob per key group.
-                let mut keyed = Vec::with_capacity(d.len());
-                for (k, v) in d.iter() {
-                    let kg: u32 = k.extract().map_err(|_| {
-                        Error::operator(
-                            self.name.clone(),
-                            "the runner's keyed snapshot has a non-integer key group",
-                        )
-                    })?;
-                    let b = v.cast::<PyBytes>().map_err(|_| {
-                        Error::operator(
-                            self.name.clone(),
-                            "the runner's keyed snapshot holds a value that is not bytes",
-                        )
-                    })?;
-                    keyed.push((kg, StateBlob::Bytes(Arc::new(b.as_bytes().to_vec()))));
-                }
-                keyed.sort_by_key(|(kg, _)| *kg);
-                return Ok(OperatorState {
-                    operator: None,
-                    keyed,
-                });
-            }
-            if let Ok(l) = res.cast::<PyList>() {
-                // Operator state as a list of entries (redistributable).
-                let entries: Vec<Vec<u8>> = l.extract().map_err(|_| {
-                    Error::operator(
-                        self.name.clone(),
-                        "the runner's snapshot() returned a list that does not hold only bytes",
-                    )
-                })?;
-                return Ok(OperatorState {
-                    operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
-                    keyed: Vec::new(),
-                });
-            }
-            let bytes: Vec<u8> = res
-                .cast::<PyBytes>()
-                .map(|b| b.as_bytes().to_vec())
-                .map_err(|_| {
-                    Error::operator(
-                        self.name.clone(),
-                        "the runner's snapshot() did not return bytes",
-                    )
-                })?;
-            Ok(OperatorState {
-                operator: Some(StateBlob::Bytes(Arc::new(bytes))),
-                keyed: Vec::new(),
-            })
+            self.state_from_py(&res)
         })
     }
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        if let (Some(blob), false) = (&state.operator, state.keyed.is_empty()) {
+            // Both (a keyed broadcast function): `restore((bytes, {key_group: bytes}))`.
+            let bytes = blob.to_bytes()?;
+            let mut blobs = Vec::with_capacity(state.keyed.len());
+            for (kg, blob) in &state.keyed {
+                blobs.push((*kg, blob.to_bytes()?));
+            }
+            return Python::attach(|py| {
+                let r: PyResult<()> = (|| {
+                    let d = PyDict::new(py);
+                    for (kg, b) in &blobs {
+                        d.set_item(kg, PyBytes::new(py, b))?;
+                    }
+                    let both =
+                        PyTuple::new(py, [PyBytes::new(py, &bytes).into_any(), d.into_any()])?;
+                    self.runner.bind(py).call_method1("restore", (both,))?;
+                    Ok(())
+                })();
+                r.map_err(|e| from_py(py, &self.name, e))
+            });
+        }
         if let Some(blob) = state.operator {
             let bytes = blob.to_bytes()?;
             return Python::attach(|py| {

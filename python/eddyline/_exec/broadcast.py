@@ -6,22 +6,35 @@ stream (every subtask gets every row). The broadcast state (one dict) is the
 same in every subtask, so subtask 0 alone writes it into a checkpoint and
 every subtask of a restore, at any parallelism, reads that copy
 (``Runner.broadcast_state``; the engine's ``Redistribution::Broadcast``).
+
+On a keyed stream (``keyed.connect(rules.broadcast())``),
+:class:`KeyedBroadcastProcessRunner` adds the keyed state and timers of
+:class:`~eddyline._exec.process.KeyedProcessRunner`, checkpointed per key
+group next to the broadcast blob (DESIGN.md "Keyed state layer").
 """
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from ..errors import CheckpointError
-from ..functions import BroadcastContext, BroadcastProcessFunction
+from ..functions import (
+    BroadcastContext,
+    BroadcastProcessFunction,
+    KeyedBroadcastContext,
+    KeyedBroadcastProcessFunction,
+    ProcessContext,
+)
 from .base import Runner, RunnerOutput, State
 from .output import RowWriter
+from .process import KeyedProcessRunner, _overrides
 from .user_code import UserCode, call_user, short
 
-__all__ = ["BroadcastProcessRunner"]
+__all__ = ["BroadcastProcessRunner", "KeyedBroadcastProcessRunner"]
 
 _FORMAT = "eddyline.broadcast.v1"
 
@@ -91,3 +104,170 @@ class BroadcastProcessRunner(Runner):
 
     def close(self) -> None:
         call_user(self.name, self._fn.close)
+
+
+class KeyedBroadcastProcessRunner(KeyedProcessRunner):
+    """``keyed.connect(rules.broadcast()).process(fn)``: a
+    :class:`~eddyline.BroadcastProcessFunction` (or
+    :class:`~eddyline.KeyedBroadcastProcessFunction`) on a keyed stream.
+
+    Input 0 is hash-partitioned by key: its rows get the key's state and
+    timers (those of :class:`KeyedProcessRunner`, checkpointed per key group)
+    and the broadcast state read-only. Input 1 is the broadcast stream: its
+    rows may write the broadcast state and visit every key's state
+    (``ctx.apply_to_keyed_state``). The snapshot is both: the keyed state per
+    key group and, from subtask 0 only, the broadcast state, which every
+    subtask of a restore at any parallelism gets (``Redistribution::Broadcast``;
+    Flink's broadcast state pattern on a keyed stream).
+    """
+
+    broadcast_state = True
+
+    def __init__(
+        self,
+        node: str,
+        keys: Sequence[str],
+        fn: BroadcastProcessFunction,
+        schema: pa.Schema | None,
+        time_column: str | None = None,
+        side_outputs: dict[str, tuple[int, pa.Schema | None]] | None = None,
+    ) -> None:
+        self._broadcast: dict[str, Any] = {}
+        self._bfn = fn
+        self._subtask = 0
+        self._applied: list[Any] = []
+        super().__init__(
+            node,
+            keys,
+            fn.process_element,  # type: ignore[arg-type]
+            schema,
+            time_column,
+            side_outputs,
+        )
+        self._function = fn  # type: ignore[assignment]
+        self._bcontext = self._make_broadcast(0, 1)
+
+    @classmethod
+    def processing_time_for(cls, *args: Any) -> bool:
+        """A function with ``on_timer`` may register processing-time timers."""
+        fn = args[2] if len(args) > 2 else None
+        return isinstance(fn, KeyedBroadcastProcessFunction) and _overrides(fn, "on_timer")
+
+    @classmethod
+    def recomputable_for(cls, *args: Any) -> bool:
+        """Never: the broadcast state is always persisted."""
+        return False
+
+    def null_state_watermark(self, checkpoint_id: int) -> int | None:
+        """Never recomputed: the state is always persisted."""
+        return None
+
+    def _make_broadcast(self, subtask: int, parallelism: int) -> BroadcastContext:
+        write = BroadcastContext(self.name, subtask, parallelism, read_only=False)
+        write._values = self._broadcast
+        write._apply = self._apply_to_keyed_state
+        return write
+
+    def _new_context(
+        self, name: str, subtask_index: int, parallelism: int, attempt: int
+    ) -> ProcessContext:
+        read = BroadcastContext(name, subtask_index, parallelism, read_only=True)
+        read._values = self._broadcast
+        context = KeyedBroadcastContext(
+            name, subtask_index, parallelism, attempt, read.broadcast_state
+        )
+        context._timers = self
+        context._ttl_seen = self._ttl_restored
+        return context
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        self._subtask = int(ctx.get("subtask_index", 0))
+        self._bcontext = self._make_broadcast(self._subtask, int(ctx.get("parallelism", 1)))
+        # KeyedProcessRunner.open calls fn.open with the keyed context; a
+        # BroadcastProcessFunction's open gets the broadcast context instead.
+        function, self._function = self._function, None
+        try:
+            super().open(ctx)
+        finally:
+            self._function = function
+        call_user(self.name, self._bfn.open, self._bcontext)
+
+    def process(
+        self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
+    ) -> RunnerOutput:
+        if input == 0:
+            return super().process(input, batch, key_groups)
+        if batch.num_rows == 0:
+            return None
+        fn = self._bfn.process_broadcast_element
+        ctx = self._bcontext
+        out: list[Any] = []
+        # Rows that apply_to_keyed_state's function returns go here too.
+        self._applied = out
+        row: Any = None
+        try:
+            with UserCode(self.name, detail=lambda v: f"broadcast row: {short(v['row'])}"):
+                for row in batch.to_pylist():
+                    result = fn(row, ctx)
+                    if result is None:
+                        continue
+                    if isinstance(result, dict):
+                        out.append(result)
+                    else:
+                        out.extend(result)
+        finally:
+            self._unbind()
+        return self._emit(out)
+
+    def _apply_to_keyed_state(self, fn: Callable[..., Any], state: str | None) -> None:
+        """``ctx.apply_to_keyed_state(fn, state)``: ``fn(key, ctx)`` per key with state."""
+        out = self._applied
+        for group in sorted(self._state):
+            entries = self._state.get(group)
+            if not entries:
+                continue
+            for key in list(entries):
+                values = entries.get(key)
+                if values is None or (state is not None and state not in values):
+                    continue
+                result = self._call_for_key(group, key, None, fn, key)
+                if isinstance(result, dict):
+                    out.append(result)
+                elif result is not None:
+                    out.extend(result)
+        self._unbind()
+
+    def snapshot(self, checkpoint_id: int) -> Any:
+        """The keyed state per key group and, from subtask 0, the broadcast state:
+        ``(broadcast blob | None, {key_group: blob})``."""
+        keyed = super().snapshot(checkpoint_id) or {}
+        if self._subtask != 0:
+            return keyed
+        blob = pickle.dumps((_FORMAT, self._broadcast), protocol=pickle.HIGHEST_PROTOCOL)
+        return (blob, keyed)
+
+    def restore(self, data: State | tuple[bytes, dict[int, bytes]]) -> None:
+        """Restores the broadcast blob, the key groups given, or both (a tuple)."""
+        if isinstance(data, tuple):
+            blob, keyed = data
+            _restore_broadcast(self.name, blob, self._broadcast)
+            super().restore(keyed)
+        elif isinstance(data, bytes):
+            _restore_broadcast(self.name, data, self._broadcast)
+        else:
+            super().restore(data)
+
+    def close(self) -> None:
+        call_user(self.name, self._bfn.close)
+
+
+def _restore_broadcast(name: str, data: Any, into: dict[str, Any]) -> None:
+    if not isinstance(data, bytes):
+        raise CheckpointError(
+            f"operator '{name}': broadcast state must be one blob, got {type(data).__name__}"
+        )
+    fmt, state = pickle.loads(data)
+    if fmt != _FORMAT:
+        raise CheckpointError(f"operator '{name}': unknown broadcast state {fmt!r}")
+    into.clear()
+    into.update(state)

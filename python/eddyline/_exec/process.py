@@ -19,6 +19,8 @@ import pyarrow as pa
 from ..errors import EddylineError
 from ..functions import (
     MIN_WATERMARK,
+    BroadcastProcessFunction,
+    KeyedBroadcastProcessFunction,
     ProcessContext,
     ProcessFunction,
     Row,
@@ -31,9 +33,13 @@ from .keyed import KeyedRunner
 from .output import RowWriter
 from .user_code import UserCode, call_user, short
 
-_KEYED_STATE_FORMAT = "eddyline.keyed_process.v3"
-"""v3 adds the states' kinds (name -> "value" | "list" | "map", for ``ed.read_state``)
-to v2's ``(format, values, timers, watermark)``."""
+_KEYED_STATE_FORMAT = "eddyline.keyed_process.v4"
+"""A key group's blob: ``(format, watermark, kinds, inner)``, where ``inner`` is
+the pickled ``(values, event-time timers, processing-time timers)`` of the key
+group, kept between checkpoints while the key group is unchanged (issue 16:
+only changed key groups are re-serialized). v3 was ``(format, values, timers,
+watermark, kinds, processing-time timers)``; v2 had no kinds (name -> "value" |
+"list" | "map", for ``ed.read_state``)."""
 
 
 class KeyedProcessRunner(KeyedRunner):
@@ -77,6 +83,16 @@ class KeyedProcessRunner(KeyedRunner):
         self._ttl_restored = False
         self._restored_kinds: dict[str, str] = {}
         """The kinds of the named states restored from a checkpoint (name -> kind)."""
+        self._dirty: set[int] = set()
+        """Key groups whose state or timers may have changed since their last snapshot."""
+        self._inner: dict[int, bytes] = {}
+        """Per key group its pickled ``(values, timers, processing-time timers)`` as of
+        its last snapshot (valid while the key group is not in ``_dirty``)."""
+        self._blobs: dict[int, tuple[int, dict[str, str], bytes, bytes]] = {}
+        """Per key group ``(watermark, kinds, inner, blob)`` of its last snapshot: the
+        same blob is returned while all three are unchanged."""
+        self.pickled_groups = 0
+        """How many key groups' state was pickled by :meth:`snapshot` (a counter for tests)."""
         self._context = self._new_context(node, 0, 1, 0)
 
     def _new_context(
@@ -151,8 +167,8 @@ class KeyedProcessRunner(KeyedRunner):
     ) -> None:
         if self._function is None or not _overrides(self._function, "on_timer"):
             raise EddylineError(
-                f"operator '{self.name}': {what} timers need an ed.ProcessFunction that "
-                "implements on_timer(timestamp, ctx)",
+                f"operator '{self.name}': {what} timers need an ed.ProcessFunction (or an "
+                "ed.KeyedBroadcastProcessFunction) that implements on_timer(timestamp, ctx)",
                 operator=self.name,
             )
         key = self._context.key
@@ -160,6 +176,7 @@ class KeyedProcessRunner(KeyedRunner):
         per_key = timers.setdefault(group, {}).setdefault(key, set())
         if timestamp not in per_key:
             per_key.add(timestamp)
+            self._dirty.add(group)
             heapq.heappush(heap, (timestamp, next(self._seq), group, key))
 
     def _delete(self, timers: dict[int, dict[Hashable, set[int]]], timestamp: int) -> None:
@@ -168,6 +185,7 @@ class KeyedProcessRunner(KeyedRunner):
         per_key = keyed.get(key) if keyed is not None else None
         if per_key is not None and timestamp in per_key:
             per_key.discard(timestamp)
+            self._dirty.add(self._group)
             if not per_key:
                 del keyed[key]  # type: ignore[union-attr]
 
@@ -187,16 +205,34 @@ class KeyedProcessRunner(KeyedRunner):
         else:
             times = itertools.repeat(None, batch.num_rows)  # type: ignore[assignment]
         fn = self._fn
+        ctx = self._context
         out: list[Any] = []
         append = out.append
         row: Row | None = None
+        # Each key's state is fetched once per batch and written back once, after
+        # the batch (issue 16: "Python state stays cheap").
+        bound: dict[Hashable, dict[str, Any]] = {}
+        group_of: dict[Hashable, int] = {}
+        state = self._state
         try:
             with UserCode(
                 self.name,
                 detail=lambda v: f"key {short(v['self']._context.key)}, row: {short(v['row'])}",
             ):
                 for row, key, group, timestamp in zip(rows, keys, groups, times, strict=False):
-                    result = self._call_for_key(group, key, timestamp, fn, row)
+                    values = bound.get(key)
+                    if values is None:
+                        entries = state.get(group)
+                        values = entries.get(key) if entries is not None else None
+                        if values is None:
+                            values = {}
+                        bound[key] = values
+                        group_of[key] = group
+                    ctx.key = key
+                    ctx.timestamp = timestamp
+                    ctx._values = values
+                    self._group = group
+                    result = fn(row, ctx)
                     if result is None:
                         continue
                     if isinstance(result, dict):
@@ -205,7 +241,26 @@ class KeyedProcessRunner(KeyedRunner):
                         out.extend(result)
         finally:
             self._unbind()
+            self._write_back(bound, group_of)
         return self._emit(out)
+
+    def _write_back(
+        self, bound: dict[Hashable, dict[str, Any]], group_of: dict[Hashable, int]
+    ) -> None:
+        """Stores the state of the keys a batch touched; a key whose state ended up
+        empty holds no entry, so snapshots stay small. Their key groups are dirty."""
+        state = self._state
+        dirty = self._dirty
+        for key, values in bound.items():
+            group = group_of[key]
+            dirty.add(group)
+            entries = state.get(group)
+            if values:
+                if entries is None:
+                    entries = state[group] = {}
+                entries[key] = values
+            elif entries is not None:
+                entries.pop(key, None)
 
     def _emit(self, out: list[Any]) -> RunnerOutput:
         """The main output's batch, then each side output's ``(port, batch)``."""
@@ -235,6 +290,7 @@ class KeyedProcessRunner(KeyedRunner):
         A key whose state ends up empty holds no entry, so snapshots stay small.
         """
         ctx = self._context
+        self._dirty.add(group)
         entries = self._state.get(group)
         if entries is None:
             entries = self._state[group] = {}
@@ -315,6 +371,7 @@ class KeyedProcessRunner(KeyedRunner):
                     per_key.discard(timestamp)
                     if not per_key:
                         del keyed[key]  # type: ignore[union-attr]
+                    # (_call_for_key marks the key group dirty.)
                     result = self._call_for_key(group, key, timestamp, on_timer, timestamp)
                     if isinstance(result, dict):
                         out.append(result)
@@ -344,20 +401,32 @@ class KeyedProcessRunner(KeyedRunner):
     # ---- state ----------------------------------------------------------------
 
     def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
-        """One blob per key group: ``(format, values, timers, watermark, kinds,
-        processing-time timers)``.
+        """One blob per key group: ``(format, watermark, kinds, inner)`` with
+        ``inner`` the pickled ``(values, timers, processing-time timers)``.
 
         Written for the key groups with values or timers and, once the
         runner has a watermark, for every key group it owns (even empty
         ones), so the watermark survives a restore (issue 12.3; like the
         window operator's, DESIGN.md "Keyed state layer").
+
+        Only the key groups touched since the last snapshot (a record, a timer,
+        ``apply_to_keyed_state``, an expired ttl entry) are pickled again;
+        the others reuse their ``inner`` bytes, and return the very same blob
+        while the watermark and the states' kinds are unchanged (issue 16;
+        what lets an incremental checkpoint skip them).
         """
+        dirty = self._dirty
         if self._context._ttl_seen:
             # State with a ttl: expired entries are not part of the checkpoint.
             now = processing_time()
-            for entries in self._state.values():
-                for key in [k for k, values in entries.items() if purge_expired(values, now)]:
-                    del entries[key]
+            for group, entries in self._state.items():
+                for key in list(entries):
+                    values = entries[key]
+                    before = _size(values)
+                    if purge_expired(values, now):
+                        del entries[key]
+                    if _size(values) != before:
+                        dirty.add(group)
         groups = {g for g, entries in self._state.items() if entries}
         groups.update(g for g, keyed in self._timers.items() if keyed)
         groups.update(g for g, keyed in self._ptimers.items() if keyed)
@@ -371,20 +440,41 @@ class KeyedProcessRunner(KeyedRunner):
                 )
             )
         kinds = {**self._restored_kinds, **self._context._kinds}
-        return {
-            group: pickle.dumps(
-                (
-                    _KEYED_STATE_FORMAT,
-                    self._state.get(group, {}),
-                    {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
-                    self.watermark,
-                    kinds,
-                    {key: sorted(ts) for key, ts in self._ptimers.get(group, {}).items()},
-                ),
+        inner_of, blobs = self._inner, self._blobs
+        out: dict[int, bytes] = {}
+        for group in sorted(groups):
+            inner = inner_of.get(group)
+            if inner is None or group in dirty:
+                inner = inner_of[group] = pickle.dumps(
+                    (
+                        self._state.get(group, {}),
+                        {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
+                        {key: sorted(ts) for key, ts in self._ptimers.get(group, {}).items()},
+                    ),
+                    protocol=pickle.HIGHEST_PROTOCOL,
+                )
+                self.pickled_groups += 1
+            cached = blobs.get(group)
+            if (
+                cached is not None
+                and cached[2] is inner
+                and cached[0] == self.watermark
+                and cached[1] == kinds
+            ):
+                out[group] = cached[3]
+                continue
+            blob = pickle.dumps(
+                (_KEYED_STATE_FORMAT, self.watermark, kinds, inner),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
-            for group in sorted(groups)
-        }
+            blobs[group] = (self.watermark, kinds, inner, blob)
+            out[group] = blob
+        # Key groups left empty hold nothing any more.
+        for group in [g for g in inner_of if g not in groups]:
+            del inner_of[group]
+            blobs.pop(group, None)
+        dirty.clear()
+        return out
 
     def restore(self, data: State) -> None:
         """Restores values, timers and the watermark (the largest of the key groups given).
@@ -403,6 +493,9 @@ class KeyedProcessRunner(KeyedRunner):
                 self._ttl_restored = self._context._ttl_seen = True
             restored = pickle.loads(blob)
             group = int(group)
+            self._dirty.add(group)
+            if isinstance(restored, tuple) and restored and restored[0] == _KEYED_STATE_FORMAT:
+                restored = unpack_v4(restored)
             if isinstance(restored, dict):  # values only
                 self._state.setdefault(group, {}).update(restored)
                 continue
@@ -435,9 +528,29 @@ class KeyedProcessRunner(KeyedRunner):
             call_user(self.name, self._function.close)
 
 
-def _overrides(function: ProcessFunction, hook: str) -> bool:
-    """True if ``function``'s class overrides the base class's ``hook``."""
-    return getattr(type(function), hook, None) is not getattr(ProcessFunction, hook)
+def _overrides(function: Any, hook: str) -> bool:
+    """True if ``function``'s class overrides its base class's ``hook``
+    (:class:`~eddyline.ProcessFunction`, :class:`~eddyline.BroadcastProcessFunction`
+    or :class:`~eddyline.KeyedBroadcastProcessFunction`)."""
+    base: type = ProcessFunction
+    if isinstance(function, KeyedBroadcastProcessFunction):
+        base = KeyedBroadcastProcessFunction
+    elif isinstance(function, BroadcastProcessFunction):
+        base = BroadcastProcessFunction
+    return getattr(type(function), hook, None) is not getattr(base, hook, None)
+
+
+def _size(values: dict[str, Any]) -> int:
+    """How many entries one key's states hold (a value counts one)."""
+    return sum(len(v) if type(v) is list or type(v) is dict else 1 for v in values.values())
+
+
+def unpack_v4(blob: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A v4 key-group blob in the v3 shape ``(format, values, timers, watermark,
+    kinds, processing-time timers)`` (also for ``ed.read_state``)."""
+    fmt, watermark, kinds, inner = blob
+    values, timers, ptimers = pickle.loads(inner)
+    return (fmt, values, timers, watermark, kinds, ptimers)
 
 
 class KeyedCoProcessRunner(KeyedProcessRunner):

@@ -1,0 +1,118 @@
+"""Python keyed state stays cheap (issue 16): a checkpoint re-pickles only the
+key groups touched since the previous one and returns the very same bytes
+for the others (what lets an incremental checkpoint skip them); the state of
+the keys a batch touches is fetched and written back once per batch.
+
+Pickling is counted with the runner's ``pickled_groups`` counter, not timed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+import eddyline as ed
+from eddyline._exec.process import KeyedProcessRunner
+from eddyline.testing import ManualClock
+
+KEYS = 10
+
+
+class Sums(ed.ProcessFunction):
+    def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> None:
+        ctx.state.update((ctx.state.value() or 0) + row["v"])
+        if row["v"] < 0:
+            ctx.timer_service.register_event_time_timer(1_000)
+
+    def on_timer(self, timestamp: int, ctx: ed.ProcessContext) -> list[dict[str, Any]]:
+        return [{"k": ctx.key, "sum": ctx.state.value()}]
+
+
+def _batch(keys: list[int], values: list[int]) -> tuple[pa.RecordBatch, pa.UInt32Array]:
+    # Key k lives in key group 10 * k (the binding computes real ones; any will do).
+    groups = pa.array([10 * k for k in keys], type=pa.uint32())
+    return pa.record_batch({"k": keys, "v": values}), groups
+
+
+def _runner() -> KeyedProcessRunner:
+    runner = KeyedProcessRunner("sums", ["k"], Sums(), None)
+    runner.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
+    return runner
+
+
+def test_a_checkpoint_re_pickles_only_the_key_groups_touched() -> None:
+    runner = _runner()
+    runner.process(0, *_batch(list(range(KEYS)), [1] * KEYS))
+    first = runner.snapshot(1)
+    assert first is not None and len(first) == KEYS
+    assert runner.pickled_groups == KEYS
+    # Nothing touched: nothing pickled, the same blobs.
+    again = runner.snapshot(2)
+    assert runner.pickled_groups == KEYS
+    assert again is not None and all(again[g] is first[g] for g in first)
+    # One key touched (three rows of it in one batch): one key group pickled.
+    runner.process(0, *_batch([3, 3, 3], [5, 6, 7]))
+    second = runner.snapshot(3)
+    assert runner.pickled_groups == KEYS + 1
+    assert second is not None and second.keys() == first.keys()
+    assert second[30] != first[30]
+    assert all(second[g] is first[g] for g in first if g != 30)
+    # A timer is keyed state: registering one dirties its key group only.
+    runner.process(0, *_batch([7], [-1]))
+    third = runner.snapshot(4)
+    assert runner.pickled_groups == KEYS + 2
+    assert third is not None and all(third[g] is second[g] for g in second if g != 70)
+    # The blobs restore exactly what the runner holds.
+    restored = _runner()
+    restored.restore(third)
+    assert restored._state == runner._state
+    assert restored.timers_pending() == 1
+
+
+def test_a_watermark_changes_the_blobs_but_pickles_no_state_again() -> None:
+    runner = _runner()
+    runner.process(0, *_batch([1, 2], [1, 1]))
+    runner.snapshot(1)
+    pickled = runner.pickled_groups
+    runner.on_watermark(10)
+    blobs = runner.snapshot(2)
+    assert blobs is not None
+    # Every owned key group now carries the watermark (issue 12.3): the empty
+    # ones are pickled once, the two with state are not pickled again.
+    assert runner.pickled_groups == pickled + 128 - 2
+    restored = _runner()
+    restored.restore(blobs)
+    assert restored.watermark == 10 and restored._state == runner._state
+    runner.snapshot(3)
+    assert runner.pickled_groups == pickled + 126, "nothing changed since"
+
+
+def test_a_firing_timer_and_an_expiring_ttl_dirty_their_key_groups() -> None:
+    class Expiring(ed.ProcessFunction):
+        def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> None:
+            ctx.get_state("seen", ttl=1).update(row["v"])
+
+    with ManualClock(0) as clock:
+        runner = KeyedProcessRunner("ttl", ["k"], Expiring(), None)
+        runner.open({"subtask_index": 0, "parallelism": 1})
+        runner.process(0, *_batch([1, 2], [1, 2]))
+        clock.advance(500)
+        runner.process(0, *_batch([2], [3]))
+        first = runner.snapshot(1)
+        assert first is not None and sorted(first) == [10, 20]
+        clock.advance(700)  # key 1's value (written at 0) expired; key 2's (at 500) not
+        second = runner.snapshot(2)
+        assert second is not None and sorted(second) == [20]
+        assert second[20] is first[20], "key group 20 did not change"
+
+    runner = _runner()
+    runner.process(0, *_batch([4, 5], [-1, 1]))
+    runner.snapshot(1)
+    pickled = runner.pickled_groups
+    fired = runner.on_watermark(1_000)
+    assert fired is not None and fired.to_pylist() == [{"k": 4, "sum": -1}]
+    runner.snapshot(2)
+    # The timer's key group (40) changed; the others were pickled once for the
+    # watermark (every owned key group carries it) and 50 not at all.
+    assert runner.pickled_groups == pickled + 1 + 126
