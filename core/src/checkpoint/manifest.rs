@@ -9,13 +9,15 @@
 //! rejects unknown and duplicate keys, trailing data, and versions it does not
 //! know. The last member is `"checksum": "xxh3:<16 hex digits>"`, the xxh3-64
 //! of every byte before the line that holds it, so any flipped byte is
-//! caught. Format version 2 (version 1, written before keyed identities
-//! were recorded, is still read: its operators have no `"key"`):
+//! caught. Format version 3 (version 1, written before keyed identities
+//! were recorded, is still read: its operators have no `"key"`; version 2,
+//! written before incremental checkpoints, has no `"shared"` and no
+//! `"reused"` members):
 //!
 //! ```text
 //! {
 //!   "format": "eddyline-checkpoint-manifest",
-//!   "version": 2,
+//!   "version": 3,
 //!   "id": 7,
 //!   "kind": "checkpoint",                        // or "savepoint"
 //!   "trigger_ms": 1700000000000,
@@ -30,7 +32,11 @@
 //!      "subtasks": [
 //!        {"subtask": 0,
 //!         "state": {"file": "count-1a2b3c4d-0.state", "size": 1234,
-//!                   "xxh3": "0123456789abcdef", "key_groups": [[0, 64]]},
+//!                   "xxh3": "0123456789abcdef", "key_groups": [[0, 64]],
+//!                   "shared": false},
+//!         "reused": [{"file": "count-1a2b3c4d-0-5.state", "size": 999,
+//!                     "xxh3": "0123456789abcdef", "key_groups": [[0, 64]],
+//!                     "shared": true, "use": [[3, 9]], "use_bytes": 420}],
 //!         "source_offsets": [{"split": "part-0", "offset": 17}]}]}],
 //!   "checksum": "xxh3:0123456789abcdef"
 //! }
@@ -38,6 +44,15 @@
 //!
 //! `state` is `null` for a subtask without state; `key_groups` lists
 //! half-open ranges `[start, end)` of the key groups in the state file.
+//! `shared` says where the file lies: `false` in the checkpoint's own
+//! `chk-<id>/` directory, `true` in the storage root's `shared/` directory
+//! (incremental checkpoints, DESIGN.md "Checkpoints": files there are
+//! shared by later checkpoints and deleted only when no retained manifest
+//! names them). `reused` lists the files of earlier checkpoints this one
+//! takes unchanged key groups from: each names the whole file (its size,
+//! checksum and key groups, verified on restore like any state file) and,
+//! in `use`, the key groups taken from it (`use_bytes`: their sections'
+//! bytes). A key group is in exactly one of `state` and the `use` ranges.
 //!
 //! `key` is a keyed operator's identity (issue 12, item 4; issue 20, item
 //! 5): the number of key groups its keys were hashed into
@@ -51,8 +66,9 @@ use std::ops::Range;
 
 use crate::event::BarrierKind;
 
-/// The manifest format this build writes (it reads this and version 1).
-pub const MANIFEST_VERSION: u64 = 2;
+/// The manifest format this build writes (it reads this and versions 1
+/// and 2).
+pub const MANIFEST_VERSION: u64 = 3;
 
 /// The oldest manifest format this build reads.
 const OLDEST_VERSION: u64 = 1;
@@ -161,8 +177,12 @@ impl KeyIdentity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubtaskEntry {
     pub subtask: u32,
-    /// Its state file, `None` if it had no state.
+    /// The state file this checkpoint wrote for it, `None` if it wrote
+    /// none (no state, or every key group reused).
     pub state: Option<StateFileEntry>,
+    /// Key groups taken unchanged from state files of earlier checkpoints
+    /// (incremental checkpoints; empty in manifests before version 3).
+    pub reused: Vec<ReusedState>,
     /// The read positions of a source subtask.
     pub source_offsets: Vec<SourceOffset>,
 }
@@ -179,6 +199,21 @@ pub struct StateFileEntry {
     /// Key groups whose keyed state the file holds, as sorted, disjoint,
     /// non-adjacent half-open ranges.
     pub key_groups: Vec<Range<u32>>,
+    /// The file lies in the storage root's `shared/` directory rather than
+    /// in the checkpoint's own directory (always `false` before version 3).
+    pub shared: bool,
+}
+
+/// Key groups a checkpoint takes from a state file an earlier checkpoint
+/// wrote (incremental checkpoints).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReusedState {
+    /// The whole file, as it was written.
+    pub file: StateFileEntry,
+    /// The key groups taken from it (a subset of `file.key_groups`).
+    pub key_groups: Vec<Range<u32>>,
+    /// The bytes of those key groups' sections.
+    pub bytes: u64,
 }
 
 /// The position of a source in one split.
@@ -194,14 +229,40 @@ impl Manifest {
         self.operators.iter().find(|o| o.uid == uid)
     }
 
-    /// Total bytes of all state files.
+    /// The size of the whole state: the bytes of the state files this
+    /// checkpoint wrote plus those of the sections it reuses from earlier
+    /// ones (what a full checkpoint of the same state would about write).
     pub fn state_size(&self) -> u64 {
+        self.written_size()
+            + self
+                .operators
+                .iter()
+                .flat_map(|o| &o.subtasks)
+                .flat_map(|s| &s.reused)
+                .map(|r| r.bytes)
+                .sum::<u64>()
+    }
+
+    /// Total bytes of the state files this checkpoint wrote.
+    pub fn written_size(&self) -> u64 {
         self.operators
             .iter()
             .flat_map(|o| &o.subtasks)
             .filter_map(|s| s.state.as_ref())
             .map(|s| s.size)
             .sum()
+    }
+
+    /// The names of the files in the `shared/` directory this checkpoint
+    /// refers to (written by it or reused), each once.
+    pub fn shared_files(&self) -> std::collections::BTreeSet<&str> {
+        self.operators
+            .iter()
+            .flat_map(|o| &o.subtasks)
+            .flat_map(|s| s.state.iter().chain(s.reused.iter().map(|r| &r.file)))
+            .filter(|f| f.shared)
+            .map(|f| f.file.as_str())
+            .collect()
     }
 
     /// Encodes the manifest (see the module docs for the format).
@@ -402,21 +463,24 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
         match &s.state {
             None => out.push_str("null"),
             Some(f) => {
-                let groups: Vec<String> = f
-                    .key_groups
-                    .iter()
-                    .map(|r| format!("[{}, {}]", r.start, r.end))
-                    .collect();
-                let _ = write!(
-                    out,
-                    "{{\"file\": {}, \"size\": {}, \"xxh3\": \"{:016x}\", \"key_groups\": [{}]}}",
-                    quote(&f.file),
-                    f.size,
-                    f.checksum,
-                    groups.join(", ")
-                );
+                encode_file(out, f);
+                out.push('}');
             }
         }
+        out.push_str(", \"reused\": [");
+        for (j, r) in s.reused.iter().enumerate() {
+            if j > 0 {
+                out.push_str(", ");
+            }
+            encode_file(out, &r.file);
+            let _ = write!(
+                out,
+                ", \"use\": {}, \"use_bytes\": {}}}",
+                encode_ranges(&r.key_groups),
+                r.bytes
+            );
+        }
+        out.push(']');
         let offsets: Vec<String> = s
             .source_offsets
             .iter()
@@ -435,6 +499,70 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
     } else {
         "\n     ]}"
     });
+}
+
+/// Writes a file entry's members, leaving its object open.
+fn encode_file(out: &mut String, f: &StateFileEntry) {
+    let _ = write!(
+        out,
+        "{{\"file\": {}, \"size\": {}, \"xxh3\": \"{:016x}\", \"key_groups\": {}, \"shared\": {}",
+        quote(&f.file),
+        f.size,
+        f.checksum,
+        encode_ranges(&f.key_groups),
+        f.shared
+    );
+}
+
+fn encode_ranges(ranges: &[Range<u32>]) -> String {
+    let groups: Vec<String> = ranges
+        .iter()
+        .map(|r| format!("[{}, {}]", r.start, r.end))
+        .collect();
+    format!("[{}]", groups.join(", "))
+}
+
+fn decode_ranges(v: Value, what: &str) -> Result<Vec<Range<u32>>, String> {
+    let Value::Arr(items) = v else {
+        return Err(format!(
+            "is invalid: {what}: key-group ranges are not an array"
+        ));
+    };
+    items
+        .into_iter()
+        .map(|r| match r {
+            Value::Arr(pair) => match pair.as_slice() {
+                [Value::Num(a), Value::Num(b)] if a < b && *b <= u64::from(u32::MAX) => {
+                    Ok(*a as u32..*b as u32)
+                }
+                _ => Err(format!(
+                    "is invalid: {what}: a key-group range is not [start, end) with start < end"
+                )),
+            },
+            _ => Err(format!(
+                "is invalid: {what}: a key-group range is not an array"
+            )),
+        })
+        .collect()
+}
+
+/// Reads a file entry's members (`shared` only from version 3 on).
+fn decode_file(s: &mut Fields, what: &str, version: u64) -> Result<StateFileEntry, String> {
+    let checksum_hex = s.string("xxh3")?;
+    let checksum = parse_hex16(&checksum_hex)
+        .ok_or_else(|| format!("is invalid: {what}: 'xxh3' is not 16 hex digits"))?;
+    let key_groups = decode_ranges(s.take("key_groups")?, what)?;
+    Ok(StateFileEntry {
+        file: s.string("file")?,
+        size: s.u64("size")?,
+        checksum,
+        key_groups,
+        shared: if version >= 3 {
+            s.bool("shared")?
+        } else {
+            false
+        },
+    })
 }
 
 fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
@@ -462,7 +590,7 @@ fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
         subtasks: f
             .array("subtasks")?
             .into_iter()
-            .map(|v| decode_subtask(v, &what))
+            .map(|v| decode_subtask(v, &what, version))
             .collect::<Result<_, String>>()?,
         uid,
     };
@@ -470,39 +598,37 @@ fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
     Ok(op)
 }
 
-fn decode_subtask(v: Value, what: &str) -> Result<SubtaskEntry, String> {
+fn decode_subtask(v: Value, what: &str, version: u64) -> Result<SubtaskEntry, String> {
     let mut f = Fields::new(v, what)?;
     let subtask = f.u32("subtask")?;
+    let sub_what = format!("{what} subtask {subtask}");
     let state = match f.take("state")? {
         Value::Null => None,
         v => {
-            let mut s = Fields::new(v, &format!("{what} subtask {subtask}"))?;
-            let checksum_hex = s.string("xxh3")?;
-            let checksum = parse_hex16(&checksum_hex).ok_or_else(|| {
-                format!("is invalid: {what} subtask {subtask}: 'xxh3' is not 16 hex digits")
-            })?;
-            let key_groups = s
-                .array("key_groups")?
-                .into_iter()
-                .map(|r| match r {
-                    Value::Arr(pair) => match pair.as_slice() {
-                        [Value::Num(a), Value::Num(b)] if a < b && *b <= u64::from(u32::MAX) => {
-                            Ok(*a as u32..*b as u32)
-                        }
-                        _ => Err(format!("is invalid: {what} subtask {subtask}: a key-group range is not [start, end) with start < end")),
-                    },
-                    _ => Err(format!("is invalid: {what} subtask {subtask}: a key-group range is not an array")),
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            let entry = StateFileEntry {
-                file: s.string("file")?,
-                size: s.u64("size")?,
-                checksum,
-                key_groups,
-            };
+            let mut s = Fields::new(v, &sub_what)?;
+            let entry = decode_file(&mut s, &sub_what, version)?;
             s.finish()?;
             Some(entry)
         }
+    };
+    let reused = if version >= 3 {
+        f.array("reused")?
+            .into_iter()
+            .map(|v| {
+                let mut r = Fields::new(v, &sub_what)?;
+                let file = decode_file(&mut r, &sub_what, version)?;
+                let key_groups = decode_ranges(r.take("use")?, &sub_what)?;
+                let bytes = r.u64("use_bytes")?;
+                r.finish()?;
+                Ok(ReusedState {
+                    file,
+                    key_groups,
+                    bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?
+    } else {
+        Vec::new()
     };
     let source_offsets = f
         .array("source_offsets")?
@@ -521,6 +647,7 @@ fn decode_subtask(v: Value, what: &str) -> Result<SubtaskEntry, String> {
     Ok(SubtaskEntry {
         subtask,
         state,
+        reused,
         source_offsets,
     })
 }
@@ -916,7 +1043,19 @@ mod tests {
                                 size: 99,
                                 checksum: u64::MAX,
                                 key_groups: vec![0..4, 9..10],
+                                shared: true,
                             }),
+                            reused: vec![ReusedState {
+                                file: StateFileEntry {
+                                    file: "count-0-2.state".into(),
+                                    size: 1000,
+                                    checksum: 7,
+                                    key_groups: vec![4..9, 11..12],
+                                    shared: true,
+                                },
+                                key_groups: vec![4..9, 11..12],
+                                bytes: 640,
+                            }],
                             source_offsets: vec![SourceOffset {
                                 split: "p0".into(),
                                 offset: 17,
@@ -925,6 +1064,7 @@ mod tests {
                         SubtaskEntry {
                             subtask: 1,
                             state: None,
+                            reused: vec![],
                             source_offsets: vec![],
                         },
                     ],
@@ -977,9 +1117,9 @@ mod tests {
     fn test_manifest_newer_version_is_refused() {
         let text = sample()
             .encode()
-            .replace("\"version\": 2", "\"version\": 3");
+            .replace("\"version\": 3", "\"version\": 4");
         let err = Manifest::decode(&text).expect_err("version");
-        assert!(err.contains("version 3"), "{err}");
+        assert!(err.contains("version 4"), "{err}");
     }
 
     #[test]
@@ -1004,35 +1144,77 @@ mod tests {
         assert_eq!(k64.describe_key(), "('k': Int64)");
     }
 
+    /// The sample without what version 3 added (shared files, reused
+    /// key groups), as version `version` wrote it, re-checksummed.
+    fn older_text(version: u64, drop_key: bool) -> (String, Manifest) {
+        let mut m = sample();
+        for sub in m.operators.iter_mut().flat_map(|o| &mut o.subtasks) {
+            sub.reused.clear();
+            if let Some(f) = &mut sub.state {
+                f.shared = false;
+            }
+        }
+        let text = m.encode();
+        let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
+        let mut body = text[..cut - 1]
+            .replace("\"version\": 3", &format!("\"version\": {version}"))
+            .replace(", \"shared\": false", "")
+            .replace(", \"reused\": []", "");
+        if drop_key {
+            while let Some(start) = body.find("\n     \"key\": ") {
+                let end = start
+                    + body[start..]
+                        .find(",\n     \"subtasks\"")
+                        .expect("subtasks");
+                body.replace_range(start..end + 1, "");
+            }
+            assert!(!body.contains("\"key\""), "{body}");
+            for op in &mut m.operators {
+                op.key = None;
+            }
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+        (format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n"), m)
+    }
+
     /// A manifest of version 1 (before keyed identities) still restores;
     /// its operators have no key identity.
     #[test]
     fn test_manifest_version_1_is_read_without_key_identity() {
-        let text = sample().encode();
-        let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
-        let mut body = text[..cut - 1].replace("\"version\": 2", "\"version\": 1");
-        while let Some(start) = body.find("\n     \"key\": ") {
-            let end = start
-                + body[start..]
-                    .find(",\n     \"subtasks\"")
-                    .expect("subtasks");
-            body.replace_range(start..end + 1, "");
-        }
-        assert!(!body.contains("\"key\""), "{body}");
-        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
-        let v1 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
-        let decoded = Manifest::decode(&v1).expect("version 1 decodes");
-        let mut expected = sample();
-        for op in &mut expected.operators {
-            op.key = None;
-        }
-        assert_eq!(decoded, expected);
+        let (v1, expected) = older_text(1, true);
+        assert_eq!(Manifest::decode(&v1), Ok(expected));
         // Version 2 requires the member.
-        let mut v2 = body.replace("\"version\": 1", "\"version\": 2");
-        let sum = xxhash_rust::xxh3::xxh3_64(v2.as_bytes());
-        v2 = format!("{v2},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
+        let v2 = v1.replace("\"version\": 1", "\"version\": 2");
+        let cut = v2.rfind(CHECKSUM_LINE).expect("checksum line");
+        let body = &v2[..cut - 1];
+        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+        let v2 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
         let err = Manifest::decode(&v2).expect_err("key missing");
         assert!(err.contains("'key' is missing"), "{err}");
+    }
+
+    /// A manifest of version 2 (before incremental checkpoints) still
+    /// restores: its files lie in the checkpoint directory and nothing is
+    /// reused; version 3 requires both members.
+    #[test]
+    fn test_manifest_version_2_is_read_without_shared_files() {
+        let (v2, expected) = older_text(2, false);
+        assert_eq!(Manifest::decode(&v2), Ok(expected));
+        let cut = v2.rfind(CHECKSUM_LINE).expect("checksum line");
+        let body = v2[..cut - 1].replace("\"version\": 2", "\"version\": 3");
+        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+        let v3 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
+        let err = Manifest::decode(&v3).expect_err("shared missing");
+        assert!(err.contains("'shared' is missing"), "{err}");
+    }
+
+    #[test]
+    fn test_manifest_sizes_and_shared_files() {
+        let m = sample();
+        assert_eq!(m.written_size(), 99);
+        assert_eq!(m.state_size(), 99 + 640);
+        let shared: Vec<&str> = m.shared_files().into_iter().collect();
+        assert_eq!(shared, vec!["count-0-2.state", "count-0.state"]);
     }
 
     #[test]

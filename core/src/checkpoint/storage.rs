@@ -15,7 +15,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::RwLock;
 
-use super::manifest::{key_group_ranges, Manifest, OperatorEntry, StateFileEntry, TaskAlignment};
+use super::incremental::{self, SubtaskBase, SHARED_DIR};
+use super::manifest::{
+    key_group_ranges, Manifest, OperatorEntry, ReusedState, StateFileEntry, TaskAlignment,
+};
 use super::state_file;
 use crate::error::{Error, Result};
 use crate::event::BarrierKind;
@@ -57,7 +60,26 @@ pub struct CheckpointStorage {
 pub struct StateHandle {
     pub uid: String,
     pub subtask: u32,
-    pub file: StateFileEntry,
+    /// The file written; `None` when an incremental checkpoint found
+    /// nothing changed (every key group reused, no non-keyed state).
+    pub file: Option<StateFileEntry>,
+    /// Key groups an incremental checkpoint takes from earlier files.
+    pub reused: Vec<ReusedState>,
+    /// What the next incremental checkpoint compares this subtask's key
+    /// groups against (`None` for a full write).
+    pub base: Option<Arc<SubtaskBase>>,
+}
+
+impl StateHandle {
+    /// Bytes written for it.
+    pub fn written_bytes(&self) -> u64 {
+        self.file.as_ref().map_or(0, |f| f.size)
+    }
+
+    /// Bytes of its whole state: written plus reused sections.
+    pub fn state_bytes(&self) -> u64 {
+        self.written_bytes() + self.reused.iter().map(|r| r.bytes).sum::<u64>()
+    }
 }
 
 /// What the coordinator knows when a checkpoint completes. State files
@@ -96,8 +118,11 @@ pub struct SummaryInfo {
     pub kind: BarrierKind,
     pub trigger_ms: u64,
     pub completion_ms: u64,
-    /// Total bytes of its state files.
+    /// Bytes of its whole state (its own files plus the sections it
+    /// reuses from earlier incremental checkpoints).
     pub state_size: u64,
+    /// Bytes of the state files it wrote itself.
+    pub written_size: u64,
 }
 
 impl CheckpointStorage {
@@ -267,6 +292,7 @@ impl CheckpointStorage {
                 written: RwLock::new(Written {
                     closed: None,
                     handles: BTreeMap::new(),
+                    shared: Vec::new(),
                 }),
             }),
         })
@@ -312,6 +338,7 @@ impl CheckpointStorage {
                     trigger_ms: m.trigger_ms,
                     completion_ms: m.completion_ms,
                     state_size: m.state_size(),
+                    written_size: m.written_size(),
                 });
                 let dir = chk.location().to_path_buf();
                 CheckpointSummary { id, dir, info }
@@ -427,10 +454,15 @@ impl CheckpointStorage {
             .map(|(id, _)| *id);
         let mut kept = 0;
         let mut removed = Vec::new();
+        let mut retained = Vec::new();
         for (id, chk) in all {
             let delete = if chk.exists(MANIFEST_FILE).unwrap_or(false) {
                 kept += 1;
-                kept > n && id < since
+                let delete = kept > n && id < since;
+                if !delete {
+                    retained.push(chk.clone());
+                }
+                delete
             } else {
                 newest_completed.is_some_and(|newest| id < newest)
             };
@@ -439,7 +471,29 @@ impl CheckpointStorage {
                 removed.push(id);
             }
         }
+        // Then the shared files no retained checkpoint refers to (issue 17).
+        if let Some(newest) = newest_completed {
+            let manifests = || retained.iter().map(read_manifest).collect();
+            incremental::collect(&self.store, manifests, newest)?;
+        }
         Ok(removed)
+    }
+
+    /// The names of the files in the `shared/` directory of this root
+    /// (incremental checkpoints), sorted.
+    pub fn shared_files(&self) -> Result<Vec<String>> {
+        let shared = self.store.child(SHARED_DIR);
+        match shared.files() {
+            Ok(mut names) => {
+                names.sort();
+                Ok(names)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(Error::checkpoint(
+                Some(shared.location().to_path_buf()),
+                format!("cannot list '{}': {e}", shared.location().display()),
+            )),
+        }
     }
 }
 
@@ -498,6 +552,8 @@ struct Written {
     /// `Some("completed")` / `Some("aborted")` once closed.
     closed: Option<&'static str>,
     handles: BTreeMap<(String, u32), StateHandle>,
+    /// Files written into the root's `shared/` directory (deleted on abort).
+    shared: Vec<String>,
 }
 
 struct PendingInner {
@@ -550,6 +606,17 @@ impl StateWriter {
     ) -> Result<StateHandle> {
         self.inner.write_state(uid, subtask, state)
     }
+
+    /// See [`PendingCheckpoint::write_state_incremental`].
+    pub fn write_state_incremental(
+        &self,
+        uid: &str,
+        subtask: u32,
+        state: &OperatorState,
+        base: Option<&SubtaskBase>,
+    ) -> Result<StateHandle> {
+        self.inner.write_incremental(uid, subtask, state, base)
+    }
 }
 
 impl PendingCheckpoint {
@@ -582,6 +649,21 @@ impl PendingCheckpoint {
         self.inner.write_state(uid, subtask, state)
     }
 
+    /// Writes (`uid`, `subtask`)'s state incrementally (issue 17; see
+    /// [`incremental`]): its non-keyed state and the key groups that differ
+    /// from `base` go into a new file of the root's `shared/` directory; the
+    /// handle names the earlier files the unchanged key groups are taken
+    /// from. Each pair may be written once.
+    pub fn write_state_incremental(
+        &self,
+        uid: &str,
+        subtask: u32,
+        state: &OperatorState,
+        base: Option<&SubtaskBase>,
+    ) -> Result<StateHandle> {
+        self.inner.write_incremental(uid, subtask, state, base)
+    }
+
     /// Writes the manifest atomically (on a disk: temporary name, fsync,
     /// rename, fsync of the directory; on an object store: one PUT): from
     /// then on the checkpoint exists.
@@ -605,9 +687,12 @@ impl PendingCheckpoint {
                 let key = (op.uid.clone(), sub.subtask);
                 let handle = written.handles.get(&key);
                 match (&sub.state, handle) {
-                    (None, Some(h)) => sub.state = Some(h.file.clone()),
+                    (None, Some(h)) => {
+                        sub.state.clone_from(&h.file);
+                        sub.reused.clone_from(&h.reused);
+                    }
                     (None, None) => {}
-                    (Some(f), Some(h)) if *f == h.file => {}
+                    (Some(f), Some(h)) if Some(f) == h.file.as_ref() => {}
                     (Some(f), _) => {
                         return Err(fail(format!(
                             "checkpoint {} cannot complete: operator '{}' subtask {} names state file '{}', which this checkpoint did not write",
@@ -615,7 +700,7 @@ impl PendingCheckpoint {
                         )))
                     }
                 }
-                if sub.state.is_some() && !referenced.insert(key) {
+                if (sub.state.is_some() || handle.is_some()) && !referenced.insert(key) {
                     return Err(fail(format!(
                         "checkpoint {} cannot complete: operator '{}' lists subtask {} twice",
                         inner.id, op.uid, sub.subtask
@@ -630,7 +715,8 @@ impl PendingCheckpoint {
         {
             return Err(fail(format!(
                 "checkpoint {} cannot complete: the state file '{}' of operator '{uid}' subtask {subtask} was written but the manifest does not list that subtask",
-                inner.id, h.file.file
+                inner.id,
+                h.file.as_ref().map_or("(none)", |f| f.file.as_str())
             )));
         }
         let completion_ms = info.completion_ms.unwrap_or_else(now_ms);
@@ -670,6 +756,9 @@ impl PendingCheckpoint {
             return Ok(());
         }
         written.closed = Some("aborted");
+        if let Some(root) = self.inner.dir.parent() {
+            incremental::remove_files(&root, &written.shared)?;
+        }
         remove_checkpoint_dir(&self.inner.dir)
     }
 }
@@ -698,19 +787,74 @@ impl PendingInner {
                 self.id
             )));
         }
-        let (size, checksum, groups) = state_file::write(&self.dir, &name, uid, subtask, state)?;
+        let file = state_file::write(&self.dir, &name, uid, subtask, state)?;
+        let groups: Vec<u32> = file.groups.iter().map(|g| g.0).collect();
         let handle = StateHandle {
             uid: uid.to_string(),
             subtask,
-            file: StateFileEntry {
+            file: Some(StateFileEntry {
                 file: name,
-                size,
-                checksum,
+                size: file.size,
+                checksum: file.checksum,
                 key_groups: key_group_ranges(&groups),
-            },
+                shared: false,
+            }),
+            reused: Vec::new(),
+            base: None,
         };
         drop(written);
         let mut written = self.written.write();
+        self.check_open(&written)?;
+        written.handles.insert(key, handle.clone());
+        Ok(handle)
+    }
+}
+
+impl PendingInner {
+    fn write_incremental(
+        &self,
+        uid: &str,
+        subtask: u32,
+        state: &OperatorState,
+        base: Option<&SubtaskBase>,
+    ) -> Result<StateHandle> {
+        let written = self.written.read();
+        self.check_open(&written)?;
+        let key = (uid.to_string(), subtask);
+        let dir = self.dir.location().to_path_buf();
+        let fail = |msg: String| Error::checkpoint(Some(dir.clone()), msg);
+        if written.handles.contains_key(&key) {
+            return Err(fail(format!(
+                "the state of operator '{uid}' subtask {subtask} was already written for checkpoint {}",
+                self.id
+            )));
+        }
+        let root = self.dir.parent().ok_or_else(|| {
+            fail(format!(
+                "checkpoint {} lies in no storage root: it cannot share state files",
+                self.id
+            ))
+        })?;
+        let shared = root.child(SHARED_DIR);
+        shared.make_dir().map_err(|e| {
+            fail(format!(
+                "cannot create the shared state directory '{}': {e}",
+                shared.location().display()
+            ))
+        })?;
+        let w = incremental::write(&shared, self.id, uid, subtask, state, base)?;
+        let handle = StateHandle {
+            uid: uid.to_string(),
+            subtask,
+            file: w.file,
+            reused: w.reused,
+            base: Some(Arc::new(w.base)),
+        };
+        drop(written);
+        let mut written = self.written.write();
+        if let Some(f) = &handle.file {
+            written.shared.push(f.file.clone());
+        }
         self.check_open(&written)?;
         written.handles.insert(key, handle.clone());
         Ok(handle)
@@ -821,10 +965,7 @@ fn restore(dir: Store, manifest: Manifest) -> Result<RestoredCheckpoint> {
         let mut subtasks = BTreeMap::new();
         let mut owner: BTreeMap<u32, u32> = BTreeMap::new();
         for sub in &op.subtasks {
-            let state = match &sub.state {
-                None => OperatorState::default(),
-                Some(entry) => state_file::read(&dir, &op.uid, sub.subtask, entry)?,
-            };
+            let state = incremental::read_subtask(&dir, &manifest_path, &op.uid, sub)?;
             for (g, _) in &state.keyed {
                 if let Some(other) = owner.insert(*g, sub.subtask) {
                     return Err(bad_manifest(format!(
