@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
 use crate::checkpoint::incremental::SubtaskBase;
+use crate::checkpoint::manifest::source_offsets;
 use crate::checkpoint::recompute::{NullStateLedger, Recovery};
 use crate::checkpoint::restore::key_identity;
 use crate::checkpoint::writer::{StateWriters, WriteDone, WriteJob};
@@ -35,8 +36,7 @@ use crate::checkpoint::{
 use crate::error::{Error, Result};
 use crate::event::{Barrier, BarrierKind};
 use crate::graph::JobGraph;
-use crate::source::decode_positions;
-use crate::state::{decode_entries, OperatorState, StateBlob};
+use crate::state::{OperatorState, StateBlob};
 
 /// Who waits for a checkpoint.
 pub(crate) type Waiter = Sender<Result<CheckpointDone>>;
@@ -867,48 +867,4 @@ impl Coordinator {
             }
         }
     }
-}
-
-/// The offsets a source subtask reports, as the manifest lists them. An
-/// entry list gives one line per split left: the split named by its
-/// leading u64 fields, the offset its last field (built-in sources), or by
-/// its position in the list with the entry's size (other sources); a
-/// subtask with nothing left lists `<subtask>/done`. Older offsets list
-/// their u64 positions.
-fn source_offsets(subtask: usize, offset: &[u8]) -> Vec<SourceOffset> {
-    let Some(entries) = decode_entries(offset) else {
-        let positions = decode_positions(offset, offset.len() / 8).unwrap_or_default();
-        return positions
-            .iter()
-            .enumerate()
-            .map(|(i, p)| SourceOffset {
-                split: format!("{subtask}/{i}"),
-                offset: *p,
-            })
-            .collect();
-    };
-    if entries.is_empty() {
-        return vec![SourceOffset {
-            split: format!("{subtask}/done"),
-            offset: 0,
-        }];
-    }
-    entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| match decode_positions(e, e.len() / 8) {
-            Some(fields) if e.len() % 8 == 0 && fields.len() >= 2 => {
-                let (last, split) = fields.split_last().expect("invariant: two fields or more");
-                let split: Vec<String> = split.iter().map(u64::to_string).collect();
-                SourceOffset {
-                    split: format!("{subtask}/{}", split.join(":")),
-                    offset: *last,
-                }
-            }
-            _ => SourceOffset {
-                split: format!("{subtask}/{i}"),
-                offset: e.len() as u64,
-            },
-        })
-        .collect()
 }

@@ -56,7 +56,9 @@
 pub mod config;
 pub mod coordinator;
 pub mod incremental;
+mod json;
 pub mod manifest;
+mod pending;
 pub mod read_state;
 pub mod recompute;
 pub mod restore;
