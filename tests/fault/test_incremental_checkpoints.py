@@ -150,7 +150,11 @@ def test_hot_key_checkpoints_write_about_one_percent_of_the_state(tmp_path: Path
     assert state == _expected_sums(n)
 
 
-def test_retention_deletes_only_unreferenced_shared_files(tmp_path: Path) -> None:
+def test_retention_deletes_only_unreferenced_shared_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eddyline.cli import main
+
     chk = tmp_path / "chk"
     result, _ = _run(chk, KEYS + 30_000, incremental=True)
     listed = ed._core.list_checkpoints(str(chk))  # type: ignore[attr-defined]
@@ -165,6 +169,15 @@ def test_retention_deletes_only_unreferenced_shared_files(tmp_path: Path) -> Non
     on_disk = {p.name for p in (chk / "shared").iterdir()}
     assert on_disk == referenced, (sorted(on_disk - referenced), sorted(referenced - on_disk))
     assert len(result.checkpoints) > 3
+    # The checkpoints CLI lists them valid and shows what each one shares.
+    assert main(["checkpoints", str(chk)]) == 0
+    listing = capsys.readouterr().out
+    assert "invalid" not in listing, listing
+    newest = result.checkpoints[-1]
+    assert main(["checkpoints", str(chk), "--id", str(newest.id)]) == 0
+    inspected = capsys.readouterr().out
+    assert "shared with earlier checkpoints" in inspected, inspected
+    assert re.search(r"shared/\S+ \+ \d+ reused|- \+ \d+ reused", inspected), inspected
 
 
 def test_a_corrupt_shared_file_is_named_when_restoring(tmp_path: Path) -> None:
