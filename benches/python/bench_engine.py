@@ -218,9 +218,15 @@ def run_w3(args: argparse.Namespace) -> None:
     k = 1_000_000 if args.k == 10_000 else args.k
     batches = make_data(args.n, k)
     results = {}
-    for mode in ("off", "1s"):
+    # --incremental: full and incremental checkpoints side by side (issue 17).
+    modes = ("off", "1s", "1s-incremental") if args.incremental else ("off", "1s")
+    for mode in modes:
         with tempfile.TemporaryDirectory(dir=args.checkpoint_dir) as tmp:
-            checkpoint = ed.CheckpointConfig(tmp, interval="1s") if mode == "1s" else None
+            checkpoint = (
+                ed.CheckpointConfig(tmp, interval="1s", incremental=mode.endswith("incremental"))
+                if mode != "off"
+                else None
+            )
             env = ed.StreamEnvironment(
                 parallelism=args.parallelism, batch_size=args.batch_size, checkpoint=checkpoint
             )
@@ -237,7 +243,7 @@ def run_w3(args: argparse.Namespace) -> None:
                 json.dumps(
                     {
                         "engine": "eddyline",
-                        "workload": "W3" if mode == "1s" else "W2@K=1M",
+                        "workload": "W3" if mode != "off" else "W2@K=1M",
                         "n": args.n,
                         "k": k,
                         "style": args.style,
@@ -248,12 +254,83 @@ def run_w3(args: argparse.Namespace) -> None:
                         "peak_rss_mb": round(rss, 1),
                         "checkpoints": len(cps),
                         "checkpoint_bytes": [_get(c, "bytes") for c in cps],
+                        "state_bytes": [_get(c, "state_bytes") for c in cps],
                         "checkpoint_ms": [round(_get(c, "duration_ms"), 1) for c in cps],
                         "check": bool(check),
                     }
                 )
             )
-    print(json.dumps({"workload": "W3", "overhead": round(results["1s"] / results["off"], 3)}))
+    for mode in modes[1:]:
+        overhead = round(results[mode] / results["off"], 3)
+        print(json.dumps({"workload": "W3", "checkpointing": mode, "overhead": overhead}))
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """``keygroup::mix64`` (the murmur3 finalizer) over int64 keys, as uint64."""
+    x = x.astype(np.uint64)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xFF51AFD7ED558CCD)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xC4CEB9FE1A85EC53)
+    x ^= x >> np.uint64(33)
+    return x
+
+
+def hot_data(n: int, k: int, hot: str) -> list[pa.RecordBatch]:
+    """Every key of [0, k) once (shuffled), then N rows on 1% of the keys:
+    ``spread`` draws them uniformly (they fall in every key group), ``clustered``
+    takes the keys of key group 0 of 128 (0.8% of the keys)."""
+    rng = np.random.default_rng(42)
+    keys = np.arange(k, dtype=np.int64)
+    if hot == "spread":
+        hot_keys = rng.choice(keys, size=max(1, k // 100), replace=False)
+    else:
+        hot_keys = keys[_mix64(keys) % np.uint64(128) == 0]
+    first = rng.permutation(keys)
+    stream = np.concatenate([first, rng.choice(hot_keys, size=n)])
+    values = rng.integers(0, 1000, len(stream), dtype=np.int64)
+    return [
+        pa.record_batch({"key": stream[i : i + GEN_BATCH], "value": values[i : i + GEN_BATCH]})
+        for i in range(0, len(stream), GEN_BATCH)
+    ]
+
+
+def run_w3_hot(args: argparse.Namespace) -> None:
+    """W3H: W2 where, after every key was seen once, only 1% of the keys change:
+    full against incremental checkpoints (size and duration, issue 17)."""
+    k = 1_000_000 if args.k == 10_000 else args.k
+    batches = hot_data(args.n, k, args.hot)
+    for incremental in (False, True):
+        with tempfile.TemporaryDirectory(dir=args.checkpoint_dir) as tmp:
+            checkpoint = ed.CheckpointConfig(tmp, interval="1s", incremental=incremental)
+            env = ed.StreamEnvironment(
+                parallelism=args.parallelism, batch_size=args.batch_size, checkpoint=checkpoint
+            )
+            CountSink.count = 0
+            w2(env, batches, args.style).sink_to(CountSink())
+            t1 = time.perf_counter()
+            result = env.execute(f"bench-W3H-{incremental}")
+            seconds = time.perf_counter() - t1
+            cps = list(result.checkpoints)
+            print(
+                json.dumps(
+                    {
+                        "engine": "eddyline",
+                        "workload": "W3H",
+                        "hot": args.hot,
+                        "n": args.n,
+                        "k": k,
+                        "parallelism": args.parallelism,
+                        "incremental": incremental,
+                        "seconds": round(seconds, 4),
+                        "checkpoints": len(cps),
+                        "checkpoint_bytes": [_get(c, "bytes") for c in cps],
+                        "state_bytes": [_get(c, "state_bytes") for c in cps],
+                        "checkpoint_ms": [round(_get(c, "duration_ms"), 1) for c in cps],
+                        "check": CountSink.count > 0,
+                    }
+                )
+            )
 
 
 def _get(stats: object, name: str) -> float:
@@ -262,7 +339,18 @@ def _get(stats: object, name: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--workload", choices=["W1", "W2", "W3"], required=True)
+    ap.add_argument("--workload", choices=["W1", "W2", "W3", "W3H"], required=True)
+    ap.add_argument(
+        "--incremental",
+        action="store_true",
+        help="W3: also run with incremental checkpoints (CheckpointConfig(incremental=True))",
+    )
+    ap.add_argument(
+        "--hot",
+        choices=["spread", "clustered"],
+        default="clustered",
+        help="W3H: the changing 1%% of keys drawn uniformly, or those of one key group",
+    )
     ap.add_argument(
         "--checkpoint-dir",
         default=None,
@@ -293,10 +381,13 @@ def main() -> None:
         help="run with ed.ProcessRunner(workers=N) (0: the in-process runner)",
     )
     args = ap.parse_args()
-    if args.workload in ("W2", "W3") and args.style == "vectorized":
+    if args.workload in ("W2", "W3", "W3H") and args.style == "vectorized":
         raise SystemExit("W2 and W3 have native and per_record styles")
     if args.workload == "W3":
         run_w3(args)
+        return
+    if args.workload == "W3H":
+        run_w3_hot(args)
         return
 
     data: list[pa.RecordBatch] | str

@@ -74,6 +74,7 @@ fn info() -> CheckpointInfo {
                     .map(|s| SubtaskEntry {
                         subtask: s,
                         state: None,
+                        reused: vec![],
                         source_offsets: vec![SourceOffset {
                             split: format!("part-{s}"),
                             offset: 100 + u64::from(s),
@@ -91,6 +92,7 @@ fn info() -> CheckpointInfo {
                     .map(|s| SubtaskEntry {
                         subtask: s,
                         state: None,
+                        reused: vec![],
                         source_offsets: vec![],
                     })
                     .collect(),
@@ -104,6 +106,7 @@ fn info() -> CheckpointInfo {
                 subtasks: vec![SubtaskEntry {
                     subtask: 0,
                     state: None,
+                    reused: vec![],
                     source_offsets: vec![],
                 }],
             },

@@ -206,6 +206,34 @@ def _key_groups(ranges: Sequence[Sequence[int]]) -> str:
     return ", ".join(parts) if parts else "-"
 
 
+def _written(info: dict[str, Any]) -> str:
+    """What an incremental checkpoint wrote itself, when it reuses state.
+
+    Example:
+        >>> _written({"bytes": 4096, "written_bytes": 100}), _written({"bytes": 9})
+        (' (100 B written by it, the rest shared with earlier checkpoints)', '')
+    """
+    written = info.get("written_bytes")
+    if written is None or written == info.get("bytes"):
+        return ""
+    return f" ({_size(int(written))} written by it, the rest shared with earlier checkpoints)"
+
+
+def _file(sub: dict[str, Any]) -> str:
+    """A subtask's state file, and how many earlier files it reuses key groups of.
+
+    Example:
+        >>> _file({"file": "1-a.state", "shared": True, "reused": [{}, {}]})
+        'shared/1-a.state + 2 reused'
+        >>> _file({"file": None}), _file({"file": "a.state"})
+        ('-', 'a.state')
+    """
+    name = sub.get("file")
+    text = "-" if name is None else (f"shared/{name}" if sub.get("shared") else str(name))
+    reused = sub.get("reused") or []
+    return f"{text} + {len(reused)} reused" if reused else text
+
+
 def _inspect_checkpoint(path: str, options: dict[str, str]) -> int:
     from . import _core
 
@@ -215,6 +243,7 @@ def _inspect_checkpoint(path: str, options: dict[str, str]) -> int:
         f"  triggered {_when(info.get('trigger_time_ms'))}, "
         f"completed {_when(info.get('completion_time_ms'))}, "
         f"duration {_ms(info.get('duration_ms'))}, size {_size(int(info.get('bytes') or 0))}"
+        f"{_written(info)}"
     )
     ns = info.get("null_state_checkpoint")
     if ns is not None and ns != info.get("id"):
@@ -248,7 +277,7 @@ def _inspect_checkpoint(path: str, options: dict[str, str]) -> int:
                 str(sub.get("subtask")),
                 _size(int(sub.get("bytes") or 0)),
                 _key_groups(sub.get("key_groups") or []),
-                str(sub.get("file") or "-"),
+                _file(sub),
             ]
             for sub in subtasks
         ]

@@ -143,6 +143,12 @@ class CheckpointConfig:
             yet: ``True`` raises :class:`~eddyline.errors.CheckpointError`
             rather than silently taking aligned checkpoints.
         retained: How many completed checkpoints to keep (at least 1).
+        incremental: Write only the key groups that changed since the last
+            completed checkpoint; a checkpoint's manifest refers to the state
+            files it shares with earlier ones (under ``DIR/shared/``), and
+            retention deletes a shared file only when no retained checkpoint
+            refers to it. Restores read exactly one checkpoint's files, at any
+            parallelism. Savepoints stay full and self-contained.
         recovery: ``"latest"`` restores all state from the latest checkpoint;
             ``"recompute"`` persists no state for operators that can rebuild it
             from a bounded stretch of input and replays that input instead
@@ -165,12 +171,22 @@ class CheckpointConfig:
         (0.5, 'exactly_once', 2, 600.0)
     """
 
-    __slots__ = ("dir", "interval", "mode", "recovery", "retained", "timeout", "unaligned")
+    __slots__ = (
+        "dir",
+        "incremental",
+        "interval",
+        "mode",
+        "recovery",
+        "retained",
+        "timeout",
+        "unaligned",
+    )
 
     dir: str
     interval: float
     mode: CheckpointMode
     unaligned: bool
+    incremental: bool
     retained: int
     recovery: RecoveryMode
     timeout: float
@@ -182,6 +198,7 @@ class CheckpointConfig:
         interval: Duration = "1s",
         mode: CheckpointMode = "exactly_once",
         unaligned: bool = False,
+        incremental: bool = False,
         retained: int = 3,
         recovery: RecoveryMode = "latest",
         timeout: Duration = "10min",
@@ -207,6 +224,8 @@ class CheckpointConfig:
                 "CheckpointConfig(unaligned=True): unaligned checkpoints are not implemented "
                 "yet; this version takes aligned checkpoints only (use unaligned=False)"
             )
+        if not isinstance(incremental, bool):
+            raise ValueError(f"incremental must be a bool, got {incremental!r}")
         if isinstance(retained, bool) or not isinstance(retained, int) or retained < 1:
             raise ValueError(f"retained must be an int >= 1, got {retained!r}")
         if recovery not in ("latest", "recompute"):
@@ -224,6 +243,7 @@ class CheckpointConfig:
         object.__setattr__(self, "interval", seconds)
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "unaligned", unaligned)
+        object.__setattr__(self, "incremental", incremental)
         object.__setattr__(self, "retained", retained)
         object.__setattr__(self, "recovery", recovery)
         object.__setattr__(self, "timeout", timeout_s)
@@ -234,7 +254,8 @@ class CheckpointConfig:
     def __repr__(self) -> str:
         return (
             f"CheckpointConfig({self.dir!r}, interval={self.interval!r}, mode={self.mode!r}, "
-            f"unaligned={self.unaligned!r}, retained={self.retained!r}, "
+            f"unaligned={self.unaligned!r}, incremental={self.incremental!r}, "
+            f"retained={self.retained!r}, "
             f"recovery={self.recovery!r}, timeout={self.timeout!r})"
         )
 
@@ -258,6 +279,7 @@ class CheckpointConfig:
             "interval": self.interval,
             "mode": self.mode,
             "unaligned": self.unaligned,
+            "incremental": self.incremental,
             "retained": self.retained,
             "recovery": self.recovery,
             "timeout": self.timeout,

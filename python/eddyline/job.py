@@ -64,12 +64,16 @@ class CheckpointStats:
         duration_ms: From trigger to completion, in milliseconds.
         alignment_ms: The longest barrier alignment of any task, in milliseconds
             (0 when no task had to wait for a barrier).
-        bytes: Its total size.
+        bytes: The bytes written for it (its state files).
         path: Its directory (``DIR/chk-<id>``).
         operators: Per-operator stats, by operator uid.
         null_state_checkpoint: The checkpoint a recompute-mode recovery of
             this one rewinds the sources to (FLINK-4120); the id itself when no
             operator recomputes (0 means the start of the job).
+        state_bytes: The size of its whole state: what it wrote plus the
+            sections it reuses from earlier checkpoints
+            (``CheckpointConfig(incremental=True)``); equal to ``bytes`` for a
+            full checkpoint.
 
     Example:
         >>> stats = CheckpointStats.from_dict({"id": 3, "kind": "checkpoint",
@@ -91,6 +95,7 @@ class CheckpointStats:
         default_factory=dict, hash=False, compare=True
     )
     null_state_checkpoint: int = -1
+    state_bytes: int = -1
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckpointStats:
@@ -115,6 +120,7 @@ class CheckpointStats:
             path=str(data.get("path", "")),
             operators=operators,
             null_state_checkpoint=int(data.get("null_state_checkpoint", data["id"])),
+            state_bytes=int(data.get("state_bytes", data.get("bytes", 0))),
         )
 
     def __getitem__(self, key: str) -> Any:

@@ -57,6 +57,7 @@ pub fn list_checkpoints<'py>(
                     info.completion_ms.saturating_sub(info.trigger_ms),
                 )?;
                 d.set_item("bytes", info.state_size)?;
+                d.set_item("written_bytes", info.written_size)?;
                 d.set_item("valid", true)?;
                 d.set_item("error", py.None())?;
             }
@@ -75,6 +76,7 @@ pub fn list_checkpoints<'py>(
                         info.completion_ms.saturating_sub(info.trigger_ms),
                     )?;
                     d.set_item("bytes", info.state_size)?;
+                    d.set_item("written_bytes", info.written_size)?;
                     d.set_item("null_state_checkpoint", py.None())?;
                 } else {
                     for k in [
@@ -83,6 +85,7 @@ pub fn list_checkpoints<'py>(
                         "completion_time_ms",
                         "duration_ms",
                         "bytes",
+                        "written_bytes",
                         "null_state_checkpoint",
                     ] {
                         d.set_item(k, py.None())?;
@@ -105,6 +108,7 @@ fn manifest_dict<'py>(py: Python<'py>, m: &Manifest, path: &str) -> PyResult<Bou
     d.set_item("completion_time_ms", m.completion_ms)?;
     d.set_item("duration_ms", m.duration_ms)?;
     d.set_item("bytes", m.state_size())?;
+    d.set_item("written_bytes", m.written_size())?;
     d.set_item("path", path)?;
     d.set_item(
         "null_state_checkpoint",
@@ -141,21 +145,43 @@ fn manifest_dict<'py>(py: Python<'py>, m: &Manifest, path: &str) -> PyResult<Bou
             "bytes",
             o.subtasks
                 .iter()
-                .filter_map(|s| s.state.as_ref().map(|f| f.size))
+                .map(|s| {
+                    s.state.as_ref().map_or(0, |f| f.size)
+                        + s.reused.iter().map(|r| r.bytes).sum::<u64>()
+                })
                 .sum::<u64>(),
         )?;
         let subs = PyList::empty(py);
         for s in &o.subtasks {
             let sd = PyDict::new(py);
             sd.set_item("subtask", s.subtask)?;
-            sd.set_item("bytes", s.state.as_ref().map(|f| f.size).unwrap_or(0))?;
-            let kgs: Vec<(u32, u32)> = s
+            sd.set_item(
+                "bytes",
+                s.state.as_ref().map_or(0, |f| f.size)
+                    + s.reused.iter().map(|r| r.bytes).sum::<u64>(),
+            )?;
+            // Every key group it holds: in its own file and reused ones.
+            let mut kgs: Vec<(u32, u32)> = s
                 .state
-                .as_ref()
-                .map(|f| f.key_groups.iter().map(|r| (r.start, r.end)).collect())
-                .unwrap_or_default();
+                .iter()
+                .flat_map(|f| f.key_groups.iter())
+                .chain(s.reused.iter().flat_map(|r| r.key_groups.iter()))
+                .map(|r| (r.start, r.end))
+                .collect();
+            kgs.sort_unstable();
             sd.set_item("key_groups", kgs)?;
             sd.set_item("file", s.state.as_ref().map(|f| f.file.clone()))?;
+            sd.set_item("shared", s.state.as_ref().is_some_and(|f| f.shared))?;
+            let reused = PyList::empty(py);
+            for r in &s.reused {
+                let rd = PyDict::new(py);
+                rd.set_item("file", &r.file.file)?;
+                let kgs: Vec<(u32, u32)> = r.key_groups.iter().map(|g| (g.start, g.end)).collect();
+                rd.set_item("key_groups", kgs)?;
+                rd.set_item("bytes", r.bytes)?;
+                reused.append(rd)?;
+            }
+            sd.set_item("reused", reused)?;
             let offsets: Vec<(String, u64)> = s
                 .source_offsets
                 .iter()

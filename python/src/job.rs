@@ -155,6 +155,9 @@ pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> 
             if let Some(x) = d.get_item("unaligned")? {
                 cc.unaligned = x.extract()?;
             }
+            if let Some(x) = d.get_item("incremental")? {
+                cc.incremental = x.extract()?;
+            }
             if let Some(x) = d.get_item("recovery")? {
                 if !x.is_none() {
                     let recovery: String = x.extract()?;
@@ -290,6 +293,7 @@ fn checkpoint_dicts<'py>(
         d.set_item("duration_ms", c.duration.as_secs_f64() * 1000.0)?;
         d.set_item("alignment_ms", c.alignment.as_secs_f64() * 1000.0)?;
         d.set_item("bytes", c.bytes)?;
+        d.set_item("state_bytes", c.state_bytes)?;
         d.set_item("path", c.path.display().to_string())?;
         d.set_item("null_state_checkpoint", c.null_state_checkpoint)?;
         let ops = PyDict::new(py);

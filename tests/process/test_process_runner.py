@@ -110,11 +110,11 @@ def test_a_loop_runs_in_worker_processes() -> None:
 
 
 def _ids_job(
-    out_dir: Path, chk: Path, n: int, fail: FailOnce | None = None
+    out_dir: Path, chk: Path, n: int, fail: FailOnce | None = None, incremental: bool = False
 ) -> tuple[ed.StreamEnvironment, ed.CollectHandle]:
     env = ed.StreamEnvironment(
         2,
-        checkpoint=ed.CheckpointConfig(chk, interval="100ms"),
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms", incremental=incremental),
         restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),
         batch_size=50,
     )
@@ -136,12 +136,15 @@ def _assert_exact_ids(out_dir: Path, n: int) -> None:
     assert not dup and not lost, f"duplicated {dup[:10]}, lost {lost[:10]}"
 
 
+@pytest.mark.parametrize("incremental", [False, True])
 def test_sigkill_of_a_worker_restarts_every_worker_from_the_latest_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, incremental: bool
 ) -> None:
+    # incremental: the workers' state reaches the driver as bytes, compared
+    # with the last checkpoint's per key group (issue 17).
     n = 12_000
     out_dir, chk = tmp_path / "out", tmp_path / "chk"
-    env, counts = _ids_job(out_dir, chk, n)
+    env, counts = _ids_job(out_dir, chk, n, incremental=incremental)
     runner = ed.ProcessRunner(workers=2)
     client = env.execute_async("kill", runner=runner)
     wait_until(lambda: len(completed_checkpoints(chk)) >= 2, timeout=60, what="2 checkpoints")

@@ -57,10 +57,21 @@ def test_checkpoint_config_defaults() -> None:
         "interval": 1.0,
         "mode": "exactly_once",
         "unaligned": False,
+        "incremental": False,
         "retained": 3,
         "recovery": "latest",
         "timeout": 600.0,
     }
+    assert not cfg.incremental
+
+
+def test_checkpoint_config_incremental_is_a_bool_passed_through() -> None:
+    cfg = ed.CheckpointConfig("/tmp/chk", incremental=True)
+    assert cfg.incremental and cfg._to_dict()["incremental"] is True
+    assert "incremental=True" in repr(cfg)
+    assert cfg != ed.CheckpointConfig("/tmp/chk")
+    with pytest.raises(ValueError, match="incremental must be a bool"):
+        ed.CheckpointConfig("/tmp/chk", incremental=1)  # type: ignore[arg-type]
 
 
 def test_checkpoint_config_accepts_pathlike_and_durations(tmp_path: object) -> None:

@@ -15,6 +15,10 @@ pub struct CheckpointConfig {
     pub interval: Duration,
     pub mode: AlignmentMode,
     pub unaligned: bool,
+    /// Write only the key groups changed since the last completed
+    /// checkpoint; manifests share unchanged ones by reference
+    /// (`checkpoint/incremental.rs`). Savepoints stay full.
+    pub incremental: bool,
     /// How many completed checkpoints to keep.
     pub retained: usize,
     /// A checkpoint not completed after this long is aborted.
@@ -42,6 +46,7 @@ impl CheckpointConfig {
             interval: Duration::from_secs(1),
             mode: AlignmentMode::ExactlyOnce,
             unaligned: false,
+            incremental: false,
             retained: 3,
             timeout: Duration::from_secs(600),
             recovery: Recovery::Latest,

@@ -23,6 +23,8 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
+use crate::checkpoint::incremental::SubtaskBase;
+use crate::checkpoint::manifest::source_offsets;
 use crate::checkpoint::recompute::{NullStateLedger, Recovery};
 use crate::checkpoint::restore::key_identity;
 use crate::checkpoint::writer::{StateWriters, WriteDone, WriteJob};
@@ -34,8 +36,7 @@ use crate::checkpoint::{
 use crate::error::{Error, Result};
 use crate::event::{Barrier, BarrierKind};
 use crate::graph::JobGraph;
-use crate::source::decode_positions;
-use crate::state::{decode_entries, OperatorState, StateBlob};
+use crate::state::{OperatorState, StateBlob};
 
 /// Who waits for a checkpoint.
 pub(crate) type Waiter = Sender<Result<CheckpointDone>>;
@@ -124,6 +125,13 @@ struct InFlight {
     finished_at_ack: Vec<bool>,
     alignments: Vec<TaskAlignment>,
     bytes: BTreeMap<String, u64>,
+    /// Bytes of the whole state (written and reused), over all operators.
+    state_bytes: u64,
+    /// What the next incremental checkpoint compares against, per (uid,
+    /// subtask), once this one completes.
+    bases: BTreeMap<(String, u32), Arc<SubtaskBase>>,
+    /// This checkpoint is written incrementally.
+    incremental: bool,
     offsets: BTreeMap<(usize, usize), Vec<SourceOffset>>,
     /// The smallest null-state watermark reported per node.
     null_states: BTreeMap<usize, u64>,
@@ -154,6 +162,9 @@ pub(crate) struct Coordinator {
     ledger: NullStateLedger,
     /// Which nodes recompute in the current attempt.
     recomputed: Vec<bool>,
+    /// Per (uid, subtask): what the last completed incremental checkpoint
+    /// of this attempt holds of its key groups (issue 17).
+    bases: BTreeMap<(String, u32), Arc<SubtaskBase>>,
 }
 
 fn now_ms() -> u64 {
@@ -216,6 +227,7 @@ impl Coordinator {
             stopping: None,
             ledger,
             recomputed: Vec::new(),
+            bases: BTreeMap::new(),
         })
     }
 
@@ -264,6 +276,8 @@ impl Coordinator {
     /// Starts a new attempt: whatever was in flight is aborted.
     pub fn begin_attempt(&mut self, out: &mut Vec<Outgoing>) {
         self.abort_inflight("the job restarted", out);
+        // The first checkpoint of an attempt is written in full.
+        self.bases.clear();
         self.final_done = false;
         if let Some(stop) = self.stopping.take() {
             if let Some(w) = stop.waiter {
@@ -507,6 +521,10 @@ impl Coordinator {
             finished_at_ack: vec![false; n],
             alignments: Vec::new(),
             bytes: BTreeMap::new(),
+            state_bytes: 0,
+            bases: BTreeMap::new(),
+            // Savepoints stay full and self-contained (incremental.rs).
+            incremental: self.config.incremental && kind == BarrierKind::Checkpoint,
             offsets: BTreeMap::new(),
             null_states: BTreeMap::new(),
             waiters: waiter.into_iter().collect(),
@@ -613,13 +631,18 @@ impl Coordinator {
                 continue;
             }
             f.outstanding[task] += 1;
+            let subtask = info.subtask as u32;
+            let incremental = f
+                .incremental
+                .then(|| self.bases.get(&(node.uid.clone(), subtask)).cloned());
             self.writers.submit(WriteJob {
                 checkpoint,
                 task,
                 writer: f.pending.writer(),
                 uid: node.uid.clone(),
-                subtask: info.subtask as u32,
+                subtask,
                 state: snap.state,
+                incremental,
             });
         }
         self.maybe_complete(graph, tasks, out);
@@ -643,7 +666,11 @@ impl Coordinator {
         match done.result {
             Ok(handle) => {
                 f.outstanding[done.task] = f.outstanding[done.task].saturating_sub(1);
-                *f.bytes.entry(done.uid).or_default() += handle.file.size;
+                f.state_bytes += handle.state_bytes();
+                *f.bytes.entry(done.uid.clone()).or_default() += handle.written_bytes();
+                if let Some(base) = handle.base {
+                    f.bases.insert((done.uid, done.subtask), base);
+                }
                 self.maybe_complete(graph, tasks, out);
             }
             Err(e) => {
@@ -693,6 +720,7 @@ impl Coordinator {
                     .map(|s| SubtaskEntry {
                         subtask: s as u32,
                         state: None,
+                        reused: Vec::new(),
                         source_offsets: f.offsets.get(&(node.id, s)).cloned().unwrap_or_default(),
                     })
                     .collect(),
@@ -722,6 +750,7 @@ impl Coordinator {
                     duration: f.started.elapsed(),
                     alignment,
                     bytes: f.bytes.values().sum(),
+                    state_bytes: f.state_bytes,
                     path,
                     operators: graph
                         .nodes
@@ -749,6 +778,9 @@ impl Coordinator {
                 };
                 if is_checkpoint {
                     self.last_completed = Some(id);
+                    if f.incremental {
+                        self.bases = f.bases;
+                    }
                     match &null_state {
                         Some(o) => {
                             let _ = self
@@ -835,48 +867,4 @@ impl Coordinator {
             }
         }
     }
-}
-
-/// The offsets a source subtask reports, as the manifest lists them. An
-/// entry list gives one line per split left: the split named by its
-/// leading u64 fields, the offset its last field (built-in sources), or by
-/// its position in the list with the entry's size (other sources); a
-/// subtask with nothing left lists `<subtask>/done`. Older offsets list
-/// their u64 positions.
-fn source_offsets(subtask: usize, offset: &[u8]) -> Vec<SourceOffset> {
-    let Some(entries) = decode_entries(offset) else {
-        let positions = decode_positions(offset, offset.len() / 8).unwrap_or_default();
-        return positions
-            .iter()
-            .enumerate()
-            .map(|(i, p)| SourceOffset {
-                split: format!("{subtask}/{i}"),
-                offset: *p,
-            })
-            .collect();
-    };
-    if entries.is_empty() {
-        return vec![SourceOffset {
-            split: format!("{subtask}/done"),
-            offset: 0,
-        }];
-    }
-    entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| match decode_positions(e, e.len() / 8) {
-            Some(fields) if e.len() % 8 == 0 && fields.len() >= 2 => {
-                let (last, split) = fields.split_last().expect("invariant: two fields or more");
-                let split: Vec<String> = split.iter().map(u64::to_string).collect();
-                SourceOffset {
-                    split: format!("{subtask}/{}", split.join(":")),
-                    offset: *last,
-                }
-            }
-            _ => SourceOffset {
-                split: format!("{subtask}/{i}"),
-                offset: e.len() as u64,
-            },
-        })
-        .collect()
 }

@@ -9,13 +9,15 @@
 //! rejects unknown and duplicate keys, trailing data, and versions it does not
 //! know. The last member is `"checksum": "xxh3:<16 hex digits>"`, the xxh3-64
 //! of every byte before the line that holds it, so any flipped byte is
-//! caught. Format version 2 (version 1, written before keyed identities
-//! were recorded, is still read: its operators have no `"key"`):
+//! caught. Format version 3 (version 1, written before keyed identities
+//! were recorded, is still read: its operators have no `"key"`; version 2,
+//! written before incremental checkpoints, has no `"shared"` and no
+//! `"reused"` members):
 //!
 //! ```text
 //! {
 //!   "format": "eddyline-checkpoint-manifest",
-//!   "version": 2,
+//!   "version": 3,
 //!   "id": 7,
 //!   "kind": "checkpoint",                        // or "savepoint"
 //!   "trigger_ms": 1700000000000,
@@ -30,7 +32,11 @@
 //!      "subtasks": [
 //!        {"subtask": 0,
 //!         "state": {"file": "count-1a2b3c4d-0.state", "size": 1234,
-//!                   "xxh3": "0123456789abcdef", "key_groups": [[0, 64]]},
+//!                   "xxh3": "0123456789abcdef", "key_groups": [[0, 64]],
+//!                   "shared": false},
+//!         "reused": [{"file": "count-1a2b3c4d-0-5.state", "size": 999,
+//!                     "xxh3": "0123456789abcdef", "key_groups": [[0, 64]],
+//!                     "shared": true, "use": [[3, 9]], "use_bytes": 420}],
 //!         "source_offsets": [{"split": "part-0", "offset": 17}]}]}],
 //!   "checksum": "xxh3:0123456789abcdef"
 //! }
@@ -38,6 +44,15 @@
 //!
 //! `state` is `null` for a subtask without state; `key_groups` lists
 //! half-open ranges `[start, end)` of the key groups in the state file.
+//! `shared` says where the file lies: `false` in the checkpoint's own
+//! `chk-<id>/` directory, `true` in the storage root's `shared/` directory
+//! (incremental checkpoints, DESIGN.md "Checkpoints": files there are
+//! shared by later checkpoints and deleted only when no retained manifest
+//! names them). `reused` lists the files of earlier checkpoints this one
+//! takes unchanged key groups from: each names the whole file (its size,
+//! checksum and key groups, verified on restore like any state file) and,
+//! in `use`, the key groups taken from it (`use_bytes`: their sections'
+//! bytes). A key group is in exactly one of `state` and the `use` ranges.
 //!
 //! `key` is a keyed operator's identity (issue 12, item 4; issue 20, item
 //! 5): the number of key groups its keys were hashed into
@@ -49,10 +64,13 @@
 use std::fmt::Write as _;
 use std::ops::Range;
 
+use super::json::{parse_hex16, quote, Fields, Parser, Value};
 use crate::event::BarrierKind;
+use crate::state::{decode_entries, decode_positions};
 
-/// The manifest format this build writes (it reads this and version 1).
-pub const MANIFEST_VERSION: u64 = 2;
+/// The manifest format this build writes (it reads this and versions 1
+/// and 2).
+pub const MANIFEST_VERSION: u64 = 3;
 
 /// The oldest manifest format this build reads.
 const OLDEST_VERSION: u64 = 1;
@@ -161,8 +179,12 @@ impl KeyIdentity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubtaskEntry {
     pub subtask: u32,
-    /// Its state file, `None` if it had no state.
+    /// The state file this checkpoint wrote for it, `None` if it wrote
+    /// none (no state, or every key group reused).
     pub state: Option<StateFileEntry>,
+    /// Key groups taken unchanged from state files of earlier checkpoints
+    /// (incremental checkpoints; empty in manifests before version 3).
+    pub reused: Vec<ReusedState>,
     /// The read positions of a source subtask.
     pub source_offsets: Vec<SourceOffset>,
 }
@@ -179,6 +201,21 @@ pub struct StateFileEntry {
     /// Key groups whose keyed state the file holds, as sorted, disjoint,
     /// non-adjacent half-open ranges.
     pub key_groups: Vec<Range<u32>>,
+    /// The file lies in the storage root's `shared/` directory rather than
+    /// in the checkpoint's own directory (always `false` before version 3).
+    pub shared: bool,
+}
+
+/// Key groups a checkpoint takes from a state file an earlier checkpoint
+/// wrote (incremental checkpoints).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReusedState {
+    /// The whole file, as it was written.
+    pub file: StateFileEntry,
+    /// The key groups taken from it (a subset of `file.key_groups`).
+    pub key_groups: Vec<Range<u32>>,
+    /// The bytes of those key groups' sections.
+    pub bytes: u64,
 }
 
 /// The position of a source in one split.
@@ -194,14 +231,40 @@ impl Manifest {
         self.operators.iter().find(|o| o.uid == uid)
     }
 
-    /// Total bytes of all state files.
+    /// The size of the whole state: the bytes of the state files this
+    /// checkpoint wrote plus those of the sections it reuses from earlier
+    /// ones (what a full checkpoint of the same state would about write).
     pub fn state_size(&self) -> u64 {
+        self.written_size()
+            + self
+                .operators
+                .iter()
+                .flat_map(|o| &o.subtasks)
+                .flat_map(|s| &s.reused)
+                .map(|r| r.bytes)
+                .sum::<u64>()
+    }
+
+    /// Total bytes of the state files this checkpoint wrote.
+    pub fn written_size(&self) -> u64 {
         self.operators
             .iter()
             .flat_map(|o| &o.subtasks)
             .filter_map(|s| s.state.as_ref())
             .map(|s| s.size)
             .sum()
+    }
+
+    /// The names of the files in the `shared/` directory this checkpoint
+    /// refers to (written by it or reused), each once.
+    pub fn shared_files(&self) -> std::collections::BTreeSet<&str> {
+        self.operators
+            .iter()
+            .flat_map(|o| &o.subtasks)
+            .flat_map(|s| s.state.iter().chain(s.reused.iter().map(|r| &r.file)))
+            .filter(|f| f.shared)
+            .map(|f| f.file.as_str())
+            .collect()
     }
 
     /// Encodes the manifest (see the module docs for the format).
@@ -402,21 +465,24 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
         match &s.state {
             None => out.push_str("null"),
             Some(f) => {
-                let groups: Vec<String> = f
-                    .key_groups
-                    .iter()
-                    .map(|r| format!("[{}, {}]", r.start, r.end))
-                    .collect();
-                let _ = write!(
-                    out,
-                    "{{\"file\": {}, \"size\": {}, \"xxh3\": \"{:016x}\", \"key_groups\": [{}]}}",
-                    quote(&f.file),
-                    f.size,
-                    f.checksum,
-                    groups.join(", ")
-                );
+                encode_file(out, f);
+                out.push('}');
             }
         }
+        out.push_str(", \"reused\": [");
+        for (j, r) in s.reused.iter().enumerate() {
+            if j > 0 {
+                out.push_str(", ");
+            }
+            encode_file(out, &r.file);
+            let _ = write!(
+                out,
+                ", \"use\": {}, \"use_bytes\": {}}}",
+                encode_ranges(&r.key_groups),
+                r.bytes
+            );
+        }
+        out.push(']');
         let offsets: Vec<String> = s
             .source_offsets
             .iter()
@@ -435,6 +501,70 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
     } else {
         "\n     ]}"
     });
+}
+
+/// Writes a file entry's members, leaving its object open.
+fn encode_file(out: &mut String, f: &StateFileEntry) {
+    let _ = write!(
+        out,
+        "{{\"file\": {}, \"size\": {}, \"xxh3\": \"{:016x}\", \"key_groups\": {}, \"shared\": {}",
+        quote(&f.file),
+        f.size,
+        f.checksum,
+        encode_ranges(&f.key_groups),
+        f.shared
+    );
+}
+
+fn encode_ranges(ranges: &[Range<u32>]) -> String {
+    let groups: Vec<String> = ranges
+        .iter()
+        .map(|r| format!("[{}, {}]", r.start, r.end))
+        .collect();
+    format!("[{}]", groups.join(", "))
+}
+
+fn decode_ranges(v: Value, what: &str) -> Result<Vec<Range<u32>>, String> {
+    let Value::Arr(items) = v else {
+        return Err(format!(
+            "is invalid: {what}: key-group ranges are not an array"
+        ));
+    };
+    items
+        .into_iter()
+        .map(|r| match r {
+            Value::Arr(pair) => match pair.as_slice() {
+                [Value::Num(a), Value::Num(b)] if a < b && *b <= u64::from(u32::MAX) => {
+                    Ok(*a as u32..*b as u32)
+                }
+                _ => Err(format!(
+                    "is invalid: {what}: a key-group range is not [start, end) with start < end"
+                )),
+            },
+            _ => Err(format!(
+                "is invalid: {what}: a key-group range is not an array"
+            )),
+        })
+        .collect()
+}
+
+/// Reads a file entry's members (`shared` only from version 3 on).
+fn decode_file(s: &mut Fields, what: &str, version: u64) -> Result<StateFileEntry, String> {
+    let checksum_hex = s.string("xxh3")?;
+    let checksum = parse_hex16(&checksum_hex)
+        .ok_or_else(|| format!("is invalid: {what}: 'xxh3' is not 16 hex digits"))?;
+    let key_groups = decode_ranges(s.take("key_groups")?, what)?;
+    Ok(StateFileEntry {
+        file: s.string("file")?,
+        size: s.u64("size")?,
+        checksum,
+        key_groups,
+        shared: if version >= 3 {
+            s.bool("shared")?
+        } else {
+            false
+        },
+    })
 }
 
 fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
@@ -462,7 +592,7 @@ fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
         subtasks: f
             .array("subtasks")?
             .into_iter()
-            .map(|v| decode_subtask(v, &what))
+            .map(|v| decode_subtask(v, &what, version))
             .collect::<Result<_, String>>()?,
         uid,
     };
@@ -470,39 +600,37 @@ fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
     Ok(op)
 }
 
-fn decode_subtask(v: Value, what: &str) -> Result<SubtaskEntry, String> {
+fn decode_subtask(v: Value, what: &str, version: u64) -> Result<SubtaskEntry, String> {
     let mut f = Fields::new(v, what)?;
     let subtask = f.u32("subtask")?;
+    let sub_what = format!("{what} subtask {subtask}");
     let state = match f.take("state")? {
         Value::Null => None,
         v => {
-            let mut s = Fields::new(v, &format!("{what} subtask {subtask}"))?;
-            let checksum_hex = s.string("xxh3")?;
-            let checksum = parse_hex16(&checksum_hex).ok_or_else(|| {
-                format!("is invalid: {what} subtask {subtask}: 'xxh3' is not 16 hex digits")
-            })?;
-            let key_groups = s
-                .array("key_groups")?
-                .into_iter()
-                .map(|r| match r {
-                    Value::Arr(pair) => match pair.as_slice() {
-                        [Value::Num(a), Value::Num(b)] if a < b && *b <= u64::from(u32::MAX) => {
-                            Ok(*a as u32..*b as u32)
-                        }
-                        _ => Err(format!("is invalid: {what} subtask {subtask}: a key-group range is not [start, end) with start < end")),
-                    },
-                    _ => Err(format!("is invalid: {what} subtask {subtask}: a key-group range is not an array")),
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            let entry = StateFileEntry {
-                file: s.string("file")?,
-                size: s.u64("size")?,
-                checksum,
-                key_groups,
-            };
+            let mut s = Fields::new(v, &sub_what)?;
+            let entry = decode_file(&mut s, &sub_what, version)?;
             s.finish()?;
             Some(entry)
         }
+    };
+    let reused = if version >= 3 {
+        f.array("reused")?
+            .into_iter()
+            .map(|v| {
+                let mut r = Fields::new(v, &sub_what)?;
+                let file = decode_file(&mut r, &sub_what, version)?;
+                let key_groups = decode_ranges(r.take("use")?, &sub_what)?;
+                let bytes = r.u64("use_bytes")?;
+                r.finish()?;
+                Ok(ReusedState {
+                    file,
+                    key_groups,
+                    bytes,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?
+    } else {
+        Vec::new()
     };
     let source_offsets = f
         .array("source_offsets")?
@@ -521,8 +649,53 @@ fn decode_subtask(v: Value, what: &str) -> Result<SubtaskEntry, String> {
     Ok(SubtaskEntry {
         subtask,
         state,
+        reused,
         source_offsets,
     })
+}
+
+/// The offsets a source subtask reports, as the manifest lists them. An
+/// entry list gives one line per split left: the split named by its
+/// leading u64 fields, the offset its last field (built-in sources), or by
+/// its position in the list with the entry's size (other sources); a
+/// subtask with nothing left lists `<subtask>/done`. Older offsets list
+/// their u64 positions.
+pub(crate) fn source_offsets(subtask: usize, offset: &[u8]) -> Vec<SourceOffset> {
+    let Some(entries) = decode_entries(offset) else {
+        let positions = decode_positions(offset, offset.len() / 8).unwrap_or_default();
+        return positions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| SourceOffset {
+                split: format!("{subtask}/{i}"),
+                offset: *p,
+            })
+            .collect();
+    };
+    if entries.is_empty() {
+        return vec![SourceOffset {
+            split: format!("{subtask}/done"),
+            offset: 0,
+        }];
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| match decode_positions(e, e.len() / 8) {
+            Some(fields) if e.len() % 8 == 0 && fields.len() >= 2 => {
+                let (last, split) = fields.split_last().expect("invariant: two fields or more");
+                let split: Vec<String> = split.iter().map(u64::to_string).collect();
+                SourceOffset {
+                    split: format!("{subtask}/{}", split.join(":")),
+                    offset: *last,
+                }
+            }
+            _ => SourceOffset {
+                split: format!("{subtask}/{i}"),
+                offset: e.len() as u64,
+            },
+        })
+        .collect()
 }
 
 /// Compresses sorted, distinct key groups into ranges.
@@ -535,339 +708,6 @@ pub fn key_group_ranges(sorted: &[u32]) -> Vec<Range<u32>> {
         }
     }
     ranges
-}
-
-/// Parses exactly 16 hex digits.
-fn parse_hex16(s: &str) -> Option<u64> {
-    if s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        u64::from_str_radix(s, 16).ok()
-    } else {
-        None
-    }
-}
-
-/// A JSON string literal.
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// A decoded value of the JSON subset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Value {
-    Null,
-    Bool(bool),
-    Num(u64),
-    Str(String),
-    Arr(Vec<Value>),
-    Obj(Vec<(String, Value)>),
-}
-
-/// The members of one object, taken one by one; `finish` rejects leftovers.
-struct Fields {
-    what: String,
-    members: Vec<(String, Value)>,
-}
-
-impl Fields {
-    fn new(v: Value, what: &str) -> Result<Self, String> {
-        match v {
-            Value::Obj(members) => Ok(Fields {
-                what: what.to_string(),
-                members,
-            }),
-            _ => Err(format!("is invalid: {what} is not an object")),
-        }
-    }
-
-    fn take(&mut self, key: &str) -> Result<Value, String> {
-        let pos = self
-            .members
-            .iter()
-            .position(|(k, _)| k == key)
-            .ok_or_else(|| format!("is invalid: {}: field '{key}' is missing", self.what))?;
-        Ok(self.members.swap_remove(pos).1)
-    }
-
-    fn u64(&mut self, key: &str) -> Result<u64, String> {
-        match self.take(key)? {
-            Value::Num(n) => Ok(n),
-            _ => Err(format!(
-                "is invalid: {}: field '{key}' is not an unsigned integer",
-                self.what
-            )),
-        }
-    }
-
-    fn u32(&mut self, key: &str) -> Result<u32, String> {
-        let n = self.u64(key)?;
-        u32::try_from(n).map_err(|_| {
-            format!(
-                "is invalid: {}: field '{key}' ({n}) is too large",
-                self.what
-            )
-        })
-    }
-
-    fn bool(&mut self, key: &str) -> Result<bool, String> {
-        match self.take(key)? {
-            Value::Bool(b) => Ok(b),
-            _ => Err(format!(
-                "is invalid: {}: field '{key}' is not true or false",
-                self.what
-            )),
-        }
-    }
-
-    fn string(&mut self, key: &str) -> Result<String, String> {
-        match self.take(key)? {
-            Value::Str(s) => Ok(s),
-            _ => Err(format!(
-                "is invalid: {}: field '{key}' is not a string",
-                self.what
-            )),
-        }
-    }
-
-    fn array(&mut self, key: &str) -> Result<Vec<Value>, String> {
-        match self.take(key)? {
-            Value::Arr(a) => Ok(a),
-            _ => Err(format!(
-                "is invalid: {}: field '{key}' is not an array",
-                self.what
-            )),
-        }
-    }
-
-    fn finish(self) -> Result<(), String> {
-        match self.members.first() {
-            None => Ok(()),
-            Some((k, _)) => Err(format!("is invalid: {}: unknown field '{k}'", self.what)),
-        }
-    }
-}
-
-/// Nesting deeper than this is refused (the format needs 6 levels).
-const MAX_DEPTH: usize = 16;
-
-/// A strict recursive-descent parser of the JSON subset.
-struct Parser<'a> {
-    text: &'a str,
-    pos: usize,
-    depth: usize,
-}
-
-impl<'a> Parser<'a> {
-    fn new(text: &'a str) -> Self {
-        Parser {
-            text,
-            pos: 0,
-            depth: 0,
-        }
-    }
-
-    fn document(mut self) -> Result<Value, String> {
-        let v = self.value()?;
-        self.skip_ws();
-        if self.pos != self.text.len() {
-            return Err(self.error("unexpected data after the end of the manifest"));
-        }
-        Ok(v)
-    }
-
-    fn error(&self, what: &str) -> String {
-        format!("is not valid JSON: {what} at byte {}", self.pos)
-    }
-
-    fn peek(&self) -> Option<u8> {
-        self.text.as_bytes().get(self.pos).copied()
-    }
-
-    fn skip_ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
-            self.pos += 1;
-        }
-    }
-
-    fn expect(&mut self, byte: u8) -> Result<(), String> {
-        self.skip_ws();
-        if self.peek() == Some(byte) {
-            self.pos += 1;
-            Ok(())
-        } else {
-            Err(self.error(&format!("expected '{}'", byte as char)))
-        }
-    }
-
-    fn literal(&mut self, word: &str, v: Value) -> Result<Value, String> {
-        if self.text[self.pos..].starts_with(word) {
-            self.pos += word.len();
-            Ok(v)
-        } else {
-            Err(self.error("expected a value"))
-        }
-    }
-
-    fn value(&mut self) -> Result<Value, String> {
-        self.skip_ws();
-        match self.peek() {
-            Some(b'{') => self.nested(Self::object),
-            Some(b'[') => self.nested(Self::array),
-            Some(b'"') => self.string().map(Value::Str),
-            Some(b'0'..=b'9') => self.number(),
-            Some(b't') => self.literal("true", Value::Bool(true)),
-            Some(b'f') => self.literal("false", Value::Bool(false)),
-            Some(b'n') => self.literal("null", Value::Null),
-            None => Err(self.error("unexpected end (the file is truncated)")),
-            Some(_) => Err(self.error("expected a value")),
-        }
-    }
-
-    fn nested(&mut self, f: fn(&mut Self) -> Result<Value, String>) -> Result<Value, String> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(self.error("nesting too deep"));
-        }
-        let v = f(self);
-        self.depth -= 1;
-        v
-    }
-
-    fn object(&mut self) -> Result<Value, String> {
-        self.expect(b'{')?;
-        let mut members: Vec<(String, Value)> = Vec::new();
-        self.skip_ws();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            return Ok(Value::Obj(members));
-        }
-        loop {
-            self.skip_ws();
-            if self.peek() != Some(b'"') {
-                return Err(self.error("expected a field name"));
-            }
-            let key = self.string()?;
-            if members.iter().any(|(k, _)| *k == key) {
-                return Err(self.error(&format!("duplicate field '{key}'")));
-            }
-            self.expect(b':')?;
-            let v = self.value()?;
-            members.push((key, v));
-            self.skip_ws();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    return Ok(Value::Obj(members));
-                }
-                _ => return Err(self.error("expected ',' or '}'")),
-            }
-        }
-    }
-
-    fn array(&mut self) -> Result<Value, String> {
-        self.expect(b'[')?;
-        let mut items = Vec::new();
-        self.skip_ws();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            return Ok(Value::Arr(items));
-        }
-        loop {
-            items.push(self.value()?);
-            self.skip_ws();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(Value::Arr(items));
-                }
-                _ => return Err(self.error("expected ',' or ']'")),
-            }
-        }
-    }
-
-    fn number(&mut self) -> Result<Value, String> {
-        let start = self.pos;
-        while matches!(self.peek(), Some(b'0'..=b'9')) {
-            self.pos += 1;
-        }
-        let digits = &self.text[start..self.pos];
-        if digits.len() > 1 && digits.starts_with('0') {
-            return Err(self.error("a number has a leading zero"));
-        }
-        if matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
-            return Err(self.error("only unsigned integers are allowed"));
-        }
-        digits
-            .parse::<u64>()
-            .map(Value::Num)
-            .map_err(|_| self.error("a number does not fit 64 bits"))
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        self.expect(b'"')?;
-        let mut out = String::new();
-        loop {
-            let rest = &self.text[self.pos..];
-            let Some(c) = rest.chars().next() else {
-                return Err(self.error("unterminated string (the file is truncated)"));
-            };
-            self.pos += c.len_utf8();
-            match c {
-                '"' => return Ok(out),
-                '\\' => {
-                    let esc = self.peek();
-                    self.pos += 1;
-                    match esc {
-                        Some(b'"') => out.push('"'),
-                        Some(b'\\') => out.push('\\'),
-                        Some(b'/') => out.push('/'),
-                        Some(b'n') => out.push('\n'),
-                        Some(b'r') => out.push('\r'),
-                        Some(b't') => out.push('\t'),
-                        Some(b'b') => out.push('\u{8}'),
-                        Some(b'f') => out.push('\u{c}'),
-                        Some(b'u') => {
-                            let hex = self
-                                .text
-                                .get(self.pos..self.pos + 4)
-                                .ok_or_else(|| self.error("truncated \\u escape"))?;
-                            let code = u32::from_str_radix(hex, 16)
-                                .ok()
-                                .filter(|_| hex.bytes().all(|b| b.is_ascii_hexdigit()))
-                                .ok_or_else(|| self.error("bad \\u escape"))?;
-                            self.pos += 4;
-                            let ch = char::from_u32(code)
-                                .filter(|_| !(0xD800..0xE000).contains(&code))
-                                .ok_or_else(|| self.error("\\u escape of a surrogate"))?;
-                            out.push(ch);
-                        }
-                        _ => return Err(self.error("bad escape in a string")),
-                    }
-                }
-                c if (c as u32) < 0x20 => {
-                    return Err(self.error("a control character inside a string"))
-                }
-                c => out.push(c),
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -916,7 +756,19 @@ mod tests {
                                 size: 99,
                                 checksum: u64::MAX,
                                 key_groups: vec![0..4, 9..10],
+                                shared: true,
                             }),
+                            reused: vec![ReusedState {
+                                file: StateFileEntry {
+                                    file: "count-0-2.state".into(),
+                                    size: 1000,
+                                    checksum: 7,
+                                    key_groups: vec![4..9, 11..12],
+                                    shared: true,
+                                },
+                                key_groups: vec![4..9, 11..12],
+                                bytes: 640,
+                            }],
                             source_offsets: vec![SourceOffset {
                                 split: "p0".into(),
                                 offset: 17,
@@ -925,6 +777,7 @@ mod tests {
                         SubtaskEntry {
                             subtask: 1,
                             state: None,
+                            reused: vec![],
                             source_offsets: vec![],
                         },
                     ],
@@ -977,9 +830,9 @@ mod tests {
     fn test_manifest_newer_version_is_refused() {
         let text = sample()
             .encode()
-            .replace("\"version\": 2", "\"version\": 3");
+            .replace("\"version\": 3", "\"version\": 4");
         let err = Manifest::decode(&text).expect_err("version");
-        assert!(err.contains("version 3"), "{err}");
+        assert!(err.contains("version 4"), "{err}");
     }
 
     #[test]
@@ -1004,62 +857,77 @@ mod tests {
         assert_eq!(k64.describe_key(), "('k': Int64)");
     }
 
+    /// The sample without what version 3 added (shared files, reused
+    /// key groups), as version `version` wrote it, re-checksummed.
+    fn older_text(version: u64, drop_key: bool) -> (String, Manifest) {
+        let mut m = sample();
+        for sub in m.operators.iter_mut().flat_map(|o| &mut o.subtasks) {
+            sub.reused.clear();
+            if let Some(f) = &mut sub.state {
+                f.shared = false;
+            }
+        }
+        let text = m.encode();
+        let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
+        let mut body = text[..cut - 1]
+            .replace("\"version\": 3", &format!("\"version\": {version}"))
+            .replace(", \"shared\": false", "")
+            .replace(", \"reused\": []", "");
+        if drop_key {
+            while let Some(start) = body.find("\n     \"key\": ") {
+                let end = start
+                    + body[start..]
+                        .find(",\n     \"subtasks\"")
+                        .expect("subtasks");
+                body.replace_range(start..end + 1, "");
+            }
+            assert!(!body.contains("\"key\""), "{body}");
+            for op in &mut m.operators {
+                op.key = None;
+            }
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+        (format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n"), m)
+    }
+
     /// A manifest of version 1 (before keyed identities) still restores;
     /// its operators have no key identity.
     #[test]
     fn test_manifest_version_1_is_read_without_key_identity() {
-        let text = sample().encode();
-        let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
-        let mut body = text[..cut - 1].replace("\"version\": 2", "\"version\": 1");
-        while let Some(start) = body.find("\n     \"key\": ") {
-            let end = start
-                + body[start..]
-                    .find(",\n     \"subtasks\"")
-                    .expect("subtasks");
-            body.replace_range(start..end + 1, "");
-        }
-        assert!(!body.contains("\"key\""), "{body}");
-        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
-        let v1 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
-        let decoded = Manifest::decode(&v1).expect("version 1 decodes");
-        let mut expected = sample();
-        for op in &mut expected.operators {
-            op.key = None;
-        }
-        assert_eq!(decoded, expected);
+        let (v1, expected) = older_text(1, true);
+        assert_eq!(Manifest::decode(&v1), Ok(expected));
         // Version 2 requires the member.
-        let mut v2 = body.replace("\"version\": 1", "\"version\": 2");
-        let sum = xxhash_rust::xxh3::xxh3_64(v2.as_bytes());
-        v2 = format!("{v2},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
+        let v2 = v1.replace("\"version\": 1", "\"version\": 2");
+        let cut = v2.rfind(CHECKSUM_LINE).expect("checksum line");
+        let body = &v2[..cut - 1];
+        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+        let v2 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
         let err = Manifest::decode(&v2).expect_err("key missing");
         assert!(err.contains("'key' is missing"), "{err}");
     }
 
+    /// A manifest of version 2 (before incremental checkpoints) still
+    /// restores: its files lie in the checkpoint directory and nothing is
+    /// reused; version 3 requires both members.
     #[test]
-    fn test_parser_is_strict() {
-        for bad in [
-            "{\"a\": 1,}",
-            "{\"a\": 01}",
-            "{\"a\": -1}",
-            "{\"a\": 1.5}",
-            "{\"a\": 1, \"a\": 2}",
-            "{\"a\": 1} x",
-            "[1 2]",
-            "\"\\q\"",
-        ] {
-            assert!(Parser::new(bad).document().is_err(), "{bad}");
-        }
-        assert_eq!(
-            Parser::new(" {\"a\": [true, null, \"\\u0001\"]} ").document(),
-            Ok(Value::Obj(vec![(
-                "a".into(),
-                Value::Arr(vec![
-                    Value::Bool(true),
-                    Value::Null,
-                    Value::Str("\u{1}".into())
-                ])
-            )]))
-        );
+    fn test_manifest_version_2_is_read_without_shared_files() {
+        let (v2, expected) = older_text(2, false);
+        assert_eq!(Manifest::decode(&v2), Ok(expected));
+        let cut = v2.rfind(CHECKSUM_LINE).expect("checksum line");
+        let body = v2[..cut - 1].replace("\"version\": 2", "\"version\": 3");
+        let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+        let v3 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
+        let err = Manifest::decode(&v3).expect_err("shared missing");
+        assert!(err.contains("'shared' is missing"), "{err}");
+    }
+
+    #[test]
+    fn test_manifest_sizes_and_shared_files() {
+        let m = sample();
+        assert_eq!(m.written_size(), 99);
+        assert_eq!(m.state_size(), 99 + 640);
+        let shared: Vec<&str> = m.shared_files().into_iter().collect();
+        assert_eq!(shared, vec!["count-0-2.state", "count-0.state"]);
     }
 
     #[test]

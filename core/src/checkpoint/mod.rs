@@ -17,6 +17,11 @@
 //!     <uid>-<uid xxh3 hex>-<subtask>.state   one state file per (operator uid, subtask)
 //!     _manifest.json                    written LAST, atomically; its presence
 //!                                       is what makes the checkpoint complete
+//!   shared/                             state files of incremental checkpoints,
+//!     <id>-<uid>-<uid xxh3 hex>-<subtask>.state   shared by later checkpoints
+//!                                       and deleted by retention once no
+//!                                       retained manifest names them
+//!                                       (see [`incremental`])
 //! ```
 //!
 //! The `<uid>` part of a state file name is the uid with every character
@@ -50,7 +55,10 @@
 
 pub mod config;
 pub mod coordinator;
+pub mod incremental;
+mod json;
 pub mod manifest;
+mod pending;
 pub mod read_state;
 pub mod recompute;
 pub mod restore;
@@ -61,8 +69,8 @@ pub(crate) mod writer;
 
 pub use config::CheckpointConfig;
 pub use manifest::{
-    KeyColumn, KeyIdentity, Manifest, OperatorEntry, SourceOffset, StateFileEntry, SubtaskEntry,
-    TaskAlignment, MANIFEST_VERSION,
+    KeyColumn, KeyIdentity, Manifest, OperatorEntry, ReusedState, SourceOffset, StateFileEntry,
+    SubtaskEntry, TaskAlignment, MANIFEST_VERSION,
 };
 pub use recompute::{NullStateLedger, Recovery, ReplayPlan, SourceReplay};
 pub use stats::{CheckpointDone, CheckpointFailure, CheckpointFailures, CheckpointStats};

@@ -266,6 +266,7 @@ mod tests {
                 .map(|subtask| SubtaskEntry {
                     subtask,
                     state: None,
+                    reused: vec![],
                     source_offsets: vec![],
                 })
                 .collect(),

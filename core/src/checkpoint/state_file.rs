@@ -18,10 +18,40 @@ use crate::store::{ObjectWriter, Store};
 const STATE_MAGIC: &[u8; 8] = b"EDDYSTAT";
 /// State file format version.
 const STATE_VERSION: u32 = 1;
-const TAG_OPERATOR: u8 = 0;
-const TAG_KEYED: u8 = 1;
+pub(crate) const TAG_OPERATOR: u8 = 0;
+pub(crate) const TAG_KEYED: u8 = 1;
 /// Bytes of a section header: tag, key group, length, checksum.
-const SECTION_HEADER: usize = 1 + 4 + 8 + 8;
+pub(crate) const SECTION_HEADER: usize = 1 + 4 + 8 + 8;
+
+/// One section to write: tag, key group (0 for operator state), payload.
+pub(crate) type Section = (u8, u32, Arc<Vec<u8>>);
+
+/// What writing a state file gave: its size, the xxh3-64 of its bytes, and
+/// per keyed section (sorted by key group) the key group, the section's
+/// checksum and the section's bytes (header included).
+pub(crate) struct WrittenFile {
+    pub size: u64,
+    pub checksum: u64,
+    pub groups: Vec<(u32, u64, u64)>,
+}
+
+/// The checksum a keyed section of `group` with `payload` carries: equal
+/// payloads of one key group give equal checksums, so it also tells an
+/// incremental checkpoint whether a key group changed.
+pub(crate) fn keyed_section_checksum(group: u32, payload: &[u8]) -> u64 {
+    section_checksum(
+        &section_head(TAG_KEYED, group, payload.len())[..13],
+        payload,
+    )
+}
+
+fn section_head(tag: u8, group: u32, len: usize) -> [u8; SECTION_HEADER] {
+    let mut head = [0u8; SECTION_HEADER];
+    head[0] = tag;
+    head[1..5].copy_from_slice(&group.to_le_bytes());
+    head[5..13].copy_from_slice(&(len as u64).to_le_bytes());
+    head
+}
 
 /// The state file name of (`uid`, `subtask`): a readable prefix of the uid
 /// plus its hash, so any uid gives a safe, unique file name.
@@ -52,25 +82,41 @@ pub(crate) fn write(
     uid: &str,
     subtask: u32,
     state: &OperatorState,
-) -> Result<(u64, u64, Vec<u32>)> {
-    let path = dir.location_of(name);
-    let fail = |msg: String| Error::checkpoint(Some(path.clone()), msg);
-    let mut sections: Vec<(u8, u32, Arc<Vec<u8>>)> = Vec::new();
+) -> Result<WrittenFile> {
+    let mut sections: Vec<Section> = Vec::with_capacity(state.keyed.len() + 1);
     if let Some(blob) = &state.operator {
         sections.push((TAG_OPERATOR, 0, blob.to_bytes()?));
     }
-    let mut groups = Vec::with_capacity(state.keyed.len());
     for (group, blob) in &state.keyed {
         sections.push((TAG_KEYED, *group, blob.to_bytes()?));
-        groups.push(*group);
     }
-    groups.sort_unstable();
-    if let Some(w) = groups.windows(2).find(|w| w[0] == w[1]) {
+    write_sections(dir, name, uid, subtask, &sections)
+}
+
+/// Writes already serialized `sections` as the new file `name` of `dir`
+/// (see [`write`]).
+pub(crate) fn write_sections(
+    dir: &Store,
+    name: &str,
+    uid: &str,
+    subtask: u32,
+    sections: &[Section],
+) -> Result<WrittenFile> {
+    let path = dir.location_of(name);
+    let fail = |msg: String| Error::checkpoint(Some(path.clone()), msg);
+    let mut keyed: Vec<u32> = sections
+        .iter()
+        .filter(|s| s.0 == TAG_KEYED)
+        .map(|s| s.1)
+        .collect();
+    keyed.sort_unstable();
+    if let Some(w) = keyed.windows(2).find(|w| w[0] == w[1]) {
         return Err(fail(format!(
             "the state of operator '{uid}' subtask {subtask} holds key group {} twice",
             w[0]
         )));
     }
+    let mut groups: Vec<(u32, u64, u64)> = Vec::with_capacity(keyed.len());
     let io_fail = |e: io::Error| {
         fail(format!(
             "cannot write the state file '{}' of operator '{uid}' subtask {subtask}: {e}",
@@ -92,19 +138,24 @@ pub(crate) fn write(
     let header_sum = xxh3_64(&header);
     header.extend_from_slice(&header_sum.to_le_bytes());
     out.put(&header).map_err(io_fail)?;
-    for (tag, group, bytes) in &sections {
-        let mut head = [0u8; SECTION_HEADER];
-        head[0] = *tag;
-        head[1..5].copy_from_slice(&group.to_le_bytes());
-        head[5..13].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    for (tag, group, bytes) in sections {
+        let mut head = section_head(*tag, *group, bytes.len());
         let sum = section_checksum(&head[..13], bytes);
         head[13..21].copy_from_slice(&sum.to_le_bytes());
         out.put(&head).map_err(io_fail)?;
         out.put(bytes).map_err(io_fail)?;
+        if *tag == TAG_KEYED {
+            groups.push((*group, sum, (SECTION_HEADER + bytes.len()) as u64));
+        }
     }
     let HashingWriter { inner, hash, size } = out;
     inner.finish().map_err(io_fail)?;
-    Ok((size, hash.digest(), groups))
+    groups.sort_unstable_by_key(|g| g.0);
+    Ok(WrittenFile {
+        size,
+        checksum: hash.digest(),
+        groups,
+    })
 }
 
 fn section_checksum(head: &[u8], payload: &[u8]) -> u64 {
@@ -313,11 +364,11 @@ mod tests {
             operator: Some(blob(b"offsets")),
             keyed: vec![(5, blob(b"five")), (3, blob(b"")), (4, blob(b"four"))],
         };
-        let h = pending.write_state("op", 2, &state)?;
-        assert_eq!(h.file.key_groups, vec![3..6]);
-        let path = pending.dir().join(&h.file.file);
+        let h = pending.write_state("op", 2, &state)?.file.expect("a file");
+        assert_eq!(h.key_groups, vec![3..6]);
+        let path = pending.dir().join(&h.file);
         let bytes = fs::read(&path).expect("read");
-        assert_eq!(bytes.len() as u64, h.file.size);
+        assert_eq!(bytes.len() as u64, h.size);
         let back = decode(&bytes, "op", 2).expect("decode");
         assert_eq!(
             back.operator.and_then(|b| b.as_bytes().map(<[u8]>::to_vec)),

@@ -21,7 +21,12 @@ pub struct CheckpointStats {
     pub duration: Duration,
     /// The longest barrier alignment of any task.
     pub alignment: Duration,
+    /// Bytes of the state files written for it.
     pub bytes: u64,
+    /// Bytes of its whole state: what it wrote plus the sections it reuses
+    /// from earlier checkpoints (incremental checkpoints; equal to `bytes`
+    /// for a full one).
+    pub state_bytes: u64,
     pub path: PathBuf,
     /// (uid, name, bytes, subtasks) per operator.
     pub operators: Vec<(String, String, u64, usize)>,

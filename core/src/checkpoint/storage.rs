@@ -6,36 +6,28 @@
 //! count). The layout and the state file format are described in the parent
 //! module; the I/O goes through [`crate::store::Store`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use parking_lot::RwLock;
-
-use super::manifest::{key_group_ranges, Manifest, OperatorEntry, StateFileEntry, TaskAlignment};
-use super::state_file;
+use super::incremental::{self, SHARED_DIR};
+use super::manifest::Manifest;
+use super::pending::remove_checkpoint_dir;
+pub use super::pending::{
+    CheckpointInfo, CompletedCheckpoint, PendingCheckpoint, StateHandle, StateWriter, MANIFEST_FILE,
+};
 use crate::error::{Error, Result};
 use crate::event::BarrierKind;
 use crate::state::{OperatorState, StateBlob};
 use crate::store::{StorageOptions, Store};
 
-/// Name of the manifest inside a checkpoint directory.
-pub const MANIFEST_FILE: &str = "_manifest.json";
 /// The file recording the highest checkpoint id ever started under a
 /// storage root (issue 20: ids are never reused, also not after a crash
 /// that left no directory of the checkpoint in flight).
 pub const STARTED_FILE: &str = "_started_ids";
 /// Prefix of checkpoint directories: `chk-<id>`.
 const CHK_PREFIX: &str = "chk-";
-/// First bytes of every state file.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 fn checkpoint_dir_id(name: &str) -> Option<u64> {
     let digits = name.strip_prefix(CHK_PREFIX)?;
@@ -49,36 +41,6 @@ fn checkpoint_dir_id(name: &str) -> Option<u64> {
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
     store: Store,
-}
-
-/// A state file written for a pending checkpoint, to be named in its
-/// manifest (the ack of a subtask carries it to the coordinator).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateHandle {
-    pub uid: String,
-    pub subtask: u32,
-    pub file: StateFileEntry,
-}
-
-/// What the coordinator knows when a checkpoint completes. State files
-/// written through the pending checkpoint fill in `SubtaskEntry::state`
-/// where it is `None`; an entry that names one must match it exactly.
-#[derive(Debug, Clone)]
-pub struct CheckpointInfo {
-    pub kind: BarrierKind,
-    pub trigger_ms: u64,
-    /// `None`: now.
-    pub completion_ms: Option<u64>,
-    pub alignments: Vec<TaskAlignment>,
-    pub operators: Vec<OperatorEntry>,
-}
-
-/// A checkpoint whose manifest has been written.
-#[derive(Debug, Clone)]
-pub struct CompletedCheckpoint {
-    pub id: u64,
-    pub dir: PathBuf,
-    pub manifest: Manifest,
 }
 
 /// One completed checkpoint as [`CheckpointStorage::list`] sees it.
@@ -96,8 +58,11 @@ pub struct SummaryInfo {
     pub kind: BarrierKind,
     pub trigger_ms: u64,
     pub completion_ms: u64,
-    /// Total bytes of its state files.
+    /// Bytes of its whole state (its own files plus the sections it
+    /// reuses from earlier incremental checkpoints).
     pub state_size: u64,
+    /// Bytes of the state files it wrote itself.
+    pub written_size: u64,
 }
 
 impl CheckpointStorage {
@@ -260,16 +225,7 @@ impl CheckpointStorage {
         chk.remove_all().map_err(failed)?;
         chk.make_dir().map_err(failed)?;
         self.store.sync().map_err(failed)?;
-        Ok(PendingCheckpoint {
-            inner: Arc::new(PendingInner {
-                id,
-                dir: chk,
-                written: RwLock::new(Written {
-                    closed: None,
-                    handles: BTreeMap::new(),
-                }),
-            }),
-        })
+        Ok(PendingCheckpoint::new(id, chk))
     }
 
     /// Ids and directories of completed checkpoints (with a manifest file),
@@ -312,6 +268,7 @@ impl CheckpointStorage {
                     trigger_ms: m.trigger_ms,
                     completion_ms: m.completion_ms,
                     state_size: m.state_size(),
+                    written_size: m.written_size(),
                 });
                 let dir = chk.location().to_path_buf();
                 CheckpointSummary { id, dir, info }
@@ -427,10 +384,15 @@ impl CheckpointStorage {
             .map(|(id, _)| *id);
         let mut kept = 0;
         let mut removed = Vec::new();
+        let mut retained = Vec::new();
         for (id, chk) in all {
             let delete = if chk.exists(MANIFEST_FILE).unwrap_or(false) {
                 kept += 1;
-                kept > n && id < since
+                let delete = kept > n && id < since;
+                if !delete {
+                    retained.push(chk.clone());
+                }
+                delete
             } else {
                 newest_completed.is_some_and(|newest| id < newest)
             };
@@ -439,24 +401,30 @@ impl CheckpointStorage {
                 removed.push(id);
             }
         }
+        // Then the shared files no retained checkpoint refers to (issue 17).
+        if let Some(newest) = newest_completed {
+            let manifests = || retained.iter().map(read_manifest).collect();
+            incremental::collect(&self.store, manifests, newest)?;
+        }
         Ok(removed)
     }
-}
 
-/// Deletes a checkpoint directory, manifest first so that a crash midway
-/// never leaves a manifest naming deleted state files.
-fn remove_checkpoint_dir(chk: &Store) -> Result<()> {
-    let failed = |e: io::Error| {
-        Error::checkpoint(
-            Some(chk.location().to_path_buf()),
-            format!(
-                "cannot delete the checkpoint '{}': {e}",
-                chk.location().display()
-            ),
-        )
-    };
-    chk.remove(MANIFEST_FILE).map_err(failed)?;
-    chk.remove_all().map_err(failed)
+    /// The names of the files in the `shared/` directory of this root
+    /// (incremental checkpoints), sorted.
+    pub fn shared_files(&self) -> Result<Vec<String>> {
+        let shared = self.store.child(SHARED_DIR);
+        match shared.files() {
+            Ok(mut names) => {
+                names.sort();
+                Ok(names)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(Error::checkpoint(
+                Some(shared.location().to_path_buf()),
+                format!("cannot list '{}': {e}", shared.location().display()),
+            )),
+        }
+    }
 }
 
 /// Reads the manifest of the checkpoint directory `chk`.
@@ -491,230 +459,6 @@ pub(crate) fn read_manifest(chk: &Store) -> Result<Manifest> {
             format!("the checkpoint manifest '{}' {msg}", path.display()),
         )
     })
-}
-
-/// Which files a pending checkpoint wrote, and whether it is still open.
-struct Written {
-    /// `Some("completed")` / `Some("aborted")` once closed.
-    closed: Option<&'static str>,
-    handles: BTreeMap<(String, u32), StateHandle>,
-}
-
-struct PendingInner {
-    id: u64,
-    dir: Store,
-    /// Writers hold the read lock while writing; complete and abort take the
-    /// write lock, so they wait for writes in flight.
-    written: RwLock<Written>,
-}
-
-/// A checkpoint being written: state files go in, then the manifest.
-///
-/// `Send + Sync`: subtasks may write their state from background threads,
-/// through `&self` or a [`StateWriter`].
-pub struct PendingCheckpoint {
-    inner: Arc<PendingInner>,
-}
-
-/// A cloneable handle that writes state files into a pending checkpoint
-/// (one per asynchronous writer thread). Writing after the checkpoint
-/// completed or aborted is an error.
-#[derive(Clone)]
-pub struct StateWriter {
-    inner: Arc<PendingInner>,
-}
-
-impl std::fmt::Debug for PendingCheckpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "PendingCheckpoint({})",
-            self.inner.dir.location().display()
-        )
-    }
-}
-
-impl std::fmt::Debug for StateWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StateWriter({})", self.inner.dir.location().display())
-    }
-}
-
-impl StateWriter {
-    /// See [`PendingCheckpoint::write_state`].
-    pub fn write_state(
-        &self,
-        uid: &str,
-        subtask: u32,
-        state: &OperatorState,
-    ) -> Result<StateHandle> {
-        self.inner.write_state(uid, subtask, state)
-    }
-}
-
-impl PendingCheckpoint {
-    /// The checkpoint id.
-    pub fn id(&self) -> u64 {
-        self.inner.id
-    }
-
-    /// Its directory.
-    pub fn dir(&self) -> &Path {
-        self.inner.dir.location()
-    }
-
-    /// A handle for writer threads.
-    pub fn writer(&self) -> StateWriter {
-        StateWriter {
-            inner: self.inner.clone(),
-        }
-    }
-
-    /// Serializes `state` (deferred blobs included) into the state file of
-    /// (`uid`, `subtask`), fsyncs it and returns its handle. Each pair may
-    /// be written once.
-    pub fn write_state(
-        &self,
-        uid: &str,
-        subtask: u32,
-        state: &OperatorState,
-    ) -> Result<StateHandle> {
-        self.inner.write_state(uid, subtask, state)
-    }
-
-    /// Writes the manifest atomically (on a disk: temporary name, fsync,
-    /// rename, fsync of the directory; on an object store: one PUT): from
-    /// then on the checkpoint exists.
-    pub fn complete(self, info: CheckpointInfo) -> Result<CompletedCheckpoint> {
-        let inner = &self.inner;
-        let mut written = inner.written.write();
-        inner.check_open(&written)?;
-        let manifest_path = inner.dir.location_of(MANIFEST_FILE);
-        let fail = |msg: String| Error::checkpoint(Some(manifest_path.clone()), msg);
-        let mut operators = info.operators;
-        let mut referenced = BTreeSet::new();
-        let mut seen_uids = BTreeSet::new();
-        for op in &mut operators {
-            if !seen_uids.insert(op.uid.clone()) {
-                return Err(fail(format!(
-                    "checkpoint {} cannot complete: operator uid '{}' is listed twice",
-                    inner.id, op.uid
-                )));
-            }
-            for sub in &mut op.subtasks {
-                let key = (op.uid.clone(), sub.subtask);
-                let handle = written.handles.get(&key);
-                match (&sub.state, handle) {
-                    (None, Some(h)) => sub.state = Some(h.file.clone()),
-                    (None, None) => {}
-                    (Some(f), Some(h)) if *f == h.file => {}
-                    (Some(f), _) => {
-                        return Err(fail(format!(
-                            "checkpoint {} cannot complete: operator '{}' subtask {} names state file '{}', which this checkpoint did not write",
-                            inner.id, op.uid, sub.subtask, f.file
-                        )))
-                    }
-                }
-                if sub.state.is_some() && !referenced.insert(key) {
-                    return Err(fail(format!(
-                        "checkpoint {} cannot complete: operator '{}' lists subtask {} twice",
-                        inner.id, op.uid, sub.subtask
-                    )));
-                }
-            }
-        }
-        if let Some(((uid, subtask), h)) = written
-            .handles
-            .iter()
-            .find(|(k, _)| !referenced.contains(*k))
-        {
-            return Err(fail(format!(
-                "checkpoint {} cannot complete: the state file '{}' of operator '{uid}' subtask {subtask} was written but the manifest does not list that subtask",
-                inner.id, h.file.file
-            )));
-        }
-        let completion_ms = info.completion_ms.unwrap_or_else(now_ms);
-        let manifest = Manifest {
-            id: inner.id,
-            kind: info.kind,
-            trigger_ms: info.trigger_ms,
-            completion_ms,
-            duration_ms: completion_ms.saturating_sub(info.trigger_ms),
-            alignments: info.alignments,
-            operators,
-        };
-        let io_fail = |e: io::Error| {
-            fail(format!(
-                "cannot write the manifest '{}' of checkpoint {}: {e}",
-                manifest_path.display(),
-                inner.id
-            ))
-        };
-        inner
-            .dir
-            .put_atomic(MANIFEST_FILE, manifest.encode().as_bytes())
-            .map_err(io_fail)?;
-        written.closed = Some("completed");
-        Ok(CompletedCheckpoint {
-            id: inner.id,
-            dir: inner.dir.location().to_path_buf(),
-            manifest,
-        })
-    }
-
-    /// Gives the checkpoint up and removes its directory (waiting for writes
-    /// in flight; later writes fail).
-    pub fn abort(self) -> Result<()> {
-        let mut written = self.inner.written.write();
-        if written.closed.is_some() {
-            return Ok(());
-        }
-        written.closed = Some("aborted");
-        remove_checkpoint_dir(&self.inner.dir)
-    }
-}
-
-impl PendingInner {
-    fn check_open(&self, written: &Written) -> Result<()> {
-        match written.closed {
-            None => Ok(()),
-            Some(how) => Err(Error::checkpoint(
-                Some(self.dir.location().to_path_buf()),
-                format!("checkpoint {} was already {how}", self.id),
-            )),
-        }
-    }
-
-    fn write_state(&self, uid: &str, subtask: u32, state: &OperatorState) -> Result<StateHandle> {
-        let written = self.written.read();
-        self.check_open(&written)?;
-        let key = (uid.to_string(), subtask);
-        let name = state_file::file_name(uid, subtask);
-        let path = self.dir.location_of(&name);
-        let fail = |msg: String| Error::checkpoint(Some(path.clone()), msg);
-        if written.handles.contains_key(&key) {
-            return Err(fail(format!(
-                "the state of operator '{uid}' subtask {subtask} was already written to '{name}' for checkpoint {}",
-                self.id
-            )));
-        }
-        let (size, checksum, groups) = state_file::write(&self.dir, &name, uid, subtask, state)?;
-        let handle = StateHandle {
-            uid: uid.to_string(),
-            subtask,
-            file: StateFileEntry {
-                file: name,
-                size,
-                checksum,
-                key_groups: key_group_ranges(&groups),
-            },
-        };
-        drop(written);
-        let mut written = self.written.write();
-        self.check_open(&written)?;
-        written.handles.insert(key, handle.clone());
-        Ok(handle)
-    }
 }
 
 /// A completed checkpoint read back and verified.
@@ -821,10 +565,7 @@ fn restore(dir: Store, manifest: Manifest) -> Result<RestoredCheckpoint> {
         let mut subtasks = BTreeMap::new();
         let mut owner: BTreeMap<u32, u32> = BTreeMap::new();
         for sub in &op.subtasks {
-            let state = match &sub.state {
-                None => OperatorState::default(),
-                Some(entry) => state_file::read(&dir, &op.uid, sub.subtask, entry)?,
-            };
+            let state = incremental::read_subtask(&dir, &manifest_path, &op.uid, sub)?;
             for (g, _) in &state.keyed {
                 if let Some(other) = owner.insert(*g, sub.subtask) {
                     return Err(bad_manifest(format!(

@@ -7,6 +7,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
+use std::sync::Arc;
+
+use crate::checkpoint::incremental::SubtaskBase;
 use crate::checkpoint::{StateHandle, StateWriter};
 use crate::error::{Error, Result};
 use crate::state::OperatorState;
@@ -22,6 +25,9 @@ pub(crate) struct WriteJob {
     pub uid: String,
     pub subtask: u32,
     pub state: OperatorState,
+    /// `Some` writes incrementally against what the last completed
+    /// checkpoint holds of this subtask (an empty base writes everything).
+    pub incremental: Option<Option<Arc<SubtaskBase>>>,
 }
 
 /// The result of writing one state file.
@@ -29,6 +35,7 @@ pub(crate) struct WriteDone {
     pub checkpoint: u64,
     pub task: usize,
     pub uid: String,
+    pub subtask: u32,
     pub result: Result<StateHandle>,
 }
 
@@ -52,11 +59,20 @@ impl StateWriters {
                 .name(format!("eddyline-ckpt-writer-{i}"))
                 .spawn(move || {
                     for job in rx {
-                        let result = job.writer.write_state(&job.uid, job.subtask, &job.state);
+                        let result = match &job.incremental {
+                            None => job.writer.write_state(&job.uid, job.subtask, &job.state),
+                            Some(base) => job.writer.write_state_incremental(
+                                &job.uid,
+                                job.subtask,
+                                &job.state,
+                                base.as_deref(),
+                            ),
+                        };
                         let _ = tx.send(WriteDone {
                             checkpoint: job.checkpoint,
                             task: job.task,
                             uid: job.uid,
+                            subtask: job.subtask,
                             result,
                         });
                     }

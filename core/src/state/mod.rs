@@ -56,6 +56,25 @@ pub fn decode_positions(bytes: &[u8], n: usize) -> Option<Vec<u64>> {
 pub trait DeferredState: Send + Sync {
     /// Serializes the captured view. Called on a background thread.
     fn serialize(&self) -> Result<Vec<u8>>;
+
+    /// A change token of the captured view, for operators that track
+    /// changes (incremental checkpoints, `checkpoint/incremental.rs`): two
+    /// views of the same key group with equal tokens serialize to equal
+    /// bytes, so a view whose token the last checkpoint recorded is not
+    /// serialized again. Tokens must be unique across operator instances
+    /// (see [`change_token_base`]). `None`: unknown, compare the bytes.
+    fn token(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A fresh, process-wide unique base for the change tokens of one operator
+/// instance: its upper 32 bits number the instance, so tokens of another
+/// instance (a restarted attempt) never equal its own.
+pub fn change_token_base() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed) << 32
 }
 
 /// One unit of state: bytes, or a view to serialize later.
@@ -80,6 +99,14 @@ impl StateBlob {
         match self {
             StateBlob::Bytes(b) => Ok(b.clone()),
             StateBlob::Deferred(d) => Ok(Arc::new(d.serialize()?)),
+        }
+    }
+
+    /// The change token of a deferred view ([`DeferredState::token`]).
+    pub fn token(&self) -> Option<u64> {
+        match self {
+            StateBlob::Bytes(_) => None,
+            StateBlob::Deferred(d) => d.token(),
         }
     }
 

@@ -340,7 +340,10 @@ class JobView:
                 "trigger_timestamp": c.trigger_time_ms,
                 "end_to_end_duration": c.duration_ms,
                 "alignment_duration": c.alignment_ms,
-                "state_size": c.bytes,
+                # Flink's names: the whole state, and what this one wrote
+                # (less with incremental checkpoints).
+                "state_size": c.state_bytes if c.state_bytes >= 0 else c.bytes,
+                "checkpointed_size": c.bytes,
                 "external_path": c.path,
                 "null_state_checkpoint": c.null_state_checkpoint,
                 # The bytes an incremental checkpoint wrote: None until the

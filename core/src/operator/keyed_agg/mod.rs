@@ -620,7 +620,7 @@ impl Operator for KeyedAggOperator {
             (AggKind::Sum | AggKind::Min | AggKind::Max, Some(col)) => Arc::from(col.as_str()),
             _ => Arc::from("count"),
         };
-        let keyed = match &self.engine {
+        let keyed = match &mut self.engine {
             None => Vec::new(),
             Some(Engine::Int(store)) => store.snapshot(agg, start, &column),
             Some(Engine::Float(store)) => store.snapshot(agg, start, &column),

@@ -26,9 +26,15 @@ pub(crate) struct IntSnapshot<V> {
     pub(crate) column: Arc<str>,
     pub(crate) key_field: FieldRef,
     pub(crate) group: Arc<IntGroup<V>>,
+    /// Its change token (`Store::snapshot`).
+    pub(crate) token: u64,
 }
 
 impl<V: Num> DeferredState for IntSnapshot<V> {
+    fn token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+
     fn serialize(&self) -> Result<Vec<u8>> {
         let len = self.group.map.len() + usize::from(self.group.null.is_some());
         let mut keys: Vec<Option<i64>> = Vec::with_capacity(len);
@@ -62,9 +68,15 @@ pub(crate) struct RowSnapshot<V> {
     pub(crate) column: Arc<str>,
     pub(crate) key_fields: Vec<FieldRef>,
     pub(crate) group: Arc<RowGroup<V>>,
+    /// Its change token (`Store::snapshot`).
+    pub(crate) token: u64,
 }
 
 impl<V: Num> DeferredState for RowSnapshot<V> {
+    fn token(&self) -> Option<u64> {
+        Some(self.token)
+    }
+
     fn serialize(&self) -> Result<Vec<u8>> {
         let converter =
             RowConverter::new(sort_fields(&self.key_fields)).for_operator(&self.name)?;

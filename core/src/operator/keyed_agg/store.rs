@@ -55,6 +55,13 @@ pub(crate) struct Store<V: Num> {
     pub(crate) key_fields: Vec<FieldRef>,
     pub(crate) keys: KeyState<V>,
     pub(crate) partials: Vec<Acc<V>>,
+    /// Change tracking for incremental checkpoints (issue 17): per key
+    /// group the snapshot epoch in which it was last modified. A snapshot
+    /// gives each view the token `token_base | changed[i]` and then starts
+    /// a new epoch, so a key group not modified since has the same token.
+    changed: Vec<u64>,
+    epoch: u64,
+    token_base: u64,
 }
 
 pub(crate) fn uses_int64_path(key_types: &[&DataType]) -> bool {
@@ -102,6 +109,9 @@ impl<V: Num> Store<V> {
             key_fields,
             keys,
             partials: Vec::new(),
+            changed: vec![0; n_groups],
+            epoch: 0,
+            token_base: crate::state::change_token_base(),
         })
     }
 
@@ -168,6 +178,7 @@ impl<V: Num> Store<V> {
                 out_valid.clear();
                 for (g, &partial) in self.partials.iter().enumerate() {
                     let local = own.local_index(groups.group_hashes[g])?;
+                    self.changed[local] = self.epoch;
                     let group = Arc::make_mut(&mut state[local]);
                     let slot = if groups.untracked == Some(g as u32) {
                         group.null.get_or_insert_with(Acc::default)
@@ -209,6 +220,7 @@ impl<V: Num> Store<V> {
                     .zip(self.partials.iter())
                 {
                     let local = own.local_index(hash)?;
+                    self.changed[local] = self.epoch;
                     let group = Arc::make_mut(&mut state[local]);
                     let key = rows.row(first as usize);
                     let slot = match group.map.get_mut(key.as_ref()) {
@@ -226,12 +238,15 @@ impl<V: Num> Store<V> {
     }
 
     pub(crate) fn snapshot(
-        &self,
+        &mut self,
         agg: AggKind,
         start: usize,
         column: &Arc<str>,
     ) -> Vec<(u32, StateBlob)> {
         let mut blobs = Vec::new();
+        // Modifications from now on belong to the next epoch.
+        let tokens: Vec<u64> = self.changed.iter().map(|c| self.token_base | c).collect();
+        self.epoch += 1;
         match &self.keys {
             KeyState::Int64 { groups } => {
                 for (i, group) in groups.iter().enumerate() {
@@ -242,6 +257,7 @@ impl<V: Num> Store<V> {
                             column: column.clone(),
                             key_field: self.key_fields[0].clone(),
                             group: group.clone(),
+                            token: tokens[i],
                         };
                         blobs.push(((start + i) as u32, StateBlob::Deferred(Arc::new(view))));
                     }
@@ -256,6 +272,7 @@ impl<V: Num> Store<V> {
                             column: column.clone(),
                             key_fields: self.key_fields.clone(),
                             group: group.clone(),
+                            token: tokens[i],
                         };
                         blobs.push(((start + i) as u32, StateBlob::Deferred(Arc::new(view))));
                     }
@@ -280,6 +297,7 @@ impl<V: Num> Store<V> {
                 format!("the state of key group {kg} holds a key twice"),
             )
         };
+        self.changed[local] = self.epoch;
         match &mut self.keys {
             KeyState::Int64 { groups } => {
                 let group = Arc::make_mut(&mut groups[local]);
