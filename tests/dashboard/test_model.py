@@ -78,3 +78,17 @@ def test_checkpoints_and_restarts_json() -> None:
     assert (latest["id"], latest["state_size"], latest["end_to_end_duration"]) == (4, 9, 3.0)
     entry = view.exceptions_json(sample)["exceptionHistory"]["entries"][0]
     assert (entry["exceptionName"], entry["stacktrace"]) == ("OperatorError", "OperatorError: boom")
+
+
+def test_an_incremental_checkpoint_shows_what_it_wrote() -> None:
+    job = ScriptedJob()
+    job.checkpoints.append(
+        CheckpointStats.from_dict(
+            {"id": 5, "kind": "checkpoint", "bytes": 2, "state_bytes": 9, "path": "/c5"}
+        )
+    )
+    history = JobView(job, []).checkpoints_json(JobView(job, []).sample())["history"]
+    sizes = {
+        h["id"]: (h["state_size"], h["checkpointed_size"], h["incremental_size"]) for h in history
+    }
+    assert sizes == {4: (9, 9, None), 5: (9, 2, 2)}

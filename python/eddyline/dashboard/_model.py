@@ -346,10 +346,9 @@ class JobView:
                 "checkpointed_size": c.bytes,
                 "external_path": c.path,
                 "null_state_checkpoint": c.null_state_checkpoint,
-                # The bytes an incremental checkpoint wrote: None until the
-                # checkpoint stats carry them (the lead wires that field here;
-                # the page's table and chart already draw it when set).
-                "incremental_size": None,
+                # What an incremental checkpoint wrote, when it reused sections
+                # of earlier ones (None for a full checkpoint).
+                "incremental_size": c.bytes if c.state_bytes > c.bytes else None,
                 "num_acknowledged_subtasks": sum(o.subtasks for o in c.operators.values()),
             }
             for c in sample.checkpoints
