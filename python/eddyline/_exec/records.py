@@ -7,6 +7,7 @@ its input row, found in the generated loop's frame.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from types import CodeType
 from typing import Any
@@ -15,10 +16,21 @@ import pyarrow as pa
 
 from ..errors import EddylineError, SchemaError
 from ..functions import Row
+from . import pool as pool_module
 from .base import Runner, RunnerOutput
 from .codegen import FlatMapDict, Stage, compile_chain, frame_of
-from .output import RowWriter
+from .output import RowWriter, one_or_many
+from .pool import (
+    BATCH,
+    WorkerPool,
+    batch_slices,
+    decode_batches,
+    encode_batches,
+    workers_per_subtask,
+)
 from .user_code import UserCode, short, user_error
+
+_log = logging.getLogger(__name__)
 
 
 class RecordChainRunner(Runner):
@@ -41,12 +53,68 @@ class RecordChainRunner(Runner):
         self._filter_only = all(kind == "filter" for kind in self._kinds)
         producer = [name for kind, _, name in stages if kind != "filter"]
         self._writer = RowWriter(producer[-1] if producer else node, schema)
+        self._stages = tuple(stages)
+        # Worker processes (pool.py): started after START_AFTER_ROWS rows (open() sets the size).
+        self._pool: WorkerPool | None = None
+        self._pool_size = 0
+        self._rows_seen = 0
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        self._pool_size = workers_per_subtask(int(ctx.get("parallelism", 1)))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def _ready_pool(self, rows: int) -> WorkerPool | None:
+        """The worker pool once it is ready; starts it after START_AFTER_ROWS rows."""
+        pool = self._pool
+        if pool is None:
+            if self._pool_size == 0:
+                return None
+            self._rows_seen += rows
+            if self._rows_seen >= pool_module.START_AFTER_ROWS:
+                args = (self.name, self._stages, self._writer.schema, self._max_rows)
+                try:
+                    self._pool = WorkerPool(self.name, (RecordChainRunner, args), self._pool_size)
+                except Exception as exc:  # stages that cannot be pickled stay in-process
+                    _log.info("operator '%s' runs in-process: %s", self.name, exc)
+                    self._pool_size = 0
+                    return None
+                if not pool_module.WAIT_FOR_START:
+                    return None
+                pool = self._pool
+                pool.wait_started()
+            else:
+                return None
+        if pool.ready():
+            return pool
+        if pool.failed():
+            _log.warning(
+                "operator '%s' runs in-process: its worker processes did not start (%s)",
+                self.name,
+                pool.failure,
+            )
+            pool.close()
+            self._pool, self._pool_size = None, 0
+        return None
+
+    def _in_pool(self, pool: WorkerPool, batch: pa.RecordBatch) -> RunnerOutput:
+        parts = [(BATCH, encode_batches([part])) for part in batch_slices(batch, pool.count)]
+        out = [b for answer in pool.run(parts) for b in decode_batches(answer)]
+        if out and self._writer.schema is None and not self._filter_only:
+            self._writer.schema = out[0].schema
+        return one_or_many(out)
 
     def process(
         self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
         if batch.num_rows == 0:
             return None
+        pool = self._ready_pool(batch.num_rows)
+        if pool is not None:
+            return self._in_pool(pool, batch)
         chain, where = compile_chain(tuple(batch.schema.names), self._kinds)
         out: list[Any] = []
         with UserCode(self.name, describe=lambda exc: self._failure(exc, chain.__code__, where)):

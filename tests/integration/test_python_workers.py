@@ -1,0 +1,193 @@
+"""Per-record operators in Python worker processes (issue 19, ``eddyline/_exec/pool.py``).
+
+Every test makes the operators switch to their workers after a few rows
+(``START_AFTER_ROWS``, ``WAIT_FOR_START``) and checks, through the process id
+the rows report, that the workers really ran them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import eddyline as ed
+import eddyline._exec.pool as pool
+from eddyline.testing import completed_checkpoints, read_parquet_dir, wait_until
+
+N = 40_000
+KEYS = 37
+BATCH = 1_000
+
+
+@pytest.fixture(autouse=True)
+def early_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "START_AFTER_ROWS", 2 * BATCH)
+    monkeypatch.setattr(pool, "WAIT_FOR_START", True)
+    monkeypatch.delenv("EDDYLINE_PYTHON_WORKERS", raising=False)
+
+
+def _batches(n: int = N) -> list[pa.RecordBatch]:
+    return [
+        pa.record_batch({"value": list(range(i, min(i + BATCH, n)))}) for i in range(0, n, BATCH)
+    ]
+
+
+def _job(env: ed.StreamEnvironment) -> tuple[ed.CollectHandle, ed.CollectHandle]:
+    rows = env.from_arrow(_batches())
+    chain = (
+        rows.map(lambda r: {"value": r["value"], "k": r["value"] % KEYS, "pid": os.getpid()})
+        .filter(lambda r: r["value"] % 3 != 0)
+        .collect()
+    )
+    sums = (
+        rows.map(lambda r: {"k": r["value"] % KEYS, "value": r["value"]})
+        .key_by("k")
+        .reduce(lambda acc, r: {"k": acc["k"], "value": acc["value"] + r["value"]})
+        .collect()
+    )
+    return chain, sums
+
+
+def _worker_pids(handle: ed.CollectHandle) -> set[int]:
+    return set(handle.to_arrow()["pid"].to_pylist()) - {os.getpid()}
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_workers_give_the_in_process_output(
+    parallelism: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outputs = []
+    for setting in ("auto", "0"):
+        monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", setting)
+        env = ed.StreamEnvironment(parallelism)
+        chain, sums = _job(env)
+        env.execute(f"workers-{setting}")
+        outputs.append((chain.to_arrow(), sums.to_arrow()))
+    (chain_w, sums_w), (chain_p, sums_p) = outputs
+    pids = set(chain_w["pid"].to_pylist()) - {os.getpid()}
+    assert pids, "no row went through a worker process"
+    assert set(chain_p["pid"].to_pylist()) == {os.getpid()}
+    assert not any(_alive(pid) for pid in pids), "a worker outlived its job"
+    if parallelism == 1:  # one input channel: the same rows in the same order
+        assert chain_w.drop_columns(["pid"]).equals(chain_p.drop_columns(["pid"]))
+        assert sums_w.equals(sums_p)
+    else:
+        assert sorted(chain_w["value"].to_pylist()) == sorted(chain_p["value"].to_pylist())
+    # per key, the running sums come in order and end at the true sum
+    for table in (sums_w, sums_p):
+        last: dict[int, int] = {}
+        for row in table.to_pylist():
+            assert row["value"] > last.get(row["k"], -1)
+            last[row["k"]] = row["value"]
+        assert last == {k: sum(range(k, N, KEYS)) for k in range(KEYS)}
+
+
+def test_a_raising_function_in_a_worker_names_the_operator_and_keeps_its_traceback() -> None:
+    def explode(row: dict[str, Any]) -> dict[str, Any]:
+        if row["value"] == N - 5:
+            raise ValueError(f"bad value {row['value']}")
+        return {"value": row["value"], "pid": os.getpid()}
+
+    env = ed.StreamEnvironment(1, restart=ed.RestartStrategy.none())
+    env.from_arrow(_batches()).map(explode).name("explode").collect()
+    with pytest.raises(ed.JobFailedError) as info:
+        env.execute("raising")
+    err = info.value
+    assert err.operator == "explode"
+    assert f"bad value {N - 5}" in str(err)
+    assert err.user_traceback is not None
+    assert "in explode" in err.user_traceback and "ValueError" in err.user_traceback
+
+
+class _PidFile:
+    """A map that records the pid of the worker process running it, and slows down."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        if row["value"] % 100 == 0:
+            pid = os.getpid()
+            (self.directory / str(pid)).touch()
+            threading.Event().wait(0.001)
+        return {"value": row["value"]}
+
+
+def _pids_in(directory: Path) -> Iterator[int]:
+    return (int(p.name) for p in directory.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_sigkill_of_a_worker_restores_the_job_exactly(tmp_path: Path) -> None:
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    chk = tmp_path / "chk"
+    out = tmp_path / "out"
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk, interval="50ms"),
+        restart=ed.RestartStrategy.fixed_delay(3, "10ms"),
+    )
+    env.from_arrow(_batches()).map(_PidFile(marks)).name("slow").sink_to(ed.ParquetSink(out))
+    client = env.execute_async("kill-a-worker")
+    pid = wait_until(
+        lambda: (
+            next((p for p in _pids_in(marks) if p != os.getpid()), None)
+            if completed_checkpoints(chk)
+            else None
+        ),
+        timeout=60,
+        what="a worker process and a completed checkpoint",
+    )
+    os.kill(pid, signal.SIGKILL)
+    result = client.wait(timeout=90)
+    assert result.restarts >= 1
+    causes = " ".join(str(c) for c in client.restart_causes())
+    assert f"pid {pid}" in causes, causes
+    values = sorted(read_parquet_dir(out)["value"].to_pylist())
+    assert values == list(range(N))
+    assert not any(_alive(p) for p in _pids_in(marks) if p != os.getpid())
+
+
+def test_no_worker_outlives_a_failed_or_cancelled_job(tmp_path: Path) -> None:
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    # failed: the user's function raises in a worker
+    env = ed.StreamEnvironment(2, restart=ed.RestartStrategy.none())
+
+    def fail_late(row: dict[str, Any]) -> dict[str, Any]:
+        (marks / str(os.getpid())).touch()
+        if row["value"] == N - 1:
+            raise RuntimeError("late failure")
+        return row
+
+    env.from_arrow(_batches()).map(fail_late).collect()
+    with pytest.raises(ed.JobFailedError):
+        env.execute("failing")
+    failed = {p for p in _pids_in(marks) if p != os.getpid()}
+    assert failed, "no worker ran"
+    assert not any(_alive(p) for p in failed)
+    # cancelled while the workers run
+    for p in list(marks.iterdir()):
+        p.unlink()
+    env = ed.StreamEnvironment(2)
+    env.from_arrow(_batches() * 50).map(_PidFile(marks)).collect()
+    client = env.execute_async("cancelled")
+    wait_until(lambda: any(p != os.getpid() for p in _pids_in(marks)), timeout=60, what="a worker")
+    client.cancel()
+    with contextlib.suppress(ed.EddylineError):  # a cancelled job may report it
+        client.wait(timeout=60)
+    cancelled = {p for p in _pids_in(marks) if p != os.getpid()}
+    wait_until(lambda: not any(_alive(p) for p in cancelled), timeout=10, what="the workers to end")
