@@ -151,6 +151,7 @@ def test_sigkill_of_a_worker_restores_the_job_exactly(tmp_path: Path) -> None:
         timeout=60,
         what="a worker process and a completed checkpoint",
     )
+    assert pid is not None
     os.kill(pid, signal.SIGKILL)
     result = client.wait(timeout=90)
     assert result.restarts >= 1

@@ -104,11 +104,13 @@ def main() -> int:
     _die_with_parent()
     if os.getppid() == 1:  # the parent is already gone
         return 0
-    inp = os.fdopen(os.dup(0), "rb", buffering=0)
-    out = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)  # the user's print() must not write into the frames
-    sys.stdout = sys.stderr
-    serve(inp, out)
+    with (
+        os.fdopen(os.dup(0), "rb", buffering=0) as inp,
+        os.fdopen(os.dup(1), "wb", buffering=0) as out,
+    ):
+        os.dup2(2, 1)  # the user's print() must not write into the frames
+        sys.stdout = sys.stderr
+        serve(inp, out)
     return 0
 
 

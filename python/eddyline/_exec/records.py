@@ -115,6 +115,9 @@ class RecordChainRunner(Runner):
         pool = self._ready_pool(batch.num_rows)
         if pool is not None:
             return self._in_pool(pool, batch)
+        schema = self._writer.schema
+        if schema is not None and len(schema) and not self._filter_only:
+            return self._to_columns(batch, schema)
         chain, where = compile_chain(tuple(batch.schema.names), self._kinds)
         out: list[Any] = []
         with UserCode(self.name, describe=lambda exc: self._failure(exc, chain.__code__, where)):
@@ -137,6 +140,35 @@ class RecordChainRunner(Runner):
         step = self._max_rows
         chunks = [self._writer.encode(out[i : i + step]) for i in range(0, len(out), step)]
         return [chunk for chunk in chunks if chunk is not None]
+
+    def _to_columns(self, batch: pa.RecordBatch, schema: pa.Schema) -> RunnerOutput:
+        """Runs the chain with its output fields appended straight to column lists
+        (the output schema is known): no list of output rows is walked again."""
+        chain, where = compile_chain(tuple(batch.schema.names), self._kinds, tuple(schema.names))
+        columns: list[list[Any]] = [[] for _ in schema.names]
+        appenders = [column.append for column in columns]
+        fields_of = self._writer.fields_of
+
+        def checked(row: Any) -> None:  # a row that is not a plain dict with the fields
+            for append, value in zip(appenders, fields_of(row), strict=True):
+                append(value)
+
+        with UserCode(self.name, describe=lambda exc: self._failure(exc, chain.__code__, where)):
+            chain(
+                batch.num_rows,
+                checked,
+                *self._fns,
+                *(column.to_pylist() for column in batch.columns),
+                *appenders,
+            )
+        rows = len(columns[0])
+        if rows == 0:
+            return None
+        out = self._writer.encode_columns(columns)
+        if rows <= self._max_rows:
+            return out
+        step = self._max_rows  # flat_map may multiply rows: batches of at most batch_size rows
+        return [out.slice(start, step) for start in range(0, rows, step)]
 
     def _failure(
         self, exc: Exception, code: CodeType, where: dict[int, tuple[int, str]]
