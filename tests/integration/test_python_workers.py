@@ -192,3 +192,51 @@ def test_no_worker_outlives_a_failed_or_cancelled_job(tmp_path: Path) -> None:
         client.wait(timeout=60)
     cancelled = {p for p in _pids_in(marks) if p != os.getpid()}
     wait_until(lambda: not any(_alive(p) for p in cancelled), timeout=10, what="the workers to end")
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"w": 1}, "returned a row without field 'v'"),
+        ({"v": 1, "w": 2}, "returned a row with unexpected field 'w'"),
+        ({"v": 2.5}, "returned field 'v' of type float (2.5)"),
+        ([1], "returned a list ([1]), expected a dict with fields ['v']"),
+    ],
+)
+@pytest.mark.parametrize("workers", ["0", "auto"])
+def test_rows_after_the_first_batch_are_checked_as_before(
+    bad: object, message: str, workers: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From the second batch on, output fields go straight to columns: a row of
+    another shape is still the SchemaError naming the operator (in-process and in
+    a worker)."""
+    from collections import OrderedDict
+
+    monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", workers)
+
+    def emit(row: dict[str, Any]) -> Any:
+        if row["value"] == N - 10:
+            return bad
+        if row["value"] % 2:
+            return OrderedDict(v=row["value"])  # a dict subclass is a row too
+        return {"v": row["value"]}
+
+    env = ed.StreamEnvironment(1, restart=ed.RestartStrategy.none())
+    env.from_arrow(_batches()).map(emit).name("emit").collect()
+    with pytest.raises(ed.SchemaError, match="operator 'emit'") as info:
+        env.execute("bad-row")
+    assert message in str(info.value)
+
+
+def test_dict_subclass_rows_and_flat_map_chunks_keep_their_values() -> None:
+    from collections import OrderedDict
+
+    env = ed.StreamEnvironment(1, batch_size=700)
+    out = (
+        env.from_arrow(_batches(5 * BATCH))
+        .flat_map(lambda r: [OrderedDict(v=r["value"]), {"v": -r["value"]}])
+        .collect()
+    )
+    env.execute("subclass")
+    got = out.to_arrow()["v"].to_pylist()
+    assert got == [x for v in range(5 * BATCH) for x in (v, -v)]
