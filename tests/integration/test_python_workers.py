@@ -240,3 +240,36 @@ def test_dict_subclass_rows_and_flat_map_chunks_keep_their_values() -> None:
     env.execute("subclass")
     got = out.to_arrow()["v"].to_pylist()
     assert got == [x for v in range(5 * BATCH) for x in (v, -v)]
+
+
+def test_the_workers_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpus = len(os.sched_getaffinity(0))
+    monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", "auto")
+    assert pool.workers_per_subtask(1) == (0 if cpus < 2 else cpus)
+    assert pool.workers_per_subtask(4 * cpus) == (0 if cpus < 2 else 1)
+    monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", "3")
+    assert pool.workers_per_subtask(2) == 3
+    monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", "0")
+    assert pool.workers_per_subtask(1) == 0
+    for bad in ("-1", "many"):
+        monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", bad)
+        with pytest.raises(ValueError, match="EDDYLINE_PYTHON_WORKERS must be 'auto' or an int"):
+            pool.workers_per_subtask(1)
+    # inside ProcessRunner / SparkRunner workers, auto means in-process
+    monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", "auto")
+    monkeypatch.setattr(pool, "in_worker_process", True)
+    assert pool.workers_per_subtask(1) == 0
+
+
+def test_functions_that_cannot_be_pickled_run_in_process() -> None:
+    lock = threading.Lock()
+
+    def with_lock(row: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            return {"value": row["value"], "pid": os.getpid()}
+
+    env = ed.StreamEnvironment(1)
+    out = env.from_arrow(_batches()).map(with_lock).collect()
+    env.execute("unpicklable")
+    assert _worker_pids(out) == set()
+    assert out.to_arrow()["value"].to_pylist() == list(range(N))
