@@ -273,3 +273,24 @@ def test_functions_that_cannot_be_pickled_run_in_process() -> None:
     env.execute("unpicklable")
     assert _worker_pids(out) == set()
     assert out.to_arrow()["value"].to_pylist() == list(range(N))
+
+
+def test_workers_still_starting_when_the_job_ends_are_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pool, "WAIT_FOR_START", False)
+    pools: list[pool.WorkerPool] = []
+    init = pool.WorkerPool.__init__
+
+    def spy(self: pool.WorkerPool, *args: Any) -> None:
+        init(self, *args)
+        pools.append(self)
+
+    monkeypatch.setattr(pool.WorkerPool, "__init__", spy)
+    env = ed.StreamEnvironment(1)
+    out = env.from_arrow(_batches(3 * BATCH)).map(lambda r: {"pid": os.getpid()}).collect()
+    env.execute("short")
+    assert len(out.to_arrow()) == 3 * BATCH
+    pids = [pid for p in pools for pid in p.pids]
+    assert pids, "no worker was started"
+    assert not any(_alive(pid) for pid in pids)

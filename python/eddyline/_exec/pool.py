@@ -261,7 +261,8 @@ class WorkerPool:
         # thread), all at once; the handshakes (imports, loading the stages) run
         # on a helper thread while the operator goes on in-process.
         try:
-            self._workers = [_Worker(self.operator, self._init) for _ in range(count)]
+            for _ in range(count):
+                self._workers.append(_Worker(self.operator, self._init))
         except OSError as exc:
             self.failure = f"cannot start a worker process: {exc}"
             self._ready.set()
@@ -322,6 +323,12 @@ class WorkerPool:
         if self._closed:
             return
         self._closed = True
+        if not self._ready.is_set():
+            # Still starting: the helper thread may be blocked on a pipe. Killing the
+            # workers ends its reads and writes; then nothing else uses the pipes.
+            for worker in self._workers:
+                with contextlib.suppress(OSError):
+                    worker.proc.kill()
         self._thread.join()
         for worker in self._workers:
             worker.close()
