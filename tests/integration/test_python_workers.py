@@ -294,3 +294,56 @@ def test_workers_still_starting_when_the_job_ends_are_ended(
     pids = [pid for p in pools for pid in p.pids]
     assert pids, "no worker was started"
     assert not any(_alive(pid) for pid in pids)
+
+
+_CTRL_C_JOB = """
+import os, sys, threading
+import pyarrow as pa
+import eddyline as ed
+import eddyline._exec.pool as pool
+
+pool.START_AFTER_ROWS = 2000
+marks = sys.argv[1]
+
+def slow(row):
+    if row["value"] % 100 == 0:
+        open(os.path.join(marks, str(os.getpid())), "w").close()
+        threading.Event().wait(0.001)
+    return {"value": row["value"]}
+
+batches = [pa.record_batch({"value": list(range(i, i + 1000))}) for i in range(0, 2 * 10**6, 1000)]
+env = ed.StreamEnvironment(2)
+env.from_arrow(batches).map(slow).collect()
+env.execute("ctrl-c")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_of_the_driver_leaves_no_worker(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    marks = tmp_path / "pids"
+    marks.mkdir()
+    script = tmp_path / "job.py"
+    script.write_text(_CTRL_C_JOB)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(marks)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: any(p != proc.pid for p in _pids_in(marks)),
+            timeout=60,
+            what="a worker process",
+        )
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    workers = {p for p in _pids_in(marks) if p != proc.pid}
+    assert workers
+    wait_until(lambda: not any(_alive(p) for p in workers), timeout=10, what="the workers to end")
