@@ -347,3 +347,31 @@ def test_ctrl_c_of_the_driver_leaves_no_worker(tmp_path: Path) -> None:
     workers = {p for p in _pids_in(marks) if p != proc.pid}
     assert workers
     wait_until(lambda: not any(_alive(p) for p in workers), timeout=10, what="the workers to end")
+
+
+def test_workers_start_once_the_output_schema_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain with no output yet stays in-process; its workers start with the schema
+    its first output gave (ints and floats in one field: float64, as in-process)."""
+    size = 4096  # two slices of 2048 rows: one per worker
+
+    def late(row: dict[str, Any]) -> list[dict[str, Any]]:
+        v = row["value"]
+        if v < 3 * size:
+            return []
+        x = v if v % size < size // 2 else float(v)  # the second slice as floats
+        return [{"x": x, "pid": os.getpid()}]
+
+    batches = [
+        pa.record_batch({"value": list(range(i, i + size))}) for i in range(0, 8 * size, size)
+    ]
+    tables = []
+    for setting in ("auto", "0"):
+        monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", setting)
+        env = ed.StreamEnvironment(1)
+        out = env.from_arrow(batches).flat_map(late).collect()
+        env.execute(f"late-{setting}")
+        tables.append(out.to_arrow())
+    workers, in_process = tables
+    assert set(workers["pid"].to_pylist()) - {os.getpid()}, "no row went through a worker"
+    assert workers.schema.field("x").type == pa.float64()
+    assert workers["x"].to_pylist() == in_process["x"].to_pylist()

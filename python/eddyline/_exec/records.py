@@ -74,7 +74,10 @@ class RecordChainRunner(Runner):
             if self._pool_size == 0:
                 return None
             self._rows_seen += rows
-            if self._rows_seen >= pool_module.START_AFTER_ROWS:
+            # The workers get the output schema (inferred in-process from the first output
+            # when not declared), so that every worker converts rows to the same one.
+            schema_known = self._filter_only or self._writer.schema is not None
+            if self._rows_seen >= pool_module.START_AFTER_ROWS and schema_known:
                 args = (self.name, self._stages, self._writer.schema, self._max_rows)
                 try:
                     self._pool = WorkerPool(self.name, (RecordChainRunner, args), self._pool_size)
@@ -102,10 +105,7 @@ class RecordChainRunner(Runner):
 
     def _in_pool(self, pool: WorkerPool, batch: pa.RecordBatch) -> RunnerOutput:
         parts = [(BATCH, encode_batches([part])) for part in batch_slices(batch, pool.count)]
-        out = [b for answer in pool.run(parts) for b in decode_batches(answer)]
-        if out and self._writer.schema is None and not self._filter_only:
-            self._writer.schema = out[0].schema
-        return one_or_many(out)
+        return one_or_many([b for answer in pool.run(parts) for b in decode_batches(answer)])
 
     def process(
         self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
