@@ -1,8 +1,8 @@
 """Per-record operators in Python worker processes (issue 19, ``eddyline/_exec/pool.py``).
 
 Every test makes the operators switch to their workers after a few rows
-(``START_AFTER_ROWS``, ``WAIT_FOR_START``) and checks, through the process id
-the rows report, that the workers really ran them.
+(``START_AFTER_ROWS``, ``START_AFTER_SECONDS``, ``WAIT_FOR_START``) and checks,
+through the process id the rows report, that the workers really ran them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ BATCH = 1_000
 @pytest.fixture(autouse=True)
 def early_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool, "START_AFTER_ROWS", 2 * BATCH)
+    monkeypatch.setattr(pool, "START_AFTER_SECONDS", 0.0)
     monkeypatch.setattr(pool, "WAIT_FOR_START", True)
     monkeypatch.delenv("EDDYLINE_PYTHON_WORKERS", raising=False)
 
@@ -303,6 +304,7 @@ import eddyline as ed
 import eddyline._exec.pool as pool
 
 pool.START_AFTER_ROWS = 2000
+pool.START_AFTER_SECONDS = 0.0
 marks = sys.argv[1]
 
 def slow(row):
@@ -375,3 +377,11 @@ def test_workers_start_once_the_output_schema_is_known(monkeypatch: pytest.Monke
     assert set(workers["pid"].to_pylist()) - {os.getpid()}, "no row went through a worker"
     assert workers.schema.field("x").type == pa.float64()
     assert workers["x"].to_pylist() == in_process["x"].to_pylist()
+
+
+def test_workers_start_only_after_enough_rows_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "START_AFTER_ROWS", 100_000)
+    monkeypatch.setattr(pool, "START_AFTER_SECONDS", 1.0)
+    assert not pool.start_due(99_999, 5.0)  # a short job never pays a worker's start
+    assert not pool.start_due(10**7, 0.5)  # cheap functions: in-process keeps up
+    assert pool.start_due(100_000, 1.0)

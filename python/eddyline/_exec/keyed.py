@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -115,7 +116,7 @@ class KeyedRunner(Runner):
 class KeyedReduceRunner(KeyedRunner):
     """``key_by(...).reduce(fn)``: one accumulated row per key; emits the updated rows.
 
-    After START_AFTER_ROWS rows the reduce moves to worker processes
+    When pool.start_due the reduce moves to worker processes
     (``pool.py``): each owns the key groups ``group % workers``, holds their
     state and returns the rows it updated; ``snapshot`` gathers the state back.
     """
@@ -136,6 +137,7 @@ class KeyedReduceRunner(KeyedRunner):
         self._pool: WorkerPool | None = None
         self._pool_size = 0
         self._rows_seen = 0
+        self._python_s = 0.0  # time spent in _process_keyed in-process
         self._pooled = False  # the state lives in the pool's workers
 
     def open(self, ctx: dict[str, Any]) -> None:
@@ -154,6 +156,13 @@ class KeyedReduceRunner(KeyedRunner):
         pool = self._ready_pool(batch.num_rows)
         if pool is not None and key_groups is not None:
             return self._in_pool(pool, batch, key_groups)
+        started = time.perf_counter()
+        try:
+            return self._reduce(batch, key_groups)
+        finally:
+            self._python_s += time.perf_counter() - started
+
+    def _reduce(self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None) -> RunnerOutput:
         rows, keys, groups = self._rows(batch, key_groups)
         state = self._state
         fn = self._fn
@@ -194,7 +203,7 @@ class KeyedReduceRunner(KeyedRunner):
             if self._pool_size == 0:
                 return None
             self._rows_seen += rows
-            if self._rows_seen >= pool_module.START_AFTER_ROWS:
+            if pool_module.start_due(self._rows_seen, self._python_s):
                 count = self._pool_size
                 args = (self.name, self._keys, self._fn, count > 1)
                 try:

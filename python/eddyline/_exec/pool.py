@@ -3,9 +3,9 @@
 One interpreter's GIL bounds per-record Python: the user's functions run at
 the speed of one core however many subtasks call them. A per-record operator
 (a fused map/flat_map/filter chain, a keyed ``reduce``) therefore hands its
-batches to Python worker processes once it has seen
-:data:`START_AFTER_ROWS` rows, as PySpark runs Python UDFs in Python workers
-fed with Arrow batches. The rest of the job stays in-process.
+batches to Python worker processes once it has seen :data:`START_AFTER_ROWS`
+rows and spent :data:`START_AFTER_SECONDS` on them, as PySpark runs Python
+UDFs in Python workers fed with Arrow batches. The rest of the job stays in-process.
 
 - Start: lazy and off the task thread. The operator keeps running its rows
   in-process while its workers import eddyline and load the stages (spawned
@@ -60,6 +60,17 @@ from ..errors import JobFailedError
 
 START_AFTER_ROWS = 100_000
 """Rows an operator runs in-process before it starts its worker processes."""
+START_AFTER_SECONDS = 1.0
+"""Seconds a subtask spends in-process in the operator's Python before it starts them: a
+worker's start costs ~0.5 s of CPU (importing pyarrow and eddyline), which a job that
+ends sooner would pay without gaining (benches/RESULTS.md, issue 19)."""
+
+
+def start_due(rows: int, seconds: float) -> bool:
+    """Whether an operator that ran ``rows`` rows in ``seconds`` of its Python starts workers."""
+    return rows >= START_AFTER_ROWS and seconds >= START_AFTER_SECONDS
+
+
 _ENV = "EDDYLINE_PYTHON_WORKERS"
 _HEADER = struct.Struct("<BQ")
 KEY_GROUPS = "__eddyline_key_groups"

@@ -8,6 +8,7 @@ its input row, found in the generated loop's frame.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from types import CodeType
 from typing import Any
@@ -54,10 +55,11 @@ class RecordChainRunner(Runner):
         producer = [name for kind, _, name in stages if kind != "filter"]
         self._writer = RowWriter(producer[-1] if producer else node, schema)
         self._stages = tuple(stages)
-        # Worker processes (pool.py): started after START_AFTER_ROWS rows (open() sets the size).
+        # Worker processes (pool.py): started when pool.start_due (open() sets the size).
         self._pool: WorkerPool | None = None
         self._pool_size = 0
         self._rows_seen = 0
+        self._python_s = 0.0  # time spent in process() in-process
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
@@ -68,7 +70,7 @@ class RecordChainRunner(Runner):
             self._pool.close()
 
     def _ready_pool(self, rows: int) -> WorkerPool | None:
-        """The worker pool once it is ready; starts it after START_AFTER_ROWS rows."""
+        """The worker pool once it is ready; starts it when pool.start_due."""
         pool = self._pool
         if pool is None:
             if self._pool_size == 0:
@@ -77,7 +79,7 @@ class RecordChainRunner(Runner):
             # The workers get the output schema (inferred in-process from the first output
             # when not declared), so that every worker converts rows to the same one.
             schema_known = self._filter_only or self._writer.schema is not None
-            if self._rows_seen >= pool_module.START_AFTER_ROWS and schema_known:
+            if schema_known and pool_module.start_due(self._rows_seen, self._python_s):
                 args = (self.name, self._stages, self._writer.schema, self._max_rows)
                 try:
                     self._pool = WorkerPool(self.name, (RecordChainRunner, args), self._pool_size)
@@ -115,6 +117,13 @@ class RecordChainRunner(Runner):
         pool = self._ready_pool(batch.num_rows)
         if pool is not None:
             return self._in_pool(pool, batch)
+        started = time.perf_counter()
+        try:
+            return self._in_process(batch)
+        finally:
+            self._python_s += time.perf_counter() - started
+
+    def _in_process(self, batch: pa.RecordBatch) -> RunnerOutput:
         schema = self._writer.schema
         if schema is not None and len(schema) and not self._filter_only:
             return self._to_columns(batch, schema)
