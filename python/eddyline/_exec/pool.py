@@ -60,7 +60,7 @@ from ..errors import JobFailedError
 
 START_AFTER_ROWS = 100_000
 """Rows an operator runs in-process before it starts its worker processes."""
-START_AFTER_SECONDS = 1.0
+START_AFTER_SECONDS = 0.5
 """Seconds a subtask spends in-process in the operator's Python before it starts them: a
 worker's start costs ~0.5 s of CPU (importing pyarrow and eddyline), which a job that
 ends sooner would pay without gaining (benches/RESULTS.md, issue 19)."""
