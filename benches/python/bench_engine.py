@@ -84,6 +84,52 @@ class CountSink(ed.TwoPhaseCommitSink):
                 f.write(str(CountSink.count))
 
 
+class FirstRecordSink(ed.TwoPhaseCommitSink):
+    """Notes when the first batch reaches the sink (``--first-record``)."""
+
+    first: float | None = None
+
+    def begin_transaction(self) -> None:
+        return None
+
+    def write(self, txn: None, batch: pa.RecordBatch) -> None:
+        if FirstRecordSink.first is None and batch.num_rows:
+            FirstRecordSink.first = time.perf_counter()
+
+    def pre_commit(self, txn: None) -> None:
+        pass
+
+    def commit(self, txn: None) -> None:
+        pass
+
+    def abort(self, txn: None) -> None:
+        pass
+
+
+def run_first_record(args: argparse.Namespace) -> None:
+    """Time to first record of a small per-record W1 job (issue 19: < 0.2 s)."""
+    data = make_data(args.n, args.k)
+    env = ed.StreamEnvironment(parallelism=args.parallelism, batch_size=args.batch_size)
+    FirstRecordSink.first = None
+    w1(env, data, "per_record").sink_to(FirstRecordSink())
+    t0 = time.perf_counter()
+    env.execute("bench-first-record")
+    wall = time.perf_counter() - t0
+    first = FirstRecordSink.first
+    print(
+        json.dumps(
+            {
+                "engine": "eddyline",
+                "workload": "W1-first-record",
+                "n": args.n,
+                "parallelism": args.parallelism,
+                "first_record_s": round(first - t0, 4) if first is not None else None,
+                "wall_s": round(wall, 4),
+            }
+        )
+    )
+
+
 OUT_ENV = "EDDYLINE_BENCH_OUT"
 
 
@@ -380,7 +426,15 @@ def main() -> None:
         default=0,
         help="run with ed.ProcessRunner(workers=N) (0: the in-process runner)",
     )
+    ap.add_argument(
+        "--first-record",
+        action="store_true",
+        help="W1 per_record: print the time from execute() to the first record at the sink",
+    )
     args = ap.parse_args()
+    if args.first_record:
+        run_first_record(args)
+        return
     if args.workload in ("W2", "W3", "W3H") and args.style == "vectorized":
         raise SystemExit("W2 and W3 have native and per_record styles")
     if args.workload == "W3":

@@ -66,7 +66,9 @@ def rows_of(batch: pa.RecordBatch) -> list[Row]:
 
 @functools.lru_cache(maxsize=256)
 def compile_chain(
-    names: tuple[str, ...], kinds: tuple[StageKind, ...]
+    names: tuple[str, ...],
+    kinds: tuple[StageKind, ...],
+    outputs: tuple[str, ...] | None = None,
 ) -> tuple[Callable[..., None], dict[int, tuple[int, str]]]:
     """Compiles the loop that runs every row through a chain of per-record stages.
 
@@ -75,15 +77,25 @@ def compile_chain(
     otherwise it appends the output rows. The second result maps a line of the
     generated code to (stage index, name of the variable holding the stage's
     input row), so a failure can be attributed to its stage and row.
+
+    With ``outputs`` (the output schema's field names, known after the first
+    batch) the function is ``chain(n, append, f..., c..., a0, ..., aw)``: the
+    fields of an output row that is a plain dict with exactly those keys are
+    appended straight to the column lists through ``a0..aw`` (no row list to
+    walk again, issue 19); any other output row goes to ``append``, which
+    checks it (and appends its fields, or raises the SchemaError).
     """
     fns = "".join(f", _f{i}" for i in range(len(kinds)))
     cols = "".join(f", _c{i}" for i in range(len(names)))
-    lines = [f"def _chain(_n, _append{fns}{cols}):", "    " + _loop_header(len(names))]
+    filter_only = all(kind == "filter" for kind in kinds)
+    if filter_only:
+        outputs = None
+    outs = "".join(f", _a{j}" for j in range(len(outputs or ())))
+    lines = [f"def _chain(_n, _append{fns}{cols}{outs}):", "    " + _loop_header(len(names))]
     indent = "        "
     lines.append(f"{indent}_r0 = {{{_dict_items(names)}}}")
     where: dict[int, tuple[int, str]] = {}
     current = "_r0"
-    filter_only = all(kind == "filter" for kind in kinds)
     for i, kind in enumerate(kinds):
         where[len(lines) + 1] = (i, current)
         if kind == "filter":
@@ -103,8 +115,20 @@ def compile_chain(
             lines.append(f"{indent}for _r{i + 1} in _o{i + 1} or ():")
             current = f"_r{i + 1}"
             indent += "    "
-    lines.append(f"{indent}_append(True)" if filter_only else f"{indent}_append({current})")
-    namespace: dict[str, Any] = {"FlatMapDict": FlatMapDict}
+    if outputs is None:
+        lines.append(f"{indent}_append(True)" if filter_only else f"{indent}_append({current})")
+    else:
+        r = current
+        lines.append(f"{indent}if {r}.__class__ is _dict and len({r}) == {len(outputs)}:")
+        lines.append(f"{indent}    try:")
+        lines.extend(f"{indent}        _x{j} = {r}[{name!r}]" for j, name in enumerate(outputs))
+        lines.append(f"{indent}    except KeyError:")
+        lines.append(f"{indent}        _append({r})")
+        lines.append(f"{indent}        continue")
+        lines.extend(f"{indent}    _a{j}(_x{j})" for j in range(len(outputs)))
+        lines.append(f"{indent}else:")
+        lines.append(f"{indent}    _append({r})")
+    namespace: dict[str, Any] = {"FlatMapDict": FlatMapDict, "_dict": dict}
     exec(compile("\n".join(lines) + "\n", "<eddyline chain>", "exec"), namespace)
     return namespace["_chain"], where
 

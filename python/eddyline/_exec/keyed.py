@@ -7,7 +7,9 @@ parallelism (DESIGN.md "Runtime", "Keyed state layer and the operators on it").
 
 from __future__ import annotations
 
+import logging
 import pickle
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -15,10 +17,25 @@ import pyarrow as pa
 
 from ..errors import SchemaError
 from ..functions import Row
+from . import pool as pool_module
 from .base import Runner, RunnerOutput, State
 from .codegen import compile_rows
 from .output import RowWriter, schema_line
+from .pool import (
+    BATCH,
+    FIRST_ROW,
+    KEY_GROUPS,
+    SNAPSHOT,
+    STATE,
+    WorkerPool,
+    decode_batches,
+    encode_batches,
+    keyed_parts,
+    workers_per_subtask,
+)
 from .user_code import UserCode, short
+
+_log = logging.getLogger(__name__)
 
 
 class KeyedRunner(Runner):
@@ -97,32 +114,166 @@ class KeyedRunner(Runner):
 
 
 class KeyedReduceRunner(KeyedRunner):
-    """``key_by(...).reduce(fn)``: one accumulated row per key; emits the updated rows."""
+    """``key_by(...).reduce(fn)``: one accumulated row per key; emits the updated rows.
 
-    def __init__(self, node: str, keys: Sequence[str], fn: Callable[[Row, Row], Row]) -> None:
+    When pool.start_due the reduce moves to worker processes
+    (``pool.py``): each owns the key groups ``group % workers``, holds their
+    state and returns the rows it updated; ``snapshot`` gathers the state back.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        keys: Sequence[str],
+        fn: Callable[[Row, Row], Row],
+        track_first: bool = False,
+    ) -> None:
         super().__init__(node, keys)
         self._fn = fn
         self._writer = RowWriter(node)
+        # In a worker of several: the row (of the batch) that first touched each output row's key.
+        self._track_first = track_first
+        self.first_rows: list[int] | None = [] if track_first else None
+        self._pool: WorkerPool | None = None
+        self._pool_size = 0
+        self._rows_seen = 0
+        self._python_s = 0.0  # time spent in _process_keyed in-process
+        self._pooled = False  # the state lives in the pool's workers
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        self._pool_size = workers_per_subtask(int(ctx.get("parallelism", 1)))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
 
     def _process_keyed(
         self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
         if self._writer.schema is None:
             self._writer.schema = batch.schema
+        pool = self._ready_pool(batch.num_rows)
+        if pool is not None and key_groups is not None:
+            return self._in_pool(pool, batch, key_groups)
+        started = time.perf_counter()
+        try:
+            return self._reduce(batch, key_groups)
+        finally:
+            self._python_s += time.perf_counter() - started
+
+    def _reduce(self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None) -> RunnerOutput:
         rows, keys, groups = self._rows(batch, key_groups)
         state = self._state
         fn = self._fn
         touched: dict[Hashable, dict[Hashable, Any]] = {}
         row: Row | None = None
         key: Hashable = None
+        first = self.first_rows
         with UserCode(self.name, detail=lambda v: f"key {short(v['key'])}, row: {short(v['row'])}"):
-            for row, key, group in zip(rows, keys, groups, strict=True):
-                entries = state.get(group)
-                if entries is None:
-                    entries = state[group] = {}
-                if key in entries:
-                    entries[key] = fn(entries[key], row)
-                else:
-                    entries[key] = row
-                touched[key] = entries
+            if first is None:
+                for row, key, group in zip(rows, keys, groups, strict=True):
+                    entries = state.get(group)
+                    if entries is None:
+                        entries = state[group] = {}
+                    if key in entries:
+                        entries[key] = fn(entries[key], row)
+                    else:
+                        entries[key] = row
+                    touched[key] = entries
+            else:
+                first.clear()
+                for i, (row, key, group) in enumerate(zip(rows, keys, groups, strict=True)):
+                    entries = state.get(group)
+                    if entries is None:
+                        entries = state[group] = {}
+                    if key in entries:
+                        entries[key] = fn(entries[key], row)
+                    else:
+                        entries[key] = row
+                    if key not in touched:
+                        first.append(i)
+                        touched[key] = entries
         return self._writer.encode([entries[key] for key, entries in touched.items()])
+
+    def _ready_pool(self, rows: int) -> WorkerPool | None:
+        """The worker pool once it is ready (its state handed over); starts it when due."""
+        pool = self._pool
+        if pool is None:
+            if self._pool_size == 0:
+                return None
+            self._rows_seen += rows
+            if pool_module.start_due(self._rows_seen, self._python_s):
+                count = self._pool_size
+                args = (self.name, self._keys, self._fn, count > 1)
+                try:
+                    self._pool = WorkerPool(self.name, (KeyedReduceRunner, args), count)
+                except Exception as exc:  # a function that cannot be pickled stays in-process
+                    _log.info("operator '%s' runs in-process: %s", self.name, exc)
+                    self._pool_size = 0
+                    return None
+                if not pool_module.WAIT_FOR_START:
+                    return None
+                pool = self._pool
+                pool.wait_started()
+            else:
+                return None
+        if self._pooled:
+            return pool
+        if pool.ready():
+            # Hand each worker the state of its key groups (group % workers).
+            blobs = super().snapshot(0) or {}
+            parts = [
+                (STATE, pickle.dumps({g: b for g, b in blobs.items() if g % pool.count == i}))
+                for i in range(pool.count)
+            ]
+            pool.run(parts)
+            self._state.clear()
+            self._pooled = True
+            return pool
+        if pool.failed():
+            _log.warning(
+                "operator '%s' runs in-process: its worker processes did not start (%s)",
+                self.name,
+                pool.failure,
+            )
+            pool.close()
+            self._pool, self._pool_size = None, 0
+        return None
+
+    def _in_pool(
+        self, pool: WorkerPool, batch: pa.RecordBatch, key_groups: pa.UInt32Array
+    ) -> RunnerOutput:
+        parts = keyed_parts(batch, key_groups, pool.count)
+        payloads = [
+            (BATCH, encode_batches([rows.append_column(KEY_GROUPS, groups)]))
+            for rows, groups, _ in parts
+        ]
+        outs: list[pa.RecordBatch] = []
+        firsts = []
+        for (_, _, positions), answer in zip(parts, pool.run(payloads), strict=True):
+            for out in decode_batches(answer):
+                if pool.count > 1:
+                    index = out.schema.get_field_index(FIRST_ROW)
+                    firsts.append(positions[out.column(index).to_numpy()])
+                    out = out.remove_column(index)
+                outs.append(out)
+        if not outs:
+            return None
+        if len(outs) == 1:
+            return outs[0]
+        import numpy as np
+
+        # The rows in the order their keys were first touched, as in-process.
+        order = np.argsort(np.concatenate(firsts), kind="stable")
+        table = pa.Table.from_batches(outs).take(pa.array(order))
+        return table.combine_chunks().to_batches()[0]
+
+    def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
+        if not self._pooled:
+            return super().snapshot(checkpoint_id)
+        assert self._pool is not None
+        merged: dict[int, bytes] = {}
+        for answer in self._pool.run([(SNAPSHOT, b"")] * self._pool.count):
+            merged.update(pickle.loads(answer) or {})
+        return merged

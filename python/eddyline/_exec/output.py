@@ -131,6 +131,40 @@ class RowWriter:
         self.schema = schema
         return batch
 
+    def fields_of(self, row: Any) -> tuple[Any, ...]:
+        """``row``'s values in the order of the (known) schema's fields.
+
+        Raises:
+            SchemaError: ``row`` is not a dict with exactly the schema's fields.
+        """
+        assert self.schema is not None
+        names = self.schema.names
+        if not isinstance(row, dict) or len(row) != len(names):
+            self._shape_error(row, names)
+        try:
+            return tuple(row[name] for name in names)
+        except KeyError:
+            self._shape_error(row, names)
+            raise  # pragma: no cover - _shape_error raises
+
+    def encode_columns(self, columns: list[list[Any]]) -> pa.RecordBatch:
+        """The batch of the (known) schema whose field ``i`` holds ``columns[i]``.
+
+        Values are converted as in :meth:`encode`; a value that does not fit
+        its field is the same :class:`SchemaError`.
+        """
+        schema = self.schema
+        assert schema is not None
+        arrays = []
+        for field, values in zip(schema, columns, strict=True):
+            try:
+                arrays.append(exact_array(values, field.type))
+            except _ARROW_CONVERSION_ERRORS:
+                names = schema.names
+                rows = [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+                self._type_error(field, values, rows)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
     def _infer(self, rows: list[Any]) -> pa.Schema:
         first = rows[0]
         if not isinstance(first, dict):

@@ -7,6 +7,8 @@ its input row, found in the generated loop's frame.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from types import CodeType
 from typing import Any
@@ -15,10 +17,21 @@ import pyarrow as pa
 
 from ..errors import EddylineError, SchemaError
 from ..functions import Row
+from . import pool as pool_module
 from .base import Runner, RunnerOutput
 from .codegen import FlatMapDict, Stage, compile_chain, frame_of
-from .output import RowWriter
+from .output import RowWriter, one_or_many
+from .pool import (
+    BATCH,
+    WorkerPool,
+    batch_slices,
+    decode_batches,
+    encode_batches,
+    workers_per_subtask,
+)
 from .user_code import UserCode, short, user_error
+
+_log = logging.getLogger(__name__)
 
 
 class RecordChainRunner(Runner):
@@ -41,12 +54,79 @@ class RecordChainRunner(Runner):
         self._filter_only = all(kind == "filter" for kind in self._kinds)
         producer = [name for kind, _, name in stages if kind != "filter"]
         self._writer = RowWriter(producer[-1] if producer else node, schema)
+        self._stages = tuple(stages)
+        # Worker processes (pool.py): started when pool.start_due (open() sets the size).
+        self._pool: WorkerPool | None = None
+        self._pool_size = 0
+        self._rows_seen = 0
+        self._python_s = 0.0  # time spent in process() in-process
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        super().open(ctx)
+        self._pool_size = workers_per_subtask(int(ctx.get("parallelism", 1)))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def _ready_pool(self, rows: int) -> WorkerPool | None:
+        """The worker pool once it is ready; starts it when pool.start_due."""
+        pool = self._pool
+        if pool is None:
+            if self._pool_size == 0:
+                return None
+            self._rows_seen += rows
+            # The workers get the output schema (inferred in-process from the first output
+            # when not declared), so that every worker converts rows to the same one.
+            schema_known = self._filter_only or self._writer.schema is not None
+            if schema_known and pool_module.start_due(self._rows_seen, self._python_s):
+                args = (self.name, self._stages, self._writer.schema, self._max_rows)
+                try:
+                    self._pool = WorkerPool(self.name, (RecordChainRunner, args), self._pool_size)
+                except Exception as exc:  # stages that cannot be pickled stay in-process
+                    _log.info("operator '%s' runs in-process: %s", self.name, exc)
+                    self._pool_size = 0
+                    return None
+                if not pool_module.WAIT_FOR_START:
+                    return None
+                pool = self._pool
+                pool.wait_started()
+            else:
+                return None
+        if pool.ready():
+            return pool
+        if pool.failed():
+            _log.warning(
+                "operator '%s' runs in-process: its worker processes did not start (%s)",
+                self.name,
+                pool.failure,
+            )
+            pool.close()
+            self._pool, self._pool_size = None, 0
+        return None
+
+    def _in_pool(self, pool: WorkerPool, batch: pa.RecordBatch) -> RunnerOutput:
+        parts = [(BATCH, encode_batches([part])) for part in batch_slices(batch, pool.count)]
+        return one_or_many([b for answer in pool.run(parts) for b in decode_batches(answer)])
 
     def process(
         self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
         if batch.num_rows == 0:
             return None
+        pool = self._ready_pool(batch.num_rows)
+        if pool is not None:
+            return self._in_pool(pool, batch)
+        started = time.perf_counter()
+        try:
+            return self._in_process(batch)
+        finally:
+            self._python_s += time.perf_counter() - started
+
+    def _in_process(self, batch: pa.RecordBatch) -> RunnerOutput:
+        schema = self._writer.schema
+        if schema is not None and len(schema) and not self._filter_only:
+            return self._to_columns(batch, schema)
         chain, where = compile_chain(tuple(batch.schema.names), self._kinds)
         out: list[Any] = []
         with UserCode(self.name, describe=lambda exc: self._failure(exc, chain.__code__, where)):
@@ -69,6 +149,35 @@ class RecordChainRunner(Runner):
         step = self._max_rows
         chunks = [self._writer.encode(out[i : i + step]) for i in range(0, len(out), step)]
         return [chunk for chunk in chunks if chunk is not None]
+
+    def _to_columns(self, batch: pa.RecordBatch, schema: pa.Schema) -> RunnerOutput:
+        """Runs the chain with its output fields appended straight to column lists
+        (the output schema is known): no list of output rows is walked again."""
+        chain, where = compile_chain(tuple(batch.schema.names), self._kinds, tuple(schema.names))
+        columns: list[list[Any]] = [[] for _ in schema.names]
+        appenders = [column.append for column in columns]
+        fields_of = self._writer.fields_of
+
+        def checked(row: Any) -> None:  # a row that is not a plain dict with the fields
+            for append, value in zip(appenders, fields_of(row), strict=True):
+                append(value)
+
+        with UserCode(self.name, describe=lambda exc: self._failure(exc, chain.__code__, where)):
+            chain(
+                batch.num_rows,
+                checked,
+                *self._fns,
+                *(column.to_pylist() for column in batch.columns),
+                *appenders,
+            )
+        rows = len(columns[0])
+        if rows == 0:
+            return None
+        out = self._writer.encode_columns(columns)
+        if rows <= self._max_rows:
+            return out
+        step = self._max_rows  # flat_map may multiply rows: batches of at most batch_size rows
+        return [out.slice(start, step) for start in range(0, rows, step)]
 
     def _failure(
         self, exc: Exception, code: CodeType, where: dict[int, tuple[int, str]]

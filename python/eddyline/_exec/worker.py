@@ -53,6 +53,10 @@ def run_worker(
     import cloudpickle
 
     from .._core import worker_connect
+    from . import pool
+
+    # This process is one of several already: per-record operators run in it (pool.py).
+    pool.in_worker_process = True
 
     bind, advertise = data_addresses(bind_host)
     session = worker_connect(driver, secret, index, attempt, bind, advertise)
