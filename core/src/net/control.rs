@@ -288,6 +288,9 @@ pub(crate) fn encode_report(r: &TaskReport) -> Result<Vec<u8>> {
             states,
             alignment,
             finished,
+            // Unaligned checkpoints are refused under worker processes
+            // (`Job::start`): tasks there never capture channel state.
+            channels: _,
         } => {
             e.u8(4)
                 .u32(*task as u32)
@@ -374,6 +377,7 @@ pub(crate) fn decode_report(buf: &[u8]) -> Result<TaskReport> {
                 states,
                 alignment,
                 finished,
+                channels: None,
             }
         }
     })
@@ -502,6 +506,7 @@ mod tests {
             }],
             alignment: Duration::from_micros(1500),
             finished: true,
+            channels: None,
         };
         let back = decode_report(&encode_report(&r).unwrap()).unwrap();
         assert_eq!(format!("{r:?}"), format!("{back:?}"));
