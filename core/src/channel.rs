@@ -260,10 +260,40 @@ pub struct Gate {
     /// batches cut (the initial budget is a guess).
     measured: AtomicBool,
     max_events: usize,
-    /// Unaligned barriers that overtook the queue (FLIP-76), oldest first;
-    /// `has_priority` lets the consumer look without taking the lock.
-    priority: Mutex<std::collections::VecDeque<Barrier>>,
-    has_priority: AtomicBool,
+    /// Barriers that overtook the queue (FLIP-76).
+    priority: Arc<PrioritySlot>,
+}
+
+/// Barriers that overtook a channel's queue (FLIP-76), oldest first: the
+/// consumer looks here before it reads the queue. A local channel's gate
+/// holds it; a remote channel's reader thread fills it.
+#[derive(Debug, Default)]
+pub struct PrioritySlot {
+    queue: Mutex<std::collections::VecDeque<Barrier>>,
+    /// Lets the consumer look without taking the lock.
+    any: AtomicBool,
+}
+
+impl PrioritySlot {
+    /// Publishes `barrier` (after its in-band marker was queued).
+    pub fn push(&self, barrier: Barrier) {
+        self.queue.lock().push_back(barrier);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// The oldest barrier not taken yet; one atomic load when none.
+    #[inline]
+    pub fn take(&self) -> Option<Barrier> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut q = self.queue.lock();
+        let b = q.pop_front();
+        if q.is_empty() {
+            self.any.store(false, Ordering::Release);
+        }
+        b
+    }
 }
 
 impl Gate {
@@ -274,8 +304,7 @@ impl Gate {
             budget: AtomicUsize::new(budget),
             measured: AtomicBool::new(false),
             max_events: max_events.max(1),
-            priority: Mutex::new(std::collections::VecDeque::new()),
-            has_priority: AtomicBool::new(false),
+            priority: Arc::default(),
         }
     }
 
@@ -420,8 +449,7 @@ impl EventSender {
             self.gate.release(0);
             Disconnected
         })?;
-        self.gate.priority.lock().push_back(barrier);
-        self.gate.has_priority.store(true, Ordering::Release);
+        self.gate.priority.push(barrier);
         Ok(())
     }
 
@@ -458,12 +486,23 @@ impl EventSender {
 pub struct EventReceiver {
     rx: Receiver<Item>,
     gate: Option<Arc<Gate>>,
+    priority: Arc<PrioritySlot>,
 }
 
 impl EventReceiver {
     /// The receiving end of a queue filled without a gate.
     pub fn ungated(rx: Receiver<Item>) -> Self {
-        EventReceiver { rx, gate: None }
+        Self::ungated_with(rx, Arc::default())
+    }
+
+    /// The receiving end of a queue filled without a gate, whose overtaking
+    /// barriers arrive in `priority` (a remote channel's).
+    pub fn ungated_with(rx: Receiver<Item>, priority: Arc<PrioritySlot>) -> Self {
+        EventReceiver {
+            rx,
+            gate: None,
+            priority,
+        }
     }
 
     /// The next event, without waiting; with its cost in bytes.
@@ -492,16 +531,7 @@ impl EventReceiver {
     /// [`EventSender::send_overtaking`]); one relaxed load when none.
     #[inline]
     pub fn take_priority(&self) -> Option<Barrier> {
-        let g = self.gate.as_ref()?;
-        if !g.has_priority.load(Ordering::Acquire) {
-            return None;
-        }
-        let mut p = g.priority.lock();
-        let b = p.pop_front();
-        if p.is_empty() {
-            g.has_priority.store(false, Ordering::Release);
-        }
-        b
+        self.priority.take()
     }
 
     /// Takes the queued items up to and including the in-band marker of
@@ -550,6 +580,7 @@ pub fn bounded(max_events: usize, initial_budget: usize) -> (EventSender, EventR
         },
         EventReceiver {
             rx,
+            priority: gate.priority.clone(),
             gate: Some(gate),
         },
     )

@@ -144,9 +144,9 @@ class CheckpointConfig:
             replayed, in order, on restore. Checkpoints then complete quickly
             under backpressure. Savepoints stay aligned. A checkpoint holding
             channel state restores only at the parallelism it was taken with.
-            Jobs with loops, and jobs under ``ProcessRunner``/``SparkRunner``,
-            are refused with a :class:`~eddyline.errors.CheckpointError` when
-            they start (not supported yet).
+            Works in-process and across worker processes; jobs with loops are
+            refused with a :class:`~eddyline.errors.CheckpointError` when they
+            start (not supported yet).
         aligned_timeout: With ``unaligned=True``: start each checkpoint aligned
             and switch a task to unaligned when its alignment takes longer than
             this (Flink's ``aligned-checkpoint-timeout``), so checkpoints stay

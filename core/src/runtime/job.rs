@@ -72,7 +72,7 @@ impl JobHandle {
             }
         }
         if let Some(c) = config.checkpoint.as_ref().filter(|c| c.unaligned) {
-            refuse_unaligned_where_not_done(c, &graph, dist.is_some())?;
+            refuse_unaligned_where_not_done(c, &graph)?;
         }
         let shared = Arc::new(Shared::new(&graph));
         // Storage problems and bad restore paths are reported now, before
@@ -613,16 +613,11 @@ fn root_cause(
     root
 }
 
-/// Unaligned checkpoints (FLIP-76, `runtime/task/unaligned.rs`) work on the
-/// local channels of one process and in acyclic graphs; loops (whose
-/// feedback in flight would be channel state) and worker processes (whose
-/// remote channels have no priority path yet) are refused, never run
+/// Unaligned checkpoints (FLIP-76, `runtime/task/unaligned.rs`) work in
+/// acyclic graphs, in one process or over the data plane; loops (whose
+/// feedback in flight would be channel state) are refused, never run
 /// aligned instead.
-fn refuse_unaligned_where_not_done(
-    c: &CheckpointConfig,
-    graph: &JobGraph,
-    distributed: bool,
-) -> Result<()> {
+fn refuse_unaligned_where_not_done(c: &CheckpointConfig, graph: &JobGraph) -> Result<()> {
     if let Some(l) = graph.loops.first() {
         return Err(Error::checkpoint(
             Some(c.dir.clone()),
@@ -631,14 +626,6 @@ fn refuse_unaligned_where_not_done(
                  '{}'): use unaligned=False, whose FLIP-16 loop log keeps loops exactly-once",
                 graph.nodes[l.head].name
             ),
-        ));
-    }
-    if distributed {
-        return Err(Error::checkpoint(
-            Some(c.dir.clone()),
-            "unaligned checkpoints (unaligned=True) do not support worker processes \
-             (ProcessRunner, SparkRunner) yet: remote channels have no priority path for \
-             overtaking barriers; use unaligned=False or the in-process runner",
         ));
     }
     Ok(())

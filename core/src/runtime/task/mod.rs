@@ -205,9 +205,9 @@ impl TaskOutput {
     }
 
     /// Sends an unaligned barrier ahead of the data queued in every output
-    /// channel (FLIP-76; see `channel.rs`). A remote or feedback output has
-    /// no priority path: unaligned checkpoints are refused for such jobs
-    /// (`unaligned.rs`), so this only sends in order there.
+    /// channel, local or remote (FLIP-76; see `channel.rs`, `net/data.rs`).
+    /// A feedback output has no priority path: unaligned checkpoints are
+    /// refused for loops (`runtime/job.rs`), so this only sends in order there.
     pub(crate) fn broadcast_overtaking(&mut self, barrier: Barrier) -> Result<()> {
         for edge in &mut self.edges {
             for s in &edge.senders {
@@ -215,6 +215,7 @@ impl TaskOutput {
                     OutSender::Channel(c) => {
                         c.send_overtaking(barrier).map_err(|_| Error::Cancelled)?
                     }
+                    OutSender::Remote(r) => r.send_overtaking(barrier)?,
                     _ => s.send_timed(Event::Barrier(barrier), &self.timer)?,
                 }
             }

@@ -138,6 +138,9 @@ impl Task {
             return Err(Error::Cancelled);
         }
         let ch = &mut self.inputs[i];
+        if let Some(c) = &ch.credit {
+            c.consumed(); // the marker's credit (`RemoteSender::send_overtaking`)
+        }
         ch.last_barrier = barrier.id;
         ch.pending
             .extend(drained.into_iter().map(|item| (item, true)));
