@@ -31,8 +31,12 @@
 //! that delivered the new barrier. A barrier repeated on a channel that
 //! already delivered it for the pending checkpoint is ignored.
 //!
-//! The aligner treats unaligned barriers (`Barrier::aligned == false`) like
-//! aligned ones: unaligned checkpoints are not implemented yet.
+//! Unaligned barriers (`Barrier::aligned == false`) never reach the aligner:
+//! the task captures channel state instead (`runtime/task/unaligned.rs`,
+//! FLIP-76). With an aligned-checkpoint timeout (Flink's
+//! `aligned-checkpoint-timeout`) the task asks [`BarrierAligner::pending_since`]
+//! how long the exactly-once alignment in progress has run and, past the
+//! timeout, takes it over with [`BarrierAligner::give_up_for_unaligned`].
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -159,6 +163,29 @@ impl BarrierAligner {
         (0..self.blocked.len())
             .filter(|&c| self.blocked[c])
             .collect()
+    }
+
+    /// When the exactly-once alignment in progress began (its first barrier
+    /// arrived), if one is in progress.
+    pub fn pending_since(&self) -> Option<(Barrier, Instant)> {
+        match self.mode {
+            AlignmentMode::ExactlyOnce => self.pending.front().map(|p| (p.barrier, p.started)),
+            AlignmentMode::AtLeastOnce => None,
+        }
+    }
+
+    /// Hands the exactly-once alignment in progress over to an unaligned
+    /// checkpoint (its alignment timed out): returns its barrier and which
+    /// channels already delivered it, unblocks every channel, and ignores
+    /// later barriers of that checkpoint (the task tracks them itself).
+    pub fn give_up_for_unaligned(&mut self) -> Option<(Barrier, Vec<bool>, Vec<usize>)> {
+        if self.mode != AlignmentMode::ExactlyOnce {
+            return None;
+        }
+        let p = self.pending.pop_front()?;
+        self.settled = Some(p.barrier.id);
+        let unblock = self.unblock_all();
+        Some((p.barrier, p.arrived, unblock))
     }
 
     /// Barrier `barrier` was read from `channel` at `now`.
@@ -501,6 +528,25 @@ mod tests {
         // Barriers on an ended channel change nothing.
         assert_eq!(a.on_barrier(1, barrier(3), t0), AlignerAction::Nothing);
         assert_eq!(a.on_end_of_data(1, t0), None);
+    }
+
+    #[test]
+    fn test_timed_out_alignment_is_given_up_for_unaligned() {
+        let t0 = Instant::now();
+        let mut a = BarrierAligner::new(3, AlignmentMode::ExactlyOnce);
+        assert_eq!(a.pending_since(), None);
+        a.on_barrier(2, barrier(4), at(t0, 3));
+        assert_eq!(a.pending_since(), Some((barrier(4), at(t0, 3))));
+        let (b, arrived, unblock) = a.give_up_for_unaligned().expect("pending");
+        assert_eq!(
+            (b, arrived, unblock),
+            (barrier(4), vec![false, false, true], vec![2])
+        );
+        assert!(a.blocked_channels().is_empty());
+        assert_eq!(a.pending_since(), None);
+        // The checkpoint's later barriers are the task's business now.
+        assert_eq!(a.on_barrier(0, barrier(4), t0), AlignerAction::Nothing);
+        assert_eq!(a.give_up_for_unaligned(), None);
     }
 
     #[test]

@@ -46,7 +46,7 @@ use arrow::record_batch::RecordBatch;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
-use crate::event::Event;
+use crate::event::{Barrier, Event};
 
 /// Default number of events a regular channel holds before its writer blocks.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 8;
@@ -260,6 +260,40 @@ pub struct Gate {
     /// batches cut (the initial budget is a guess).
     measured: AtomicBool,
     max_events: usize,
+    /// Barriers that overtook the queue (FLIP-76).
+    priority: Arc<PrioritySlot>,
+}
+
+/// Barriers that overtook a channel's queue (FLIP-76), oldest first: the
+/// consumer looks here before it reads the queue. A local channel's gate
+/// holds it; a remote channel's reader thread fills it.
+#[derive(Debug, Default)]
+pub struct PrioritySlot {
+    queue: Mutex<std::collections::VecDeque<Barrier>>,
+    /// Lets the consumer look without taking the lock.
+    any: AtomicBool,
+}
+
+impl PrioritySlot {
+    /// Publishes `barrier` (after its in-band marker was queued).
+    pub fn push(&self, barrier: Barrier) {
+        self.queue.lock().push_back(barrier);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// The oldest barrier not taken yet; one atomic load when none.
+    #[inline]
+    pub fn take(&self) -> Option<Barrier> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut q = self.queue.lock();
+        let b = q.pop_front();
+        if q.is_empty() {
+            self.any.store(false, Ordering::Release);
+        }
+        b
+    }
 }
 
 impl Gate {
@@ -270,6 +304,7 @@ impl Gate {
             budget: AtomicUsize::new(budget),
             measured: AtomicBool::new(false),
             max_events: max_events.max(1),
+            priority: Arc::default(),
         }
     }
 
@@ -321,6 +356,17 @@ impl Gate {
             q.waiting = true;
             self.space.wait(&mut q);
         }
+    }
+
+    /// Takes the space of a control event without waiting: an overtaking
+    /// barrier's in-band marker must not wait behind the data it overtakes.
+    fn acquire_forced(&self) -> bool {
+        let mut q = self.queued.lock();
+        if q.closed {
+            return false;
+        }
+        q.events += 1;
+        true
     }
 
     fn release(&self, bytes: usize) {
@@ -388,6 +434,25 @@ impl EventSender {
             .then(|| self.gate.budget())
     }
 
+    /// Sends an unaligned barrier that overtakes the data queued in the
+    /// channel (FLIP-76): it goes in-band, without waiting for space, as
+    /// the marker of where it stood in the stream, and into the gate's
+    /// priority slot, which the consumer looks at before the queue. What
+    /// was queued before the marker is the data the barrier overtook.
+    pub fn send_overtaking(&self, barrier: Barrier) -> Result<(), Disconnected> {
+        if !self.gate.acquire_forced() {
+            return Err(Disconnected);
+        }
+        // The marker first: a consumer that sees the priority barrier finds
+        // its marker in the queue.
+        self.tx.send((Event::Barrier(barrier), 0)).map_err(|_| {
+            self.gate.release(0);
+            Disconnected
+        })?;
+        self.gate.priority.push(barrier);
+        Ok(())
+    }
+
     fn send_sized(&self, event: Event, bytes: usize) -> Result<(), Disconnected> {
         if !self.gate.acquire(bytes) {
             return Err(Disconnected);
@@ -421,12 +486,23 @@ impl EventSender {
 pub struct EventReceiver {
     rx: Receiver<Item>,
     gate: Option<Arc<Gate>>,
+    priority: Arc<PrioritySlot>,
 }
 
 impl EventReceiver {
     /// The receiving end of a queue filled without a gate.
     pub fn ungated(rx: Receiver<Item>) -> Self {
-        EventReceiver { rx, gate: None }
+        Self::ungated_with(rx, Arc::default())
+    }
+
+    /// The receiving end of a queue filled without a gate, whose overtaking
+    /// barriers arrive in `priority` (a remote channel's).
+    pub fn ungated_with(rx: Receiver<Item>, priority: Arc<PrioritySlot>) -> Self {
+        EventReceiver {
+            rx,
+            gate: None,
+            priority,
+        }
     }
 
     /// The next event, without waiting; with its cost in bytes.
@@ -449,6 +525,33 @@ impl EventReceiver {
             g.release(item.1);
         }
         item
+    }
+
+    /// The oldest overtaking barrier not taken yet (see
+    /// [`EventSender::send_overtaking`]); one relaxed load when none.
+    #[inline]
+    pub fn take_priority(&self) -> Option<Barrier> {
+        self.priority.take()
+    }
+
+    /// Takes the queued items up to and including the in-band marker of
+    /// the overtaking barrier `id` (which [`EventSender::send_overtaking`]
+    /// queued before it published the barrier), appending the items before
+    /// it to `into`; false if the producer is gone first. The items keep
+    /// their space in the channel until they are processed (pass each to
+    /// [`Self::taken`] then): the overtaken data is still in flight, and
+    /// the producer must not queue as much again behind it.
+    pub fn drain_to_marker(&self, id: u64, into: &mut std::collections::VecDeque<Item>) -> bool {
+        loop {
+            let Ok(item) = self.rx.recv() else {
+                return false;
+            };
+            if matches!(&item.0, Event::Barrier(b) if b.id == id) {
+                self.taken(item);
+                return true;
+            }
+            into.push_back(item);
+        }
     }
 
     /// The channel's gate (`None` for a remote channel).
@@ -477,6 +580,7 @@ pub fn bounded(max_events: usize, initial_budget: usize) -> (EventSender, EventR
         },
         EventReceiver {
             rx,
+            priority: gate.priority.clone(),
             gate: Some(gate),
         },
     )

@@ -54,5 +54,8 @@ pub(crate) enum TaskReport {
         states: Vec<NodeSnapshot>,
         alignment: Duration,
         finished: bool,
+        /// Channel state of an unaligned checkpoint (FLIP-76), written as
+        /// the head operator's `#channels` state.
+        channels: Option<crate::state::OperatorState>,
     },
 }

@@ -15,7 +15,6 @@ import re
 from typing import Any, Final, Literal
 
 from ._storage import storage_location
-from .errors import CheckpointError
 
 __all__ = ["CheckpointConfig", "Duration", "RestartStrategy", "parse_duration", "parse_size"]
 
@@ -138,10 +137,21 @@ class CheckpointConfig:
             written.
         interval: Time between checkpoints; must be positive.
         mode: ``"exactly_once"`` (barriers aligned) or ``"at_least_once"``.
-        unaligned: Take unaligned checkpoints (in-flight data is stored with
-            the checkpoint instead of waiting for alignment). Not implemented
-            yet: ``True`` raises :class:`~eddyline.errors.CheckpointError`
-            rather than silently taking aligned checkpoints.
+        unaligned: Take unaligned checkpoints (Flink's FLIP-76): a barrier
+            overtakes the data queued in its channels, each task snapshots on
+            the first barrier of a checkpoint, and the data the barrier
+            overtook is stored with the checkpoint as channel state and
+            replayed, in order, on restore. Checkpoints then complete quickly
+            under backpressure. Savepoints stay aligned. A checkpoint holding
+            channel state restores only at the parallelism it was taken with.
+            Works in-process and across worker processes; jobs with loops are
+            refused with a :class:`~eddyline.errors.CheckpointError` when they
+            start (not supported yet).
+        aligned_timeout: With ``unaligned=True``: start each checkpoint aligned
+            and switch a task to unaligned when its alignment takes longer than
+            this (Flink's ``aligned-checkpoint-timeout``), so checkpoints stay
+            aligned (no channel state) while there is no backpressure. ``None``
+            (the default): unaligned from the start.
         retained: How many completed checkpoints to keep (at least 1).
         incremental: Write only the key groups that changed since the last
             completed checkpoint; a checkpoint's manifest refers to the state
@@ -162,7 +172,6 @@ class CheckpointConfig:
 
     Raises:
         ValueError: If a value is out of range.
-        CheckpointError: If a setting is not implemented yet (``unaligned=True``).
         StorageError: If ``dir`` is a URI whose scheme cannot be served.
 
     Example:
@@ -172,6 +181,7 @@ class CheckpointConfig:
     """
 
     __slots__ = (
+        "aligned_timeout",
         "dir",
         "incremental",
         "interval",
@@ -187,6 +197,7 @@ class CheckpointConfig:
     mode: CheckpointMode
     unaligned: bool
     incremental: bool
+    aligned_timeout: float | None
     retained: int
     recovery: RecoveryMode
     timeout: float
@@ -202,6 +213,7 @@ class CheckpointConfig:
         retained: int = 3,
         recovery: RecoveryMode = "latest",
         timeout: Duration = "10min",
+        aligned_timeout: Duration | None = None,
     ) -> None:
         path = os.fspath(dir)
         if not isinstance(path, str) or not path:
@@ -218,14 +230,16 @@ class CheckpointConfig:
             raise ValueError(f"unaligned must be a bool, got {unaligned!r}")
         if unaligned and mode != "exactly_once":
             raise ValueError("unaligned checkpoints require mode='exactly_once'")
-        if unaligned:
-            # Issue 12, item 8: refused until implemented, never run aligned.
-            raise CheckpointError(
-                "CheckpointConfig(unaligned=True): unaligned checkpoints are not implemented "
-                "yet; this version takes aligned checkpoints only (use unaligned=False)"
-            )
         if not isinstance(incremental, bool):
             raise ValueError(f"incremental must be a bool, got {incremental!r}")
+        aligned_s: float | None = None
+        if aligned_timeout is not None:
+            aligned_s = parse_duration(aligned_timeout, what="aligned_timeout")
+            if not unaligned:
+                raise ValueError(
+                    "aligned_timeout switches aligned checkpoints to unaligned ones: it needs "
+                    "unaligned=True"
+                )
         if isinstance(retained, bool) or not isinstance(retained, int) or retained < 1:
             raise ValueError(f"retained must be an int >= 1, got {retained!r}")
         if recovery not in ("latest", "recompute"):
@@ -244,6 +258,7 @@ class CheckpointConfig:
         object.__setattr__(self, "mode", mode)
         object.__setattr__(self, "unaligned", unaligned)
         object.__setattr__(self, "incremental", incremental)
+        object.__setattr__(self, "aligned_timeout", aligned_s)
         object.__setattr__(self, "retained", retained)
         object.__setattr__(self, "recovery", recovery)
         object.__setattr__(self, "timeout", timeout_s)
@@ -256,7 +271,8 @@ class CheckpointConfig:
             f"CheckpointConfig({self.dir!r}, interval={self.interval!r}, mode={self.mode!r}, "
             f"unaligned={self.unaligned!r}, incremental={self.incremental!r}, "
             f"retained={self.retained!r}, "
-            f"recovery={self.recovery!r}, timeout={self.timeout!r})"
+            f"recovery={self.recovery!r}, timeout={self.timeout!r}, "
+            f"aligned_timeout={self.aligned_timeout!r})"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -280,6 +296,7 @@ class CheckpointConfig:
             "mode": self.mode,
             "unaligned": self.unaligned,
             "incremental": self.incremental,
+            "aligned_timeout": self.aligned_timeout,
             "retained": self.retained,
             "recovery": self.recovery,
             "timeout": self.timeout,

@@ -158,6 +158,12 @@ pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> 
             if let Some(x) = d.get_item("incremental")? {
                 cc.incremental = x.extract()?;
             }
+            if let Some(x) = d.get_item("aligned_timeout")? {
+                if !x.is_none() {
+                    cc.aligned_timeout =
+                        Some(Duration::from_secs_f64(x.extract::<f64>()?.max(0.0)));
+                }
+            }
             if let Some(x) = d.get_item("recovery")? {
                 if !x.is_none() {
                     let recovery: String = x.extract()?;

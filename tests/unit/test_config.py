@@ -58,6 +58,7 @@ def test_checkpoint_config_defaults() -> None:
         "mode": "exactly_once",
         "unaligned": False,
         "incremental": False,
+        "aligned_timeout": None,
         "retained": 3,
         "recovery": "latest",
         "timeout": 600.0,
@@ -110,11 +111,22 @@ def test_checkpoint_config_rejects_bad_values(kwargs: dict[str, object], match: 
         ed.CheckpointConfig("/tmp/chk", **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("extra", [{}, {"recovery": "recompute"}])
-def test_checkpoint_config_refuses_unaligned_until_implemented(extra: dict[str, str]) -> None:
-    # Issue 12, item 8: accepted and run aligned before; now refused.
-    with pytest.raises(ed.CheckpointError, match="unaligned checkpoints are not implemented yet"):
-        ed.CheckpointConfig("/tmp/chk", unaligned=True, **extra)  # type: ignore[arg-type]
+def test_checkpoint_config_unaligned_accepted_but_not_with_recompute() -> None:
+    cfg = ed.CheckpointConfig("/tmp/chk", unaligned=True)
+    assert cfg.unaligned and cfg._to_dict()["unaligned"] is True
+    # Recompute mode needs aligned barriers (FLINK-4120 replays cut the input where they did).
+    with pytest.raises(ValueError, match="aligned barriers"):
+        ed.CheckpointConfig("/tmp/chk", unaligned=True, recovery="recompute")
+
+
+def test_checkpoint_config_aligned_timeout_needs_unaligned() -> None:
+    cfg = ed.CheckpointConfig("/tmp/chk", unaligned=True, aligned_timeout="100ms")
+    assert cfg.aligned_timeout == 0.1 and cfg._to_dict()["aligned_timeout"] == 0.1
+    assert "aligned_timeout=0.1" in repr(cfg)
+    with pytest.raises(ValueError, match="needs unaligned=True"):
+        ed.CheckpointConfig("/tmp/chk", aligned_timeout="100ms")
+    with pytest.raises(ValueError, match="aligned_timeout"):
+        ed.CheckpointConfig("/tmp/chk", unaligned=True, aligned_timeout="soon")
 
 
 def test_checkpoint_config_timeout_in_repr_and_equality() -> None:

@@ -19,6 +19,10 @@ pub struct CheckpointConfig {
     /// checkpoint; manifests share unchanged ones by reference
     /// (`checkpoint/incremental.rs`). Savepoints stay full.
     pub incremental: bool,
+    /// With `unaligned`: start each checkpoint aligned and switch a task to
+    /// unaligned when its alignment takes longer than this (Flink's
+    /// `aligned-checkpoint-timeout`); `None`: unaligned from the start.
+    pub aligned_timeout: Option<Duration>,
     /// How many completed checkpoints to keep.
     pub retained: usize,
     /// A checkpoint not completed after this long is aborted.
@@ -31,6 +35,17 @@ pub struct CheckpointConfig {
 }
 
 impl CheckpointConfig {
+    /// Whether the barriers of a checkpoint of `kind` start aligned.
+    /// Savepoints are always aligned (as in Flink): they hold no channel
+    /// state, so they restore at any parallelism. With an aligned timeout,
+    /// barriers start aligned and tasks switch to unaligned when the
+    /// checkpoint takes longer (`runtime/task/unaligned.rs`).
+    pub fn starts_aligned(&self, kind: crate::event::BarrierKind) -> bool {
+        !self.unaligned
+            || self.aligned_timeout.is_some()
+            || kind == crate::event::BarrierKind::Savepoint
+    }
+
     /// The storage options of `config` (none without checkpointing): what
     /// a restore path is opened with.
     pub fn storage_options_of(config: Option<&CheckpointConfig>) -> StorageOptions {
@@ -47,6 +62,7 @@ impl CheckpointConfig {
             mode: AlignmentMode::ExactlyOnce,
             unaligned: false,
             incremental: false,
+            aligned_timeout: None,
             retained: 3,
             timeout: Duration::from_secs(600),
             recovery: Recovery::Latest,

@@ -23,6 +23,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
+use crate::checkpoint::channel_state::{channel_state_uid, manifest_entry};
 use crate::checkpoint::incremental::SubtaskBase;
 use crate::checkpoint::manifest::source_offsets;
 use crate::checkpoint::recompute::{NullStateLedger, Recovery};
@@ -135,6 +136,8 @@ struct InFlight {
     offsets: BTreeMap<(usize, usize), Vec<SourceOffset>>,
     /// The smallest null-state watermark reported per node.
     null_states: BTreeMap<usize, u64>,
+    /// Chain heads some of whose subtasks wrote channel state.
+    channel_nodes: std::collections::BTreeSet<usize>,
     waiters: Vec<Waiter>,
     /// Whether tasks hear of the completion (false for plain savepoints,
     /// whose transactions commit with the next checkpoint, as in Flink).
@@ -182,15 +185,6 @@ impl Coordinator {
         stats: Arc<Mutex<Vec<CheckpointStats>>>,
         failed: Arc<CheckpointFailures>,
     ) -> Result<Self> {
-        if config.unaligned {
-            // Issue 12, item 8: a setting the engine does not honour is
-            // refused, never accepted and run aligned.
-            return Err(Error::checkpoint(
-                Some(config.dir.clone()),
-                "unaligned checkpoints (unaligned=True) are not implemented yet; this build \
-                 takes aligned checkpoints only: use unaligned=False",
-            ));
-        }
         if config.recovery == Recovery::Recompute
             && (config.mode != AlignmentMode::ExactlyOnce || config.unaligned)
         {
@@ -507,7 +501,7 @@ impl Coordinator {
         let barrier = Barrier {
             id,
             kind,
-            aligned: !self.config.unaligned,
+            aligned: self.config.starts_aligned(kind),
             timestamp_ms: now_ms(),
         };
         let n = tasks.len();
@@ -527,6 +521,7 @@ impl Coordinator {
             incremental: self.config.incremental && kind == BarrierKind::Checkpoint,
             offsets: BTreeMap::new(),
             null_states: BTreeMap::new(),
+            channel_nodes: Default::default(),
             waiters: waiter.into_iter().collect(),
             notify,
         };
@@ -594,6 +589,7 @@ impl Coordinator {
         states: Vec<NodeSnapshot>,
         alignment: Duration,
         finished: bool,
+        channels: Option<OperatorState>,
         out: &mut Vec<Outgoing>,
     ) {
         let Some(f) = self
@@ -643,6 +639,21 @@ impl Coordinator {
                 subtask,
                 state: snap.state,
                 incremental,
+            });
+        }
+        if let (Some(state), Some(&head)) = (channels, info.nodes.first()) {
+            // Channel state (FLIP-76): its own file, under the head's `#channels` uid.
+            f.channel_nodes.insert(head);
+            f.outstanding[task] += 1;
+            self.writers.submit(WriteJob {
+                checkpoint,
+                task,
+                writer: f.pending.writer(),
+                uid: channel_state_uid(&graph.nodes[head].uid),
+                subtask: info.subtask as u32,
+                state,
+                // In-flight data is this checkpoint's own: never shared.
+                incremental: None,
             });
         }
         self.maybe_complete(graph, tasks, out);
@@ -726,6 +737,11 @@ impl Coordinator {
                     .collect(),
             });
         }
+        operators.extend(
+            f.channel_nodes
+                .iter()
+                .map(|&n| manifest_entry(&graph.nodes[n])),
+        );
         let info = CheckpointInfo {
             kind: f.barrier.kind,
             trigger_ms: f.barrier.timestamp_ms,

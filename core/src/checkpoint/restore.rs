@@ -264,7 +264,8 @@ pub(crate) fn check_compatible(
     }
     let mut unmatched = Vec::new();
     for uid in rc.uids() {
-        if graph.nodes.iter().any(|n| n.uid == uid) {
+        let owner = crate::checkpoint::channel_state::channel_state_owner(uid).unwrap_or(uid);
+        if graph.nodes.iter().any(|n| n.uid == uid || n.uid == owner) {
             continue;
         }
         let has_state = rc.subtask_states(uid).any(|(_, s)| !s.is_empty());

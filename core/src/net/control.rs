@@ -288,6 +288,7 @@ pub(crate) fn encode_report(r: &TaskReport) -> Result<Vec<u8>> {
             states,
             alignment,
             finished,
+            channels,
         } => {
             e.u8(4)
                 .u32(*task as u32)
@@ -314,6 +315,17 @@ pub(crate) fn encode_report(r: &TaskReport) -> Result<Vec<u8>> {
                 for (kg, b) in &s.state.keyed {
                     e.u32(*kg);
                     put_blob(&mut e, b)?;
+                }
+            }
+            // Channel state of an unaligned checkpoint (FLIP-76): its
+            // operator blob (serialized here, off the task thread).
+            match channels.as_ref().and_then(|c| c.operator.as_ref()) {
+                Some(b) => {
+                    e.u8(1);
+                    put_blob(&mut e, b)?;
+                }
+                None => {
+                    e.u8(0);
                 }
             }
         }
@@ -368,12 +380,20 @@ pub(crate) fn decode_report(buf: &[u8]) -> Result<TaskReport> {
                     null_state,
                 });
             }
+            let channels = match d.u8()? {
+                0 => None,
+                _ => Some(OperatorState {
+                    operator: Some(get_blob(&mut d)?),
+                    keyed: Vec::new(),
+                }),
+            };
             TaskReport::Snapshot {
                 task,
                 checkpoint,
                 states,
                 alignment,
                 finished,
+                channels,
             }
         }
     })
@@ -502,6 +522,11 @@ mod tests {
             }],
             alignment: Duration::from_micros(1500),
             finished: true,
+            // Channel state of an unaligned checkpoint travels too.
+            channels: Some(OperatorState {
+                operator: Some(StateBlob::Bytes(Arc::new(vec![7, 8]))),
+                keyed: Vec::new(),
+            }),
         };
         let back = decode_report(&encode_report(&r).unwrap()).unwrap();
         assert_eq!(format!("{r:?}"), format!("{back:?}"));

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Sender};
 use parking_lot::{Condvar, Mutex};
 
-use crate::channel::{event_bytes, EventReceiver, Item};
+use crate::channel::{event_bytes, EventReceiver, Item, PrioritySlot};
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Barrier, Event};
 use crate::net::auth::{client_handshake, server_handshake, Secret};
 use crate::net::wire::{
     decode_control_event, encode_control_event, read_frame, write_frame, BatchDecoder,
@@ -35,6 +35,8 @@ const TAG_DATA: u8 = 2;
 const TAG_DATA_FRESH: u8 = 3;
 const TAG_EVENT: u8 = 4;
 const TAG_CREDIT: u8 = 5;
+/// An unaligned barrier overtaking the channel's queue (FLIP-76).
+const TAG_PRIORITY: u8 = 6;
 
 /// How long a worker keeps retrying to reach a peer's data port.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(60);
@@ -52,7 +54,8 @@ fn lost(peer: usize, why: &str) -> Error {
 struct OutLink {
     peer: usize,
     writer: Mutex<Option<TcpStream>>,
-    credits: Mutex<HashMap<u32, u32>>,
+    /// Per channel; an overtaking barrier's marker may overdraw it.
+    credits: Mutex<HashMap<u32, i64>>,
     ready: Condvar,
     /// Set once `writer` holds the connection (read without its lock).
     connected: AtomicBool,
@@ -109,12 +112,46 @@ impl RemoteSender {
         }
         Ok(())
     }
+
+    /// Sends an unaligned barrier ahead of the data in flight (FLIP-76,
+    /// as [`crate::channel::EventSender::send_overtaking`] locally): its
+    /// in-band marker, spending a credit without waiting for one (the
+    /// consumer returns it like any event's), then a priority frame the
+    /// receiver puts in the channel's priority slot. The sender keeps no
+    /// buffer of its own, so what the barrier overtakes is all in the
+    /// receiver's queue.
+    pub fn send_overtaking(&self, barrier: Barrier) -> Result<()> {
+        {
+            let mut credits = self.link.credits.lock();
+            if self.link.broken.load(Ordering::SeqCst) {
+                return Err(Error::Cancelled);
+            }
+            *credits.entry(self.channel).or_insert(0) -= 1;
+        }
+        let payload = encode_control_event(&Event::Barrier(barrier));
+        let mut w = self.link.writer.lock();
+        let Some(stream) = w.as_mut() else {
+            return Err(Error::Cancelled);
+        };
+        let written = write_frame(stream, TAG_EVENT, self.channel, &[&payload])
+            .and_then(|()| write_frame(stream, TAG_PRIORITY, self.channel, &[&payload]));
+        if let Err(e) = written {
+            drop(w);
+            self.link.fail();
+            return Err(lost(self.link.peer, &e.to_string()));
+        }
+        Ok(())
+    }
 }
+
+/// Where a remote input channel's reader thread delivers: its queue, and
+/// the priority slot of barriers overtaking it.
+type InChannel = (Sender<Item>, Arc<PrioritySlot>);
 
 /// The receiving end of one (peer -> this worker) connection.
 struct InLink {
     writer: Mutex<Option<TcpStream>>,
-    channels: Mutex<HashMap<u32, Sender<Item>>>,
+    channels: Mutex<HashMap<u32, InChannel>>,
 }
 
 /// Returns credits of one remote input channel to its sender as the task
@@ -194,7 +231,9 @@ impl DataPlane {
                 })
             })
             .clone();
-        link.credits.lock().insert(channel, self.capacity);
+        link.credits
+            .lock()
+            .insert(channel, i64::from(self.capacity));
         RemoteSender {
             channel,
             link,
@@ -217,9 +256,10 @@ impl DataPlane {
         // Unbounded, but never holds more than `capacity` events: the
         // sender spends a credit per event.
         let (tx, rx) = unbounded();
-        link.channels.lock().insert(channel, tx);
+        let priority = Arc::new(PrioritySlot::default());
+        link.channels.lock().insert(channel, (tx, priority.clone()));
         (
-            EventReceiver::ungated(rx),
+            EventReceiver::ungated_with(rx, priority),
             CreditReturn {
                 channel,
                 link,
@@ -339,7 +379,7 @@ fn read_credits(mut stream: TcpStream, link: Arc<OutLink>) {
             break;
         };
         let mut credits = link.credits.lock();
-        *credits.entry(frame.channel).or_insert(0) += n;
+        *credits.entry(frame.channel).or_insert(0) += i64::from(n);
         link.ready.notify_all();
     }
     link.fail();
@@ -392,12 +432,20 @@ fn accept_peers(
 }
 
 fn read_data(mut stream: TcpStream, link: Arc<InLink>) {
-    let senders: HashMap<u32, Sender<Item>> = link.channels.lock().clone();
+    let senders: HashMap<u32, InChannel> = link.channels.lock().clone();
     let mut decoders: HashMap<u32, BatchDecoder> = HashMap::new();
     while let Ok(Some(frame)) = read_frame(&mut stream) {
-        let Some(tx) = senders.get(&frame.channel) else {
+        let Some((tx, priority)) = senders.get(&frame.channel) else {
             break;
         };
+        if frame.tag == TAG_PRIORITY {
+            // Its marker came first, in the frame before (FLIP-76).
+            match decode_control_event(&frame.payload) {
+                Ok(Event::Barrier(b)) => priority.push(b),
+                _ => break,
+            }
+            continue;
+        }
         let event = match frame.tag {
             TAG_DATA | TAG_DATA_FRESH => {
                 match decoders
@@ -487,6 +535,54 @@ mod tests {
         }
         assert_eq!(got, vec![0, 1, 2, 3, 4]);
         blocked.join().unwrap();
+    }
+
+    #[test]
+    fn an_overtaking_barrier_jumps_the_queue_without_waiting_for_credit() {
+        use crate::event::BarrierKind;
+        let secret = Secret::generate().unwrap();
+        let (mut p0, mut p1, addrs) = planes(&secret, 2);
+        let tx = p0.outbound(1, 3);
+        let (rx, credit) = p1.inbound(0, 3);
+        p1.start(&addrs).unwrap();
+        p0.start(&addrs).unwrap();
+        tx.send(Event::Data(batch(1))).unwrap();
+        tx.send(Event::Data(batch(2))).unwrap();
+        // No credit left: the barrier still goes (FLIP-76).
+        let b = Barrier {
+            id: 4,
+            kind: BarrierKind::Checkpoint,
+            aligned: false,
+            timestamp_ms: 0,
+        };
+        tx.send_overtaking(b).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = loop {
+            if let Some(got) = rx.take_priority() {
+                break got;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the priority frame never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(got, b);
+        let mut overtaken = std::collections::VecDeque::new();
+        assert!(rx.drain_to_marker(4, &mut overtaken));
+        let rows: Vec<usize> = overtaken.iter().map(|(e, _)| e.num_rows()).collect();
+        assert_eq!(rows, vec![1, 2]);
+        // Three events taken (two batches and the marker): three credits
+        // back, so after the overdraft the sender has two again.
+        for _ in 0..3 {
+            credit.consumed();
+        }
+        tx.send(Event::Data(batch(3))).unwrap();
+        tx.send(Event::Data(batch(4))).unwrap();
+        let rows: Vec<usize> = (0..2)
+            .map(|_| rx.queue().recv().unwrap().0.num_rows())
+            .collect();
+        assert_eq!(rows, vec![3, 4]);
     }
 
     #[test]

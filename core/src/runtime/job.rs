@@ -71,6 +71,9 @@ impl JobHandle {
                 ));
             }
         }
+        if let Some(c) = config.checkpoint.as_ref().filter(|c| c.unaligned) {
+            refuse_unaligned_where_not_done(c, &graph)?;
+        }
         let shared = Arc::new(Shared::new(&graph));
         // Storage problems and bad restore paths are reported now, before
         // anything runs.
@@ -551,11 +554,12 @@ fn on_report(
             states,
             alignment,
             finished: fin,
+            channels,
         } => {
             if let Some(c) = coordinator {
                 let tasks = &run.tasks;
                 c.on_snapshot(
-                    job.graph, tasks, task, checkpoint, states, alignment, fin, out,
+                    job.graph, tasks, task, checkpoint, states, alignment, fin, channels, out,
                 );
             }
         }
@@ -607,4 +611,22 @@ fn root_cause(
         }
     }
     root
+}
+
+/// Unaligned checkpoints (FLIP-76, `runtime/task/unaligned.rs`) work in
+/// acyclic graphs, in one process or over the data plane; loops (whose
+/// feedback in flight would be channel state) are refused, never run
+/// aligned instead.
+fn refuse_unaligned_where_not_done(c: &CheckpointConfig, graph: &JobGraph) -> Result<()> {
+    if let Some(l) = graph.loops.first() {
+        return Err(Error::checkpoint(
+            Some(c.dir.clone()),
+            format!(
+                "unaligned checkpoints (unaligned=True) do not support loops yet (loop headed by \
+                 '{}'): use unaligned=False, whose FLIP-16 loop log keeps loops exactly-once",
+                graph.nodes[l.head].name
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -409,6 +409,9 @@ impl AttemptBuilder<'_> {
                             blocked: false,
                             watermark: i64::MIN,
                             idle: false,
+                            pending: Default::default(),
+                            last_barrier: 0,
+                            announced: 0,
                         });
                     }
                     if !place.owns(up) {
@@ -632,6 +635,10 @@ impl AttemptBuilder<'_> {
                 }
             }
         }
+        if let Some(rc) = self.restored {
+            let head = &graph.nodes[chain.nodes[0]];
+            parts.restore.channels = restored_channels(rc, head, subtask, p)?;
+        }
         Ok(parts)
     }
 
@@ -710,6 +717,51 @@ impl AttemptBuilder<'_> {
             body_term,
             loop_head,
             flow: std::cell::RefCell::new(InputFlow::new(flow_policy, Instant::now())),
+            unaligned: Default::default(),
+            aligned_timeout: self
+                .config
+                .checkpoint
+                .as_ref()
+                .filter(|c| c.unaligned)
+                .and_then(|c| c.aligned_timeout),
         })
     }
+}
+
+/// The channel state subtask `subtask` of the chain headed by `head`
+/// restores from an unaligned checkpoint (FLIP-76), if it has any; refused
+/// at another parallelism (channel state is not redistributed).
+fn restored_channels(
+    rc: &crate::checkpoint::RestoredCheckpoint,
+    head: &crate::graph::Node,
+    subtask: usize,
+    parallelism: usize,
+) -> Result<Option<Vec<Vec<arrow::record_batch::RecordBatch>>>> {
+    use crate::checkpoint::channel_state::{channel_state_uid, decode};
+    let uid = channel_state_uid(&head.uid);
+    let Some(entry) = rc.manifest().operator(&uid) else {
+        return Ok(None);
+    };
+    if entry.subtasks.len() != parallelism {
+        return Err(Error::checkpoint(
+            Some(rc.dir().to_path_buf()),
+            format!(
+                "checkpoint {} is unaligned and holds in-flight data of operator '{}' taken at \
+                 parallelism {}; it restores only at that parallelism, not {parallelism} (take \
+                 an aligned savepoint to rescale)",
+                rc.id(),
+                head.name,
+                entry.subtasks.len()
+            ),
+        ));
+    }
+    let Some(bytes) = rc
+        .state(&uid, subtask as u32)
+        .and_then(|s| s.operator.as_ref())
+        .map(|b| b.to_bytes())
+        .transpose()?
+    else {
+        return Ok(None);
+    };
+    decode(&head.name, &bytes).map(Some)
 }

@@ -14,11 +14,18 @@ impl Task {
         if let Some(c) = self.poll_control()? {
             return Ok(Step::Control(c));
         }
+        if let Some((i, b)) = self.poll_priority() {
+            return Ok(Step::Overtake(i, b));
+        }
         if let Some((i, ev)) = self.poll_inputs(cursor)? {
             return Ok(Step::Event(i, ev));
         }
         loop {
-            let deadline = self.timer_delay().map(|d| Instant::now() + d);
+            let timer = self.timer_delay().map(|d| Instant::now() + d);
+            let deadline = match (timer, self.alignment_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             if let Some(step) = self.wait_step(&[], deadline)? {
                 return Ok(step);
             }
@@ -52,7 +59,7 @@ impl Task {
 
     /// The next event of the live, unblocked input channels, round-robin
     /// from `cursor`, without waiting.
-    pub(crate) fn poll_inputs(&self, cursor: &mut usize) -> Result<Option<(usize, Event)>> {
+    pub(crate) fn poll_inputs(&mut self, cursor: &mut usize) -> Result<Option<(usize, Event)>> {
         let n = self.inputs.len();
         for k in 0..n {
             let i = (*cursor + k) % n;
@@ -60,6 +67,16 @@ impl Task {
             if ch.ended || ch.blocked {
                 continue;
             }
+            if let Some((item, gated)) = self.inputs[i].pending.pop_front() {
+                *cursor = (i + 1) % n;
+                let item = if gated {
+                    self.inputs[i].rx.taken(item)
+                } else {
+                    item
+                };
+                return Ok(Some((i, self.took(i, item))));
+            }
+            let ch = &self.inputs[i];
             match ch.rx.try_recv() {
                 Ok(item) => {
                     *cursor = (i + 1) % n;
@@ -75,7 +92,7 @@ impl Task {
     /// Bookkeeping of an event taken off input channel `i`: remote credits,
     /// and the throughput that sets the channels' budgets (FLIP-183).
     #[inline]
-    fn took(&self, i: usize, (event, bytes): Item) -> Event {
+    pub(crate) fn took(&self, i: usize, (event, bytes): Item) -> Event {
         if let Some(c) = &self.inputs[i].credit {
             c.consumed();
         }
@@ -164,11 +181,14 @@ impl Task {
             if self.timer_delay().is_some_and(|d| d.is_zero()) {
                 self.fire_processing_timers()?;
             }
+            self.switch_to_unaligned()?;
             match self.next_step(&mut cursor)? {
                 Step::Control(c) => self.handle_control(c)?,
                 Step::Timer => self.fire_processing_timers()?,
+                Step::Overtake(i, barrier) => self.on_overtake(i, barrier)?,
                 Step::Event(i, Event::Data(batch)) => {
                     self.inputs[i].idle = false;
+                    self.unaligned.on_data(i, &batch);
                     let input = self.inputs[i].input;
                     if let Some(t) = self.body_term.as_mut() {
                         t.on_record();
@@ -207,6 +227,7 @@ impl Task {
                     if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
                         self.apply(action)?;
                     }
+                    self.unaligned_channel_ended(i);
                     if let Some(t) = self.body_term.as_mut() {
                         let name = &self.slots[0].name;
                         for token in t.on_channel_ended(i).map_err(|e| e.in_operator(name))? {
@@ -220,10 +241,7 @@ impl Task {
                         }
                     }
                 }
-                Step::Event(i, Event::Barrier(barrier)) => {
-                    let action = self.aligner.on_barrier(i, barrier, Instant::now());
-                    self.apply(action)?;
-                }
+                Step::Event(i, Event::Barrier(barrier)) => self.on_barrier_event(i, barrier)?,
                 Step::Event(_, Event::EndOfPartition) => {}
                 Step::Event(i, Event::Termination(token)) => {
                     if !self.scope.contains(&token.loop_id) {

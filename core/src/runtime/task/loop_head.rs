@@ -615,6 +615,7 @@ impl Task {
                 states,
                 alignment: p.alignment,
                 finished: false,
+                channels: None,
             });
         }
     }
@@ -657,7 +658,8 @@ impl Task {
                 .collect();
             match self.wait_step(&wakers, None)? {
                 // No deadline was given, so no timer ends the wait.
-                None | Some(Step::Timer) => continue,
+                // Loops refuse unaligned checkpoints (`unaligned.rs`).
+                None | Some(Step::Timer) | Some(Step::Overtake(..)) => continue,
                 Some(Step::Control(c)) => return Ok(HeadStep::Control(c)),
                 Some(Step::Event(i, ev)) => return Ok(HeadStep::Input(i, ev)),
             }

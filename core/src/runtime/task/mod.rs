@@ -12,6 +12,7 @@
 pub(crate) mod inputs;
 pub(crate) mod loop_head;
 pub(crate) mod source;
+pub(crate) mod unaligned;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,6 +204,25 @@ impl TaskOutput {
         Ok(())
     }
 
+    /// Sends an unaligned barrier ahead of the data queued in every output
+    /// channel, local or remote (FLIP-76; see `channel.rs`, `net/data.rs`).
+    /// A feedback output has no priority path: unaligned checkpoints are
+    /// refused for loops (`runtime/job.rs`), so this only sends in order there.
+    pub(crate) fn broadcast_overtaking(&mut self, barrier: Barrier) -> Result<()> {
+        for edge in &mut self.edges {
+            for s in &edge.senders {
+                match s {
+                    OutSender::Channel(c) => {
+                        c.send_overtaking(barrier).map_err(|_| Error::Cancelled)?
+                    }
+                    OutSender::Remote(r) => r.send_overtaking(barrier)?,
+                    _ => s.send_timed(Event::Barrier(barrier), &self.timer)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn broadcast(&mut self, event: Event) -> Result<()> {
         if let Event::Watermark(w) = event {
             self.timer.watermark(w);
@@ -357,6 +377,16 @@ pub(crate) struct InputChannel {
     /// The producer said it is idle (FLIP-27) and sent nothing since: the
     /// channel does not hold back the combined watermark.
     pub idle: bool,
+    /// Events taken off the queue but not processed yet, read before it:
+    /// what an unaligned barrier overtook, and restored channel state
+    /// (FLIP-76, `unaligned.rs`).
+    /// `(item, true)` while the item still holds its space in the channel.
+    pub pending: std::collections::VecDeque<(crate::channel::Item, bool)>,
+    /// The newest unaligned barrier whose in-band marker was taken.
+    pub last_barrier: u64,
+    /// The newest aligned barrier announced ahead of the queue (aligned
+    /// timeout; see `unaligned.rs`).
+    pub announced: u64,
 }
 
 /// The rows of a source's batches while a local consumer has not measured
@@ -374,6 +404,9 @@ pub(crate) struct TaskRestore {
     /// Every operator of the task had finished in the restored checkpoint:
     /// it is skipped (FLIP-147) and only sends EndOfData.
     pub finished: bool,
+    /// Channel state of an unaligned checkpoint: per input channel, the
+    /// batches to process before the channel's new data (FLIP-76).
+    pub channels: Option<Vec<Vec<RecordBatch>>>,
 }
 
 /// A subtask ready to run on its own thread.
@@ -406,6 +439,12 @@ pub(crate) struct Task {
     /// Flow control of the input channels: the task's measured throughput
     /// sets their byte budgets (FLIP-183, see `channel.rs`).
     pub flow: std::cell::RefCell<InputFlow>,
+    /// The unaligned checkpoint whose channel state is being captured.
+    pub unaligned: unaligned::UnalignedState,
+    /// Aligned checkpoints switch to unaligned after this long aligning
+    /// (`CheckpointConfig::aligned_timeout`); aligned barriers are then
+    /// announced ahead of the output queues.
+    pub aligned_timeout: Option<Duration>,
 }
 
 /// How a task's input ended.
@@ -422,6 +461,8 @@ pub(crate) enum Step {
     Control(Control),
     /// The wait for input ended at the chain head's processing-time timer.
     Timer,
+    /// An unaligned barrier overtook the queue of this channel.
+    Overtake(usize, Barrier),
 }
 
 impl Task {
@@ -491,6 +532,9 @@ impl Task {
                 .seek(&offset)
                 .map_err(|e| e.in_operator(&src.slot.name))?;
         }
+        if let Some(channels) = restore.channels.take() {
+            self.restore_channels(channels)?;
+        }
         for (i, state) in restore.states.into_iter().enumerate() {
             if let (Some(state), Some(op)) = (state, self.ops.get_mut(i)) {
                 op.restore_state(state)
@@ -553,6 +597,7 @@ impl Task {
             }
             Control::NotifyComplete(id) => self.notify_complete(id),
             Control::AbortCheckpoint(id) => {
+                self.unaligned.cancel(id);
                 let action = self.aligner.on_cancel(id);
                 self.apply(action)
             }
@@ -589,9 +634,16 @@ impl Task {
             states,
             alignment,
             finished,
+            channels: None,
         });
         if !finished {
-            self.output.broadcast(Event::Barrier(barrier))?;
+            let announce = self.aligned_timeout.is_some()
+                && barrier.kind == crate::event::BarrierKind::Checkpoint;
+            if barrier.aligned && !announce {
+                self.output.broadcast(Event::Barrier(barrier))?;
+            } else {
+                self.output.broadcast_overtaking(barrier)?;
+            }
         }
         Ok(())
     }
@@ -691,6 +743,7 @@ impl Task {
                 unblock,
                 alignment,
             } => {
+                self.unaligned.settle(barrier.id);
                 self.snapshot(barrier, alignment, false)?;
                 for ch in unblock {
                     self.inputs[ch].blocked = false;
