@@ -7,7 +7,6 @@ parallelism (DESIGN.md "Runtime", "Keyed state layer and the operators on it").
 
 from __future__ import annotations
 
-import logging
 import pickle
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -17,7 +16,6 @@ import pyarrow as pa
 
 from ..errors import SchemaError
 from ..functions import Row
-from . import pool as pool_module
 from .base import Runner, RunnerOutput, State
 from .codegen import compile_rows
 from .output import RowWriter, schema_line
@@ -27,6 +25,7 @@ from .pool import (
     KEY_GROUPS,
     SNAPSHOT,
     STATE,
+    PoolUser,
     WorkerPool,
     decode_batches,
     encode_batches,
@@ -34,8 +33,6 @@ from .pool import (
     workers_per_subtask,
 )
 from .user_code import UserCode, short
-
-_log = logging.getLogger(__name__)
 
 
 class KeyedRunner(Runner):
@@ -113,7 +110,7 @@ class KeyedRunner(Runner):
             self._state.setdefault(int(group), {}).update(restored)
 
 
-class KeyedReduceRunner(KeyedRunner):
+class KeyedReduceRunner(KeyedRunner, PoolUser):
     """``key_by(...).reduce(fn)``: one accumulated row per key; emits the updated rows.
 
     When pool.start_due the reduce moves to worker processes
@@ -198,26 +195,16 @@ class KeyedReduceRunner(KeyedRunner):
 
     def _ready_pool(self, rows: int) -> WorkerPool | None:
         """The worker pool once it is ready (its state handed over); starts it when due."""
-        pool = self._pool
+        pool = self._started_pool(
+            rows,
+            True,
+            lambda: (
+                KeyedReduceRunner,
+                (self.name, self._keys, self._fn, self._pool_size > 1),
+            ),
+        )
         if pool is None:
-            if self._pool_size == 0:
-                return None
-            self._rows_seen += rows
-            if pool_module.start_due(self._rows_seen, self._python_s):
-                count = self._pool_size
-                args = (self.name, self._keys, self._fn, count > 1)
-                try:
-                    self._pool = WorkerPool(self.name, (KeyedReduceRunner, args), count)
-                except Exception as exc:  # a function that cannot be pickled stays in-process
-                    _log.info("operator '%s' runs in-process: %s", self.name, exc)
-                    self._pool_size = 0
-                    return None
-                if not pool_module.WAIT_FOR_START:
-                    return None
-                pool = self._pool
-                pool.wait_started()
-            else:
-                return None
+            return None
         if self._pooled:
             return pool
         if pool.ready():
@@ -231,14 +218,7 @@ class KeyedReduceRunner(KeyedRunner):
             self._state.clear()
             self._pooled = True
             return pool
-        if pool.failed():
-            _log.warning(
-                "operator '%s' runs in-process: its worker processes did not start (%s)",
-                self.name,
-                pool.failure,
-            )
-            pool.close()
-            self._pool, self._pool_size = None, 0
+        self._drop_if_failed(pool)
         return None
 
     def _in_pool(

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import pickle
 import struct
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 import pyarrow as pa
@@ -89,6 +90,7 @@ in_worker_process = False
 """Set by :func:`eddyline._exec.worker.run_worker`: ProcessRunner/SparkRunner workers."""
 
 _live: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+_log = logging.getLogger(__name__)
 
 
 class PythonWorkerLost(JobFailedError):
@@ -378,3 +380,49 @@ def keyed_parts(
 
 
 atexit.register(close_all)
+
+
+class PoolUser:
+    """What a per-record runner (a record chain, a keyed reduce) does to move to its
+    worker processes: count its rows, start the pool when due, fall back to running
+    in-process when the workers cannot start."""
+
+    name: str
+    _pool: WorkerPool | None
+    _pool_size: int
+    _rows_seen: int
+    _python_s: float
+
+    def _started_pool(
+        self, rows: int, can_start: bool, make: Callable[[], tuple[type, tuple[Any, ...]]]
+    ) -> WorkerPool | None:
+        """The pool once started (ready or not); starts it when :func:`start_due` and
+        ``can_start``, with ``make()`` giving the workers' (runner class, arguments)."""
+        if self._pool is not None:
+            return self._pool
+        if self._pool_size == 0:
+            return None
+        self._rows_seen += rows
+        if not (can_start and start_due(self._rows_seen, self._python_s)):
+            return None
+        try:
+            self._pool = WorkerPool(self.name, make(), self._pool_size)
+        except Exception as exc:  # functions that cannot be pickled stay in-process
+            _log.info("operator '%s' runs in-process: %s", self.name, exc)
+            self._pool_size = 0
+            return None
+        if not WAIT_FOR_START:
+            return None
+        self._pool.wait_started()
+        return self._pool
+
+    def _drop_if_failed(self, pool: WorkerPool) -> None:
+        """Runs in-process from now on when ``pool``'s workers did not start."""
+        if pool.failed():
+            _log.warning(
+                "operator '%s' runs in-process: its worker processes did not start (%s)",
+                self.name,
+                pool.failure,
+            )
+            pool.close()
+            self._pool, self._pool_size = None, 0

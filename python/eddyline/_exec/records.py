@@ -7,7 +7,6 @@ its input row, found in the generated loop's frame.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from types import CodeType
@@ -17,12 +16,12 @@ import pyarrow as pa
 
 from ..errors import EddylineError, SchemaError
 from ..functions import Row
-from . import pool as pool_module
 from .base import Runner, RunnerOutput
 from .codegen import FlatMapDict, Stage, compile_chain, frame_of
 from .output import RowWriter, one_or_many
 from .pool import (
     BATCH,
+    PoolUser,
     WorkerPool,
     batch_slices,
     decode_batches,
@@ -31,10 +30,8 @@ from .pool import (
 )
 from .user_code import UserCode, short, user_error
 
-_log = logging.getLogger(__name__)
 
-
-class RecordChainRunner(Runner):
+class RecordChainRunner(Runner, PoolUser):
     """Runs rows through fused per-record stages (map, flat_map, filter)."""
 
     recomputable = True  # stateless; user functions must be deterministic
@@ -71,38 +68,21 @@ class RecordChainRunner(Runner):
 
     def _ready_pool(self, rows: int) -> WorkerPool | None:
         """The worker pool once it is ready; starts it when pool.start_due."""
-        pool = self._pool
+        # The workers get the output schema (inferred in-process from the first output
+        # when not declared), so that every worker converts rows to the same one.
+        pool = self._started_pool(
+            rows,
+            self._filter_only or self._writer.schema is not None,
+            lambda: (
+                RecordChainRunner,
+                (self.name, self._stages, self._writer.schema, self._max_rows),
+            ),
+        )
         if pool is None:
-            if self._pool_size == 0:
-                return None
-            self._rows_seen += rows
-            # The workers get the output schema (inferred in-process from the first output
-            # when not declared), so that every worker converts rows to the same one.
-            schema_known = self._filter_only or self._writer.schema is not None
-            if schema_known and pool_module.start_due(self._rows_seen, self._python_s):
-                args = (self.name, self._stages, self._writer.schema, self._max_rows)
-                try:
-                    self._pool = WorkerPool(self.name, (RecordChainRunner, args), self._pool_size)
-                except Exception as exc:  # stages that cannot be pickled stay in-process
-                    _log.info("operator '%s' runs in-process: %s", self.name, exc)
-                    self._pool_size = 0
-                    return None
-                if not pool_module.WAIT_FOR_START:
-                    return None
-                pool = self._pool
-                pool.wait_started()
-            else:
-                return None
+            return None
         if pool.ready():
             return pool
-        if pool.failed():
-            _log.warning(
-                "operator '%s' runs in-process: its worker processes did not start (%s)",
-                self.name,
-                pool.failure,
-            )
-            pool.close()
-            self._pool, self._pool_size = None, 0
+        self._drop_if_failed(pool)
         return None
 
     def _in_pool(self, pool: WorkerPool, batch: pa.RecordBatch) -> RunnerOutput:
