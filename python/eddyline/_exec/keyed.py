@@ -30,7 +30,6 @@ from .pool import (
     decode_batches,
     encode_batches,
     keyed_parts,
-    workers_per_subtask,
 )
 from .user_code import UserCode, short
 
@@ -131,19 +130,15 @@ class KeyedReduceRunner(KeyedRunner, PoolUser):
         # In a worker of several: the row (of the batch) that first touched each output row's key.
         self._track_first = track_first
         self.first_rows: list[int] | None = [] if track_first else None
-        self._pool: WorkerPool | None = None
-        self._pool_size = 0
-        self._rows_seen = 0
-        self._python_s = 0.0  # time spent in _process_keyed in-process
+        self._no_pool()
         self._pooled = False  # the state lives in the pool's workers
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
-        self._pool_size = workers_per_subtask(int(ctx.get("parallelism", 1)))
+        self._size_pool(ctx)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        self._close_pool()
 
     def _process_keyed(
         self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None

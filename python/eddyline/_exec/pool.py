@@ -393,6 +393,21 @@ class PoolUser:
     _rows_seen: int
     _python_s: float
 
+    def _no_pool(self) -> None:
+        """No workers yet (``open`` sizes the pool, :meth:`_started_pool` starts it)."""
+        self._pool = None
+        self._pool_size = 0
+        self._rows_seen = 0
+        self._python_s = 0.0  # time spent in the operator's Python in-process
+
+    def _size_pool(self, ctx: dict[str, Any]) -> None:
+        """Called from ``open``: how many workers a subtask of this parallelism gets."""
+        self._pool_size = workers_per_subtask(int(ctx.get("parallelism", 1)))
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
     def _started_pool(
         self, rows: int, can_start: bool, make: Callable[[], tuple[type, tuple[Any, ...]]]
     ) -> WorkerPool | None:

@@ -26,7 +26,6 @@ from .pool import (
     batch_slices,
     decode_batches,
     encode_batches,
-    workers_per_subtask,
 )
 from .user_code import UserCode, short, user_error
 
@@ -53,18 +52,14 @@ class RecordChainRunner(Runner, PoolUser):
         self._writer = RowWriter(producer[-1] if producer else node, schema)
         self._stages = tuple(stages)
         # Worker processes (pool.py): started when pool.start_due (open() sets the size).
-        self._pool: WorkerPool | None = None
-        self._pool_size = 0
-        self._rows_seen = 0
-        self._python_s = 0.0  # time spent in process() in-process
+        self._no_pool()
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
-        self._pool_size = workers_per_subtask(int(ctx.get("parallelism", 1)))
+        self._size_pool(ctx)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        self._close_pool()
 
     def _ready_pool(self, rows: int) -> WorkerPool | None:
         """The worker pool once it is ready; starts it when pool.start_due."""
