@@ -1,4 +1,4 @@
-"""Nexmark q0 to q5, q7 and q11 on PyFlink's SQL engine, run by ``run.py --engine flink``.
+"""Nexmark q0 to q5, q7, q8 and q11 on PyFlink's SQL engine, run by ``run.py --engine flink``.
 
 Flink's Table API / SQL in *batch* mode (``EnvironmentSettings.in_batch_mode()``; q11 in
 streaming mode, see :data:`STREAMING`; ``parallelism.default`` P, the local mini-cluster
@@ -119,7 +119,11 @@ PERSON_DDL = """
 """
 """The persons, as the columns of ``generator.PERSON_SCHEMA`` in order."""
 
-TABLES: dict[str, tuple[str, ...]] = {"q3": ("auction", "person"), "q4": ("auction", "bid")}
+TABLES: dict[str, tuple[str, ...]] = {
+    "q3": ("auction", "person"),
+    "q4": ("auction", "bid"),
+    "q8": ("person", "auction"),
+}
 """The tables a query reads when not the bids alone (as ``queries.TABLES``)."""
 
 DDL = {"bid": BID_DDL, "auction": AUCTION_DDL, "person": PERSON_DDL}
@@ -172,6 +176,22 @@ SQL: dict[str, str] = {
         ) AS B1
         ON B.price = B1.maxprice
         WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time
+    """,
+    # nexmark-flink's q8 with windowing TVFs: the persons who opened an auction in the
+    # tumbling 10 s window in which they registered
+    "q8": """
+        SELECT P.id, P.name, P.starttime
+        FROM (
+            SELECT id, name, window_start AS starttime
+            FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+            GROUP BY id, name, window_start, window_end
+        ) AS P
+        JOIN (
+            SELECT seller, window_start AS starttime
+            FROM TABLE(TUMBLE(TABLE auction, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+            GROUP BY seller, window_start, window_end
+        ) AS A
+        ON P.id = A.seller AND P.starttime = A.starttime
     """,
     "q11": """
         SELECT bidder, COUNT(*) AS bid_count,

@@ -56,7 +56,7 @@ import eddyline as ed  # noqa: E402
 
 PEERS: dict[str, tuple[str, frozenset[str]]] = {
     "spark": ("peer_spark.py", frozenset({"q1", "q5"})),
-    "flink": ("peer_flink.py", frozenset({"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q11"})),
+    "flink": ("peer_flink.py", frozenset({"q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11"})),
 }
 """Each peer's script and the queries it runs."""
 
