@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import eddyline as ed
+from eddyline.testing import wait_until
 
 
 def _get(url: str) -> Any:
@@ -324,13 +325,14 @@ def test_a_running_loop_shows_its_queue_and_spilled_bytes_live(tmp_path: Any) ->
     start.iterate(collatz_body, feedback_memory="16KiB", spill_dir=tmp_path).name("out").collect()
     client = env.execute_async("live-loop", dashboard=0)
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def live() -> dict[str, Any] | None:
             (loop,) = _api(client, "/loops")["loops"]
-            if loop["spilled-bytes"] > 0 and loop["feedback-queue-events"] > 0:
-                break
-            assert time.monotonic() < deadline, f"no live loop metrics: {loop}"
-            time.sleep(0.2)  # the next sample
+            busy = loop["spilled-bytes"] > 0 and loop["feedback-queue-events"] > 0
+            return loop if busy else None
+
+        # 0.2 s: the dashboard samples its metrics at most every 0.5 s.
+        loop = wait_until(live, timeout=30, what="live loop metrics", interval=0.2)
         own = client.metrics()["operators"][loop["name"]]
         # Taken after the sample: the counter only grows.
         assert own["spilled_bytes"] >= loop["spilled-bytes"]

@@ -227,7 +227,7 @@ impl Task {
                     if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
                         self.apply(action)?;
                     }
-                    self.unaligned_channel_ended(i);
+                    self.unaligned_channel_ended(i)?;
                     if let Some(t) = self.body_term.as_mut() {
                         let name = &self.slots[0].name;
                         for token in t.on_channel_ended(i).map_err(|e| e.in_operator(name))? {

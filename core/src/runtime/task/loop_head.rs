@@ -609,14 +609,14 @@ impl Task {
                     bytes: Mutex::new(None),
                 })));
             }
-            let _ = self.reports.send(TaskReport::Snapshot {
+            self.report_snapshot(TaskReport::Snapshot {
                 task: self.id,
                 checkpoint: p.barrier.id,
                 states,
                 alignment: p.alignment,
                 finished: false,
                 channels: None,
-            });
+            })?;
         }
     }
 

@@ -466,6 +466,13 @@ pub(crate) enum Step {
 }
 
 impl Task {
+    /// Sends a snapshot report to the checkpoint coordinator. A coordinator
+    /// that is gone has ended the job: the task stops (cancelled) instead of
+    /// going on with a snapshot nobody receives.
+    pub(crate) fn report_snapshot(&self, report: TaskReport) -> Result<()> {
+        self.reports.send(report).map_err(|_| Error::Cancelled)
+    }
+
     /// Runs the task to its end and reports the outcome.
     pub fn run(mut self) {
         self.start_metrics();
@@ -628,14 +635,14 @@ impl Task {
         let states = self.chain_states(&barrier)?;
         let slots = &self.slots;
         start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
-        let _ = self.reports.send(TaskReport::Snapshot {
+        self.report_snapshot(TaskReport::Snapshot {
             task: self.id,
             checkpoint: barrier.id,
             states,
             alignment,
             finished,
             channels: None,
-        });
+        })?;
         if !finished {
             let announce = self.aligned_timeout.is_some()
                 && barrier.kind == crate::event::BarrierKind::Checkpoint;

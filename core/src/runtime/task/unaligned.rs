@@ -178,7 +178,7 @@ impl Task {
             None => false,
         };
         if complete {
-            self.finish_unaligned();
+            self.finish_unaligned()?;
         }
         Ok(())
     }
@@ -256,8 +256,7 @@ impl Task {
             }
         }
         if complete {
-            self.finish_unaligned();
-            return Ok(());
+            return self.finish_unaligned();
         }
         let announced: Vec<usize> = (0..self.inputs.len())
             .filter(|&ch| !arrived[ch] && self.inputs[ch].announced >= barrier.id)
@@ -269,14 +268,15 @@ impl Task {
     }
 
     /// Channel `i` ended while a capture was running.
-    pub(crate) fn unaligned_channel_ended(&mut self, i: usize) {
+    pub(crate) fn unaligned_channel_ended(&mut self, i: usize) -> Result<()> {
         let complete = match self.unaligned.current.as_mut() {
             Some(c) => c.capture.on_end(i),
             None => false,
         };
         if complete {
-            self.finish_unaligned();
+            self.finish_unaligned()?;
         }
+        Ok(())
     }
 
     /// The first barrier of checkpoint `barrier.id`: snapshot the operators
@@ -297,13 +297,13 @@ impl Task {
         self.output.broadcast_overtaking(barrier)
     }
 
-    fn finish_unaligned(&mut self) {
+    fn finish_unaligned(&mut self) -> Result<()> {
         let Some(c) = self.unaligned.current.take() else {
-            return;
+            return Ok(());
         };
         self.unaligned.settled = self.unaligned.settled.max(c.barrier.id);
         let name = self.slots.first().map_or("", |s| &s.name).to_string();
-        let _ = self.reports.send(TaskReport::Snapshot {
+        self.report_snapshot(TaskReport::Snapshot {
             task: self.id,
             checkpoint: c.barrier.id,
             states: c.states,
@@ -312,7 +312,7 @@ impl Task {
             alignment: c.started.elapsed(),
             finished: false,
             channels: c.capture.into_state(&name),
-        });
+        })
     }
 
     /// Puts restored channel state in front of each input channel.
