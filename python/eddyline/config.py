@@ -143,7 +143,10 @@ class CheckpointConfig:
             overtook is stored with the checkpoint as channel state and
             replayed, in order, on restore. Checkpoints then complete quickly
             under backpressure. Savepoints stay aligned. A checkpoint holding
-            channel state restores only at the parallelism it was taken with.
+            channel state also restores at another parallelism: the in-flight
+            rows are dealt out by each edge's partitioning (a keyed exchange
+            sends each row to the subtask owning its key group) and replayed
+            before any new data.
             Works in-process and across worker processes; jobs with loops are
             refused with a :class:`~eddyline.errors.CheckpointError` when they
             start (not supported yet).

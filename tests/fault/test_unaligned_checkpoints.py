@@ -211,30 +211,3 @@ def test_unaligned_sigkill_of_a_worker_process_restores_exactly(tmp_path: Path) 
     table = read_parquet_dir(out)
     assert_exact_ids(table["id"].to_pylist(), range(2 * n), "ParquetSink")
     assert len(set(table["pid"].to_pylist())) >= 3, "both attempts' workers wrote rows"
-
-
-@pytest.mark.timeout(120)
-def test_unaligned_checkpoint_with_channel_state_refuses_another_parallelism(
-    tmp_path: Path,
-) -> None:
-    chk = tmp_path / "chk"
-
-    def job(parallelism: int) -> ed.StreamEnvironment:
-        env = ed.StreamEnvironment(
-            parallelism,
-            checkpoint=ed.CheckpointConfig(chk, interval="100ms", unaligned=True),
-            batch_size=20,
-        )
-        unique = env.from_sequence(0, 100_000).key_by("value").reduce(lambda x, y: x)
-        unique.uid("unique").map_batches(SleepPerBatch(0.005)).uid("slow").collect()
-        return env
-
-    client = job(2).execute_async("rescale")
-    wait_until(lambda: _channel_state_manifests(chk) >= 1, timeout=60, what="channel state")
-    client.cancel()
-    with_state = [
-        m.parent for m in chk.glob("chk-*/_manifest.json") if "#channels" in m.read_text()
-    ]
-    assert with_state, "a retained checkpoint holds channel state"
-    with pytest.raises(ed.CheckpointError, match="restores only at that parallelism"):
-        job(1).execute("rescaled", restore_from=str(with_state[0]))

@@ -53,6 +53,7 @@
 //! whole file, so a truncated, extended or altered file is refused before it
 //! is parsed. The manifest format is described in [`manifest`].
 
+pub mod channel_rescale;
 pub mod channel_state;
 pub mod config;
 pub mod coordinator;

@@ -4,6 +4,7 @@
 //! plan, constructs the tasks and starts their threads (DESIGN.md
 //! "Runtime"). Used by the driver's supervisor and by every worker process.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -12,6 +13,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::barrier::{AlignmentMode, BarrierAligner};
 use crate::channel::{bounded, EventReceiver, FlowPolicy, InputFlow, MIN_BUDGET_BYTES};
+use crate::checkpoint::channel_rescale::{redistribute, EdgeShape, SubtaskChannels};
 use crate::checkpoint::coordinator::{Outgoing, TaskInfo};
 use crate::checkpoint::restore::{all_finished, state_for};
 use crate::checkpoint::RestoredCheckpoint;
@@ -248,6 +250,8 @@ struct AttemptBuilder<'a> {
     mode: AlignmentMode,
     restored: Option<&'a RestoredCheckpoint>,
     recompute: &'a AttemptRecompute,
+    /// Restored channel state dealt out to another parallelism, by chain.
+    channel_state: RefCell<HashMap<usize, Vec<Option<SubtaskChannels>>>>,
 }
 
 /// Builds the channels, feedback queues and tasks of one attempt and starts
@@ -273,6 +277,7 @@ pub(crate) fn build_attempt(
         mode,
         restored,
         recompute,
+        channel_state: Default::default(),
     };
     let mut wiring = b.wire_channels(place)?;
     b.wire_feedback(&mut wiring)?;
@@ -412,6 +417,7 @@ impl AttemptBuilder<'_> {
                             pending: Default::default(),
                             last_barrier: 0,
                             announced: 0,
+                            restored: 0,
                         });
                     }
                     if !place.owns(up) {
@@ -636,8 +642,8 @@ impl AttemptBuilder<'_> {
             }
         }
         if let Some(rc) = self.restored {
-            let head = &graph.nodes[chain.nodes[0]];
-            parts.restore.channels = restored_channels(rc, head, subtask, p)?;
+            parts.restore.channels =
+                restored_channels(rc, graph, self.plan, ci, subtask, &self.channel_state)?;
         }
         Ok(parts)
     }
@@ -728,40 +734,82 @@ impl AttemptBuilder<'_> {
     }
 }
 
-/// The channel state subtask `subtask` of the chain headed by `head`
-/// restores from an unaligned checkpoint (FLIP-76), if it has any; refused
-/// at another parallelism (channel state is not redistributed).
+/// The channel state subtask `subtask` of chain `ci` (headed by `head`, at
+/// `parallelism`) restores from an unaligned checkpoint (FLIP-76), if it
+/// has any. At the parallelisms of the checkpoint each subtask gets back
+/// what it captured; at others the captured data of every old subtask is
+/// dealt out by the input edges' partitioning
+/// ([`crate::checkpoint::channel_rescale`]), once per chain (`cache`).
 fn restored_channels(
     rc: &crate::checkpoint::RestoredCheckpoint,
-    head: &crate::graph::Node,
+    graph: &JobGraph,
+    plan: &Plan,
+    ci: usize,
     subtask: usize,
-    parallelism: usize,
-) -> Result<Option<Vec<Vec<arrow::record_batch::RecordBatch>>>> {
+    cache: &RefCell<HashMap<usize, Vec<Option<SubtaskChannels>>>>,
+) -> Result<Option<SubtaskChannels>> {
     use crate::checkpoint::channel_state::{channel_state_uid, decode};
+    let chain = &plan.chains[ci];
+    let (head, parallelism) = (&graph.nodes[chain.nodes[0]], chain.parallelism);
     let uid = channel_state_uid(&head.uid);
     let Some(entry) = rc.manifest().operator(&uid) else {
         return Ok(None);
     };
-    if entry.subtasks.len() != parallelism {
-        return Err(Error::checkpoint(
-            Some(rc.dir().to_path_buf()),
-            format!(
-                "checkpoint {} is unaligned and holds in-flight data of operator '{}' taken at \
-                 parallelism {}; it restores only at that parallelism, not {parallelism} (take \
-                 an aligned savepoint to rescale)",
-                rc.id(),
-                head.name,
-                entry.subtasks.len()
-            ),
-        ));
-    }
-    let Some(bytes) = rc
-        .state(&uid, subtask as u32)
-        .and_then(|s| s.operator.as_ref())
-        .map(|b| b.to_bytes())
-        .transpose()?
-    else {
-        return Ok(None);
+    let old_p = entry.subtasks.len();
+    let decoded = |s: usize| -> Result<Option<SubtaskChannels>> {
+        rc.state(&uid, s as u32)
+            .and_then(|st| st.operator.as_ref())
+            .map(|b| b.to_bytes())
+            .transpose()?
+            .map(|bytes| decode(&head.name, &bytes))
+            .transpose()
     };
-    decode(&head.name, &bytes).map(Some)
+    let mut edges = Vec::with_capacity(head.inputs.len());
+    for edge in &head.inputs {
+        let producer = &graph.nodes[edge.from];
+        let old_producers = rc
+            .manifest()
+            .operator(&producer.uid)
+            .map(|e| e.subtasks.len())
+            .ok_or_else(|| {
+                Error::checkpoint(
+                    Some(rc.dir().to_path_buf()),
+                    format!(
+                        "checkpoint {} holds in-flight data of operator '{}' read from \
+                         operator '{}' (uid '{}'), which the checkpoint does not know: the \
+                         in-flight data cannot be dealt out without its parallelism",
+                        rc.id(),
+                        head.name,
+                        producer.name,
+                        producer.uid
+                    ),
+                )
+            })?;
+        edges.push(EdgeShape {
+            partitioning: edge.partitioning.clone(),
+            old_producers,
+            new_producers: plan.chains[plan.chain_of[edge.from]].parallelism,
+        });
+    }
+    let rescaled = old_p != parallelism || edges.iter().any(|e| e.old_producers != e.new_producers);
+    if !rescaled {
+        return decoded(subtask);
+    }
+    let mut cache = cache.borrow_mut();
+    let dealt = match cache.entry(ci) {
+        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            let old = (0..old_p).map(decoded).collect::<Result<Vec<_>>>()?;
+            let dealt = redistribute(&head.name, &edges, old, parallelism, graph.max_parallelism)
+                .map_err(|e| match e {
+                Error::Checkpoint {
+                    path: None,
+                    message,
+                } => Error::checkpoint(Some(rc.dir().to_path_buf()), message),
+                other => other,
+            })?;
+            v.insert(dealt)
+        }
+    };
+    Ok(dealt.get_mut(subtask).and_then(Option::take))
 }

@@ -60,6 +60,11 @@ impl Task {
     /// The next event of the live, unblocked input channels, round-robin
     /// from `cursor`, without waiting.
     pub(crate) fn poll_inputs(&mut self, cursor: &mut usize) -> Result<Option<(usize, Event)>> {
+        if self.unaligned.replaying > 0 {
+            if let Some(step) = self.poll_replay(cursor) {
+                return Ok(Some(step));
+            }
+        }
         let n = self.inputs.len();
         for k in 0..n {
             let i = (*cursor + k) % n;

@@ -9,6 +9,7 @@
 //! the supervisor and waits for the checkpoint that covers its end (or the
 //! end-of-job commit) before it closes and sends EndOfPartition.
 
+mod channel_replay;
 pub(crate) mod inputs;
 pub(crate) mod loop_head;
 pub(crate) mod source;
@@ -387,6 +388,9 @@ pub(crate) struct InputChannel {
     /// The newest aligned barrier announced ahead of the queue (aligned
     /// timeout; see `unaligned.rs`).
     pub announced: u64,
+    /// Restored channel state at the front of `pending`, in events
+    /// (`channel_replay.rs`).
+    pub restored: usize,
 }
 
 /// The rows of a source's batches while a local consumer has not measured

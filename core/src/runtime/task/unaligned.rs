@@ -48,6 +48,9 @@ pub(crate) struct UnalignedState {
     /// Aligned timeout: the newest checkpoint barrier announced on some
     /// input channel and not snapshotted yet.
     announced: Option<Barrier>,
+    /// Restored channel state not replayed yet, in events over all
+    /// channels (`channel_replay.rs`): while any is left no new data is read.
+    pub(crate) replaying: usize,
 }
 
 impl UnalignedState {
@@ -313,28 +316,5 @@ impl Task {
             finished: false,
             channels: c.capture.into_state(&name),
         })
-    }
-
-    /// Puts restored channel state in front of each input channel.
-    pub(crate) fn restore_channels(&mut self, channels: Vec<Vec<RecordBatch>>) -> Result<()> {
-        let name = self.slots.first().map_or("", |s| &s.name).to_string();
-        if channels.len() != self.inputs.len() {
-            return Err(Error::checkpoint(
-                None,
-                format!(
-                    "the unaligned checkpoint holds in-flight data of {} input channels of \
-                     operator '{name}', but the job now has {}: a checkpoint with channel state \
-                     restores only at the parallelism it was taken with (take an aligned \
-                     savepoint to rescale)",
-                    channels.len(),
-                    self.inputs.len()
-                ),
-            ));
-        }
-        for (ch, batches) in self.inputs.iter_mut().zip(channels) {
-            ch.pending
-                .extend(batches.into_iter().map(|b| ((Event::Data(b), 0), false)));
-        }
-        Ok(())
     }
 }

@@ -1,0 +1,150 @@
+"""Restoring an unaligned checkpoint's channel state at another parallelism.
+
+FLIP-76 rescaling of channel state (docs/DESIGN.md "Unaligned checkpoints",
+``core/src/checkpoint/channel_rescale.rs``): a job runs with ``unaligned=True``
+under backpressure, SIGKILLs itself right after a checkpoint that holds
+channel state completed (the newest one, so nothing later was committed), and
+is restored with ``restore_from="latest"`` at another parallelism (2 -> 3,
+2 -> 1, 1 -> 4) through a keyed exchange after a union or a connect. The
+committed ParquetSink rows are exactly the input, and the checkpoint restored
+provably held in-flight rows: its manifest has "(channel state)" entries whose
+state files hold Arrow rows, counted here from the documented encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+
+N = 6_000
+RUN_TIMEOUT_S = 90.0
+
+SCRIPT = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+
+    import eddyline as ed
+    from eddyline.testing import SleepPerBatch, completed_checkpoints
+
+    out, chk, n, p, shape, mode = sys.argv[1:7]
+    n, p = int(n), int(p)
+
+
+    def same(batch):
+        return batch
+
+
+    env = ed.StreamEnvironment(
+        p,
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3, unaligned=True),
+        batch_size=20,
+    )
+    a = env.from_sequence(0, n).name("a").uid("a")
+    b = env.from_sequence(n, 2 * n).name("b").uid("b")
+    if shape == "union":
+        both = a.union(b)
+    else:
+        both = a.connect(b).map_batches(same, same).name("both").uid("both")
+    # Unique keys: the keyed reduce emits every record once (a keyed exchange).
+    unique = both.key_by("value").reduce(lambda x, y: x).name("unique").uid("unique")
+    slow = unique.map_batches(SleepPerBatch(0.002)).name("slow").uid("slow")
+    slow.sink_to(ed.ParquetSink(out)).name("files").uid("files")
+    client = env.execute_async("unaligned-rescale", restore_from="latest")
+    if mode == "finish":
+        client.wait(timeout=120)
+        print("finished", flush=True)
+        sys.exit(0)
+    # Kill this process as soon as the newest completed checkpoint holds
+    # channel state: the restore then starts from exactly that checkpoint.
+    seen = 0
+    while client.status == "running":
+        newest = max(completed_checkpoints(chk), default=0)
+        if newest > seen:
+            seen = newest
+            manifest = os.path.join(chk, f"chk-{newest}", "_manifest.json")
+            try:
+                text = open(manifest).read()
+            except OSError:
+                continue
+            if "(channel state)" in text and '"file"' in text.split("(channel state)", 1)[1]:
+                print(f"killed after chk-{newest}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+    print("ended before a checkpoint with channel state", flush=True)
+    sys.exit(3)
+    """
+)
+
+
+def channel_state_rows(checkpoint: Path) -> dict[str, int]:
+    """Rows of in-flight data per "(channel state)" manifest entry of ``checkpoint``.
+
+    Decodes the channel-state encoding of ``core/src/checkpoint/channel_state.rs``
+    (``EDCHST01`` | channels u32 | per channel: segments u32 | per segment:
+    length u64 | an Arrow IPC stream) inside each subtask's state file.
+    """
+    manifest = json.loads((checkpoint / "_manifest.json").read_text())
+    rows: dict[str, int] = {}
+    for op in manifest["operators"]:
+        if not op["name"].endswith("(channel state)"):
+            continue
+        total = 0
+        for sub in op["subtasks"]:
+            if sub.get("state") is None:
+                continue
+            data = (checkpoint / sub["state"]["file"]).read_bytes()
+            at = data.index(b"EDCHST01") + 8
+            (channels,) = struct.unpack_from("<I", data, at)
+            at += 4
+            for _ in range(channels):
+                (segments,) = struct.unpack_from("<I", data, at)
+                at += 4
+                for _ in range(segments):
+                    (length,) = struct.unpack_from("<Q", data, at)
+                    at += 8
+                    reader = pa.ipc.open_stream(pa.py_buffer(data[at : at + length]))
+                    total += reader.read_all().num_rows
+                    at += length
+        rows[op["name"]] = total
+    return rows
+
+
+def _run(script: Path, out: Path, chk: Path, p: int, shape: str, mode: str) -> str:
+    command = [sys.executable, str(script), str(out), str(chk), str(N), str(p), shape, mode]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    if mode == "kill":
+        assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
+    else:
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    return proc.stdout
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("before", "after", "shape"),
+    [(2, 3, "union"), (2, 1, "connect"), (1, 4, "union"), (1, 4, "connect")],
+)
+def test_unaligned_channel_state_restores_at_another_parallelism_exactly(
+    before: int, after: int, shape: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    killed = _run(script, out, chk, before, shape, "kill")
+    newest = max(completed_checkpoints(chk))
+    assert f"killed after chk-{newest}" in killed, killed
+    # Non-vacuity: the checkpoint restored holds in-flight rows.
+    rows = channel_state_rows(chk / f"chk-{newest}")
+    assert sum(rows.values()) > 0, rows
+    assert "finished" in _run(script, out, chk, after, shape, "finish")
+    assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(2 * N), "ParquetSink")
