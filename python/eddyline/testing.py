@@ -38,6 +38,7 @@ __all__ = [
     "SleepPerBatch",
     "assert_exact_ids",
     "assert_same_rows",
+    "channel_state_rows",
     "collatz_steps",
     "completed_checkpoints",
     "id_report",
@@ -280,6 +281,57 @@ def completed_checkpoints(directory: str | os.PathLike[str]) -> list[int]:
         if match and os.path.isfile(os.path.join(root, entry, "_manifest.json")):
             ids.append(int(match.group(1)))
     return sorted(ids)
+
+
+def channel_state_rows(checkpoint: str | os.PathLike[str]) -> dict[tuple[str, int, int], int]:
+    """Rows of in-flight data in an unaligned checkpoint, per channel.
+
+    Reads the "(channel state)" entries of the manifest of ``checkpoint`` (a
+    local ``chk-N`` directory) and decodes each subtask's channel state
+    (docs/DESIGN.md "Unaligned checkpoints"; the encoding of
+    ``core/src/checkpoint/channel_state.rs``: ``EDCHST01`` | channels u32 | per
+    channel: segments u32 | per segment: length u64 | an Arrow IPC stream).
+
+    Returns:
+        ``{(entry name, subtask, input channel): rows}`` for every channel that
+        holds rows; empty for an aligned checkpoint.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     _ = pathlib.Path(tmp, "_manifest.json").write_text('{"operators": []}')
+        ...     channel_state_rows(tmp)
+        {}
+    """
+    import struct
+
+    root = os.fspath(checkpoint)
+    with open(os.path.join(root, "_manifest.json")) as f:
+        manifest = json.load(f)
+    rows: dict[tuple[str, int, int], int] = {}
+    for op in manifest["operators"]:
+        if not op["name"].endswith(" (channel state)"):
+            continue
+        for sub in op["subtasks"]:
+            if sub.get("state") is None:
+                continue
+            with open(os.path.join(root, sub["state"]["file"]), "rb") as f:
+                data = f.read()
+            at = data.index(b"EDCHST01") + 8
+            (channels,) = struct.unpack_from("<I", data, at)
+            at += 4
+            for channel in range(channels):
+                (segments,) = struct.unpack_from("<I", data, at)
+                at += 4
+                for _ in range(segments):
+                    (length,) = struct.unpack_from("<Q", data, at)
+                    at += 8
+                    table = pa.ipc.open_stream(pa.py_buffer(data[at : at + length])).read_all()
+                    at += length
+                    if table.num_rows:
+                        key = (op["name"], int(sub["subtask"]), channel)
+                        rows[key] = rows.get(key, 0) + table.num_rows
+    return rows
 
 
 def wait_until(

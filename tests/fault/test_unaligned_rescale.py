@@ -8,22 +8,24 @@ is restored with ``restore_from="latest"`` at another parallelism (2 -> 3,
 2 -> 1, 1 -> 4) through a keyed exchange after a union or a connect. The
 committed ParquetSink rows are exactly the input, and the checkpoint restored
 provably held in-flight rows: its manifest has "(channel state)" entries whose
-state files hold Arrow rows, counted here from the documented encoding.
+state files hold Arrow rows (``eddyline.testing.channel_state_rows``).
 """
 
 from __future__ import annotations
 
-import json
-import struct
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from eddyline.testing import (
+    assert_exact_ids,
+    channel_state_rows,
+    completed_checkpoints,
+    read_parquet_dir,
+)
 
 N = 6_000
 RUN_TIMEOUT_S = 90.0
@@ -37,8 +39,8 @@ SCRIPT = textwrap.dedent(
     import eddyline as ed
     from eddyline.testing import SleepPerBatch, completed_checkpoints
 
-    out, chk, n, p, shape, mode = sys.argv[1:7]
-    n, p = int(n), int(p)
+    out, chk, n, p, shape, mode, checkpoints = sys.argv[1:8]
+    n, p, unaligned = int(n), int(p), checkpoints == "unaligned"
 
 
     def same(batch):
@@ -47,7 +49,7 @@ SCRIPT = textwrap.dedent(
 
     env = ed.StreamEnvironment(
         p,
-        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3, unaligned=True),
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3, unaligned=unaligned),
         batch_size=20,
     )
     a = env.from_sequence(0, n).name("a").uid("a")
@@ -66,7 +68,8 @@ SCRIPT = textwrap.dedent(
         print("finished", flush=True)
         sys.exit(0)
     # Kill this process as soon as the newest completed checkpoint holds
-    # channel state: the restore then starts from exactly that checkpoint.
+    # channel state (aligned: completed): the restore then starts from
+    # exactly that checkpoint.
     seen = 0
     while client.status == "running":
         newest = max(completed_checkpoints(chk), default=0)
@@ -77,7 +80,8 @@ SCRIPT = textwrap.dedent(
                 text = open(manifest).read()
             except OSError:
                 continue
-            if "(channel state)" in text and '"file"' in text.split("(channel state)", 1)[1]:
+            held = "(channel state)" in text and '"file"' in text.split("(channel state)", 1)[1]
+            if held or not unaligned:
                 print(f"killed after chk-{newest}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
     print("ended before a checkpoint with channel state", flush=True)
@@ -86,41 +90,11 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def channel_state_rows(checkpoint: Path) -> dict[str, int]:
-    """Rows of in-flight data per "(channel state)" manifest entry of ``checkpoint``.
-
-    Decodes the channel-state encoding of ``core/src/checkpoint/channel_state.rs``
-    (``EDCHST01`` | channels u32 | per channel: segments u32 | per segment:
-    length u64 | an Arrow IPC stream) inside each subtask's state file.
-    """
-    manifest = json.loads((checkpoint / "_manifest.json").read_text())
-    rows: dict[str, int] = {}
-    for op in manifest["operators"]:
-        if not op["name"].endswith("(channel state)"):
-            continue
-        total = 0
-        for sub in op["subtasks"]:
-            if sub.get("state") is None:
-                continue
-            data = (checkpoint / sub["state"]["file"]).read_bytes()
-            at = data.index(b"EDCHST01") + 8
-            (channels,) = struct.unpack_from("<I", data, at)
-            at += 4
-            for _ in range(channels):
-                (segments,) = struct.unpack_from("<I", data, at)
-                at += 4
-                for _ in range(segments):
-                    (length,) = struct.unpack_from("<Q", data, at)
-                    at += 8
-                    reader = pa.ipc.open_stream(pa.py_buffer(data[at : at + length]))
-                    total += reader.read_all().num_rows
-                    at += length
-        rows[op["name"]] = total
-    return rows
-
-
-def _run(script: Path, out: Path, chk: Path, p: int, shape: str, mode: str) -> str:
+def _run(
+    script: Path, out: Path, chk: Path, p: int, shape: str, mode: str, checkpoints: str
+) -> str:
     command = [sys.executable, str(script), str(out), str(chk), str(N), str(p), shape, mode]
+    command.append(checkpoints)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     if mode == "kill":
         assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
@@ -140,11 +114,25 @@ def test_unaligned_channel_state_restores_at_another_parallelism_exactly(
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
     out, chk = tmp_path / "out", tmp_path / "chk"
-    killed = _run(script, out, chk, before, shape, "kill")
+    killed = _run(script, out, chk, before, shape, "kill", "unaligned")
     newest = max(completed_checkpoints(chk))
     assert f"killed after chk-{newest}" in killed, killed
     # Non-vacuity: the checkpoint restored holds in-flight rows.
     rows = channel_state_rows(chk / f"chk-{newest}")
     assert sum(rows.values()) > 0, rows
-    assert "finished" in _run(script, out, chk, after, shape, "finish")
+    assert "finished" in _run(script, out, chk, after, shape, "finish", "unaligned")
+    assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(2 * N), "ParquetSink")
+
+
+@pytest.mark.timeout(120)
+def test_aligned_restore_at_a_lower_parallelism_commits_every_subtasks_files(
+    tmp_path: Path,
+) -> None:
+    # Regression: at 2 -> 1 the ParquetSink subtask dealt both old subtasks'
+    # pre-committed files of one checkpoint kept only one of them.
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    assert "killed after chk-" in _run(script, out, chk, 2, "union", "kill", "aligned")
+    assert "finished" in _run(script, out, chk, 1, "union", "finish", "aligned")
     assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(2 * N), "ParquetSink")

@@ -119,8 +119,12 @@ pub struct ParquetSink {
     attempt: u32,
     seq: u64,
     writer: Option<OpenFile>,
-    /// checkpoint id -> its pre-committed transaction
-    pending: BTreeMap<u64, Txn>,
+    /// (checkpoint id, n) -> a pre-committed transaction of that
+    /// checkpoint: its own (n = 0), or one of those dealt to it on restore,
+    /// where several old subtasks' transactions of one checkpoint meet at a
+    /// lower parallelism (n counts them; keyed by id alone, all but one
+    /// would be lost).
+    pending: BTreeMap<(u64, usize), Txn>,
     options: StorageOptions,
     /// The run tag of the job this subtask was restored from.
     restored_tag: Option<String>,
@@ -183,7 +187,7 @@ impl ParquetSink {
         }
         let dir = self.dir.clone();
         self.pending.insert(
-            checkpoint_id,
+            (checkpoint_id, 0),
             Txn {
                 dir,
                 pending,
@@ -238,14 +242,14 @@ impl ParquetSink {
     }
 
     fn commit_upto(&mut self, checkpoint_id: u64) -> Result<()> {
-        let ids: Vec<u64> = self
+        let ids: Vec<(u64, usize)> = self
             .pending
-            .range(..=checkpoint_id)
+            .range(..=(checkpoint_id, usize::MAX))
             .map(|(k, _)| *k)
             .collect();
         let mut renamed: Vec<Store> = Vec::new();
-        for id in ids {
-            if let Some(txn) = self.pending.remove(&id) {
+        for key @ (id, _) in ids {
+            if let Some(txn) = self.pending.remove(&key) {
                 let Txn {
                     dir,
                     pending,
@@ -345,7 +349,7 @@ impl Operator for ParquetSink {
         let entries: Vec<Vec<u8>> = self
             .pending
             .iter()
-            .map(|(id, t)| {
+            .map(|((id, _), t)| {
                 let (p, f) = (
                     t.dir.location_of(&t.pending),
                     t.dir.location_of(&t.final_name),
@@ -418,7 +422,8 @@ impl Operator for ParquetSink {
                         pending: name(pending)?,
                         final_name: name(final_path)?,
                     };
-                    self.pending.insert(id, txn);
+                    let n = self.pending.range((id, 0)..=(id, usize::MAX)).count();
+                    self.pending.insert((id, n), txn);
                 }
                 _ => return Err(bad()),
             }
