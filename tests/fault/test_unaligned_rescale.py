@@ -5,7 +5,9 @@ FLIP-76 rescaling of channel state (docs/DESIGN.md "Unaligned checkpoints",
 under backpressure, SIGKILLs itself right after a checkpoint that holds
 channel state completed (the newest one, so nothing later was committed), and
 is restored with ``restore_from="latest"`` at another parallelism (2 -> 3,
-2 -> 1, 1 -> 4) through a keyed exchange after a union or a connect. The
+2 -> 1, 1 -> 4, 3 -> 2) through a keyed exchange after a union or a connect.
+The "order" shape keys runs of consecutive values: each key's values must
+reach the keyed operator increasing, replayed ones before new ones. The
 committed ParquetSink rows are exactly the input, and the checkpoint restored
 provably held in-flight rows: its manifest has "(channel state)" entries whose
 state files hold Arrow rows (``eddyline.testing.channel_state_rows``).
@@ -54,12 +56,33 @@ SCRIPT = textwrap.dedent(
     )
     a = env.from_sequence(0, n).name("a").uid("a")
     b = env.from_sequence(n, 2 * n).name("b").uid("b")
-    if shape == "union":
-        both = a.union(b)
+    if shape == "order":
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        def with_run(batch):
+            return batch.append_column("k", pc.divide(batch.column(0), 100))
+
+        def check(row, ctx):
+            # Runs of 100 values, each inside one source range, read in
+            # order: a key's values arrive increasing unless replayed rows
+            # were overtaken by new ones.
+            last = ctx.state.value()
+            ctx.state.update(row["value"])
+            return [{"value": row["value"], "bad": int(last is not None and row["value"] < last)}]
+
+        runs = a.union(b).map_batches(
+            with_run, schema=pa.schema([("value", pa.int64(), False), ("k", pa.int64())])
+        )
+        out_schema = pa.schema([("value", pa.int64()), ("bad", pa.int64())])
+        unique = runs.key_by("k").process(check, schema=out_schema).name("unique").uid("unique")
     else:
-        both = a.connect(b).map_batches(same, same).name("both").uid("both")
-    # Unique keys: the keyed reduce emits every record once (a keyed exchange).
-    unique = both.key_by("value").reduce(lambda x, y: x).name("unique").uid("unique")
+        if shape == "union":
+            both = a.union(b)
+        else:
+            both = a.connect(b).map_batches(same, same).name("both").uid("both")
+        # Unique keys: the keyed reduce emits every record once (a keyed exchange).
+        unique = both.key_by("value").reduce(lambda x, y: x).name("unique").uid("unique")
     slow = unique.map_batches(SleepPerBatch(0.002)).name("slow").uid("slow")
     slow.sink_to(ed.ParquetSink(out)).name("files").uid("files")
     client = env.execute_async("unaligned-rescale", restore_from="latest")
@@ -106,7 +129,14 @@ def _run(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("before", "after", "shape"),
-    [(2, 3, "union"), (2, 1, "connect"), (1, 4, "union"), (1, 4, "connect")],
+    [
+        (2, 3, "union"),
+        (2, 1, "connect"),
+        (1, 4, "union"),
+        (1, 4, "connect"),
+        (2, 3, "order"),
+        (3, 2, "order"),
+    ],
 )
 def test_unaligned_channel_state_restores_at_another_parallelism_exactly(
     before: int, after: int, shape: str, tmp_path: Path
@@ -121,7 +151,11 @@ def test_unaligned_channel_state_restores_at_another_parallelism_exactly(
     rows = channel_state_rows(chk / f"chk-{newest}")
     assert sum(rows.values()) > 0, rows
     assert "finished" in _run(script, out, chk, after, shape, "finish", "unaligned")
-    assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(2 * N), "ParquetSink")
+    table = read_parquet_dir(out)
+    assert_exact_ids(table["value"].to_pylist(), range(2 * N), "ParquetSink")
+    if shape == "order":
+        # Per-key order kept across the rescale: replayed rows first.
+        assert sum(table["bad"].to_pylist()) == 0
 
 
 @pytest.mark.timeout(120)
