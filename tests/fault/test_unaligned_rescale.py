@@ -6,7 +6,8 @@ under backpressure, SIGKILLs itself right after a checkpoint that holds
 channel state completed (the newest one, so nothing later was committed), and
 is restored with ``restore_from="latest"`` at another parallelism (2 -> 3,
 2 -> 1, 1 -> 4, 3 -> 2) through a keyed exchange after a union or a connect.
-The "order" shape keys runs of consecutive values: each key's values must
+The same across worker processes (ProcessRunner, 2 -> 3), with rows in flight
+between the workers. The "order" shape keys runs of consecutive values: each key's values must
 reach the keyed operator increasing, replayed ones before new ones. The
 committed ParquetSink rows are exactly the input, and the checkpoint restored
 provably held in-flight rows: its manifest has "(channel state)" entries whose
@@ -41,7 +42,7 @@ SCRIPT = textwrap.dedent(
     import eddyline as ed
     from eddyline.testing import SleepPerBatch, completed_checkpoints
 
-    out, chk, n, p, shape, mode, checkpoints = sys.argv[1:8]
+    out, chk, n, p, shape, mode, checkpoints, runner = sys.argv[1:9]
     n, p, unaligned = int(n), int(p), checkpoints == "unaligned"
 
 
@@ -85,7 +86,8 @@ SCRIPT = textwrap.dedent(
         unique = both.key_by("value").reduce(lambda x, y: x).name("unique").uid("unique")
     slow = unique.map_batches(SleepPerBatch(0.002)).name("slow").uid("slow")
     slow.sink_to(ed.ParquetSink(out)).name("files").uid("files")
-    client = env.execute_async("unaligned-rescale", restore_from="latest")
+    runner = ed.ProcessRunner(workers=2) if runner == "process" else None
+    client = env.execute_async("unaligned-rescale", restore_from="latest", runner=runner)
     if mode == "finish":
         client.wait(timeout=120)
         print("finished", flush=True)
@@ -114,10 +116,17 @@ SCRIPT = textwrap.dedent(
 
 
 def _run(
-    script: Path, out: Path, chk: Path, p: int, shape: str, mode: str, checkpoints: str
+    script: Path,
+    out: Path,
+    chk: Path,
+    p: int,
+    shape: str,
+    mode: str,
+    checkpoints: str,
+    runner: str = "local",
 ) -> str:
     command = [sys.executable, str(script), str(out), str(chk), str(N), str(p), shape, mode]
-    command.append(checkpoints)
+    command += [checkpoints, runner]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     if mode == "kill":
         assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
@@ -169,4 +178,26 @@ def test_aligned_restore_at_a_lower_parallelism_commits_every_subtasks_files(
     out, chk = tmp_path / "out", tmp_path / "chk"
     assert "killed after chk-" in _run(script, out, chk, 2, "union", "kill", "aligned")
     assert "finished" in _run(script, out, chk, 1, "union", "finish", "aligned")
+    assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(2 * N), "ParquetSink")
+
+
+@pytest.mark.timeout(180)
+def test_unaligned_channel_state_restores_at_another_parallelism_across_processes(
+    tmp_path: Path,
+) -> None:
+    # ProcessRunner(workers=2) at 2 and then 3: half the keyed exchange's
+    # channels cross processes in both runs; each worker deals out the
+    # channel state of the subtasks it now runs.
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    killed = _run(script, out, chk, 2, "union", "kill", "unaligned", "process")
+    newest = max(completed_checkpoints(chk))
+    assert f"killed after chk-{newest}" in killed, killed
+    rows = channel_state_rows(chk / f"chk-{newest}")
+    # Channel c of "unique" comes from producer c % 2 (edges a, b), which ran
+    # in worker c % 2; subtask s ran in worker s % 2.
+    remote = [k for k in rows if k[0].startswith("unique") and k[2] % 2 != k[1] % 2]
+    assert remote, rows
+    assert "finished" in _run(script, out, chk, 3, "union", "finish", "unaligned", "process")
     assert_exact_ids(read_parquet_dir(out)["value"].to_pylist(), range(2 * N), "ParquetSink")
