@@ -340,8 +340,10 @@ impl Store {
     /// exactly one gets `Ok(true)`; readers see all of `bytes` or nothing.
     /// On a disk: a complete, fsynced temporary file hard-linked to `name`
     /// (the link fails if `name` exists); on an object store: one PUT with
-    /// `If-None-Match: *` (object_store's `PutMode::Create`). A store that
-    /// does not honour that condition is an error, never a silent overwrite.
+    /// `If-None-Match: *` (object_store's `PutMode::Create`; AWS S3, MinIO,
+    /// R2 and moto honour it). A store that ignored the condition would
+    /// overwrite: callers relying on it check the store once (see
+    /// `SparkTableSink`'s location probe in python/eddyline/spark/sink.py).
     pub fn put_if_absent(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
         match &self.backend {
             Backend::Local(dir) => {

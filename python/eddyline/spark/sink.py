@@ -70,7 +70,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._storage import checked_storage_options, is_object_store_uri
-from ..errors import EddylineError, GraphError, SchemaError
+from ..errors import EddylineError, GraphError, SchemaError, StorageError
 from ..sinks import TwoPhaseCommitSink
 from ._filelog import ObjectSinkLog, SinkLog, eddyline_uri, fsync_dir, local_path, sink_log
 from ._lazy import require_pyspark
@@ -335,8 +335,18 @@ class SparkTableSink(TwoPhaseCommitSink):
         root = StoreDir(location, self.storage_options or None)
         staging = root.child(STAGING)
         probe = f".probe-{uuid.uuid4().hex}"
-        staging.put(probe, b"ok")
+        created = staging.put_if_absent(probe, b"ok")
+        again = staging.put_if_absent(probe, b"again")
         staging.remove(probe)
+        if not created or again:
+            # Log batches are published with If-None-Match: a store that ignores
+            # it would let two committers overwrite each other's batch.
+            raise StorageError(
+                f"operator '{operator}': the object store of {location!r} ignores "
+                "conditional writes (If-None-Match: *), which SparkTableSink needs to "
+                "publish each checkpoint exactly once",
+                uri=location,
+            )
         if not sink_log(location, self.storage_options).exists():
             stray = [n for n in root.files() if not n.startswith(("_", "."))]
             if stray:
