@@ -96,10 +96,11 @@ def test_table_sink_on_s3_commits_exactly_what_spark_reads(spark: Any, s3: S3) -
     env = ed.StreamEnvironment(
         2,
         checkpoint=ed.CheckpointConfig(f"s3://{s3.bucket}/chk", interval="100ms"),
-        batch_size=500,
+        batch_size=250,
     )
     schema = pa.schema([("value", pa.int64())])
-    slow = env.from_sequence(0, 6000).map_batches(SleepPerBatch(0.005))
+    # 12 batches of 40 ms per subtask: the rows span several 100 ms checkpoints.
+    slow = env.from_sequence(0, 6000).map_batches(SleepPerBatch(0.04))
     slow.sink_to(SparkTableSink(spark, "s3_values", path=location, schema=schema))
     result = env.execute("s3-table")
     assert len(result.checkpoints) >= 2
@@ -146,6 +147,28 @@ def test_log_batch_is_created_only_if_absent(spark: Any, s3: S3) -> None:
     assert first.append_missing([*wanted, first.file_uri("probe")]) == 1
 
 
+def test_compaction_batch_on_s3_is_read_by_spark(spark: Any, s3: S3, tmp_path: Path) -> None:
+    """Batch 9 repeats batches 0-8 as a compaction batch (Spark's default
+    interval); Spark reads all files through it, and later batches after it."""
+    import pyarrow.parquet as pq
+
+    from eddyline._core import StoreDir
+    from eddyline.spark._filelog import ObjectSinkLog
+
+    root = StoreDir(f"s3://{s3.bucket}/compact")
+    log = ObjectSinkLog(f"s3://{s3.bucket}/compact")
+    for i in range(12):
+        local = tmp_path / f"{i}.parquet"
+        pq.write_table(pa.table({"value": pa.array([i], pa.int64())}), local)
+        root.upload(f"part-{i:02d}.parquet", str(local))
+        assert log.append_missing([log.file_uri(f"part-{i:02d}.parquet")]) == i
+    names = [k.rsplit("/", 1)[-1] for k in s3.keys("compact/_spark_metadata/")]
+    assert "9.compact" in names and "9" not in names
+    assert len(log.files_upto(11)) == 12 and log.new_files(9) == [log.file_uri("part-09.parquet")]
+    assert log.append_missing([log.file_uri("part-03.parquet")]) is None  # listed before 9
+    assert sorted(_ids(spark, f"s3a://{s3.bucket}/compact")) == list(range(12))
+
+
 def test_two_worker_processes_commit_each_checkpoint_once(spark: Any, s3: S3) -> None:
     """Subtasks in two worker processes commit the same checkpoints at the same
     time: every checkpoint is published by exactly one log batch."""
@@ -155,7 +178,7 @@ def test_two_worker_processes_commit_each_checkpoint_once(spark: Any, s3: S3) ->
         batch_size=250,
     )
     schema = pa.schema([("value", pa.int64())])
-    slow = env.from_sequence(0, 8000).map_batches(SleepPerBatch(0.005))
+    slow = env.from_sequence(0, 8000).map_batches(SleepPerBatch(0.02))
     slow.sink_to(
         SparkTableSink(spark, "s3_two_workers", path=f"s3://{s3.bucket}/two", schema=schema)
     )

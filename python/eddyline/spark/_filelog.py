@@ -297,7 +297,10 @@ class ObjectSinkLog(SinkLog):
         return best
 
     def _read_batch(self, batch: int) -> tuple[str, str] | None:
-        for name in (f"{batch}.compact", str(batch)):
+        names = [f"{batch}.compact", str(batch)]
+        if (batch + 1) % COMPACT_INTERVAL != 0:
+            names.reverse()  # a plain batch: one GET, not a missed one first
+        for name in names:
             data = self._store.read(name)
             if data is not None:
                 return f"{self.dir}/{name}", data.decode("utf-8")
@@ -306,11 +309,13 @@ class ObjectSinkLog(SinkLog):
     def _entry_path(self, path: str) -> str:
         return path
 
-    def _lines(self, batch: int) -> list[str]:
+    def _lines(self, batch: int) -> tuple[list[str], bool]:
+        """The entry lines of batch ``batch`` as written, and whether it is a compaction."""
         read = self._read_batch(batch)
         if read is None:
             raise FileNotFoundError(f"batch {batch} of the log in {self.dir!r} is missing")
-        return [line for line in read[1].splitlines()[1:] if line.strip()]
+        lines = [line for line in read[1].splitlines()[1:] if line.strip()]
+        return lines, read[0].endswith(".compact")
 
     def _file_entry(self, uri: str) -> str:
         name = uri.rsplit("/", 1)[-1]
@@ -345,8 +350,9 @@ class ObjectSinkLog(SinkLog):
                 start = batch - 1
                 chain: list[list[str]] = []
                 while start >= 0:
-                    chain.append(self._lines(start))
-                    if self._store.stat(f"{start}.compact") is not None:
+                    lines, compacted = self._lines(start)
+                    chain.append(lines)
+                    if compacted:
                         break
                     start -= 1
                 earlier = [line for lines in reversed(chain) for line in lines]
