@@ -14,6 +14,7 @@ import os
 import random
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,7 +103,23 @@ def test_table_sink_on_s3_commits_exactly_what_spark_reads(spark: Any, s3: S3) -
     # 12 batches of 40 ms per subtask: the rows span several 100 ms checkpoints.
     slow = env.from_sequence(0, 6000).map_batches(SleepPerBatch(0.04))
     slow.sink_to(SparkTableSink(spark, "s3_values", path=location, schema=schema))
-    result = env.execute("s3-table")
+    # A reader with its own session polls the table's files (through the log) meanwhile.
+    seen: list[dict[str, set[str]]] = []
+    stop = threading.Event()
+    reader = spark.newSession()
+
+    def poll() -> None:
+        while not stop.is_set():
+            files = reader.read.schema("value long").parquet(f"s3a://{s3.bucket}/sums")
+            seen.append(_by_checkpoint(files.inputFiles()))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        result = env.execute("s3-table")
+    finally:
+        stop.set()
+        poller.join()
     assert len(result.checkpoints) >= 2
 
     assert_exact_ids(_ids(spark, f"s3a://{s3.bucket}/sums"), range(6000), "spark.read")
@@ -116,6 +133,22 @@ def test_table_sink_on_s3_commits_exactly_what_spark_reads(spark: Any, s3: S3) -
     assert sorted(listed) == sorted(f"s3a://{s3.bucket}/{k}" for k in data)
     assert len(set(listed)) == len(listed)
     assert len(_log_batches(s3, "sums")) >= 2, "one log batch per completed checkpoint"
+    complete = _by_checkpoint(listed)
+    assert any(0 < len(s) < len(complete) for s in seen), (
+        f"the reader never observed the table mid-run ({len(seen)} reads)"
+    )
+    for snapshot in seen:
+        for key, names in snapshot.items():
+            assert names == complete[key], f"the reader saw part of checkpoint {key}"
+
+
+def _by_checkpoint(files: list[str]) -> dict[str, set[str]]:
+    """File names grouped by their checkpoint (``part-<run>-a<attempt>-c<n>-s...``)."""
+    out: dict[str, set[str]] = {}
+    for f in files:
+        name = f.rsplit("/", 1)[-1]
+        out.setdefault(name.split("-s")[0], set()).add(name)
+    return out
 
 
 def test_log_batch_is_created_only_if_absent(spark: Any, s3: S3) -> None:
