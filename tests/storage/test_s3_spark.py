@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
+import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +31,9 @@ from eddyline.testing import (
     FailOnce,
     SleepPerBatch,
     assert_exact_ids,
-    kill_after_checkpoints,
+    completed_checkpoints,
     spark_s3a_test_conf,
+    wait_until,
 )
 
 from .conftest import S3
@@ -274,33 +278,42 @@ def test_from_spark_with_s3_checkpoints_replays_its_pin(spark: Any, s3: S3, tmp_
     assert len(snapshots) == 1, f"the restored run pinned again: {snapshots}"
 
 
-KILL_SCRIPT = textwrap.dedent(
+JOB = textwrap.dedent(
+    """
+    import pyarrow as pa
+
+    import eddyline as ed
+    from eddyline.spark import SparkTableSink
+    from eddyline.testing import SleepPerBatch
+
+
+    def run_job(spark, location, chk, n):
+        env = ed.StreamEnvironment(
+            2, checkpoint=ed.CheckpointConfig(chk, interval="100ms"), batch_size=200
+        )
+        numbers = env.from_spark(spark.range(0, n).selectExpr("id AS value")).uid("numbers")
+        slow = numbers.map_batches(SleepPerBatch(0.004)).name("slow").uid("slow")
+        schema = pa.schema([("value", pa.int64())])
+        sink = SparkTableSink(spark, "killed", path=location, schema=schema)
+        slow.sink_to(sink).uid("table")
+        env.execute("s3-table-killable", restore_from="latest")
+    """
+)
+
+KILL_SCRIPT = JOB + textwrap.dedent(
     """
     import json, os, sys
 
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    import eddyline as ed
-    from eddyline.spark import SparkTableSink, s3a_settings
-    from eddyline.testing import SleepPerBatch
+    from eddyline.spark import s3a_settings
 
-    location, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
     conf = {**json.loads(os.environ["S3A_CONF"]), **s3a_settings()}
     conf["spark.sql.catalogImplementation"] = "in-memory"
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    env = ed.StreamEnvironment(
-        2, checkpoint=ed.CheckpointConfig(chk, interval="100ms"), batch_size=200
-    )
-    numbers = env.from_spark(spark.range(0, n).selectExpr("id AS value")).uid("numbers")
-    slow = numbers.map_batches(SleepPerBatch(0.004)).name("slow").uid("slow")
-    schema = pa.schema([("value", pa.int64())])
-    slow.sink_to(SparkTableSink(spark, "killed", path=location, schema=schema)).uid("table")
-    env.execute("s3-table-killable", restore_from="latest")
-    spark.stop()
+    run_job(builder.getOrCreate(), sys.argv[1], sys.argv[2], int(sys.argv[3]))
     """
 )
 
@@ -309,14 +322,39 @@ KILL_SCRIPT = textwrap.dedent(
 def test_sigkill_and_restore_into_s3_table_is_exact(
     spark: Any, s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A driver (its own Spark JVM) SIGKILLed mid-run; the new driver restores
+    "latest" (here, in this process's Spark session, to spare a JVM start)."""
     n = 40_000
     conf, _ = spark_s3a_test_conf()
     monkeypatch.setenv("S3A_CONF", json.dumps(conf))
     script = tmp_path / "job.py"
     script.write_text(KILL_SCRIPT)
     location, chk = f"s3://{s3.bucket}/killed", f"s3://{s3.bucket}/killed-chk"
-    command = [sys.executable, str(script), location, chk, str(n)]
-    kill_after_checkpoints(command, chk, kills=1, rng=random.Random(14), timeout=120)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), location, chk, str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: bool(completed_checkpoints(chk)) or proc.poll() is not None,
+            timeout=120,
+            what="a checkpoint of the run to kill",
+        )
+        time.sleep(random.Random(14).uniform(0.0, 0.25))  # the kill moment, from the seed
+        assert proc.poll() is None, f"the run ended before the kill:\n{proc.communicate()[1]}"
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    namespace: dict[str, Any] = {}
+    exec(JOB, namespace)  # the same job, restored by a new driver
+    namespace["run_job"](spark, location, chk, n)
+
     assert_exact_ids(_ids(spark, f"s3a://{s3.bucket}/killed"), range(n), "SparkTableSink(s3://)")
     # The killed run's uncompleted checkpoints' staging is swept by the last run.
     assert not [k for k in s3.keys("killed/_eddyline_staging/")], "staging left behind"
@@ -356,8 +394,6 @@ def test_missing_s3a_filesystem_names_what_to_install(tmp_path: Path, s3: S3) ->
             """
         )
     )
-    import subprocess
-
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True
     )
