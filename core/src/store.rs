@@ -36,7 +36,8 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    BackoffConfig, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart,
+    BackoffConfig, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+    WriteMultipart,
 };
 
 use crate::error::{Error, Result};
@@ -334,6 +335,105 @@ impl Store {
         }
     }
 
+    /// Writes `name` only if nothing has that name yet: `Ok(false)` (and
+    /// nothing written) when it exists. Of concurrent writers of one name,
+    /// exactly one gets `Ok(true)`; readers see all of `bytes` or nothing.
+    /// On a disk: a complete, fsynced temporary file hard-linked to `name`
+    /// (the link fails if `name` exists); on an object store: one PUT with
+    /// `If-None-Match: *` (object_store's `PutMode::Create`; AWS S3, MinIO,
+    /// R2 and moto honour it). A store that ignored the condition would
+    /// overwrite: callers relying on it check the store once (see
+    /// `SparkTableSink`'s location probe in python/eddyline/spark/sink.py).
+    pub fn put_if_absent(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+        match &self.backend {
+            Backend::Local(dir) => {
+                let tmp = dir.join(format!(".{name}.{}.tmp", unique_suffix()));
+                let written = (|| {
+                    let mut f = File::create(&tmp)?;
+                    f.write_all(bytes)?;
+                    f.sync_all()?;
+                    match fs::hard_link(&tmp, dir.join(name)) {
+                        Ok(()) => File::open(dir)?.sync_all().map(|()| true),
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })();
+                let _ = fs::remove_file(&tmp);
+                written
+            }
+            Backend::Object { store, prefix } => {
+                let path = prefix.clone().join(name);
+                let payload = PutPayload::from(bytes.to_vec());
+                let opts = PutOptions::from(PutMode::Create);
+                match runtime().block_on(store.put_opts(&path, payload, opts)) {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+                    Err(e) => Err(io_err(e)),
+                }
+            }
+        }
+    }
+
+    /// Gives the file or object `from_name` of `from` (a store of the same
+    /// disk or bucket) a second name, `name` here: a hard link on a disk, a
+    /// server-side copy on an object store (the new object appears whole).
+    /// An existing `name` is replaced (disk: kept; it has the same bytes
+    /// when the caller names files uniquely). A missing source is
+    /// `ErrorKind::NotFound`.
+    pub fn copy_from(&self, from: &Store, from_name: &str, name: &str) -> io::Result<()> {
+        match (&self.backend, &from.backend) {
+            (Backend::Local(dir), Backend::Local(src)) => {
+                match fs::hard_link(src.join(from_name), dir.join(name)) {
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                    other => other,
+                }
+            }
+            (Backend::Object { store, prefix }, Backend::Object { prefix: src, .. }) => {
+                let (source, target) = (src.clone().join(from_name), prefix.clone().join(name));
+                runtime()
+                    .block_on(store.copy(&source, &target))
+                    .map_err(|e| {
+                        if not_found(&e) {
+                            io::Error::new(io::ErrorKind::NotFound, e.to_string())
+                        } else {
+                            io_err(e)
+                        }
+                    })
+            }
+            _ => Err(io::Error::other(format!(
+                "cannot copy from {} to {}: not on the same store",
+                from.location.display(),
+                self.location.display()
+            ))),
+        }
+    }
+
+    /// The size in bytes and the modification time (ms since the epoch) of
+    /// the file or object `name`, `None` if it does not exist.
+    pub fn stat(&self, name: &str) -> io::Result<Option<(u64, i64)>> {
+        match &self.backend {
+            Backend::Local(dir) => match fs::metadata(dir.join(name)) {
+                Ok(meta) => {
+                    let modified = meta
+                        .modified()?
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                    Ok(Some((meta.len(), modified)))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            },
+            Backend::Object { store, prefix } => {
+                let path = prefix.clone().join(name);
+                match runtime().block_on(store.head(&path)) {
+                    Ok(meta) => Ok(Some((meta.size, meta.last_modified.timestamp_millis()))),
+                    Err(e) if not_found(&e) => Ok(None),
+                    Err(e) => Err(io_err(e)),
+                }
+            }
+        }
+    }
+
     /// Starts writing the new file or object `name`; it exists once
     /// [`ObjectWriter::finish`] returned.
     pub fn create(&self, name: &str) -> io::Result<ObjectWriter> {
@@ -482,6 +582,20 @@ impl Store {
             }),
         }
     }
+}
+
+/// A suffix no other temporary file of this process or another one has.
+fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// One file or object read by byte ranges (the Parquet source reads its
@@ -764,6 +878,36 @@ mod tests {
         chk.remove("a.state")?;
         chk.remove_all()?;
         assert!(root.dirs()?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn test_local_put_if_absent_copy_and_stat() -> io::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let root = Store::open(tmp.path(), &StorageOptions::new()).map_err(io::Error::other)?;
+        assert!(root.put_if_absent("0", b"first")?);
+        assert!(
+            !root.put_if_absent("0", b"second")?,
+            "an existing name is kept"
+        );
+        assert_eq!(root.read("0")?, Some(b"first".to_vec()));
+        assert_eq!(
+            root.files()?,
+            vec!["0".to_string()],
+            "no temporary file is left"
+        );
+        let staged = root.child("staging");
+        staged.make_dir()?;
+        staged.put_atomic("part", b"12345")?;
+        root.copy_from(&staged, "part", "final")?;
+        root.copy_from(&staged, "part", "final")?; // a repeated commit
+        assert_eq!(root.read("final")?, Some(b"12345".to_vec()));
+        assert_eq!(root.stat("final")?.map(|(size, _)| size), Some(5));
+        assert_eq!(root.stat("missing")?, None);
+        let err = root
+            .copy_from(&staged, "missing", "x")
+            .expect_err("missing source");
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
         Ok(())
     }
 

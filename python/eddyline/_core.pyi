@@ -14,6 +14,7 @@ from eddyline._specs import NodeSpec
 
 __all__ = [
     "JobHandle",
+    "StoreDir",
     "WorkerSession",
     "__version__",
     "build_graph",
@@ -82,6 +83,35 @@ def read_keyed_state(path: str, uid: str, storage_options: dict[str, str] = ...)
     "empty", "batches": [pa.RecordBatch], "blobs": [(key_group, bytes)]}``.
     Raises ``CheckpointError`` for an unknown uid, a path that is not a
     checkpoint, or an operator without keyed state."""
+
+@final
+class StoreDir:
+    """One directory of the core storage layer: a local directory or an object
+    store prefix (``s3://bucket/prefix``), reached with ``storage_options`` over
+    the standard environment variables. Every call blocks with the GIL
+    released; a failed request is a ``StorageError`` naming the object."""
+
+    def __new__(cls, location: str, storage_options: dict[str, str] | None = None) -> StoreDir: ...
+    @property
+    def location(self) -> str: ...
+    def child(self, name: str) -> StoreDir: ...
+    def read(self, name: str) -> bytes | None: ...
+    def put(self, name: str, data: bytes) -> None:
+        """Writes ``name`` whole (readers see the old content or all of ``data``)."""
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        """Writes ``name`` only if it does not exist (S3: ``If-None-Match: *``);
+        False, with nothing written, if it did."""
+    def upload(self, name: str, path: str) -> None:
+        """Uploads the local file ``path`` as ``name`` (in parts when large)."""
+    def copy_from(self, source: StoreDir, from_name: str, name: str) -> bool:
+        """Copies ``from_name`` of ``source`` (same disk or bucket) to ``name``
+        here, server-side on an object store; False when the source is missing."""
+    def stat(self, name: str) -> tuple[int, int] | None:
+        """``(size, modified_ms)`` of ``name``, or None."""
+    def files(self) -> list[str]: ...
+    def dirs(self) -> list[str]: ...
+    def remove(self, name: str) -> None: ...
+    def remove_all(self) -> None: ...
 
 @final
 class JobHandle:

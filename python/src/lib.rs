@@ -28,6 +28,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checkpoints::inspect_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::read_keyed_state, m)?)?;
     m.add_function(wrap_pyfunction!(storage::parquet_files, m)?)?;
+    m.add_class::<storage::PyStoreDir>()?;
     m.add_class::<job::PyJobHandle>()?;
     m.add_function(wrap_pyfunction!(worker::worker_connect, m)?)?;
     m.add_class::<worker::PyWorkerSession>()?;

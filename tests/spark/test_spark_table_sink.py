@@ -184,11 +184,13 @@ def test_concurrent_reader_never_sees_part_of_a_checkpoint(spark: Any, tmp_path:
     assert final.keys() <= complete.keys()
 
 
-def test_an_object_store_path_is_a_storage_error_naming_it() -> None:
-    """SparkTableSink writes through the local filesystem; s3:// would need Spark's
-    S3A connector (issue 14), so it is refused, not written to a local dir "s3:"."""
+def test_an_untested_object_store_path_is_a_storage_error_naming_it() -> None:
+    """s3:// tables go through Spark's S3A filesystem (tests/storage/test_s3_spark.py);
+    gs:// and az:// are refused up front, not written to a local dir "gs:"."""
     from eddyline.spark import SparkTableSink
 
-    with pytest.raises(ed.StorageError, match=r"s3://bucket/table.*DeltaSink") as info:
-        SparkTableSink(object(), "t", path="s3://bucket/table")
-    assert info.value.uri == "s3://bucket/table"
+    with pytest.raises(ed.StorageError, match=r"gs://bucket/table.*DeltaSink") as info:
+        SparkTableSink(object(), "t", path="gs://bucket/table")
+    assert info.value.uri == "gs://bucket/table"
+    with pytest.raises(ed.StorageError, match="names no bucket"):
+        SparkTableSink(object(), "t", path="s3:///table")

@@ -10,6 +10,9 @@
   as a DataFrame (``ed.read_state`` as Spark).
 * :func:`register` — makes ``spark.readStream.format("eddyline").load(dir)``
   read the committed output of a ``ParquetSink`` or ``SparkTableSink``.
+* :func:`s3a_settings` — the ``spark.hadoop.fs.s3a.*`` settings that let Spark
+  reach the S3 store eddyline's ``storage_options`` describe (``SparkTableSink``
+  on ``s3://`` and ``from_spark`` with checkpoints on ``s3://``).
 
 pyspark is an optional extra (``pip install "eddyline[spark]"``): this package
 imports without it, and raises :class:`SparkNotInstalledError` (an
@@ -23,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._lazy import SparkNotInstalledError, require_pyspark
+from ._s3a import s3a_settings
 from .runner import SparkRunner
 from .sink import SparkTableSink
 from .source import SparkFilesSource, from_spark_files
@@ -35,6 +39,7 @@ __all__ = [
     "from_spark_files",
     "read_state",
     "register",
+    "s3a_settings",
 ]
 
 

@@ -8,6 +8,10 @@ earlier batches), holding ``v1`` and one JSON line per file. Writing a batch
 file is one atomic step (a hard link of a complete, fsynced file, which fails
 if the batch exists), so a reader sees all files of a batch or none.
 
+On an object store (:class:`ObjectSinkLog`) a batch is one object created
+with ``If-None-Match: *`` (object_store's ``PutMode::Create``): of concurrent
+writers of batch ``k`` exactly one succeeds, the others read the log again.
+
 Pure Python and pyarrow: nothing here imports pyspark.
 """
 
@@ -21,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote, urlparse
 
-__all__ = ["COMPACT_INTERVAL", "SinkLog", "local_path", "path_uri"]
+__all__ = ["COMPACT_INTERVAL", "ObjectSinkLog", "SinkLog", "local_path", "path_uri", "spark_uri"]
 
 LOG_DIR = "_spark_metadata"
 VERSION_LINE = "v1"
@@ -113,12 +117,24 @@ class SinkLog:
                     best = max(best, int(stem))
         return best
 
-    def _entries(self, batch: int) -> tuple[list[str], bool] | None:
+    def _read_batch(self, batch: int) -> tuple[str, str] | None:
+        """``(name, text)`` of batch ``batch``, or ``None`` when it is missing."""
         path = self._batch_path(batch)
         if path is None:
             return None
         with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+            return path, fh.read()
+
+    def _entry_path(self, path: str) -> str:
+        """A file of the log as this log's users name it (here: a local path)."""
+        return local_path(path)
+
+    def _entries(self, batch: int) -> tuple[list[str], bool] | None:
+        read = self._read_batch(batch)
+        if read is None:
+            return None
+        path, text = read
+        lines = text.splitlines()
         if not lines or lines[0].strip() != VERSION_LINE:
             raise ValueError(f"{path!r} is not a Spark file sink log batch (no 'v1' header)")
         files = []
@@ -126,7 +142,7 @@ class SinkLog:
             if line.strip():
                 entry = json.loads(line)
                 if entry.get("action", "add") == "add" and not entry.get("isDir", False):
-                    files.append(local_path(entry["path"]))
+                    files.append(self._entry_path(entry["path"]))
         return files, path.endswith(".compact")
 
     def files_upto(self, batch: int) -> list[str]:
@@ -226,3 +242,131 @@ class SinkLog:
                 os.unlink(tmp)
             fsync_dir(self.dir)
             return batch
+
+
+def spark_uri(uri: str) -> str:
+    """The URI Spark (Hadoop's S3A filesystem) knows an object by: ``s3a://`` for ``s3://``."""
+    scheme, sep, rest = uri.partition("://")
+    return f"s3a://{rest}" if sep and scheme.lower() == "s3" else uri
+
+
+def eddyline_uri(uri: str) -> str:
+    """The URI eddyline's storage layer names an object by: ``s3://`` for ``s3a://``."""
+    scheme, sep, rest = uri.partition("://")
+    return f"s3://{rest}" if sep and scheme.lower() in ("s3a", "s3n") else uri
+
+
+class ObjectSinkLog(SinkLog):
+    """The ``_spark_metadata`` log of an object store prefix (``s3://bucket/table``).
+
+    Read and written through eddyline's storage layer (``eddyline._core.StoreDir``
+    over object_store; ``storage_options`` over the standard environment
+    variables). Files are named by the URIs Spark reads them by
+    (``s3a://bucket/table/part-...``, see :func:`spark_uri`). A batch object is
+    created only if absent, so it appears whole and exactly once; compaction
+    batches repeat the earlier batches' entries as they were written.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        log_dir: str = LOG_DIR,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        from .._core import StoreDir
+
+        super().__init__(eddyline_uri(root.rstrip("/")), log_dir=log_dir)
+        self.dir = f"{self.root}/{log_dir}"
+        self._root_dir = StoreDir(self.root, storage_options or None)
+        self._store = self._root_dir.child(log_dir)
+
+    def exists(self) -> bool:
+        return self.latest() >= 0
+
+    def file_uri(self, name: str) -> str:
+        """The URI the log lists the file ``name`` of the root by."""
+        return spark_uri(f"{self.root}/{name}")
+
+    def latest(self) -> int:
+        best = -1
+        for name in self._store.files():
+            stem = name.removesuffix(".compact")
+            if stem.isdigit():
+                best = max(best, int(stem))
+        return best
+
+    def _read_batch(self, batch: int) -> tuple[str, str] | None:
+        names = [f"{batch}.compact", str(batch)]
+        if (batch + 1) % COMPACT_INTERVAL != 0:
+            names.reverse()  # a plain batch: one GET, not a missed one first
+        for name in names:
+            data = self._store.read(name)
+            if data is not None:
+                return f"{self.dir}/{name}", data.decode("utf-8")
+        return None
+
+    def _entry_path(self, path: str) -> str:
+        return path
+
+    def _lines(self, batch: int) -> tuple[list[str], bool]:
+        """The entry lines of batch ``batch`` as written, and whether it is a compaction."""
+        read = self._read_batch(batch)
+        if read is None:
+            raise FileNotFoundError(f"batch {batch} of the log in {self.dir!r} is missing")
+        lines = [line for line in read[1].splitlines()[1:] if line.strip()]
+        return lines, read[0].endswith(".compact")
+
+    def _file_entry(self, uri: str) -> str:
+        name = uri.rsplit("/", 1)[-1]
+        stat = self._root_dir.stat(name)
+        if stat is None:
+            raise FileNotFoundError(f"{uri!r} does not exist: it cannot be listed in the log")
+        size, modified = stat
+        return json.dumps(
+            {
+                "path": uri,
+                "size": size,
+                "isDir": False,
+                "modificationTime": modified,
+                "blockReplication": 1,
+                "blockSize": 33554432,
+                "action": "add",
+            },
+            separators=(",", ":"),
+        )
+
+    def _append(self, files_now: Callable[[int], list[str]], *, allow_empty: bool) -> int | None:
+        while True:
+            latest = self.latest()
+            files = files_now(latest)
+            if not files and not allow_empty:
+                return None
+            batch = latest + 1
+            compact = (batch + 1) % COMPACT_INTERVAL == 0
+            earlier: list[str] = []
+            if compact:
+                # The entries of batches 0..batch-1 as written, back to the last compaction.
+                start = batch - 1
+                chain: list[list[str]] = []
+                while start >= 0:
+                    lines, compacted = self._lines(start)
+                    chain.append(lines)
+                    if compacted:
+                        break
+                    start -= 1
+                earlier = [line for lines in reversed(chain) for line in lines]
+            body = [*earlier, *(self._file_entry(f) for f in files)]
+            name = f"{batch}.compact" if compact else str(batch)
+            if self._store.put_if_absent(name, "\n".join([VERSION_LINE, *body]).encode()):
+                return batch
+            time.sleep(0.001)  # another writer took batch ``batch``: read the log again
+
+
+def sink_log(root: str, storage_options: dict[str, str] | None = None) -> SinkLog:
+    """The log of ``root``: a local directory or an object store URI."""
+    from .._storage import is_object_store_uri
+
+    if is_object_store_uri(root):
+        return ObjectSinkLog(root, storage_options=storage_options)
+    return SinkLog(root)

@@ -24,6 +24,28 @@ Two-phase commit on eddyline's checkpoints:
   (idempotent), then staging left by checkpoints that never completed in the
   job's earlier runs and attempts is removed.
 
+On an object store (``path="s3://bucket/table"``; Spark sees ``s3a://``) there
+are no links or renames, so the same protocol runs on objects, through
+eddyline's storage layer (``eddyline._core.StoreDir``, ``storage_options`` over
+the ``AWS_*`` environment variables):
+
+* **write** — rows go into a Parquet file in a local temporary directory;
+* **pre-commit** — the file is uploaded to
+  ``<location>/_eddyline_staging/<run>-a<attempt>-c<n>/`` (multipart when large);
+* **commit** — each staged object not yet in the log is copied server-side to
+  its final name in the location, then one log batch listing them all is
+  created *only if absent* (``If-None-Match: *``, object_store's
+  ``PutMode::Create``): of two committers of one batch id exactly one wins and
+  the other recomputes what is missing, so ``n`` is still listed by exactly one
+  batch and a reader of the log sees all of ``n`` or none of it. Final objects
+  copied by a committer that died before the log batch are unlisted, so Spark
+  never reads them; the re-commit after the restore lists them;
+* **restore** — as on a disk; the staging prefixes of earlier runs' and
+  attempts' uncompleted checkpoints are deleted.
+
+Spark itself needs Hadoop's S3A filesystem to create and read such a table
+(see :mod:`eddyline.spark._s3a`).
+
 The Spark session is used only in the driver, when the sink is attached to a
 stream (to create or check the table) and, in-process, to refresh the table's
 cached file listing after a commit. It is not part of the sink's pickled state
@@ -37,19 +59,22 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._storage import is_object_store_uri
+from .._storage import checked_storage_options, is_object_store_uri
 from ..errors import EddylineError, GraphError, SchemaError, StorageError
 from ..sinks import TwoPhaseCommitSink
-from ._filelog import SinkLog, fsync_dir, local_path
+from ._filelog import ObjectSinkLog, SinkLog, eddyline_uri, fsync_dir, local_path, sink_log
 from ._lazy import require_pyspark
+from ._s3a import missing_s3a, spark_location
 
 __all__ = ["SparkTableSink"]
 
@@ -99,16 +124,24 @@ class SparkTableSink(TwoPhaseCommitSink):
         table: The table name (``db.table`` or ``table``). A missing table is
             created as an unmanaged Parquet table at ``path`` (or, without
             ``path``, as a managed table in the warehouse).
-        path: Where a new table's files live (a local or shared filesystem; an
-            object store URI is a :class:`~eddyline.errors.StorageError`).
+        path: Where a new table's files live: a local or shared filesystem, or
+            an ``s3://bucket/prefix`` URI (Spark needs Hadoop's S3A filesystem,
+            see ``eddyline.spark.s3a_settings``; ``gs://`` and ``az://`` are a
+            :class:`~eddyline.errors.StorageError`). An existing table's
+            location may be ``s3a://`` too.
         schema: The rows' Arrow schema, for streams whose schema is only known
             at run time (by default the stream's schema).
+        storage_options: How eddyline reaches the object store of an ``s3://``
+            table (the keys object_store accepts, e.g. ``aws_endpoint_url``),
+            over the standard ``AWS_*`` environment variables.
 
     Raises:
         SchemaError: The existing table's columns differ from the stream's.
-        GraphError: The table is not a Parquet table on the local filesystem,
-            its location cannot be written, or it holds files that were not
-            written through a Spark file sink log.
+        GraphError: The table is not a Parquet table on a filesystem or S3,
+            its local location cannot be written, or it holds files that were
+            not written through a Spark file sink log.
+        StorageError: The object store location cannot be reached or written,
+            or the Spark session lacks Hadoop's S3A filesystem.
 
     Example:
         >>> from eddyline.spark import SparkTableSink              # doctest: +SKIP
@@ -122,21 +155,19 @@ class SparkTableSink(TwoPhaseCommitSink):
         *,
         path: str | os.PathLike[str] | None = None,
         schema: pa.Schema | None = None,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         require_pyspark("SparkTableSink")
         if not isinstance(table, str) or not table:
             raise ValueError(f"SparkTableSink needs a table name, got {table!r}")
         self.table = table
         self.path = os.fspath(path) if path is not None else None
-        if self.path is not None and is_object_store_uri(self.path):
-            # Spark would have to create and read the table through its own S3A
-            # connector (hadoop-aws), which eddyline cannot provide or test here.
-            raise StorageError(
-                f"SparkTableSink({table!r}): path {self.path!r} is an object store URI; "
-                "SparkTableSink writes tables on local or shared filesystems only. Use "
-                "ed.DeltaSink or ed.ParquetSink for s3://, gs:// or az:// locations",
-                uri=self.path,
-            )
+        self._spark_path: str | None = None
+        if self.path is not None:
+            self._spark_path = spark_location(self.path, what=f"SparkTableSink({table!r})")
+            if self._spark_path is None:
+                self._spark_path = os.path.abspath(self.path)
+        self.storage_options = checked_storage_options(storage_options)
         self.schema = schema
         self.location: str | None = None
         self._token = uuid.uuid4().hex
@@ -147,12 +178,37 @@ class SparkTableSink(TwoPhaseCommitSink):
         self._opened = False
         self._logged: set[str] = set()
         self._logged_upto = -1
+        self._tmp: str | None = None
+        self._dirs: dict[str, Any] = {}
+        self._swept = False
+
+    @property
+    def _remote(self) -> bool:
+        return self.location is not None and is_object_store_uri(self.location)
+
+    def _dir(self, *names: str) -> Any:
+        """The ``StoreDir`` of ``location/names...`` (cached; not pickled)."""
+        key = "/".join(names)
+        found = self._dirs.get(key)
+        if found is None:
+            from .._core import StoreDir
+
+            found = StoreDir(self._root(), self.storage_options or None)
+            for name in names:
+                found = found.child(name)
+            self._dirs[key] = found
+        return found
+
+    def _log(self) -> SinkLog:
+        return sink_log(self._root(), self.storage_options)
 
     def __repr__(self) -> str:
         return f"SparkTableSink({self.table!r})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        state = dict(self.__dict__)
+        state["_dirs"] = {}
+        return state
 
     # ---- driver side: attach to a stream --------------------------------------
 
@@ -185,19 +241,19 @@ class SparkTableSink(TwoPhaseCommitSink):
                 operator=operator,
             ) from exc
         if not exists:
-            if self.path is not None:
-                self._check_location(operator, os.path.abspath(self.path))
+            if self._spark_path is not None:
+                self._check_location(operator, eddyline_uri(self._spark_path))
             try:
-                if self.path is not None:
+                if self._spark_path is not None:
                     spark.catalog.createTable(
-                        self.table,
-                        path=os.path.abspath(self.path),
-                        source="parquet",
-                        schema=wanted,
+                        self.table, path=self._spark_path, source="parquet", schema=wanted
                     )
                 else:
                     spark.catalog.createTable(self.table, source="parquet", schema=wanted)
             except Exception as exc:
+                s3a = missing_s3a(exc, self._spark_path or "", f"operator '{operator}'")
+                if s3a is not None:
+                    raise s3a from exc
                 raise GraphError(
                     f"operator '{operator}': cannot create Spark table {self.table!r}: {exc}",
                     operator=operator,
@@ -214,12 +270,16 @@ class SparkTableSink(TwoPhaseCommitSink):
                 f"{provider or 'unknown'!r}; SparkTableSink appends to Parquet tables only",
                 operator=operator,
             )
+        found = details.get("Location", "")
         try:
-            location = local_path(details.get("Location", ""))
+            if spark_location(found, what=f"operator '{operator}'") is not None:
+                location = eddyline_uri(found).rstrip("/")
+            else:
+                location = local_path(found)
         except ValueError as exc:
             raise GraphError(
-                f"operator '{operator}': Spark table {self.table!r} is not on the local "
-                f"filesystem: {exc}",
+                f"operator '{operator}': Spark table {self.table!r} is neither on a "
+                f"filesystem nor on S3: {exc}",
                 operator=operator,
             ) from exc
         have = _spark_type_names(spark.table(self.table).schema)
@@ -235,6 +295,9 @@ class SparkTableSink(TwoPhaseCommitSink):
         _TABLES[self._token] = self.table
 
     def _check_location(self, operator: str, location: str) -> None:
+        if is_object_store_uri(location):
+            self._check_object_location(operator, location)
+            return
         probe = os.path.join(location, STAGING, f".probe-{uuid.uuid4().hex}")
         try:
             os.makedirs(location, exist_ok=True)
@@ -264,6 +327,36 @@ class SparkTableSink(TwoPhaseCommitSink):
                 )
             os.makedirs(log.dir, exist_ok=True)
 
+    def _check_object_location(self, operator: str, location: str) -> None:
+        """A probe object written and removed (a missing bucket or bad credentials
+        is a StorageError naming the URI), and no data files outside a log."""
+        from .._core import StoreDir
+
+        root = StoreDir(location, self.storage_options or None)
+        staging = root.child(STAGING)
+        probe = f".probe-{uuid.uuid4().hex}"
+        created = staging.put_if_absent(probe, b"ok")
+        again = staging.put_if_absent(probe, b"again")
+        staging.remove(probe)
+        if not created or again:
+            # Log batches are published with If-None-Match: a store that ignores
+            # it would let two committers overwrite each other's batch.
+            raise StorageError(
+                f"operator '{operator}': the object store of {location!r} ignores "
+                "conditional writes (If-None-Match: *), which SparkTableSink needs to "
+                "publish each checkpoint exactly once",
+                uri=location,
+            )
+        if not sink_log(location, self.storage_options).exists():
+            stray = [n for n in root.files() if not n.startswith(("_", "."))]
+            if stray:
+                raise GraphError(
+                    f"operator '{operator}': the location {location!r} of Spark table "
+                    f"{self.table!r} already holds data files ({stray[0]!r}, ...) not listed in "
+                    "a _spark_metadata log; SparkTableSink needs a table it alone appends to",
+                    operator=operator,
+                )
+
     # ---- subtask side: two-phase commit ---------------------------------------
 
     def _root(self) -> str:
@@ -280,6 +373,21 @@ class SparkTableSink(TwoPhaseCommitSink):
         attempt = int(ctx.get("attempt", 0))
         staging = os.path.join(self._root(), STAGING)
         lineage = self._lineage | {run}
+
+        def stale(name: str) -> bool:
+            owner = _owner(name)
+            return owner is not None and (
+                owner[0] in lineage and (owner[0] != run or owner[1] < attempt)
+            )
+
+        if self._remote:
+            # Uploaded staging of checkpoints that never completed (see below);
+            # that of other runs is swept after this run's first commit.
+            staging_dir = self._dir(STAGING)
+            for name in staging_dir.dirs():
+                if name != INPROGRESS and stale(name):
+                    staging_dir.child(name).remove_all()
+            return
         # Staging of checkpoints that never completed, left by earlier runs of
         # this job (restored from) or earlier attempts of this run. The
         # restored checkpoint was committed by restore() before open().
@@ -316,7 +424,7 @@ class SparkTableSink(TwoPhaseCommitSink):
 
     def write(self, txn: _Txn, batch: pa.RecordBatch) -> None:
         if txn.writer is None:
-            directory = os.path.join(self._root(), STAGING, INPROGRESS)
+            directory = self._inprogress_dir()
             os.makedirs(directory, exist_ok=True)
             txn.inprogress = os.path.join(
                 directory,
@@ -332,6 +440,15 @@ class SparkTableSink(TwoPhaseCommitSink):
         txn.writer.write_batch(batch)
         txn.rows += batch.num_rows
 
+    def _inprogress_dir(self) -> str:
+        """Where open files are written: staging on a disk; on an object store a
+        local temporary directory (the file is uploaded at pre-commit)."""
+        if not self._remote:
+            return os.path.join(self._root(), STAGING, INPROGRESS)
+        if self._tmp is None:
+            self._tmp = tempfile.mkdtemp(prefix="eddyline-spark-sink-")
+        return self._tmp
+
     def on_checkpoint(self, txn: _Txn, checkpoint_id: int) -> None:
         txn.checkpoint = checkpoint_id
 
@@ -344,6 +461,11 @@ class SparkTableSink(TwoPhaseCommitSink):
         with open(txn.inprogress, "rb") as fh:
             os.fsync(fh.fileno())
         txn.file = f"part-{txn.key}-s{txn.subtask:04d}-{txn.seq:06d}.parquet"
+        if self._remote:
+            self._dir(STAGING, txn.key).upload(txn.file, txn.inprogress)
+            os.unlink(txn.inprogress)
+            txn.inprogress = None
+            return
         staged_dir = os.path.join(self._root(), STAGING, txn.key)
         os.makedirs(staged_dir, exist_ok=True)
         os.rename(txn.inprogress, os.path.join(staged_dir, txn.file))
@@ -357,6 +479,77 @@ class SparkTableSink(TwoPhaseCommitSink):
             self._lineage.add(txn.run)
         if txn.checkpoint is None:
             return
+        published = self._commit_objects(txn) if self._remote else self._commit_files(txn)
+        spark = _SESSIONS.get(self._token)
+        if spark is not None and published is not None:
+            with contextlib.suppress(Exception):  # best effort: only the cached listing
+                spark.catalog.refreshTable(self.table)
+
+    def _commit_objects(self, txn: _Txn) -> int | None:
+        """The commit on an object store (see the module docs): copy, then one log batch."""
+        assert txn.checkpoint is not None
+        root, staged_dir, log = self._dir(), self._dir(STAGING, txn.key), self._log()
+        with _LOG_LOCK:
+            logged = self._logged_files(log)
+            staged = sorted(staged_dir.files())
+            names = [n for n in staged if n not in logged]
+            if txn.file is not None and txn.file not in logged and txn.file not in staged:
+                if root.stat(txn.file) is None:
+                    raise EddylineError(
+                        f"SparkTableSink({self.table!r}) cannot commit checkpoint "
+                        f"{txn.checkpoint}: its file {txn.file!r} is neither staged nor published",
+                    )
+                names.append(txn.file)
+            published = None
+            if names:
+                present = []
+                for name in names:
+                    # A staged object another committer already logged and removed
+                    # is missing here; its final object exists.
+                    if root.copy_from(staged_dir, name, name) or root.stat(name) is not None:
+                        present.append(name)
+                assert isinstance(log, ObjectSinkLog)
+                published = log.append_missing(log.file_uri(n) for n in present)
+                logged = self._logged_files(log)
+                unlisted = [n for n in names if n not in logged]
+                if unlisted:
+                    raise EddylineError(
+                        f"SparkTableSink({self.table!r}) cannot commit checkpoint "
+                        f"{txn.checkpoint}: {unlisted[0]!r} is not in the log after publishing",
+                    )
+            for name in staged:
+                staged_dir.remove(name)
+        if not self._swept and self._opened and txn.run == self._run() and txn.subtask == 0:
+            self._sweep_other_runs()
+        return published
+
+    def _sweep_other_runs(self) -> None:
+        """Removes the staging of this job's runs that no restore descends from.
+
+        Runs of one job share ``<job>`` in their tags ``<job>r<time>``
+        (``environment._run_tag``). A run killed before any checkpoint of its
+        own was restored from left staging nobody will publish: restoring
+        "latest" restores the newest completed checkpoint. Swept once this
+        run's first checkpoint is committed, when every subtask has restored
+        (and so published) the checkpoint it started from, as ParquetSink
+        sweeps its killed runs' files (``core/src/sink/parquet.rs``).
+        """
+        self._swept = True
+        run = self._run()
+        if "r" not in run:
+            return  # no checkpoint dir: no job identity across runs
+        job = run.split("r", 1)[0]
+        staging_dir = self._dir(STAGING)
+        for name in staging_dir.dirs():
+            owner = _owner(name)
+            if owner is None or owner[0] == run or owner[0] in self._lineage:
+                continue
+            if owner[0].startswith(f"{job}r"):
+                staging_dir.child(name).remove_all()
+
+    def _commit_files(self, txn: _Txn) -> int | None:
+        """The commit on a filesystem (see the module docs): links, then one log batch."""
+        assert txn.checkpoint is not None
         root = self._root()
         staged_dir = os.path.join(root, STAGING, txn.key)
         log = SinkLog(root)
@@ -400,10 +593,7 @@ class SparkTableSink(TwoPhaseCommitSink):
                     os.unlink(os.path.join(staged_dir, name))
             with contextlib.suppress(OSError):
                 os.rmdir(staged_dir)
-        spark = _SESSIONS.get(self._token)
-        if spark is not None and published is not None:
-            with contextlib.suppress(Exception):  # best effort: only the cached listing
-                spark.catalog.refreshTable(self.table)
+        return published
 
     def _logged_files(self, log: SinkLog) -> set[str]:
         """Names of the files the log lists, read incrementally (batches are immutable)."""
@@ -425,6 +615,11 @@ class SparkTableSink(TwoPhaseCommitSink):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(txn.inprogress)
             txn.inprogress = None
+
+    def close(self) -> None:
+        if self._tmp is not None:  # the local directory of open files (object stores)
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
 
 def refresh_tables(spark: Any) -> None:

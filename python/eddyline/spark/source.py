@@ -11,9 +11,16 @@ reads exactly the same rows:
 The pin is recorded in ``<checkpoint dir>/_eddyline_spark_sources/<uid>/pin.json``
 (by the source's uid, or its name when it has none); a job restored from a
 checkpoint (``restore_from=``) reads the recorded pin instead of pinning
-again. The pinned files are read by the native Parquet source: batches go
-from the file to Rust without passing through Python, and the checkpointed
-offsets are (file, row) positions in the pinned input.
+again. With the checkpoint dir on S3 (``s3://bucket/chk``) the snapshot is
+written there by Spark (as ``s3a://``, through Hadoop's S3A filesystem, see
+:mod:`eddyline.spark._s3a`) and ``pin.json`` is one object written by eddyline's
+storage layer (``storage_options`` of the environment over the ``AWS_*``
+environment variables); the source then reads the pinned objects with byte
+ranges. With checkpoints on S3 every DataFrame is pinned as a snapshot there
+(the job's hosts may not reach its input files). The pinned files are read by
+the native Parquet source: batches go from the file to Rust without passing
+through Python, and the checkpointed offsets are (file, row) positions in the
+pinned input.
 
 ``from_spark_files(path)`` tails the ``_spark_metadata`` log of a Spark
 streaming file sink: it only ever sees files of committed micro-batches.
@@ -35,10 +42,11 @@ import pyarrow.parquet as pq
 
 from .._graph import native
 from .._storage import is_object_store_uri
-from ..errors import CheckpointError, GraphError, SchemaError, StorageError
+from ..errors import CheckpointError, GraphError, SchemaError
 from ..sources import Source
-from ._filelog import SinkLog, fsync_dir, local_path
+from ._filelog import SinkLog, eddyline_uri, fsync_dir, local_path
 from ._lazy import require_pyspark
+from ._s3a import missing_s3a, spark_location
 
 if TYPE_CHECKING:
     from .._graph import LogicalNode
@@ -127,6 +135,9 @@ def _write_snapshot(df: Any, directory: str, operator: str) -> list[str]:
         df.write.mode("errorifexists").parquet(directory)
     except Exception as exc:
         shutil.rmtree(directory, ignore_errors=True)
+        s3a = missing_s3a(exc, directory, f"operator '{operator}'")
+        if s3a is not None:
+            raise s3a from exc
         raise GraphError(
             f"operator '{operator}': cannot read the Spark DataFrame (writing its snapshot to "
             f"{directory!r} failed): {_first_line(exc)}",
@@ -147,6 +158,44 @@ def _write_snapshot(df: Any, directory: str, operator: str) -> list[str]:
     return files
 
 
+def _write_object_snapshot(
+    df: Any, directory: str, operator: str, options: dict[str, str]
+) -> list[str]:
+    """The snapshot written by Spark under ``directory`` (an ``s3://`` URI; Spark
+    writes ``s3a://``): its data objects as ``s3://`` URIs."""
+    from .._core import StoreDir
+
+    target = spark_location(directory, what=f"operator '{operator}'")
+    assert target is not None
+    try:
+        df.write.mode("errorifexists").parquet(target)
+    except Exception as exc:
+        s3a = missing_s3a(exc, directory, f"operator '{operator}'")
+        if s3a is not None:
+            raise s3a from exc
+        raise GraphError(
+            f"operator '{operator}': cannot read the Spark DataFrame (writing its snapshot to "
+            f"{target!r} failed): {_first_line(exc)}",
+            operator=operator,
+        ) from exc
+    store = StoreDir(directory, options or None)
+    names = store.files()
+    if "_SUCCESS" not in names:
+        raise GraphError(
+            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot {target!r}",
+            operator=operator,
+        )
+    files = sorted(
+        f"{directory}/{n}" for n in names if not n.startswith(("_", ".")) and n.endswith(".parquet")
+    )
+    if not files:
+        raise GraphError(
+            f"operator '{operator}': the snapshot {target!r} holds no Parquet file",
+            operator=operator,
+        )
+    return files
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -162,8 +211,8 @@ def _write_json(path: str, data: dict[str, Any]) -> None:
     fsync_dir(os.path.dirname(path))
 
 
-def _has_completed_checkpoint(directory: str) -> bool:
-    return any(c.get("valid") for c in native().list_checkpoints(directory))
+def _has_completed_checkpoint(directory: str, options: dict[str, str] | None = None) -> bool:
+    return any(c.get("valid") for c in native().list_checkpoints(directory, options or {}))
 
 
 def _check_input_files(df: Any, operator: str) -> None:
@@ -211,13 +260,8 @@ class _SparkPin:
             node.params["paths"] = paths
             return
         if is_object_store_uri(checkpoint.dir):
-            # The pin of its input is kept beside the checkpoints on a local
-            # disk; on an object store it is not implemented yet (issue 14).
-            raise StorageError(
-                f"from_spark source '{operator}': its input is pinned under the checkpoint "
-                f"dir, which must be a local path for now, not {checkpoint.dir!r}",
-                uri=checkpoint.dir,
-            )
+            self._resolve_on_object_store(restore_from)
+            return
         base = os.path.join(checkpoint.dir, PINS_DIR, _safe(node.uid or operator))
         manifest = os.path.join(base, "pin.json")
         if restore_from is not None:
@@ -249,6 +293,49 @@ class _SparkPin:
             snapshot = os.path.join(base, f"snapshot-{uuid.uuid4().hex[:12]}")
             paths = self._snapshot(snapshot)
         _write_json(manifest, {"operator": operator, "files": paths, "snapshot": snapshot})
+        node.params["paths"] = paths
+
+    def _resolve_on_object_store(self, restore_from: str | None) -> None:
+        """:meth:`resolve` with the checkpoint dir on an object store (S3)."""
+        from .._core import StoreDir
+
+        node, operator = self.node, self.node.display_name
+        checkpoint = self.env.checkpoint
+        assert checkpoint is not None
+        options = dict(self.env.storage_options)
+        chk = checkpoint.dir.rstrip("/")
+        spark_location(chk, what=f"from_spark source '{operator}'")  # S3 only
+        base = f"{eddyline_uri(chk)}/{PINS_DIR}/{_safe(node.uid or operator)}"
+        pins = StoreDir(base, options or None)
+        manifest = f"{base}/pin.json"
+        node.params["storage_options"] = options
+        if restore_from is not None:
+            recorded = pins.read("pin.json")
+            if recorded is not None:
+                paths = list(json.loads(recorded)["files"])
+                for path in paths:
+                    folder, _, name = path.rpartition("/")
+                    if StoreDir(folder, options or None).stat(name) is None:
+                        raise CheckpointError(
+                            f"from_spark source '{operator}' cannot replay its pinned input: "
+                            f"{path!r} (recorded in {manifest!r}) is gone",
+                            operator=operator,
+                        )
+                node.params["paths"] = paths
+                return
+            fresh = restore_from == "latest" and not _has_completed_checkpoint(chk, options)
+            if not fresh:
+                raise CheckpointError(
+                    f"from_spark source '{operator}' has no pinned input recorded at "
+                    f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
+                    "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
+                    operator=operator,
+                )
+        # Local input files are only on this host: snapshot them onto the store too.
+        snapshot = f"{base}/snapshot-{uuid.uuid4().hex[:12]}"
+        paths = _write_object_snapshot(self.df, snapshot, operator, options)
+        body = {"operator": operator, "files": paths, "snapshot": snapshot}
+        pins.put("pin.json", json.dumps(body, indent=1).encode())
         node.params["paths"] = paths
 
 
