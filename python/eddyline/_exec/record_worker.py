@@ -72,6 +72,9 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
             elif kind == P.STATE:
                 runner.restore(pickle.loads(payload))
                 answer = b""
+            elif kind == P.WATERMARK:  # a keyed process function's (process_pool.py)
+                runner.on_watermark(int(bytes(payload)))
+                answer = b""
             elif kind == P.SNAPSHOT:
                 answer = pickle.dumps(runner.snapshot(0), protocol=pickle.HIGHEST_PROTOCOL)
             else:
