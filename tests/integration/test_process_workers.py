@@ -239,6 +239,9 @@ def test_sigkill_of_a_worker_restores_the_state_exactly(
     marks.mkdir()
     here = str(Path(__file__).parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.getenv("PYTHONPATH")])))
+    # Two workers per subtask: a checkpoint merges the key groups of both, and the
+    # outputs of the two are put back in input order.
+    monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", "2")
     job = subprocess.Popen(
         [sys.executable, str(script), str(out), str(chk), str(marks), str(n)],
         stdout=subprocess.PIPE,

@@ -8,6 +8,7 @@ closes, when told to, or (Linux) when its parent dies.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -64,6 +65,9 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     while True:
         frame = P.read_frame(inp)
         if frame is None or frame[0] == P.EXIT:
+            # The operator ended: its close (a process function's ``close``) runs here too.
+            with contextlib.suppress(Exception):
+                runner.close()
             return
         kind, payload = frame
         try:
