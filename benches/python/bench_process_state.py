@@ -10,8 +10,10 @@ key holds ``(count, sum)``, and each input row emits one row ``(key, count)``.
 Engines (``--engine``):
 
 - ``eddyline``: ``env.from_parquet(dir).key_by("key").process(CountSum())``,
-  parallelism 2, the default in-process runner; output collected with
-  ``.collect()`` (every row kept in the driver as Arrow batches).
+  parallelism 2, the default in-process runner (whose per-record operators, this one
+  included, move to Python worker processes after 100,000 rows unless
+  ``EDDYLINE_PYTHON_WORKERS=0``); output collected with ``.collect()`` (every row kept
+  in the driver as Arrow batches).
 - ``eddyline-process2``: the same job with ``runner=ed.ProcessRunner(workers=2)``.
 - ``bytewax``, ``bytewax-w2``, ``bytewax-p2``: bytewax's ``op.stateful_map`` over a
   partitioned source reading the same Parquet files (one partition per file, each

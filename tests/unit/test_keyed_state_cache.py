@@ -1,7 +1,8 @@
 """Python keyed state stays cheap (issue 16): a checkpoint re-pickles only the
 key groups touched since the previous one and returns the very same bytes
 for the others (what lets an incremental checkpoint skip them); the state of
-the keys a batch touches is fetched and written back once per batch.
+the keys a batch touches is fetched and written back once per batch; the
+broadcast state is pickled again only after broadcast rows (or a restore).
 
 Pickling is counted with the runner's ``pickled_groups`` counter, not timed.
 """
@@ -11,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 import eddyline as ed
+from eddyline._exec.broadcast import BroadcastProcessRunner, KeyedBroadcastProcessRunner
 from eddyline._exec.process import KeyedProcessRunner
 from eddyline.testing import ManualClock
 
@@ -116,3 +119,52 @@ def test_a_firing_timer_and_an_expiring_ttl_dirty_their_key_groups() -> None:
     # The timer's key group (40) changed; the others were pickled once for the
     # watermark (every owned key group carries it) and 50 not at all.
     assert runner.pickled_groups == pickled + 1 + 126
+
+
+class Rules(ed.KeyedBroadcastProcessFunction):
+    """Broadcast rows set a threshold; keyed rows count per key above it."""
+
+    def process_broadcast_element(self, row: dict[str, Any], ctx: Any) -> None:
+        ctx.broadcast_state.put("threshold", row["threshold"])
+
+    def process_element(self, row: dict[str, Any], ctx: Any) -> None:
+        above = row["v"] > (ctx.broadcast_state.get("threshold") or 0)
+        if above and isinstance(ctx, ed.ProcessContext):  # keyed: count per key
+            ctx.state.update((ctx.state.value() or 0) + 1)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_the_broadcast_state_is_pickled_only_after_it_may_have_changed(keyed: bool) -> None:
+    if keyed:
+        runner: Any = KeyedBroadcastProcessRunner("rules", ["k"], Rules(), None)
+    else:
+        runner = BroadcastProcessRunner("rules", Rules(), None)
+    runner.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
+
+    def broadcast_blob(checkpoint_id: int) -> bytes:
+        snapshot = runner.snapshot(checkpoint_id)
+        return snapshot[0] if keyed else snapshot  # type: ignore[no-any-return]
+
+    rules = pa.record_batch({"threshold": [3]})
+    runner.process(1, rules, None)
+    first = broadcast_blob(1)
+    assert runner._blob.pickles == 1
+    # Rows of the other input only read it: not pickled again, the very same bytes.
+    runner.process(0, *_batch([1, 2, 3], [5, 1, 9]))
+    assert broadcast_blob(2) is first and runner._blob.pickles == 1
+    # A broadcast row may write it: pickled again, with the new value.
+    runner.process(1, pa.record_batch({"threshold": [7]}), None)
+    second = broadcast_blob(3)
+    assert runner._blob.pickles == 2 and second != first
+    assert broadcast_blob(4) is second and runner._blob.pickles == 2
+    # A restore holds what it read: pickled again once, equal to what was restored.
+    restored: Any = (
+        KeyedBroadcastProcessRunner("rules", ["k"], Rules(), None)
+        if keyed
+        else BroadcastProcessRunner("rules", Rules(), None)
+    )
+    restored.restore(runner.snapshot(5))
+    restored.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
+    again = restored.snapshot(6)
+    assert (again[0] if keyed else again) == second
+    assert restored._blob.pickles == 1

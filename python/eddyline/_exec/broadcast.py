@@ -39,6 +39,29 @@ __all__ = ["BroadcastProcessRunner", "KeyedBroadcastProcessRunner"]
 _FORMAT = "eddyline.broadcast.v1"
 
 
+class _BroadcastBlob:
+    """The pickled broadcast state, kept while the state is unchanged (issue 16: not
+    re-pickled at every checkpoint). The state is writable only in ``open`` and
+    ``process_broadcast_element`` (read-only elsewhere), so it is pickled again only
+    after one of those ran, or a restore. A value changed in place through the
+    read-only view is not a write (as in Flink, where such changes are undefined)."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+        self.blob: bytes | None = None
+        self.pickles = 0
+        """How many times the broadcast state was pickled (a counter for tests)."""
+
+    def changed(self) -> None:
+        self.blob = None
+
+    def get(self) -> bytes:
+        if self.blob is None:
+            self.blob = pickle.dumps((_FORMAT, self.state), protocol=pickle.HIGHEST_PROTOCOL)
+            self.pickles += 1
+        return self.blob
+
+
 class BroadcastProcessRunner(Runner):
     """Runs a :class:`~eddyline.BroadcastProcessFunction` (see the module docs)."""
 
@@ -49,6 +72,7 @@ class BroadcastProcessRunner(Runner):
         self._fn = fn
         self._writer = RowWriter(node, schema)
         self._state: dict[str, Any] = {}
+        self._blob = _BroadcastBlob(self._state)
         self._subtask = 0
         self._contexts = self._make_contexts(0, 1)
 
@@ -62,6 +86,7 @@ class BroadcastProcessRunner(Runner):
         super().open(ctx)
         self._subtask = int(ctx.get("subtask_index", 0))
         self._contexts = self._make_contexts(self._subtask, int(ctx.get("parallelism", 1)))
+        self._blob.changed()
         call_user(self.name, self._fn.open, self._contexts[1])
 
     def process(
@@ -69,6 +94,8 @@ class BroadcastProcessRunner(Runner):
     ) -> RunnerOutput:
         if batch.num_rows == 0:
             return None
+        if input == 1:
+            self._blob.changed()
         fn = self._fn.process_broadcast_element if input == 1 else self._fn.process_element
         ctx = self._contexts[1 if input == 1 else 0]
         out: list[Any] = []
@@ -88,7 +115,7 @@ class BroadcastProcessRunner(Runner):
         """Subtask 0 writes the broadcast state; the others hold the same."""
         if self._subtask != 0:
             return None
-        return pickle.dumps((_FORMAT, self._state), protocol=pickle.HIGHEST_PROTOCOL)
+        return self._blob.get()
 
     def restore(self, data: State) -> None:
         if not isinstance(data, bytes):
@@ -101,6 +128,7 @@ class BroadcastProcessRunner(Runner):
             raise CheckpointError(f"operator '{self.name}': unknown broadcast state {fmt!r}")
         self._state.clear()
         self._state.update(state)
+        self._blob.changed()
 
     def close(self) -> None:
         call_user(self.name, self._fn.close)
@@ -133,6 +161,7 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
         side_outputs: dict[str, tuple[int, pa.Schema | None]] | None = None,
     ) -> None:
         self._broadcast: dict[str, Any] = {}
+        self._blob = _BroadcastBlob(self._broadcast)
         self._bfn = fn
         self._subtask = 0
         self._applied: list[Any] = []
@@ -183,6 +212,7 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
     def open(self, ctx: dict[str, Any]) -> None:
         self._subtask = int(ctx.get("subtask_index", 0))
         self._bcontext = self._make_broadcast(self._subtask, int(ctx.get("parallelism", 1)))
+        self._blob.changed()
         # KeyedProcessRunner.open calls fn.open with the keyed context; a
         # BroadcastProcessFunction's open gets the broadcast context instead.
         function, self._function = self._function, None
@@ -199,6 +229,7 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
             return super().process(input, batch, key_groups)
         if batch.num_rows == 0:
             return None
+        self._blob.changed()
         fn = self._bfn.process_broadcast_element
         ctx = self._bcontext
         out: list[Any] = []
@@ -243,17 +274,18 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
         keyed = super().snapshot(checkpoint_id) or {}
         if self._subtask != 0:
             return keyed
-        blob = pickle.dumps((_FORMAT, self._broadcast), protocol=pickle.HIGHEST_PROTOCOL)
-        return (blob, keyed)
+        return (self._blob.get(), keyed)
 
     def restore(self, data: State | tuple[bytes, dict[int, bytes]]) -> None:
         """Restores the broadcast blob, the key groups given, or both (a tuple)."""
         if isinstance(data, tuple):
             blob, keyed = data
             _restore_broadcast(self.name, blob, self._broadcast)
+            self._blob.changed()
             super().restore(keyed)
         elif isinstance(data, bytes):
             _restore_broadcast(self.name, data, self._broadcast)
+            self._blob.changed()
         else:
             super().restore(data)
 

@@ -152,3 +152,101 @@ def frame_of(exc: BaseException, code: CodeType) -> TracebackType | None:
     while tb is not None and tb.tb_frame.f_code is not code:
         tb = tb.tb_next
     return tb
+
+
+def _emit_lines(row: str, indent: str, outputs: tuple[str, ...] | None, pos: bool) -> list[str]:
+    """The lines emitting output row ``row``: its fields appended to the column lists
+    ``_a0..`` when it is a plain dict with exactly the fields ``outputs``, else handed
+    to ``_append`` (which checks it); with ``pos``, ``_p(_i)`` records its input row."""
+    lines = []
+    if outputs is None:
+        lines.append(f"{indent}_append({row})")
+    else:
+        lines.append(f"{indent}if {row}.__class__ is _dict and len({row}) == {len(outputs)}:")
+        lines.append(f"{indent}    try:")
+        lines.extend(f"{indent}        _x{j} = {row}[{name!r}]" for j, name in enumerate(outputs))
+        lines.append(f"{indent}    except KeyError:")
+        lines.append(f"{indent}        _append({row})")
+        lines.append(f"{indent}    else:")
+        lines.extend(f"{indent}        _a{j}(_x{j})" for j in range(len(outputs)))
+        lines.append(f"{indent}else:")
+        lines.append(f"{indent}    _append({row})")
+    if pos:
+        lines.append(f"{indent}_p(_i)")
+    return lines
+
+
+@functools.lru_cache(maxsize=256)
+def compile_process(
+    names: tuple[str, ...],
+    key_column: int | None,
+    event_time: bool,
+    timers: bool,
+    outputs: tuple[str, ...] | None,
+    positions: bool = False,
+) -> Callable[..., None]:
+    """Compiles the per-record loop of a keyed process function for a batch's schema.
+
+    The generated function is ``loop(fn, ctx, runner, bind, bound, append, keys,
+    groups, times, p, c0..cm, a0..aw)``. Per row it builds the row dict, binds the
+    key's state (``bound[key]``, else ``bind(key, group)``, which fetches it once
+    per batch: issue 16 "Python state stays cheap"), sets ``ctx.key``
+    (``ctx.timestamp`` only with ``event_time``; ``runner._group`` only when the
+    function may register ``timers``), calls ``fn(row, ctx)`` and emits what it
+    returns (None, a dict, or an iterable of dicts) as the record chain does
+    (:func:`compile_chain` with ``outputs``). ``key_column``: the index of the
+    single key column (its value is the key), or ``None`` to take the keys from
+    ``keys``. With ``positions``, ``p(i)`` is called with the input row's index
+    for every output row (a worker process returns them to put the outputs of
+    its key groups back in input order). The loop's locals ``_row`` and ``_key``
+    name the failing row and key (:func:`frame_of`).
+    """
+    cols = "".join(f", _c{i}" for i in range(len(names)))
+    outs = "".join(f", _a{j}" for j in range(len(outputs or ())))
+    header = [f"_v{i}" for i in range(len(names))] + ["_g"]
+    sources = [f"_c{i}" for i in range(len(names))] + ["_groups"]
+    if event_time:
+        header.append("_t")
+        sources.append("_times")
+    if key_column is None:
+        header.append("_k")
+        sources.append("_keys")
+    target = ", ".join(header)
+    if positions:
+        target = f"_i, ({target})"
+        loop = f"    for {target} in enumerate(zip({', '.join(sources)})):"
+    else:
+        loop = f"    for {target} in zip({', '.join(sources)}):"
+    lines = [
+        f"def _process(_fn, _ctx, _self, _bind, _bound, _append, _keys, _groups, _times, _p"
+        f"{cols}{outs}):",
+        loop,
+        f"        _key = {'_k' if key_column is None else f'_v{key_column}'}",
+        f"        _row = {{{_dict_items(names)}}}",
+        "        _vals = _bound.get(_key)",
+        "        if _vals is None:",
+        "            _vals = _bind(_key, _g)",
+        "        _ctx.key = _key",
+        "        _ctx._values = _vals",
+    ]
+    if event_time:
+        lines.append("        _ctx.timestamp = _t")
+    if timers:
+        lines.append("        _self._group = _g")
+    lines += [
+        "        _o = _fn(_row, _ctx)",
+        "        if _o is None:",
+        "            continue",
+        "        if _o.__class__ is _list:",
+        "            for _r in _o:",
+        *_emit_lines("_r", "                ", outputs, positions),
+        "        elif isinstance(_o, _dict):",
+        *_emit_lines("_o", "            ", outputs, positions),
+        "        else:",
+        "            for _r in _o:",
+        *_emit_lines("_r", "                ", outputs, positions),
+    ]
+    namespace: dict[str, Any] = {"_dict": dict, "_list": list}
+    exec(compile("\n".join(lines) + "\n", "<eddyline process>", "exec"), namespace)
+    fn: Callable[..., None] = namespace["_process"]
+    return fn

@@ -80,7 +80,7 @@ FIRST_ROW = "__eddyline_first_row"
 """The column carrying, per output row of a keyed reduce, the row that first touched its key."""
 
 # Frames to a worker
-INIT, BATCH, STATE, SNAPSHOT, EXIT = 1, 2, 3, 4, 5
+INIT, BATCH, STATE, SNAPSHOT, EXIT, WATERMARK = 1, 2, 3, 4, 5, 6
 # Frames from a worker
 READY, OK, ERR = 11, 12, 13
 
@@ -258,7 +258,9 @@ class WorkerPool:
         count: The number of worker processes.
     """
 
-    def __init__(self, operator: str, runner: tuple[type, tuple[Any, ...]], count: int) -> None:
+    def __init__(
+        self, operator: str, runner: tuple[Callable[..., Any], tuple[Any, ...]], count: int
+    ) -> None:
         import cloudpickle
 
         self.operator = operator
@@ -409,7 +411,10 @@ class PoolUser:
             self._pool.close()
 
     def _started_pool(
-        self, rows: int, can_start: bool, make: Callable[[], tuple[type, tuple[Any, ...]]]
+        self,
+        rows: int,
+        can_start: bool,
+        make: Callable[[], tuple[Callable[..., Any], tuple[Any, ...]]],
     ) -> WorkerPool | None:
         """The pool once started (ready or not); starts it when :func:`start_due` and
         ``can_start``, with ``make()`` giving the workers' (runner class, arguments)."""

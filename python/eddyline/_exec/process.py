@@ -8,15 +8,17 @@ rebuilds its state by replay instead (FLINK-4120).
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 import pickle
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from types import CodeType
 from typing import Any
 
 import pyarrow as pa
 
-from ..errors import EddylineError
+from ..errors import EddylineError, SchemaError
 from ..functions import (
     MIN_WATERMARK,
     BroadcastProcessFunction,
@@ -28,10 +30,12 @@ from ..functions import (
     purge_expired,
 )
 from .base import RunnerOutput, State
+from .codegen import compile_process, frame_of
 from .event_time import event_times, key_group_range
 from .keyed import KeyedRunner
-from .output import RowWriter
-from .user_code import UserCode, call_user, short
+from .output import RowWriter, schema_line
+from .process_pool import _IN_PROCESS_HOOKS, PooledProcess
+from .user_code import UserCode, call_user, short, user_error
 
 _KEYED_STATE_FORMAT = "eddyline.keyed_process.v4"
 """A key group's blob: ``(format, watermark, kinds, inner)``, where ``inner`` is
@@ -42,7 +46,7 @@ watermark, kinds, processing-time timers)``; v2 had no kinds (name -> "value" |
 "list" | "map", for ``ed.read_state``)."""
 
 
-class KeyedProcessRunner(KeyedRunner):
+class KeyedProcessRunner(KeyedRunner, PooledProcess):
     """``key_by(...).process(fn)`` with per-key value state and event-time timers.
 
     ``self._state[key_group][key]`` holds the key's named values;
@@ -94,6 +98,14 @@ class KeyedProcessRunner(KeyedRunner):
         self.pickled_groups = 0
         """How many key groups' state was pickled by :meth:`snapshot` (a counter for tests)."""
         self._context = self._new_context(node, 0, 1, 0)
+        # Python worker processes (process_pool.py): sized in open, started when due.
+        self._no_pool()
+        self._pooled = False
+        self._sent_watermark = MIN_WATERMARK
+        self._open_ctx: dict[str, Any] = {}
+        self._fresh_fn: Any = None
+        """A copy of the function taken before its ``open``: what the workers load."""
+        self.first_rows: list[int] | None = None
 
     def _new_context(
         self, name: str, subtask_index: int, parallelism: int, attempt: int
@@ -113,8 +125,38 @@ class KeyedProcessRunner(KeyedRunner):
             int(ctx.get("attempt", 0)),
         )
         self._context.current_checkpoint = epoch
+        self._open_pool(ctx)
+        if self._pool_size:
+            try:
+                self._fresh_fn = copy.copy(
+                    self._function if self._function is not None else self._fn
+                )
+            except Exception:  # a function that cannot be copied stays in-process
+                self._pool_size = 0
         if self._function is not None:
             call_user(self.name, self._function.open, self._context)
+
+    def _poolable(self) -> bool:
+        """Whether this operator may move to worker processes (process_pool.py)."""
+        if type(self) is not KeyedProcessRunner or self._side:
+            return False
+        function = self._function
+        return function is None or not any(_overrides(function, h) for h in _IN_PROCESS_HOOKS)
+
+    def _started_args(self) -> tuple[Any, ...]:
+        return (self.name, self._keys, self._fresh_fn, self._writer.schema, self._time_column)
+
+    def _local_snapshot(self) -> dict[int, bytes] | None:
+        return KeyedProcessRunner.snapshot(self, 0)
+
+    def _drop_local_state(self) -> None:
+        self._state.clear()
+        self._inner.clear()
+        self._blobs.clear()
+        self._dirty.clear()
+
+    def _watermark(self) -> int:
+        return self.watermark
 
     # ---- recompute (FLINK-4120) -----------------------------------------------
 
@@ -198,51 +240,137 @@ class KeyedProcessRunner(KeyedRunner):
     def _process_keyed(
         self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:
-        rows, keys, groups = self._rows(batch, key_groups)
-        times: Sequence[int | None]
-        if self._time_column is not None and self._time_column in batch.schema.names:
-            times = event_times(batch, self._time_column, self.name)
+        if self._pool_size:
+            return self._process_maybe_pooled(batch, key_groups)
+        return self._in_process(batch, key_groups)
+
+    def _in_process(self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None) -> Any:
+        positions = self.first_rows  # in a worker process of several
+        if positions is not None:
+            positions.clear()
+        return self._with_side(self._run_rows(batch, key_groups, positions))
+
+    def _run_rows(
+        self,
+        batch: pa.RecordBatch,
+        key_groups: pa.UInt32Array | None,
+        positions: list[int] | None = None,
+    ) -> pa.RecordBatch | None:
+        """Runs ``process_element`` over the batch's rows: the main output's batch.
+
+        The loop is generated for the batch's schema (:func:`compile_process`):
+        one Python call per row (the user's function), the key's state bound
+        once per batch and written back once after it (issue 16: "Python state
+        stays cheap"), and, once the output schema is known, each output row's
+        fields appended straight to column lists (as the record chain does,
+        issue 19). With ``positions``, the index of the input row of every
+        output row is appended to it (a worker process, ``process_pool.py``).
+        """
+        names = tuple(batch.schema.names)
+        indices = []
+        for key in self._keys:
+            index = batch.schema.get_field_index(key)
+            if index < 0:
+                raise SchemaError(
+                    f"operator '{self.name}': key column '{key}' is not in the input schema "
+                    f"({schema_line(batch)})",
+                    operator=self.name,
+                )
+            indices.append(index)
+        columns = [column.to_pylist() for column in batch.columns]
+        keys: Sequence[Any] = ()
+        if len(indices) > 1:
+            keys = list(zip(*(columns[i] for i in indices), strict=True))
+        n = batch.num_rows
+        groups: Sequence[int] = (
+            itertools.repeat(0, n) if key_groups is None else key_groups.to_pylist()  # type: ignore[assignment]
+        )
+        time_column = self._time_column
+        event_time = time_column is not None and time_column in names
+        times: Sequence[int | None] = ()
+        if time_column is not None and event_time:
+            times = event_times(batch, time_column, self.name)
+        # The key group of the key is kept for the timers' backend (_register) only
+        # when the function may register or delete timers (it implements on_timer).
+        timers = (self._function is not None and _overrides(self._function, "on_timer")) or bool(
+            self._timers or self._ptimers
+        )
+        schema = self._writer.schema
+        outputs = tuple(schema.names) if schema is not None and len(schema) else None
+        loop = compile_process(
+            names,
+            indices[0] if len(indices) == 1 else None,
+            event_time,
+            timers,
+            outputs,
+            positions is not None,
+        )
+        out_columns: list[list[Any]] = [[] for _ in outputs or ()]
+        appenders = [column.append for column in out_columns]
+        rows: list[Any] = []
+        if outputs is None:
+            append = rows.append
         else:
-            times = itertools.repeat(None, batch.num_rows)  # type: ignore[assignment]
-        fn = self._fn
-        ctx = self._context
-        out: list[Any] = []
-        append = out.append
-        row: Row | None = None
+            fields_of = self._writer.fields_of
+
+            def append(row: Any) -> None:  # a row that is not a plain dict with the fields
+                for add, value in zip(appenders, fields_of(row), strict=True):
+                    add(value)
+
         # Each key's state is fetched once per batch and written back once, after
         # the batch (issue 16: "Python state stays cheap").
         bound: dict[Hashable, dict[str, Any]] = {}
         group_of: dict[Hashable, int] = {}
         state = self._state
+
+        def bind(key: Hashable, group: int) -> dict[str, Any]:
+            entries = state.get(group)
+            values = entries.get(key) if entries is not None else None
+            if values is None:
+                values = {}
+            bound[key] = values
+            group_of[key] = group
+            return values
+
+        ctx = self._context
+        ctx.timestamp = None
         try:
-            with UserCode(
-                self.name,
-                detail=lambda v: f"key {short(v['self']._context.key)}, row: {short(v['row'])}",
-            ):
-                for row, key, group, timestamp in zip(rows, keys, groups, times, strict=False):
-                    values = bound.get(key)
-                    if values is None:
-                        entries = state.get(group)
-                        values = entries.get(key) if entries is not None else None
-                        if values is None:
-                            values = {}
-                        bound[key] = values
-                        group_of[key] = group
-                    ctx.key = key
-                    ctx.timestamp = timestamp
-                    ctx._values = values
-                    self._group = group
-                    result = fn(row, ctx)
-                    if result is None:
-                        continue
-                    if isinstance(result, dict):
-                        append(result)
-                    else:
-                        out.extend(result)
+            with UserCode(self.name, describe=lambda exc: self._failure(exc, loop.__code__)):
+                loop(
+                    self._fn,
+                    ctx,
+                    self,
+                    bind,
+                    bound,
+                    append,
+                    keys,
+                    groups,
+                    times,
+                    positions.append if positions is not None else None,
+                    *columns,
+                    *appenders,
+                )
         finally:
             self._unbind()
             self._write_back(bound, group_of)
-        return self._emit(out)
+        if outputs is None:
+            return self._writer.encode(rows)
+        if not out_columns[0]:
+            return None
+        return self._writer.encode_columns(out_columns)
+
+    def _failure(self, exc: Exception, code: CodeType) -> EddylineError:
+        """The error for ``exc`` raised in the generated loop: the key and the row."""
+        if isinstance(exc, EddylineError):
+            return exc
+        tb = frame_of(exc, code)
+        variables = tb.tb_frame.f_locals if tb is not None else {}
+        return user_error(
+            exc,
+            self.name,
+            detail=f"key {short(variables.get('_key'))}, row: {short(variables.get('_row'))}",
+            tb=(tb.tb_next or tb) if tb is not None else None,
+        )
 
     def _write_back(
         self, bound: dict[Hashable, dict[str, Any]], group_of: dict[Hashable, int]
@@ -263,8 +391,11 @@ class KeyedProcessRunner(KeyedRunner):
                 entries.pop(key, None)
 
     def _emit(self, out: list[Any]) -> RunnerOutput:
-        """The main output's batch, then each side output's ``(port, batch)``."""
-        main = self._writer.encode(out)
+        """The main output's batch of rows ``out``, then each side output's ``(port, batch)``."""
+        return self._with_side(self._writer.encode(out))
+
+    def _with_side(self, main: pa.RecordBatch | None) -> RunnerOutput:
+        """The main output's batch ``main``, then each side output's ``(port, batch)``."""
         rows = self._context._side_rows
         if not rows:
             return main
@@ -415,6 +546,8 @@ class KeyedProcessRunner(KeyedRunner):
         while the watermark and the states' kinds are unchanged (issue 16;
         what lets an incremental checkpoint skip them).
         """
+        if self._pooled:
+            return self._pooled_snapshot()
         dirty = self._dirty
         if self._context._ttl_seen:
             # State with a ttl: expired entries are not part of the checkpoint.
@@ -524,6 +657,7 @@ class KeyedProcessRunner(KeyedRunner):
                 heapq.heappush(heap, (ts, next(self._seq), group, key))
 
     def close(self) -> None:
+        self._close_pool()
         if self._function is not None:
             call_user(self.name, self._function.close)
 

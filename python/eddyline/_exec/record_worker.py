@@ -8,6 +8,7 @@ closes, when told to, or (Linux) when its parent dies.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -64,6 +65,9 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
     while True:
         frame = P.read_frame(inp)
         if frame is None or frame[0] == P.EXIT:
+            # The operator ended: its close (a process function's ``close``) runs here too.
+            with contextlib.suppress(Exception):
+                runner.close()
             return
         kind, payload = frame
         try:
@@ -71,6 +75,9 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
                 answer: Any = _process(runner, P.decode_batches(payload)[0], pa)
             elif kind == P.STATE:
                 runner.restore(pickle.loads(payload))
+                answer = b""
+            elif kind == P.WATERMARK:  # a keyed process function's (process_pool.py)
+                runner.on_watermark(int(bytes(payload)))
                 answer = b""
             elif kind == P.SNAPSHOT:
                 answer = pickle.dumps(runner.snapshot(0), protocol=pickle.HIGHEST_PROTOCOL)
