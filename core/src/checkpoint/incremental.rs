@@ -381,6 +381,7 @@ mod tests {
         CheckpointInfo {
             kind: BarrierKind::Checkpoint,
             trigger_ms: 0,
+            final_state: false,
             completion_ms: Some(1),
             alignments: vec![],
             operators: vec![OperatorEntry {

@@ -167,6 +167,18 @@ impl JobHandle {
         self.shared.failed_checkpoints.recent()
     }
 
+    /// How many deletions of old checkpoints (retention) failed; the job
+    /// went on.
+    pub fn retention_failures(&self) -> u64 {
+        self.shared.failed_checkpoints.retention_failures()
+    }
+
+    /// The latest failed retention deletions, each naming the path and
+    /// the cause, oldest first.
+    pub fn retention_errors(&self) -> Vec<String> {
+        self.shared.failed_checkpoints.retention_errors()
+    }
+
     fn request(&self, req: Request) -> Result<CheckpointDone> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.driver_tx
