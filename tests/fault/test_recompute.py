@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
+from eddyline._core import inspect_checkpoint
 from eddyline.cli import main as cli_main
 from eddyline.testing import (
     FailOnce,
@@ -192,6 +193,15 @@ def test_recompute_persisted_running_sum_and_recomputed_windows_sigkill_exact(
         want[v % KEYS] = want.get(v % KEYS, 0) + v
     assert final == want
     _assert_recomputed_and_resumed(outputs)
+    # read_state of the final checkpoint (the storage root's newest) after the kills
+    # equals the job's own final output: the persisted sums, and the recomputed
+    # windows' (empty: every window fired) state, stored only in that checkpoint.
+    chk = str(tmp_path / "chk")
+    newest = max(completed_checkpoints(chk))
+    assert inspect_checkpoint(f"{chk}/chk-{newest}")["final"] is True
+    stored = ed.read_state(chk, "sum").to_pylist()
+    assert {r["key"]: r["value"] for r in stored} == want
+    assert ed.read_state(chk, "windows").num_rows == 0
 
 
 def windowed_env(chk: Path, recovery: str, batch_size: int = 100, **extra: object) -> tuple:

@@ -25,6 +25,7 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
+from eddyline.cli import main
 from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
 
 N = 2_000
@@ -208,7 +209,9 @@ def _assert_final_state_equals_output(final: str, out: Path) -> None:
     assert ed.read_state(final, "join").num_rows == 0
 
 
-def test_read_state_of_final_recompute_checkpoint_and_restore_from_it(tmp_path: Path) -> None:
+def test_read_state_of_final_recompute_checkpoint_and_restore_from_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     chk, out = tmp_path / "chk", tmp_path / "out"
     client = build(chk, out, sleep=0.01).execute_async("recompute-final")
     wait_until(
@@ -222,6 +225,12 @@ def test_read_state_of_final_recompute_checkpoint_and_restore_from_it(tmp_path: 
     _assert_output_exact(out)
     _assert_final_state_equals_output(final, out)
     committed = _everything(out)
+    # The command line reads it too, and says the checkpoint is final.
+    capsys.readouterr()
+    assert main(["checkpoints", final, "--state", "join"]) == 0
+    assert "0 rows" in capsys.readouterr().out.splitlines()[0]
+    assert main(["checkpoints", final]) == 0
+    assert "final checkpoint" in capsys.readouterr().out
 
     # An intermediate checkpoint is unchanged: no state of recomputing operators.
     taken = {c.id: c for c in result.checkpoints}[middle]
