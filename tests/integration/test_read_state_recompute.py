@@ -97,9 +97,7 @@ def build(chk: Path, out: Path, *, sleep: float) -> ed.StreamEnvironment:
         .uid("lts")
         .set_parallelism(1)
     )
-    joined = left.join(
-        right, left_on="k", right_on="rk", within=(LOWER / 1000, UPPER / 1000)
-    )
+    joined = left.join(right, left_on="k", right_on="rk", within=(LOWER / 1000, UPPER / 1000))
     joined.uid("join").select("k", "t", "rt").uid("join-after").sink_to(
         ed.ParquetSink(str(out / "join"))
     ).uid("join-out")
