@@ -149,3 +149,60 @@ impl Drop for StateWriters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::CheckpointStorage;
+    use crate::state::{DeferredState, StateBlob};
+
+    /// A view whose serialization panics (a bug in an operator's format).
+    struct Panics;
+
+    impl DeferredState for Panics {
+        fn serialize(&self) -> Result<Vec<u8>> {
+            panic!("the view is broken")
+        }
+    }
+
+    fn job(storage: &CheckpointStorage, id: u64, blob: StateBlob) -> Result<WriteJob> {
+        Ok(WriteJob {
+            checkpoint: id,
+            task: 0,
+            writer: storage.begin(id)?.writer(),
+            uid: "op".into(),
+            subtask: 0,
+            state: OperatorState {
+                operator: Some(blob),
+                keyed: Vec::new(),
+            },
+            incremental: None,
+        })
+    }
+
+    /// A panic while serializing becomes the file's failure, with its
+    /// message, and the thread goes on writing the next files.
+    #[test]
+    fn test_a_panicking_serializer_fails_its_file_with_the_cause() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let storage = CheckpointStorage::open(tmp.path())?;
+        let (writers, done) = StateWriters::start()?;
+        for id in 1..=WRITER_THREADS as u64 {
+            writers.submit(job(&storage, id, StateBlob::Deferred(Arc::new(Panics)))?);
+        }
+        for _ in 0..WRITER_THREADS {
+            let d = done.recv().expect("a result");
+            let err = d.result.expect_err("it panicked").to_string();
+            assert!(
+                err.contains("'op' subtask 0 panicked") && err.contains("the view is broken"),
+                "{err}"
+            );
+        }
+        let bytes = StateBlob::Bytes(Arc::new(vec![1, 2, 3]));
+        writers.submit(job(&storage, 9, bytes)?);
+        let d = done.recv().expect("a result");
+        assert_eq!(d.checkpoint, 9);
+        assert!(d.result.is_ok(), "the threads live on");
+        Ok(())
+    }
+}
