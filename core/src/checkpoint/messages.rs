@@ -12,7 +12,9 @@ use crate::error::Result;
 use crate::event::Barrier;
 use crate::state::OperatorState;
 
-/// Who waits for a checkpoint.
+/// Who waits for a checkpoint. Sends to it are best effort (`let _`): a
+/// waiter that stopped waiting dropped its receiver, and the outcome is in
+/// the job's checkpoint stats and failures anyway.
 pub(crate) type Waiter = Sender<Result<CheckpointDone>>;
 
 /// What a user asked the coordinator for.

@@ -141,6 +141,8 @@ impl JobHandle {
         }
         drop(g);
         if let Some(h) = self.driver.lock().take() {
+            // The status is terminal: the driver recorded the outcome (and
+            // its cause) before it returned; the join only reaps the thread.
             let _ = h.join();
         }
         true
@@ -148,6 +150,7 @@ impl JobHandle {
 
     /// Asks the job to stop; it ends with status `Cancelled`.
     pub fn cancel(&self) {
+        // No receiver: the driver returned, the job has ended already.
         let _ = self.driver_tx.send(DriverMsg::Cancel);
     }
 
