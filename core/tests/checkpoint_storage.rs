@@ -57,6 +57,7 @@ fn info() -> CheckpointInfo {
     CheckpointInfo {
         kind: BarrierKind::Checkpoint,
         trigger_ms: 1_000,
+        final_state: false,
         completion_ms: Some(1_250),
         alignments: vec![TaskAlignment {
             task: "count".into(),
@@ -442,5 +443,36 @@ fn test_checkpoint_load_path_that_is_not_a_checkpoint_is_refused() -> Result<()>
 
     // A completed checkpoint cannot be begun again.
     assert!(storage.begin(1).is_err());
+    Ok(())
+}
+
+/// A deletion the store refuses fails only itself: retention goes on with
+/// the other checkpoints and returns the failure naming its path
+/// (`retain` reports it as its error).
+#[test]
+fn test_checkpoint_retention_goes_on_past_a_refused_deletion() -> Result<()> {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let storage = CheckpointStorage::open(tmp.path())?;
+    for id in 1..=4 {
+        write_checkpoint(&storage, id)?;
+    }
+    // Deleting chk-2 fails: its manifest is a non-empty directory, which a
+    // file deletion refuses (as root too, unlike a permission).
+    let stuck = storage.checkpoint_dir(2).join(MANIFEST_FILE);
+    fs::remove_file(&stuck).expect("remove");
+    fs::create_dir_all(stuck.join("keep")).expect("mkdir");
+    let done = storage.retention(1, u64::MAX)?;
+    assert_eq!(done.removed, vec![3, 1]);
+    assert_eq!(done.errors.len(), 1, "{:?}", done.errors);
+    let msg = done.errors[0].to_string();
+    let chk2 = storage.checkpoint_dir(2).display().to_string();
+    assert!(
+        msg.contains(&chk2) && msg.contains("cannot delete"),
+        "{msg}"
+    );
+    let err = storage.retain(1).expect_err("still refused");
+    assert!(err.to_string().contains(&chk2), "{err}");
+    let ids: Vec<u64> = storage.list()?.iter().map(|s| s.id).collect();
+    assert_eq!(ids, vec![4]);
     Ok(())
 }

@@ -217,11 +217,15 @@ fn recompute_windows_after_a_failure_are_exact_and_persist_no_window_state() {
     assert_eq!(window_rows(&job.windows), expected_windows(n, size));
     let cps = handle.checkpoints();
     assert!(cps.len() >= 8, "checkpoints completed: {}", cps.len());
-    for c in &cps {
+    for (i, c) in cps.iter().enumerate() {
         assert!(recomputes(c, "window") && recomputes(c, "timestamps"));
         assert!(!recomputes(c, "windows") && !recomputes(c, "seq"));
-        assert_eq!(operator_bytes(c, "window"), 0, "checkpoint {}", c.id);
-        assert_eq!(operator_bytes(c, "timestamps"), 0);
+        // The final checkpoint (FLIP-147), the last, stores their final
+        // state too, for read_state (coordinator.rs); no other one does.
+        if i + 1 < cps.len() {
+            assert_eq!(operator_bytes(c, "window"), 0, "checkpoint {}", c.id);
+            assert_eq!(operator_bytes(c, "timestamps"), 0);
+        }
         assert!(c.null_state_checkpoint <= c.id);
     }
     assert!(

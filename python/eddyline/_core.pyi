@@ -72,8 +72,9 @@ def list_checkpoints(dir: str, storage_options: dict[str, str] = ...) -> list[di
 def inspect_checkpoint(path: str, storage_options: dict[str, str] = ...) -> dict[str, Any]:
     """One checkpoint (``DIR/chk-N``): its stats, ``"alignments"`` and
     ``"operators"`` (uid, name, finished, recomputes, null_state_checkpoint,
-    bytes, subtasks with bytes, key groups and file), and the checkpoint's
-    ``"null_state_checkpoint"`` (FLINK-4120). Raises ``CheckpointError``
+    bytes, subtasks with bytes, key groups and file), the checkpoint's
+    ``"null_state_checkpoint"`` (FLINK-4120) and ``"final"`` (taken after every
+    task finished: it also stores recomputing operators' state). Raises ``CheckpointError``
     naming the file when it is corrupt."""
 
 def read_keyed_state(path: str, uid: str, storage_options: dict[str, str] = ...) -> dict[str, Any]:

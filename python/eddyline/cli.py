@@ -251,6 +251,11 @@ def _inspect_checkpoint(path: str, options: dict[str, str]) -> int:
             f"  null-state checkpoint {ns}: a recompute recovery rewinds the sources to it and "
             "replays the later barriers"
         )
+        if info.get("final"):
+            print(
+                "  final checkpoint: it also stores the recomputing operators' final state "
+                "(read it with --state UID; a restore from it replays nothing)"
+            )
     alignments = info.get("alignments") or []
     if alignments:
         worst = max(alignments, key=lambda a: float(a.get("alignment_ms", 0.0)))

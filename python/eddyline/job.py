@@ -74,6 +74,10 @@ class CheckpointStats:
             sections it reuses from earlier checkpoints
             (``CheckpointConfig(incremental=True)``); equal to ``bytes`` for a
             full checkpoint.
+        retention_errors: The deletions of older checkpoints (retention) that
+            failed after this one completed, each naming the path and the
+            cause (the job goes on; the job's metrics count them under
+            ``"checkpoint_retention_failures"``).
 
     Example:
         >>> stats = CheckpointStats.from_dict({"id": 3, "kind": "checkpoint",
@@ -96,6 +100,7 @@ class CheckpointStats:
     )
     null_state_checkpoint: int = -1
     state_bytes: int = -1
+    retention_errors: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckpointStats:
@@ -121,6 +126,7 @@ class CheckpointStats:
             operators=operators,
             null_state_checkpoint=int(data.get("null_state_checkpoint", data["id"])),
             state_bytes=int(data.get("state_bytes", data.get("bytes", 0))),
+            retention_errors=tuple(str(e) for e in data.get("retention_errors") or ()),
         )
 
     def __getitem__(self, key: str) -> Any:

@@ -107,6 +107,8 @@ fn manifest_dict<'py>(py: Python<'py>, m: &Manifest, path: &str) -> PyResult<Bou
     d.set_item("trigger_time_ms", m.trigger_ms)?;
     d.set_item("completion_time_ms", m.completion_ms)?;
     d.set_item("duration_ms", m.duration_ms)?;
+    // FLIP-147's final checkpoint: it also stores recomputing operators' state.
+    d.set_item("final", m.final_state)?;
     d.set_item("bytes", m.state_size())?;
     d.set_item("written_bytes", m.written_size())?;
     d.set_item("path", path)?;

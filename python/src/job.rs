@@ -302,6 +302,7 @@ fn checkpoint_dicts<'py>(
         d.set_item("state_bytes", c.state_bytes)?;
         d.set_item("path", c.path.display().to_string())?;
         d.set_item("null_state_checkpoint", c.null_state_checkpoint)?;
+        d.set_item("retention_errors", &c.retention_errors)?;
         let ops = PyDict::new(py);
         for (i, (uid, name, bytes, subtasks)) in c.operators.iter().enumerate() {
             let od = PyDict::new(py);
@@ -321,6 +322,9 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
     let m = handle.metrics();
     let d = PyDict::new(py);
     d.set_item("wall_time_s", m.wall_time_s)?;
+    // Deletions of old checkpoints that failed (the job went on).
+    d.set_item("checkpoint_retention_failures", handle.retention_failures())?;
+    d.set_item("checkpoint_retention_errors", handle.retention_errors())?;
     let ops = PyDict::new(py);
     for o in &m.operators {
         let od = PyDict::new(py);

@@ -204,3 +204,45 @@ def test_checkpoint_stats_describe_operators(chk_dir: Path) -> None:
     assert final["id"] == final.id
     assert final.bytes >= sum(op.bytes for op in final.operators.values())
     assert all(c.trigger_time_ms > 0 for c in result.checkpoints)
+
+
+def test_checkpoint_retention_failure_is_reported_and_the_job_goes_on(
+    chk_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A deletion the store refuses (checkpoint 1's manifest replaced by a non-empty
+    directory, which a file deletion refuses, as root too) fails no checkpoint and not
+    the job, but is named with its path in the stats of the checkpoint whose retention
+    it was, counted in the metrics and logged to stderr."""
+    env = _env(1, chk_dir, interval="1h", retained=1)
+    env.from_sequence(0, 40_000).name("numbers").map_batches(SleepPerBatch(0.005)).with_columns(
+        k=ed.col("value") % 5
+    ).key_by("k").sum("value").uid("sums").collect()
+    client = env.execute_async("retention")
+    wait_until(
+        lambda: client.metrics()["operators"]["numbers"]["records_out"] > 0,
+        timeout=30,
+        what="the first rows",
+    )
+    first = client.trigger_checkpoint()
+    stuck = chk_dir / f"chk-{first}"
+    (stuck / "_manifest.json").unlink()
+    (stuck / "_manifest.json" / "keep").mkdir(parents=True)
+    second = client.trigger_checkpoint()
+    assert client.metrics()["checkpoint_retention_failures"] == 1
+    result = client.wait(timeout=60)
+
+    by_id = {c.id: c for c in result.checkpoints}
+    assert by_id[first].retention_errors == ()
+    (error,) = by_id[second].retention_errors
+    assert str(stuck) in error and "cannot delete" in error, error
+    # the final checkpoint's retention deleted the second one and tried again
+    (again,) = result.checkpoints[-1].retention_errors
+    assert str(stuck) in again, again
+    assert result.metrics["checkpoint_retention_failures"] == 2
+    assert result.metrics["checkpoint_retention_errors"] == [error, again]
+    assert sorted(p.name for p in chk_dir.glob("chk-*")) == sorted(
+        [stuck.name, f"chk-{result.checkpoints[-1].id}"]
+    )
+    assert result.failed_checkpoints == 0
+    assert [c.id for c in result.checkpoints][-1] > second
+    assert str(stuck) in capfd.readouterr().err

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
+from eddyline._core import inspect_checkpoint
 from eddyline.cli import main as cli_main
 from eddyline.testing import (
     FailOnce,
@@ -144,8 +145,15 @@ def _assert_recomputed_and_resumed(outputs: list[str]) -> None:
     assert lines, "no checkpoint completed"
     ids = [line[0] for line in lines]
     assert ids == sorted(set(ids)), f"checkpoint ids keep increasing across runs: {ids}"
-    # (c) the window operator recomputes and writes no state
-    assert all(b == 0 and r == "True" for _, _, b, r in lines), lines
+    # (c) the window operator recomputes and writes no state, except into the final
+    # checkpoint (the last of a run that finished), which stores it for read_state
+    assert all(r == "True" for _, _, _, r in lines), lines
+    intermediate = [
+        line
+        for text in outputs
+        for line in _checkpoint_lines(text)[: -1 if "\nfinished" in text else None]
+    ]
+    assert all(b == 0 for _, _, b, _ in intermediate), lines
     assert any(ns < cid for cid, ns, _, _ in lines), "no checkpoint ever needed a replay"
     records = int(re.search(r"^source records (\d+)$", outputs[-1], re.M).group(1))  # type: ignore[union-attr]
     assert records < N, f"the last run re-read all {N} records: it did not restore"
@@ -185,6 +193,15 @@ def test_recompute_persisted_running_sum_and_recomputed_windows_sigkill_exact(
         want[v % KEYS] = want.get(v % KEYS, 0) + v
     assert final == want
     _assert_recomputed_and_resumed(outputs)
+    # read_state of the final checkpoint (the storage root's newest) after the kills
+    # equals the job's own final output: the persisted sums, and the recomputed
+    # windows' (empty: every window fired) state, stored only in that checkpoint.
+    chk = str(tmp_path / "chk")
+    newest = max(completed_checkpoints(chk))
+    assert inspect_checkpoint(f"{chk}/chk-{newest}")["final"] is True
+    stored = ed.read_state(chk, "sum").to_pylist()
+    assert {r["key"]: r["value"] for r in stored} == want
+    assert ed.read_state(chk, "windows").num_rows == 0
 
 
 def windowed_env(chk: Path, recovery: str, batch_size: int = 100, **extra: object) -> tuple:
@@ -228,7 +245,8 @@ def test_recompute_checkpoints_hold_no_window_state(tmp_path: Path) -> None:
         if recovery == "latest":
             assert all(c.null_state_checkpoint == c.id for c in checkpoints)
     assert max(sizes["latest"]) > 1_000, sizes["latest"]
-    assert sizes["recompute"] == [0] * len(sizes["recompute"])
+    # (the final checkpoint stores the recomputing windows' final state, for read_state)
+    assert sizes["recompute"][:-1] == [0] * (len(sizes["recompute"]) - 1)
 
 
 @pytest.mark.timeout(120)

@@ -13,13 +13,23 @@
 //! state (their channels carry no more barriers). After every task finished,
 //! a final checkpoint is taken; its completion lets the tasks close, so a
 //! bounded job ends with everything committed.
+//!
+//! With `recovery="recompute"` (FLINK-4120) recomputing operators write no
+//! state into checkpoints, except into the final one: a finished task
+//! reports their full state, which is held until the checkpoint is known to
+//! be final (every task acknowledged it finished) and only then written;
+//! otherwise it is dropped, so intermediate checkpoints are unchanged. The
+//! manifest says `"final": true`, `read_state` reads that state, and a
+//! restore from it loads it and replays nothing (docs/read_state.md; the
+//! cost is one full write of those operators' state at the end of a
+//! bounded job).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
@@ -39,16 +49,7 @@ use crate::event::{Barrier, BarrierKind};
 use crate::graph::JobGraph;
 use crate::state::{OperatorState, StateBlob};
 
-/// Who waits for a checkpoint.
-pub(crate) type Waiter = Sender<Result<CheckpointDone>>;
-
-/// What a user asked the coordinator for.
-#[derive(Debug, Clone)]
-pub(crate) enum Request {
-    Checkpoint,
-    Savepoint { path: PathBuf },
-    StopWithSavepoint { path: PathBuf, drain: bool },
-}
+pub(crate) use crate::checkpoint::messages::{NodeSnapshot, Outgoing, Request, TaskInfo, Waiter};
 
 struct Stopping {
     drain: bool,
@@ -56,64 +57,6 @@ struct Stopping {
     waiter: Option<Waiter>,
     savepoint_done: bool,
     finalized: bool,
-}
-
-/// The state of one node of a task at a checkpoint.
-#[derive(Debug)]
-pub(crate) struct NodeSnapshot {
-    pub node: usize,
-    pub state: OperatorState,
-    /// The operator's null-state watermark, if it recomputes (FLINK-4120).
-    pub null_state: Option<u64>,
-}
-
-/// What the coordinator knows of one task of the current attempt.
-#[derive(Debug, Clone)]
-pub(crate) struct TaskInfo {
-    pub name: String,
-    pub nodes: Vec<usize>,
-    pub subtask: usize,
-    pub is_source: bool,
-    /// The task heads a loop: it keeps running after its inputs finished
-    /// (termination rounds), so the coordinator triggers it directly once
-    /// every predecessor task finished (FLIP-147), and the head takes the
-    /// snapshot after the last record of its finished inputs.
-    pub loop_head: bool,
-    /// The tasks whose output this task reads (loop feedback excluded).
-    pub predecessors: Vec<usize>,
-}
-
-impl TaskInfo {
-    /// A loop head whose predecessors all finished, so no barrier reaches
-    /// it through its input channels any more.
-    fn needs_direct_trigger(&self, finished: &[bool]) -> bool {
-        self.loop_head
-            && !self.predecessors.is_empty()
-            && self.predecessors.iter().all(|p| finished[*p])
-    }
-}
-
-/// Messages the coordinator asks the driver to deliver to tasks.
-#[derive(Debug, Clone)]
-pub(crate) enum Outgoing {
-    Trigger {
-        task: usize,
-        barrier: Barrier,
-    },
-    /// Stop a source: without `barrier` (drain) it ends its input; with one
-    /// it snapshots, forwards the savepoint barrier and stops undrained.
-    StopSource {
-        task: usize,
-        barrier: Option<Barrier>,
-    },
-    Notify {
-        checkpoint: u64,
-    },
-    Abort {
-        checkpoint: u64,
-    },
-    /// The final checkpoint completed: every task may close.
-    Finalize,
 }
 
 struct InFlight {
@@ -138,6 +81,11 @@ struct InFlight {
     null_states: BTreeMap<usize, u64>,
     /// Chain heads some of whose subtasks wrote channel state.
     channel_nodes: std::collections::BTreeSet<usize>,
+    /// The final state of recomputing operators of finished tasks, written
+    /// only if the checkpoint turns out final (see the module docs).
+    held: Vec<WriteJob>,
+    /// Every task acknowledged it finished, and `held` was written.
+    final_state: bool,
     waiters: Vec<Waiter>,
     /// Whether tasks hear of the completion (false for plain savepoints,
     /// whose transactions commit with the next checkpoint, as in Flink).
@@ -522,6 +470,8 @@ impl Coordinator {
             offsets: BTreeMap::new(),
             null_states: BTreeMap::new(),
             channel_nodes: Default::default(),
+            held: Vec::new(),
+            final_state: false,
             waiters: waiter.into_iter().collect(),
             notify,
         };
@@ -626,12 +576,11 @@ impl Coordinator {
             if snap.state.is_empty() {
                 continue;
             }
-            f.outstanding[task] += 1;
             let subtask = info.subtask as u32;
             let incremental = f
                 .incremental
                 .then(|| self.bases.get(&(node.uid.clone(), subtask)).cloned());
-            self.writers.submit(WriteJob {
+            let job = WriteJob {
                 checkpoint,
                 task,
                 writer: f.pending.writer(),
@@ -639,7 +588,15 @@ impl Coordinator {
                 subtask,
                 state: snap.state,
                 incremental,
-            });
+            };
+            // A recomputing operator (it reports a null-state watermark)
+            // whose task finished: held until the checkpoint proves final.
+            if finished && snap.null_state.is_some() {
+                f.held.push(job);
+                continue;
+            }
+            f.outstanding[task] += 1;
+            self.writers.submit(job);
         }
         if let (Some(state), Some(&head)) = (channels, info.nodes.first()) {
             // Channel state (FLIP-76): its own file, under the head's `#channels` uid.
@@ -699,6 +656,24 @@ impl Coordinator {
         if !done {
             return;
         }
+        if let Some(f) = self.inflight.as_mut() {
+            if !f.final_state
+                && f.barrier.kind == BarrierKind::Checkpoint
+                && f.finished_at_ack.iter().all(|x| *x)
+            {
+                // The final checkpoint (FLIP-147): nothing is left to
+                // recompute after it, so it stores the held final state.
+                f.final_state = true;
+                let held = std::mem::take(&mut f.held);
+                if !held.is_empty() {
+                    for job in held {
+                        f.outstanding[job.task] += 1;
+                        self.writers.submit(job);
+                    }
+                    return;
+                }
+            }
+        }
         let Some(f) = self.inflight.take() else {
             return;
         };
@@ -748,6 +723,7 @@ impl Coordinator {
             completion_ms: Some(now_ms()),
             alignments: f.alignments.clone(),
             operators,
+            final_state: f.final_state,
         };
         let path = f.pending.dir().to_path_buf();
         let path_for_waiters = path.clone();
@@ -759,7 +735,7 @@ impl Coordinator {
                     .map(|a| Duration::from_micros(a.alignment_us))
                     .max()
                     .unwrap_or_default();
-                let stats = CheckpointStats {
+                let mut stats = CheckpointStats {
                     id,
                     kind: f.barrier.kind,
                     trigger_ms: f.barrier.timestamp_ms,
@@ -791,25 +767,22 @@ impl Coordinator {
                     null_state_checkpoint: null_state
                         .as_ref()
                         .map_or(id, |o| o.null_state_checkpoint),
+                    retention_errors: Vec::new(),
                 };
                 if is_checkpoint {
                     self.last_completed = Some(id);
                     if f.incremental {
                         self.bases = f.bases;
                     }
-                    match &null_state {
-                        Some(o) => {
-                            let _ = self
-                                .storage
-                                .retain_since(self.config.retained.max(1), o.null_state_checkpoint);
-                            if let Ok(kept) = self.storage.list() {
-                                if let Some(oldest) = kept.last() {
-                                    self.ledger.forget_before(oldest.id);
-                                }
+                    let since = null_state
+                        .as_ref()
+                        .map_or(u64::MAX, |o| o.null_state_checkpoint);
+                    stats.retention_errors = self.retain(id, since);
+                    if null_state.is_some() {
+                        if let Ok(kept) = self.storage.list() {
+                            if let Some(oldest) = kept.last() {
+                                self.ledger.forget_before(oldest.id);
                             }
-                        }
-                        None => {
-                            let _ = self.storage.retain(self.config.retained.max(1));
                         }
                     }
                 }
@@ -852,6 +825,28 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// Deletes the checkpoints retention no longer keeps after checkpoint
+    /// `id` completed (also every one from `since` on, FLINK-4120). A
+    /// deletion that fails fails nothing (the checkpoint is complete and
+    /// the files stay until a later retention deletes them), but it is
+    /// never silent: it is logged to stderr, counted in the job's metrics,
+    /// and returned for the checkpoint's stats.
+    fn retain(&self, id: u64, since: u64) -> Vec<String> {
+        let errors: Vec<String> = match self.storage.retention(self.config.retained.max(1), since) {
+            Ok(done) => done.errors.iter().map(ToString::to_string).collect(),
+            Err(e) => vec![e.to_string()],
+        };
+        for e in &errors {
+            eprintln!(
+                "eddyline: deleting an old checkpoint of '{}' after checkpoint {id} failed \
+                 (the job goes on): {e}",
+                self.storage.dir().display()
+            );
+            self.failed.record_retention(e.clone());
+        }
+        errors
     }
 
     /// Aborts the checkpoint in flight, if any.

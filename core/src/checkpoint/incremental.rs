@@ -298,7 +298,9 @@ pub(crate) fn read_subtask(
 /// the retained checkpoints (read by `retained`, only when there are shared
 /// files) refers to and that were written before `newest` (the newest
 /// completed checkpoint). Returns the names deleted. Nothing is deleted
-/// when a retained manifest could not be read.
+/// when a retained manifest could not be read, and that is an error naming
+/// it (retention reports it; the files stay until it can be read or is
+/// deleted).
 pub(crate) fn collect(
     root: &Store,
     retained: impl FnOnce() -> Vec<Result<Manifest>>,
@@ -327,8 +329,18 @@ pub(crate) fn collect(
     for m in &retained {
         match m {
             Ok(m) => referenced.extend(m.shared_files()),
-            // Its references are unknown: keep everything.
-            Err(_) => return Ok(Vec::new()),
+            // Its references are unknown: keep everything, and say why.
+            Err(e) => {
+                return Err(Error::checkpoint(
+                    Some(shared.location().to_path_buf()),
+                    format!(
+                        "kept every shared state file in '{}': a retained checkpoint's \
+                         manifest could not be read, so which files it refers to is \
+                         unknown: {e}",
+                        shared.location().display()
+                    ),
+                ))
+            }
         }
     }
     let mut removed = Vec::new();
@@ -362,6 +374,7 @@ pub(crate) fn remove_files(root: &Store, names: &[String]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint::storage::MANIFEST_FILE;
     use crate::checkpoint::{CheckpointInfo, CheckpointStorage, OperatorEntry, SubtaskEntry};
     use crate::event::BarrierKind;
     use crate::state::{DeferredState, StateBlob};
@@ -381,6 +394,7 @@ mod tests {
         CheckpointInfo {
             kind: BarrierKind::Checkpoint,
             trigger_ms: 0,
+            final_state: false,
             completion_ms: Some(1),
             alignments: vec![],
             operators: vec![OperatorEntry {
@@ -491,6 +505,37 @@ mod tests {
         storage.retain(1)?;
         assert_eq!(storage.shared_files()?.len(), 2);
         assert_eq!(restored(&storage, 3)?, values);
+        Ok(())
+    }
+
+    /// A retained manifest that cannot be read keeps every shared file, and
+    /// retention reports why instead of skipping the collection silently.
+    #[test]
+    fn test_unreadable_retained_manifest_keeps_shared_files_and_is_reported() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let storage = CheckpointStorage::open(tmp.path())?;
+        let mut values: BTreeMap<u32, Vec<u8>> =
+            (0..GROUPS).map(|g| (g, vec![g as u8; 100])).collect();
+        let (p, bases, _) = write_all(&storage, 1, &values, &Bases::new())?;
+        p.complete(info(SUBTASKS))?;
+        for v in values.values_mut() {
+            v[0] ^= 1;
+        }
+        let (p, _, _) = write_all(&storage, 2, &values, &bases)?;
+        p.complete(info(SUBTASKS))?;
+        let before = storage.shared_files()?;
+        let manifest = storage.checkpoint_dir(2).join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&manifest).expect("read");
+        std::fs::write(&manifest, text.replace("\"id\": 2", "\"id\": 3")).expect("write");
+        let done = storage.retention(1, u64::MAX)?;
+        assert_eq!(done.removed, vec![1]);
+        let msg = done
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<String>();
+        assert!(msg.contains("kept every shared state file"), "{msg}");
+        assert_eq!(storage.shared_files()?, before, "nothing was deleted");
         Ok(())
     }
 

@@ -9,20 +9,21 @@
 //! rejects unknown and duplicate keys, trailing data, and versions it does not
 //! know. The last member is `"checksum": "xxh3:<16 hex digits>"`, the xxh3-64
 //! of every byte before the line that holds it, so any flipped byte is
-//! caught. Format version 3 (version 1, written before keyed identities
+//! caught. Format version 4 (version 1, written before keyed identities
 //! were recorded, is still read: its operators have no `"key"`; version 2,
 //! written before incremental checkpoints, has no `"shared"` and no
-//! `"reused"` members):
+//! `"reused"` members; version 3 has no `"final"`):
 //!
 //! ```text
 //! {
 //!   "format": "eddyline-checkpoint-manifest",
-//!   "version": 3,
+//!   "version": 4,
 //!   "id": 7,
 //!   "kind": "checkpoint",                        // or "savepoint"
 //!   "trigger_ms": 1700000000000,
 //!   "completion_ms": 1700000000042,
 //!   "duration_ms": 42,
+//!   "final": false,
 //!   "alignments": [{"task": "join", "subtask": 0, "alignment_us": 1500}],
 //!   "operators": [
 //!     {"uid": "count", "name": "count", "finished": false,
@@ -41,6 +42,12 @@
 //!   "checksum": "xxh3:0123456789abcdef"
 //! }
 //! ```
+//!
+//! `final` is `true` for the final checkpoint of a bounded job, taken after
+//! every task finished (FLIP-147): it also stores the full state of the
+//! operators that recompute (`null_state_checkpoint` set), which no other
+//! checkpoint holds, so `read_state` can read it; a restore from it loads
+//! that state and replays nothing (nothing is left to recompute).
 //!
 //! `state` is `null` for a subtask without state; `key_groups` lists
 //! half-open ranges `[start, end)` of the key groups in the state file.
@@ -69,8 +76,8 @@ use crate::event::BarrierKind;
 use crate::state::{decode_entries, decode_positions};
 
 /// The manifest format this build writes (it reads this and versions 1
-/// and 2).
-pub const MANIFEST_VERSION: u64 = 3;
+/// to 3).
+pub const MANIFEST_VERSION: u64 = 4;
 
 /// The oldest manifest format this build reads.
 const OLDEST_VERSION: u64 = 1;
@@ -89,6 +96,9 @@ pub struct Manifest {
     pub completion_ms: u64,
     /// `completion_ms - trigger_ms`.
     pub duration_ms: u64,
+    /// Taken after every task finished (FLIP-147): recomputing operators
+    /// stored their full state too (`false` before version 4).
+    pub final_state: bool,
     /// Alignment time of each task that aligned barriers.
     pub alignments: Vec<TaskAlignment>,
     pub operators: Vec<OperatorEntry>,
@@ -278,6 +288,7 @@ impl Manifest {
         let _ = writeln!(out, "  \"trigger_ms\": {},", self.trigger_ms);
         let _ = writeln!(out, "  \"completion_ms\": {},", self.completion_ms);
         let _ = writeln!(out, "  \"duration_ms\": {},", self.duration_ms);
+        let _ = writeln!(out, "  \"final\": {},", self.final_state);
         out.push_str("  \"alignments\": [");
         for (i, a) in self.alignments.iter().enumerate() {
             out.push_str(if i == 0 { "\n    " } else { ",\n    " });
@@ -353,6 +364,8 @@ impl Manifest {
             trigger_ms: top.u64("trigger_ms")?,
             completion_ms: top.u64("completion_ms")?,
             duration_ms: top.u64("duration_ms")?,
+            // Version 3 and older stored no state of recomputing operators.
+            final_state: version >= 4 && top.bool("final")?,
             alignments: top
                 .array("alignments")?
                 .into_iter()
@@ -721,6 +734,7 @@ mod tests {
             trigger_ms: 1_700_000_000_000,
             completion_ms: 1_700_000_000_042,
             duration_ms: 42,
+            final_state: true,
             alignments: vec![TaskAlignment {
                 task: "join \"x\"".into(),
                 subtask: 1,
@@ -830,9 +844,9 @@ mod tests {
     fn test_manifest_newer_version_is_refused() {
         let text = sample()
             .encode()
-            .replace("\"version\": 3", "\"version\": 4");
+            .replace("\"version\": 4", "\"version\": 5");
         let err = Manifest::decode(&text).expect_err("version");
-        assert!(err.contains("version 4"), "{err}");
+        assert!(err.contains("version 5"), "{err}");
     }
 
     #[test]
@@ -857,10 +871,12 @@ mod tests {
         assert_eq!(k64.describe_key(), "('k': Int64)");
     }
 
-    /// The sample without what version 3 added (shared files, reused
-    /// key groups), as version `version` wrote it, re-checksummed.
+    /// The sample without what versions 3 and 4 added (shared files, reused
+    /// key groups, the final flag), as version `version` wrote it,
+    /// re-checksummed.
     fn older_text(version: u64, drop_key: bool) -> (String, Manifest) {
         let mut m = sample();
+        m.final_state = false;
         for sub in m.operators.iter_mut().flat_map(|o| &mut o.subtasks) {
             sub.reused.clear();
             if let Some(f) = &mut sub.state {
@@ -870,7 +886,8 @@ mod tests {
         let text = m.encode();
         let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
         let mut body = text[..cut - 1]
-            .replace("\"version\": 3", &format!("\"version\": {version}"))
+            .replace("\"version\": 4", &format!("\"version\": {version}"))
+            .replace("  \"final\": false,\n", "")
             .replace(", \"shared\": false", "")
             .replace(", \"reused\": []", "");
         if drop_key {
@@ -919,6 +936,27 @@ mod tests {
         let v3 = format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
         let err = Manifest::decode(&v3).expect_err("shared missing");
         assert!(err.contains("'shared' is missing"), "{err}");
+    }
+
+    /// A manifest of version 3 (before final checkpoints stored the state
+    /// of recomputing operators) is read as not final; version 4 requires
+    /// the member.
+    #[test]
+    fn test_manifest_version_3_is_read_as_not_final() {
+        let mut m = sample();
+        m.final_state = false;
+        let text = m.encode();
+        let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
+        let rewrite = |version: &str| {
+            let body = text[..cut - 1]
+                .replace("\"version\": 4", version)
+                .replace("  \"final\": false,\n", "");
+            let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+            format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n")
+        };
+        assert_eq!(Manifest::decode(&rewrite("\"version\": 3")), Ok(m));
+        let err = Manifest::decode(&rewrite("\"version\": 4")).expect_err("final missing");
+        assert!(err.contains("'final' is missing"), "{err}");
     }
 
     #[test]

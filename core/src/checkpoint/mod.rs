@@ -60,6 +60,7 @@ pub mod coordinator;
 pub mod incremental;
 mod json;
 pub mod manifest;
+pub(crate) mod messages;
 mod pending;
 pub mod read_state;
 pub mod recompute;

@@ -69,6 +69,9 @@ pub struct CheckpointInfo {
     pub completion_ms: Option<u64>,
     pub alignments: Vec<TaskAlignment>,
     pub operators: Vec<OperatorEntry>,
+    /// Taken after every task finished; recomputing operators stored their
+    /// state too ([`Manifest::final_state`]).
+    pub final_state: bool,
 }
 
 /// A checkpoint whose manifest has been written.
@@ -273,6 +276,7 @@ impl PendingCheckpoint {
             trigger_ms: info.trigger_ms,
             completion_ms,
             duration_ms: completion_ms.saturating_sub(info.trigger_ms),
+            final_state: info.final_state,
             alignments: info.alignments,
             operators,
         };

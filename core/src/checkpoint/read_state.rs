@@ -89,7 +89,8 @@ pub enum KeyedStateContent {
 ///
 /// Errors (all `Checkpoint` errors naming the path): `path` is not a
 /// checkpoint; no operator has `uid` (the message lists the uids there);
-/// the operator has no keyed state, or recomputes it instead of storing it;
+/// the operator has no keyed state, or recomputes it instead of storing it
+/// (in any checkpoint but the final one of a bounded job);
 /// a blob is in a format no decoder knows.
 pub fn read_keyed_state(
     path: &Path,
@@ -140,8 +141,12 @@ pub fn read_from(rc: &RestoredCheckpoint, uid: &str) -> Result<KeyedStateRead> {
     let is_source = op.subtasks.iter().any(|s| !s.source_offsets.is_empty());
     if blobs.is_empty() {
         // A recomputing operator whose null-state checkpoint is this one
-        // holds an empty state: rebuilding it replays nothing.
-        let replayed = op.null_state_checkpoint.filter(|&from| from < manifest.id);
+        // holds an empty state: rebuilding it replays nothing. The final
+        // checkpoint of a bounded job stores a recomputing operator's state
+        // (FLIP-147; `coordinator.rs`): none there is an empty state.
+        let replayed = op
+            .null_state_checkpoint
+            .filter(|&from| from < manifest.id && !manifest.final_state);
         if let (Some(from), false) = (replayed, is_source) {
             return Err(fail(format!(
                 "{named} stores no state: it recomputes its state on restore by replaying \
@@ -304,6 +309,7 @@ mod tests {
             .complete(CheckpointInfo {
                 kind: BarrierKind::Checkpoint,
                 trigger_ms: 0,
+                final_state: false,
                 completion_ms: Some(1),
                 alignments: vec![],
                 operators: vec![

@@ -29,7 +29,10 @@
 //! could be rebuilt), none of its inputs is a round-robin (rebalance) edge
 //! (whose dealing restarts with the replay), and the checkpoint it is restored from does not hold
 //! persisted state for it. Recomputing operators write no state into
-//! checkpoints (savepoints always hold full state).
+//! checkpoints (savepoints always hold full state), except into the final
+//! checkpoint of a bounded job (FLIP-147; `coordinator.rs`): nothing is left
+//! to recompute after it, so `read_state` reads that state, and a restore
+//! from it loads every operator's state and replays nothing.
 //!
 //! # Recovery
 //!
@@ -355,7 +358,15 @@ impl ReplayPlan {
     pub fn for_restore(graph: &JobGraph, latest: &RestoredCheckpoint) -> Result<Option<Self>> {
         let from = null_state_checkpoint_of(latest);
         let until = latest.id();
-        if from >= until || latest.manifest().kind != BarrierKind::Checkpoint {
+        // The final checkpoint of a bounded job stores every operator's
+        // state (FLIP-147, `coordinator.rs`): nothing is left to recompute.
+        // Replaying would run the input's end again after its barrier (the
+        // windows it fired would fire twice), and chains of finished,
+        // persisted operators would not read the replayed input at all.
+        if from >= until
+            || latest.manifest().kind != BarrierKind::Checkpoint
+            || latest.manifest().final_state
+        {
             return Ok(None);
         }
         let Some(storage) = latest.parent_storage() else {

@@ -43,7 +43,7 @@ pub(crate) fn state_for(
     let Some(entry) = rc.manifest().operator(uid) else {
         return Ok(None);
     };
-    if key_mismatch(rc, graph, node).is_some() {
+    if key_mismatch(rc, graph, node).is_some() || recomputed_in(rc, entry, node) {
         return Ok(None);
     }
     let old_p = entry.subtasks.len();
@@ -71,6 +71,22 @@ pub(crate) fn state_for(
         return Ok(None);
     }
     Ok(Some(OperatorState { operator, keyed }))
+}
+
+/// Whether `node` recomputed its state in `rc` (whose entry for it is
+/// `entry`; FLINK-4120; sources record where they rewind to, they do not
+/// recompute): a restore rebuilds that state by replay and loads none. The
+/// final checkpoint of a bounded job is the exception: it stores that state
+/// (`coordinator.rs`) and its restore loads it, replaying nothing
+/// (`ReplayPlan::for_restore`).
+fn recomputed_in(
+    rc: &RestoredCheckpoint,
+    entry: &crate::checkpoint::OperatorEntry,
+    node: &Node,
+) -> bool {
+    !rc.manifest().final_state
+        && entry.null_state_checkpoint.is_some()
+        && matches!(node.kind, NodeKind::Operator(_))
 }
 
 /// What the factory of `node` says of its non-keyed state.
@@ -187,7 +203,7 @@ pub fn key_identity(graph: &JobGraph, node: &Node) -> Option<KeyIdentity> {
 /// Operators without state in `rc` always match.
 fn key_mismatch(rc: &RestoredCheckpoint, graph: &JobGraph, node: &Node) -> Option<String> {
     let entry = rc.manifest().operator(&node.uid)?;
-    if !rc.subtask_states(&node.uid).any(|(_, s)| !s.is_empty()) {
+    if recomputed_in(rc, entry, node) || !rc.subtask_states(&node.uid).any(|(_, s)| !s.is_empty()) {
         return None;
     }
     let new = key_identity(graph, node);

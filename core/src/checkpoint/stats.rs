@@ -36,6 +36,10 @@ pub struct CheckpointStats {
     /// The checkpoint a recompute recovery of this one rewinds the sources
     /// to (the id itself when nothing recomputes).
     pub null_state_checkpoint: u64,
+    /// The deletions of older checkpoints (retention) that failed once it
+    /// completed, each naming the path and the cause. The job goes on; the
+    /// files stay until a later retention deletes them.
+    pub retention_errors: Vec<String>,
 }
 
 /// A checkpoint or savepoint that failed to begin or to complete, and why
@@ -48,11 +52,14 @@ pub struct CheckpointFailure {
     pub reason: String,
 }
 
-/// How many checkpoints failed, and the causes of the latest ones.
+/// How many checkpoints failed, and the causes of the latest ones; also
+/// the retention deletions that failed (they fail no checkpoint).
 #[derive(Debug, Default)]
 pub struct CheckpointFailures {
     count: AtomicU64,
     recent: Mutex<VecDeque<CheckpointFailure>>,
+    retention_count: AtomicU64,
+    retention_recent: Mutex<VecDeque<String>>,
 }
 
 impl CheckpointFailures {
@@ -67,6 +74,25 @@ impl CheckpointFailures {
     /// The latest failures with their causes, oldest first.
     pub fn recent(&self) -> Vec<CheckpointFailure> {
         self.recent.lock().iter().cloned().collect()
+    }
+
+    /// How many retention deletions failed.
+    pub fn retention_failures(&self) -> u64 {
+        self.retention_count.load(Ordering::Relaxed)
+    }
+
+    /// The latest failed retention deletions (path and cause), oldest first.
+    pub fn retention_errors(&self) -> Vec<String> {
+        self.retention_recent.lock().iter().cloned().collect()
+    }
+
+    pub(crate) fn record_retention(&self, error: String) {
+        self.retention_count.fetch_add(1, Ordering::Relaxed);
+        let mut recent = self.retention_recent.lock();
+        if recent.len() == Self::KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(error);
     }
 
     pub(crate) fn record(&self, failure: CheckpointFailure) {

@@ -37,6 +37,15 @@ fn checkpoint_dir_id(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// What one retention pass did ([`CheckpointStorage::retention`]).
+#[derive(Debug, Default)]
+pub struct Retention {
+    /// The ids of the checkpoints deleted.
+    pub removed: Vec<u64>,
+    /// The deletions that failed, each naming its path and cause.
+    pub errors: Vec<Error>,
+}
+
 /// A checkpoint directory root holding `chk-<id>` directories.
 #[derive(Debug, Clone)]
 pub struct CheckpointStorage {
@@ -377,6 +386,18 @@ impl CheckpointStorage {
     /// the null-state checkpoint of the newest one, whose source offsets a
     /// recompute recovery replays). Returns the ids deleted.
     pub fn retain_since(&self, n: usize, since: u64) -> Result<Vec<u64>> {
+        let done = self.retention(n, since)?;
+        match done.errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(done.removed),
+        }
+    }
+
+    /// [`retain_since`](Self::retain_since) that goes on past a deletion
+    /// that fails (the store refused it): the others are still deleted, and
+    /// each failure is returned with its cause and path, for the caller to
+    /// report. `Err` only when the checkpoints could not be listed.
+    pub fn retention(&self, n: usize, since: u64) -> Result<Retention> {
         let all = self.checkpoint_dirs()?;
         let newest_completed = all
             .iter()
@@ -384,6 +405,7 @@ impl CheckpointStorage {
             .map(|(id, _)| *id);
         let mut kept = 0;
         let mut removed = Vec::new();
+        let mut errors = Vec::new();
         let mut retained = Vec::new();
         for (id, chk) in all {
             let delete = if chk.exists(MANIFEST_FILE).unwrap_or(false) {
@@ -397,16 +419,20 @@ impl CheckpointStorage {
                 newest_completed.is_some_and(|newest| id < newest)
             };
             if delete {
-                remove_checkpoint_dir(&chk)?;
-                removed.push(id);
+                match remove_checkpoint_dir(&chk) {
+                    Ok(()) => removed.push(id),
+                    Err(e) => errors.push(e),
+                }
             }
         }
         // Then the shared files no retained checkpoint refers to (issue 17).
         if let Some(newest) = newest_completed {
             let manifests = || retained.iter().map(read_manifest).collect();
-            incremental::collect(&self.store, manifests, newest)?;
+            if let Err(e) = incremental::collect(&self.store, manifests, newest) {
+                errors.push(e);
+            }
         }
-        Ok(removed)
+        Ok(Retention { removed, errors })
     }
 
     /// The names of the files in the `shared/` directory of this root
@@ -632,6 +658,7 @@ mod tests {
             .complete(CheckpointInfo {
                 kind: BarrierKind::Checkpoint,
                 trigger_ms: 0,
+                final_state: false,
                 completion_ms: Some(1),
                 alignments: vec![],
                 operators: vec![],

@@ -43,6 +43,8 @@ pub(crate) struct WriteDone {
 /// joins them.
 pub(crate) struct StateWriters {
     jobs: Option<Sender<WriteJob>>,
+    /// Where [`StateWriters::submit`] reports a job no thread can take.
+    done: Sender<WriteDone>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -59,15 +61,32 @@ impl StateWriters {
                 .name(format!("eddyline-ckpt-writer-{i}"))
                 .spawn(move || {
                     for job in rx {
-                        let result = match &job.incremental {
-                            None => job.writer.write_state(&job.uid, job.subtask, &job.state),
-                            Some(base) => job.writer.write_state_incremental(
-                                &job.uid,
-                                job.subtask,
-                                &job.state,
-                                base.as_deref(),
-                            ),
-                        };
+                        // A panic while serializing fails this checkpoint with
+                        // its message; the thread lives on for the next ones.
+                        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            match &job.incremental {
+                                None => job.writer.write_state(&job.uid, job.subtask, &job.state),
+                                Some(base) => job.writer.write_state_incremental(
+                                    &job.uid,
+                                    job.subtask,
+                                    &job.state,
+                                    base.as_deref(),
+                                ),
+                            }
+                        }))
+                        .unwrap_or_else(|payload| {
+                            Err(Error::checkpoint(
+                                None,
+                                format!(
+                                    "writing the state of '{}' subtask {} panicked: {}",
+                                    job.uid,
+                                    job.subtask,
+                                    crate::error::panic_message(payload.as_ref())
+                                ),
+                            ))
+                        });
+                        // No receiver: the coordinator is gone with the job,
+                        // and nobody waits for this checkpoint any more.
                         let _ = tx.send(WriteDone {
                             checkpoint: job.checkpoint,
                             task: job.task,
@@ -86,13 +105,37 @@ impl StateWriters {
             threads.push(h);
         }
         let jobs = Some(jobs);
-        Ok((StateWriters { jobs, threads }, done_rx))
+        let done = done_tx;
+        Ok((
+            StateWriters {
+                jobs,
+                done,
+                threads,
+            },
+            done_rx,
+        ))
     }
 
-    /// Queues one state file.
+    /// Queues one state file. Should no writer thread be left to take it,
+    /// the file fails at once with that cause (its checkpoint is aborted
+    /// saying so, instead of timing out without one).
     pub fn submit(&self, job: WriteJob) {
-        if let Some(jobs) = &self.jobs {
-            let _ = jobs.send(job);
+        let refused = match &self.jobs {
+            Some(jobs) => jobs.send(job).err().map(|e| e.into_inner()),
+            None => Some(job),
+        };
+        if let Some(job) = refused {
+            // The receiver is the coordinator's own: it lives as long as self.
+            let _ = self.done.send(WriteDone {
+                checkpoint: job.checkpoint,
+                task: job.task,
+                uid: job.uid,
+                subtask: job.subtask,
+                result: Err(Error::checkpoint(
+                    None,
+                    "no checkpoint writer thread is left to write it",
+                )),
+            });
         }
     }
 }
@@ -101,7 +144,65 @@ impl Drop for StateWriters {
     fn drop(&mut self) {
         self.jobs = None;
         for h in self.threads.drain(..) {
+            // Writes cannot panic out of a thread (see `start`): nothing to report.
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::CheckpointStorage;
+    use crate::state::{DeferredState, StateBlob};
+
+    /// A view whose serialization panics (a bug in an operator's format).
+    struct Panics;
+
+    impl DeferredState for Panics {
+        fn serialize(&self) -> Result<Vec<u8>> {
+            panic!("the view is broken")
+        }
+    }
+
+    fn job(storage: &CheckpointStorage, id: u64, blob: StateBlob) -> Result<WriteJob> {
+        Ok(WriteJob {
+            checkpoint: id,
+            task: 0,
+            writer: storage.begin(id)?.writer(),
+            uid: "op".into(),
+            subtask: 0,
+            state: OperatorState {
+                operator: Some(blob),
+                keyed: Vec::new(),
+            },
+            incremental: None,
+        })
+    }
+
+    /// A panic while serializing becomes the file's failure, with its
+    /// message, and the thread goes on writing the next files.
+    #[test]
+    fn test_a_panicking_serializer_fails_its_file_with_the_cause() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let storage = CheckpointStorage::open(tmp.path())?;
+        let (writers, done) = StateWriters::start()?;
+        for id in 1..=WRITER_THREADS as u64 {
+            writers.submit(job(&storage, id, StateBlob::Deferred(Arc::new(Panics)))?);
+        }
+        for _ in 0..WRITER_THREADS {
+            let d = done.recv().expect("a result");
+            let err = d.result.expect_err("it panicked").to_string();
+            assert!(
+                err.contains("'op' subtask 0 panicked") && err.contains("the view is broken"),
+                "{err}"
+            );
+        }
+        let bytes = StateBlob::Bytes(Arc::new(vec![1, 2, 3]));
+        writers.submit(job(&storage, 9, bytes)?);
+        let d = done.recv().expect("a result");
+        assert_eq!(d.checkpoint, 9);
+        assert!(d.result.is_ok(), "the threads live on");
+        Ok(())
     }
 }

@@ -141,6 +141,8 @@ impl JobHandle {
         }
         drop(g);
         if let Some(h) = self.driver.lock().take() {
+            // The status is terminal: the driver recorded the outcome (and
+            // its cause) before it returned; the join only reaps the thread.
             let _ = h.join();
         }
         true
@@ -148,6 +150,7 @@ impl JobHandle {
 
     /// Asks the job to stop; it ends with status `Cancelled`.
     pub fn cancel(&self) {
+        // No receiver: the driver returned, the job has ended already.
         let _ = self.driver_tx.send(DriverMsg::Cancel);
     }
 
@@ -165,6 +168,18 @@ impl JobHandle {
     /// causes (at most [`CheckpointFailures::KEPT`]), oldest first.
     pub fn checkpoint_failures(&self) -> Vec<CheckpointFailure> {
         self.shared.failed_checkpoints.recent()
+    }
+
+    /// How many deletions of old checkpoints (retention) failed; the job
+    /// went on.
+    pub fn retention_failures(&self) -> u64 {
+        self.shared.failed_checkpoints.retention_failures()
+    }
+
+    /// The latest failed retention deletions, each naming the path and
+    /// the cause, oldest first.
+    pub fn retention_errors(&self) -> Vec<String> {
+        self.shared.failed_checkpoints.retention_errors()
     }
 
     fn request(&self, req: Request) -> Result<CheckpointDone> {

@@ -185,10 +185,15 @@ impl TaskRecompute {
             && self.replay_until.is_some_and(|until| barrier.id <= until)
     }
 
-    /// Whether operator `i` writes its state for `barrier` (recomputed
+    /// Whether operator `i` snapshots its state for `barrier` (recomputed
     /// operators write none into checkpoints; savepoints hold everything).
-    pub fn persists(&self, i: usize, barrier: &Barrier) -> bool {
-        barrier.kind == BarrierKind::Savepoint || !self.recomputed.get(i).copied().unwrap_or(false)
+    /// Once the task `finished`, a recomputed operator's state is final: it
+    /// is reported, and the coordinator writes it only into the final
+    /// checkpoint (FLIP-147), for `read_state` (`coordinator.rs`).
+    pub fn persists(&self, i: usize, barrier: &Barrier, finished: bool) -> bool {
+        barrier.kind == BarrierKind::Savepoint
+            || finished
+            || !self.recomputed.get(i).copied().unwrap_or(false)
     }
 
     /// The null-state watermark operator `i` reports with `barrier`.

@@ -338,7 +338,10 @@ fn read_worker(
                     Err(e) => break format!("it sent a malformed collect batch ({e})"),
                 };
                 if let Some(store) = stores.get(&(frame.channel as usize)) {
-                    let _ = store.apply(op);
+                    // Rows lost here would be lost silently: fail with the cause.
+                    if let Err(e) = store.apply(op) {
+                        break format!("its collected rows could not be applied ({e})");
+                    }
                 }
             }
             TAG_DONE => return,

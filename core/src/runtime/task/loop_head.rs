@@ -550,7 +550,7 @@ impl Task {
             return Ok(()); // reached the head both through a channel and directly
         }
         head.begun = barrier.id;
-        let states = self.chain_states(&barrier)?;
+        let states = self.chain_states(&barrier, false)?;
         let slots = &self.slots;
         crate::runtime::replay::start_epoch(
             &mut self.ops,

@@ -501,6 +501,9 @@ impl Task {
                 ))
             }
         };
+        // A task that ran to its end closed its operators already (errors
+        // reported); after a failure the outcome carries the cause, and a
+        // close that fails too is secondary to it.
         for op in &mut self.ops {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.close()));
         }
@@ -508,6 +511,7 @@ impl Task {
             Ok(()) => TaskReport::Closed { task: id },
             Err(error) => TaskReport::Failed { task: id, error },
         };
+        // No receiver: the job's driver is gone, nobody is left to tell.
         let _ = reports.send(report);
         // Dropping self drops the senders: consumers see the partition end.
     }
@@ -636,7 +640,7 @@ impl Task {
         if !finished && self.loop_head.is_some() {
             return self.begin_loop_checkpoint(barrier, alignment);
         }
-        let states = self.chain_states(&barrier)?;
+        let states = self.chain_states(&barrier, finished)?;
         let slots = &self.slots;
         start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
         self.report_snapshot(TaskReport::Snapshot {
@@ -659,8 +663,14 @@ impl Task {
         Ok(())
     }
 
-    /// The synchronous snapshot of the source offset and every operator.
-    pub(crate) fn chain_states(&mut self, barrier: &Barrier) -> Result<Vec<NodeSnapshot>> {
+    /// The synchronous snapshot of the source offset and every operator
+    /// (`finished`: the chain's operators finished, see
+    /// [`TaskRecompute::persists`]).
+    pub(crate) fn chain_states(
+        &mut self,
+        barrier: &Barrier,
+        finished: bool,
+    ) -> Result<Vec<NodeSnapshot>> {
         let mut states = Vec::with_capacity(self.ops.len() + 1);
         if let Some(src) = &self.source {
             states.push(NodeSnapshot {
@@ -676,7 +686,7 @@ impl Task {
         }
         for i in 0..self.ops.len() {
             let name = self.slots[i].name.clone();
-            let state = if self.recompute.persists(i, barrier) {
+            let state = if self.recompute.persists(i, barrier, finished) {
                 self.ops[i]
                     .snapshot_state(barrier.id)
                     .map_err(|e| e.in_operator(&name))?

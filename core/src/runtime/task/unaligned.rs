@@ -287,7 +287,7 @@ impl Task {
     /// older checkpoint still running is given up (the coordinator runs one
     /// checkpoint at a time, so that one was aborted).
     fn begin_unaligned(&mut self, barrier: Barrier) -> Result<()> {
-        let states = self.chain_states(&barrier)?;
+        let states = self.chain_states(&barrier, false)?;
         let slots = &self.slots;
         start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
         let ended: Vec<bool> = self.inputs.iter().map(|c| c.ended).collect();
