@@ -11,6 +11,7 @@
 
 pub(crate) mod inputs;
 pub(crate) mod loop_head;
+mod loop_unaligned;
 pub(crate) mod source;
 pub(crate) mod unaligned;
 
@@ -206,8 +207,8 @@ impl TaskOutput {
 
     /// Sends an unaligned barrier ahead of the data queued in every output
     /// channel, local or remote (FLIP-76; see `channel.rs`, `net/data.rs`).
-    /// A feedback output has no priority path: unaligned checkpoints are
-    /// refused for loops (`runtime/job.rs`), so this only sends in order there.
+    /// A feedback queue is overtaken too (`feedback.rs`), unless the barrier
+    /// is an aligned one announced ahead (the loop head logs in-band then).
     pub(crate) fn broadcast_overtaking(&mut self, barrier: Barrier) -> Result<()> {
         for edge in &mut self.edges {
             for s in &edge.senders {
@@ -216,7 +217,8 @@ impl TaskOutput {
                         c.send_overtaking(barrier).map_err(|_| Error::Cancelled)?
                     }
                     OutSender::Remote(r) => r.send_overtaking(barrier)?,
-                    _ => s.send_timed(Event::Barrier(barrier), &self.timer)?,
+                    OutSender::Feedback(q) if !barrier.aligned => q.push_overtaking(barrier)?,
+                    OutSender::Feedback(_) => s.send_timed(Event::Barrier(barrier), &self.timer)?,
                 }
             }
         }
@@ -630,7 +632,7 @@ impl Task {
             return self.pass_replayed(barrier);
         }
         if !finished && self.loop_head.is_some() {
-            return self.begin_loop_checkpoint(barrier, alignment);
+            return self.begin_loop_checkpoint(barrier, alignment, false);
         }
         let states = self.chain_states(&barrier)?;
         let slots = &self.slots;

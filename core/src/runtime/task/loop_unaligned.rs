@@ -1,0 +1,262 @@
+//! Unaligned checkpoints at a loop head (DESIGN.md "Unaligned checkpoints",
+//! "Loops"; FLIP-76 applied to the feedback channel of FLIP-15).
+//!
+//! The FLIP-16 log of an aligned loop checkpoint holds every feedback record
+//! the head reads after its snapshot until barrier `n` came back around the
+//! cycle, in-band, behind everything the body had queued. With unaligned
+//! barriers the barrier overtakes every channel of the body and, at the
+//! tail, the feedback queue itself ([`FeedbackQueue::push_overtaking`]). The
+//! records the log would have collected are then known as soon as the head
+//! takes the barrier from the queue's priority slot: the feedback it read
+//! after its snapshot (kept as shared batches) followed by what is queued
+//! before the barrier's marker ([`FeedbackQueue::overtaken`]: batches in
+//! memory shared, spilled runs referred to, never read on the task thread).
+//! That is the feedback channel's state of the checkpoint; it is serialized
+//! by a checkpoint writer thread ([`FeedbackState`]) in the channel-state
+//! format (`checkpoint/channel_state.rs`, one channel per feedback queue) as
+//! the head's state, where the FLIP-16 log goes otherwise. The head's loop
+//! input channels are captured like any task's (`unaligned.rs`); the
+//! checkpoint is reported when both are complete. On restore the head emits
+//! the feedback channel state into the body before anything else, as it does
+//! a FLIP-16 log.
+//!
+//! [`FeedbackQueue::push_overtaking`]: crate::feedback::FeedbackQueue::push_overtaking
+//! [`FeedbackQueue::overtaken`]: crate::feedback::FeedbackQueue::overtaken
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::record_batch::RecordBatch;
+use parking_lot::Mutex;
+
+use super::loop_head::{FeedbackLog, LoopHead};
+use super::Task;
+use crate::error::Result;
+use crate::event::Barrier;
+use crate::feedback::Overtaken;
+use crate::state::{DeferredState, OperatorState};
+
+/// The feedback channel state of one unaligned loop checkpoint, per
+/// feedback queue; written once, by a checkpoint writer thread.
+pub(super) struct FeedbackState {
+    name: String,
+    queues: Mutex<Option<Vec<Vec<Overtaken>>>>,
+    bytes: Mutex<Option<Arc<Vec<u8>>>>,
+}
+
+impl FeedbackState {
+    pub(super) fn new(name: String, queues: Vec<Vec<Overtaken>>) -> Self {
+        FeedbackState {
+            name,
+            queues: Mutex::new(Some(queues)),
+            bytes: Mutex::new(None),
+        }
+    }
+}
+
+/// The batches `queues` hold, reading the spilled runs.
+pub(crate) fn read_queues(name: &str, queues: &[Vec<Overtaken>]) -> Result<Vec<Vec<RecordBatch>>> {
+    let mut out = Vec::with_capacity(queues.len());
+    for pieces in queues {
+        let mut batches = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            piece.read_into(name, &mut batches)?;
+        }
+        out.push(batches);
+    }
+    Ok(out)
+}
+
+impl DeferredState for FeedbackState {
+    fn serialize(&self) -> Result<Vec<u8>> {
+        let mut cached = self.bytes.lock();
+        if let Some(b) = cached.as_ref() {
+            return Ok(b.as_ref().clone());
+        }
+        let mut queues = self.queues.lock();
+        let batches = read_queues(&self.name, queues.as_deref().unwrap_or(&[]))?;
+        let out = crate::checkpoint::channel_state::encode(&self.name, &batches)?;
+        // Written: the spill files this state referred to may go now.
+        *queues = None;
+        *cached = Some(Arc::new(out.clone()));
+        Ok(out)
+    }
+}
+
+impl LoopHead {
+    /// A feedback queue whose priority slot holds an overtaking barrier.
+    #[inline]
+    pub(super) fn feedback_priority(&self) -> Option<(usize, Barrier)> {
+        self.feedback.iter().enumerate().find_map(|(q, f)| {
+            if f.ended {
+                return None;
+            }
+            f.queue.take_priority().map(|b| (q, b))
+        })
+    }
+}
+
+impl Task {
+    /// The unaligned barrier `barrier` overtook feedback queue `q`: what is
+    /// queued before its marker completes the checkpoint's feedback channel
+    /// state on `q` (module docs).
+    pub(super) fn on_feedback_overtake(&mut self, q: usize, barrier: Barrier) -> Result<()> {
+        let Some(head) = self.loop_head.as_deref_mut() else {
+            return Ok(());
+        };
+        // Channels are FIFO: an older barrier that has not come back on `q`
+        // never will (its checkpoint was aborted in the body).
+        head.pending
+            .retain(|p| p.barrier.id >= barrier.id || p.returned[q]);
+        let queue = head.feedback[q].queue.clone();
+        let Some(p) = head
+            .pending
+            .iter_mut()
+            .find(|p| p.barrier.id == barrier.id && !p.returned[q])
+        else {
+            return Ok(()); // aborted, or its marker was read in-band already
+        };
+        let FeedbackLog::Channel(log) = &mut p.log else {
+            return Ok(()); // an aligned checkpoint's barrier comes in-band
+        };
+        // `None`: the marker was read in-band before the priority slot was
+        // looked at; `barrier_returned` completed the queue's state then.
+        if let Some(overtaken) = queue.overtaken(barrier.id)? {
+            log[q].extend(overtaken);
+            p.returned[q] = true;
+        }
+        self.complete_loop_checkpoints()
+    }
+
+    /// Every loop input channel delivered the unaligned barrier of
+    /// checkpoint `id` (or ended): `channels` is their channel state.
+    pub(super) fn loop_inputs_captured(
+        &mut self,
+        id: u64,
+        channels: Option<OperatorState>,
+        alignment: Duration,
+    ) -> Result<()> {
+        let Some(head) = self.loop_head.as_deref_mut() else {
+            return Ok(());
+        };
+        if let Some(p) = head.pending.iter_mut().find(|p| p.barrier.id == id) {
+            p.inputs = Some(channels);
+            p.alignment = alignment;
+        }
+        self.complete_loop_checkpoints()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The feedback capture against a real [`FeedbackQueue`]: for random
+    //! interleavings of pushes (in memory and spilled), pops by the head and
+    //! an overtaking barrier, the records captured are exactly those the
+    //! tail pushed before the barrier and the head had not read.
+
+    use super::*;
+    use crate::event::{BarrierKind, Event};
+    use crate::feedback::FeedbackQueue;
+    use arrow::array::{ArrayRef, Int64Array};
+    use proptest::prelude::*;
+
+    fn batch(v: i64) -> RecordBatch {
+        let a: ArrayRef = Arc::new(Int64Array::from(vec![v; 4]));
+        RecordBatch::try_from_iter([("value", a)]).expect("a valid batch")
+    }
+
+    fn value(b: &RecordBatch) -> i64 {
+        b.column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .map_or(-1, |a| a.value(0))
+    }
+
+    fn barrier(id: u64) -> Barrier {
+        Barrier {
+            id,
+            kind: BarrierKind::Checkpoint,
+            aligned: false,
+            timestamp_ms: 0,
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push,
+        Pop,
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<Op>> {
+        prop::collection::vec(prop_oneof![Just(Op::Push), Just(Op::Pop)], 0..60)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn prop_overtaken_is_exactly_the_unread_prefix_before_the_barrier(
+            before in ops(),
+            after in ops(),
+            memory_batches in 0usize..6,
+        ) {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let limit = batch(0).get_array_memory_size() * memory_batches;
+            let q = FeedbackQueue::new("loop 'p' head 0", dir.path(), limit);
+            let (mut pushed, mut read) = (0i64, 0i64);
+            for op in &before {
+                match op {
+                    Op::Push => {
+                        q.push(Event::Data(batch(pushed))).expect("push");
+                        pushed += 1;
+                    }
+                    Op::Pop => {
+                        if let Some(Event::Data(b)) = q.try_pop().expect("pop") {
+                            prop_assert_eq!(value(&b), read);
+                            read += 1;
+                        }
+                    }
+                }
+            }
+            q.push_overtaking(barrier(3)).expect("overtaking push");
+            let before_marker = pushed;
+            // The tail goes on pushing; nothing after the marker is captured.
+            for op in &after {
+                if let Op::Push = op {
+                    q.push(Event::Data(batch(pushed))).expect("push");
+                    pushed += 1;
+                }
+            }
+            prop_assert_eq!(q.take_priority().map(|b| b.id), Some(3));
+            prop_assert!(q.take_priority().is_none());
+            let captured = q.overtaken(3).expect("overtaken").expect("the marker is queued");
+            // Spilled runs are read as a checkpoint writer would, after the
+            // head went on reading (and deleting) the queue.
+            let mut rest = Vec::new();
+            while let Some(ev) = q.try_pop().expect("pop") {
+                rest.push(ev);
+            }
+            let got = read_queues("p", &[captured]).expect("readable");
+            let values: Vec<i64> = got[0].iter().map(value).collect();
+            let expected: Vec<i64> = (read..before_marker).collect();
+            prop_assert_eq!(values, expected);
+            // The head still reads everything in order, the marker in place.
+            let marker_at = rest.iter().position(|e| matches!(e, Event::Barrier(b) if b.id == 3));
+            prop_assert_eq!(marker_at, Some((before_marker - read) as usize));
+            drop(got);
+            q.close().expect("close");
+            prop_assert_eq!(std::fs::read_dir(dir.path()).map_or(0, |d| d.count()), 0);
+        }
+    }
+
+    #[test]
+    fn test_a_marker_read_in_band_is_not_overtaken() -> Result<()> {
+        let dir = tempfile::tempdir().map_err(|e| crate::error::Error::runtime(e.to_string()))?;
+        let q = FeedbackQueue::new("loop 'p' head 0", dir.path(), 0);
+        q.push(Event::Data(batch(1)))?;
+        q.push_overtaking(barrier(2))?;
+        assert!(matches!(q.try_pop()?, Some(Event::Data(_))));
+        assert!(matches!(q.try_pop()?, Some(Event::Barrier(b)) if b.id == 2));
+        assert!(q.overtaken(2)?.is_none());
+        Ok(())
+    }
+}
