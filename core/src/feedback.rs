@@ -255,14 +255,6 @@ impl Overtaken {
         }
         Ok(())
     }
-
-    /// Rows held (for a spilled run: unknown without reading it, `None`).
-    pub fn rows_in_memory(&self) -> Option<usize> {
-        match self {
-            Overtaken::Batch(b) => Some(b.num_rows()),
-            Overtaken::Spilled { .. } => None,
-        }
-    }
 }
 
 impl FeedbackQueue {

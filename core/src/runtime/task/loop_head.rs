@@ -660,7 +660,7 @@ impl Task {
                     bytes: Mutex::new(None),
                 }),
                 FeedbackLog::Channel(queues) => {
-                    Arc::new(super::loop_unaligned::FeedbackState::new(
+                    Arc::new(super::feedback_state::FeedbackState::new(
                         format!("{} (feedback)", head.name),
                         queues,
                     ))

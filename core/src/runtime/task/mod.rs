@@ -9,6 +9,7 @@
 //! the supervisor and waits for the checkpoint that covers its end (or the
 //! end-of-job commit) before it closes and sends EndOfPartition.
 
+mod feedback_state;
 pub(crate) mod inputs;
 pub(crate) mod loop_head;
 mod loop_unaligned;
