@@ -11,14 +11,19 @@ stored as the loop head's state and re-emitted first on restore.
   always spills (``feedback_memory=1``) and two nested loops: the committed
   ParquetSink rows are exactly the failure-free output. Under ``unaligned=True``
   some checkpoint really held feedback channel state.
+* The same across worker processes (ProcessRunner): the loop input crosses the
+  data plane, a worker is SIGKILLed, the job restores exactly.
 * Under backpressure (a slow loop body and a growing feedback backlog) unaligned
   loop checkpoints complete far faster than aligned ones.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import re
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -26,11 +31,15 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
+from eddyline._core import inspect_checkpoint
 from eddyline.testing import (
     SleepPerBatch,
+    assert_exact_ids,
     collatz_steps,
+    completed_checkpoints,
     kill_after_checkpoints,
     read_parquet_dir,
+    wait_until,
 )
 
 N = 3000
@@ -206,6 +215,81 @@ def test_loop_sigkill_and_restore_latest_is_exact_in_both_modes(
     # those a checkpoint referred to) when it ended.
     assert spill.exists() and list(spill.iterdir()), "the feedback never spilled"
     assert "left 0 spill files" in outputs[-1], outputs[-1]
+
+
+def _feedback_state_checkpoints(chk: Path, column: str) -> int:
+    """Completed checkpoints whose loop head state is non-empty feedback channel
+    state (the channel-state format, then an Arrow schema naming ``column``)."""
+    found = 0
+    for d in chk.glob("chk-*"):
+        with contextlib.suppress(Exception):  # in progress, or deleted by retention
+            manifest = inspect_checkpoint(str(d))
+            for op in manifest["operators"]:
+                if not op["name"].startswith("iterate"):
+                    continue
+                for sub in op["subtasks"]:
+                    data = (d / sub["file"]).read_bytes() if sub.get("file") else b""
+                    at = data.find(b"EDCHST01")
+                    if at >= 0 and column.encode() in data[at:]:
+                        found += 1
+                        break
+    return found
+
+
+@pytest.mark.timeout(180)
+def test_unaligned_loop_sigkill_of_a_worker_process_restores_exactly(tmp_path: Path) -> None:
+    n = 3000
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms", unaligned=True),
+        restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),
+        batch_size=50,
+    )
+
+    def collatz(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        odd = ed.col("x") % 2
+        step = (
+            s.filter(ed.col("x") > 1)
+            .map_batches(SleepPerBatch(0.001))
+            .with_columns(
+                x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
+                steps=ed.col("steps") + 1,
+            )
+        )
+        return step, s.filter(ed.col("x") == 1)
+
+    # A source at parallelism 1 feeds the loop heads in both workers: the
+    # loop input crosses the data plane.
+    numbers = env.from_sequence(1, n + 1).set_parallelism(1)
+    start = numbers.with_columns(x=ed.col("value"), steps=ed.lit(0))
+    looped = start.iterate(collatz, feedback_memory=1, spill_dir=tmp_path / "spill")
+    looped.map(lambda r: {"id": r["value"], "steps": r["steps"], "pid": os.getpid()}).sink_to(
+        ed.ParquetSink(out)
+    )
+    runner = ed.ProcessRunner(workers=2)
+    client = env.execute_async("unaligned-loop-workers", runner=runner)
+    wait_until(
+        lambda: (
+            (
+                _feedback_state_checkpoints(chk, "steps") >= 1
+                and len(completed_checkpoints(chk)) >= 2
+            )
+            or client.status != "running"
+        ),
+        timeout=60,
+        what="2 checkpoints, one with feedback channel state",
+    )
+    pids = runner.worker_pids()
+    assert len(pids) == 2 and client.status == "running", "the job ended before the kill"
+    os.kill(pids[1], signal.SIGKILL)
+    result = client.wait(timeout=RUN_TIMEOUT_S)
+    assert result.restarts >= 1
+    table = read_parquet_dir(out)
+    assert_exact_ids(table["id"].to_pylist(), range(1, n + 1), "ParquetSink")
+    steps = dict(zip(table["id"].to_pylist(), table["steps"].to_pylist(), strict=True))
+    assert steps == {x: collatz_steps(x) for x in range(1, n + 1)}
+    assert len(set(table["pid"].to_pylist())) >= 3, "both attempts' workers wrote rows"
 
 
 def _loop_durations(tmp_path: Path, unaligned: bool) -> list[float]:
