@@ -346,3 +346,38 @@ def test_unaligned_loops_refuse_aligned_timeout(tmp_path: Path) -> None:
     env.from_sequence(0, 10).iterate(halve).collect()
     with pytest.raises(ed.CheckpointError, match="aligned_timeout is not supported with loops"):
         env.execute("loop")
+
+
+def test_unaligned_loop_stop_with_savepoint_then_resume_is_exact(tmp_path: Path) -> None:
+    """Savepoints stay aligned with ``unaligned=True``: the loop head keeps the
+    FLIP-16 log for them while its checkpoints hold feedback channel state."""
+    chk, files = tmp_path / "chk", tmp_path / "files"
+
+    def build() -> ed.StreamEnvironment:
+        env = ed.StreamEnvironment(
+            2, checkpoint=ed.CheckpointConfig(chk, interval="50ms", unaligned=True), batch_size=20
+        )
+
+        def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+            nxt = s.map_batches(SleepPerBatch(0.003)).with_columns(n=ed.col("n") - 1)
+            return nxt.filter(ed.col("n") > 0), nxt.filter(ed.col("n") <= 0)
+
+        src = env.from_sequence(0, 1000).name("numbers").uid("numbers")
+        looped = src.with_columns(n=ed.col("value") % 15 + 1).iterate(body, feedback_memory=1)
+        looped.uid("looped").sink_to(ed.ParquetSink(files)).uid("files")
+        return env
+
+    client = build().execute_async("first")
+    wait_until(
+        lambda: _feedback_state_checkpoints(chk, "value") >= 1 or client.status != "running",
+        timeout=30,
+        what="a checkpoint with feedback channel state",
+    )
+    assert client.status == "running", "the job ended before the savepoint"
+    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"), drain=False)
+    client.wait(timeout=60)
+    assert read_parquet_dir(files).num_rows < 1000, "the job was stopped before it finished"
+    build().execute("second", restore_from=savepoint)
+    table = read_parquet_dir(files)
+    assert sorted(table["value"].to_pylist()) == list(range(1000))
+    assert set(table["n"].to_pylist()) == {0}
