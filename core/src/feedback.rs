@@ -44,6 +44,20 @@
 //! a producer may wait for another producer's disk write, never for the
 //! consumer.
 //!
+//! # Overtaking barriers (unaligned checkpoints)
+//!
+//! [`FeedbackQueue::push_overtaking`] is the feedback channel's part of
+//! FLIP-76 (DESIGN.md "Unaligned checkpoints", "Loops"): the tail seals the
+//! open spill segment, appends the barrier in-band (the *marker*, always in
+//! memory) and puts it in the queue's priority slot. The head takes it from
+//! there ([`FeedbackQueue::take_priority`]) before it reads the queue and asks
+//! [`FeedbackQueue::overtaken`] for what is queued before the marker: the
+//! batches in memory (shared, not copied) and, for spilled ones, runs of
+//! batches of spill files ([`Overtaken::Spilled`]) that refer to the file
+//! (kept on disk while referred to) and are read only when the checkpoint is
+//! written, off the task thread. The head still reads and processes all of it
+//! in order; the marker is then a no-op.
+//!
 //! # Waking the consumer
 //!
 //! Nothing here waits on a timer. [`FeedbackQueue::ready`] is a `Receiver<()>` holding
@@ -67,7 +81,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::event::Event;
+use crate::event::{Barrier, Event};
 
 /// Distinguishes the spill files of queues of one process.
 static NEXT_QUEUE_ID: AtomicU64 = AtomicU64::new(0);
@@ -80,6 +94,9 @@ struct Stats {
     spilled_events_pending: AtomicUsize,
     spilled_bytes_total: AtomicU64,
     spill_files_written: AtomicU64,
+    /// An overtaking barrier waits in the priority slot (read without the
+    /// lock on every step of the head).
+    priority: std::sync::atomic::AtomicBool,
 }
 
 /// A multi-producer, single-consumer FIFO of events that never blocks its
@@ -101,6 +118,8 @@ struct Shared {
     segments: VecDeque<Segment>,
     next_file: u64,
     closed: bool,
+    /// The newest overtaking barrier the consumer has not taken yet.
+    priority: Option<Barrier>,
 }
 
 enum Segment {
@@ -116,12 +135,22 @@ enum SpillEntry {
     Control(Event),
 }
 
-/// A spill file that is deleted when dropped (unless already removed).
-struct SpillFile {
+/// A spill file that is deleted when dropped (unless already removed):
+/// shared by its segment and by what an overtaking barrier captured of it.
+pub struct SpillFile {
     path: PathBuf,
 }
 
 impl SpillFile {
+    /// Deletes the file now if nobody else refers to it; else the last
+    /// reference deletes it when dropped.
+    fn release(file: Arc<SpillFile>) -> io::Result<()> {
+        match Arc::try_unwrap(file) {
+            Ok(f) => f.remove(),
+            Err(_) => Ok(()),
+        }
+    }
+
     fn remove(mut self) -> io::Result<()> {
         let path = std::mem::take(&mut self.path);
         match fs::remove_file(&path) {
@@ -166,14 +195,66 @@ struct SpillWriter {
     writer: Option<StreamWriter<CountingWriter>>,
     schema: SchemaRef,
     index: VecDeque<SpillEntry>,
-    file: SpillFile,
+    file: Arc<SpillFile>,
 }
 
 /// The spill segment the consumer is reading.
 struct SpillReader {
     reader: StreamReader<BufReader<File>>,
     index: VecDeque<SpillEntry>,
-    file: SpillFile,
+    /// Batches of the file read so far.
+    read: usize,
+    file: Arc<SpillFile>,
+}
+
+/// Part of what an overtaking barrier overtook in a feedback queue, in
+/// queue order (see the module docs).
+#[derive(Clone)]
+pub enum Overtaken {
+    /// A batch queued in memory (its buffers are shared).
+    Batch(RecordBatch),
+    /// `count` batches of a sealed spill file after its first `skip`.
+    Spilled {
+        file: Arc<SpillFile>,
+        skip: usize,
+        count: usize,
+    },
+}
+
+impl Overtaken {
+    /// Appends the batches to `out`, reading a spill file if need be (on a
+    /// checkpoint writer thread); errors name `operator`.
+    pub fn read_into(&self, operator: &str, out: &mut Vec<RecordBatch>) -> Result<()> {
+        let (file, skip, count) = match self {
+            Overtaken::Batch(b) => {
+                out.push(b.clone());
+                return Ok(());
+            }
+            Overtaken::Spilled { file, skip, count } => (file, *skip, *count),
+        };
+        let io = |message: String| Error::Io {
+            operator: operator.to_string(),
+            path: file.path.clone(),
+            message,
+            source: None,
+        };
+        let handle = File::open(&file.path)
+            .map_err(|e| io(format!("cannot open a feedback spill file: {e}")))?;
+        let reader = StreamReader::try_new(BufReader::new(handle), None)
+            .map_err(|e| io(format!("the feedback spill file is corrupt: {e}")))?;
+        let mut got = 0;
+        for batch in reader.skip(skip).take(count) {
+            out.push(batch.map_err(|e| io(format!("the feedback spill file is corrupt: {e}")))?);
+            got += 1;
+        }
+        if got < count {
+            return Err(io(
+                "the feedback spill file is corrupt: it ends before all its batches were read"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl FeedbackQueue {
@@ -207,6 +288,7 @@ impl FeedbackQueue {
                 segments: VecDeque::new(),
                 next_file: 0,
                 closed: false,
+                priority: None,
             }),
             reader: Mutex::new(None),
             ready_tx,
@@ -301,7 +383,7 @@ impl FeedbackQueue {
         let handle = File::create(&path).map_err(|e| {
             self.io_error(&path, format!("cannot create a feedback spill file: {e}"))
         })?;
-        let file = SpillFile { path };
+        let file = Arc::new(SpillFile { path });
         self.stats
             .spill_files_written
             .fetch_add(1, Ordering::Relaxed);
@@ -379,7 +461,7 @@ impl FeedbackQueue {
                 if let Some(done) = reader.take() {
                     let path = done.file.path.clone();
                     drop(done.reader);
-                    done.file.remove().map_err(|e| {
+                    SpillFile::release(done.file).map_err(|e| {
                         self.io_error(&path, format!("cannot delete a feedback spill file: {e}"))
                     })?;
                 }
@@ -429,6 +511,7 @@ impl FeedbackQueue {
         Ok(SpillReader {
             reader,
             index,
+            read: 0,
             file,
         })
     }
@@ -445,6 +528,7 @@ impl FeedbackQueue {
                 if *n == 0 {
                     current.index.pop_front();
                 }
+                current.read += 1;
                 match current.reader.next() {
                     Some(Ok(batch)) => Ok(Some(Event::Data(batch))),
                     Some(Err(e)) => Err(self.io_error(
@@ -460,6 +544,83 @@ impl FeedbackQueue {
                 }
             }
         }
+    }
+
+    /// Appends the unaligned barrier `barrier` as an in-band marker and puts
+    /// it in the priority slot, ahead of everything queued (FLIP-76; module
+    /// docs). The open spill segment is sealed first, so everything before
+    /// the marker is readable by a checkpoint writer.
+    pub fn push_overtaking(&self, barrier: Barrier) -> Result<()> {
+        {
+            let mut shared = self.shared.lock();
+            if shared.closed {
+                return Err(Error::operator(
+                    self.name.clone(),
+                    "a barrier was written to the loop's feedback queue after it was closed",
+                ));
+            }
+            if let Some(Segment::Spill(tail)) = shared.segments.back_mut() {
+                self.seal(tail)?;
+            }
+            memory_tail(&mut shared).push_back((Event::Barrier(barrier), 0));
+            self.stats.len_events.fetch_add(1, Ordering::AcqRel);
+            if shared.priority.is_none_or(|p| p.id < barrier.id) {
+                shared.priority = Some(barrier);
+            }
+            self.stats.priority.store(true, Ordering::Release);
+        }
+        let _ = self.ready_tx.try_send(());
+        Ok(())
+    }
+
+    /// Takes the overtaking barrier waiting in the priority slot. Only the
+    /// consumer calls this; one atomic load when there is none.
+    #[inline]
+    pub fn take_priority(&self) -> Option<Barrier> {
+        if !self.stats.priority.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut shared = self.shared.lock();
+        self.stats.priority.store(false, Ordering::Release);
+        shared.priority.take()
+    }
+
+    /// What is queued before the in-band marker of barrier `id`, in order,
+    /// without taking it off the queue; `None` when the marker is not
+    /// queued (the consumer read it already). Spilled batches are referred
+    /// to, not read. Only the consumer calls this.
+    pub fn overtaken(&self, id: u64) -> Result<Option<Vec<Overtaken>>> {
+        let reader = self.reader.lock();
+        let mut shared = self.shared.lock();
+        let mut out = Vec::new();
+        let is_marker = |e: &Event| matches!(e, Event::Barrier(b) if b.id == id);
+        if let Some(r) = reader.as_ref() {
+            if spilled_before_marker(&r.file, r.read, &r.index, &is_marker, &mut out) {
+                return Ok(Some(out));
+            }
+        }
+        for segment in shared.segments.iter_mut() {
+            match segment {
+                Segment::Memory(events) => {
+                    for (event, _) in events.iter() {
+                        match event {
+                            Event::Data(b) => out.push(Overtaken::Batch(b.clone())),
+                            e if is_marker(e) => return Ok(Some(out)),
+                            _ => {}
+                        }
+                    }
+                }
+                Segment::Spill(s) => {
+                    // A segment before the marker was sealed by
+                    // `push_overtaking`; seal defensively (idempotent).
+                    self.seal(s)?;
+                    if spilled_before_marker(&s.file, 0, &s.index, &is_marker, &mut out) {
+                        return Ok(Some(out));
+                    }
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// Receives a token whenever events were pushed since the consumer last
@@ -529,7 +690,7 @@ impl FeedbackQueue {
         let mut first_error = None;
         for file in files {
             let path = file.path.clone();
-            if let Err(e) = file.remove() {
+            if let Err(e) = SpillFile::release(file) {
                 first_error.get_or_insert_with(|| {
                     self.io_error(&path, format!("cannot delete a feedback spill file: {e}"))
                 });
@@ -563,6 +724,34 @@ impl std::fmt::Debug for FeedbackQueue {
             .field("spill_files_written", &self.spill_files_written())
             .finish()
     }
+}
+
+/// Adds the runs of batches of a spill segment's index (from batch `read`
+/// of `file` on) to `out` up to the event `is_marker` accepts; true when it
+/// was found.
+fn spilled_before_marker(
+    file: &Arc<SpillFile>,
+    read: usize,
+    index: &VecDeque<SpillEntry>,
+    is_marker: &impl Fn(&Event) -> bool,
+    out: &mut Vec<Overtaken>,
+) -> bool {
+    let mut at = read;
+    for entry in index {
+        match entry {
+            SpillEntry::Batches(n) => {
+                out.push(Overtaken::Spilled {
+                    file: Arc::clone(file),
+                    skip: at,
+                    count: *n,
+                });
+                at += n;
+            }
+            SpillEntry::Control(e) if is_marker(e) => return true,
+            SpillEntry::Control(_) => {}
+        }
+    }
+    false
 }
 
 /// The in-memory segment at the tail, created when the tail is on disk.

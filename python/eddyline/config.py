@@ -147,14 +147,17 @@ class CheckpointConfig:
             rows are dealt out by each edge's partitioning (a keyed exchange
             sends each row to the subtask owning its key group) and replayed
             before any new data.
-            Works in-process and across worker processes; jobs with loops are
-            refused with a :class:`~eddyline.errors.CheckpointError` when they
-            start (not supported yet).
+            Works in-process and across worker processes, and in loops: the
+            barrier overtakes the loop's feedback queue too (its spilled part
+            is referred to, not copied), and the feedback in flight is the
+            feedback channel's state, re-emitted first on restore.
         aligned_timeout: With ``unaligned=True``: start each checkpoint aligned
             and switch a task to unaligned when its alignment takes longer than
             this (Flink's ``aligned-checkpoint-timeout``), so checkpoints stay
             aligned (no channel state) while there is no backpressure. ``None``
-            (the default): unaligned from the start.
+            (the default): unaligned from the start. Not supported yet with
+            loops (a :class:`~eddyline.errors.CheckpointError` when the job
+            starts).
         retained: How many completed checkpoints to keep (at least 1).
         incremental: Write only the key groups that changed since the last
             completed checkpoint; a checkpoint's manifest refers to the state

@@ -9,7 +9,7 @@
   aligned ones.
 * The same across worker processes (ProcessRunner): a worker SIGKILLed, the
   job restores exactly, barriers overtook the data plane's in-flight data.
-* Loops (not done yet) are refused when the job starts, never run aligned.
+* Loops: tests/fault/test_unaligned_loops.py.
 """
 
 from __future__ import annotations
@@ -158,18 +158,6 @@ def test_unaligned_checkpoints_complete_fast_under_backpressure(tmp_path: Path) 
     # ... while aligned barriers wait behind full channels.
     assert _median(unaligned) * 3 < _median(aligned), (aligned, unaligned)
     assert _median(switched) * 3 < _median(aligned), (aligned, switched)
-
-
-def test_unaligned_refuses_loops(tmp_path: Path) -> None:
-    env = ed.StreamEnvironment(1, checkpoint=ed.CheckpointConfig(tmp_path / "chk", unaligned=True))
-
-    def halve(stream: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
-        half = stream.map(lambda r: {"value": r["value"] // 2})
-        return half.filter(lambda r: r["value"] > 0), half.filter(lambda r: r["value"] <= 0)
-
-    env.from_sequence(0, 10).iterate(halve).collect()
-    with pytest.raises(ed.CheckpointError, match="do not support loops yet"):
-        env.execute("loop")
 
 
 def _channel_state_manifests(chk: Path) -> int:

@@ -40,6 +40,12 @@ use crate::state::{DeferredState, OperatorState, StateBlob};
 
 const MAGIC: &[u8; 8] = b"EDCHST01";
 
+/// Whether `bytes` start like channel state [`encode`] wrote (an Arrow IPC
+/// stream, e.g. a FLIP-16 loop log, does not).
+pub fn is_encoded(bytes: &[u8]) -> bool {
+    bytes.starts_with(MAGIC)
+}
+
 /// The uid under which the channel state of the tasks headed by operator
 /// `uid` is stored.
 pub fn channel_state_uid(uid: &str) -> String {

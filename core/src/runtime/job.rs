@@ -629,16 +629,18 @@ fn root_cause(
 }
 
 /// Unaligned checkpoints (FLIP-76, `runtime/task/unaligned.rs`) work in
-/// acyclic graphs, in one process or over the data plane; loops (whose
-/// feedback in flight would be channel state) are refused, never run
-/// aligned instead.
+/// one process or over the data plane, in loops too (the feedback in flight
+/// is channel state: `runtime/task/loop_unaligned.rs`); what is not done is
+/// refused, never run aligned instead.
 fn refuse_unaligned_where_not_done(c: &CheckpointConfig, graph: &JobGraph) -> Result<()> {
-    if let Some(l) = graph.loops.first() {
+    // Loops take unaligned barriers (`runtime/task/loop_unaligned.rs`), but a
+    // loop head does not switch from aligned to unaligned on a timeout.
+    if let (Some(l), Some(_)) = (graph.loops.first(), c.aligned_timeout) {
         return Err(Error::checkpoint(
             Some(c.dir.clone()),
             format!(
-                "unaligned checkpoints (unaligned=True) do not support loops yet (loop headed by \
-                 '{}'): use unaligned=False, whose FLIP-16 loop log keeps loops exactly-once",
+                "aligned_timeout is not supported with loops yet (loop headed by '{}'): use \
+                 unaligned=True without aligned_timeout, or unaligned=False",
                 graph.nodes[l.head].name
             ),
         ));

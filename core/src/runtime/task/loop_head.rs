@@ -26,6 +26,14 @@
 //!   checkpoint `n`, reported once the barrier came back on every queue. On
 //!   restore the head re-emits the log before it reads anything else.
 //!
+//! * Unaligned checkpoints (FLIP-76 in the cycle; DESIGN.md "Unaligned
+//!   checkpoints", "Loops"; `loop_unaligned.rs`): the head snapshots on the
+//!   first barrier, sends it ahead of its output queues into the body, and
+//!   the barrier overtakes the feedback queues at the tail. What the FLIP-16
+//!   log would have collected is then the feedback channel's state: the
+//!   feedback read after the snapshot until the barrier came back, plus what
+//!   the barrier overtook in the queue (spilled segments referred to).
+//!
 //! Watermarks of the loop input are not forwarded into the body: records
 //! circulating in a loop carry event times older than any watermark the
 //! input could promise. Event time inside a loop (and downstream of it)
@@ -48,7 +56,7 @@ use super::{push_batch, push_watermark, Control, InputEnd, Step, Task, TaskRepor
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
-use crate::feedback::FeedbackQueue;
+use crate::feedback::{FeedbackQueue, Overtaken};
 use crate::graph::{all_nullable, LoopPriority};
 use crate::runtime::metrics::{OperatorMetrics, SubtaskMetrics};
 use crate::state::{DeferredState, OperatorState, StateBlob};
@@ -62,26 +70,39 @@ pub(crate) struct FeedbackIn {
     reported: (u64, u64),
 }
 
+/// What a loop checkpoint keeps of the feedback in flight.
+pub(super) enum FeedbackLog {
+    /// FLIP-16 (aligned barriers): every feedback record read until the
+    /// barrier came back in-band; spills like the queues.
+    Flip16(Arc<FeedbackQueue>),
+    /// Unaligned barriers: per feedback queue, the records read after the
+    /// snapshot, then what the barrier overtook there (channel state).
+    Channel(Vec<Vec<Overtaken>>),
+}
+
 /// A loop checkpoint whose barrier went into the body and has not yet come
 /// back on every feedback queue.
-struct PendingLog {
-    barrier: Barrier,
+pub(super) struct PendingLog {
+    pub(super) barrier: Barrier,
     states: Vec<NodeSnapshot>,
-    alignment: Duration,
+    pub(super) alignment: Duration,
     /// Per feedback queue: the barrier came back on it.
-    returned: Vec<bool>,
-    log: Arc<FeedbackQueue>,
+    pub(super) returned: Vec<bool>,
+    pub(super) log: FeedbackLog,
+    /// The channel state of the loop input channels, once every one of
+    /// them delivered the unaligned barrier (`None` while capturing).
+    pub(super) inputs: Option<Option<OperatorState>>,
 }
 
 /// Loop head state of a task whose first operator heads a loop.
 pub(crate) struct LoopHead {
     pub loop_id: u32,
     name: Arc<str>,
-    feedback: Vec<FeedbackIn>,
+    pub(super) feedback: Vec<FeedbackIn>,
     priority: LoopPriority,
     co: bool,
     term: LoopHeadTermination,
-    pending: VecDeque<PendingLog>,
+    pub(super) pending: VecDeque<PendingLog>,
     restored: Vec<RecordBatch>,
     log_memory: usize,
     spill_dir: PathBuf,
@@ -160,6 +181,13 @@ impl LoopHead {
         };
         let bytes = blob.to_bytes()?;
         if bytes.is_empty() {
+            return Ok(());
+        }
+        if crate::checkpoint::channel_state::is_encoded(&bytes) {
+            // The feedback channel state of an unaligned checkpoint.
+            let name = format!("{} (feedback)", self.name);
+            let queues = crate::checkpoint::channel_state::decode(&name, &bytes)?;
+            self.restored.extend(queues.into_iter().flatten());
             return Ok(());
         }
         let reader = StreamReader::try_new(Cursor::new(bytes.as_slice()), None).map_err(|e| {
@@ -302,6 +330,10 @@ enum HeadStep {
     Control(Control),
     Input(usize, Event),
     Feedback(usize, Event),
+    /// An unaligned barrier overtook the queue of loop input channel `i`.
+    Overtake(usize, Barrier),
+    /// An unaligned barrier overtook feedback queue `q`.
+    FeedbackOvertake(usize, Barrier),
 }
 
 impl Task {
@@ -356,6 +388,8 @@ impl Task {
                     terminated |= self.on_head_input(i, ev, &name, &mut live, &mut undrained)?;
                 }
                 HeadStep::Feedback(q, ev) => terminated |= self.on_feedback(q, ev, &name)?,
+                HeadStep::Overtake(i, b) => self.on_overtake(i, b)?,
+                HeadStep::FeedbackOvertake(q, b) => self.on_feedback_overtake(q, b)?,
             }
         }
         // The loop is empty: no feedback record can arrive any more, so the
@@ -393,6 +427,7 @@ impl Task {
                     .term
                     .on_record()
                     .map_err(|e| e.in_operator(name))?;
+                self.unaligned.on_data(i, &batch);
                 let input = self.inputs[i].input;
                 let batch = self.head().relax(0, batch)?;
                 push_batch(
@@ -403,21 +438,19 @@ impl Task {
                     batch,
                 )?;
             }
-            Event::Barrier(barrier) => {
-                let action = self.aligner.on_barrier(i, barrier, Instant::now());
-                self.apply(action)?;
-            }
+            Event::Barrier(barrier) => self.on_barrier_event(i, barrier)?,
             Event::EndOfData { drain } => {
                 self.inputs[i].ended = true;
                 *live -= 1;
                 if let Some(action) = self.aligner.on_end_of_data(i, Instant::now()) {
                     self.apply(action)?;
                 }
+                self.unaligned_channel_ended(i)?;
                 if *live == 0 {
                     // No barrier can come through the input now.
                     self.head().expected = None;
                     if let Some(b) = self.head().deferred.take() {
-                        self.begin_loop_checkpoint(b, Duration::ZERO)?;
+                        self.begin_loop_checkpoint(b, Duration::ZERO, false)?;
                     }
                 }
                 if drain {
@@ -459,9 +492,13 @@ impl Task {
                 let head = self.head();
                 head.term.on_record().map_err(|e| e.in_operator(name))?;
                 head.record_spill_stats();
-                for p in head.pending.iter() {
-                    if !p.returned[q] {
-                        p.log.push(Event::Data(batch.clone()))?;
+                for p in head.pending.iter_mut() {
+                    if p.returned[q] {
+                        continue;
+                    }
+                    match &mut p.log {
+                        FeedbackLog::Flip16(log) => log.push(Event::Data(batch.clone()))?,
+                        FeedbackLog::Channel(c) => c[q].push(Overtaken::Batch(batch.clone())),
                     }
                 }
                 self.emit_feedback(batch)?;
@@ -525,7 +562,7 @@ impl Task {
     /// delivered EndOfData.
     pub(crate) fn trigger_loop_head(&mut self, barrier: Barrier) -> Result<()> {
         if self.inputs.iter().all(|c| c.ended) {
-            self.begin_loop_checkpoint(barrier, Duration::ZERO)
+            self.begin_loop_checkpoint(barrier, Duration::ZERO, false)
         } else {
             let head = self.head();
             if barrier.id > head.begun {
@@ -536,11 +573,15 @@ impl Task {
     }
 
     /// FLIP-16: snapshot the chain now, send the barrier into the body and
-    /// log the feedback until it comes back.
+    /// log the feedback until it comes back. An unaligned barrier goes ahead
+    /// of the output queues and the feedback is captured as channel state;
+    /// with `capture_inputs` the checkpoint also waits for the channel state
+    /// of the loop input (`unaligned.rs`).
     pub(crate) fn begin_loop_checkpoint(
         &mut self,
         barrier: Barrier,
         alignment: Duration,
+        capture_inputs: bool,
     ) -> Result<()> {
         let head = self.head();
         if head.deferred.is_some_and(|d| d.id <= barrier.id) {
@@ -559,19 +600,28 @@ impl Task {
         )?;
         let head = self.head();
         let returned: Vec<bool> = head.feedback.iter().map(|f| f.ended).collect();
-        let log = Arc::new(FeedbackQueue::new(
-            format!("{} log {}", head.name, barrier.id),
-            head.spill_dir.clone(),
-            head.log_memory,
-        ));
+        let log = if barrier.aligned {
+            FeedbackLog::Flip16(Arc::new(FeedbackQueue::new(
+                format!("{} log {}", head.name, barrier.id),
+                head.spill_dir.clone(),
+                head.log_memory,
+            )))
+        } else {
+            FeedbackLog::Channel(vec![Vec::new(); head.feedback.len()])
+        };
         head.pending.push_back(PendingLog {
             barrier,
             states,
             alignment,
             returned,
             log,
+            inputs: (!capture_inputs).then_some(None),
         });
-        self.output.broadcast(Event::Barrier(barrier))?;
+        if barrier.aligned {
+            self.output.broadcast(Event::Barrier(barrier))?;
+        } else {
+            self.output.broadcast_overtaking(barrier)?;
+        }
         self.complete_loop_checkpoints()
     }
 
@@ -589,25 +639,35 @@ impl Task {
         self.complete_loop_checkpoints()
     }
 
-    /// Reports the loop checkpoints whose barrier came back everywhere.
-    fn complete_loop_checkpoints(&mut self) -> Result<()> {
+    /// Reports the loop checkpoints whose barrier came back everywhere (and
+    /// whose loop input channel state is complete).
+    pub(super) fn complete_loop_checkpoints(&mut self) -> Result<()> {
         loop {
             let head = self.head();
             let Some(front) = head.pending.front() else {
                 return Ok(());
             };
-            if !front.returned.iter().all(|r| *r) {
+            if !front.returned.iter().all(|r| *r) || front.inputs.is_none() {
                 return Ok(());
             }
             let Some(p) = head.pending.pop_front() else {
                 return Ok(());
             };
             let mut states = p.states;
-            if let Some(first) = states.first_mut() {
-                first.state.operator = Some(StateBlob::Deferred(Arc::new(LogState {
-                    log: p.log,
+            let log: Arc<dyn DeferredState> = match p.log {
+                FeedbackLog::Flip16(log) => Arc::new(LogState {
+                    log,
                     bytes: Mutex::new(None),
-                })));
+                }),
+                FeedbackLog::Channel(queues) => {
+                    Arc::new(super::feedback_state::FeedbackState::new(
+                        format!("{} (feedback)", head.name),
+                        queues,
+                    ))
+                }
+            };
+            if let Some(first) = states.first_mut() {
+                first.state.operator = Some(StateBlob::Deferred(log));
             }
             self.report_snapshot(TaskReport::Snapshot {
                 task: self.id,
@@ -615,7 +675,7 @@ impl Task {
                 states,
                 alignment: p.alignment,
                 finished: false,
-                channels: None,
+                channels: p.inputs.flatten(),
             })?;
         }
     }
@@ -624,6 +684,12 @@ impl Task {
         loop {
             if let Some(c) = self.poll_control()? {
                 return Ok(HeadStep::Control(c));
+            }
+            if let Some((i, b)) = self.poll_priority() {
+                return Ok(HeadStep::Overtake(i, b));
+            }
+            if let Some((q, b)) = self.head_ref().feedback_priority() {
+                return Ok(HeadStep::FeedbackOvertake(q, b));
             }
             let head = self.head();
             let feedback_first = match head.priority {
@@ -657,8 +723,8 @@ impl Task {
                 .map(|f| f.queue.ready())
                 .collect();
             match self.wait_step(&wakers, None)? {
-                // No deadline was given, so no timer ends the wait.
-                // Loops refuse unaligned checkpoints (`unaligned.rs`).
+                // No deadline was given, so no timer ends the wait; an
+                // overtaking barrier is found by the polls above.
                 None | Some(Step::Timer) | Some(Step::Overtake(..)) => continue,
                 Some(Step::Control(c)) => return Ok(HeadStep::Control(c)),
                 Some(Step::Event(i, ev)) => return Ok(HeadStep::Input(i, ev)),

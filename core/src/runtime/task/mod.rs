@@ -10,8 +10,10 @@
 //! end-of-job commit) before it closes and sends EndOfPartition.
 
 mod channel_replay;
+mod feedback_state;
 pub(crate) mod inputs;
 pub(crate) mod loop_head;
+mod loop_unaligned;
 pub(crate) mod source;
 pub(crate) mod unaligned;
 
@@ -207,8 +209,8 @@ impl TaskOutput {
 
     /// Sends an unaligned barrier ahead of the data queued in every output
     /// channel, local or remote (FLIP-76; see `channel.rs`, `net/data.rs`).
-    /// A feedback output has no priority path: unaligned checkpoints are
-    /// refused for loops (`runtime/job.rs`), so this only sends in order there.
+    /// A feedback queue is overtaken too (`feedback.rs`), unless the barrier
+    /// is an aligned one announced ahead (the loop head logs in-band then).
     pub(crate) fn broadcast_overtaking(&mut self, barrier: Barrier) -> Result<()> {
         for edge in &mut self.edges {
             for s in &edge.senders {
@@ -217,7 +219,8 @@ impl TaskOutput {
                         c.send_overtaking(barrier).map_err(|_| Error::Cancelled)?
                     }
                     OutSender::Remote(r) => r.send_overtaking(barrier)?,
-                    _ => s.send_timed(Event::Barrier(barrier), &self.timer)?,
+                    OutSender::Feedback(q) if !barrier.aligned => q.push_overtaking(barrier)?,
+                    OutSender::Feedback(_) => s.send_timed(Event::Barrier(barrier), &self.timer)?,
                 }
             }
         }
@@ -638,7 +641,7 @@ impl Task {
             return self.pass_replayed(barrier);
         }
         if !finished && self.loop_head.is_some() {
-            return self.begin_loop_checkpoint(barrier, alignment);
+            return self.begin_loop_checkpoint(barrier, alignment, false);
         }
         let states = self.chain_states(&barrier, finished)?;
         let slots = &self.slots;

@@ -287,16 +287,23 @@ impl Task {
     /// older checkpoint still running is given up (the coordinator runs one
     /// checkpoint at a time, so that one was aborted).
     fn begin_unaligned(&mut self, barrier: Barrier) -> Result<()> {
-        let states = self.chain_states(&barrier, false)?;
-        let slots = &self.slots;
-        start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
         let ended: Vec<bool> = self.inputs.iter().map(|c| c.ended).collect();
-        self.unaligned.current = Some(Capturing {
+        let capturing = |states| Capturing {
             barrier,
             states,
             capture: ChannelCapture::new(barrier.id, &ended),
             started: Instant::now(),
-        });
+        };
+        if self.loop_head.is_some() {
+            // A loop head's snapshot is its loop checkpoint's, which also
+            // waits for the feedback channel state (`loop_unaligned.rs`).
+            self.unaligned.current = Some(capturing(Vec::new()));
+            return self.begin_loop_checkpoint(barrier, std::time::Duration::ZERO, true);
+        }
+        let states = self.chain_states(&barrier, false)?;
+        let slots = &self.slots;
+        start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
+        self.unaligned.current = Some(capturing(states));
         self.output.broadcast_overtaking(barrier)
     }
 
@@ -306,6 +313,10 @@ impl Task {
         };
         self.unaligned.settled = self.unaligned.settled.max(c.barrier.id);
         let name = self.slots.first().map_or("", |s| &s.name).to_string();
+        if self.loop_head.is_some() {
+            let elapsed = c.started.elapsed();
+            return self.loop_inputs_captured(c.barrier.id, c.capture.into_state(&name), elapsed);
+        }
         self.report_snapshot(TaskReport::Snapshot {
             task: self.id,
             checkpoint: c.barrier.id,
