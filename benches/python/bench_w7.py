@@ -261,4 +261,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run from the module, not from __main__: the sink and the pacing step are
+    # copied per subtask, and a class of __main__ is copied by value together
+    # with the module-level OUT they record into.
+    import bench_w7
+
+    bench_w7.main()

@@ -9,14 +9,15 @@
 //! stalled every Python operator of the process. Here the task thread only
 //! takes references: each entry is `bytes`, or a tuple of parts (`bytes` or
 //! read-only buffers such as the out-of-band buffers of a pickle protocol 5
-//! stream, see `eddyline/_exec/two_phase.py`), and the parts are concatenated
-//! on the writer thread, without the GIL (the seed's "asynchronous state
+//! stream, see `eddyline/_exec/two_phase.py`), and the writer thread writes
+//! the parts into the state file as they are, without the GIL and without
+//! joining them first (`DeferredState::runs`; the seed's "asynchronous state
 //! snapshots"; DESIGN.md "Checkpoints").
 
 use std::sync::Arc;
 
 use eddyline_core::error::{Error, Result};
-use eddyline_core::state::{encode_entries, DeferredState, StateBlob};
+use eddyline_core::state::{DeferredState, StateBlob, ENTRY_LIST_MAGIC};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -89,25 +90,57 @@ fn type_name(item: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".to_string())
 }
 
-/// Entries as Python objects; serialized to an entry list on a writer thread.
+/// Entries as Python objects, written as an entry list
+/// ([`eddyline_core::state::encode_entries`]'s layout) by a writer thread:
+/// as runs straight into the state file, or joined by `serialize`.
 struct PyEntries {
-    entries: Vec<Vec<Part>>,
+    /// The list's head: magic and entry count.
+    head: [u8; 16],
+    /// Per entry: its length word, and its parts.
+    entries: Vec<([u8; 8], Vec<Part>)>,
+}
+
+const ZEROS: [u8; 8] = [0; 8];
+
+impl PyEntries {
+    fn new(entries: Vec<Vec<Part>>) -> PyEntries {
+        let mut head = [0u8; 16];
+        head[..8].copy_from_slice(&ENTRY_LIST_MAGIC);
+        head[8..].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+        let entries = entries
+            .into_iter()
+            .map(|parts| {
+                let len: usize = parts.iter().map(|p| p.len).sum();
+                ((len as u64).to_le_bytes(), parts)
+            })
+            .collect();
+        PyEntries { head, entries }
+    }
 }
 
 impl DeferredState for PyEntries {
     fn serialize(&self) -> Result<Vec<u8>> {
-        let joined: Vec<Vec<u8>> = self
-            .entries
-            .iter()
-            .map(|parts| {
-                let mut e = Vec::with_capacity(parts.iter().map(|p| p.len).sum());
-                for p in parts {
-                    e.extend_from_slice(p.bytes());
-                }
-                e
-            })
-            .collect();
-        Ok(encode_entries(&joined))
+        let runs = self.runs().unwrap_or_default();
+        let mut out = Vec::with_capacity(runs.iter().map(|r| r.len()).sum());
+        for r in runs {
+            out.extend_from_slice(r);
+        }
+        Ok(out)
+    }
+
+    fn runs(&self) -> Option<Vec<&[u8]>> {
+        let mut runs: Vec<&[u8]> = Vec::with_capacity(1 + self.entries.len() * 3);
+        runs.push(&self.head);
+        for (len, parts) in &self.entries {
+            runs.push(len);
+            runs.extend(parts.iter().map(Part::bytes).filter(|b| !b.is_empty()));
+            let pad = (u64::from_le_bytes(*len) as usize).next_multiple_of(8)
+                - u64::from_le_bytes(*len) as usize;
+            if pad > 0 {
+                runs.push(&ZEROS[..pad]);
+            }
+        }
+        Some(runs)
     }
 }
 
@@ -138,5 +171,5 @@ pub(crate) fn entries_from_py(operator: &str, list: &Bound<'_, PyList>) -> Resul
         };
         entries.push(parts);
     }
-    Ok(StateBlob::Deferred(Arc::new(PyEntries { entries })))
+    Ok(StateBlob::Deferred(Arc::new(PyEntries::new(entries))))
 }
