@@ -441,7 +441,12 @@ mod tests {
         let storage = CheckpointStorage::open(tmp.path())?;
         let pending = storage.begin(1)?;
         let runs = Arc::new(Runs(
-            vec![b"head".to_vec(), Vec::new(), vec![7u8; 100_000], b"tail".to_vec()],
+            vec![
+                b"head".to_vec(),
+                Vec::new(),
+                vec![7u8; 100_000],
+                b"tail".to_vec(),
+            ],
             Default::default(),
         ));
         let joined = runs.0.concat();
@@ -450,7 +455,11 @@ mod tests {
             keyed: vec![(1, blob(b"one"))],
         };
         let h = pending.write_state("op", 0, &state)?.file.expect("a file");
-        assert_eq!(runs.1.load(std::sync::atomic::Ordering::Relaxed), 0, "joined");
+        assert_eq!(
+            runs.1.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "joined"
+        );
         let bytes = fs::read(pending.dir().join(&h.file)).expect("read");
         assert_eq!(bytes.len() as u64, h.size);
         assert_eq!(xxh3_64(&bytes), h.checksum);
