@@ -79,7 +79,7 @@ def encode_pending(checkpoint_id: int, txn: Any) -> bytes | tuple[bytes | memory
     return tuple(parts)
 
 
-def decode_pending(operator: str, entry: bytes) -> tuple[int, Any]:
+def decode_pending(operator: str, entry: bytes | bytearray | memoryview) -> tuple[int, Any]:
     """Reads an entry :func:`encode_pending` wrote (or a plain pickle)."""
     view = memoryview(entry)
     if view[:8] != _OUT_OF_BAND:
@@ -180,7 +180,15 @@ class TwoPhaseCommitRunner(Runner):
     def restore(self, data: State) -> None:
         # The transactions are committed once the sink is open.
         if isinstance(data, list):
-            pending: dict[int, Any] = dict(decode_pending(self.name, entry) for entry in data)
+            pending: dict[int, Any] = {}
+            for entry in data:
+                if not isinstance(entry, bytes | bytearray | memoryview):
+                    raise TypeError(
+                        f"operator '{self.name}': a pending transaction restored is "
+                        f"{type(entry).__name__}, not bytes"
+                    )
+                checkpoint, txn = decode_pending(self.name, entry)
+                pending[checkpoint] = txn
         elif isinstance(data, bytes | bytearray | memoryview):
             pending = pickle.loads(data)  # a checkpoint written before entry lists
         else:
