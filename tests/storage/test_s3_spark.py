@@ -97,6 +97,8 @@ def _log_batches(s3: S3, prefix: str) -> list[list[str]]:
 
 
 def test_table_sink_on_s3_commits_exactly_what_spark_reads(spark: Any, s3: S3) -> None:
+    from pyspark.errors import AnalysisException
+
     location = f"s3://{s3.bucket}/sums"
     env = ed.StreamEnvironment(
         2,
@@ -104,8 +106,9 @@ def test_table_sink_on_s3_commits_exactly_what_spark_reads(spark: Any, s3: S3) -
         batch_size=250,
     )
     schema = pa.schema([("value", pa.int64())])
-    # 12 batches of 40 ms per subtask: the rows span several 100 ms checkpoints.
-    slow = env.from_sequence(0, 6000).map_batches(SleepPerBatch(0.04))
+    # 12 batches of 250 ms per subtask: the rows span many 100 ms checkpoints,
+    # and a Spark read of the table (~0.2-1 s) fits mid-run.
+    slow = env.from_sequence(0, 6000).map_batches(SleepPerBatch(0.25))
     slow.sink_to(SparkTableSink(spark, "s3_values", path=location, schema=schema))
     # A reader with its own session polls the table's files (through the log) meanwhile.
     seen: list[dict[str, set[str]]] = []
@@ -114,7 +117,13 @@ def test_table_sink_on_s3_commits_exactly_what_spark_reads(spark: Any, s3: S3) -
 
     def poll() -> None:
         while not stop.is_set():
-            files = reader.read.schema("value long").parquet(f"s3a://{s3.bucket}/sums")
+            try:
+                files = reader.read.schema("value long").parquet(f"s3a://{s3.bucket}/sums")
+            except AnalysisException as exc:
+                # No object under the location before the first commit.
+                if "PATH_NOT_FOUND" not in str(exc):
+                    raise
+                continue
             seen.append(_by_checkpoint(files.inputFiles()))
 
     poller = threading.Thread(target=poll)
