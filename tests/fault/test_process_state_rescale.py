@@ -128,3 +128,58 @@ def _process_blobs(savepoint: Path) -> list[bytes]:
 
     info = _core.read_keyed_state(str(savepoint), "buckets", {})
     return [blob for _, blob in info["blobs"]]
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "process_v4_savepoint" / "chk-3"
+"""A savepoint written by eddyline before format v5 (main at 4cff1e4, the v4
+writer): the job below at parallelism 1 over ``from_sequence(0, 2000)``,
+stopped with a savepoint after about 700 rows; its sink (uid "out") was a
+``collect()``."""
+FIXTURE_N = 2_000
+
+
+def test_a_savepoint_of_the_old_writer_reads_and_restores_at_p3() -> None:
+    blobs = [pickle.loads(b) for b in _process_blobs(FIXTURE)]
+    assert {b[0] for b in blobs} == {"eddyline.keyed_process.v4"}
+    (watermark,) = {b[1] for b in blobs}  # v4: in every key group's blob
+    assert watermark > -(2**63)
+    reference = Counter((v % KEYS, v // 100) for v in range(FIXTURE_N))
+    pending = {
+        (row["k"], bucket): count
+        for row in ed.read_state(FIXTURE, "buckets").to_pylist()
+        for bucket, count in row["counts"]
+    }
+    assert pending
+    for (k, bucket), count in pending.items():
+        assert bucket * 100 + 99 > watermark and 0 < count <= reference[(k, bucket)]
+
+    env = ed.StreamEnvironment(3, batch_size=100)
+    out = (
+        env.from_sequence(0, FIXTURE_N)
+        .set_parallelism(1)
+        .name("numbers")
+        .uid("numbers")
+        .assign_timestamps("value")
+        .set_parallelism(1)
+        .uid("ts")
+        .map_batches(SleepPerBatch(0.0))
+        .set_parallelism(1)
+        .uid("slow")
+        .with_columns(k=ed.col("value") % KEYS)
+        .set_parallelism(1)
+        .uid("key")
+        .key_by("k")
+        .process(Buckets())
+        .name("buckets")
+        .uid("buckets")
+        .collect()
+        .uid("resumed-out")
+    )
+    # (The old job's collect sink is not part of this one.)
+    env.execute("resumed", restore_from=str(FIXTURE), allow_non_restored_state=True)
+    rows = out.to_pylist()
+    got = Counter({(r["k"], r["bucket"]): r["count"] for r in rows})
+    assert len(rows) == len(got), "a timer fired twice"
+    # Every bucket whose timer had not fired fires once, with its whole count:
+    # the rows counted before the savepoint (restored state) and after it.
+    assert got == Counter({kb: c for kb, c in reference.items() if kb[1] * 100 + 99 > watermark})
