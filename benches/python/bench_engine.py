@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import tempfile
 import time
 
@@ -201,6 +202,13 @@ def parquet_input(n: int, k: int, directory: str, files: int = 1) -> str:
     return path
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process (every thread, user and system): less noisy than
+    wall time on a shared machine."""
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -263,10 +271,13 @@ def run_w3(args: argparse.Namespace) -> None:
 
     k = 1_000_000 if args.k == 10_000 else args.k
     batches = make_data(args.n, k)
-    results = {}
+    results: dict[str, list[float]] = {}
+    cpu_used: dict[str, list[float]] = {}
     # --incremental: full and incremental checkpoints side by side (issue 17).
     modes = ("off", "1s", "1s-incremental") if args.incremental else ("off", "1s")
-    for mode in modes:
+    # --rounds: the modes alternate within each round; the overhead is the
+    # median over rounds of each round's ratio (the machine's load drifts).
+    for mode in [m for _ in range(args.rounds) for m in modes]:
         with tempfile.TemporaryDirectory(dir=args.checkpoint_dir) as tmp:
             checkpoint = (
                 ed.CheckpointConfig(tmp, interval="1s", incremental=mode.endswith("incremental"))
@@ -278,13 +289,14 @@ def run_w3(args: argparse.Namespace) -> None:
             )
             LatestPerKeySink.reset(k)
             w2(env, batches, args.style).sink_to(LatestPerKeySink())
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), cpu_seconds()
             result = env.execute(f"bench-W3-{mode}")
-            seconds = time.perf_counter() - t1
+            seconds, cpu = time.perf_counter() - t1, cpu_seconds() - c1
             rss = peak_rss_mb()
             check = w2_check(batches, k)
             cps = list(result.checkpoints)
-            results[mode] = seconds
+            results.setdefault(mode, []).append(seconds)
+            cpu_used.setdefault(mode, []).append(cpu)
             print(
                 json.dumps(
                     {
@@ -296,6 +308,7 @@ def run_w3(args: argparse.Namespace) -> None:
                         "parallelism": args.parallelism,
                         "checkpointing": mode,
                         "seconds": round(seconds, 4),
+                        "cpu_s": round(cpu, 3),
                         "rows_per_s": round(args.n / seconds),
                         "peak_rss_mb": round(rss, 1),
                         "checkpoints": len(cps),
@@ -303,12 +316,27 @@ def run_w3(args: argparse.Namespace) -> None:
                         "state_bytes": [_get(c, "state_bytes") for c in cps],
                         "checkpoint_ms": [round(_get(c, "duration_ms"), 1) for c in cps],
                         "check": bool(check),
+                        "load_avg": round(os.getloadavg()[0], 2),
                     }
                 )
             )
     for mode in modes[1:]:
-        overhead = round(results[mode] / results["off"], 3)
-        print(json.dumps({"workload": "W3", "checkpointing": mode, "overhead": overhead}))
+        ratios = [on / off for on, off in zip(results[mode], results["off"], strict=True)]
+        cpu_ratios = [on / off for on, off in zip(cpu_used[mode], cpu_used["off"], strict=True)]
+        print(
+            json.dumps(
+                {
+                    "workload": "W3",
+                    "checkpointing": mode,
+                    "overhead": round(statistics.median(ratios), 3),
+                    "per_round": [round(r, 3) for r in ratios],
+                    "median_s": round(statistics.median(results[mode]), 3),
+                    "median_off_s": round(statistics.median(results["off"]), 3),
+                    "cpu_overhead": round(statistics.median(cpu_ratios), 3),
+                    "cpu_per_round": [round(r, 3) for r in cpu_ratios],
+                }
+            )
+        )
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -401,6 +429,12 @@ def main() -> None:
         "--checkpoint-dir",
         default=None,
         help="W3: where checkpoints go (default: a temporary directory)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="W3: rounds of the modes, alternated; the overhead is the median of the rounds",
     )
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--k", type=int, default=10_000)

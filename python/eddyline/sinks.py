@@ -176,6 +176,9 @@ class TwoPhaseCommitSink(Sink):
     input ends) and commits it when that checkpoint completes. ``commit``
     must be idempotent: after a failure a pre-committed transaction may be
     committed again. Transactions must be picklable (they are checkpointed).
+    Large read-only buffers a transaction holds (the Arrow buffers of batches,
+    read-only numpy views of them) are written to the checkpoint by reference,
+    without a copy, shortly after the snapshot; writable ones are copied.
 
     Example:
         >>> class ListSink(TwoPhaseCommitSink):

@@ -9,6 +9,7 @@
 
 mod arrow;
 mod checkpoints;
+mod entries;
 mod errors;
 mod gil;
 mod graph;

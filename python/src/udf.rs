@@ -11,13 +11,12 @@ use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use eddyline_core::error::{Error, ForOperator, Result};
 use eddyline_core::keygroup::{hash_keys, key_group};
 use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
-use eddyline_core::state::{
-    decode_entries, encode_entries, OperatorState, Redistribution, StateBlob,
-};
+use eddyline_core::state::{decode_entries, OperatorState, Redistribution, StateBlob};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::arrow::{array_to_py, batch_from_py, batch_to_py};
+use crate::entries::entries_from_py;
 use crate::errors::from_py;
 
 /// Builds a runner per subtask by calling the node's Python factory.
@@ -290,15 +289,10 @@ impl PyRunner {
                 });
             }
             if let Ok(l) = res.cast::<PyList>() {
-                // Operator state as a list of entries (redistributable).
-                let entries: Vec<Vec<u8>> = l.extract().map_err(|_| {
-                    Error::operator(
-                        self.name.clone(),
-                        "the runner's snapshot() returned a list that does not hold only bytes",
-                    )
-                })?;
+                // Operator state as a list of entries (redistributable),
+                // referenced here and copied on a writer thread (entries.rs).
                 return Ok(OperatorState {
-                    operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
+                    operator: Some(entries_from_py(&self.name, l)?),
                     keyed: Vec::new(),
                 });
             }

@@ -194,3 +194,30 @@ def test_an_untested_object_store_path_is_a_storage_error_naming_it() -> None:
     assert info.value.uri == "gs://bucket/table"
     with pytest.raises(ed.StorageError, match="names no bucket"):
         SparkTableSink(object(), "t", path="s3:///table")
+
+
+def test_a_publication_cut_before_its_log_batch_is_not_foreign_data(
+    spark: Any, tmp_path: Any
+) -> None:
+    """A run killed between publishing a checkpoint's files and writing the log
+    batch listing them leaves each file next to its staged twin: the restored
+    run's sink accepts the location (and commits that checkpoint again); a part
+    file without a staged twin is still someone else's data."""
+    import pyarrow.parquet as pq
+
+    key = "0123456789abr1700000000-a0-c00000000000000000001"
+    name = f"part-{key}-s0000-000001.parquet"
+    rows = pa.table({"k": [1], "v": [2]})
+    cut = tmp_path / "cut"
+    (cut / STAGING / key).mkdir(parents=True)
+    pq.write_table(rows, cut / STAGING / key / name)
+    os.link(cut / STAGING / key / name, cut / name)
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    pq.write_table(rows, stray / name)
+
+    env = ed.StreamEnvironment()
+    stream = env.from_collection([{"k": 1, "v": 2}]).name("rows")
+    stream.sink_to(SparkTableSink(spark, "cut_publication", path=str(cut)))
+    with pytest.raises(ed.GraphError, match=r"already holds data files .*not listed"):
+        stream.sink_to(SparkTableSink(spark, "stray_files", path=str(stray)))

@@ -58,7 +58,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::manifest::{key_group_ranges, Manifest, ReusedState, StateFileEntry, SubtaskEntry};
-use super::state_file::{self, Section, SECTION_HEADER, TAG_KEYED, TAG_OPERATOR};
+use super::state_file::{self, Payload, Section, SECTION_HEADER, TAG_KEYED, TAG_OPERATOR};
 use crate::error::{Error, Result};
 use crate::state::OperatorState;
 use crate::store::Store;
@@ -133,7 +133,7 @@ pub(crate) fn write(
 ) -> Result<IncrementalWrite> {
     let mut sections: Vec<Section> = Vec::new();
     if let Some(blob) = &state.operator {
-        sections.push((TAG_OPERATOR, 0, blob.to_bytes()?));
+        sections.push((TAG_OPERATOR, 0, Payload::of(blob)?));
     }
     let mut next = SubtaskBase::default();
     let mut tokens: BTreeMap<u32, Option<u64>> = BTreeMap::new();
@@ -155,7 +155,7 @@ pub(crate) fn write(
             continue;
         }
         tokens.insert(group, token);
-        sections.push((TAG_KEYED, group, bytes));
+        sections.push((TAG_KEYED, group, Payload::Bytes(bytes)));
     }
     // What is reused, by file (before the new groups join `next`).
     let mut by_file: BTreeMap<&str, (&Arc<StateFileEntry>, Vec<u32>, u64)> = BTreeMap::new();

@@ -12,7 +12,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::manifest::{key_group_ranges, StateFileEntry};
 use crate::error::{Error, Result};
-use crate::state::{OperatorState, StateBlob};
+use crate::state::{DeferredState, OperatorState, StateBlob};
 use crate::store::{ObjectWriter, Store};
 
 const STATE_MAGIC: &[u8; 8] = b"EDDYSTAT";
@@ -24,7 +24,33 @@ pub(crate) const TAG_KEYED: u8 = 1;
 pub(crate) const SECTION_HEADER: usize = 1 + 4 + 8 + 8;
 
 /// One section to write: tag, key group (0 for operator state), payload.
-pub(crate) type Section = (u8, u32, Arc<Vec<u8>>);
+pub(crate) type Section = (u8, u32, Payload);
+
+/// A section's payload: serialized bytes, or a deferred view that already
+/// holds its bytes as runs ([`DeferredState::runs`]), written run by run
+/// without joining them into one buffer (one copy of a large Python sink
+/// transaction less on the writer thread; benches/RESULTS.md "W3").
+pub(crate) enum Payload {
+    Bytes(Arc<Vec<u8>>),
+    Runs(Arc<dyn DeferredState>),
+}
+
+impl Payload {
+    /// The payload of `blob`: its runs when it has them, else its bytes.
+    pub(crate) fn of(blob: &StateBlob) -> Result<Payload> {
+        match blob {
+            StateBlob::Deferred(d) if d.runs().is_some() => Ok(Payload::Runs(d.clone())),
+            _ => Ok(Payload::Bytes(blob.to_bytes()?)),
+        }
+    }
+
+    fn runs(&self) -> Vec<&[u8]> {
+        match self {
+            Payload::Bytes(b) => vec![b.as_slice()],
+            Payload::Runs(d) => d.runs().unwrap_or_default(),
+        }
+    }
+}
 
 /// What writing a state file gave: its size, the xxh3-64 of its bytes, and
 /// per keyed section (sorted by key group) the key group, the section's
@@ -85,10 +111,10 @@ pub(crate) fn write(
 ) -> Result<WrittenFile> {
     let mut sections: Vec<Section> = Vec::with_capacity(state.keyed.len() + 1);
     if let Some(blob) = &state.operator {
-        sections.push((TAG_OPERATOR, 0, blob.to_bytes()?));
+        sections.push((TAG_OPERATOR, 0, Payload::of(blob)?));
     }
     for (group, blob) in &state.keyed {
-        sections.push((TAG_KEYED, *group, blob.to_bytes()?));
+        sections.push((TAG_KEYED, *group, Payload::Bytes(blob.to_bytes()?)));
     }
     write_sections(dir, name, uid, subtask, &sections)
 }
@@ -138,14 +164,23 @@ pub(crate) fn write_sections(
     let header_sum = xxh3_64(&header);
     header.extend_from_slice(&header_sum.to_le_bytes());
     out.put(&header).map_err(io_fail)?;
-    for (tag, group, bytes) in sections {
-        let mut head = section_head(*tag, *group, bytes.len());
-        let sum = section_checksum(&head[..13], bytes);
+    for (tag, group, payload) in sections {
+        let runs = payload.runs();
+        let len: usize = runs.iter().map(|r| r.len()).sum();
+        let mut head = section_head(*tag, *group, len);
+        let mut h = Xxh3::new();
+        h.update(&head[..13]);
+        for r in &runs {
+            h.update(r);
+        }
+        let sum = h.digest();
         head[13..21].copy_from_slice(&sum.to_le_bytes());
         out.put(&head).map_err(io_fail)?;
-        out.put(bytes).map_err(io_fail)?;
+        for r in &runs {
+            out.put(r).map_err(io_fail)?;
+        }
         if *tag == TAG_KEYED {
-            groups.push((*group, sum, (SECTION_HEADER + bytes.len()) as u64));
+            groups.push((*group, sum, (SECTION_HEADER + len) as u64));
         }
     }
     let HashingWriter { inner, hash, size } = out;
@@ -383,6 +418,64 @@ mod tests {
         assert!(err.contains("section 3"), "{err}");
         // Another operator's file is refused.
         assert!(decode(&bytes, "other", 2).is_err());
+        Ok(())
+    }
+
+    /// A view that holds its bytes as runs (as a Python sink's pending
+    /// transactions do) and counts how often it was joined.
+    struct Runs(Vec<Vec<u8>>, std::sync::atomic::AtomicUsize);
+
+    impl DeferredState for Runs {
+        fn serialize(&self) -> Result<Vec<u8>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(self.0.concat())
+        }
+        fn runs(&self) -> Option<Vec<&[u8]>> {
+            Some(self.0.iter().map(Vec::as_slice).collect())
+        }
+    }
+
+    #[test]
+    fn test_state_file_writes_runs_without_joining_them_and_reads_them_back() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let storage = CheckpointStorage::open(tmp.path())?;
+        let pending = storage.begin(1)?;
+        let runs = Arc::new(Runs(
+            vec![
+                b"head".to_vec(),
+                Vec::new(),
+                vec![7u8; 100_000],
+                b"tail".to_vec(),
+            ],
+            Default::default(),
+        ));
+        let joined = runs.0.concat();
+        let state = OperatorState {
+            operator: Some(StateBlob::Deferred(runs.clone())),
+            keyed: vec![(1, blob(b"one"))],
+        };
+        let h = pending.write_state("op", 0, &state)?.file.expect("a file");
+        assert_eq!(
+            runs.1.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "joined"
+        );
+        let bytes = fs::read(pending.dir().join(&h.file)).expect("read");
+        assert_eq!(bytes.len() as u64, h.size);
+        assert_eq!(xxh3_64(&bytes), h.checksum);
+        // The same file as from the joined bytes: section checksums included.
+        let back = decode(&bytes, "op", 0).expect("decode");
+        assert_eq!(
+            back.operator.and_then(|b| b.as_bytes().map(<[u8]>::to_vec)),
+            Some(joined.clone())
+        );
+        let plain = storage.begin(2)?;
+        let state = OperatorState {
+            operator: Some(blob(&joined)),
+            keyed: vec![(1, blob(b"one"))],
+        };
+        let h2 = plain.write_state("op", 0, &state)?.file.expect("a file");
+        assert_eq!(h2.checksum, h.checksum);
         Ok(())
     }
 }

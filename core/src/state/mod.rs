@@ -66,6 +66,15 @@ pub trait DeferredState: Send + Sync {
     fn token(&self) -> Option<u64> {
         None
     }
+
+    /// The serialized bytes as runs the view already holds (their
+    /// concatenation is what [`DeferredState::serialize`] returns), so a
+    /// writer can write them without joining them into one buffer first (a
+    /// Python sink's pending transactions: `python/src/entries.rs`). `None`:
+    /// call `serialize`.
+    fn runs(&self) -> Option<Vec<&[u8]>> {
+        None
+    }
 }
 
 /// A fresh, process-wide unique base for the change tokens of one operator
@@ -136,7 +145,7 @@ impl OperatorState {
 }
 
 /// The first bytes of non-keyed state held as a list of entries.
-const ENTRY_LIST_MAGIC: [u8; 8] = *b"EDLIST01";
+pub const ENTRY_LIST_MAGIC: [u8; 8] = *b"EDLIST01";
 
 /// Encodes non-keyed state as a list of independent entries, Flink's
 /// operator list state (FLIP-147, "partially finished operators"): each

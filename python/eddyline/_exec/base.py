@@ -35,7 +35,9 @@ PortBatch: TypeAlias = tuple[int, pa.RecordBatch]
 RunnerOutput: TypeAlias = (
     pa.RecordBatch | PortBatch | list[pa.RecordBatch] | list[pa.RecordBatch | PortBatch] | None
 )
-State: TypeAlias = bytes | list[bytes] | dict[int, bytes]
+State: TypeAlias = (
+    bytes | list[bytes] | list[bytes | tuple[bytes | memoryview, ...]] | dict[int, bytes]
+)
 """A runner's checkpointed state: operator state (``bytes``, or a list of
 independent entries that a restore at another parallelism deals to the new
 subtasks), or keyed state (one blob per key group, ``{key_group: bytes}``)."""

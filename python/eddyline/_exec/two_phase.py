@@ -4,21 +4,106 @@ Transactions are pre-committed on a checkpoint's barrier and committed when
 the checkpoint completes (DESIGN.md "Checkpoints"); pending transactions are
 operator state as a list of entries, so a restore at another parallelism
 deals them to the new subtasks.
+
+A pending transaction is pickled with protocol 5: its large immutable buffers
+(the Arrow buffers of the batches it holds, read-only numpy views of them) go out of band and
+are handed to the engine by reference, without a copy; a checkpoint writer
+thread concatenates them into the entry off the task thread and without the GIL
+(python/src/entries.rs). Entry layout (little-endian u64 words):
+``"EDPKL5B1"`` | buffer count n | pickle length | n buffer lengths | the pickle |
+the n buffers, each part zero-padded to a multiple of 8 bytes. An entry without
+the magic is a plain pickle (every transaction without such buffers, and
+checkpoints written before this layout).
 """
 
 from __future__ import annotations
 
 import pickle
+import struct
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from ..errors import CheckpointError
 from ..sinks import TwoPhaseCommitSink
 from .base import Runner, RunnerOutput, State
 from .user_code import call_user
 
 END_OF_JOB = 2**64 - 1
 """The pseudo-checkpoint that commits everything when a job runs without checkpointing."""
+
+_OUT_OF_BAND = b"EDPKL5B1"
+_MIN_OUT_OF_BAND = 4096
+"""Smaller buffers stay in the pickle: a part per tiny buffer costs more than its copy."""
+
+
+def _pad(n: int) -> int:
+    return -n % 8
+
+
+def _immutable_arrow(obj: object) -> bool:
+    """An Arrow buffer (not a resizable one): pyarrow exports them writable, but the
+    buffers of Arrow arrays and batches never change (Arrow's immutability contract)."""
+    return isinstance(obj, pa.Buffer) and not isinstance(obj, pa.ResizableBuffer)
+
+
+def encode_pending(checkpoint_id: int, txn: Any) -> bytes | tuple[bytes | memoryview, ...]:
+    """One pending transaction as a state entry: ``bytes``, or the parts of one
+    (read-only buffers by reference) when it holds large read-only buffers."""
+    buffers: list[memoryview] = []
+
+    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+        try:
+            raw = buffer.raw()
+        except BufferError:  # not contiguous: pickle copies it in band
+            return True
+        if raw.nbytes >= _MIN_OUT_OF_BAND and (raw.readonly or _immutable_arrow(raw.obj)):
+            buffers.append(raw if raw.readonly else raw.toreadonly())
+            return False
+        # A writable buffer may change after the snapshot: copied now, in band.
+        return True
+
+    data = pickle.dumps((checkpoint_id, txn), protocol=5, buffer_callback=out_of_band)
+    if not buffers:
+        return data
+    head = struct.pack(
+        f"<8sQQ{len(buffers)}Q", _OUT_OF_BAND, len(buffers), len(data), *(b.nbytes for b in buffers)
+    )
+    parts: list[bytes | memoryview] = [head, data]
+    if _pad(len(data)):
+        parts.append(bytes(_pad(len(data))))
+    for b in buffers:
+        parts.append(b)
+        if _pad(b.nbytes):
+            parts.append(bytes(_pad(b.nbytes)))
+    return tuple(parts)
+
+
+def decode_pending(operator: str, entry: bytes | bytearray | memoryview) -> tuple[int, Any]:
+    """Reads an entry :func:`encode_pending` wrote (or a plain pickle)."""
+    view = memoryview(entry)
+    if view[:8] != _OUT_OF_BAND:
+        return pickle.loads(view)  # type: ignore[no-any-return]
+    try:
+        n, length = struct.unpack_from("<QQ", view, 8)
+        lengths = struct.unpack_from(f"<{n}Q", view, 24)
+        at = 24 + 8 * n
+        data = view[at : at + length]
+        at += length + _pad(length)
+        buffers = []
+        for size in lengths:
+            buffers.append(view[at : at + size])
+            at += size + _pad(size)
+    except struct.error as e:
+        raise CheckpointError(
+            f"operator '{operator}': a pending transaction in the checkpoint is truncated: {e}"
+        ) from e
+    if at != len(view) or len(data) != length:
+        raise CheckpointError(
+            f"operator '{operator}': a pending transaction in the checkpoint has "
+            f"{len(view)} bytes, its header describes {at}"
+        )
+    return pickle.loads(data, buffers=buffers)  # type: ignore[no-any-return]
 
 
 class TwoPhaseCommitRunner(Runner):
@@ -84,7 +169,7 @@ class TwoPhaseCommitRunner(Runner):
             if checkpoint_id != END_OF_JOB and not self._finished:
                 self._begin()
         return [
-            pickle.dumps((checkpoint, txn), protocol=pickle.HIGHEST_PROTOCOL)
+            encode_pending(checkpoint, txn)
             for checkpoint, txn in sorted(self._pending.items(), key=lambda item: item[0])
         ]
 
@@ -95,7 +180,15 @@ class TwoPhaseCommitRunner(Runner):
     def restore(self, data: State) -> None:
         # The transactions are committed once the sink is open.
         if isinstance(data, list):
-            pending: dict[int, Any] = dict(pickle.loads(entry) for entry in data)
+            pending: dict[int, Any] = {}
+            for entry in data:
+                if not isinstance(entry, bytes | bytearray | memoryview):
+                    raise TypeError(
+                        f"operator '{self.name}': a pending transaction restored is "
+                        f"{type(entry).__name__}, not bytes"
+                    )
+                checkpoint, txn = decode_pending(self.name, entry)
+                pending[checkpoint] = txn
         elif isinstance(data, bytes | bytearray | memoryview):
             pending = pickle.loads(data)  # a checkpoint written before entry lists
         else:

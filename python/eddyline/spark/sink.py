@@ -316,7 +316,11 @@ class SparkTableSink(TwoPhaseCommitSink):
             stray = [
                 name
                 for name in os.listdir(location)
-                if not name.startswith(("_", ".")) and os.path.isfile(os.path.join(location, name))
+                if not name.startswith(("_", "."))
+                and os.path.isfile(os.path.join(location, name))
+                and not _interrupted(
+                    name, lambda key, n: os.path.exists(os.path.join(location, STAGING, key, n))
+                )
             ]
             if stray:
                 raise GraphError(
@@ -348,7 +352,12 @@ class SparkTableSink(TwoPhaseCommitSink):
                 uri=location,
             )
         if not sink_log(location, self.storage_options).exists():
-            stray = [n for n in root.files() if not n.startswith(("_", "."))]
+            stray = [
+                n
+                for n in root.files()
+                if not n.startswith(("_", "."))
+                and not _interrupted(n, lambda key, name: staging.child(key).stat(name) is not None)
+            ]
             if stray:
                 raise GraphError(
                     f"operator '{operator}': the location {location!r} of Spark table "
@@ -631,6 +640,20 @@ def refresh_tables(spark: Any) -> None:
     for table in {t for token, t in list(_TABLES.items()) if _SESSIONS.get(token) is spark}:
         with contextlib.suppress(Exception):  # best effort: only the cached listing
             spark.catalog.refreshTable(table)
+
+
+def _interrupted(name: str, staged: Any) -> bool:
+    """Whether ``name`` is a file this sink published whose log batch never landed.
+
+    A commit copies (or links) each staged file to its final name before it
+    appends the log batch, and removes the staged name only once the batch
+    lists it: a run killed in between leaves the final file next to its staged
+    twin (``staged(key, name)``), and the restore commits that checkpoint again.
+    """
+    if not (name.startswith("part-") and name.endswith(".parquet")):
+        return False
+    key = name[len("part-") : -len(".parquet")].rsplit("-", 2)[0]
+    return _owner(key) is not None and bool(staged(key, name))
 
 
 def _owner(name: str) -> tuple[str, int] | None:
