@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ._exec.process import unpack_v4
+from ._exec.process import as_v3
 from ._storage import checked_storage_options, storage_location
 from .errors import CheckpointError
 from .functions import _Expiring, processing_time
@@ -50,6 +50,7 @@ _PROCESS_FORMATS = (
     "eddyline.keyed_process.v2",
     "eddyline.keyed_process.v3",
     "eddyline.keyed_process.v4",
+    "eddyline.keyed_process.v5",
 )
 _PY_WINDOW_FORMAT = "eddyline.window.v1"
 
@@ -188,10 +189,10 @@ def _decode_pickled(info: Mapping[str, Any], state: str | None) -> pa.Table:
 
 
 def _unpack(blob: Any) -> Any:
-    """A process function's v4 blob (its state pickled once more inside) in the v3 shape."""
-    if isinstance(blob, tuple) and blob and blob[0] == "eddyline.keyed_process.v4":
-        return unpack_v4(blob)
-    return blob
+    """A process function's v4 or v5 blob in the v3 shape (its watermark ``None``
+    for v5: the watermark is the subtask's operator state, which read_state
+    does not need)."""
+    return as_v3(blob)
 
 
 def _blob_kind(info: Mapping[str, Any], kg: int, blob: Any) -> str:

@@ -32,6 +32,10 @@ pub struct PyRunnerFactory {
     redistributable: bool,
     /// Its runners hold broadcast state (one copy, written by subtask 0).
     broadcast_state: bool,
+    /// Its runners' operator state is union list state: at another
+    /// parallelism every subtask gets the entries of all old subtasks (a
+    /// keyed process function's watermark per subtask, issue 16).
+    union_state: bool,
     /// Which optional hooks its runners have (`Runner` class flags).
     hooks: Hooks,
 }
@@ -52,7 +56,8 @@ impl PyRunnerFactory {
     /// `recomputable` and `replayable_from_earlier` (FLINK-4120) and
     /// `redistributable` (FLIP-147: its runners' operator state is a list of
     /// entries that may be dealt to the subtasks of another parallelism)
-    /// properties, and which optional hooks its runners have
+    /// properties, `broadcast_state` and `union_state` (how its operator state
+    /// is redistributed), and which optional hooks its runners have
     /// (`handles_watermarks`, `handles_end_input`, `counts_late_records`).
     /// A property that raises (or is not a bool) is an error naming the
     /// operator, with the Python exception as its cause.
@@ -74,6 +79,7 @@ impl PyRunnerFactory {
             replayable_from_earlier: read("replayable_from_earlier")?,
             redistributable: read("redistributable")?,
             broadcast_state: read("broadcast_state")?,
+            union_state: read("union_state")?,
             hooks: Hooks {
                 on_watermark: read("handles_watermarks")?,
                 end_input: read("handles_end_input")?,
@@ -99,6 +105,8 @@ impl OperatorFactory for PyRunnerFactory {
     fn redistribution(&self) -> Redistribution {
         if self.broadcast_state {
             Redistribution::Broadcast
+        } else if self.union_state {
+            Redistribution::Union
         } else if self.redistributable {
             Redistribution::EvenSplit
         } else {
@@ -223,9 +231,10 @@ impl PyRunner {
 
     /// Reads what a runner's `snapshot()` returned: `None`; `{key_group:
     /// bytes}` (keyed state); a list of bytes (operator state as entries);
-    /// bytes (operator state); or a tuple `(bytes | None, {key_group: bytes})`,
-    /// both (a keyed broadcast function: its broadcast state and its keyed
-    /// state).
+    /// bytes (operator state); or a tuple `(bytes | [bytes] | None, {key_group:
+    /// bytes})`, both (a keyed broadcast function: its broadcast state and its
+    /// keyed state; a keyed process function: its watermark entry and its
+    /// keyed state).
     fn state_from_py(&self, res: &Bound<'_, PyAny>) -> Result<OperatorState> {
         {
             if res.is_none() {
@@ -464,8 +473,11 @@ impl Operator for PyRunner {
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
         if let (Some(blob), false) = (&state.operator, state.keyed.is_empty()) {
-            // Both (a keyed broadcast function): `restore((bytes, {key_group: bytes}))`.
+            // Both (a keyed broadcast function: `restore((bytes, {key_group: bytes}))`;
+            // a keyed process function: `restore(([bytes], {key_group: bytes}))`,
+            // its operator state an entry list).
             let bytes = blob.to_bytes()?;
+            let entries = decode_entries(&bytes);
             let mut blobs = Vec::with_capacity(state.keyed.len());
             for (kg, blob) in &state.keyed {
                 blobs.push((*kg, blob.to_bytes()?));
@@ -476,8 +488,15 @@ impl Operator for PyRunner {
                     for (kg, b) in &blobs {
                         d.set_item(kg, PyBytes::new(py, b))?;
                     }
-                    let both =
-                        PyTuple::new(py, [PyBytes::new(py, &bytes).into_any(), d.into_any()])?;
+                    let operator = match &entries {
+                        Some(entries) => {
+                            let list: Vec<Bound<'_, PyBytes>> =
+                                entries.iter().map(|e| PyBytes::new(py, e)).collect();
+                            PyList::new(py, list)?.into_any()
+                        }
+                        None => PyBytes::new(py, &bytes).into_any(),
+                    };
+                    let both = PyTuple::new(py, [operator, d.into_any()])?;
                     self.runner.bind(py).call_method1("restore", (both,))?;
                     Ok(())
                 })();

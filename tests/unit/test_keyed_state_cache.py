@@ -20,6 +20,7 @@ from eddyline._exec.process import KeyedProcessRunner
 from eddyline.testing import ManualClock
 
 KEYS = 10
+MIN_WM = -(2**63)
 
 
 class Sums(ed.ProcessFunction):
@@ -38,34 +39,40 @@ def _batch(keys: list[int], values: list[int]) -> tuple[pa.RecordBatch, pa.UInt3
     return pa.record_batch({"k": keys, "v": values}), groups
 
 
-def _runner() -> KeyedProcessRunner:
+def _runner(subtask: int = 0, parallelism: int = 1) -> KeyedProcessRunner:
     runner = KeyedProcessRunner("sums", ["k"], Sums(), None)
-    runner.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
+    runner.open({"subtask_index": subtask, "parallelism": parallelism, "max_parallelism": 128})
     return runner
+
+
+def _keyed(snapshot: Any) -> dict[int, bytes]:
+    """The key groups of a snapshot ``([watermark entry], {key_group: blob})``."""
+    assert isinstance(snapshot, tuple) and len(snapshot[0]) == 1, snapshot
+    return snapshot[1]  # type: ignore[no-any-return]
 
 
 def test_a_checkpoint_re_pickles_only_the_key_groups_touched() -> None:
     runner = _runner()
     runner.process(0, *_batch(list(range(KEYS)), [1] * KEYS))
-    first = runner.snapshot(1)
-    assert first is not None and len(first) == KEYS
+    first = _keyed(runner.snapshot(1))
+    assert len(first) == KEYS
     assert runner.pickled_groups == KEYS
     # Nothing touched: nothing pickled, the same blobs.
-    again = runner.snapshot(2)
+    again = _keyed(runner.snapshot(2))
     assert runner.pickled_groups == KEYS
-    assert again is not None and all(again[g] is first[g] for g in first)
+    assert all(again[g] is first[g] for g in first)
     # One key touched (three rows of it in one batch): one key group pickled.
     runner.process(0, *_batch([3, 3, 3], [5, 6, 7]))
-    second = runner.snapshot(3)
+    second = _keyed(runner.snapshot(3))
     assert runner.pickled_groups == KEYS + 1
-    assert second is not None and second.keys() == first.keys()
+    assert second.keys() == first.keys()
     assert second[30] != first[30]
     assert all(second[g] is first[g] for g in first if g != 30)
     # A timer is keyed state: registering one dirties its key group only.
     runner.process(0, *_batch([7], [-1]))
-    third = runner.snapshot(4)
+    third = _keyed(runner.snapshot(4))
     assert runner.pickled_groups == KEYS + 2
-    assert third is not None and all(third[g] is second[g] for g in second if g != 70)
+    assert all(third[g] is second[g] for g in second if g != 70)
     # The blobs restore exactly what the runner holds.
     restored = _runner()
     restored.restore(third)
@@ -73,22 +80,42 @@ def test_a_checkpoint_re_pickles_only_the_key_groups_touched() -> None:
     assert restored.timers_pending() == 1
 
 
-def test_a_watermark_changes_the_blobs_but_pickles_no_state_again() -> None:
+def test_an_advancing_watermark_re_serializes_only_the_changed_key_groups() -> None:
     runner = _runner()
-    runner.process(0, *_batch([1, 2], [1, 1]))
-    runner.snapshot(1)
+    runner.process(0, *_batch(list(range(KEYS)), [1] * KEYS))
+    first = _keyed(runner.snapshot(1))
     pickled = runner.pickled_groups
+    # The watermark advances and one key changes: one key group serialized,
+    # every other blob the very same bytes (the watermark is not in them).
     runner.on_watermark(10)
-    blobs = runner.snapshot(2)
-    assert blobs is not None
-    # Every owned key group now carries the watermark (issue 12.3): the empty
-    # ones are pickled once, the two with state are not pickled again.
-    assert runner.pickled_groups == pickled + 128 - 2
+    runner.process(0, *_batch([4], [2]))
+    entries, second = runner.snapshot(2)
+    assert runner.pickled_groups == pickled + 1
+    assert second.keys() == first.keys()
+    assert all(second[g] is first[g] for g in first if g != 40)
+    # The watermark alone: nothing serialized, no blob changed.
+    runner.on_watermark(20)
+    entries, third = runner.snapshot(3)
+    assert runner.pickled_groups == pickled + 1
+    assert all(third[g] is second[g] for g in second)
+    # It is written once, as the subtask's operator state.
     restored = _runner()
-    restored.restore(blobs)
-    assert restored.watermark == 10 and restored._state == runner._state
-    runner.snapshot(3)
-    assert runner.pickled_groups == pickled + 126, "nothing changed since"
+    restored.restore((entries, third))
+    assert restored.watermark == MIN_WM, "resolved by open (which knows the subtask)"
+    restored.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
+    assert restored.watermark == 20 and restored._state == runner._state
+
+
+def test_a_watermark_without_state_is_checkpointed_alone() -> None:
+    runner = _runner()
+    assert runner.snapshot(1) == {}, "no state and no watermark: nothing"
+    runner.on_watermark(7)
+    entries, keyed = runner.snapshot(2)
+    assert keyed == {} and runner.pickled_groups == 0
+    restored = KeyedProcessRunner("sums", ["k"], Sums(), None)
+    restored.restore(entries)  # (the engine passes the entries alone)
+    restored.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
+    assert restored.watermark == 7
 
 
 def test_a_firing_timer_and_an_expiring_ttl_dirty_their_key_groups() -> None:
@@ -102,11 +129,11 @@ def test_a_firing_timer_and_an_expiring_ttl_dirty_their_key_groups() -> None:
         runner.process(0, *_batch([1, 2], [1, 2]))
         clock.advance(500)
         runner.process(0, *_batch([2], [3]))
-        first = runner.snapshot(1)
-        assert first is not None and sorted(first) == [10, 20]
+        first = _keyed(runner.snapshot(1))
+        assert sorted(first) == [10, 20]
         clock.advance(700)  # key 1's value (written at 0) expired; key 2's (at 500) not
-        second = runner.snapshot(2)
-        assert second is not None and sorted(second) == [20]
+        second = _keyed(runner.snapshot(2))
+        assert sorted(second) == [20]
         assert second[20] is first[20], "key group 20 did not change"
 
     runner = _runner()
@@ -116,9 +143,9 @@ def test_a_firing_timer_and_an_expiring_ttl_dirty_their_key_groups() -> None:
     fired = runner.on_watermark(1_000)
     assert fired is not None and fired.to_pylist() == [{"k": 4, "sum": -1}]
     runner.snapshot(2)
-    # The timer's key group (40) changed; the others were pickled once for the
-    # watermark (every owned key group carries it) and 50 not at all.
-    assert runner.pickled_groups == pickled + 1 + 126
+    # The timer's key group (40) changed; 50 did not (nor did the watermark
+    # re-serialize it).
+    assert runner.pickled_groups == pickled + 1
 
 
 class Rules(ed.KeyedBroadcastProcessFunction):

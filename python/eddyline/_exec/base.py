@@ -71,6 +71,11 @@ class Runner:
     # True for runners with broadcast state: subtask 0 writes it (bytes) and
     # every subtask of any restore gets that copy.
     broadcast_state: ClassVar[bool] = False
+    # True for runners whose operator state is a list of entries that every
+    # subtask of a restore at another parallelism gets all of (Flink's union
+    # list state; the engine's Redistribution::Union): a keyed process
+    # function's watermark, one entry per subtask (issue 16).
+    union_state: ClassVar[bool] = False
     counts_late_records: ClassVar[bool] = False
     """Whether :attr:`late_records` is kept (read by the binding after each batch)."""
     handles_watermarks: ClassVar[bool] = False

@@ -146,10 +146,14 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
     (``ctx.apply_to_keyed_state``). The snapshot is both: the keyed state per
     key group and, from subtask 0 only, the broadcast state, which every
     subtask of a restore at any parallelism gets (``Redistribution::Broadcast``;
-    Flink's broadcast state pattern on a keyed stream).
+    Flink's broadcast state pattern on a keyed stream). Its operator state
+    being the broadcast state, the watermark stays in every owned key group's
+    blob (format v4; issue 16: an advancing watermark re-wraps them).
     """
 
     broadcast_state = True
+    union_state = False
+    _watermark_per_key_group = True
 
     def __init__(
         self,

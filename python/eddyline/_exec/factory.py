@@ -84,6 +84,13 @@ class RunnerFactory:
         return self.cls.broadcast_state
 
     @property
+    def union_state(self) -> bool:
+        """Whether its runners' operator state is union list state: at another
+        parallelism every subtask gets the entries of all old subtasks (read by the
+        engine)."""
+        return self.cls.union_state
+
+    @property
     def redistributable(self) -> bool:
         """Whether its runners' operator state can move to other subtasks (read by the engine)."""
         return self.cls.redistributable

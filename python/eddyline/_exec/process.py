@@ -14,11 +14,11 @@ import itertools
 import pickle
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from types import CodeType
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from ..errors import EddylineError, SchemaError
+from ..errors import CheckpointError, EddylineError, SchemaError
 from ..functions import (
     MIN_WATERMARK,
     BroadcastProcessFunction,
@@ -29,7 +29,7 @@ from ..functions import (
     processing_time,
     purge_expired,
 )
-from .base import RunnerOutput, State
+from .base import RunnerOutput
 from .codegen import compile_process, frame_of
 from .event_time import event_times, key_group_range
 from .keyed import KeyedRunner
@@ -37,13 +37,28 @@ from .output import RowWriter, schema_line
 from .process_pool import _IN_PROCESS_HOOKS, PooledProcess
 from .user_code import UserCode, call_user, short, user_error
 
-_KEYED_STATE_FORMAT = "eddyline.keyed_process.v4"
-"""A key group's blob: ``(format, watermark, kinds, inner)``, where ``inner`` is
-the pickled ``(values, event-time timers, processing-time timers)`` of the key
-group, kept between checkpoints while the key group is unchanged (issue 16:
-only changed key groups are re-serialized). v3 was ``(format, values, timers,
-watermark, kinds, processing-time timers)``; v2 had no kinds (name -> "value" |
-"list" | "map", for ``ed.read_state``)."""
+_KEYED_STATE_FORMAT = "eddyline.keyed_process.v5"
+"""A key group's blob: the pickled ``(format, kinds, values, event-time timers,
+processing-time timers)`` of the key group, kept between checkpoints while the
+key group is unchanged (issue 16: only changed key groups are re-serialized).
+The watermark is not in it: it is the operator state of each subtask
+(:data:`_WATERMARK_FORMAT`), so an advancing watermark leaves the blobs of
+clean key groups byte for byte the same (an incremental checkpoint skips
+them). Earlier formats, still read: v4 ``(format, watermark, kinds, inner)``
+with ``inner`` the pickled ``(values, timers, processing-time timers)`` (every
+owned key group carried the watermark: still written by a keyed broadcast
+function, whose operator state is its broadcast state); v3 ``(format, values,
+timers, watermark, kinds, processing-time timers)``; v2 had no kinds (name ->
+"value" | "list" | "map", for ``ed.read_state``)."""
+
+_V4_FORMAT = "eddyline.keyed_process.v4"
+
+_WATERMARK_FORMAT = "eddyline.keyed_process.watermark.v1"
+"""A subtask's operator state entry: ``(format, watermark, subtask_index,
+parallelism, max_parallelism)``, union list state (``Runner.union_state``):
+a subtask restored at another parallelism gets every old subtask's entry and
+takes the smallest watermark of the old subtasks whose key groups overlap its
+own (see :meth:`KeyedProcessRunner.open`)."""
 
 
 class KeyedProcessRunner(KeyedRunner, PooledProcess):
@@ -54,8 +69,15 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
     a heap of ``(timestamp, seq, key_group, key)`` entries (deleted timers
     are skipped when popped). Timers fire in :meth:`on_watermark`, in
     timestamp order, also those that ``on_timer`` registers at or below the
-    watermark. Both are checkpointed per key group.
+    watermark. Both are checkpointed per key group, the watermark once per
+    subtask (its operator state, union list state: issue 16).
     """
+
+    union_state = True
+    _watermark_per_key_group: ClassVar[bool] = False
+    """Whether every owned key group's blob carries the watermark (format v4),
+    instead of the operator state: a keyed broadcast function, whose operator
+    state is its broadcast state (written by subtask 0 only)."""
 
     def __init__(
         self,
@@ -90,11 +112,18 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         self._dirty: set[int] = set()
         """Key groups whose state or timers may have changed since their last snapshot."""
         self._inner: dict[int, bytes] = {}
-        """Per key group its pickled ``(values, timers, processing-time timers)`` as of
-        its last snapshot (valid while the key group is not in ``_dirty``)."""
+        """Per key group its blob (v5) as of its last snapshot, valid while the key
+        group is not in ``_dirty`` and the kinds are ``_inner_kinds`` (v4 mode: its
+        pickled ``(values, timers, processing-time timers)``)."""
+        self._inner_kinds: dict[str, str] = {}
         self._blobs: dict[int, tuple[int, dict[str, str], bytes, bytes]] = {}
-        """Per key group ``(watermark, kinds, inner, blob)`` of its last snapshot: the
-        same blob is returned while all three are unchanged."""
+        """v4 mode: per key group ``(watermark, kinds, inner, blob)`` of its last
+        snapshot: the same blob is returned while all three are unchanged."""
+        self._entry: tuple[tuple[int, ...], bytes] | None = None
+        """The last watermark entry written, with what it holds."""
+        self._watermark_entries: list[tuple[int, int, int, int]] = []
+        """Restored ``(watermark, subtask, parallelism, max_parallelism)`` entries,
+        resolved into :attr:`watermark` by :meth:`open` (which knows the subtask)."""
         self.pickled_groups = 0
         """How many key groups' state was pickled by :meth:`snapshot` (a counter for tests)."""
         self._context = self._new_context(node, 0, 1, 0)
@@ -125,6 +154,17 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             int(ctx.get("attempt", 0)),
         )
         self._context.current_checkpoint = epoch
+        if self._watermark_entries:
+            self.watermark = max(
+                self.watermark,
+                restored_watermark(
+                    self._watermark_entries,
+                    int(ctx.get("subtask_index", 0)),
+                    int(ctx.get("parallelism", 1)),
+                    int(ctx.get("max_parallelism", 128)),
+                ),
+            )
+            self._watermark_entries = []
         self._open_pool(ctx)
         if self._pool_size:
             try:
@@ -147,7 +187,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         return (self.name, self._keys, self._fresh_fn, self._writer.schema, self._time_column)
 
     def _local_snapshot(self) -> dict[int, bytes] | None:
-        return KeyedProcessRunner.snapshot(self, 0)
+        return KeyedProcessRunner._keyed_snapshot(self)
 
     def _drop_local_state(self) -> None:
         self._state.clear()
@@ -531,23 +571,40 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
 
     # ---- state ----------------------------------------------------------------
 
-    def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
-        """One blob per key group: ``(format, watermark, kinds, inner)`` with
-        ``inner`` the pickled ``(values, timers, processing-time timers)``.
-
-        Written for the key groups with values or timers and, once the
-        runner has a watermark, for every key group it owns (even empty
-        ones), so the watermark survives a restore (issue 12.3; like the
-        window operator's, DESIGN.md "Keyed state layer").
+    def snapshot(self, checkpoint_id: int) -> Any:
+        """``([watermark entry], {key_group: blob})``: the watermark once per subtask
+        (operator state, union list state) and one blob per key group with
+        values or timers, ``(format, kinds, values, timers, processing-time
+        timers)`` pickled (format v5). ``{}`` with neither state nor watermark.
 
         Only the key groups touched since the last snapshot (a record, a timer,
-        ``apply_to_keyed_state``, an expired ttl entry) are pickled again;
-        the others reuse their ``inner`` bytes, and return the very same blob
-        while the watermark and the states' kinds are unchanged (issue 16;
-        what lets an incremental checkpoint skip them).
+        ``apply_to_keyed_state``, an expired ttl entry) are pickled again; the
+        others return the very same bytes, also when the watermark advanced
+        (issue 16; what lets an incremental checkpoint skip them). A keyed
+        broadcast function (``_watermark_per_key_group``) returns the key
+        groups only, in format v4, every owned one carrying the watermark.
         """
-        if self._pooled:
-            return self._pooled_snapshot()
+        keyed = self._pooled_snapshot() if self._pooled else self._keyed_snapshot()
+        if self._watermark_per_key_group or (not keyed and self.watermark == MIN_WATERMARK):
+            return keyed
+        return [self._watermark_entry()], keyed
+
+    def _watermark_entry(self) -> bytes:
+        """This subtask's :data:`_WATERMARK_FORMAT` entry (pickled once per watermark)."""
+        ctx = self.ctx
+        held = (
+            self.watermark,
+            int(ctx.get("subtask_index", 0)),
+            int(ctx.get("parallelism", 1)),
+            int(ctx.get("max_parallelism", 128)),
+        )
+        if self._entry is None or self._entry[0] != held:
+            blob = pickle.dumps((_WATERMARK_FORMAT, *held), protocol=pickle.HIGHEST_PROTOCOL)
+            self._entry = (held, blob)
+        return self._entry[1]
+
+    def _keyed_snapshot(self) -> dict[int, bytes]:
+        """The blob of every key group with state (see :meth:`snapshot`)."""
         dirty = self._dirty
         if self._context._ttl_seen:
             # State with a ttl: expired entries are not part of the checkpoint.
@@ -563,7 +620,10 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         groups = {g for g, entries in self._state.items() if entries}
         groups.update(g for g, keyed in self._timers.items() if keyed)
         groups.update(g for g, keyed in self._ptimers.items() if keyed)
-        if self.watermark > MIN_WATERMARK:
+        v4 = self._watermark_per_key_group
+        if v4 and self.watermark > MIN_WATERMARK:
+            # v4: every owned key group carries the watermark (issue 12.3), so
+            # that it survives a restore at any parallelism.
             ctx = self.ctx
             groups.update(
                 key_group_range(
@@ -574,19 +634,26 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             )
         kinds = {**self._restored_kinds, **self._context._kinds}
         inner_of, blobs = self._inner, self._blobs
+        if not v4 and kinds != self._inner_kinds:
+            inner_of.clear()  # v5 blobs hold the kinds (a state declared later: rare)
+            self._inner_kinds = kinds
         out: dict[int, bytes] = {}
         for group in sorted(groups):
             inner = inner_of.get(group)
             if inner is None or group in dirty:
+                parts = (
+                    self._state.get(group, {}),
+                    {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
+                    {key: sorted(ts) for key, ts in self._ptimers.get(group, {}).items()},
+                )
                 inner = inner_of[group] = pickle.dumps(
-                    (
-                        self._state.get(group, {}),
-                        {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
-                        {key: sorted(ts) for key, ts in self._ptimers.get(group, {}).items()},
-                    ),
+                    parts if v4 else (_KEYED_STATE_FORMAT, kinds, *parts),
                     protocol=pickle.HIGHEST_PROTOCOL,
                 )
                 self.pickled_groups += 1
+            if not v4:
+                out[group] = inner
+                continue
             cached = blobs.get(group)
             if (
                 cached is not None
@@ -597,8 +664,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                 out[group] = cached[3]
                 continue
             blob = pickle.dumps(
-                (_KEYED_STATE_FORMAT, self.watermark, kinds, inner),
-                protocol=pickle.HIGHEST_PROTOCOL,
+                (_V4_FORMAT, self.watermark, kinds, inner), protocol=pickle.HIGHEST_PROTOCOL
             )
             blobs[group] = (self.watermark, kinds, inner, blob)
             out[group] = blob
@@ -609,14 +675,23 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         dirty.clear()
         return out
 
-    def restore(self, data: State) -> None:
-        """Restores values, timers and the watermark (the largest of the key groups given).
+    def restore(self, data: Any) -> None:
+        """Restores values, timers and the watermark.
 
-        Also the formats of earlier versions: values only, values with timers
-        but no watermark, and without the states' kinds.
+        ``([watermark entries], {key_group: blob})`` (format v5; the entries
+        alone when no key group came with them) or ``{key_group: blob}``. Also
+        the formats of earlier versions, whose key groups carry the watermark
+        (the largest of those given is taken): v4, v3, values with timers but
+        no watermark, values only, and v2 without the states' kinds.
         """
+        if isinstance(data, tuple):
+            entries, data = data
+            self._restore_watermarks(entries)
+        elif isinstance(data, list):
+            self._restore_watermarks(data)
+            return
         if isinstance(data, bytes | bytearray | memoryview):
-            super().restore(data)
+            super().restore(bytes(data))
             return
         if not isinstance(data, dict):
             raise TypeError(f"keyed state must be {{key_group: bytes}}, got {type(data).__name__}")
@@ -624,16 +699,14 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             if b"_Expiring" in blob:
                 # State with a ttl (its class's name is in the pickle).
                 self._ttl_restored = self._context._ttl_seen = True
-            restored = pickle.loads(blob)
+            restored = as_v3(pickle.loads(blob))
             group = int(group)
             self._dirty.add(group)
-            if isinstance(restored, tuple) and restored and restored[0] == _KEYED_STATE_FORMAT:
-                restored = unpack_v4(restored)
             if isinstance(restored, dict):  # values only
                 self._state.setdefault(group, {}).update(restored)
                 continue
             _, values, timers, *rest = restored
-            if rest:
+            if rest and rest[0] is not None:
                 self.watermark = max(self.watermark, int(rest[0]))
             if len(rest) > 1:
                 self._restored_kinds.update(rest[1])
@@ -642,6 +715,24 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             self._restore_timers(self._timers, self._heap, group, timers)
             if len(rest) > 2:
                 self._restore_timers(self._ptimers, self._pheap, group, rest[2])
+
+    def _restore_watermarks(self, entries: Any) -> None:
+        if not isinstance(entries, list):
+            raise CheckpointError(
+                f"operator '{self.name}': its operator state must be a list of watermark "
+                f"entries, got {type(entries).__name__}"
+            )
+        for entry in entries:
+            restored = pickle.loads(entry)
+            if not (isinstance(restored, tuple) and restored[0] == _WATERMARK_FORMAT):
+                raise CheckpointError(
+                    f"operator '{self.name}': unknown watermark entry in its operator state "
+                    f"({short(restored)})"
+                )
+            _, watermark, subtask, parallelism, max_parallelism = restored
+            self._watermark_entries.append(
+                (int(watermark), int(subtask), int(parallelism), int(max_parallelism))
+            )
 
     def _restore_timers(
         self,
@@ -679,12 +770,57 @@ def _size(values: dict[str, Any]) -> int:
     return sum(len(v) if type(v) is list or type(v) is dict else 1 for v in values.values())
 
 
-def unpack_v4(blob: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A v4 key-group blob in the v3 shape ``(format, values, timers, watermark,
-    kinds, processing-time timers)`` (also for ``ed.read_state``)."""
-    fmt, watermark, kinds, inner = blob
-    values, timers, ptimers = pickle.loads(inner)
-    return (fmt, values, timers, watermark, kinds, ptimers)
+def as_v3(blob: Any) -> Any:
+    """A v4 or v5 key-group blob (unpickled) in the v3 shape ``(format, values,
+    timers, watermark, kinds, processing-time timers)``, the watermark ``None``
+    for v5 (also for ``ed.read_state``); other blobs unchanged."""
+    if isinstance(blob, tuple) and blob:
+        if blob[0] == _KEYED_STATE_FORMAT:
+            fmt, kinds, values, timers, ptimers = blob
+            return (fmt, values, timers, None, kinds, ptimers)
+        if blob[0] == _V4_FORMAT:
+            fmt, watermark, kinds, inner = blob
+            values, timers, ptimers = pickle.loads(inner)
+            return (fmt, values, timers, watermark, kinds, ptimers)
+    return blob
+
+
+def restored_watermark(
+    entries: Sequence[tuple[int, int, int, int]],
+    subtask: int,
+    parallelism: int,
+    max_parallelism: int,
+) -> int:
+    """The watermark of subtask ``subtask`` of ``parallelism`` restored from the
+    watermark ``entries`` ``(watermark, old subtask, old parallelism, max
+    parallelism)`` of the old subtasks: the smallest of those whose key groups
+    overlap its own (an old subtask that wrote no entry had none).
+
+    The smallest, not the largest: a timer of a key group whose old subtask
+    was at watermark ``w`` is still pending when above ``w``, and fires as
+    the watermark passes it, exactly as without the restore; a larger
+    watermark would hold it back until the next watermark above that one.
+    At the same parallelism every subtask gets its own watermark back.
+    """
+    mine = key_group_range(subtask, parallelism, max_parallelism)
+    old: dict[int, int] = {}
+    sizes: set[tuple[int, int]] = set()
+    for watermark, old_subtask, old_parallelism, old_max in entries:
+        old[old_subtask] = watermark
+        sizes.add((old_parallelism, old_max))
+    if len(sizes) != 1:
+        return MIN_WATERMARK  # (entries of different jobs: never written by one checkpoint)
+    ((old_parallelism, old_max),) = sizes
+    overlapping = [
+        s
+        for s in range(old_parallelism)
+        if _overlap(key_group_range(s, old_parallelism, old_max), mine)
+    ]
+    return min((old.get(s, MIN_WATERMARK) for s in overlapping), default=MIN_WATERMARK)
+
+
+def _overlap(a: range, b: range) -> bool:
+    return a.start < b.stop and b.start < a.stop
 
 
 class KeyedCoProcessRunner(KeyedProcessRunner):

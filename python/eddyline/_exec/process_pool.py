@@ -18,8 +18,9 @@ Flink subtask holds the state of its key-group range.
   worker's key groups (the blobs of ``KeyedProcessRunner.snapshot``, unchanged
   key groups not pickled again), and a restore goes to the in-process runner,
   which hands each worker its key groups when the pool starts.
-- Watermarks are forwarded to the workers (``ctx.current_watermark`` and the
-  watermark kept in every key group's blob).
+- Watermarks are forwarded to the workers (``ctx.current_watermark``), also
+  when the pool starts; the watermark is checkpointed once per subtask by the
+  in-process runner (its operator state), not in the workers' key groups.
 - What stays in-process (decided when the operator opens, documented in
   docs/DESIGN.md "Runtime"): functions with timers (``on_timer``: their firing
   order across keys is global), side outputs, ``on_barrier`` /
@@ -37,6 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..functions import MIN_WATERMARK
 from .base import RunnerOutput
 from .pool import (
     BATCH,
@@ -121,7 +123,10 @@ class PooledProcess(PoolUser):
         pool.run(parts)
         self._drop_local_state()
         self._pooled = True
-        self._sent_watermark = self._watermark()
+        # The key groups' blobs do not carry the watermark (it is the subtask's
+        # operator state, format v5): the workers get it as a watermark.
+        self._sent_watermark = MIN_WATERMARK
+        self._forward_watermark(pool)
 
     def _process_maybe_pooled(
         self, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
@@ -181,6 +186,8 @@ class PooledProcess(PoolUser):
         merged: dict[int, bytes] = {}
         for i, answer in enumerate(pool.run([(SNAPSHOT, b"")] * pool.count)):
             blobs = pickle.loads(answer) or {}
+            if isinstance(blobs, tuple):  # (its watermark entry, its key groups)
+                blobs = blobs[1]
             merged.update((g, b) for g, b in blobs.items() if g % pool.count == i)
         return merged
 
