@@ -20,16 +20,11 @@ from .base import Runner, RunnerOutput, State
 from .codegen import compile_rows
 from .output import RowWriter, schema_line
 from .pool import (
-    BATCH,
-    FIRST_ROW,
-    KEY_GROUPS,
     SNAPSHOT,
     STATE,
     PoolUser,
     WorkerPool,
-    decode_batches,
-    encode_batches,
-    keyed_parts,
+    run_keyed,
 )
 from .user_code import UserCode, short
 
@@ -219,30 +214,7 @@ class KeyedReduceRunner(KeyedRunner, PoolUser):
     def _in_pool(
         self, pool: WorkerPool, batch: pa.RecordBatch, key_groups: pa.UInt32Array
     ) -> RunnerOutput:
-        parts = keyed_parts(batch, key_groups, pool.count)
-        payloads = [
-            (BATCH, encode_batches([rows.append_column(KEY_GROUPS, groups)]))
-            for rows, groups, _ in parts
-        ]
-        outs: list[pa.RecordBatch] = []
-        firsts = []
-        for (_, _, positions), answer in zip(parts, pool.run(payloads), strict=True):
-            for out in decode_batches(answer):
-                if pool.count > 1:
-                    index = out.schema.get_field_index(FIRST_ROW)
-                    firsts.append(positions[out.column(index).to_numpy()])
-                    out = out.remove_column(index)
-                outs.append(out)
-        if not outs:
-            return None
-        if len(outs) == 1:
-            return outs[0]
-        import numpy as np
-
-        # The rows in the order their keys were first touched, as in-process.
-        order = np.argsort(np.concatenate(firsts), kind="stable")
-        table = pa.Table.from_batches(outs).take(pa.array(order))
-        return table.combine_chunks().to_batches()[0]
+        return run_keyed(pool, batch, key_groups)
 
     def snapshot(self, checkpoint_id: int) -> dict[int, bytes] | None:
         if not self._pooled:

@@ -381,6 +381,38 @@ def keyed_parts(
     return parts
 
 
+def run_keyed(
+    pool: WorkerPool, batch: pa.RecordBatch, key_groups: pa.UInt32Array
+) -> pa.RecordBatch | None:
+    """Runs ``batch`` on the workers, dealt by key group (:func:`keyed_parts`), and
+    puts their outputs back in order: with several workers each output row carries
+    the position in ``batch`` of the input row it stands for (``FIRST_ROW``), and
+    the rows are sorted by it, so the output is the one the operator gives in-process."""
+    parts = keyed_parts(batch, key_groups, pool.count)
+    payloads = [
+        (BATCH, encode_batches([rows.append_column(KEY_GROUPS, groups)]))
+        for rows, groups, _ in parts
+    ]
+    outs: list[pa.RecordBatch] = []
+    firsts = []
+    for (_, _, positions), answer in zip(parts, pool.run(payloads), strict=True):
+        for out in decode_batches(answer):
+            if pool.count > 1:
+                index = out.schema.get_field_index(FIRST_ROW)
+                firsts.append(positions[out.column(index).to_numpy()])
+                out = out.remove_column(index)
+            outs.append(out)
+    if not outs:
+        return None
+    if len(outs) == 1:
+        return outs[0]
+    import numpy as np
+
+    order = np.argsort(np.concatenate(firsts), kind="stable")
+    table = pa.Table.from_batches(outs).take(pa.array(order))
+    return table.combine_chunks().to_batches()[0]
+
+
 atexit.register(close_all)
 
 

@@ -41,17 +41,12 @@ import pyarrow as pa
 from ..functions import MIN_WATERMARK
 from .base import RunnerOutput
 from .pool import (
-    BATCH,
-    FIRST_ROW,
-    KEY_GROUPS,
     SNAPSHOT,
     STATE,
     WATERMARK,
     PoolUser,
     WorkerPool,
-    decode_batches,
-    encode_batches,
-    keyed_parts,
+    run_keyed,
 )
 
 _IN_PROCESS_HOOKS = ("on_timer", "on_barrier", "null_state_watermark", "end_input", "finish")
@@ -147,30 +142,7 @@ class PooledProcess(PoolUser):
         self, pool: WorkerPool, batch: pa.RecordBatch, key_groups: pa.UInt32Array
     ) -> RunnerOutput:
         self._forward_watermark(pool)
-        parts = keyed_parts(batch, key_groups, pool.count)
-        payloads = [
-            (BATCH, encode_batches([rows.append_column(KEY_GROUPS, groups)]))
-            for rows, groups, _ in parts
-        ]
-        outs: list[pa.RecordBatch] = []
-        firsts = []
-        for (_, _, positions), answer in zip(parts, pool.run(payloads), strict=True):
-            for out in decode_batches(answer):
-                if pool.count > 1:
-                    index = out.schema.get_field_index(FIRST_ROW)
-                    firsts.append(positions[out.column(index).to_numpy()])
-                    out = out.remove_column(index)
-                outs.append(out)
-        if not outs:
-            return None
-        if len(outs) == 1:
-            return outs[0]
-        import numpy as np
-
-        # The output rows in the order of their input rows, as in-process.
-        order = np.argsort(np.concatenate(firsts), kind="stable")
-        table = pa.Table.from_batches(outs).take(pa.array(order))
-        return table.combine_chunks().to_batches()[0]
+        return run_keyed(pool, batch, key_groups)
 
     def _forward_watermark(self, pool: WorkerPool) -> None:
         watermark = self._watermark()
