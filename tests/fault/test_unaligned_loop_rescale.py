@@ -8,9 +8,10 @@ body is slow and whose feedback always spills runs at parallelism 2, SIGKILLs
 itself right after the newest completed checkpoint provably holds feedback
 state (and, unaligned, loop input channel state: rows in the head's
 "(channel state)" entry), and is restored with ``restore_from="latest"`` at
-parallelism 3 and 1 (``core/src/checkpoint/feedback_rescale.rs`` deals every
-old head subtask's feedback to exactly one new one; ``channel_rescale.rs``
-the loop input). The committed ParquetSink rows are exactly the failure-free
+parallelism 3 and 1, and across worker processes 2 -> 3
+(``core/src/checkpoint/feedback_rescale.rs`` deals every old head subtask's
+feedback to exactly one new one; ``channel_rescale.rs`` the loop input).
+The committed ParquetSink rows are exactly the failure-free
 output: every number once, with its exact number of collatz steps (a lost
 feedback record loses a row, a duplicated one duplicates it).
 """
@@ -43,7 +44,7 @@ SCRIPT = textwrap.dedent(
     import eddyline as ed
     from eddyline.testing import SleepPerBatch, channel_state_rows, completed_checkpoints
 
-    out, chk, spill, n, p, checkpoints, mode = sys.argv[1:8]
+    out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]
     n, p, unaligned = int(n), int(p), checkpoints == "unaligned"
     env = ed.StreamEnvironment(
         p,
@@ -70,7 +71,8 @@ SCRIPT = textwrap.dedent(
     looped = start.iterate(collatz, feedback_memory=1, spill_dir=spill)
     looped = looped.name("looped").uid("looped")
     looped.select("value", "steps").sink_to(ed.ParquetSink(out)).name("files").uid("files")
-    client = env.execute_async("loop-rescale", restore_from="latest")
+    runner = ed.ProcessRunner(workers=2) if runner == "process" else None
+    client = env.execute_async("loop-rescale", restore_from="latest", runner=runner)
     if mode == "finish":
         client.wait(timeout=120)
         print("finished", flush=True)
@@ -118,9 +120,9 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(script: Path, tmp: Path, p: int, checkpoints: str, mode: str) -> str:
+def _run(script: Path, tmp: Path, p: int, checkpoints: str, mode: str, runner: str) -> str:
     command = [sys.executable, str(script), str(tmp / "out"), str(tmp / "chk"), str(tmp / "spill")]
-    command += [str(N), str(p), checkpoints, mode]
+    command += [str(N), str(p), checkpoints, mode, runner]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     if mode == "kill":
         assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
@@ -131,20 +133,23 @@ def _run(script: Path, tmp: Path, p: int, checkpoints: str, mode: str) -> str:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
-    ("before", "after", "checkpoints"),
+    ("before", "after", "checkpoints", "runner"),
     [
-        (2, 3, "unaligned"),
-        (2, 1, "unaligned"),
-        (2, 3, "aligned"),
-        (2, 1, "aligned"),
+        (2, 3, "unaligned", "local"),
+        (2, 1, "unaligned", "local"),
+        (2, 3, "aligned", "local"),
+        (2, 1, "aligned", "local"),
+        # Worker processes (ProcessRunner(workers=2)): each worker deals out
+        # the feedback state of the head subtasks it now runs.
+        (2, 3, "unaligned", "process"),
     ],
 )
 def test_loop_feedback_state_restores_at_another_parallelism_exactly(
-    before: int, after: int, checkpoints: str, tmp_path: Path
+    before: int, after: int, checkpoints: str, runner: str, tmp_path: Path
 ) -> None:
     script = tmp_path / "job.py"
     script.write_text(SCRIPT)
-    killed = _run(script, tmp_path, before, checkpoints, "kill")
+    killed = _run(script, tmp_path, before, checkpoints, "kill", runner)
     chk = tmp_path / "chk"
     newest = max(completed_checkpoints(chk))
     assert f"killed after chk-{newest}" in killed, killed
@@ -152,7 +157,7 @@ def test_loop_feedback_state_restores_at_another_parallelism_exactly(
         # Non-vacuity: the loop input channels held rows too.
         rows = channel_state_rows(chk / f"chk-{newest}")
         assert any(k[0].startswith("iterate") for k in rows), rows
-    assert "finished" in _run(script, tmp_path, after, checkpoints, "finish")
+    assert "finished" in _run(script, tmp_path, after, checkpoints, "finish", runner)
     table = read_parquet_dir(tmp_path / "out")
     got = sorted(zip(table["value"].to_pylist(), table["steps"].to_pylist(), strict=True))
     assert len(got) == N, f"{len(got)} rows committed for {N} inputs"
