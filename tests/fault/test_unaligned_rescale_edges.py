@@ -9,9 +9,12 @@ it (docs/DESIGN.md "Unaligned checkpoints"): a job under backpressure with
 holds rows in flight on the edge under test, and is restored with
 ``restore_from="latest"`` at another parallelism.
 
-* rebalance: two sources at parallelism 3 feed a slow map at the job's
-  parallelism (2 -> 4, 2 -> 1 would chain nothing: the sources stay at 3): the
+* rebalance: two sources at parallelism 3 feed a union and a slow map at the
+  job's parallelism (2 -> 4, 2 -> 1; the edges stay rebalance edges): the
   committed ParquetSink rows are exactly the input.
+* chained: one source at parallelism 3 feeds a slow map rebalanced at 2; at 3
+  the map is forwarded and chained behind the source, with no input channel
+  to replay its channel state into: the restore is refused, naming it.
 * broadcast: ``a.connect(b.broadcast()).process(fn)``; the broadcast side is
   emitted by subtask 0 only and recorded in the broadcast state by every
   subtask. Every ``a`` row and every ``b`` row is committed exactly once, and
