@@ -10,8 +10,8 @@ holds rows in flight on the edge under test, and is restored with
 ``restore_from="latest"`` at another parallelism.
 
 * rebalance: two sources at parallelism 3 feed a union and a slow map at the
-  job's parallelism (2 -> 4, 2 -> 1; the edges stay rebalance edges): the
-  committed ParquetSink rows are exactly the input.
+  job's parallelism (2 -> 4, 2 -> 1; and 2 -> 3, 3 -> 2, where the edges turn
+  forward edges and back): the committed ParquetSink rows are exactly the input.
 * chained: one source at parallelism 3 feeds a slow map rebalanced at 2; at 3
   the map is forwarded and chained behind the source, with no input channel
   to replay its channel state into: the restore is refused, naming it.
@@ -144,7 +144,16 @@ def _run(script: Path, tmp: Path, p: int, shape: str, mode: str, code: int = 0) 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("before", "after", "shape"),
-    [(2, 4, "rebalance"), (2, 1, "rebalance"), (2, 3, "broadcast"), (2, 1, "broadcast")],
+    [
+        (2, 4, "rebalance"),
+        (2, 1, "rebalance"),
+        # The union's edges from the sources at 3: rebalanced at 2, forwarded
+        # at 3 (and back); the dealing follows the edge's old partitioning.
+        (2, 3, "rebalance"),
+        (3, 2, "rebalance"),
+        (2, 3, "broadcast"),
+        (2, 1, "broadcast"),
+    ],
 )
 def test_channel_state_of_rebalance_and_broadcast_edges_restores_at_another_parallelism(
     before: int, after: int, shape: str, tmp_path: Path
