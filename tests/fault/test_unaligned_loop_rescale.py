@@ -32,7 +32,7 @@ from eddyline.testing import (
     read_parquet_dir,
 )
 
-N = 2000
+N = 1200
 RUN_TIMEOUT_S = 90.0
 
 SCRIPT = textwrap.dedent(
