@@ -102,13 +102,16 @@ pub fn redistribute(
                 )
             })
     };
+    let captured = old.iter().flatten().map(Vec::len).next();
+    let old_parts = old_partitionings(edges, old.len(), captured);
     let mut dealt = vec![0usize; edges.len()];
     for (d, channels) in old.into_iter().enumerate() {
         let Some(channels) = channels else { continue };
         let layout = channel_layout(
-            edges
+            old_parts
                 .iter()
-                .map(|s| (s.partitioning.clone(), s.old_producers)),
+                .cloned()
+                .zip(edges.iter().map(|s| s.old_producers)),
             d,
         );
         if layout.len() != channels.len() {
@@ -127,7 +130,7 @@ pub fn redistribute(
             if batches.is_empty() {
                 continue;
             }
-            match &edges[e].partitioning {
+            match &old_parts[e] {
                 Partitioning::Forward => {
                     let n = d % new_p;
                     let c = slot(n, e, n)?;
@@ -136,7 +139,13 @@ pub fn redistribute(
                 Partitioning::Rebalance => {
                     let n = dealt[e] % new_p;
                     dealt[e] += 1;
-                    let c = slot(n, e, u)?;
+                    // Forwarded now: new subtask `n` reads producer `n` only.
+                    let up = if edges[e].partitioning == Partitioning::Forward {
+                        n
+                    } else {
+                        u
+                    };
+                    let c = slot(n, e, up)?;
                     out[n][c].extend(batches);
                 }
                 Partitioning::Broadcast => {
@@ -177,6 +186,45 @@ pub fn redistribute(
         .into_iter()
         .map(|s| s.iter().any(|c| !c.is_empty()).then_some(s))
         .collect())
+}
+
+/// How each edge partitioned when the checkpoint was taken by `old_p`
+/// consumer subtasks that captured `captured` channels each. A graph built by
+/// the Python DSL forwards an edge at equal parallelisms and rebalances it
+/// otherwise, so a rescale can turn one into the other: an edge forwarded
+/// now was rebalanced if its parallelisms differed then, and an edge
+/// rebalanced now was forwarded if they were equal then and only that fits
+/// the captured channel count. Hash and broadcast edges do not change.
+fn old_partitionings(
+    edges: &[EdgeShape],
+    old_p: usize,
+    captured: Option<usize>,
+) -> Vec<Partitioning> {
+    let mut parts: Vec<Partitioning> = edges
+        .iter()
+        .map(|s| match &s.partitioning {
+            Partitioning::Forward if s.old_producers != old_p => Partitioning::Rebalance,
+            p => p.clone(),
+        })
+        .collect();
+    let count = |parts: &[Partitioning]| {
+        let producers = edges.iter().map(|s| s.old_producers);
+        channel_layout(parts.iter().cloned().zip(producers), 0).len()
+    };
+    if let Some(n) = captured {
+        let forwarded: Vec<Partitioning> = parts
+            .iter()
+            .zip(edges)
+            .map(|(p, s)| match p {
+                Partitioning::Rebalance if s.old_producers == old_p => Partitioning::Forward,
+                p => p.clone(),
+            })
+            .collect();
+        if count(&parts) != n && count(&forwarded) == n {
+            parts = forwarded;
+        }
+    }
+    parts
 }
 
 #[cfg(test)]
@@ -250,6 +298,48 @@ mod tests {
         let old = vec![Some(vec![vec![batch(&[(1, 1)])]])]; // 1 channel, 2 expected
         let err = redistribute("agg", &edges, old, 3, MAX_P).unwrap_err();
         assert!(err.to_string().contains("operator 'agg'"), "{err}");
+    }
+
+    #[test]
+    fn test_an_edge_rebalanced_then_and_forwarded_now_and_back_is_dealt() {
+        // Checkpoint at 2 from 3 producers (rebalance, 3 channels each),
+        // restored at 3 (forward: 1 channel each), and back.
+        let edges = [EdgeShape {
+            partitioning: Partitioning::Forward,
+            old_producers: 3,
+            new_producers: 3,
+        }];
+        let rows = |d: i64| -> Vec<Vec<RecordBatch>> {
+            (0..3).map(|c| vec![batch(&[(d * 10 + c, 0)])]).collect()
+        };
+        let old = vec![Some(rows(0)), Some(rows(1))];
+        let out = redistribute("m", &edges, old, 3, MAX_P).unwrap();
+        let mut ids: Vec<i64> = out
+            .iter()
+            .flatten()
+            .flatten()
+            .flatten()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, vec![0, 1, 2, 10, 11, 12]);
+        assert!(out.iter().all(|s| s.as_ref().is_some_and(|c| c.len() == 1)));
+        let edges = [EdgeShape {
+            partitioning: Partitioning::Rebalance,
+            old_producers: 3,
+            new_producers: 3,
+        }];
+        let old = (0..3).map(|d| Some(vec![vec![batch(&[(d, 0)])]])).collect();
+        let out = redistribute("m", &edges, old, 2, MAX_P).unwrap();
+        let total: usize = out
+            .iter()
+            .flatten()
+            .flatten()
+            .flatten()
+            .map(RecordBatch::num_rows)
+            .sum();
+        assert_eq!(total, 3);
+        assert!(out.iter().flatten().all(|c| c.len() == 3));
     }
 
     /// One edge's shape and the parallelisms, forward needing equal ones.

@@ -57,6 +57,7 @@ pub mod channel_rescale;
 pub mod channel_state;
 pub mod config;
 pub mod coordinator;
+pub mod feedback_rescale;
 pub mod incremental;
 mod json;
 pub mod manifest;

@@ -54,6 +54,10 @@ pub(crate) fn state_for(
     } else if old_p == parallelism {
         rc.state(uid, subtask as u32)
             .and_then(|s| s.operator.clone())
+    } else if graph.loop_with_head(node.id).is_some() {
+        // A loop head's state is the feedback in flight (FLIP-16 log or
+        // feedback channel state), dealt out by old subtask.
+        feedback_for(rc, node, old_p, subtask, parallelism)?
     } else if rc.operator_blobs(uid).is_empty() || entry.finished && !redistributes(node) {
         // A fully finished operator is skipped (FLIP-147): its non-keyed
         // state is not needed, whether or not it could be redistributed.
@@ -71,6 +75,45 @@ pub(crate) fn state_for(
         return Ok(None);
     }
     Ok(Some(OperatorState { operator, keyed }))
+}
+
+/// The feedback state new subtask `subtask` of `parallelism` of loop head
+/// `node` restores from the `old_p` subtasks that wrote it
+/// ([`crate::checkpoint::feedback_rescale`]).
+fn feedback_for(
+    rc: &RestoredCheckpoint,
+    node: &Node,
+    old_p: usize,
+    subtask: usize,
+    parallelism: usize,
+) -> Result<Option<StateBlob>> {
+    let mut old = Vec::with_capacity(old_p);
+    for s in 0..old_p {
+        let blob = rc
+            .state(&node.uid, s as u32)
+            .and_then(|st| st.operator.as_ref())
+            .map(StateBlob::to_bytes)
+            .transpose()?;
+        old.push(blob);
+    }
+    let views: Vec<Option<&[u8]>> = old
+        .iter()
+        .map(|b| b.as_deref().map(|v| v.as_slice()))
+        .collect();
+    let mine = crate::checkpoint::feedback_rescale::redistribute_feedback(
+        &node.name,
+        &views,
+        subtask,
+        parallelism,
+    )
+    .map_err(|e| match e {
+        Error::Checkpoint {
+            path: None,
+            message,
+        } => Error::checkpoint(Some(rc.dir().to_path_buf()), message),
+        other => other,
+    })?;
+    Ok(mine.map(|b| StateBlob::Bytes(Arc::new(b))))
 }
 
 /// Whether `node` recomputed its state in `rc` (whose entry for it is

@@ -751,6 +751,9 @@ fn restored_channels(
     use crate::checkpoint::channel_state::{channel_state_uid, decode};
     let chain = &plan.chains[ci];
     let (head, parallelism) = (&graph.nodes[chain.nodes[0]], chain.parallelism);
+    for &n in &chain.nodes[1..] {
+        refuse_chained_channel_state(rc, &graph.nodes[n], head)?;
+    }
     let uid = channel_state_uid(&head.uid);
     let Some(entry) = rc.manifest().operator(&uid) else {
         return Ok(None);
@@ -812,4 +815,34 @@ fn restored_channels(
         }
     };
     Ok(dealt.get_mut(subtask).and_then(Option::take))
+}
+
+/// Channel state is replayed into the input channels of a chain head. An
+/// operator that held in-flight data at the checkpoint but now runs chained
+/// behind `head` (a forward edge at equal parallelism after a rescale) has
+/// no input channels to replay it into: the restore is refused, naming it,
+/// rather than dropping the data.
+fn refuse_chained_channel_state(
+    rc: &crate::checkpoint::RestoredCheckpoint,
+    node: &crate::graph::Node,
+    head: &crate::graph::Node,
+) -> Result<()> {
+    let uid = crate::checkpoint::channel_state::channel_state_uid(&node.uid);
+    if !rc.subtask_states(&uid).any(|(_, s)| !s.is_empty()) {
+        return Ok(());
+    }
+    Err(Error::checkpoint(
+        Some(rc.dir().to_path_buf()),
+        format!(
+            "checkpoint {} holds in-flight data (channel state) of operator '{}' (uid '{}'), \
+             which now runs chained behind operator '{}' and has no input channels to replay \
+             it into; restore it at a parallelism where '{}' reads its input over a \
+             non-forward edge (e.g. the checkpoint's)",
+            rc.id(),
+            node.name,
+            node.uid,
+            head.name,
+            node.name
+        ),
+    ))
 }

@@ -40,13 +40,11 @@
 //! advances when the loop ends.
 
 use std::collections::VecDeque;
-use std::io::Cursor;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arrow::datatypes::SchemaRef;
-use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Receiver;
@@ -179,31 +177,14 @@ impl LoopHead {
         let Some(blob) = state.operator else {
             return Ok(());
         };
+        // A FLIP-16 log or the feedback channel state of an unaligned
+        // checkpoint (possibly dealt out at another parallelism).
         let bytes = blob.to_bytes()?;
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        if crate::checkpoint::channel_state::is_encoded(&bytes) {
-            // The feedback channel state of an unaligned checkpoint.
-            let name = format!("{} (feedback)", self.name);
-            let queues = crate::checkpoint::channel_state::decode(&name, &bytes)?;
-            self.restored.extend(queues.into_iter().flatten());
-            return Ok(());
-        }
-        let reader = StreamReader::try_new(Cursor::new(bytes.as_slice()), None).map_err(|e| {
-            Error::checkpoint(
-                None,
-                format!("the feedback log of loop {} is corrupt: {e}", self.loop_id),
-            )
-        })?;
-        for batch in reader {
-            self.restored.push(batch.map_err(|e| {
-                Error::checkpoint(
-                    None,
-                    format!("the feedback log of loop {} is corrupt: {e}", self.loop_id),
-                )
-            })?);
-        }
+        let batches = crate::checkpoint::feedback_rescale::decode_feedback(
+            &format!("{} (loop {})", self.name, self.loop_id),
+            &bytes,
+        )?;
+        self.restored.extend(batches);
         Ok(())
     }
 
