@@ -437,17 +437,23 @@ def collatz_steps(n: int) -> int:
     return steps
 
 
-def collatz_body(s: DataStream) -> tuple[DataStream, DataStream]:
+def collatz_body(s: DataStream, *, sleep_per_batch: float = 0.0) -> tuple[DataStream, DataStream]:
     """A Collatz loop body in Rust expressions, for ``stream.iterate``.
 
     Records with ``x == 1`` leave the loop; the others take one step
-    (``x // 2`` or ``3x + 1``) and ``steps + 1`` and go round again.
+    (``x // 2`` or ``3x + 1``) and ``steps + 1`` and go round again. With
+    ``sleep_per_batch`` (seconds), the step first sleeps that long per batch
+    (:class:`SleepPerBatch`): a slow body, so the feedback backs up (spills,
+    backpressure) in fault tests; pass it with ``functools.partial``.
     """
     from .expr import col, lit
 
     done = s.filter(col("x") == 1)
     odd = col("x") % 2
-    step = s.filter(col("x") > 1).with_columns(
+    going = s.filter(col("x") > 1)
+    if sleep_per_batch > 0:
+        going = going.map_batches(SleepPerBatch(sleep_per_batch))
+    step = going.with_columns(
         x=odd * (col("x") * 3 + 1) + (lit(1) - odd) * (col("x") // 2),
         steps=col("steps") + 1,
     )

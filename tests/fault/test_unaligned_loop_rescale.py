@@ -37,12 +37,13 @@ RUN_TIMEOUT_S = 90.0
 
 SCRIPT = textwrap.dedent(
     """
+    import functools
     import os
     import signal
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch, channel_state_rows, completed_checkpoints
+    from eddyline.testing import channel_state_rows, collatz_body, completed_checkpoints
 
     out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]
     n, p, unaligned = int(n), int(p), checkpoints == "unaligned"
@@ -53,17 +54,7 @@ SCRIPT = textwrap.dedent(
     )
 
 
-    def collatz(s):
-        odd = ed.col("x") % 2
-        step = (
-            s.filter(ed.col("x") > 1)
-            .map_batches(SleepPerBatch(0.001))
-            .with_columns(
-                x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
-                steps=ed.col("steps") + 1,
-            )
-        )
-        return step, s.filter(ed.col("x") == 1)
+    collatz = functools.partial(collatz_body, sleep_per_batch=0.001)
 
 
     numbers = env.from_sequence(1, n + 1).name("numbers").uid("numbers")

@@ -20,6 +20,7 @@ stored as the loop head's state and re-emitted first on restore.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
@@ -35,6 +36,7 @@ from eddyline._core import inspect_checkpoint
 from eddyline.testing import (
     SleepPerBatch,
     assert_exact_ids,
+    collatz_body,
     collatz_steps,
     completed_checkpoints,
     kill_after_checkpoints,
@@ -48,13 +50,14 @@ RUN_TIMEOUT_S = 90.0
 
 SCRIPT = textwrap.dedent(
     """
+    import functools
     import glob
     import os
     import sys
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import SleepPerBatch
+    from eddyline.testing import SleepPerBatch, collatz_body
 
     out, chk, spill = sys.argv[1], sys.argv[2], sys.argv[3]
     n, p, unaligned, shape = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "1", sys.argv[7]
@@ -64,18 +67,7 @@ SCRIPT = textwrap.dedent(
         batch_size=50,
     )
 
-    def collatz(s):
-        done = s.filter(ed.col("x") == 1)
-        odd = ed.col("x") % 2
-        step = (
-            s.filter(ed.col("x") > 1)
-            .map_batches(SleepPerBatch(0.0005))
-            .with_columns(
-                x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
-                steps=ed.col("steps") + 1,
-            )
-        )
-        return step, done
+    collatz = functools.partial(collatz_body, sleep_per_batch=0.0005)
 
     class Nested(ed.LoopFunction):
         def loop(self, s):
@@ -247,17 +239,7 @@ def test_unaligned_loop_sigkill_of_a_worker_process_restores_exactly(tmp_path: P
         batch_size=50,
     )
 
-    def collatz(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
-        odd = ed.col("x") % 2
-        step = (
-            s.filter(ed.col("x") > 1)
-            .map_batches(SleepPerBatch(0.001))
-            .with_columns(
-                x=odd * (ed.col("x") * 3 + 1) + (ed.lit(1) - odd) * (ed.col("x") // 2),
-                steps=ed.col("steps") + 1,
-            )
-        )
-        return step, s.filter(ed.col("x") == 1)
+    collatz = functools.partial(collatz_body, sleep_per_batch=0.001)
 
     # A source at parallelism 1 feeds the loop heads in both workers: the
     # loop input crosses the data plane.
