@@ -30,36 +30,48 @@ class LatestPerKeySink(ed.TwoPhaseCommitSink):
 
     Committed values land in module-level numpy arrays: the sink's subtasks own
     disjoint keys (hash partitioning), and commits arrive in checkpoint order.
+
+    A transaction is what the sink would publish: the newest value per key written
+    since the last checkpoint, kept in two dense arrays over the key space (an upsert
+    sink's buffer, as Flink's buffered upsert sinks reduce theirs). Its size is bounded
+    by the number of keys, not by the rows since the last checkpoint, so a checkpoint
+    stores at most K values per subtask however fast rows arrive.
     """
 
     latest: np.ndarray = np.zeros(0, dtype=np.int64)
     seen: np.ndarray = np.zeros(0, dtype=bool)
+
+    def __init__(self, k: int | None = None) -> None:
+        # The key space, fixed on the driver (reset() runs before the sink is built)
+        # and pickled with the sink into worker processes.
+        self.k = len(LatestPerKeySink.latest) if k is None else k
 
     @classmethod
     def reset(cls, k: int) -> None:
         cls.latest = np.zeros(k, dtype=np.int64)
         cls.seen = np.zeros(k, dtype=bool)
 
-    def begin_transaction(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        return []
+    def begin_transaction(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros(self.k, dtype=np.int64), np.zeros(self.k, dtype=bool)
 
-    def write(self, txn: list[tuple[np.ndarray, np.ndarray]], batch: pa.RecordBatch) -> None:
-        txn.append((batch.column("key").to_numpy(), batch.column("value").to_numpy()))
+    def write(self, txn: tuple[np.ndarray, np.ndarray], batch: pa.RecordBatch) -> None:
+        keys = batch.column("key").to_numpy()
+        txn[0][keys] = batch.column("value").to_numpy()  # later rows of a key win
+        txn[1][keys] = True
 
-    def pre_commit(self, txn: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    def pre_commit(self, txn: tuple[np.ndarray, np.ndarray]) -> None:
         pass
 
-    def commit(self, txn: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        for keys, values in txn:
-            LatestPerKeySink.latest[keys] = values
-            LatestPerKeySink.seen[keys] = True
-        txn.clear()
+    def commit(self, txn: tuple[np.ndarray, np.ndarray]) -> None:
+        values, seen = txn
+        LatestPerKeySink.latest[seen] = values[seen]
+        LatestPerKeySink.seen |= seen
         out = os.environ.get(OUT_ENV)
         if out:  # a worker process: leave the state where the driver can merge it
             np.savez(_out_file(out, "w2", ".npz"), latest=self.latest, seen=self.seen)
 
-    def abort(self, txn: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        txn.clear()
+    def abort(self, txn: tuple[np.ndarray, np.ndarray]) -> None:
+        pass
 
 
 class CountSink(ed.TwoPhaseCommitSink):
