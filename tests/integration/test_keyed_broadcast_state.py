@@ -15,6 +15,7 @@ knows the rules: the rules source had finished).
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import sys
 import textwrap
@@ -252,8 +253,12 @@ def test_apply_to_keyed_state_visits_every_key_with_the_state() -> None:
     again = restored.process(0, pa.record_batch({"k": [2], "v": [1]}), pa.array([7], pa.uint32()))
     assert again is not None and again.to_pylist() == [{"k": 2, "total": 61}]
     second = restored.snapshot(2)
-    assert isinstance(second, dict), "only subtask 0 writes the broadcast state"
-    assert second[3] == snapshot[1][3], "key group 3 holds what was restored"
+    # Only subtask 0 writes the broadcast state; every subtask its watermark entry.
+    assert isinstance(second, tuple)
+    formats = [pickle.loads(e)[0] for e in second[0]]
+    assert formats == ["eddyline.keyed_process.watermark.v1"]
+    assert [pickle.loads(e)[0] for e in snapshot[0]] == ["eddyline.broadcast.v1", *formats]
+    assert second[1][3] == snapshot[1][3], "key group 3 holds what was restored"
 
 
 def test_keyed_broadcast_errors_name_the_operator() -> None:

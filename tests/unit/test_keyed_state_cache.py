@@ -170,7 +170,8 @@ def test_the_broadcast_state_is_pickled_only_after_it_may_have_changed(keyed: bo
 
     def broadcast_blob(checkpoint_id: int) -> bytes:
         snapshot = runner.snapshot(checkpoint_id)
-        return snapshot[0] if keyed else snapshot  # type: ignore[no-any-return]
+        # Keyed: the broadcast blob is the first entry of subtask 0's operator state.
+        return snapshot[0][0] if keyed else snapshot  # type: ignore[no-any-return]
 
     rules = pa.record_batch({"threshold": [3]})
     runner.process(1, rules, None)
@@ -193,5 +194,5 @@ def test_the_broadcast_state_is_pickled_only_after_it_may_have_changed(keyed: bo
     restored.restore(runner.snapshot(5))
     restored.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
     again = restored.snapshot(6)
-    assert (again[0] if keyed else again) == second
+    assert (again[0][0] if keyed else again) == second
     assert restored._blob.pickles == 1

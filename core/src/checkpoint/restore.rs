@@ -49,8 +49,7 @@ pub(crate) fn state_for(
     let old_p = entry.subtasks.len();
     let keyed = rc.keyed_state(uid, key_groups.start as u32..key_groups.end as u32);
     let operator = if redistribution_of(node) == Redistribution::Broadcast {
-        // Every subtask holds what subtask 0 wrote, at any parallelism.
-        rc.state(uid, 0).and_then(|s| s.operator.clone())
+        broadcast_for(rc, uid)?
     } else if old_p == parallelism {
         rc.state(uid, subtask as u32)
             .and_then(|s| s.operator.clone())
@@ -75,6 +74,47 @@ pub(crate) fn state_for(
         return Ok(None);
     }
     Ok(Some(OperatorState { operator, keyed }))
+}
+
+/// The non-keyed state every new subtask of broadcast-state operator `uid`
+/// restores, at any parallelism ([`Redistribution::Broadcast`]): what old
+/// subtask 0 wrote (the broadcast state, the same in every subtask). When
+/// the old subtasks wrote entry lists, every new subtask gets the entries
+/// of all of them, in subtask order (union list state next to the broadcast
+/// state: a keyed broadcast process function's subtask 0 writes its
+/// broadcast state and its watermark, the others their watermark alone;
+/// docs/DESIGN.md "Keyed state layer", issue 16). Subtask 0's state is
+/// given as it is when it is the only one, or not an entry list (state
+/// written before, e.g. a keyed broadcast function's format v4).
+fn broadcast_for(rc: &RestoredCheckpoint, uid: &str) -> Result<Option<StateBlob>> {
+    let first = rc.state(uid, 0).and_then(|s| s.operator.clone());
+    let blobs = rc.operator_blobs(uid);
+    if blobs.iter().all(|(s, _)| *s == 0) {
+        return Ok(first);
+    }
+    let old_p = rc
+        .manifest()
+        .operator(uid)
+        .map_or(0, |e| e.subtasks.len())
+        .max(
+            blobs
+                .iter()
+                .map(|(s, _)| *s as usize + 1)
+                .max()
+                .unwrap_or(0),
+        );
+    let mut old: Vec<Option<Arc<Vec<u8>>>> = vec![None; old_p];
+    for (s, blob) in &blobs {
+        old[*s as usize] = Some(blob.to_bytes()?);
+    }
+    let views: Vec<Option<&[u8]>> = old
+        .iter()
+        .map(|b| b.as_deref().map(|v| v.as_slice()))
+        .collect();
+    Ok(match union_entries(&views) {
+        Ok(all) => Some(StateBlob::Bytes(Arc::new(encode_entries(&all)))),
+        Err(_) => first,
+    })
 }
 
 /// The feedback state new subtask `subtask` of `parallelism` of loop head

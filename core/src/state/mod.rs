@@ -216,7 +216,12 @@ pub enum Redistribution {
     Union,
     /// Broadcast state (Flink's broadcast state pattern): every subtask
     /// holds the same state, so only subtask 0 writes it, and on every
-    /// restore, at any parallelism, every subtask gets subtask 0's.
+    /// restore, at any parallelism, every subtask gets subtask 0's. When the
+    /// subtasks write entry lists (subtask 0 the broadcast state among its
+    /// entries, every subtask entries of its own: a keyed broadcast process
+    /// function's watermark), every subtask of every restore gets the entries
+    /// of all old subtasks, in subtask order (`checkpoint/restore.rs`
+    /// `broadcast_for`).
     Broadcast,
     /// The state belongs to the subtask that wrote it; restoring it at
     /// another parallelism is refused with this reason.

@@ -10,7 +10,8 @@ every subtask of a restore, at any parallelism, reads that copy
 On a keyed stream (``keyed.connect(rules.broadcast())``),
 :class:`KeyedBroadcastProcessRunner` adds the keyed state and timers of
 :class:`~eddyline._exec.process.KeyedProcessRunner`, checkpointed per key
-group next to the broadcast blob (DESIGN.md "Keyed state layer").
+group (format v5) next to the broadcast blob and the watermark entries
+(DESIGN.md "Keyed state layer").
 """
 
 from __future__ import annotations
@@ -146,14 +147,19 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
     (``ctx.apply_to_keyed_state``). The snapshot is both: the keyed state per
     key group and, from subtask 0 only, the broadcast state, which every
     subtask of a restore at any parallelism gets (``Redistribution::Broadcast``;
-    Flink's broadcast state pattern on a keyed stream). Its operator state
-    being the broadcast state, the watermark stays in every owned key group's
-    blob (format v4; issue 16: an advancing watermark re-wraps them).
+    Flink's broadcast state pattern on a keyed stream). The key groups are in
+    format v5 (no watermark in them: an advancing watermark leaves clean key
+    groups' bytes alone, issue 16); the operator state is an entry list, the
+    broadcast blob first from subtask 0, then every subtask's watermark entry
+    (``_WATERMARK_FORMAT``), and every subtask of a restore gets the entries
+    of all old subtasks (``checkpoint/restore.rs`` ``broadcast_for``), so it
+    takes its watermark as a keyed process function does (the smallest of the
+    old subtasks whose key groups it receives). Format v4 checkpoints (the
+    broadcast blob alone, the watermark in every owned key group) restore too.
     """
 
     broadcast_state = True
     union_state = False
-    _watermark_per_key_group = True
 
     def __init__(
         self,
@@ -273,23 +279,44 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
         self._unbind()
 
     def snapshot(self, checkpoint_id: int) -> Any:
-        """The keyed state per key group and, from subtask 0, the broadcast state:
-        ``(broadcast blob | None, {key_group: blob})``."""
-        keyed = super().snapshot(checkpoint_id) or {}
-        if self._subtask != 0:
-            return keyed
-        return (self._blob.get(), keyed)
+        """The keyed state per key group (format v5) and the operator state as an
+        entry list: from subtask 0 the broadcast blob first, from every subtask
+        its watermark entry (issue 16): ``([entries], {key_group: blob})``, or
+        the key groups alone when a subtask has neither."""
+        snap = super().snapshot(checkpoint_id)
+        entries, keyed = snap if isinstance(snap, tuple) else ([], snap or {})
+        if self._subtask == 0:
+            entries = [self._blob.get(), *entries]
+        return (entries, keyed) if entries else keyed
 
-    def restore(self, data: State | tuple[bytes, dict[int, bytes]]) -> None:
-        """Restores the broadcast blob, the key groups given, or both (a tuple)."""
+    def restore(self, data: Any) -> None:
+        """Restores the broadcast state, the watermark entries and the key groups.
+
+        Format v5: the union of the old subtasks' entry lists (the broadcast
+        blob among them; ``Redistribution::Broadcast`` of entry lists), alone
+        or with the key groups (a tuple). Format v4: the broadcast blob
+        (subtask 0's, given to every subtask), alone or with v4 key groups
+        (a tuple), or the key groups alone.
+        """
+        keyed: Any = None
         if isinstance(data, tuple):
-            blob, keyed = data
-            _restore_broadcast(self.name, blob, self._broadcast)
-            self._blob.changed()
-            super().restore(keyed)
-        elif isinstance(data, bytes):
+            data, keyed = data
+        if isinstance(data, list):
+            watermarks = []
+            for entry in data:
+                restored = pickle.loads(entry)
+                if isinstance(restored, tuple) and restored and restored[0] == _FORMAT:
+                    _restore_broadcast(self.name, entry, self._broadcast)
+                    self._blob.changed()
+                else:
+                    watermarks.append(entry)
+            super().restore((watermarks, keyed) if keyed is not None else watermarks)
+            return
+        if isinstance(data, bytes):
             _restore_broadcast(self.name, data, self._broadcast)
             self._blob.changed()
+            if keyed is not None:
+                super().restore(keyed)
         else:
             super().restore(data)
 
