@@ -1,0 +1,188 @@
+"""Nested loops restored at another parallelism after SIGKILL (issue 17;
+docs/DESIGN.md "Unaligned checkpoints", "Loops").
+
+An outer loop whose body holds an inner loop (both bodies slow, both
+feedbacks always spilling) runs at parallelism 2 and SIGKILLs itself right
+after the newest completed checkpoint provably holds feedback state in BOTH
+loop heads (aligned: the FLIP-16 log of each head; ``unaligned=True``: each
+head's feedback channel state, and rows in some loop input's channel state).
+It is then restored with ``restore_from="latest"`` at parallelism 3 and 1:
+``core/src/checkpoint/feedback_rescale.rs`` deals every old subtask's
+feedback of each head to exactly one new subtask (the inner head's feedback
+carries the outer loop's rows mid-round), ``channel_rescale.rs`` the loop
+inputs; also across worker processes (ProcessRunner, p2 -> p3). The
+committed ParquetSink rows are exactly the failure-free output: every value
+once with its exact step count (a lost feedback record loses a row, a
+duplicated one duplicates it, a record dealt to the wrong scope would count
+its steps wrong).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from eddyline.testing import channel_state_rows, completed_checkpoints, read_parquet_dir
+
+N = 400
+RUN_TIMEOUT_S = 90.0
+
+SCRIPT = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+
+    import eddyline as ed
+    from eddyline._core import inspect_checkpoint
+    from eddyline.testing import SleepPerBatch, channel_state_rows, completed_checkpoints
+
+    out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]
+    n, p, unaligned = int(n), int(p), checkpoints == "unaligned"
+    env = ed.StreamEnvironment(
+        p,
+        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3, unaligned=unaligned),
+        batch_size=20,
+    )
+
+
+    class Nested(ed.LoopFunction):
+        def loop(self, s):
+            prepared = s.with_columns(inner=(ed.col("value") + ed.col("outer")) % 3 + 1)
+
+            def inner_body(t):
+                stepped = t.map_batches(SleepPerBatch(0.001)).with_columns(
+                    steps=ed.col("steps") + 1, inner=ed.col("inner") - 1
+                )
+                return stepped.filter(ed.col("inner") > 0), stepped.filter(ed.col("inner") == 0)
+
+            after = prepared.iterate(inner_body, feedback_memory=1, spill_dir=spill).uid("inner")
+            stepped = after.select("value", "outer", "steps").with_columns(
+                outer=ed.col("outer") - 1
+            )
+            return stepped.filter(ed.col("outer") > 0), stepped.filter(ed.col("outer") == 0)
+
+
+    numbers = env.from_sequence(1, n + 1).name("numbers").uid("numbers")
+    start = numbers.with_columns(outer=ed.col("value") % 7 + 1, steps=ed.lit(0)).uid("start")
+    looped = start.select("value", "outer", "steps").iterate(
+        Nested(), feedback_memory=1, spill_dir=spill
+    )
+    looped = looped.name("looped").uid("looped")
+    looped.select("value", "steps").sink_to(ed.ParquetSink(out)).name("files").uid("files")
+    runner = ed.ProcessRunner(workers=2) if runner == "process" else None
+    client = env.execute_async("nested-loop-rescale", restore_from="latest", runner=runner)
+    if mode == "finish":
+        client.wait(timeout=120)
+        print("finished", flush=True)
+        sys.exit(0)
+
+
+    def heads_holding_feedback(d):
+        # Loop heads (names start with "iterate") whose state holds rows: an
+        # Arrow schema naming "steps" is written only with a batch (after the
+        # channel-state header when unaligned).
+        held = set()
+        for op in inspect_checkpoint(d)["operators"]:
+            if not op["name"].startswith("iterate") or op["name"].endswith("(channel state)"):
+                continue
+            for sub in op["subtasks"]:
+                f = sub.get("file")
+                data = open(os.path.join(d, f), "rb").read() if f else b""
+                at = data.find(b"EDCHST01") if unaligned else 0
+                if at >= 0 and b"steps" in data[at:]:
+                    held.add(op["uid"])
+        return held
+
+
+    def input_held(d):
+        return any(k[0].startswith("iterate") for k in channel_state_rows(d))
+
+
+    heads = None
+    seen = 0
+    while client.status == "running":
+        newest = max(completed_checkpoints(chk), default=0)
+        if newest > seen:
+            seen = newest
+            d = os.path.join(chk, f"chk-{newest}")
+            try:
+                if heads is None:
+                    ops = inspect_checkpoint(d)["operators"]
+                    heads = {
+                        o["uid"]
+                        for o in ops
+                        if o["name"].startswith("iterate")
+                        and not o["name"].endswith("(channel state)")
+                    }
+                    print(f"loop heads {sorted(heads)}", flush=True)
+                held = heads_holding_feedback(d)
+                ready = held == heads and len(heads) == 2 and (input_held(d) or not unaligned)
+            except Exception:
+                continue  # deleted by retention meanwhile
+            if ready:
+                print(f"killed after chk-{newest}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+    print("ended before a checkpoint with feedback state in both heads", flush=True)
+    sys.exit(3)
+    """
+)
+
+
+def nested_steps(value: int) -> int:
+    """Plain-Python reference: the steps the nested loops count for ``value``."""
+    outer, steps = value % 7 + 1, 0
+    while outer > 0:
+        steps += (value + outer) % 3 + 1
+        outer -= 1
+    return steps
+
+
+def _run(script: Path, tmp: Path, p: int, checkpoints: str, mode: str, runner: str) -> str:
+    command = [sys.executable, str(script), str(tmp / "out"), str(tmp / "chk"), str(tmp / "spill")]
+    command += [str(N), str(p), checkpoints, mode, runner]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    if mode == "kill":
+        assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
+    else:
+        assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    return proc.stdout
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("before", "after", "checkpoints", "runner"),
+    [
+        (2, 3, "unaligned", "local"),
+        (2, 1, "unaligned", "local"),
+        (2, 3, "aligned", "local"),
+        (2, 1, "aligned", "local"),
+        # Worker processes: each deals out the feedback of the heads it now runs.
+        (2, 3, "unaligned", "process"),
+    ],
+)
+def test_nested_loop_feedback_restores_at_another_parallelism_exactly(
+    before: int, after: int, checkpoints: str, runner: str, tmp_path: Path
+) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    killed = _run(script, tmp_path, before, checkpoints, "kill", runner)
+    chk = tmp_path / "chk"
+    newest = max(completed_checkpoints(chk))
+    assert f"killed after chk-{newest}" in killed, killed
+    if checkpoints == "unaligned":
+        # Non-vacuity: loop input channels held rows too.
+        rows = channel_state_rows(chk / f"chk-{newest}")
+        assert any(k[0].startswith("iterate") for k in rows), rows
+    out = tmp_path / "out"
+    committed = read_parquet_dir(out).num_rows if out.exists() else 0
+    assert committed < N, "the job had committed everything before the kill"
+    assert "finished" in _run(script, tmp_path, after, checkpoints, "finish", runner)
+    table = read_parquet_dir(tmp_path / "out")
+    got = sorted(zip(table["value"].to_pylist(), table["steps"].to_pylist(), strict=True))
+    assert len(got) == N, f"{len(got)} rows committed for {N} inputs"
+    assert got == [(x, nested_steps(x)) for x in range(1, N + 1)]
