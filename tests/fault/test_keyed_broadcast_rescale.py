@@ -143,6 +143,79 @@ def test_v5_savepoint_at_p2_resumes_at_another_parallelism_exactly(
     assert _fired(read_parquet_dir(out).to_pylist()) == _reference(n)
 
 
+class WatermarkProbe(ed.KeyedBroadcastProcessFunction):
+    """Emits each row with the watermark the function sees when it processes it."""
+
+    def process_broadcast_element(self, row: dict[str, Any], ctx: ed.BroadcastContext) -> None:
+        ctx.broadcast_state.put(row["k"], row["factor"])
+
+    def process_element(
+        self, row: dict[str, Any], ctx: ed.KeyedBroadcastContext
+    ) -> list[dict[str, Any]]:
+        wm = ctx.timer_service.current_watermark()
+        return [{"k": ctx.key, "value": row["value"], "wm": wm}]
+
+
+def _probe(env: ed.StreamEnvironment, n: int, sleep: float, out: Path) -> None:
+    rules = env.from_collection(RULES).set_parallelism(1).name("rules").uid("rules")
+    keyed = (
+        env.from_sequence(0, n)
+        .set_parallelism(1)
+        .name("numbers")
+        .uid("numbers")
+        .assign_timestamps("value")
+        .set_parallelism(1)
+        .uid("ts")
+        .map_batches(SleepPerBatch(sleep))
+        .set_parallelism(1)
+        .uid("slow")
+        .with_columns(k=ed.col("value") % KEYS)
+        .set_parallelism(1)
+        .uid("key")
+        .key_by("k")
+    )
+    schema = pa.schema([("k", pa.int64()), ("value", pa.int64()), ("wm", pa.int64())])
+    probe = keyed.connect(rules.broadcast()).process(WatermarkProbe(), schema=schema)
+    probe.uid("buckets").sink_to(ed.ParquetSink(str(out))).uid("out")
+
+
+@pytest.mark.parametrize("parallelism", [3, 1])
+def test_every_restored_subtask_gets_the_watermark_of_the_old_ones(
+    tmp_path: Path, parallelism: int
+) -> None:
+    """The watermark entries of ALL old subtasks reach every new one: a row
+    processed after the restore, before any new watermark, sees at least the
+    watermark the rows before the savepoint saw (an aligned savepoint's
+    subtasks hold the same one). Were only subtask 0's entries restored, the
+    subtasks receiving old subtask 1's key groups would start at ``-2**63``."""
+    n = 6_000
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="100ms"), batch_size=100
+    )
+    _probe(env, n, 0.004, tmp_path / "before")
+    client = env.execute_async("probe")
+    wait_until(
+        lambda: (
+            client.metrics()["operators"]["numbers"]["records_out"] >= n // 3
+            and client.metrics()["operators"]["rules"]["records_out"] >= KEYS
+        ),
+        timeout=TIMEOUT_S,
+        what="a third of the input and every rule to be read",
+    )
+    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"), drain=False)
+    client.wait(timeout=TIMEOUT_S)
+    before = read_parquet_dir(tmp_path / "before").to_pylist()
+    seen = max(r["wm"] for r in before)
+    assert seen > -(2**63), "no watermark reached the function before the savepoint"
+
+    env = ed.StreamEnvironment(parallelism, batch_size=100)
+    _probe(env, n, 0.0, tmp_path / "after")
+    env.execute("probe-resumed", restore_from=str(savepoint))
+    after = read_parquet_dir(tmp_path / "after").to_pylist()
+    assert sorted(r["value"] for r in before + after) == list(range(n))
+    assert min(r["wm"] for r in after) >= seen
+
+
 FIXTURE = Path(__file__).parent / "fixtures" / "keyed_broadcast_v4_savepoint"
 """A savepoint written by eddyline before keyed broadcast functions moved to
 format v5 (branch rescale2 at 25e1f54, the v4 writer), by running this module
