@@ -10,13 +10,14 @@ watermark (union-redistributed: a subtask of a restore at another
 parallelism takes the smallest watermark of the old subtasks whose key
 groups it receives), and the key groups' blobs no longer carry the
 watermark. A savepoint of the current writer (v5) at parallelism 2 resumes
-at 3 and 1; a savepoint of the old writer (v4: the broadcast state alone as
-operator state, the watermark in every owned key group's blob; the fixture
-below) resumes at 3. The rows committed are exactly those of a plain-Python
-reference: no timer lost or fired twice, no count off, every rule known
-(the rules source finished before the savepoint: only the restored
-broadcast state knows them). An advancing watermark alone no longer makes an
-incremental checkpoint write the unchanged key groups again.
+at 3 and 1 (and across ProcessRunner workers at 3); a savepoint of the old
+writer (v4: the broadcast state alone as operator state, the watermark in
+every owned key group's blob; the fixture below) resumes at 3. The rows
+committed are exactly those of a plain-Python reference: no timer lost or
+fired twice, no count off, every rule known (the rules source finished
+before the savepoint: only the restored broadcast state knows them). An
+advancing watermark alone no longer makes an incremental checkpoint write
+the unchanged key groups again.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def _blobs(savepoint: Path) -> list[bytes]:
     return [blob for _, blob in info["blobs"]]
 
 
-def _savepoint(tmp_path: Path, n: int, parallelism: int, out: Path) -> str:
+def _savepoint(tmp_path: Path, n: int, parallelism: int, out: Path, workers: int = 0) -> str:
     """Runs the job at ``parallelism`` until a third of the input was read, then
     stops it with a savepoint (the rules source has finished by then)."""
     env = ed.StreamEnvironment(
@@ -112,7 +113,7 @@ def _savepoint(tmp_path: Path, n: int, parallelism: int, out: Path) -> str:
         batch_size=100,
     )
     _job(env, n, sleep=0.004).sink_to(ed.ParquetSink(str(out))).uid("out")
-    client = env.execute_async("buckets")
+    client = env.execute_async("buckets", runner=ed.ProcessRunner(workers) if workers else None)
     wait_until(
         lambda: (
             client.metrics()["operators"]["numbers"]["records_out"] >= n // 3
@@ -126,12 +127,16 @@ def _savepoint(tmp_path: Path, n: int, parallelism: int, out: Path) -> str:
     return str(savepoint)
 
 
-@pytest.mark.parametrize("parallelism", [3, 1])
+@pytest.mark.parametrize(
+    ("parallelism", "workers"),
+    [(3, 0), (1, 0), (3, 2)],
+    ids=["p3", "p1", "p3-process-runner"],
+)
 def test_v5_savepoint_at_p2_resumes_at_another_parallelism_exactly(
-    tmp_path: Path, parallelism: int
+    tmp_path: Path, parallelism: int, workers: int
 ) -> None:
     n, out = 6_000, tmp_path / "out"
-    savepoint = _savepoint(tmp_path, n, 2, out)
+    savepoint = _savepoint(tmp_path, n, 2, out, workers)
     before = read_parquet_dir(out).to_pylist()
     assert before, "no timer fired before the savepoint"
     # Format v5: key groups without the watermark.
@@ -139,7 +144,8 @@ def test_v5_savepoint_at_p2_resumes_at_another_parallelism_exactly(
 
     env = ed.StreamEnvironment(parallelism, batch_size=100)
     _job(env, n, sleep=0.0).sink_to(ed.ParquetSink(str(out))).uid("out")
-    env.execute("resumed", restore_from=savepoint)
+    runner = ed.ProcessRunner(workers) if workers else None
+    env.execute("resumed", restore_from=savepoint, runner=runner)
     assert _fired(read_parquet_dir(out).to_pylist()) == _reference(n)
 
 
