@@ -7,8 +7,9 @@ registers a timer at the bucket's end; the timer emits the count. The rows
 committed before the savepoint and after the restore are exactly those of a
 plain-Python reference: no timer lost or fired twice, no count off. The
 savepoint is written by the current writer (v5) and by the old one (v4: the
-watermark in every owned key group's blob, the path a keyed broadcast
-function still takes), so a checkpoint of an earlier version restores too,
+watermark in every owned key group's blob, as keyed broadcast functions
+wrote it too before; tests/fault/test_keyed_broadcast_rescale.py), so a
+checkpoint of an earlier version restores too,
 at another parallelism. ``ed.read_state`` reads the savepoints of both
 formats: the buckets whose timers were still pending.
 """
