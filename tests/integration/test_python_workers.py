@@ -8,6 +8,7 @@ through the process id the rows report, that the workers really ran them.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import threading
@@ -83,14 +84,21 @@ def test_workers_give_the_in_process_output(
     assert not any(_alive(pid) for pid in pids), "a worker outlived its job"
     if parallelism == 1:  # one input channel: the same rows in the same order
         assert chain_w.drop_columns(["pid"]).equals(chain_p.drop_columns(["pid"]))
-        assert sums_w.equals(sums_p)
     else:
         assert sorted(chain_w["value"].to_pylist()) == sorted(chain_p["value"].to_pylist())
-    # per key, the running sums come in order and end at the true sum
+    # The reduce emits a key's running sum once per input batch that touched the key,
+    # and a channel may cut a batch into slices (buffer debloating, core/src/channel.rs),
+    # more often when its consumer is slow (as in workers): which running sums are
+    # emitted depends on the slicing, so the outputs are not compared row for row. Per
+    # key, the running sums come in order and end at the true sum; with one input
+    # channel each is one of the key's running sums in input order.
+    running = {k: set(itertools.accumulate(range(k, N, KEYS))) for k in range(KEYS)}
     for table in (sums_w, sums_p):
         last: dict[int, int] = {}
         for row in table.to_pylist():
             assert row["value"] > last.get(row["k"], -1)
+            if parallelism == 1:
+                assert row["value"] in running[row["k"]], row
             last[row["k"]] = row["value"]
         assert last == {k: sum(range(k, N, KEYS)) for k in range(KEYS)}
 
