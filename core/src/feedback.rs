@@ -163,6 +163,10 @@ impl SpillFile {
 impl Drop for SpillFile {
     fn drop(&mut self) {
         if !self.path.as_os_str().is_empty() {
+            // Drop cannot report: the queue's own deletions go through
+            // `release`, which does. This is the last reader of a file let
+            // go (an overtaken run written into a checkpoint, an attempt
+            // torn down); a file left is a temporary file, never data.
             let _ = fs::remove_file(&self.path);
         }
     }
@@ -569,6 +573,7 @@ impl FeedbackQueue {
             }
             self.stats.priority.store(true, Ordering::Release);
         }
+        // Full: a token already waits. Disconnected: the consumer is gone.
         let _ = self.ready_tx.try_send(());
         Ok(())
     }
@@ -686,6 +691,7 @@ impl FeedbackQueue {
             .store(0, Ordering::Release);
         drop(shared);
         drop(reader);
+        // Full: a token already waits. Disconnected: the consumer is gone.
         let _ = self.ready_tx.try_send(());
         let mut first_error = None;
         for file in files {

@@ -358,6 +358,8 @@ impl Store {
                         Err(e) => Err(e),
                     }
                 })();
+                // `written` is the outcome: `name` exists (or not) now. A
+                // temporary file left is a hidden leftover, not a failure.
                 let _ = fs::remove_file(&tmp);
                 written
             }

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -24,6 +23,7 @@ from eddyline.testing import (
     completed_checkpoints,
     kill_after_checkpoints,
     read_parquet_dir,
+    wait_until,
 )
 
 from .conftest import S3, run_env
@@ -150,7 +150,11 @@ def test_savepoint_to_s3_and_resume_from_it_is_exact(s3: S3, tmp_path: Path) -> 
         return env
 
     client = build().execute_async("s3-savepoint")
-    time.sleep(0.5)
+    wait_until(
+        lambda: client.metrics()["operators"].get("numbers", {}).get("records_out", 0) > 0,
+        timeout=60,
+        what="the job to read its first rows",
+    )
     savepoint = client.stop_with_savepoint(f"s3://{s3.bucket}/sp/savepoints")
     first = client.wait(timeout=60)
     assert savepoint.startswith(f"s3://{s3.bucket}/sp/savepoints/chk-"), savepoint

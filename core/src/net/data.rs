@@ -172,8 +172,15 @@ impl CreditReturn {
             let mut w = self.link.writer.lock();
             if let Some(stream) = w.as_mut() {
                 self.pending.store(0, Ordering::Relaxed);
-                // A broken connection surfaces on the reading side.
-                let _ = write_frame(stream, TAG_CREDIT, self.channel, &[&n.to_le_bytes()]);
+                if write_frame(stream, TAG_CREDIT, self.channel, &[&n.to_le_bytes()]).is_err() {
+                    // A write fails only on a broken connection (maybe after
+                    // half a frame): close it, so that `read_data` ends and
+                    // the task learns that its producer is gone (the
+                    // driver reports the peer's loss as the cause).
+                    // Closing a dead socket may fail too; nothing to add.
+                    let _ = stream.shutdown(Shutdown::Both);
+                    *w = None;
+                }
             }
         }
     }
@@ -294,6 +301,8 @@ impl DataPlane {
             hello.u32(self.me as u32).u64(self.attempt);
             write_frame(&mut stream, TAG_PEER_HELLO, 0, &[&hello.0])
                 .map_err(|e| lost(peer, &e.to_string()))?;
+            // Latency only (frames are written whole): a socket without it
+            // still carries every frame.
             let _ = stream.set_nodelay(true);
             let reader = stream.try_clone().map_err(|e| lost(peer, &e.to_string()))?;
             *link.writer.lock() = Some(stream);
@@ -316,6 +325,9 @@ impl DataPlane {
         if self.shutdown.swap(true, Ordering::SeqCst) {
             return;
         }
+        // Best effort throughout: the attempt is over, and a socket that
+        // cannot be shut down is already closed or broken (dropping it
+        // closes it anyway); nothing waits for these results.
         for link in self.out.values() {
             link.fail();
             if let Some(s) = link.writer.lock().as_ref() {
@@ -328,7 +340,8 @@ impl DataPlane {
             }
             link.channels.lock().clear();
         }
-        // Wake the acceptor if it still waits for peers.
+        // Wake the acceptor if it still waits for peers (if the connection
+        // fails, the acceptor is gone or already woken).
         if let Some(addr) = self.local_addr {
             let _ = TcpStream::connect_timeout(&addr, Duration::from_millis(200));
         }
@@ -419,49 +432,72 @@ fn accept_peers(
         let Some(link) = inb.get(&peer).cloned() else {
             continue;
         };
+        // Latency only: a socket without it still carries every frame.
         let _ = stream.set_nodelay(true);
         let Ok(writer) = stream.try_clone() else {
             continue;
         };
         *link.writer.lock() = Some(writer);
         waiting.retain(|p| *p != peer);
-        let _ = std::thread::Builder::new()
+        let reader = link.clone();
+        let spawned = std::thread::Builder::new()
             .name(format!("eddyline-recv-{peer}"))
-            .spawn(move || read_data(stream, link));
+            .spawn(move || read_data(stream, reader, peer));
+        if let Err(e) = spawned {
+            // Nobody would read the peer's channels: close them (their
+            // tasks stop, the attempt fails and restarts) and say why.
+            eprintln!(
+                "eddyline: cannot start the thread reading the data of worker {peer} \
+                 ({e}); its channels are closed and the attempt fails"
+            );
+            link.channels.lock().clear();
+        }
     }
 }
 
-fn read_data(mut stream: TcpStream, link: Arc<InLink>) {
+fn read_data(mut stream: TcpStream, link: Arc<InLink>, peer: usize) {
+    if let Err(why) = deliver(&mut stream, &link) {
+        // A frame this worker cannot use: the connection is dropped, and
+        // the tasks see their producer gone. Say what was wrong with it.
+        eprintln!("eddyline: the data connection from worker {peer} is dropped: {why}");
+    }
+    // Dropping the senders disconnects the channels: a task still reading
+    // one learns that its producer is gone.
+    link.channels.lock().clear();
+}
+
+/// Delivers the connection's frames to their channels until it closes or
+/// breaks (`Ok`: the peer's loss is reported by the driver) or a frame is
+/// malformed (`Err`, why).
+fn deliver(stream: &mut TcpStream, link: &InLink) -> std::result::Result<(), String> {
     let senders: HashMap<u32, InChannel> = link.channels.lock().clone();
+    if senders.is_empty() {
+        return Ok(()); // shut down before it started
+    }
     let mut decoders: HashMap<u32, BatchDecoder> = HashMap::new();
-    while let Ok(Some(frame)) = read_frame(&mut stream) {
+    while let Ok(Some(frame)) = read_frame(stream) {
         let Some((tx, priority)) = senders.get(&frame.channel) else {
-            break;
+            return Err(format!("a frame for unknown channel {}", frame.channel));
         };
         if frame.tag == TAG_PRIORITY {
             // Its marker came first, in the frame before (FLIP-76).
             match decode_control_event(&frame.payload) {
                 Ok(Event::Barrier(b)) => priority.push(b),
-                _ => break,
+                Ok(other) => return Err(format!("a priority frame holding {other:?}")),
+                Err(e) => return Err(format!("a malformed priority frame: {e}")),
             }
             continue;
         }
         let event = match frame.tag {
-            TAG_DATA | TAG_DATA_FRESH => {
-                match decoders
-                    .entry(frame.channel)
-                    .or_default()
-                    .decode(frame.tag == TAG_DATA_FRESH, frame.payload)
-                {
-                    Ok(b) => Event::Data(b),
-                    Err(_) => break,
-                }
-            }
-            TAG_EVENT => match decode_control_event(&frame.payload) {
-                Ok(ev) => ev,
-                Err(_) => break,
-            },
-            _ => break,
+            TAG_DATA | TAG_DATA_FRESH => decoders
+                .entry(frame.channel)
+                .or_default()
+                .decode(frame.tag == TAG_DATA_FRESH, frame.payload)
+                .map(Event::Data)
+                .map_err(|e| format!("a malformed batch: {e}"))?,
+            TAG_EVENT => decode_control_event(&frame.payload)
+                .map_err(|e| format!("a malformed control event: {e}"))?,
+            tag => return Err(format!("a frame of unknown kind {tag}")),
         };
         let bytes = event_bytes(&event);
         if tx.send((event, bytes)).is_err() {
@@ -469,10 +505,7 @@ fn read_data(mut stream: TcpStream, link: Arc<InLink>) {
             break;
         }
     }
-    // Dropping the senders disconnects the channels: a task still reading
-    // one learns that its producer is gone.
-    link.channels.lock().clear();
-    drop(senders);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -598,10 +631,40 @@ mod tests {
         let (rx, _cr) = p1.inbound(0, 3);
         p1.start(&[addr0, addr1]).unwrap();
         zombie.start(&[addr0, addr1]).unwrap();
-        // The zombie's frames never reach the consumer.
+        // The zombie's frames never reach the consumer (its send may
+        // succeed or find the connection closed: either is right).
         let _ = z.send(Event::Watermark(1));
         assert!(rx.queue().recv_timeout(Duration::from_millis(300)).is_err());
         p1.shutdown();
+    }
+
+    #[test]
+    fn a_malformed_frame_closes_the_channels_it_carries() {
+        let secret = Secret::generate().unwrap();
+        let l1 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr1 = l1.local_addr().unwrap();
+        let mut p1 = DataPlane::new(1, 1, secret.clone(), l1, 4);
+        let (rx, _cr) = p1.inbound(0, 3);
+        p1.start(&[addr1, addr1]).unwrap();
+        // Worker 0 as a peer that sends one good event, then garbage.
+        let mut s = TcpStream::connect(addr1).unwrap();
+        client_handshake(&mut s, &secret).unwrap();
+        let mut hello = Enc::default();
+        hello.u32(0).u64(1);
+        write_frame(&mut s, TAG_PEER_HELLO, 0, &[&hello.0]).unwrap();
+        let good = encode_control_event(&Event::Watermark(7));
+        write_frame(&mut s, TAG_EVENT, 3, &[&good]).unwrap();
+        write_frame(&mut s, TAG_EVENT, 3, &[&[0xff, 1, 2]]).unwrap();
+        let timeout = Duration::from_secs(10);
+        let (first, _) = rx.queue().recv_timeout(timeout).unwrap();
+        assert!(matches!(first, Event::Watermark(7)), "{first:?}");
+        // The socket is still open, yet the task learns its producer is
+        // gone (rather than waiting forever for the next frame).
+        assert_eq!(
+            rx.queue().recv_timeout(timeout).err(),
+            Some(crossbeam_channel::RecvTimeoutError::Disconnected)
+        );
+        drop(s);
     }
 
     #[test]

@@ -9,7 +9,11 @@
 //! its upload completes, so nothing is in progress to readers), and commit
 //! is a server-side copy to the final name (the object appears whole) and
 //! the deletion of the pending one. A commit whose pending file is gone but
-//! whose final file exists is a no-op, so commits are idempotent.
+//! whose final file exists is a no-op, so commits are idempotent. On a disk,
+//! commit then fsyncs the directory (the renames are durable); a failed
+//! fsync fails the commit with its cause, and the restart's restore
+//! commits (and fsyncs) again. A leftover uncommitted file that cannot be
+//! removed is reported on stderr and left (readers ignore it).
 //!
 //! A subtask's state is an entry list, one entry per pre-committed
 //! transaction not yet committed (`id \t pending path \t final path`).
@@ -241,6 +245,17 @@ impl ParquetSink {
         }
     }
 
+    /// Reports an uncommitted file that could not be removed (it stays;
+    /// readers ignore its hidden name).
+    fn report_leftover(&self, name: &str, e: &std::io::Error) {
+        eprintln!(
+            "eddyline: sink '{}': cannot remove the uncommitted '{}' (it stays; \
+             readers ignore it): {e}",
+            self.name,
+            self.dir.location_of(name).display()
+        );
+    }
+
     fn commit_upto(&mut self, checkpoint_id: u64) -> Result<()> {
         let ids: Vec<(u64, usize)> = self
             .pending
@@ -261,8 +276,12 @@ impl ParquetSink {
                 if dir.exists(pending).map_err(|e| io(pending, e))? {
                     dir.rename(pending, final_name)
                         .map_err(|e| io(final_name, e))?;
-                    renamed.push(dir.clone());
-                } else if !dir.exists(final_name).map_err(|e| io(final_name, e))? {
+                    note_dir(&mut renamed, dir);
+                } else if dir.exists(final_name).map_err(|e| io(final_name, e))? {
+                    // Renamed by an earlier attempt, whose sync may have
+                    // failed: sync again.
+                    note_dir(&mut renamed, dir);
+                } else {
                     return Err(Error::operator(
                         self.name.clone(),
                         format!(
@@ -274,10 +293,29 @@ impl ParquetSink {
                 }
             }
         }
+        // The renames are the commit: make them durable, or fail the
+        // notification with the cause (the job restarts; restoring commits
+        // again, idempotently, and syncs again).
         for dir in renamed {
-            let _ = dir.sync();
+            dir.sync().map_err(|e| {
+                Error::io(
+                    self.name.clone(),
+                    dir.location(),
+                    &std::io::Error::new(
+                        e.kind(),
+                        format!("cannot sync the directory after a commit: {e}"),
+                    ),
+                )
+            })?;
         }
         Ok(())
+    }
+}
+
+/// Adds `dir` to the directories to sync, once.
+fn note_dir(dirs: &mut Vec<Store>, dir: &Store) {
+    if !dirs.iter().any(|d| d.location() == dir.location()) {
+        dirs.push(dir.clone());
     }
 }
 
@@ -300,12 +338,25 @@ impl Operator for ParquetSink {
                 ]
             })
             .collect();
-        if let Ok(names) = self.dir.files() {
-            for name in names {
-                if prefixes.iter().any(|p| name.starts_with(p)) {
-                    let _ = self.dir.remove(&name);
+        // A leftover that cannot be listed or removed stays (readers ignore
+        // it, and this attempt writes other names): reported, not fatal,
+        // as in `sweep_killed_runs`.
+        match self.dir.files() {
+            Ok(names) => {
+                for name in names {
+                    if prefixes.iter().any(|p| name.starts_with(p)) {
+                        if let Err(e) = self.dir.remove(&name) {
+                            self.report_leftover(&name, &e);
+                        }
+                    }
                 }
             }
+            Err(e) => eprintln!(
+                "eddyline: sink '{}': cannot list '{}' to remove the files earlier \
+                 attempts left (they stay; readers ignore them): {e}",
+                self.name,
+                self.dir.location().display()
+            ),
         }
         Ok(())
     }
@@ -318,8 +369,9 @@ impl Operator for ParquetSink {
     ) -> Result<()> {
         if self.writer.is_none() {
             let name = self.in_progress_name(&self.file_stem());
-            // A leftover of a crashed attempt under this name is replaced.
-            let _ = self.dir.remove(&name);
+            // A leftover of a crashed attempt under this name is replaced
+            // (a missing one is no error; any other failure is the cause).
+            self.dir.remove(&name).map_err(|e| self.io(&name, &e))?;
             let file = self.dir.create(&name).map_err(|e| self.io(&name, &e))?;
             let writer = ArrowWriter::try_new(file, batch.schema(), None).map_err(|e| {
                 Error::operator(self.name.clone(), format!("cannot write Parquet: {e}"))
@@ -437,8 +489,56 @@ impl Operator for ParquetSink {
         // An open transaction at close was never pre-committed: abort it.
         if let Some(open) = self.writer.take() {
             drop(open.writer);
-            let _ = self.dir.remove(&open.name);
+            // Not fatal: the file is hidden from readers, and the next
+            // attempt's `open` or the sweep removes it.
+            if let Err(e) = self.dir.remove(&open.name) {
+                self.report_leftover(&open.name, &e);
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::testing::Recorder;
+    use arrow::array::{ArrayRef, Int64Array};
+
+    fn ctx() -> OperatorContext {
+        OperatorContext {
+            name: "out".into(),
+            uid: "out".into(),
+            subtask_index: 0,
+            parallelism: 1,
+            max_parallelism: 128,
+            key_groups: 0..128,
+            attempt: 0,
+        }
+    }
+
+    #[test]
+    fn a_leftover_that_cannot_be_removed_fails_the_write_with_its_cause() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut sink = ParquetSinkFactory::new(tmp.path(), "t1")
+            .create(&ctx())
+            .unwrap();
+        sink.open(&ctx()).unwrap();
+        // What the subtask's first file is called while written, taken
+        // by something a file removal cannot remove.
+        let blocker = tmp.path().join(".inprogress-t1-0000-a0-000000.parquet");
+        std::fs::create_dir(&blocker).unwrap();
+        std::fs::write(blocker.join("x"), b"x").unwrap();
+        let a: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        let batch = RecordBatch::try_from_iter([("v", a)]).unwrap();
+        let err = sink
+            .process_batch(0, batch, &mut Recorder::default())
+            .unwrap_err();
+        let text = err.to_string();
+        // The removal's own failure, not the "File exists" of the create
+        // that would follow it.
+        assert!(matches!(err, Error::Io { .. }), "{text}");
+        assert!(text.contains(&blocker.display().to_string()), "{text}");
+        assert!(!text.contains("exists"), "{text}");
     }
 }

@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use parking_lot::Mutex;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
@@ -94,8 +94,9 @@ impl ParquetInput {
             .row_groups()
             .first()
             .map_or(1, |rg| rg.num_columns());
-        let _ = self.chunks.capacity.set(2 * columns.max(1));
-        let _ = self.chunks.ranges.set(ranges);
+        // Set once: every split of the file has the one footer.
+        self.chunks.capacity.get_or_init(|| 2 * columns.max(1));
+        self.chunks.ranges.get_or_init(|| ranges);
     }
 
     /// The fetched column chunk holding byte `at` and where it starts.
@@ -187,7 +188,7 @@ impl Read for RangeRead {
         }
         let n = out.len().min(self.buf.len());
         out[..n].copy_from_slice(&self.buf[..n]);
-        let _ = self.buf.split_to(n);
+        self.buf.advance(n);
         Ok(n)
     }
 }
