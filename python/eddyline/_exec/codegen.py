@@ -52,6 +52,26 @@ def compile_rows(names: tuple[str, ...]) -> Callable[..., list[Row]]:
     return fn
 
 
+def pylist(array: pa.Array) -> list[Any]:
+    """The values of ``array`` as Python objects, as ``array.to_pylist()`` gives them.
+
+    An integer or float column without nulls goes through numpy (``tolist`` makes
+    the same ``int`` / ``float`` objects, a third to half faster than pyarrow's
+    ``to_pylist``: issue 16); any other column through ``to_pylist``.
+
+    Example:
+        >>> pylist(pa.array([1, 2])), pylist(pa.array([1.5, None]))
+        ([1, 2], [1.5, None])
+    """
+    kind = array.type
+    if array.null_count == 0 and (
+        pa.types.is_integer(kind) or (pa.types.is_floating(kind) and kind != pa.float16())
+    ):
+        values: list[Any] = array.to_numpy().tolist()
+        return values
+    return array.to_pylist()
+
+
 def rows_of(batch: pa.RecordBatch) -> list[Row]:
     """Returns the rows of ``batch`` as dicts (each column converted once).
 

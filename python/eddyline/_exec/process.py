@@ -30,7 +30,7 @@ from ..functions import (
     purge_expired,
 )
 from .base import RunnerOutput
-from .codegen import compile_process, frame_of
+from .codegen import compile_process, frame_of, pylist
 from .event_time import event_times, key_group_range
 from .keyed import KeyedRunner
 from .output import RowWriter, schema_line
@@ -323,13 +323,13 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                     operator=self.name,
                 )
             indices.append(index)
-        columns = [column.to_pylist() for column in batch.columns]
+        columns = [pylist(column) for column in batch.columns]
         keys: Sequence[Any] = ()
         if len(indices) > 1:
             keys = list(zip(*(columns[i] for i in indices), strict=True))
         n = batch.num_rows
         groups: Sequence[int] = (
-            itertools.repeat(0, n) if key_groups is None else key_groups.to_pylist()  # type: ignore[assignment]
+            itertools.repeat(0, n) if key_groups is None else pylist(key_groups)  # type: ignore[assignment]
         )
         time_column = self._time_column
         event_time = time_column is not None and time_column in names
