@@ -30,7 +30,7 @@ from ..functions import (
     purge_expired,
 )
 from .base import RunnerOutput
-from .codegen import compile_process, frame_of
+from .codegen import compile_process, frame_of, pylist
 from .event_time import event_times, key_group_range
 from .keyed import KeyedRunner
 from .output import RowWriter, schema_line
@@ -110,6 +110,11 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         self._restored_kinds: dict[str, str] = {}
         """The kinds of the named states restored from a checkpoint (name -> kind)."""
         self._dirty: set[int] = set()
+        self._flat: dict[Hashable, dict[str, Any]] | None = None
+        """Every key with state -> its named values: the same dicts as in ``_state``, looked
+        up by key alone, so that a batch binds only the keys new to the operator and writes
+        nothing back (issue 16). ``None``: rebuilt from ``_state`` when next needed (after a
+        restore); kept in step by every path that adds or removes a key of ``_state``."""
         """Key groups whose state or timers may have changed since their last snapshot."""
         self._inner: dict[int, bytes] = {}
         """Per key group its blob (v5) as of its last snapshot, valid while the key
@@ -191,6 +196,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
 
     def _drop_local_state(self) -> None:
         self._state.clear()
+        self._flat = None
         self._inner.clear()
         self._blobs.clear()
         self._dirty.clear()
@@ -317,13 +323,13 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                     operator=self.name,
                 )
             indices.append(index)
-        columns = [column.to_pylist() for column in batch.columns]
+        columns = [pylist(column) for column in batch.columns]
         keys: Sequence[Any] = ()
         if len(indices) > 1:
             keys = list(zip(*(columns[i] for i in indices), strict=True))
         n = batch.num_rows
         groups: Sequence[int] = (
-            itertools.repeat(0, n) if key_groups is None else key_groups.to_pylist()  # type: ignore[assignment]
+            itertools.repeat(0, n) if key_groups is None else pylist(key_groups)  # type: ignore[assignment]
         )
         time_column = self._time_column
         event_time = time_column is not None and time_column in names
@@ -357,19 +363,20 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                 for add, value in zip(appenders, fields_of(row), strict=True):
                     add(value)
 
-        # Each key's state is fetched once per batch and written back once, after
-        # the batch (issue 16: "Python state stays cheap").
-        bound: dict[Hashable, dict[str, Any]] = {}
-        group_of: dict[Hashable, int] = {}
+        # A key's state is found by the key alone (``_flat``); only a key new to the
+        # operator is bound (its empty values put in its key group), and nothing is
+        # written back after the batch (issue 16: "Python state stays cheap").
+        bound = self._index()
         state = self._state
+        gone: list[tuple[Hashable, int]] = []
 
         def bind(key: Hashable, group: int) -> dict[str, Any]:
+            values: dict[str, Any] = {}
             entries = state.get(group)
-            values = entries.get(key) if entries is not None else None
-            if values is None:
-                values = {}
+            if entries is None:
+                entries = state[group] = {}
+            entries[key] = values
             bound[key] = values
-            group_of[key] = group
             return values
 
         ctx = self._context
@@ -387,12 +394,13 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                     groups,
                     times,
                     positions.append if positions is not None else None,
+                    gone.append,
                     *columns,
                     *appenders,
                 )
         finally:
             self._unbind()
-            self._write_back(bound, group_of)
+            self._settle((0,) if key_groups is None else groups, gone)
         if outputs is None:
             return self._writer.encode(rows)
         if not out_columns[0]:
@@ -412,23 +420,31 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             tb=(tb.tb_next or tb) if tb is not None else None,
         )
 
-    def _write_back(
-        self, bound: dict[Hashable, dict[str, Any]], group_of: dict[Hashable, int]
-    ) -> None:
-        """Stores the state of the keys a batch touched; a key whose state ended up
-        empty holds no entry, so snapshots stay small. Their key groups are dirty."""
+    def _index(self) -> dict[Hashable, dict[str, Any]]:
+        """``_flat``, rebuilt from ``_state`` when it was dropped."""
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = {
+                key: values for entries in self._state.values() for key, values in entries.items()
+            }
+        return flat
+
+    def _settle(self, groups: Iterable[int], gone: list[tuple[Hashable, int]]) -> None:
+        """After a batch: the key groups of its rows (``groups``) are dirty, and a key
+        whose state was empty after one of its rows (``gone``) and still is holds no
+        entry, so snapshots stay small."""
+        self._dirty.update(groups)
+        if not gone:
+            return
+        flat = self._index()
         state = self._state
-        dirty = self._dirty
-        for key, values in bound.items():
-            group = group_of[key]
-            dirty.add(group)
-            entries = state.get(group)
-            if values:
-                if entries is None:
-                    entries = state[group] = {}
-                entries[key] = values
-            elif entries is not None:
-                entries.pop(key, None)
+        for key, group in gone:
+            values = flat.get(key)
+            if values is not None and not values:
+                del flat[key]
+                entries = state.get(group)
+                if entries is not None:
+                    entries.pop(key, None)
 
     def _emit(self, out: list[Any]) -> RunnerOutput:
         """The main output's batch of rows ``out``, then each side output's ``(port, batch)``."""
@@ -474,11 +490,16 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         ctx._values = values
         self._group = group
         result = fn(arg, ctx)
+        flat = self._flat
         if values:
             if fresh:
                 entries[key] = values
+                if flat is not None:
+                    flat[key] = values
         elif not fresh:
             del entries[key]
+            if flat is not None:
+                flat.pop(key, None)
         return result
 
     def _unbind(self) -> None:
@@ -615,6 +636,8 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                     before = _size(values)
                     if purge_expired(values, now):
                         del entries[key]
+                        if self._flat is not None:
+                            self._flat.pop(key, None)
                     if _size(values) != before:
                         dirty.add(group)
         groups = {g for g, entries in self._state.items() if entries}
@@ -684,6 +707,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         (the largest of those given is taken): v4, v3, values with timers but
         no watermark, values only, and v2 without the states' kinds.
         """
+        self._flat = None  # rebuilt from the restored key groups
         if isinstance(data, tuple):
             entries, data = data
             self._restore_watermarks(entries)
