@@ -123,7 +123,9 @@ def test_keyed_broadcast_survives_an_injected_failure_exactly(tmp_path: Path) ->
     n = 20_000
     chk, marker = tmp_path / "chk", tmp_path / "marker"
     marker.mkdir()
-    fail = FailOnce(None, marker, column="value", at=n // 2, armed_by=chk)
+    # The failing map paces the job (2 ms a batch, 200 batches) so that a checkpoint
+    # completes (arming it) before the rows past n // 2 have all gone by.
+    fail = FailOnce(SleepPerBatch(0.002), marker, column="value", at=n // 2, armed_by=chk)
     env = ed.StreamEnvironment(
         2,
         checkpoint=ed.CheckpointConfig(chk, interval="20ms"),
