@@ -310,9 +310,12 @@ fn drive(
     mut restored: Option<RestoredCheckpoint>,
     mut dist: Option<DistDriver>,
 ) {
-    let plan = Plan::new(&graph);
     let mut attempt: u32 = 0;
     loop {
+        // Each attempt chains for the checkpoint it restores (an operator
+        // with restored channel state keeps its input channels), as the
+        // workers of a distributed run do for the same checkpoint.
+        let plan = Plan::for_restore(&graph, restored.as_ref());
         let job = JobContext {
             graph: &graph,
             plan: &plan,
