@@ -14,16 +14,21 @@ channel state.
   stats, feedback channel state in the head's state file) and complete about
   as fast as ``unaligned=True`` ones; with a huge timeout they stay aligned
   (no channel state, the FLIP-16 log) and wait behind the backlog.
-* SIGKILL + ``restore_from="latest"`` with either timeout, one loop and two
-  nested loops, parallelism 1 and 2: the committed ParquetSink rows are exactly
-  the failure-free output.
+* SIGKILL + ``restore_from="latest"`` with either timeout, one loop, two
+  nested loops and a loop fed by a union, parallelism 1 and 2: the committed
+  ParquetSink rows are exactly the failure-free output.
+* Across worker processes (ProcessRunner, the loop input crossing the data
+  plane): a worker is SIGKILLed after a switched checkpoint; exact output.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import random
 import re
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -34,9 +39,13 @@ import eddyline as ed
 from eddyline._core import inspect_checkpoint
 from eddyline.testing import (
     SleepPerBatch,
+    assert_exact_ids,
+    collatz_body,
     collatz_steps,
+    completed_checkpoints,
     kill_after_checkpoints,
     read_parquet_dir,
+    wait_until,
 )
 
 N = 2000
@@ -280,3 +289,49 @@ def test_loop_with_aligned_timeout_sigkill_and_restore_latest_is_exact(
         assert any(re.search(r"^feedback channel state of ", o, re.M) for o in outputs), outputs
     else:
         assert not switched, "a huge timeout keeps checkpoints aligned"
+
+
+@pytest.mark.timeout(180)
+def test_loop_with_aligned_timeout_sigkill_of_a_worker_process_restores_exactly(
+    tmp_path: Path,
+) -> None:
+    n = 2000
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(
+            chk, interval="100ms", retained=1000, unaligned=True, aligned_timeout=TINY
+        ),
+        restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),
+        batch_size=50,
+    )
+    collatz = functools.partial(collatz_body, sleep_per_batch=0.001)
+    # A source at parallelism 1 feeds the loop heads in both workers: the
+    # loop input crosses the data plane (announced barriers too).
+    numbers = env.from_sequence(1, n + 1).set_parallelism(1)
+    start = numbers.with_columns(x=ed.col("value"), steps=ed.lit(0))
+    looped = start.iterate(collatz, feedback_memory=1, spill_dir=tmp_path / "spill")
+    looped.map(lambda r: {"id": r["value"], "steps": r["steps"], "pid": os.getpid()}).sink_to(
+        ed.ParquetSink(out)
+    )
+    runner = ed.ProcessRunner(workers=2)
+    client = env.execute_async("aligned-timeout-loop-workers", runner=runner)
+
+    def switched() -> bool:
+        return any(_head_feedback_state(str(d), "steps") for d in chk.glob("chk-*"))
+
+    wait_until(
+        lambda: (switched() and len(completed_checkpoints(chk)) >= 2) or client.status != "running",
+        timeout=60,
+        what="2 checkpoints, one switched to feedback channel state",
+    )
+    pids = runner.worker_pids()
+    assert len(pids) == 2 and client.status == "running", "the job ended before the kill"
+    os.kill(pids[1], signal.SIGKILL)
+    result = client.wait(timeout=RUN_TIMEOUT_S)
+    assert result.restarts >= 1
+    table = read_parquet_dir(out)
+    assert_exact_ids(table["id"].to_pylist(), range(1, n + 1), "ParquetSink")
+    steps = dict(zip(table["id"].to_pylist(), table["steps"].to_pylist(), strict=True))
+    assert steps == {x: collatz_steps(x) for x in range(1, n + 1)}
+    assert len(set(table["pid"].to_pylist())) >= 3, "both attempts' workers wrote rows"
