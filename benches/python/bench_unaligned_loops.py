@@ -1,4 +1,5 @@
-"""Checkpoint duration of a loop job under backpressure: aligned vs unaligned (issue 17).
+"""Checkpoint duration of a loop job under backpressure: aligned vs unaligned vs
+``aligned_timeout`` (issue 17).
 
 Every record comes back twice through the loop's feedback until depth ``depth``,
 through a body that takes a fixed time per batch: the feedback backlog grows in
@@ -26,11 +27,14 @@ import eddyline as ed
 from eddyline.testing import SleepPerBatch
 
 
-def run(unaligned: bool, seeds: int, depth: int, per_batch: float, tmp: Path) -> dict[str, float]:
+def run(
+    unaligned: bool, timeout: str | None, seeds: int, depth: int, per_batch: float, tmp: Path
+) -> dict[str, float]:
+    tag = f"{unaligned}-{timeout}"
     env = ed.StreamEnvironment(
         1,
         checkpoint=ed.CheckpointConfig(
-            tmp / f"chk-{unaligned}", interval="100ms", unaligned=unaligned
+            tmp / f"chk-{tag}", interval="100ms", unaligned=unaligned, aligned_timeout=timeout
         ),
         batch_size=4,
     )
@@ -41,10 +45,10 @@ def run(unaligned: bool, seeds: int, depth: int, per_batch: float, tmp: Path) ->
         return twice.filter(ed.col("depth") < depth), twice.filter(ed.col("depth") >= depth)
 
     src = env.from_sequence(0, seeds).with_columns(depth=ed.lit(0))
-    looped = src.iterate(body, feedback_memory="64KiB", spill_dir=tmp / f"spill-{unaligned}")
+    looped = src.iterate(body, feedback_memory="64KiB", spill_dir=tmp / f"spill-{tag}")
     out = looped.collect()
     started = time.perf_counter()
-    result = env.execute(f"loop-backpressure-{unaligned}")
+    result = env.execute(f"loop-backpressure-{tag}")
     wall = time.perf_counter() - started
     rows = len(out.to_pylist())
     assert rows == seeds * 2**depth, (rows, seeds * 2**depth)
@@ -67,9 +71,16 @@ def main() -> None:
     print("| checkpoints | count | median ms | max ms | job s |")
     print("| --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as d:
-        for unaligned in (False, True):
-            r = run(unaligned, args.seeds, args.depth, args.per_batch, Path(d))
-            name = "unaligned" if unaligned else "aligned"
+        modes = [
+            ("aligned", False, None),
+            ("unaligned", True, None),
+            # Starts aligned; the loop head switches a checkpoint whose
+            # barrier has not come back around the cycle within the timeout.
+            ("aligned_timeout=10ms", True, "10ms"),
+            ("aligned_timeout=1h", True, "1h"),
+        ]
+        for name, unaligned, timeout in modes:
+            r = run(unaligned, timeout, args.seeds, args.depth, args.per_batch, Path(d))
             print(
                 f"| {name} | {r['count']:.0f} | {r['median_ms']:.0f} | {r['max_ms']:.0f} "
                 f"| {r['wall_s']:.1f} |",

@@ -155,9 +155,10 @@ class CheckpointConfig:
             and switch a task to unaligned when its alignment takes longer than
             this (Flink's ``aligned-checkpoint-timeout``), so checkpoints stay
             aligned (no channel state) while there is no backpressure. ``None``
-            (the default): unaligned from the start. Not supported yet with
-            loops (a :class:`~eddyline.errors.CheckpointError` when the job
-            starts).
+            (the default): unaligned from the start. In loops the head also
+            switches a checkpoint whose barrier takes longer to come back around
+            the cycle: its FLIP-16 log so far and the feedback queued before the
+            barrier become the feedback channel state.
         retained: How many completed checkpoints to keep (at least 1).
         incremental: Write only the key groups that changed since the last
             completed checkpoint; a checkpoint's manifest refers to the state

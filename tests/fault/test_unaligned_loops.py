@@ -315,21 +315,6 @@ def test_unaligned_loop_checkpoints_complete_fast_under_backpressure(tmp_path: P
     assert _median(unaligned) * 3 < _median(aligned), (aligned, unaligned)
 
 
-def test_unaligned_loops_refuse_aligned_timeout(tmp_path: Path) -> None:
-    env = ed.StreamEnvironment(
-        1,
-        checkpoint=ed.CheckpointConfig(tmp_path / "chk", unaligned=True, aligned_timeout="30ms"),
-    )
-
-    def halve(stream: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
-        half = stream.map(lambda r: {"value": r["value"] // 2})
-        return half.filter(lambda r: r["value"] > 0), half.filter(lambda r: r["value"] <= 0)
-
-    env.from_sequence(0, 10).iterate(halve).collect()
-    with pytest.raises(ed.CheckpointError, match="aligned_timeout is not supported with loops"):
-        env.execute("loop")
-
-
 def test_unaligned_loop_stop_with_savepoint_then_resume_is_exact(tmp_path: Path) -> None:
     """Savepoints stay aligned with ``unaligned=True``: the loop head keeps the
     FLIP-16 log for them while its checkpoints hold feedback channel state."""

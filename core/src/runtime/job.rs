@@ -71,9 +71,6 @@ impl JobHandle {
                 ));
             }
         }
-        if let Some(c) = config.checkpoint.as_ref().filter(|c| c.unaligned) {
-            refuse_unaligned_where_not_done(c, &graph)?;
-        }
         let shared = Arc::new(Shared::new(&graph));
         // Storage problems and bad restore paths are reported now, before
         // anything runs.
@@ -310,9 +307,12 @@ fn drive(
     mut restored: Option<RestoredCheckpoint>,
     mut dist: Option<DistDriver>,
 ) {
-    let plan = Plan::new(&graph);
     let mut attempt: u32 = 0;
     loop {
+        // Each attempt chains for the checkpoint it restores (an operator
+        // with restored channel state keeps its input channels), as the
+        // workers of a distributed run do for the same checkpoint.
+        let plan = Plan::for_restore(&graph, restored.as_ref());
         let job = JobContext {
             graph: &graph,
             plan: &plan,
@@ -626,24 +626,4 @@ fn root_cause(
         }
     }
     root
-}
-
-/// Unaligned checkpoints (FLIP-76, `runtime/task/unaligned.rs`) work in
-/// one process or over the data plane, in loops too (the feedback in flight
-/// is channel state: `runtime/task/loop_unaligned.rs`); what is not done is
-/// refused, never run aligned instead.
-fn refuse_unaligned_where_not_done(c: &CheckpointConfig, graph: &JobGraph) -> Result<()> {
-    // Loops take unaligned barriers (`runtime/task/loop_unaligned.rs`), but a
-    // loop head does not switch from aligned to unaligned on a timeout.
-    if let (Some(l), Some(_)) = (graph.loops.first(), c.aligned_timeout) {
-        return Err(Error::checkpoint(
-            Some(c.dir.clone()),
-            format!(
-                "aligned_timeout is not supported with loops yet (loop headed by '{}'): use \
-                 unaligned=True without aligned_timeout, or unaligned=False",
-                graph.nodes[l.head].name
-            ),
-        ));
-    }
-    Ok(())
 }

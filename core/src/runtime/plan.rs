@@ -2,6 +2,8 @@
 //! parallelism and no other consumer, run in one thread and hand batches to
 //! each other by a function call instead of a channel.
 
+use crate::checkpoint::channel_state::channel_state_uid;
+use crate::checkpoint::RestoredCheckpoint;
 use crate::graph::{JobGraph, NodeKind};
 use crate::partition::Partitioning;
 
@@ -24,6 +26,32 @@ pub struct Plan {
 impl Plan {
     /// Chains the nodes of `graph`.
     pub fn new(graph: &JobGraph) -> Plan {
+        Self::chaining(graph, |_| true)
+    }
+
+    /// Chains the nodes of `graph` for a run restoring `restored`: like
+    /// [`Plan::new`], except that an operator whose in-flight input data
+    /// (channel state, docs/DESIGN.md "Unaligned checkpoints") the
+    /// checkpoint holds is never chained behind its upstream. After a
+    /// rescale a rebalance edge can turn into a forward edge at equal
+    /// parallelism; the operator then keeps its input channels for this run,
+    /// so its restored records are replayed into it (not into the chain
+    /// head), in order and before any new record reaches it. The rule reads
+    /// only the checkpoint, so the driver and every worker of a distributed
+    /// run that restore the same checkpoint build the same chains.
+    pub fn for_restore(graph: &JobGraph, restored: Option<&RestoredCheckpoint>) -> Plan {
+        let Some(rc) = restored else {
+            return Self::new(graph);
+        };
+        Self::chaining(graph, |n| {
+            let uid = channel_state_uid(&graph.nodes[n].uid);
+            !rc.subtask_states(&uid).any(|(_, s)| !s.is_empty())
+        })
+    }
+
+    /// Chains the nodes of `graph`; node `n` may join its predecessor's
+    /// chain only if `may_chain(n)`.
+    fn chaining(graph: &JobGraph, may_chain: impl Fn(usize) -> bool) -> Plan {
         let mut chains: Vec<Chain> = Vec::new();
         let mut chain_of = vec![usize::MAX; graph.nodes.len()];
         for node in &graph.nodes {
@@ -45,8 +73,9 @@ impl Plan {
                         && same_scope
                         && !feeds_back
                         && !co_head
-                        && edge.port == 0)
-                        .then_some(pred_chain)
+                        && edge.port == 0
+                        && may_chain(node.id))
+                    .then_some(pred_chain)
                 }
                 _ => None,
             };

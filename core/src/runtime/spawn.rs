@@ -817,11 +817,11 @@ fn restored_channels(
     Ok(dealt.get_mut(subtask).and_then(Option::take))
 }
 
-/// Channel state is replayed into the input channels of a chain head. An
-/// operator that held in-flight data at the checkpoint but now runs chained
-/// behind `head` (a forward edge at equal parallelism after a rescale) has
-/// no input channels to replay it into: the restore is refused, naming it,
-/// rather than dropping the data.
+/// Channel state is replayed into the input channels of a chain head. The
+/// plan of a restoring run never chains an operator with restored channel
+/// state ([`Plan::for_restore`]); should a plan built otherwise chain one
+/// behind `head`, it would have no input channels to replay into, and the
+/// restore is refused, naming it, rather than dropping the data.
 fn refuse_chained_channel_state(
     rc: &crate::checkpoint::RestoredCheckpoint,
     node: &crate::graph::Node,
@@ -834,15 +834,13 @@ fn refuse_chained_channel_state(
     Err(Error::checkpoint(
         Some(rc.dir().to_path_buf()),
         format!(
-            "checkpoint {} holds in-flight data (channel state) of operator '{}' (uid '{}'), \
-             which now runs chained behind operator '{}' and has no input channels to replay \
-             it into; restore it at a parallelism where '{}' reads its input over a \
-             non-forward edge (e.g. the checkpoint's)",
+            "internal: checkpoint {} holds in-flight data (channel state) of operator '{}' \
+             (uid '{}'), which the plan chains behind operator '{}', with no input channels \
+             to replay it into",
             rc.id(),
             node.name,
             node.uid,
             head.name,
-            node.name
         ),
     ))
 }

@@ -273,7 +273,8 @@ fn build_worker_attempt(
         .map(|c| c.recovery)
         .unwrap_or_default();
     let recompute = AttemptRecompute::prepare(graph, recovery, restored.as_ref())?;
-    let plan = Plan::new(graph);
+    // The driver chains for the same checkpoint (`job.rs` `drive`).
+    let plan = Plan::for_restore(graph, restored.as_ref());
     let mut place = Placement {
         workers: start.workers,
         me: Some(start.index),

@@ -189,6 +189,34 @@ mod tests {
     }
 
     #[test]
+    fn test_a_flip16_log_switched_to_channel_state_keeps_its_spilled_runs() -> Result<()> {
+        // Aligned timeout in a loop (`loop_unaligned.rs` `switch_loop_checkpoint`):
+        // a marker behind everything logged turns the log (spilled: no memory)
+        // into references; closing the log keeps the referred files on disk
+        // until the state is written, and then they go.
+        let dir = tempfile::tempdir().map_err(|e| crate::error::Error::runtime(e.to_string()))?;
+        let log = FeedbackQueue::new("loop 'p' log 4", dir.path(), 0);
+        for v in 0..4 {
+            log.push(Event::Data(batch(v)))?;
+        }
+        log.push_overtaking(barrier(4))?;
+        assert_eq!(log.take_priority().map(|b| b.id), Some(4));
+        let so_far = log
+            .overtaken(4)?
+            .ok_or("no marker")
+            .map_err(crate::error::Error::runtime)?;
+        log.close()?;
+        assert!(std::fs::read_dir(dir.path()).map_or(0, |d| d.count()) > 0);
+        let state = FeedbackState::new("loop 'p' (feedback)".into(), vec![so_far, vec![]]);
+        let back = crate::checkpoint::channel_state::decode("p", &state.serialize()?)?;
+        let values: Vec<Vec<i64>> = back.iter().map(|q| q.iter().map(value).collect()).collect();
+        assert_eq!(values, vec![vec![0, 1, 2, 3], vec![]]);
+        drop(state);
+        assert_eq!(std::fs::read_dir(dir.path()).map_or(0, |d| d.count()), 0);
+        Ok(())
+    }
+
+    #[test]
     fn test_a_marker_read_in_band_is_not_overtaken() -> Result<()> {
         let dir = tempfile::tempdir().map_err(|e| crate::error::Error::runtime(e.to_string()))?;
         let q = FeedbackQueue::new("loop 'p' head 0", dir.path(), 0);

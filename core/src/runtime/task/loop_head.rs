@@ -86,6 +86,9 @@ pub(super) struct PendingLog {
     pub(super) alignment: Duration,
     /// Per feedback queue: the barrier came back on it.
     pub(super) returned: Vec<bool>,
+    /// Per feedback queue: the barrier's marker is queued there (announced
+    /// in the queue's priority slot), not read yet (aligned timeout).
+    pub(super) announced: Vec<bool>,
     pub(super) log: FeedbackLog,
     /// The channel state of the loop input channels, once every one of
     /// them delivered the unaligned barrier (`None` while capturing).
@@ -313,8 +316,11 @@ enum HeadStep {
     Feedback(usize, Event),
     /// An unaligned barrier overtook the queue of loop input channel `i`.
     Overtake(usize, Barrier),
-    /// An unaligned barrier overtook feedback queue `q`.
+    /// An unaligned barrier overtook feedback queue `q` (or an aligned one
+    /// was announced there).
     FeedbackOvertake(usize, Barrier),
+    /// An aligned timeout may have passed.
+    Timeout,
 }
 
 impl Task {
@@ -371,7 +377,12 @@ impl Task {
                 HeadStep::Feedback(q, ev) => terminated |= self.on_feedback(q, ev, &name)?,
                 HeadStep::Overtake(i, b) => self.on_overtake(i, b)?,
                 HeadStep::FeedbackOvertake(q, b) => self.on_feedback_overtake(q, b)?,
+                HeadStep::Timeout => {}
             }
+            // Aligned timeout: the loop input's alignment, then the trip
+            // around the cycle (`loop_unaligned.rs`).
+            self.switch_to_unaligned()?;
+            self.switch_timed_out_loop_checkpoints()?;
         }
         // The loop is empty: no feedback record can arrive any more, so the
         // logs of checkpoints whose barrier is still in the body are
@@ -594,13 +605,17 @@ impl Task {
             barrier,
             states,
             alignment,
+            announced: vec![false; returned.len()],
             returned,
             log,
             inputs: (!capture_inputs).then_some(None),
         });
-        if barrier.aligned {
+        if barrier.aligned && !self.may_time_out(&barrier) {
             self.output.broadcast(Event::Barrier(barrier))?;
         } else {
+            // Unaligned, or aligned and announced ahead of the queues so the
+            // body's tasks (and the head, at the tail) can switch on a
+            // timeout (DESIGN.md "Aligned timeout").
             self.output.broadcast_overtaking(barrier)?;
         }
         self.complete_loop_checkpoints()
@@ -703,10 +718,15 @@ impl Task {
                 .filter(|f| !f.ended)
                 .map(|f| f.queue.ready())
                 .collect();
-            match self.wait_step(&wakers, None)? {
-                // No deadline was given, so no timer ends the wait; an
+            let deadline = match (self.alignment_deadline(), self.loop_switch_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match self.wait_step(&wakers, deadline)? {
+                // Only an aligned timeout ends the wait on a deadline; an
                 // overtaking barrier is found by the polls above.
-                None | Some(Step::Timer) | Some(Step::Overtake(..)) => continue,
+                Some(Step::Timer) => return Ok(HeadStep::Timeout),
+                None | Some(Step::Overtake(..)) => continue,
                 Some(Step::Control(c)) => return Ok(HeadStep::Control(c)),
                 Some(Step::Event(i, ev)) => return Ok(HeadStep::Input(i, ev)),
             }

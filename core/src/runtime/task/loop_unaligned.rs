@@ -23,12 +23,13 @@
 //! [`FeedbackQueue::push_overtaking`]: crate::feedback::FeedbackQueue::push_overtaking
 //! [`FeedbackQueue::overtaken`]: crate::feedback::FeedbackQueue::overtaken
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::loop_head::{FeedbackLog, LoopHead};
 use super::Task;
 use crate::error::Result;
-use crate::event::Barrier;
+use crate::event::{Barrier, BarrierKind};
+use crate::feedback::Overtaken;
 use crate::state::OperatorState;
 
 impl LoopHead {
@@ -47,15 +48,18 @@ impl LoopHead {
 impl Task {
     /// The unaligned barrier `barrier` overtook feedback queue `q`: what is
     /// queued before its marker completes the checkpoint's feedback channel
-    /// state on `q` (module docs).
+    /// state on `q` (module docs). An aligned barrier there is only an
+    /// announcement (aligned timeout): its marker is queued on `q`.
     pub(super) fn on_feedback_overtake(&mut self, q: usize, barrier: Barrier) -> Result<()> {
         let Some(head) = self.loop_head.as_deref_mut() else {
             return Ok(());
         };
-        // Channels are FIFO: an older barrier that has not come back on `q`
-        // never will (its checkpoint was aborted in the body).
-        head.pending
-            .retain(|p| p.barrier.id >= barrier.id || p.returned[q]);
+        if !barrier.aligned {
+            // Channels are FIFO: an older barrier that has not come back on
+            // `q` never will (its checkpoint was aborted in the body).
+            head.pending
+                .retain(|p| p.barrier.id >= barrier.id || p.returned[q]);
+        }
         let queue = head.feedback[q].queue.clone();
         let Some(p) = head
             .pending
@@ -65,7 +69,14 @@ impl Task {
             return Ok(()); // aborted, or its marker was read in-band already
         };
         let FeedbackLog::Channel(log) = &mut p.log else {
-            return Ok(()); // an aligned checkpoint's barrier comes in-band
+            // A FLIP-16 log: the marker comes in-band, unless the checkpoint
+            // switches; an unaligned barrier means the body switched it
+            // (its aligned timeout passed), so the head switches too.
+            p.announced[q] = true;
+            if barrier.aligned {
+                return Ok(());
+            }
+            return self.switch_loop_checkpoint(barrier.id);
         };
         // `None`: the marker was read in-band before the priority slot was
         // looked at; `barrier_returned` completed the queue's state then.
@@ -73,6 +84,117 @@ impl Task {
             log[q].extend(overtaken);
             p.returned[q] = true;
         }
+        self.complete_loop_checkpoints()
+    }
+
+    /// Whether an aligned `barrier` may switch to unaligned on the aligned
+    /// timeout (checkpoints only: savepoints stay aligned), so it is
+    /// announced ahead of the queues.
+    pub(super) fn may_time_out(&self, barrier: &Barrier) -> bool {
+        self.aligned_timeout.is_some() && barrier.kind == BarrierKind::Checkpoint
+    }
+
+    /// When the oldest aligned loop checkpoint whose barrier has not come
+    /// back around the cycle times out (its trigger plus the aligned
+    /// timeout, as for a task's alignment in `unaligned.rs`).
+    pub(super) fn loop_switch_deadline(&self) -> Option<Instant> {
+        let timeout = self.aligned_timeout?;
+        let head = self.loop_head.as_deref()?;
+        let trigger_ms = head
+            .pending
+            .iter()
+            .filter(|p| matches!(p.log, FeedbackLog::Flip16(_)) && self.may_time_out(&p.barrier))
+            .map(|p| p.barrier.timestamp_ms)
+            .min()?;
+        let due_ms = trigger_ms + timeout.as_millis() as u64;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Some(Instant::now() + Duration::from_millis(due_ms.saturating_sub(now_ms)))
+    }
+
+    /// Switches every aligned loop checkpoint whose barrier's trip around
+    /// the cycle outlasted the aligned timeout (`switch_loop_checkpoint`).
+    pub(super) fn switch_timed_out_loop_checkpoints(&mut self) -> Result<()> {
+        if self
+            .loop_switch_deadline()
+            .is_none_or(|d| Instant::now() < d)
+        {
+            return Ok(());
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let timeout_ms = self
+            .aligned_timeout
+            .map_or(u64::MAX, |t| t.as_millis() as u64);
+        let due: Vec<u64> = self
+            .loop_head
+            .as_deref()
+            .map(|h| {
+                h.pending
+                    .iter()
+                    .filter(|p| {
+                        matches!(p.log, FeedbackLog::Flip16(_))
+                            && self.may_time_out(&p.barrier)
+                            && p.barrier.timestamp_ms.saturating_add(timeout_ms) <= now_ms
+                    })
+                    .map(|p| p.barrier.id)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for id in due {
+            self.switch_loop_checkpoint(id)?;
+        }
+        Ok(())
+    }
+
+    /// Aligned timeout at the loop head (DESIGN.md "Aligned timeout",
+    /// "Loops"): the aligned loop checkpoint `id`, whose snapshot was taken
+    /// and whose barrier went into the body in-band, becomes unaligned. What
+    /// its FLIP-16 log collected so far (feedback read after the snapshot)
+    /// is taken as the start of its feedback channel state, by reference
+    /// (the log's spilled runs are sealed and referred to, not read); a
+    /// feedback queue whose marker is already queued gives up what is
+    /// queued before it (as an overtaking barrier would take it); the other
+    /// queues are recorded, as in an unaligned checkpoint, until their
+    /// barrier comes back (overtaking, announced or in-band). Together that
+    /// is exactly what the FLIP-16 log would have held.
+    pub(super) fn switch_loop_checkpoint(&mut self, id: u64) -> Result<()> {
+        let Some(head) = self.loop_head.as_deref_mut() else {
+            return Ok(());
+        };
+        let Some(p) = head.pending.iter_mut().find(|p| p.barrier.id == id) else {
+            return Ok(());
+        };
+        let FeedbackLog::Flip16(log) = &p.log else {
+            return Ok(()); // unaligned already
+        };
+        let mut queues: Vec<Vec<Overtaken>> = vec![Vec::new(); head.feedback.len()];
+        // A marker behind everything logged seals the log's open spill
+        // segment; what is before it is the log so far, by reference.
+        log.push_overtaking(p.barrier)?;
+        let _ = log.take_priority();
+        let so_far = log.overtaken(id)?.unwrap_or_default();
+        // The log queue lets go of its files; the references keep them on
+        // disk until the checkpoint is written.
+        log.close()?;
+        // The log so far is in read order over the queues, so it goes first
+        // (in queue 0's channel): each queue's records keep their order.
+        if let Some(first) = queues.first_mut() {
+            *first = so_far;
+        }
+        for (q, feedback) in head.feedback.iter().enumerate() {
+            if p.returned[q] || !p.announced[q] {
+                continue;
+            }
+            if let Some(overtaken) = feedback.queue.overtaken(id)? {
+                queues[q].extend(overtaken);
+                p.returned[q] = true;
+            }
+        }
+        p.log = FeedbackLog::Channel(queues);
+        p.barrier.aligned = false;
         self.complete_loop_checkpoints()
     }
 

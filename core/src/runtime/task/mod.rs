@@ -209,8 +209,10 @@ impl TaskOutput {
 
     /// Sends an unaligned barrier ahead of the data queued in every output
     /// channel, local or remote (FLIP-76; see `channel.rs`, `net/data.rs`).
-    /// A feedback queue is overtaken too (`feedback.rs`), unless the barrier
-    /// is an aligned one announced ahead (the loop head logs in-band then).
+    /// A feedback queue is overtaken too (`feedback.rs`); an aligned barrier
+    /// (aligned timeout) is only announced there: the loop head keeps its
+    /// FLIP-16 log and reads the marker in-band, unless the checkpoint
+    /// times out (`loop_unaligned.rs` `switch_loop_checkpoint`).
     pub(crate) fn broadcast_overtaking(&mut self, barrier: Barrier) -> Result<()> {
         for edge in &mut self.edges {
             for s in &edge.senders {
@@ -219,8 +221,7 @@ impl TaskOutput {
                         c.send_overtaking(barrier).map_err(|_| Error::Cancelled)?
                     }
                     OutSender::Remote(r) => r.send_overtaking(barrier)?,
-                    OutSender::Feedback(q) if !barrier.aligned => q.push_overtaking(barrier)?,
-                    OutSender::Feedback(_) => s.send_timed(Event::Barrier(barrier), &self.timer)?,
+                    OutSender::Feedback(q) => q.push_overtaking(barrier)?,
                 }
             }
         }

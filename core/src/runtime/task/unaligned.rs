@@ -174,6 +174,18 @@ impl Task {
         match self.unaligned.current.as_ref().map(|c| c.barrier.id) {
             Some(id) if id > barrier.id => return Ok(()),
             Some(id) if id == barrier.id => {}
+            // An upstream task switched this checkpoint (its aligned
+            // timeout): this task switches too, taking over an alignment of
+            // it in progress (Flink does the same on an unaligned barrier).
+            _ if self
+                .aligner
+                .pending_since()
+                .is_some_and(|(b, _)| b.id <= barrier.id) =>
+            {
+                if self.take_over_as_unaligned(barrier)? {
+                    return Ok(());
+                }
+            }
             _ => self.begin_unaligned(barrier)?,
         }
         let complete = match self.unaligned.current.as_mut() {
@@ -227,6 +239,13 @@ impl Task {
         let Some(barrier) = self.timeoutable_barrier() else {
             return Ok(());
         };
+        self.take_over_as_unaligned(barrier).map(|_| ())
+    }
+
+    /// Begins the unaligned capture of `barrier`'s checkpoint in place of
+    /// an alignment in progress (`switch_to_unaligned`); true if the capture
+    /// is already complete (and reported).
+    fn take_over_as_unaligned(&mut self, barrier: Barrier) -> Result<bool> {
         let mut arrived = vec![false; self.inputs.len()];
         if self
             .aligner
@@ -259,7 +278,8 @@ impl Task {
             }
         }
         if complete {
-            return self.finish_unaligned();
+            self.finish_unaligned()?;
+            return Ok(true);
         }
         let announced: Vec<usize> = (0..self.inputs.len())
             .filter(|&ch| !arrived[ch] && self.inputs[ch].announced >= barrier.id)
@@ -267,7 +287,7 @@ impl Task {
         for ch in announced {
             self.on_overtake(ch, barrier)?;
         }
-        Ok(())
+        Ok(!self.unaligned.capturing(barrier.id))
     }
 
     /// Channel `i` ended while a capture was running.
