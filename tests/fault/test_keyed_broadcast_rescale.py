@@ -112,7 +112,10 @@ def _savepoint(tmp_path: Path, n: int, parallelism: int, out: Path, workers: int
         checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="100ms"),
         batch_size=100,
     )
-    _job(env, n, sleep=0.004).sink_to(ed.ParquetSink(str(out))).uid("out")
+    # Worker processes report their metrics every 250 ms: their job is made slow
+    # enough (~0.6 s a subtask) to still be running when the driver sees a third read.
+    sleep = 0.02 if workers else 0.004
+    _job(env, n, sleep=sleep).sink_to(ed.ParquetSink(str(out))).uid("out")
     client = env.execute_async("buckets", runner=ed.ProcessRunner(workers) if workers else None)
     wait_until(
         lambda: (
