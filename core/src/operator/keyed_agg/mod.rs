@@ -33,10 +33,16 @@
 //! # State and snapshots
 //!
 //! State is a `Vec<Arc<map>>` indexed by `key_group - key_groups.start`,
-//! mutated through `Arc::make_mut`. `snapshot_state` clones the `Arc`s of
-//! the non-empty key groups into [`StateBlob::Deferred`] views, so it costs
-//! microseconds whatever the state size; the first write to a key group
-//! after a snapshot copies that group's map. A single `Int64` key uses a map
+//! mutated through `Arc::make_mut`. `snapshot_state` gives one
+//! [`StateBlob::Deferred`] view per non-empty key group, serialized on a
+//! checkpoint writer thread. A key group not modified since the last
+//! snapshot is shared: its `Arc` is cloned (microseconds whatever its
+//! size), and the first write after the snapshot copies its map. A single
+//! `Int64` key's group that was modified since is copied flat at once into
+//! key and accumulator arrays (`IntFlat`): it will almost surely be written
+//! again, and copying two arrays now costs less than cloning the hash table
+//! then and serializing from it (benches/RESULTS.md "W3: the checkpoint
+//! cost, cut"), and its map stays unshared. A single `Int64` key uses a map
 //! keyed by `i64` plus a separate null slot; any other key uses a map keyed by
 //! the Arrow row-format bytes (`Box<[u8]>`, allocated only when a key is
 //! first inserted).
