@@ -475,6 +475,44 @@ mod tests {
         }
     }
 
+    /// A key group whose serialization fails (a bug in an operator's format).
+    struct Fails;
+
+    impl DeferredState for Fails {
+        fn serialize(&self) -> Result<Vec<u8>> {
+            Err(Error::checkpoint(None, "key group 9 cannot be encoded"))
+        }
+    }
+
+    /// Key groups are serialized while the file is written (one at a time):
+    /// one that fails fails the write with its cause, and no partial file is
+    /// left in the checkpoint directory.
+    #[test]
+    fn test_state_file_failing_key_group_leaves_no_partial_file() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let storage = CheckpointStorage::open(tmp.path())?;
+        let pending = storage.begin(1)?;
+        let state = OperatorState {
+            operator: None,
+            keyed: vec![
+                (3, blob(&[1u8; 50_000])),
+                (9, StateBlob::Deferred(Arc::new(Fails))),
+            ],
+        };
+        let err = pending.write_state("op", 0, &state).expect_err("fails");
+        assert!(
+            err.to_string().contains("key group 9 cannot be encoded"),
+            "{err}"
+        );
+        let left: Vec<_> = fs::read_dir(pending.dir())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().ends_with(".state"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        Ok(())
+    }
+
     #[test]
     fn test_state_file_writes_runs_without_joining_them_and_reads_them_back() -> Result<()> {
         let tmp = tempfile::tempdir().expect("tempdir");
