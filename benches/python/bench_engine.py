@@ -60,12 +60,18 @@ class LatestPerKeySink(ed.TwoPhaseCommitSink):
         txn[1][keys] = True
 
     def pre_commit(self, txn: tuple[np.ndarray, np.ndarray]) -> None:
-        pass
+        # Nothing writes into a pre-committed transaction: read-only arrays are
+        # checkpointed by reference instead of copied under the GIL
+        # (TwoPhaseCommitSink's docstring).
+        for a in txn:
+            a.flags.writeable = False
 
     def commit(self, txn: tuple[np.ndarray, np.ndarray]) -> None:
         values, seen = txn
-        LatestPerKeySink.latest[seen] = values[seen]
-        LatestPerKeySink.seen |= seen
+        # One pass each, no temporaries (a boolean-mask gather and scatter of the
+        # key space cost ~15 ms per checkpoint on the task threads).
+        np.copyto(LatestPerKeySink.latest, values, where=seen)
+        np.logical_or(LatestPerKeySink.seen, seen, out=LatestPerKeySink.seen)
         out = os.environ.get(OUT_ENV)
         if out:  # a worker process: leave the state where the driver can merge it
             np.savez(_out_file(out, "w2", ".npz"), latest=self.latest, seen=self.seen)

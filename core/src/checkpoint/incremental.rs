@@ -155,7 +155,7 @@ pub(crate) fn write(
             continue;
         }
         tokens.insert(group, token);
-        sections.push((TAG_KEYED, group, Payload::Bytes(bytes)));
+        sections.push((TAG_KEYED, group, Payload::Checked(bytes, sum)));
     }
     // What is reused, by file (before the new groups join `next`).
     let mut by_file: BTreeMap<&str, (&Arc<StateFileEntry>, Vec<u32>, u64)> = BTreeMap::new();

@@ -32,7 +32,16 @@ pub(crate) type Section = (u8, u32, Payload);
 /// transaction less on the writer thread; benches/RESULTS.md "W3").
 pub(crate) enum Payload {
     Bytes(Arc<Vec<u8>>),
+    /// Bytes whose keyed section checksum ([`keyed_section_checksum`]) is
+    /// already known (an incremental write computed it to compare), so it
+    /// is not computed again.
+    Checked(Arc<Vec<u8>>, u64),
     Runs(Arc<dyn DeferredState>),
+    /// A blob serialized only when its section is written, and dropped
+    /// right after: a file of many key groups then holds one key group's
+    /// bytes in memory at a time, written while they are still in the cache,
+    /// instead of all of them (benches/RESULTS.md "W3: the checkpoint cost, cut").
+    Later(StateBlob),
 }
 
 impl Payload {
@@ -44,11 +53,18 @@ impl Payload {
         }
     }
 
-    fn runs(&self) -> Vec<&[u8]> {
-        match self {
-            Payload::Bytes(b) => vec![b.as_slice()],
-            Payload::Runs(d) => d.runs().unwrap_or_default(),
-        }
+    /// Its bytes, as runs, serializing a [`Payload::Later`] blob into
+    /// `later`; and its section checksum when known.
+    fn runs<'a>(
+        &'a self,
+        later: &'a mut Option<Arc<Vec<u8>>>,
+    ) -> Result<(Vec<&'a [u8]>, Option<u64>)> {
+        Ok(match self {
+            Payload::Bytes(b) => (vec![b.as_slice()], None),
+            Payload::Checked(b, sum) => (vec![b.as_slice()], Some(*sum)),
+            Payload::Runs(d) => (d.runs().unwrap_or_default(), None),
+            Payload::Later(blob) => (vec![later.insert(blob.to_bytes()?).as_slice()], None),
+        })
     }
 }
 
@@ -114,7 +130,7 @@ pub(crate) fn write(
         sections.push((TAG_OPERATOR, 0, Payload::of(blob)?));
     }
     for (group, blob) in &state.keyed {
-        sections.push((TAG_KEYED, *group, Payload::Bytes(blob.to_bytes()?)));
+        sections.push((TAG_KEYED, *group, Payload::Later(blob.clone())));
     }
     write_sections(dir, name, uid, subtask, &sections)
 }
@@ -149,11 +165,37 @@ pub(crate) fn write_sections(
             path.display()
         ))
     };
-    let mut out = HashingWriter {
+    let out = HashingWriter {
         inner: dir.create(name).map_err(io_fail)?,
         hash: Xxh3::new(),
         size: 0,
     };
+    let written = write_into(out, uid, subtask, sections, &mut groups, &io_fail);
+    if written.is_err() {
+        // Serializing a section failed, or the disk: no partial file is left
+        // behind (a checkpoint that fails is aborted; a retry writes anew).
+        let _ = dir.remove(name);
+    }
+    let (size, checksum) = written?;
+    groups.sort_unstable_by_key(|g| g.0);
+    Ok(WrittenFile {
+        size,
+        checksum,
+        groups,
+    })
+}
+
+/// Writes the header and `sections` into `out` and finishes it (made
+/// durable): the file's size and xxh3-64. Pushes each keyed section's key
+/// group, checksum and bytes onto `groups`.
+fn write_into(
+    mut out: HashingWriter,
+    uid: &str,
+    subtask: u32,
+    sections: &[Section],
+    groups: &mut Vec<(u32, u64, u64)>,
+    io_fail: &dyn Fn(io::Error) -> Error,
+) -> Result<(u64, u64)> {
     let mut header = Vec::with_capacity(32 + uid.len());
     header.extend_from_slice(STATE_MAGIC);
     header.extend_from_slice(&STATE_VERSION.to_le_bytes());
@@ -165,15 +207,18 @@ pub(crate) fn write_sections(
     header.extend_from_slice(&header_sum.to_le_bytes());
     out.put(&header).map_err(io_fail)?;
     for (tag, group, payload) in sections {
-        let runs = payload.runs();
+        let mut later = None;
+        let (runs, known) = payload.runs(&mut later)?;
         let len: usize = runs.iter().map(|r| r.len()).sum();
         let mut head = section_head(*tag, *group, len);
-        let mut h = Xxh3::new();
-        h.update(&head[..13]);
-        for r in &runs {
-            h.update(r);
-        }
-        let sum = h.digest();
+        let sum = known.unwrap_or_else(|| {
+            let mut h = Xxh3::new();
+            h.update(&head[..13]);
+            for r in &runs {
+                h.update(r);
+            }
+            h.digest()
+        });
         head[13..21].copy_from_slice(&sum.to_le_bytes());
         out.put(&head).map_err(io_fail)?;
         for r in &runs {
@@ -185,12 +230,7 @@ pub(crate) fn write_sections(
     }
     let HashingWriter { inner, hash, size } = out;
     inner.finish().map_err(io_fail)?;
-    groups.sort_unstable_by_key(|g| g.0);
-    Ok(WrittenFile {
-        size,
-        checksum: hash.digest(),
-        groups,
-    })
+    Ok((size, hash.digest()))
 }
 
 fn section_checksum(head: &[u8], payload: &[u8]) -> u64 {
@@ -433,6 +473,44 @@ mod tests {
         fn runs(&self) -> Option<Vec<&[u8]>> {
             Some(self.0.iter().map(Vec::as_slice).collect())
         }
+    }
+
+    /// A key group whose serialization fails (a bug in an operator's format).
+    struct Fails;
+
+    impl DeferredState for Fails {
+        fn serialize(&self) -> Result<Vec<u8>> {
+            Err(Error::checkpoint(None, "key group 9 cannot be encoded"))
+        }
+    }
+
+    /// Key groups are serialized while the file is written (one at a time):
+    /// one that fails fails the write with its cause, and no partial file is
+    /// left in the checkpoint directory.
+    #[test]
+    fn test_state_file_failing_key_group_leaves_no_partial_file() -> Result<()> {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let storage = CheckpointStorage::open(tmp.path())?;
+        let pending = storage.begin(1)?;
+        let state = OperatorState {
+            operator: None,
+            keyed: vec![
+                (3, blob(&[1u8; 50_000])),
+                (9, StateBlob::Deferred(Arc::new(Fails))),
+            ],
+        };
+        let err = pending.write_state("op", 0, &state).expect_err("fails");
+        assert!(
+            err.to_string().contains("key group 9 cannot be encoded"),
+            "{err}"
+        );
+        let left: Vec<_> = fs::read_dir(pending.dir())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().ends_with(".state"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        Ok(())
     }
 
     #[test]

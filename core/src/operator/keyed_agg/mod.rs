@@ -33,10 +33,16 @@
 //! # State and snapshots
 //!
 //! State is a `Vec<Arc<map>>` indexed by `key_group - key_groups.start`,
-//! mutated through `Arc::make_mut`. `snapshot_state` clones the `Arc`s of
-//! the non-empty key groups into [`StateBlob::Deferred`] views, so it costs
-//! microseconds whatever the state size; the first write to a key group
-//! after a snapshot copies that group's map. A single `Int64` key uses a map
+//! mutated through `Arc::make_mut`. `snapshot_state` gives one
+//! [`StateBlob::Deferred`] view per non-empty key group, serialized on a
+//! checkpoint writer thread. A key group not modified since the last
+//! snapshot is shared: its `Arc` is cloned (microseconds whatever its
+//! size), and the first write after the snapshot copies its map. A single
+//! `Int64` key's group that was modified since is copied flat at once into
+//! key and accumulator arrays (`IntFlat`): it will almost surely be written
+//! again, and copying two arrays now costs less than cloning the hash table
+//! then and serializing from it (benches/RESULTS.md "W3: the checkpoint
+//! cost, cut"), and its map stays unshared. A single `Int64` key uses a map
 //! keyed by `i64` plus a separate null slot; any other key uses a map keyed by
 //! the Arrow row-format bytes (`Box<[u8]>`, allocated only when a key is
 //! first inserted).
@@ -998,6 +1004,60 @@ mod tests {
             ),
         );
         assert_eq!(ints(out.column(1)), vec![Some(1), Some(2), Some(0)]);
+    }
+
+    /// Key groups modified since the last snapshot are copied flat at the
+    /// snapshot (the store keeps its map unshared), the others are shared
+    /// copy-on-write with their change token kept; either kind keeps the
+    /// state of its snapshot whatever is written afterwards.
+    #[test]
+    fn test_snapshot_copies_changed_groups_and_shares_unchanged_ones() {
+        let f = factory(&["k"], AggKind::Sum, Some("v"));
+        let mut op = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+        let keys: Vec<Option<i64>> = (0..400).map(Some).collect();
+        run(&mut op, int_batch(keys.clone(), vec![Some(1); 400]));
+        let first = op.snapshot_state(1).unwrap();
+        run(&mut op, int_batch(vec![Some(0)], vec![Some(10)]));
+        let second = op.snapshot_state(2).unwrap();
+        let mut hashes = Vec::new();
+        let zero: ArrayRef = Arc::new(Int64Array::from(vec![0i64]));
+        hash_keys(&[zero], &mut hashes).unwrap();
+        let kg0 = crate::keygroup::key_group(hashes[0], 128) as u32;
+        assert_eq!(first.keyed.len(), second.keyed.len());
+        for ((g1, b1), (g2, b2)) in first.keyed.iter().zip(&second.keyed) {
+            assert_eq!(g1, g2);
+            assert_eq!(b1.token() == b2.token(), *g1 != kg0, "key group {g1}");
+        }
+        let Some(Engine::Int(store)) = &op.engine else {
+            panic!("an Int64 key and an integer sum")
+        };
+        let KeyState::Int64 { groups } = &store.keys else {
+            panic!("a single Int64 key")
+        };
+        for (g, _) in &second.keyed {
+            let shared = Arc::strong_count(&groups[*g as usize]) > 1;
+            assert_eq!(shared, *g != kg0, "key group {g}");
+        }
+        // Everything changes after both snapshots: neither sees it.
+        run(&mut op, int_batch(keys.clone(), vec![Some(100); 400]));
+        for (snap, key0) in [(first, 1), (second, 11)] {
+            let bytes: Vec<(u32, StateBlob)> = snap
+                .keyed
+                .iter()
+                .map(|(kg, b)| (*kg, StateBlob::Bytes(b.to_bytes().unwrap())))
+                .collect();
+            let mut fresh = KeyedAggOperator::new(&f, &ctx(0..128, 128)).unwrap();
+            fresh
+                .restore_state(OperatorState {
+                    operator: None,
+                    keyed: bytes,
+                })
+                .unwrap();
+            let out = run(&mut fresh, int_batch(keys.clone(), vec![Some(0); 400]));
+            let mut want = vec![Some(1); 400];
+            want[0] = Some(key0);
+            assert_eq!(ints(out.column(1)), want);
+        }
     }
 
     #[test]

@@ -246,11 +246,32 @@ impl<V: Num> Store<V> {
         let mut blobs = Vec::new();
         // Modifications from now on belong to the next epoch.
         let tokens: Vec<u64> = self.changed.iter().map(|c| self.token_base | c).collect();
+        let epoch = self.epoch;
         self.epoch += 1;
         match &self.keys {
             KeyState::Int64 { groups } => {
                 for (i, group) in groups.iter().enumerate() {
-                    if !group.is_empty() {
+                    if group.is_empty() {
+                        continue;
+                    }
+                    if self.changed[i] == epoch && Arc::strong_count(group) == 1 {
+                        // Modified since the last snapshot: copied flat now
+                        // rather than shared and cloned whole by the next
+                        // write (see `IntFlat`).
+                        let (null_key, keys, values, has) = IntFlat::copy(group);
+                        let view = IntFlat {
+                            name: self.name.clone(),
+                            agg,
+                            column: column.clone(),
+                            key_field: self.key_fields[0].clone(),
+                            null_key,
+                            keys,
+                            values,
+                            has,
+                            token: tokens[i],
+                        };
+                        blobs.push(((start + i) as u32, StateBlob::Deferred(Arc::new(view))));
+                    } else {
                         let view = IntSnapshot {
                             name: self.name.clone(),
                             agg,
