@@ -460,6 +460,48 @@ def collatz_body(s: DataStream, *, sleep_per_batch: float = 0.0) -> tuple[DataSt
     return step, done
 
 
+def nested_body(
+    s: DataStream, *, spill_dir: str | None = None, sleep_per_batch: float = 0.0
+) -> tuple[DataStream, DataStream]:
+    """An outer loop body holding an inner loop, for ``stream.iterate`` (nested loops).
+
+    Input columns ``value``, ``outer`` (rounds left, e.g. ``value % 7 + 1``) and
+    ``steps``. Each outer round runs an inner loop of ``(value + outer) % 3 + 1``
+    steps (uid ``"inner"``, its feedback always spilled to ``spill_dir``), then
+    counts ``outer`` down; records with ``outer == 0`` leave. :func:`nested_steps`
+    is the reference. ``sleep_per_batch`` slows the inner step as in
+    :func:`collatz_body`; pass both with ``functools.partial``.
+    """
+    from .expr import col
+
+    prepared = s.with_columns(inner=(col("value") + col("outer")) % 3 + 1)
+
+    def inner_body(t: DataStream) -> tuple[DataStream, DataStream]:
+        if sleep_per_batch > 0:
+            t = t.map_batches(SleepPerBatch(sleep_per_batch))
+        stepped = t.with_columns(steps=col("steps") + 1, inner=col("inner") - 1)
+        return stepped.filter(col("inner") > 0), stepped.filter(col("inner") == 0)
+
+    after = prepared.iterate(inner_body, feedback_memory=1, spill_dir=spill_dir).uid("inner")
+    stepped = after.select("value", "outer", "steps").with_columns(outer=col("outer") - 1)
+    return stepped.filter(col("outer") > 0), stepped.filter(col("outer") == 0)
+
+
+def nested_steps(value: int) -> int:
+    """The ``steps`` :func:`nested_body` gives ``value`` when it starts with
+    ``outer = value % 7 + 1``.
+
+    Example:
+        >>> [nested_steps(v) for v in (1, 2, 7)]
+        [4, 6, 3]
+    """
+    outer, steps = value % 7 + 1, 0
+    while outer > 0:
+        steps += (value + outer) % 3 + 1
+        outer -= 1
+    return steps
+
+
 class FailOnce:
     """Wraps a function so that it raises once, at a chosen record, then never again.
 

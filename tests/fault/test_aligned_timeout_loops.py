@@ -44,6 +44,7 @@ from eddyline.testing import (
     collatz_steps,
     completed_checkpoints,
     kill_after_checkpoints,
+    nested_steps,
     read_parquet_dir,
     wait_until,
 )
@@ -144,7 +145,7 @@ SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import SleepPerBatch, collatz_body
+    from eddyline.testing import SleepPerBatch, collatz_body, nested_body
 
     out, chk, spill = sys.argv[1], sys.argv[2], sys.argv[3]
     n, p, timeout, shape = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
@@ -158,21 +159,7 @@ SCRIPT = textwrap.dedent(
 
     collatz = functools.partial(collatz_body, sleep_per_batch=0.0005)
 
-    class Nested(ed.LoopFunction):
-        def loop(self, s):
-            prepared = s.with_columns(inner=(ed.col("value") + ed.col("outer")) % 3 + 1)
-
-            def inner_body(t):
-                stepped = t.map_batches(SleepPerBatch(0.0005)).with_columns(
-                    steps=ed.col("steps") + 1, inner=ed.col("inner") - 1
-                )
-                return stepped.filter(ed.col("inner") > 0), stepped.filter(ed.col("inner") == 0)
-
-            after = prepared.iterate(inner_body, feedback_memory=1, spill_dir=spill).uid("inner")
-            stepped = after.select("value", "outer", "steps").with_columns(
-                outer=ed.col("outer") - 1
-            )
-            return stepped.filter(ed.col("outer") > 0), stepped.filter(ed.col("outer") == 0)
+    nested = functools.partial(nested_body, spill_dir=spill, sleep_per_batch=0.0005)
 
     numbers = env.from_sequence(1, n + 1).name("numbers").uid("numbers")
     if shape == "union":
@@ -189,7 +176,7 @@ SCRIPT = textwrap.dedent(
     else:
         start = numbers.with_columns(outer=ed.col("value") % 7 + 1, steps=ed.lit(0))
         looped = start.select("value", "outer", "steps").iterate(
-            Nested(), feedback_memory=1, spill_dir=spill
+            nested, feedback_memory=1, spill_dir=spill
         )
     looped = looped.name("looped").uid("looped")
     looped.select("value", "steps").sink_to(ed.ParquetSink(out)).name("files").uid("files")
@@ -233,14 +220,6 @@ SCRIPT = textwrap.dedent(
     print("finished", flush=True)
     """
 )
-
-
-def nested_steps(value: int) -> int:
-    outer, steps = value % 7 + 1, 0
-    while outer > 0:
-        steps += (value + outer) % 3 + 1
-        outer -= 1
-    return steps
 
 
 @pytest.mark.timeout(300)

@@ -26,20 +26,26 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import channel_state_rows, completed_checkpoints, read_parquet_dir
+from eddyline.testing import (
+    channel_state_rows,
+    completed_checkpoints,
+    nested_steps,
+    read_parquet_dir,
+)
 
 N = 400
 RUN_TIMEOUT_S = 90.0
 
 SCRIPT = textwrap.dedent(
     """
+    import functools
     import os
     import signal
     import sys
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import SleepPerBatch, channel_state_rows, completed_checkpoints
+    from eddyline.testing import channel_state_rows, completed_checkpoints, nested_body
 
     out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]
     n, p, unaligned = int(n), int(p), checkpoints == "unaligned"
@@ -49,28 +55,12 @@ SCRIPT = textwrap.dedent(
         batch_size=20,
     )
 
-
-    class Nested(ed.LoopFunction):
-        def loop(self, s):
-            prepared = s.with_columns(inner=(ed.col("value") + ed.col("outer")) % 3 + 1)
-
-            def inner_body(t):
-                stepped = t.map_batches(SleepPerBatch(0.001)).with_columns(
-                    steps=ed.col("steps") + 1, inner=ed.col("inner") - 1
-                )
-                return stepped.filter(ed.col("inner") > 0), stepped.filter(ed.col("inner") == 0)
-
-            after = prepared.iterate(inner_body, feedback_memory=1, spill_dir=spill).uid("inner")
-            stepped = after.select("value", "outer", "steps").with_columns(
-                outer=ed.col("outer") - 1
-            )
-            return stepped.filter(ed.col("outer") > 0), stepped.filter(ed.col("outer") == 0)
-
+    nested = functools.partial(nested_body, spill_dir=spill, sleep_per_batch=0.001)
 
     numbers = env.from_sequence(1, n + 1).name("numbers").uid("numbers")
     start = numbers.with_columns(outer=ed.col("value") % 7 + 1, steps=ed.lit(0)).uid("start")
     looped = start.select("value", "outer", "steps").iterate(
-        Nested(), feedback_memory=1, spill_dir=spill
+        nested, feedback_memory=1, spill_dir=spill
     )
     looped = looped.name("looped").uid("looped")
     looped.select("value", "steps").sink_to(ed.ParquetSink(out)).name("files").uid("files")
@@ -131,15 +121,6 @@ SCRIPT = textwrap.dedent(
     sys.exit(3)
     """
 )
-
-
-def nested_steps(value: int) -> int:
-    """Plain-Python reference: the steps the nested loops count for ``value``."""
-    outer, steps = value % 7 + 1, 0
-    while outer > 0:
-        steps += (value + outer) % 3 + 1
-        outer -= 1
-    return steps
 
 
 def _run(script: Path, tmp: Path, p: int, checkpoints: str, mode: str, runner: str) -> str:
