@@ -423,6 +423,25 @@ def kill_after_checkpoints(
     return outputs
 
 
+def int_key_group(key: int, max_parallelism: int = 128) -> int:
+    """The key group of an ``Int64`` key, as the engine computes it (``keygroup::mix64``,
+    the murmur3 finalizer, modulo ``max_parallelism``): for tests that pick keys
+    falling in one key group.
+
+    Example:
+        >>> int_key_group(0), 0 <= int_key_group(12345) < 128
+        (0, True)
+    """
+    mask = (1 << 64) - 1
+    x = key & mask
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & mask
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & mask
+    x ^= x >> 33
+    return x % max_parallelism
+
+
 def collatz_steps(n: int) -> int:
     """How many Collatz steps (``n/2`` if even, ``3n+1`` if odd) take ``n`` to 1.
 

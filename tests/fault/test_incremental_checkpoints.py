@@ -29,25 +29,12 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import int_key_group, kill_after_checkpoints, read_parquet_dir
 
 MAX_PARALLELISM = 128
 KEYS = 20_000
-_MASK = (1 << 64) - 1
 
-
-def _mix64(x: int) -> int:
-    """The murmur3 finalizer ``keygroup::mix64`` hashes an Int64 key with."""
-    x &= _MASK
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & _MASK
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & _MASK
-    x ^= x >> 33
-    return x
-
-
-HOT = [k for k in range(KEYS) if _mix64(k) % MAX_PARALLELISM == 0]
+HOT = [k for k in range(KEYS) if int_key_group(k, MAX_PARALLELISM) == 0]
 
 
 class HotKeys:

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import SleepPerBatch, int_key_group, read_parquet_dir, wait_until
 
 KEYS = 5
 RULES = [{"k": k, "factor": k + 1} for k in range(KEYS)]
@@ -281,21 +281,8 @@ if __name__ == "__main__":
 MAX_PARALLELISM = 128
 INCR_KEYS = 3_000
 HOT_ROWS = 30_000
-_MASK = (1 << 64) - 1
 
-
-def _mix64(x: int) -> int:
-    """The murmur3 finalizer ``keygroup::mix64`` hashes an Int64 key with."""
-    x &= _MASK
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & _MASK
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & _MASK
-    x ^= x >> 33
-    return x
-
-
-HOT = [k for k in range(INCR_KEYS) if _mix64(k) % MAX_PARALLELISM == 0]
+HOT = [k for k in range(INCR_KEYS) if int_key_group(k, MAX_PARALLELISM) == 0]
 
 
 def _hot_key(v: int) -> int:
