@@ -61,11 +61,13 @@ class BucketsWithRules(ed.KeyedBroadcastProcessFunction):
         return [{"k": ctx.key, "bucket": bucket, "count": count, "factor": factor}]
 
 
-def _job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream:
-    rules = env.from_collection(RULES).set_parallelism(1).name("rules").uid("rules")
-    keyed = (
+def _keyed_numbers(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.KeyedStream:
+    """``0..n`` with event time ``value`` (one source subtask: in order), slowed by
+    ``sleep`` a batch, keyed by ``value % KEYS``; the uids the savepoints and the v4
+    fixture were written with."""
+    return (
         env.from_sequence(0, n)
-        .set_parallelism(1)  # one source subtask: values (event times) in order
+        .set_parallelism(1)
         .name("numbers")
         .uid("numbers")
         .assign_timestamps("value")
@@ -79,6 +81,11 @@ def _job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream:
         .uid("key")
         .key_by("k")
     )
+
+
+def _job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream:
+    rules = env.from_collection(RULES).set_parallelism(1).name("rules").uid("rules")
+    keyed = _keyed_numbers(env, n, sleep)
     out = keyed.connect(rules.broadcast()).process(BucketsWithRules(), schema=SCHEMA)
     return out.name("buckets").uid("buckets")
 
@@ -167,22 +174,7 @@ class WatermarkProbe(ed.KeyedBroadcastProcessFunction):
 
 def _probe(env: ed.StreamEnvironment, n: int, sleep: float, out: Path) -> None:
     rules = env.from_collection(RULES).set_parallelism(1).name("rules").uid("rules")
-    keyed = (
-        env.from_sequence(0, n)
-        .set_parallelism(1)
-        .name("numbers")
-        .uid("numbers")
-        .assign_timestamps("value")
-        .set_parallelism(1)
-        .uid("ts")
-        .map_batches(SleepPerBatch(sleep))
-        .set_parallelism(1)
-        .uid("slow")
-        .with_columns(k=ed.col("value") % KEYS)
-        .set_parallelism(1)
-        .uid("key")
-        .key_by("k")
-    )
+    keyed = _keyed_numbers(env, n, sleep)
     schema = pa.schema([("k", pa.int64()), ("value", pa.int64()), ("wm", pa.int64())])
     probe = keyed.connect(rules.broadcast()).process(WatermarkProbe(), schema=schema)
     probe.uid("buckets").sink_to(ed.ParquetSink(str(out))).uid("out")
