@@ -23,6 +23,12 @@ without the native extension; building and running jobs needs
 
 from __future__ import annotations
 
+from .broadcast_functions import (
+    BroadcastContext,
+    BroadcastProcessFunction,
+    KeyedBroadcastContext,
+    KeyedBroadcastProcessFunction,
+)
 from .config import CheckpointConfig, RestartStrategy, parse_duration
 from .connected import (
     BroadcastConnectedStreams,
@@ -46,11 +52,7 @@ from .errors import (
 )
 from .expr import Expr, col, lit
 from .functions import (
-    BroadcastContext,
-    BroadcastProcessFunction,
     CoProcessFunction,
-    KeyedBroadcastContext,
-    KeyedBroadcastProcessFunction,
     ListState,
     MapState,
     ProcessContext,

@@ -28,12 +28,8 @@ from ._exec.factory import RunnerFactory
 from ._exec.process import KeyedCoProcessRunner
 from ._exec.records import ConnectedRecordRunner
 from ._graph import LogicalEdge
-from .functions import (
-    BroadcastProcessFunction,
-    CoProcessFunction,
-    KeyedBroadcastProcessFunction,
-    Row,
-)
+from .broadcast_functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
+from .functions import CoProcessFunction, Row
 
 if TYPE_CHECKING:
     from .stream import DataStream

@@ -31,11 +31,7 @@ if TYPE_CHECKING:
     from .windows import OutputTag
 
 __all__ = [
-    "BroadcastContext",
-    "BroadcastProcessFunction",
     "CoProcessFunction",
-    "KeyedBroadcastContext",
-    "KeyedBroadcastProcessFunction",
     "ListState",
     "MapState",
     "ProcessContext",
@@ -102,29 +98,33 @@ def _plain(entry: Any) -> Any:
     return entry.value if type(entry) is _Expiring else entry
 
 
-def purge_expired(values: dict[str, Any], now: int) -> bool:
-    """Drops the expired entries of one key's states (``values``: name -> value,
-    list or dict as the states keep them); a state left empty is removed.
-    Returns whether the key holds no state any more."""
-    for name in list(values):
-        held = values[name]
+def purge_column(column: dict[Hashable, Any], now: int) -> list[Hashable]:
+    """Drops the expired entries of one named state's column (``key -> value``, list
+    or dict as the state keeps it); a key whose value, list or map is left empty
+    loses its entry. Returns the keys whose entry changed."""
+    changed: list[Hashable] = []
+    for key, held in list(column.items()):
         if type(held) is _Expiring:
             if held.expires_at <= now:
-                del values[name]
+                del column[key]
+                changed.append(key)
         elif type(held) is list:
             live = [e for e in held if _live(e, now)]
             if len(live) != len(held):
                 if live:
-                    values[name] = live
+                    column[key] = live
                 else:
-                    del values[name]
+                    del column[key]
+                changed.append(key)
         elif type(held) is dict:
             expired = [k for k, e in held.items() if not _live(e, now)]
             for k in expired:
                 del held[k]
-            if expired and not held:
-                del values[name]
-    return not values
+            if expired:
+                if not held:
+                    del column[key]
+                changed.append(key)
+    return changed
 
 
 def _ttl_ms(ttl: Duration | None, operator: str, name: str) -> int | None:
@@ -154,7 +154,7 @@ class ValueState:
     part of checkpoints.
     """
 
-    __slots__ = ("_ctx", "_default", "_ttl", "name")
+    __slots__ = ("_col", "_ctx", "_default", "_ttl", "name")
 
     def __init__(
         self, ctx: ProcessContext, name: str, default: Any = None, ttl: int | None = None
@@ -163,34 +163,40 @@ class ValueState:
         self.name = name
         self._default = default
         self._ttl = ttl
+        self._col: dict[Hashable, Any] = ctx._column(name)
+        """The state's column, ``key -> value``, shared with the runner (issue 16)."""
 
     def value(self) -> Any:
         """Returns the value for the current key, or the default (``None``) if unset
         (or, with a ttl, written longer ago than the ttl)."""
-        values = self._ctx._values  # the per-record path: no call while a key is bound
-        if values is None:
-            values = self._ctx._current_values()  # raises: no key is bound
-        held = values.get(self.name, _MISSING)
+        ctx = self._ctx
+        if not ctx._bound:
+            ctx._require_key()  # raises: no key is bound
+        held = self._col.get(ctx.key, _MISSING)
         if held is _MISSING:
             return self._default
         if type(held) is _Expiring:
             if held.expires_at <= _clock():
-                del values[self.name]
+                del self._col[ctx.key]
+                ctx._gone.append(ctx.key)
                 return self._default
             return held.value
         return held
 
     def update(self, value: Any) -> None:
         """Sets the value for the current key (with a ttl: for the ttl from now)."""
-        values = self._ctx._values
-        if values is None:
-            values = self._ctx._current_values()  # raises: no key is bound
+        ctx = self._ctx
+        if not ctx._bound:
+            ctx._require_key()  # raises: no key is bound
         ttl = self._ttl
-        values[self.name] = value if ttl is None else _Expiring(value, _clock() + ttl)
+        self._col[ctx.key] = value if ttl is None else _Expiring(value, _clock() + ttl)
 
     def clear(self) -> None:
         """Removes the value for the current key."""
-        self._ctx._current_values().pop(self.name, None)
+        ctx = self._ctx
+        ctx._require_key()
+        if self._col.pop(ctx.key, _MISSING) is not _MISSING:
+            ctx._gone.append(ctx.key)
 
     def __repr__(self) -> str:
         return f"ValueState({self.name!r})"
@@ -203,12 +209,13 @@ class ListState:
     picklable; they are part of checkpoints. An empty list holds no state.
     """
 
-    __slots__ = ("_ctx", "_ttl", "name")
+    __slots__ = ("_col", "_ctx", "_ttl", "name")
 
     def __init__(self, ctx: ProcessContext, name: str, ttl: int | None = None) -> None:
         self._ctx = ctx
         self.name = name
         self._ttl = ttl
+        self._col: dict[Hashable, list[Any]] = ctx._column(name)
 
     def _wrap(self, items: list[Any]) -> list[Any]:
         ttl = self._ttl
@@ -217,11 +224,20 @@ class ListState:
         expires = _clock() + ttl
         return [_Expiring(v, expires) for v in items]
 
+    def _key(self) -> Hashable:
+        ctx = self._ctx
+        ctx._require_key()
+        return ctx.key
+
+    def _drop(self, key: Hashable) -> None:
+        if self._col.pop(key, _MISSING) is not _MISSING:
+            self._ctx._gone.append(key)
+
     def get(self) -> list[Any]:
         """The current key's elements in the order added (a new list; empty when unset).
         With a ttl, each element lives for the ttl from when it was added."""
-        values = self._ctx._current_values()
-        held = values.get(self.name)
+        key = self._key()
+        held = self._col.get(key)
         if not held:
             return []
         if not self._ctx._ttl_seen:
@@ -230,33 +246,41 @@ class ListState:
         live = [e for e in held if _live(e, now)]
         if len(live) != len(held):
             if live:
-                values[self.name] = live
+                self._col[key] = live
             else:
-                del values[self.name]
+                self._drop(key)
         return [_plain(e) for e in live]
+
+    def _extend(self, items: list[Any]) -> None:
+        key = self._key()
+        held = self._col.get(key)
+        if held is None:
+            self._col[key] = self._wrap(list(items))
+        else:
+            held.extend(self._wrap(items))
 
     def add(self, value: Any) -> None:
         """Appends ``value`` to the current key's list."""
-        self._ctx._current_values().setdefault(self.name, []).extend(self._wrap([value]))
+        self._extend([value])
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Appends every element of ``values``, in order."""
         items = _as_list(values, self._ctx.name, f"ListState({self.name!r}).add_all")
         if items:
-            self._ctx._current_values().setdefault(self.name, []).extend(self._wrap(items))
+            self._extend(items)
 
     def update(self, values: Iterable[Any]) -> None:
         """Replaces the current key's list with the elements of ``values``."""
         items = _as_list(values, self._ctx.name, f"ListState({self.name!r}).update")
-        current = self._ctx._current_values()
+        key = self._key()
         if items:
-            current[self.name] = self._wrap(items)
+            self._col[key] = self._wrap(items)
         else:
-            current.pop(self.name, None)
+            self._drop(key)
 
     def clear(self) -> None:
         """Removes the current key's list."""
-        self._ctx._current_values().pop(self.name, None)
+        self._drop(self._key())
 
     def __repr__(self) -> str:
         return f"ListState({self.name!r})"
@@ -273,17 +297,28 @@ class MapState:
     empty map holds no state.
     """
 
-    __slots__ = ("_ctx", "_ttl", "name")
+    __slots__ = ("_col", "_ctx", "_ttl", "name")
 
     def __init__(self, ctx: ProcessContext, name: str, ttl: int | None = None) -> None:
         self._ctx = ctx
         self.name = name
         self._ttl = ttl
+        self._col: dict[Hashable, Any] = ctx._column(name)
+
+    def _slot(self) -> tuple[dict[Hashable, Any], Hashable]:
+        """Where the current key's map is: its state's column and the key."""
+        ctx = self._ctx
+        ctx._require_key()
+        return self._col, ctx.key
+
+    def _emptied(self, key: Hashable) -> None:
+        """The map of ``key`` was removed (the runner drops a key without state)."""
+        self._ctx._gone.append(key)
 
     def _map(self) -> dict[Any, Any]:
         """The current key's map, its expired entries dropped, values still wrapped."""
-        values = self._ctx._current_values()
-        held: dict[Any, Any] | None = values.get(self.name)
+        col, key = self._slot()
+        held: dict[Any, Any] | None = col.get(key)
         if not held:
             return {}
         if self._ctx._ttl_seen:
@@ -292,7 +327,8 @@ class MapState:
             for k in expired:
                 del held[k]
             if not held:
-                del values[self.name]
+                del col[key]
+                self._emptied(key)
         return held
 
     def get(self, key: Hashable, default: _D | None = None) -> Any | _D | None:
@@ -310,18 +346,21 @@ class MapState:
                 f"got {type(key).__name__}"
             ) from None
         ttl = self._ttl
-        self._ctx._current_values().setdefault(self.name, {})[key] = (
-            value if ttl is None else _Expiring(value, _clock() + ttl)
-        )
+        col, slot = self._slot()
+        held = col.get(slot)
+        if held is None:
+            held = col[slot] = {}
+        held[key] = value if ttl is None else _Expiring(value, _clock() + ttl)
 
     def remove(self, key: Hashable) -> None:
         """Removes ``key`` (a no-op when absent)."""
-        current = self._ctx._current_values()
-        entries = current.get(self.name)
+        col, slot = self._slot()
+        entries = col.get(slot)
         if entries is not None:
             entries.pop(key, None)
             if not entries:
-                del current[self.name]
+                del col[slot]
+                self._emptied(slot)
 
     def contains(self, key: Hashable) -> bool:
         """Whether ``key`` is set for the current key."""
@@ -341,7 +380,9 @@ class MapState:
 
     def clear(self) -> None:
         """Removes the current key's map."""
-        self._ctx._current_values().pop(self.name, None)
+        col, slot = self._slot()
+        if col.pop(slot, _MISSING) is not _MISSING:
+            self._emptied(slot)
 
     def __repr__(self) -> str:
         return f"MapState({self.name!r})"
@@ -399,7 +440,7 @@ class TimerService:
                 "(an ed.ProcessFunction that implements on_timer)",
                 operator=ctx.name,
             )
-        ctx._current_values()  # only while a key is current
+        ctx._require_key()  # only while a key is current
         return ctx._timers
 
     def register_event_time_timer(self, timestamp: int) -> None:
@@ -463,13 +504,15 @@ class ProcessContext:
     """
 
     __slots__ = (
+        "_bound",
+        "_cols",
+        "_gone",
         "_kinds",
         "_side_rows",
         "_states",
         "_timer_service",
         "_timers",
         "_ttl_seen",
-        "_values",
         "attempt",
         "current_checkpoint",
         "key",
@@ -490,7 +533,16 @@ class ProcessContext:
         self.timestamp: int | None = None
         self.time_domain: str | None = None
         """In ``on_timer``: ``"event_time"`` or ``"processing_time"``; else ``None``."""
-        self._values: dict[str, Any] | None = None
+        self._bound = False
+        """Whether a key is current (``key``): set by the runner around the calls of
+        process_element and on_timer."""
+        self._cols: dict[str, dict[Hashable, Any]] = {}
+        """The keyed state, one column per named state: ``name -> {key: value}`` (a
+        value, or the list or dict of a list or map state; ``_Expiring`` with a ttl).
+        The runner's own dict (issue 16: a dict per state, not one per key)."""
+        self._gone: list[Hashable] = []
+        """Keys that lost an entry of a column (cleared, emptied, expired): the
+        runner drops those left without state (the runner's own list)."""
         self._states: dict[str, tuple[type, Any, Any, ValueState | ListState | MapState]] = {}
         """name -> (state class, default, ttl as given, the state handle)."""
         self._kinds: dict[str, str] = {}
@@ -620,15 +672,21 @@ class ProcessContext:
             )
         return ttl_ms
 
-    def _current_values(self) -> dict[str, Any]:
-        if self._values is None:
+    def _column(self, name: str) -> dict[Hashable, Any]:
+        """The column of state ``name`` (made empty when new)."""
+        column = self._cols.get(name)
+        if column is None:
+            column = self._cols[name] = {}
+        return column
+
+    def _require_key(self) -> None:
+        if not self._bound:
             raise EddylineError(
                 f"operator '{self.name}': keyed state and timers are only available while a "
                 "record or a timer of a key is processed (process_element, on_timer), not in "
                 "open(), end_input(), finish() or close()",
                 operator=self.name,
             )
-        return self._values
 
     def __repr__(self) -> str:
         return f"ProcessContext(name={self.name!r}, key={self.key!r})"
@@ -727,142 +785,3 @@ class CoProcessFunction(ProcessFunction):
     def process_element(self, row: Row, ctx: ProcessContext) -> Iterable[Row] | None:
         """Not used: a CoProcessFunction gets its rows by input."""
         raise TypeError("a CoProcessFunction handles rows in process_element1/process_element2")
-
-
-class _ReadOnlyMapState(MapState):
-    """The broadcast state as :meth:`BroadcastProcessFunction.process_element` sees it."""
-
-    __slots__ = ()
-
-    def put(self, key: Hashable, value: Any) -> None:
-        raise TypeError(
-            f"operator '{self._ctx.name}': the broadcast state is read-only in "
-            "process_element (and on_timer): write it in process_broadcast_element, so that "
-            "every subtask holds the same state"
-        )
-
-    def remove(self, key: Hashable) -> None:
-        self.put(key, None)
-
-    def clear(self) -> None:
-        self.put(None, None)
-
-
-class BroadcastContext:
-    """What a :class:`BroadcastProcessFunction` sees: ``broadcast_state`` (a
-    :class:`MapState`, read-only in ``process_element``), ``name``,
-    ``subtask_index`` and ``parallelism``.
-
-    On a keyed stream (``keyed.connect(rules.broadcast())``) the context of
-    ``process_broadcast_element`` also offers :meth:`apply_to_keyed_state`.
-    """
-
-    def __init__(self, name: str, subtask_index: int, parallelism: int, read_only: bool) -> None:
-        self.name = name
-        self.subtask_index = subtask_index
-        self.parallelism = parallelism
-        self._values: dict[str, Any] = {}
-        self._ttl_seen = False
-        self._apply: Callable[[Callable[..., Any], str | None], None] | None = None
-        cls = _ReadOnlyMapState if read_only else MapState
-        self.broadcast_state = cls(self, "broadcast")  # type: ignore[arg-type]
-
-    def _current_values(self) -> dict[str, Any]:
-        return self._values
-
-    def apply_to_keyed_state(
-        self,
-        fn: Callable[[Hashable, ProcessContext], Iterable[Row] | None],
-        state: str | None = None,
-    ) -> None:
-        """Calls ``fn(key, ctx)`` for every key of this subtask that holds keyed state
-        (Flink's ``applyToKeyedState``); only on a keyed stream, in
-        ``process_broadcast_element``.
-
-        ``ctx`` is the :class:`ProcessContext` bound to ``key``: ``fn`` may read,
-        change or clear any of the key's states and register timers. Rows it
-        returns are emitted. Keys are visited by key group, then in the order
-        they first got state.
-
-        Args:
-            fn: The function to call per key.
-            state: Only the keys holding the state of this name.
-
-        Raises:
-            EddylineError: Not on a keyed stream.
-        """
-        if self._apply is None:
-            raise EddylineError(
-                f"operator '{self.name}': apply_to_keyed_state() needs a keyed stream "
-                "(keyed.connect(rules.broadcast()).process(fn))",
-                operator=self.name,
-            )
-        if not callable(fn):
-            raise TypeError(
-                f"operator '{self.name}': apply_to_keyed_state() needs a function "
-                f"fn(key, ctx), got {fn!r}"
-            )
-        self._apply(fn, state)
-
-
-class KeyedBroadcastContext(ProcessContext):
-    """What :meth:`BroadcastProcessFunction.process_element` and
-    :meth:`KeyedBroadcastProcessFunction.on_timer` see on a keyed stream: a
-    :class:`ProcessContext` (``ctx.key``, keyed state, timers, side outputs)
-    with ``broadcast_state``, read-only."""
-
-    __slots__ = ("broadcast_state",)
-
-    def __init__(
-        self, name: str, subtask_index: int, parallelism: int, attempt: int, broadcast: MapState
-    ) -> None:
-        super().__init__(name, subtask_index, parallelism, attempt)
-        self.broadcast_state = broadcast
-
-
-class BroadcastProcessFunction:
-    """A function over a stream connected with a broadcast stream
-    (``stream.connect(rules.broadcast()).process(fn)``; Flink's broadcast
-    state pattern).
-
-    :meth:`process_broadcast_element` sees every row of the broadcast input
-    in every parallel subtask and may write ``ctx.broadcast_state``;
-    :meth:`process_element` sees the other input's rows and reads it. Every
-    subtask therefore holds the same broadcast state; it is checkpointed once
-    and restored into every subtask at any parallelism. Rows of the two
-    inputs interleave in no fixed order: a row may be processed before a
-    broadcast row that was produced earlier.
-    """
-
-    def open(self, ctx: BroadcastContext) -> None:
-        """Called once per parallel instance before any row."""
-
-    def process_element(self, row: Row, ctx: BroadcastContext) -> Iterable[Row] | None:
-        """Handles a row of the (non-broadcast) input; returns rows to emit."""
-        raise NotImplementedError("BroadcastProcessFunction subclasses must implement it")
-
-    def process_broadcast_element(self, row: Row, ctx: BroadcastContext) -> Iterable[Row] | None:
-        """Handles a row of the broadcast input (in every subtask); returns rows to emit."""
-        raise NotImplementedError("BroadcastProcessFunction subclasses must implement it")
-
-    def close(self) -> None:
-        """Called once per parallel instance at the end, also after failures."""
-
-
-class KeyedBroadcastProcessFunction(BroadcastProcessFunction):
-    """A :class:`BroadcastProcessFunction` on a keyed stream with timers
-    (``keyed.connect(rules.broadcast()).process(fn)``; Flink's
-    KeyedBroadcastProcessFunction).
-
-    :meth:`process_element` sees a :class:`KeyedBroadcastContext`: the key's
-    state and timers and the read-only broadcast state;
-    :meth:`process_broadcast_element` writes the broadcast state and may
-    visit every key's state with ``ctx.apply_to_keyed_state(fn)``. A plain
-    :class:`BroadcastProcessFunction` runs on a keyed stream too; this class
-    adds :meth:`on_timer`.
-    """
-
-    def on_timer(self, timestamp: int, ctx: KeyedBroadcastContext) -> Iterable[Row] | None:
-        """Called when a timer of ``ctx.key`` fires (``ctx.time_domain`` says which
-        kind); returns records to emit. The broadcast state is read-only here."""
-        return None

@@ -76,7 +76,7 @@ def test_a_checkpoint_re_pickles_only_the_key_groups_touched() -> None:
     # The blobs restore exactly what the runner holds.
     restored = _runner()
     restored.restore(third)
-    assert restored._state == runner._state
+    assert restored.state_by_group() == runner.state_by_group()
     assert restored.timers_pending() == 1
 
 
@@ -103,7 +103,7 @@ def test_an_advancing_watermark_re_serializes_only_the_changed_key_groups() -> N
     restored.restore((entries, third))
     assert restored.watermark == MIN_WM, "resolved by open (which knows the subtask)"
     restored.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
-    assert restored.watermark == 20 and restored._state == runner._state
+    assert restored.watermark == 20 and restored.state_by_group() == runner.state_by_group()
 
 
 def test_a_watermark_without_state_is_checkpointed_alone() -> None:

@@ -181,5 +181,5 @@ def test_a_v3_checkpoint_restores_state_timers_and_watermark() -> None:
         {},
     )
     restored = _open(0, 1, {18: pickle.dumps(v3)})
-    assert restored.watermark == 450 and restored._state == {18: {2: {"value": 7}}}
+    assert restored.watermark == 450 and restored.state_by_group() == {18: {2: {"value": 7}}}
     assert _rows(restored.on_watermark(600)) == [{"k": 2, "t": 500, "sum": 7}]

@@ -22,14 +22,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import CheckpointError
-from ..functions import (
+from ..broadcast_functions import (
     BroadcastContext,
     BroadcastProcessFunction,
     KeyedBroadcastContext,
     KeyedBroadcastProcessFunction,
-    ProcessContext,
 )
+from ..errors import CheckpointError
+from ..functions import ProcessContext
 from .base import Runner, RunnerOutput, State
 from .output import RowWriter
 from .process import KeyedProcessRunner, _overrides
@@ -217,6 +217,7 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
         )
         context._timers = self
         context._ttl_seen = self._ttl_restored
+        self._share_state(context)
         return context
 
     def open(self, ctx: dict[str, Any]) -> None:
@@ -263,13 +264,15 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
     def _apply_to_keyed_state(self, fn: Callable[..., Any], state: str | None) -> None:
         """``ctx.apply_to_keyed_state(fn, state)``: ``fn(key, ctx)`` per key with state."""
         out = self._applied
-        for group in sorted(self._state):
-            entries = self._state.get(group)
-            if not entries:
-                continue
-            for key in list(entries):
-                values = entries.get(key)
-                if values is None or (state is not None and state not in values):
+        column = self._cols.get(state) if state is not None else None
+        if state is not None and not column:
+            return
+        for group in sorted(self._members):
+            # (Keys registered by fn itself, or unregistered by it, are not revisited.)
+            for key in list(self._members.get(group, ())):
+                if self._group_of.get(key) != group:
+                    continue  # (dropped by fn for an earlier key)
+                if column is not None and key not in column:
                     continue
                 result = self._call_for_key(group, key, None, fn, key)
                 if isinstance(result, dict):

@@ -207,21 +207,20 @@ def compile_process(
 ) -> Callable[..., None]:
     """Compiles the per-record loop of a keyed process function for a batch's schema.
 
-    The generated function is ``loop(fn, ctx, runner, bind, bound, append, keys,
-    groups, times, p, gone, c0..cm, a0..aw)``. Per row it builds the row dict, binds
-    the key's state (``bound[key]``, else ``bind(key, group)`` for a key new to the
-    operator: issue 16 "Python state stays cheap"), sets ``ctx.key``
+    The generated function is ``loop(fn, ctx, runner, bind, known, append, keys,
+    groups, times, p, c0..cm, a0..aw)``. Per row it builds the row dict, registers
+    a key new to the operator (not in ``known``, one dict lookup per row:
+    ``bind(key, group)``; the state handles find a key's value in their state's
+    column by ``ctx.key``: issue 16 "Python state stays cheap"), sets ``ctx.key``
     (``ctx.timestamp`` only with ``event_time``; ``runner._group`` only when the
     function may register ``timers``), calls ``fn(row, ctx)`` and emits what it
     returns (None, a dict, or an iterable of dicts) as the record chain does
-    (:func:`compile_chain` with ``outputs``); a key whose state is empty after the
-    call is handed to ``gone((key, group))`` (the runner drops it after the
-    batch). ``key_column``: the index of the single key column (its value is
-    the key), or ``None`` to take the keys from ``keys``. With ``positions``,
-    ``p(i)`` is called with the input row's index for every output row (a
-    worker process returns them to put the outputs of its key groups back in
-    input order). The loop's locals ``_row`` and ``_key``
-    name the failing row and key (:func:`frame_of`).
+    (:func:`compile_chain` with ``outputs``). ``key_column``: the index of the
+    single key column (its value is the key), or ``None`` to take the keys from
+    ``keys``. With ``positions``, ``p(i)`` is called with the input row's index
+    for every output row (a worker process returns them to put the outputs of its
+    key groups back in input order). The loop's locals ``_row`` and ``_key`` name
+    the failing row and key (:func:`frame_of`).
     """
     cols = "".join(f", _c{i}" for i in range(len(names)))
     outs = "".join(f", _a{j}" for j in range(len(outputs or ())))
@@ -240,16 +239,14 @@ def compile_process(
     else:
         loop = f"    for {target} in zip({', '.join(sources)}):"
     lines = [
-        f"def _process(_fn, _ctx, _self, _bind, _bound, _append, _keys, _groups, _times, _p,"
-        f" _gone{cols}{outs}):",
+        f"def _process(_fn, _ctx, _self, _bind, _known, _append, _keys, _groups, _times, _p"
+        f"{cols}{outs}):",
         loop,
         f"        _key = {'_k' if key_column is None else f'_v{key_column}'}",
         f"        _row = {{{_dict_items(names)}}}",
-        "        _vals = _bound.get(_key)",
-        "        if _vals is None:",
-        "            _vals = _bind(_key, _g)",
+        "        if _key not in _known:",
+        "            _bind(_key, _g)",
         "        _ctx.key = _key",
-        "        _ctx._values = _vals",
     ]
     if event_time:
         lines.append("        _ctx.timestamp = _t")
@@ -257,8 +254,6 @@ def compile_process(
         lines.append("        _self._group = _g")
     lines += [
         "        _o = _fn(_row, _ctx)",
-        "        if not _vals:",
-        "            _gone((_key, _g))",
         "        if _o is None:",
         "            continue",
         "        if _o.__class__ is _list:",

@@ -18,16 +18,15 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from ..broadcast_functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from ..errors import CheckpointError, EddylineError, SchemaError
 from ..functions import (
     MIN_WATERMARK,
-    BroadcastProcessFunction,
-    KeyedBroadcastProcessFunction,
     ProcessContext,
     ProcessFunction,
     Row,
     processing_time,
-    purge_expired,
+    purge_column,
 )
 from .base import RunnerOutput
 from .codegen import compile_process, frame_of, pylist
@@ -64,7 +63,14 @@ own (see :meth:`KeyedProcessRunner.open`)."""
 class KeyedProcessRunner(KeyedRunner, PooledProcess):
     """``key_by(...).process(fn)`` with per-key value state and event-time timers.
 
-    ``self._state[key_group][key]`` holds the key's named values;
+    The keyed state is held by column (issue 16): ``self._cols[name][key]`` is
+    the value (list, map) of state ``name`` for ``key``, one dict per named
+    state, so that the per-record path finds a key's value in one dict and no
+    dict per key is spread over memory. ``self._group_of[key]`` is the key
+    group of every key that may hold state and ``self._members[key_group]``
+    its keys (in the order they got state), so that a key group's blob
+    ``{key: {name: value}}`` (format v5, the layout checkpoints keep) is built
+    at a snapshot and spread back into the columns at a restore;
     ``self._timers[key_group][key]`` the timestamps of its timers, mirrored in
     a heap of ``(timestamp, seq, key_group, key)`` entries (deleted timers
     are skipped when popped). Timers fire in :meth:`on_watermark`, in
@@ -110,12 +116,18 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         self._restored_kinds: dict[str, str] = {}
         """The kinds of the named states restored from a checkpoint (name -> kind)."""
         self._dirty: set[int] = set()
-        self._flat: dict[Hashable, dict[str, Any]] | None = None
-        """Every key with state -> its named values: the same dicts as in ``_state``, looked
-        up by key alone, so that a batch binds only the keys new to the operator and writes
-        nothing back (issue 16). ``None``: rebuilt from ``_state`` when next needed (after a
-        restore); kept in step by every path that adds or removes a key of ``_state``."""
         """Key groups whose state or timers may have changed since their last snapshot."""
+        self._cols: dict[str, dict[Hashable, Any]] = {}
+        """name -> {key: value}: the keyed state, shared with the context's state
+        handles (``ProcessContext._cols``); columns are cleared, never replaced."""
+        self._group_of: dict[Hashable, int] = {}
+        """Every key that may hold state -> its key group (one lookup per record:
+        only a key new to the operator is registered, by ``_bind``)."""
+        self._members: dict[int, dict[Hashable, None]] = {}
+        """key group -> its keys of ``_group_of``, in the order they were registered."""
+        self._gone: list[Hashable] = []
+        """Keys to check after a batch (new ones, and those whose state lost an
+        entry): one left without state is unregistered, so snapshots stay small."""
         self._inner: dict[int, bytes] = {}
         """Per key group its blob (v5) as of its last snapshot, valid while the key
         group is not in ``_dirty`` and the kinds are ``_inner_kinds`` (v4 mode: its
@@ -147,7 +159,13 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         context = ProcessContext(name, subtask_index, parallelism, attempt)
         context._timers = self
         context._ttl_seen = self._ttl_restored
+        self._share_state(context)
         return context
+
+    def _share_state(self, context: ProcessContext) -> None:
+        """Gives ``context`` (and so its state handles) this runner's columns."""
+        context._cols = self._cols
+        context._gone = self._gone
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
@@ -195,8 +213,11 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         return KeyedProcessRunner._keyed_snapshot(self)
 
     def _drop_local_state(self) -> None:
-        self._state.clear()
-        self._flat = None
+        for column in self._cols.values():
+            column.clear()  # (the state handles hold the columns)
+        self._group_of.clear()
+        self._members.clear()
+        self._gone.clear()
         self._inner.clear()
         self._blobs.clear()
         self._dirty.clear()
@@ -363,44 +384,32 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                 for add, value in zip(appenders, fields_of(row), strict=True):
                     add(value)
 
-        # A key's state is found by the key alone (``_flat``); only a key new to the
-        # operator is bound (its empty values put in its key group), and nothing is
-        # written back after the batch (issue 16: "Python state stays cheap").
-        bound = self._index()
-        state = self._state
-        gone: list[tuple[Hashable, int]] = []
-
-        def bind(key: Hashable, group: int) -> dict[str, Any]:
-            values: dict[str, Any] = {}
-            entries = state.get(group)
-            if entries is None:
-                entries = state[group] = {}
-            entries[key] = values
-            bound[key] = values
-            return values
-
+        # A key's state is found in the states' columns by the key alone; only a
+        # key new to the operator is registered (with its key group), and nothing
+        # is written back after the batch (issue 16: "Python state stays cheap").
         ctx = self._context
         ctx.timestamp = None
+        ctx._bound = True
         try:
             with UserCode(self.name, describe=lambda exc: self._failure(exc, loop.__code__)):
                 loop(
                     self._fn,
                     ctx,
                     self,
-                    bind,
-                    bound,
+                    self._bind,
+                    self._group_of,
                     append,
                     keys,
                     groups,
                     times,
                     positions.append if positions is not None else None,
-                    gone.append,
                     *columns,
                     *appenders,
                 )
         finally:
             self._unbind()
-            self._settle((0,) if key_groups is None else groups, gone)
+            self._dirty.update((0,) if key_groups is None else groups)
+            self._settle()
         if outputs is None:
             return self._writer.encode(rows)
         if not out_columns[0]:
@@ -420,31 +429,47 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             tb=(tb.tb_next or tb) if tb is not None else None,
         )
 
-    def _index(self) -> dict[Hashable, dict[str, Any]]:
-        """``_flat``, rebuilt from ``_state`` when it was dropped."""
-        flat = self._flat
-        if flat is None:
-            flat = self._flat = {
-                key: values for entries in self._state.values() for key, values in entries.items()
-            }
-        return flat
+    def _bind(self, key: Hashable, group: int) -> None:
+        """Registers ``key`` (new to the operator) in key group ``group``; it is
+        checked after the batch (unregistered again if it got no state)."""
+        self._group_of[key] = group
+        members = self._members.get(group)
+        if members is None:
+            members = self._members[group] = {}
+        members[key] = None
+        self._gone.append(key)
 
-    def _settle(self, groups: Iterable[int], gone: list[tuple[Hashable, int]]) -> None:
-        """After a batch: the key groups of its rows (``groups``) are dirty, and a key
-        whose state was empty after one of its rows (``gone``) and still is holds no
-        entry, so snapshots stay small."""
-        self._dirty.update(groups)
+    def _settle(self) -> None:
+        """Unregisters the keys to check (``_gone``) that hold no state, so that
+        snapshots stay small and keys seen once cost nothing later."""
+        gone = self._gone
         if not gone:
             return
-        flat = self._index()
-        state = self._state
-        for key, group in gone:
-            values = flat.get(key)
-            if values is not None and not values:
-                del flat[key]
-                entries = state.get(group)
-                if entries is not None:
-                    entries.pop(key, None)
+        columns = [column for column in self._cols.values() if column]
+        group_of, members = self._group_of, self._members
+        for key in gone:
+            if key in group_of and not any(key in column for column in columns):
+                group = group_of.pop(key)
+                keys = members.get(group)
+                if keys is not None:
+                    keys.pop(key, None)
+                    if not keys:
+                        del members[group]
+        gone.clear()
+
+    def _named_values(self, key: Hashable) -> dict[str, Any]:
+        """``key``'s states as ``{name: value}`` (the per-key layout of checkpoints)."""
+        return {name: column[key] for name, column in self._cols.items() if key in column}
+
+    def state_by_group(self) -> dict[int, dict[Hashable, dict[str, Any]]]:
+        """The keyed state in the layout of checkpoints: ``{key_group: {key: {name:
+        value}}}``, key groups and keys with state only (for tests and tools)."""
+        out: dict[int, dict[Hashable, dict[str, Any]]] = {}
+        for group, keys in self._members.items():
+            values = {key: named for key in keys if (named := self._named_values(key))}
+            if values:
+                out[group] = values
+        return out
 
     def _emit(self, out: list[Any]) -> RunnerOutput:
         """The main output's batch of rows ``out``, then each side output's ``(port, batch)``."""
@@ -472,42 +497,29 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
     def _call_for_key(
         self, group: int, key: Hashable, timestamp: int | None, fn: Callable[..., Any], arg: Any
     ) -> Any:
-        """Calls ``fn(arg, ctx)`` with ``ctx`` bound to ``key``'s state and writes it back.
+        """Calls ``fn(arg, ctx)`` with ``ctx`` bound to ``key`` (of key group ``group``).
 
         A key whose state ends up empty holds no entry, so snapshots stay small.
         """
         ctx = self._context
         self._dirty.add(group)
-        entries = self._state.get(group)
-        if entries is None:
-            entries = self._state[group] = {}
-        values = entries.get(key)
-        fresh = values is None
-        if fresh:
-            values = {}
+        if key not in self._group_of:
+            self._bind(key, group)
         ctx.key = key
         ctx.timestamp = timestamp
-        ctx._values = values
+        ctx._bound = True
         self._group = group
-        result = fn(arg, ctx)
-        flat = self._flat
-        if values:
-            if fresh:
-                entries[key] = values
-                if flat is not None:
-                    flat[key] = values
-        elif not fresh:
-            del entries[key]
-            if flat is not None:
-                flat.pop(key, None)
-        return result
+        try:
+            return fn(arg, ctx)
+        finally:
+            self._settle()
 
     def _unbind(self) -> None:
         """Detaches the context from the last key (after a batch or the timers fired)."""
         ctx = self._context
         ctx.key = None
         ctx.timestamp = None
-        ctx._values = None
+        ctx._bound = False
 
     def on_watermark(self, watermark: int) -> RunnerOutput:
         """Fires the timers at or below ``watermark``, in timestamp order."""
@@ -630,17 +642,13 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         if self._context._ttl_seen:
             # State with a ttl: expired entries are not part of the checkpoint.
             now = processing_time()
-            for group, entries in self._state.items():
-                for key in list(entries):
-                    values = entries[key]
-                    before = _size(values)
-                    if purge_expired(values, now):
-                        del entries[key]
-                        if self._flat is not None:
-                            self._flat.pop(key, None)
-                    if _size(values) != before:
-                        dirty.add(group)
-        groups = {g for g, entries in self._state.items() if entries}
+            group_of = self._group_of
+            for column in self._cols.values():
+                for key in purge_column(column, now):
+                    dirty.add(group_of[key])
+                    self._gone.append(key)
+            self._settle()
+        groups = {g for g, keys in self._members.items() if keys}
         groups.update(g for g, keyed in self._timers.items() if keyed)
         groups.update(g for g, keyed in self._ptimers.items() if keyed)
         v4 = self._watermark_per_key_group
@@ -664,8 +672,10 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         for group in sorted(groups):
             inner = inner_of.get(group)
             if inner is None or group in dirty:
+                named = self._named_values
                 parts = (
-                    self._state.get(group, {}),
+                    # The per-key layout of format v5, built from the columns.
+                    {k: v for k in self._members.get(group, ()) if (v := named(k))},
                     {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
                     {key: sorted(ts) for key, ts in self._ptimers.get(group, {}).items()},
                 )
@@ -707,7 +717,6 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         (the largest of those given is taken): v4, v3, values with timers but
         no watermark, values only, and v2 without the states' kinds.
         """
-        self._flat = None  # rebuilt from the restored key groups
         if isinstance(data, tuple):
             entries, data = data
             self._restore_watermarks(entries)
@@ -715,7 +724,9 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             self._restore_watermarks(data)
             return
         if isinstance(data, bytes | bytearray | memoryview):
-            super().restore(bytes(data))
+            # A whole ``{key_group: {key: {name: value}}}`` table (values only).
+            for group, values in pickle.loads(bytes(data)).items():
+                self._spread(int(group), values)
             return
         if not isinstance(data, dict):
             raise TypeError(f"keyed state must be {{key_group: bytes}}, got {type(data).__name__}")
@@ -727,7 +738,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             group = int(group)
             self._dirty.add(group)
             if isinstance(restored, dict):  # values only
-                self._state.setdefault(group, {}).update(restored)
+                self._spread(group, restored)
                 continue
             _, values, timers, *rest = restored
             if rest and rest[0] is not None:
@@ -735,10 +746,28 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             if len(rest) > 1:
                 self._restored_kinds.update(rest[1])
             if values:
-                self._state.setdefault(group, {}).update(values)
+                self._spread(group, values)
             self._restore_timers(self._timers, self._heap, group, timers)
             if len(rest) > 2:
                 self._restore_timers(self._ptimers, self._pheap, group, rest[2])
+
+    def _spread(self, group: int, values: dict[Hashable, dict[str, Any]]) -> None:
+        """Puts a key group's restored values (``{key: {name: value}}``, the layout
+        of checkpoints) into the states' columns and registers their keys."""
+        members = self._members.setdefault(group, {})
+        group_of, cols = self._group_of, self._cols
+        for key, named in values.items():
+            if not named:
+                continue
+            group_of[key] = group
+            members[key] = None
+            for name, value in named.items():
+                column = cols.get(name)
+                if column is None:
+                    column = cols[name] = {}
+                column[key] = value
+        if not members:
+            del self._members[group]
 
     def _restore_watermarks(self, entries: Any) -> None:
         if not isinstance(entries, list):
@@ -787,11 +816,6 @@ def _overrides(function: Any, hook: str) -> bool:
     elif isinstance(function, BroadcastProcessFunction):
         base = BroadcastProcessFunction
     return getattr(type(function), hook, None) is not getattr(base, hook, None)
-
-
-def _size(values: dict[str, Any]) -> int:
-    """How many entries one key's states hold (a value counts one)."""
-    return sum(len(v) if type(v) is list or type(v) is dict else 1 for v in values.values())
 
 
 def as_v3(blob: Any) -> Any:
