@@ -175,7 +175,8 @@ class ValueState:
         held = self._col.get(ctx.key, _MISSING)
         if held is _MISSING:
             return self._default
-        if type(held) is _Expiring:
+        # (_ttl_seen: a ttl declared or restored, the only ways to _Expiring values.)
+        if ctx._ttl_seen and type(held) is _Expiring:
             if held.expires_at <= _clock():
                 del self._col[ctx.key]
                 ctx._gone.append(ctx.key)

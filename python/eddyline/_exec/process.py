@@ -326,11 +326,11 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         """Runs ``process_element`` over the batch's rows: the main output's batch.
 
         The loop is generated for the batch's schema (:func:`compile_process`):
-        one Python call per row (the user's function), the key's state bound
-        once per batch and written back once after it (issue 16: "Python state
-        stays cheap"), and, once the output schema is known, each output row's
-        fields appended straight to column lists (as the record chain does,
-        issue 19). With ``positions``, the index of the input row of every
+        one Python call per row (the user's function), the key's state found in
+        the states' columns by ``ctx.key`` with nothing bound or written back per
+        row (issue 16: "Python state stays cheap"), and, once the output schema
+        is known, each output row's fields appended straight to column lists (as
+        the record chain does, issue 19). With ``positions``, the index of the input row of every
         output row is appended to it (a worker process, ``process_pool.py``).
         """
         names = tuple(batch.schema.names)
