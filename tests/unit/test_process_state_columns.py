@@ -184,3 +184,51 @@ def test_a_restore_spreads_the_blobs_into_the_columns_and_continues_exactly() ->
     assert _keyed(restored.snapshot(2)) == _keyed(runner.snapshot(2))
     # The timers restored too: both fire the same rows.
     assert _rows(restored.on_watermark(1_000)) == _rows(runner.on_watermark(1_000)) != []
+
+
+class Prune(ed.KeyedBroadcastProcessFunction):
+    """A broadcast row ``{"below": n}`` clears the state of every key whose total is
+    below ``n`` (apply_to_keyed_state, only keys holding "total"); rows add to it,
+    ``v == 0`` only sets a "note"."""
+
+    def process_broadcast_element(self, row: dict[str, Any], ctx: ed.BroadcastContext) -> Any:
+        def prune(key: Any, kctx: ed.ProcessContext) -> list[dict[str, Any]]:
+            total = kctx.get_state("total")
+            if total.value() < row["below"]:
+                total.clear()
+                kctx.get_state("note").clear()
+                return [{"k": key, "total": None}]
+            return [{"k": key, "total": total.value()}]
+
+        ctx.apply_to_keyed_state(prune, state="total")
+
+    def process_element(self, row: dict[str, Any], ctx: ed.KeyedBroadcastContext) -> Any:
+        if row["v"] == 0:
+            ctx.get_state("note").update("zero")
+            return None
+        total = ctx.get_state("total", default=0)
+        total.update(total.value() + row["v"])
+        return None
+
+
+def test_apply_to_keyed_state_visits_the_columns_keys_and_drops_the_cleared() -> None:
+    from eddyline._exec.broadcast import KeyedBroadcastProcessRunner
+
+    runner = KeyedBroadcastProcessRunner("prune", ["k"], Prune(), SCHEMA)
+    runner.open({"subtask_index": 0, "parallelism": 1, "max_parallelism": 128})
+    # Keys 3 and 6 share key group 0; key 9 (group 0) has a note only: not visited.
+    runner.process(0, *_batch([3, 6, 4, 9, 3, 6], [1, 5, 2, 0, 1, 0]))
+    pruned = runner.process(1, pa.record_batch({"below": [3]}), None)
+    # By key group, then in the order the keys got state.
+    assert _rows(pruned) == [
+        {"k": 3, "total": None},
+        {"k": 6, "total": 5},
+        {"k": 4, "total": None},
+    ]
+    assert runner._cols["total"] == {6: 5} and runner._cols["note"] == {6: "zero", 9: "zero"}
+    assert sorted(runner._group_of) == [6, 9], "keys 3 and 4 hold nothing any more"
+    keyed = _keyed(runner.snapshot(1))
+    assert sorted(keyed) == [0], "key group 1 (key 4) is empty"
+    kinds = {"total": "value", "note": "value"}
+    values = {6: {"total": 5, "note": "zero"}, 9: {"note": "zero"}}
+    assert keyed[0] == pickle.dumps((FORMAT, kinds, values, {}, {}), protocol=P)
