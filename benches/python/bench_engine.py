@@ -15,6 +15,7 @@ import os
 import resource
 import statistics
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -40,6 +41,10 @@ class LatestPerKeySink(ed.TwoPhaseCommitSink):
 
     latest: np.ndarray = np.zeros(0, dtype=np.int64)
     seen: np.ndarray = np.zeros(0, dtype=bool)
+    _commit_lock = threading.Lock()
+    """Subtasks commit on their own task threads, and numpy releases the GIL in its
+    loops: ``logical_or`` rewrites every element of ``seen``, so two commits at once
+    would lose each other's keys (read, or, write back)."""
 
     def __init__(self, k: int | None = None) -> None:
         # The key space, fixed on the driver (reset() runs before the sink is built)
@@ -70,8 +75,9 @@ class LatestPerKeySink(ed.TwoPhaseCommitSink):
         values, seen = txn
         # One pass each, no temporaries (a boolean-mask gather and scatter of the
         # key space cost ~15 ms per checkpoint on the task threads).
-        np.copyto(LatestPerKeySink.latest, values, where=seen)
-        np.logical_or(LatestPerKeySink.seen, seen, out=LatestPerKeySink.seen)
+        with LatestPerKeySink._commit_lock:
+            np.copyto(LatestPerKeySink.latest, values, where=seen)
+            np.logical_or(LatestPerKeySink.seen, seen, out=LatestPerKeySink.seen)
         out = os.environ.get(OUT_ENV)
         if out:  # a worker process: leave the state where the driver can merge it
             np.savez(_out_file(out, "w2", ".npz"), latest=self.latest, seen=self.seen)
