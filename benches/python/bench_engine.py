@@ -44,14 +44,15 @@ class LatestPerKeySink(ed.TwoPhaseCommitSink):
     seen: np.ndarray = np.zeros(0, dtype=bool)
     _commit_lock = threading.Lock()
     """Subtasks commit on their own task threads, and numpy releases the GIL in its
-    loops: ``logical_or`` rewrites every element of ``seen``, so two commits at once
-    would lose each other's keys (read, or, write back)."""
+    loops: a commit rewrites every element of ``latest`` and ``seen``, so two commits
+    at once would lose each other's keys (read, update, write back)."""
 
     def __init__(self, k: int | None = None) -> None:
         # The key space, fixed on the driver (reset() runs before the sink is built)
         # and pickled with the sink into worker processes.
         self.k = len(LatestPerKeySink.latest) if k is None else k
         self._spare: list[tuple[np.ndarray, np.ndarray]] = []
+        self._scratch: np.ndarray | None = None
         """Committed transactions whose arrays the next ones reuse (see begin_transaction)."""
 
     @classmethod
@@ -91,10 +92,18 @@ class LatestPerKeySink(ed.TwoPhaseCommitSink):
 
     def commit(self, txn: tuple[np.ndarray, np.ndarray]) -> None:
         values, seen = txn
-        # One pass each, no temporaries (a boolean-mask gather and scatter of the
-        # key space cost ~15 ms per checkpoint on the task threads).
+        latest = LatestPerKeySink.latest
+        if self._scratch is None:
+            self._scratch = np.empty(self.k, dtype=np.int64)
+        delta = self._scratch
+        # latest += (values - latest) * seen: a branch-free select over the key space,
+        # no temporaries (np.copyto(where=seen) over a random half of the keys took
+        # ~4.5 ms per commit, this ~1 ms; a boolean-mask gather and scatter ~15 ms).
+        # Values where seen is false are stale (reused arrays) and multiplied by 0.
         with LatestPerKeySink._commit_lock:
-            np.copyto(LatestPerKeySink.latest, values, where=seen)
+            np.subtract(values, latest, out=delta)
+            np.multiply(delta, seen, out=delta)
+            np.add(latest, delta, out=latest)
             np.logical_or(LatestPerKeySink.seen, seen, out=LatestPerKeySink.seen)
         out = os.environ.get(OUT_ENV)
         if out:  # a worker process: leave the state where the driver can merge it
