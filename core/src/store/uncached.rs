@@ -88,18 +88,19 @@ impl UncachedFile {
         self.len = 0;
         self.file.sync_all()
     }
-}
-
-impl Drop for UncachedFile {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.buf);
-        SPARE.with(|spare| *spare.borrow_mut() = Some(buf));
-    }
 
     /// Whether the file has been switched to `O_DIRECT` (for tests).
     #[cfg(test)]
     pub(crate) fn is_direct(&self) -> bool {
         self.direct
+    }
+}
+
+impl Drop for UncachedFile {
+    /// Leaves the chunk buffer to this thread's next file.
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        SPARE.with(|spare| *spare.borrow_mut() = Some(buf));
     }
 }
 
