@@ -11,6 +11,7 @@
 //! | --- | --- | --- |
 //! | [`Store::put_atomic`] | temporary file, fsync, rename, fsync of the directory | one PUT (atomic: readers see all or nothing) |
 //! | [`Store::create`] | `create_new` file, fsynced by [`ObjectWriter::finish`] | one PUT, or a multipart upload past [`PART_BYTES`] |
+//! | [`Store::create_uncached`] | the same, written past the page cache once over a MiB (`store/uncached.rs`) | as `create` |
 //! | [`Store::dirs`] | sub-directories | common prefixes of a delimited listing |
 //! | [`Store::remove_all`] | `remove_dir_all` | every object under the prefix |
 //!
@@ -41,6 +42,9 @@ use object_store::{
 };
 
 use crate::error::{Error, Result};
+
+mod uncached;
+use uncached::UncachedFile;
 
 /// Options of an object store (`storage_options` in the Python API).
 pub type StorageOptions = BTreeMap<String, String>;
@@ -457,6 +461,25 @@ impl Store {
         Ok(ObjectWriter { target })
     }
 
+    /// Starts writing the new file or object `name` as [`Store::create`]
+    /// does, for a file written once and rarely read (a checkpoint's state
+    /// file): a local file past one MiB bypasses the page cache
+    /// (`O_DIRECT`, see `store/uncached.rs`); an object is uploaded alike.
+    pub fn create_uncached(&self, name: &str) -> io::Result<ObjectWriter> {
+        match &self.backend {
+            Backend::Local(dir) => {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(dir.join(name))?;
+                Ok(ObjectWriter {
+                    target: Target::Uncached(UncachedFile::new(file)),
+                })
+            }
+            Backend::Object { .. } => self.create(name),
+        }
+    }
+
     /// The names of its sub-directories (object stores: the common prefixes
     /// below it), in no particular order.
     pub fn dirs(&self) -> io::Result<Vec<String>> {
@@ -756,6 +779,7 @@ pub fn list_data_files(location: &Path, options: &StorageOptions) -> io::Result<
 
 enum Target {
     File(io::BufWriter<File>),
+    Uncached(UncachedFile),
     Object {
         store: Arc<dyn ObjectStore>,
         path: ObjectPath,
@@ -775,6 +799,7 @@ impl Write for ObjectWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &mut self.target {
             Target::File(f) => f.write(buf),
+            Target::Uncached(f) => f.write(buf),
             Target::Object {
                 store,
                 path,
@@ -804,6 +829,7 @@ impl Write for ObjectWriter {
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.target {
             Target::File(f) => f.flush(),
+            Target::Uncached(f) => f.flush(),
             Target::Object { .. } => Ok(()),
         }
     }
@@ -818,6 +844,7 @@ impl ObjectWriter {
                 let file = f.into_inner().map_err(io::IntoInnerError::into_error)?;
                 file.sync_all()
             }
+            Target::Uncached(f) => f.finish(),
             Target::Object {
                 store,
                 path,

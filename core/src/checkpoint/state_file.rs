@@ -166,7 +166,7 @@ pub(crate) fn write_sections(
         ))
     };
     let out = HashingWriter {
-        inner: dir.create(name).map_err(io_fail)?,
+        inner: dir.create_uncached(name).map_err(io_fail)?,
         hash: Xxh3::new(),
         size: 0,
     };
@@ -522,7 +522,9 @@ mod tests {
             vec![
                 b"head".to_vec(),
                 Vec::new(),
-                vec![7u8; 100_000],
+                // Past two 1 MiB chunks: the file is written past the page
+                // cache (store/uncached.rs), then read back as any other.
+                (0..2_500_000u32).map(|i| (i % 251) as u8).collect(),
                 b"tail".to_vec(),
             ],
             Default::default(),
