@@ -27,6 +27,8 @@ def _worker_env(driver: str, secret: str, index: int, attempt: int) -> dict[str,
     env["EDDYLINE_SECRET"] = secret
     env["EDDYLINE_WORKER_INDEX"] = str(index)
     env["EDDYLINE_ATTEMPT"] = str(attempt)
+    # The worker exits when this process dies (worker.py: _exit_with_driver).
+    env["EDDYLINE_DRIVER_PID"] = str(os.getpid())
     # Workers import the modules the driver's functions live in.
     path = [p for p in sys.path if p]
     if env.get("PYTHONPATH"):

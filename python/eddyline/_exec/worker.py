@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -71,8 +73,37 @@ def run_worker(
     session.run(nodes, config)
 
 
+DRIVER_GONE_EXIT = 70
+"""A ProcessRunner worker's exit code when its driver died under it."""
+
+
+def _exit_with_driver(driver_pid: int, interval_s: float = 0.2) -> threading.Thread:
+    """Ends this worker process as soon as its driver process is gone.
+
+    A ProcessRunner worker is a child of the driver. A driver killed with
+    SIGKILL sends no goodbye: its workers, blocked in backpressure on each
+    other or waiting for a barrier, would run on with nobody to report to,
+    holding the pipes the driver's own parent reads (Flink's TaskManagers
+    likewise stop when they lose their JobManager). The kernel reparents an
+    orphan, so a daemon thread polls ``os.getppid()`` and exits the process
+    (``os._exit``: no cleanup that could block) when it changed.
+    """
+
+    def watch() -> None:
+        while os.getppid() == driver_pid:
+            time.sleep(interval_s)
+        os._exit(DRIVER_GONE_EXIT)
+
+    thread = threading.Thread(target=watch, name="eddyline-driver-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(env: Any = None) -> int:
     env = os.environ if env is None else env
+    driver_pid = env.get("EDDYLINE_DRIVER_PID")
+    if driver_pid:
+        _exit_with_driver(int(driver_pid))
     try:
         attempt = env.get("EDDYLINE_ATTEMPT")
         run_worker(
