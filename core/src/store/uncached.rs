@@ -13,7 +13,8 @@
 //! chunk, not a whole number of blocks) is written through the page cache
 //! after switching `O_DIRECT` off again, and `fsync` makes the whole file
 //! durable as before. A file smaller than a chunk never uses `O_DIRECT`; a
-//! file system that refuses it (tmpfs) is written through the cache.
+//! file system that refuses it, when the flag is set or at the first direct
+//! write (`EINVAL`), is written through the cache.
 
 use std::cell::RefCell;
 use std::fs::File;
@@ -71,8 +72,23 @@ impl UncachedFile {
                 Err(_) => self.refused = true,
             }
         }
-        let chunk = &self.buf[self.start..self.start + CHUNK];
-        self.file.write_all(chunk)?;
+        let mut at = 0;
+        while at < CHUNK {
+            let rest = &self.buf[self.start + at..self.start + CHUNK];
+            match self.file.write(rest) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if self.direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                    // A file system that took the flag but refuses the
+                    // write itself: the rest goes through the page cache.
+                    set_direct(&self.file, false)?;
+                    self.direct = false;
+                    self.refused = true;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         self.len = 0;
         Ok(())
     }
