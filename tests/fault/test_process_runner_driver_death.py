@@ -111,3 +111,20 @@ def test_driver_watch_exits_a_process_whose_parent_is_gone() -> None:
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not _alive(child), "the orphan kept running"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a shell wrapper")
+@pytest.mark.timeout(120)
+def test_workers_started_by_a_wrapper_that_does_not_exec_run_the_job(tmp_path: Path) -> None:
+    # ProcessRunner(python=...) may be a wrapper that runs the interpreter as its
+    # child: the workers' parent is then the wrapper, not the driver, and they
+    # must run the job (watching the wrapper), not exit at once.
+    import eddyline as ed
+
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" "$@"\nexit $?\n')
+    wrapper.chmod(0o755)
+    env = ed.StreamEnvironment(2)
+    out = env.from_sequence(0, 2_000).key_by("value").reduce(lambda x, y: x).collect()
+    env.execute("wrapped", runner=ed.ProcessRunner(workers=2, python=str(wrapper)))
+    assert sorted(out.to_arrow()["value"].to_pylist()) == list(range(2_000))

@@ -77,8 +77,8 @@ DRIVER_GONE_EXIT = 70
 """A ProcessRunner worker's exit code when its driver died under it."""
 
 
-def _exit_with_driver(driver_pid: int, interval_s: float = 0.2) -> threading.Thread:
-    """Ends this worker process as soon as its driver process is gone.
+def _exit_with_driver(parent_pid: int, interval_s: float = 0.2) -> threading.Thread:
+    """Ends this worker process as soon as its parent process (the driver) is gone.
 
     A ProcessRunner worker is a child of the driver. A driver killed with
     SIGKILL sends no goodbye: its workers, blocked in backpressure on each
@@ -86,11 +86,14 @@ def _exit_with_driver(driver_pid: int, interval_s: float = 0.2) -> threading.Thr
     holding the pipes the driver's own parent reads (Flink's TaskManagers
     likewise stop when they lose their JobManager). The kernel reparents an
     orphan, so a daemon thread polls ``os.getppid()`` and exits the process
-    (``os._exit``: no cleanup that could block) when it changed.
+    (``os._exit``: no cleanup that could block) when it is no longer
+    ``parent_pid``. (A ``ProcessRunner(python=...)`` wrapper that starts the
+    interpreter as its child rather than exec'ing it is the parent then: the
+    worker ends with the wrapper.)
     """
 
     def watch() -> None:
-        while os.getppid() == driver_pid:
+        while os.getppid() == parent_pid:
             time.sleep(interval_s)
         os._exit(DRIVER_GONE_EXIT)
 
@@ -99,11 +102,24 @@ def _exit_with_driver(driver_pid: int, interval_s: float = 0.2) -> threading.Thr
     return thread
 
 
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def main(env: Any = None) -> int:
     env = os.environ if env is None else env
     driver_pid = env.get("EDDYLINE_DRIVER_PID")
     if driver_pid:
-        _exit_with_driver(int(driver_pid))
+        parent = os.getppid()
+        if parent != int(driver_pid) and not _process_exists(int(driver_pid)):
+            return DRIVER_GONE_EXIT  # the driver died before this worker looked
+        _exit_with_driver(parent)
     try:
         attempt = env.get("EDDYLINE_ATTEMPT")
         run_worker(
