@@ -242,6 +242,7 @@ class LogicalGraph:
             group_of[nid] = len(groups)
             groups.append(_Group([nid]))
 
+        input_rows = self._input_rows(needed)
         uids: dict[str, str] = {}
         out: list[NodeSpec] = []
         collects: list[tuple[CollectHandle, int]] = []
@@ -265,6 +266,8 @@ class LogicalGraph:
                 # A window's late records, on port 1.
                 base["late_output"] = True
             spec = self._spec(base, members, group_of)
+            if spec["kind"] == "python" and isinstance(spec["factory"], RunnerFactory):
+                spec["factory"].input_rows = input_rows[first.id]
             if first.id in pushdown and spec["kind"] == "source_parquet":
                 spec["columns"] = pushdown[first.id]
             out.append(spec)
@@ -275,6 +278,30 @@ class LogicalGraph:
             physical={nid: group_of[nid] for nid in needed},
             collects=collects,
         )
+
+    def _input_rows(self, needed: list[int]) -> dict[int, int | None]:
+        """Per node: the rows the bounded sources upstream of it read in all, ``None``
+        when one of them is of unknown size (unbounded, a user's ``Source``, an
+        object store's Parquet files) or the node is in or after a loop (its
+        feedback is unknown). A hint for starting worker processes
+        (:attr:`~eddyline._exec.base.Runner.input_rows`)."""
+        rows: dict[int, int | None] = {}
+        for nid in needed:  # ids ascend: a node's inputs come before it
+            node = self.nodes[nid]
+            known: int | None
+            if node.kind == "source_arrow":
+                known = sum(batch.num_rows for batch in node.params["batches"])
+            elif node.kind == "source_sequence":
+                known = node.params["end"] - node.params["start"]
+            elif node.kind == "source_parquet":
+                known = node.params.get("num_rows")
+            elif not node.inputs or node.kind == "loop_head" or node.scope.loop_id is not None:
+                known = None
+            else:
+                ins = [rows.get(edge.node) for edge in node.inputs]
+                known = None if None in ins else sum(n for n in ins if n is not None)
+            rows[nid] = known
+        return rows
 
     def _edges(
         self, node: LogicalNode, parallelism: int, group_of: dict[int, int]

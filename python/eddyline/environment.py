@@ -314,7 +314,10 @@ class StreamEnvironment:
                     f"from_parquet(): {other!r} has schema\n{other_schema}\nbut {files[0]!r} has "
                     f"schema\n{schema}"
                 )
-        params = {"paths": files}
+        # The row count (from the footers) tells per-record operators downstream how
+        # long the job is (Runner.input_rows); it is not part of the native spec.
+        num_rows = sum(pq.read_metadata(file).num_rows for file in files)
+        params = {"paths": files, "num_rows": num_rows}
         schema = _projected(schema, columns, params)
         return self._source("from_parquet", "source_parquet", schema, params)
 

@@ -59,6 +59,12 @@ class Runner:
     """The subtask's context given to :meth:`open` (empty before)."""
     late_records: int = 0
     """A running count of dropped late records, reported as a metric."""
+    input_rows: int | None = None
+    """How many rows the job's bounded sources upstream of the operator read in all
+    (every subtask's share together), or ``None`` when one of them is unbounded or of
+    unknown size, or the operator is in a loop. Set by the factory; a hint, not a
+    bound (filters drop rows, ``flat_map`` adds some): per-record runners start their
+    worker processes at once when it says the job is long (``pool.start_due``)."""
     # True only for stateless runners: a replay from any earlier checkpoint
     # rebuilds their (empty) state; keyed process functions start exactly
     # at their null-state watermark.

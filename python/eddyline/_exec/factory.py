@@ -57,6 +57,9 @@ class RunnerFactory:
         self.cls = cls
         self.args = args
         self.private = private
+        self.input_rows: int | None = None
+        """The rows the bounded sources upstream read (set when the graph is compiled;
+        given to every runner as :attr:`Runner.input_rows`)."""
         for i in private:
             private_copy(args[i], str(args[0]))
 
@@ -65,7 +68,10 @@ class RunnerFactory:
             private_copy(a, str(self.args[0])) if i in self.private else a
             for i, a in enumerate(self.args)
         ]
-        return self.cls(*args)
+        runner = self.cls(*args)
+        if self.input_rows is not None:
+            runner.input_rows = self.input_rows
+        return runner
 
     @property
     def recomputable(self) -> bool:

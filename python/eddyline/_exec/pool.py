@@ -4,7 +4,8 @@ One interpreter's GIL bounds per-record Python: the user's functions run at
 the speed of one core however many subtasks call them. A per-record operator
 (a fused map/flat_map/filter chain, a keyed ``reduce``) therefore hands its
 batches to Python worker processes once it has seen :data:`START_AFTER_ROWS`
-rows and spent :data:`START_AFTER_SECONDS` on them, as PySpark runs Python
+rows and spent :data:`START_AFTER_SECONDS` on them, or sooner when its bounded
+input's size says the job is long (:func:`start_due`), as PySpark runs Python
 UDFs in Python workers fed with Arrow batches. The rest of the job stays in-process.
 
 - Start: lazy and off the task thread. The operator keeps running its rows
@@ -72,9 +73,31 @@ worker's start costs ~0.5 s of CPU (importing pyarrow and eddyline), which a job
 ends sooner would pay without gaining (benches/RESULTS.md, issue 19)."""
 
 
-def start_due(rows: int, seconds: float) -> bool:
-    """Whether an operator that ran ``rows`` rows in ``seconds`` of its Python starts workers."""
-    return rows >= START_AFTER_ROWS and seconds >= START_AFTER_SECONDS
+START_PROJECTED_SECONDS = 1.0
+"""Seconds of in-process Python still ahead of a subtask (its rows to come, at its rate so
+far) from which it starts its workers at once, when it knows how many rows are to come
+(:func:`start_due`): the workers' start (~0.5 s of CPU each, off the task thread) is then
+repaid by the rest of the job. Jobs of about half a second stay in-process (RESULTS.md,
+"Starting the workers by the input's size")."""
+SAMPLE_ROWS = 10_000
+"""Rows a subtask times in-process before it projects its rate over its rows to come."""
+
+
+def start_due(rows: int, seconds: float, expected: int | None = None) -> bool:
+    """Whether an operator that ran ``rows`` rows in ``seconds`` of its Python starts workers.
+
+    Rent or buy (issue 19): by default once it has run :data:`START_AFTER_ROWS` rows
+    and :data:`START_AFTER_SECONDS`. When the subtask knows it will see about
+    ``expected`` rows in all (its bounded sources' row count shared among its
+    parallel subtasks, :attr:`~eddyline._exec.base.Runner.input_rows`), it starts as
+    soon as :data:`SAMPLE_ROWS` rows project :data:`START_PROJECTED_SECONDS` or more
+    of in-process Python still ahead: a long job does not wait.
+    """
+    if rows >= START_AFTER_ROWS and seconds >= START_AFTER_SECONDS:
+        return True
+    if expected is None or rows < SAMPLE_ROWS or seconds <= 0.0:
+        return False
+    return seconds / rows * (expected - rows) >= START_PROJECTED_SECONDS
 
 
 _ENV = "EDDYLINE_PYTHON_WORKERS"
@@ -448,18 +471,24 @@ class PoolUser:
     _pool: WorkerPool | None
     _pool_size: int
     _rows_seen: int
+    _rows_expected: int | None
     _python_s: float
 
     def _no_pool(self) -> None:
         """No workers yet (``open`` sizes the pool, :meth:`_started_pool` starts it)."""
         self._pool = None
         self._pool_size = 0
-        self._rows_seen = 0
+        self._rows_seen = 0  # rows run in-process (timed in _python_s)
+        self._rows_expected = None
         self._python_s = 0.0  # time spent in the operator's Python in-process
 
     def _size_pool(self, ctx: dict[str, Any]) -> None:
-        """Called from ``open``: how many workers a subtask of this parallelism gets."""
-        self._pool_size = workers_per_subtask(int(ctx.get("parallelism", 1)))
+        """Called from ``open``: how many workers a subtask of this parallelism gets,
+        and how many rows it expects (its share of ``input_rows``, when known)."""
+        parallelism = max(1, int(ctx.get("parallelism", 1)))
+        self._pool_size = workers_per_subtask(parallelism)
+        total = getattr(self, "input_rows", None)
+        self._rows_expected = None if total is None else -(-int(total) // parallelism)
 
     def _close_pool(self) -> None:
         if self._pool is not None:
@@ -477,8 +506,9 @@ class PoolUser:
             return self._pool
         if self._pool_size == 0:
             return None
-        self._rows_seen += rows
-        if not (can_start and start_due(self._rows_seen, self._python_s)):
+        due = can_start and start_due(self._rows_seen, self._python_s, self._rows_expected)
+        self._rows_seen += rows  # (run in-process until the pool is ready)
+        if not due:
             return None
         try:
             self._pool = WorkerPool(self.name, make(), self._pool_size)

@@ -1,8 +1,9 @@
 """Keyed process functions in Python worker processes (issue 16 on issue 19's pool).
 
 A per-record ``key_by(...).process(fn)`` is bound by one interpreter's GIL like
-any per-record Python. Once it has run :data:`~eddyline._exec.pool.START_AFTER_ROWS`
-rows in-process (``pool.start_due``), a subtask hands its batches to its worker
+any per-record Python. Once ``pool.start_due`` (after
+:data:`~eddyline._exec.pool.START_AFTER_ROWS` rows in-process, or sooner for a long
+bounded input), a subtask hands its batches to its worker
 processes (``pool.py``, DESIGN.md "Runtime"), dealt by key group
 (``group % workers``): each worker runs the same
 :class:`~eddyline._exec.process.KeyedProcessRunner` (opened with the subtask's
