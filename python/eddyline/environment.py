@@ -306,18 +306,19 @@ class StreamEnvironment:
         files = parquet_files(local_path(path, what="from_parquet()"))
         if not files:
             raise GraphError(f"from_parquet(): no data files in {os.fspath(path)!r}")
-        schema = pq.read_schema(files[0]).remove_metadata()
-        for other in files[1:]:
-            other_schema = pq.read_schema(other).remove_metadata()
+        # Each footer is read once: its schema, and its row count, which tells
+        # per-record operators downstream how long the job is (Runner.input_rows;
+        # not part of the native spec).
+        footers = [pq.read_metadata(file) for file in files]
+        schema = footers[0].schema.to_arrow_schema().remove_metadata()
+        for other, footer in zip(files[1:], footers[1:], strict=True):
+            other_schema = footer.schema.to_arrow_schema().remove_metadata()
             if not other_schema.equals(schema):
                 raise SchemaError(
                     f"from_parquet(): {other!r} has schema\n{other_schema}\nbut {files[0]!r} has "
                     f"schema\n{schema}"
                 )
-        # The row count (from the footers) tells per-record operators downstream how
-        # long the job is (Runner.input_rows); it is not part of the native spec.
-        num_rows = sum(pq.read_metadata(file).num_rows for file in files)
-        params = {"paths": files, "num_rows": num_rows}
+        params = {"paths": files, "num_rows": sum(footer.num_rows for footer in footers)}
         schema = _projected(schema, columns, params)
         return self._source("from_parquet", "source_parquet", schema, params)
 

@@ -470,6 +470,7 @@ class PoolUser:
     name: str
     _pool: WorkerPool | None
     _pool_size: int
+    input_rows: int | None  # (Runner.input_rows)
     _rows_seen: int
     _rows_expected: int | None
     _python_s: float
@@ -487,8 +488,8 @@ class PoolUser:
         and how many rows it expects (its share of ``input_rows``, when known)."""
         parallelism = max(1, int(ctx.get("parallelism", 1)))
         self._pool_size = workers_per_subtask(parallelism)
-        total = getattr(self, "input_rows", None)
-        self._rows_expected = None if total is None else -(-int(total) // parallelism)
+        total = self.input_rows
+        self._rows_expected = None if total is None else -(-total // parallelism)
 
     def _close_pool(self) -> None:
         if self._pool is not None:
