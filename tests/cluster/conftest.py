@@ -54,6 +54,17 @@ class Cluster:
         )
         return [int(p) for p in out.stdout.split()]
 
+    def python_executor_pids(self) -> list[int]:
+        """The executors running Python tasks (pyspark's daemon or workers are their
+        children): those of the running job, not an executor of an application that
+        ended and is still being torn down, which killing would not touch the job."""
+        busy = []
+        for pid in self.executor_pids():
+            out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+            if out.stdout.split():
+                busy.append(pid)
+        return busy
+
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
     deadline = time.monotonic() + timeout

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from eddyline.testing import wait_until
 from storage.conftest import S3
 
 from .conftest import Cluster, spark_home
@@ -164,8 +165,12 @@ def test_cluster_executor_sigkill_restores_exactly(
     proc = _start(cluster, s3, tmp_path, "killed", slowed=True)
     try:
         _await_checkpoint(proc, s3, "killed/chk/")  # then kill one executor JVM
-        pids = cluster.executor_pids()
-        assert pids, "no executor running"
+        pids = wait_until(
+            cluster.python_executor_pids,
+            timeout=60,
+            what="an executor running the job's Python tasks",
+            interval=0.05,
+        )
         before = _manifests(s3, "killed/chk/")
         os.kill(pids[0], signal.SIGKILL)
         killed_at = time.monotonic()
