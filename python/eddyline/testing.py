@@ -386,33 +386,35 @@ def kill_after_checkpoints(
     outputs: list[str] = []
     for kill in range(kills):
         before = max(completed_checkpoints(checkpoint_dir), default=0)
-        proc = subprocess.Popen(
+        # `with` closes the pipes whichever way the run ends (a run that ends early
+        # leaves them unread)
+        with subprocess.Popen(
             list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        try:
-            wait_until(
-                lambda before=before, proc=proc: (  # type: ignore[misc]
-                    max(completed_checkpoints(checkpoint_dir), default=0)
-                    >= before + new_checkpoints
-                    or proc.poll() is not None
-                ),
-                timeout=timeout,
-                what=f"{new_checkpoints} new checkpoint(s) in run {kill} (after chk-{before})",
-            )
-            time.sleep(rng.uniform(0.0, max_delay))  # the kill moment, from the seed
-            if proc.poll() is not None:
-                if allow_early_end:
-                    break
-                raise AssertionError(
-                    f"run {kill} ended before it was killed; make the job longer:\n"
-                    f"{proc.communicate()[1]}"
+        ) as proc:
+            try:
+                wait_until(
+                    lambda before=before, proc=proc: (  # type: ignore[misc]
+                        max(completed_checkpoints(checkpoint_dir), default=0)
+                        >= before + new_checkpoints
+                        or proc.poll() is not None
+                    ),
+                    timeout=timeout,
+                    what=f"{new_checkpoints} new checkpoint(s) in run {kill} (after chk-{before})",
                 )
-            proc.send_signal(signal.SIGKILL)
-            stdout, _ = proc.communicate(timeout=timeout)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                time.sleep(rng.uniform(0.0, max_delay))  # the kill moment, from the seed
+                if proc.poll() is not None:
+                    if allow_early_end:
+                        break
+                    raise AssertionError(
+                        f"run {kill} ended before it was killed; make the job longer:\n"
+                        f"{proc.communicate()[1]}"
+                    )
+                proc.send_signal(signal.SIGKILL)
+                stdout, _ = proc.communicate(timeout=timeout)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
         if proc.returncode != -signal.SIGKILL:
             raise AssertionError(f"run {kill} exited with {proc.returncode}, not by SIGKILL")
         outputs.append(stdout)

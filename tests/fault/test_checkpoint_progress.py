@@ -221,21 +221,23 @@ def test_nested_loops_checkpoint_at_the_interval_after_a_restore(tmp_path: Path)
     script.write_text(NESTED)
     out, chk = tmp_path / "out", tmp_path / "chk"
     command = [sys.executable, str(script), str(out), str(chk), str(rounds)]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        # the kill comes right after the first checkpoint, while the loops are busy
-        wait_until(
-            lambda: completed_checkpoints(chk) or first.poll() is not None,
-            timeout=120,
-            what="a checkpoint of the first run",
-        )
-        assert first.poll() is None, "the first run ended before it was killed"
-        first.kill()
-        first.communicate(timeout=60)
-    finally:
-        if first.poll() is None:
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as first:
+        try:
+            # the kill comes right after the first checkpoint, while the loops are busy
+            wait_until(
+                lambda: completed_checkpoints(chk) or first.poll() is not None,
+                timeout=120,
+                what="a checkpoint of the first run",
+            )
+            assert first.poll() is None, "the first run ended before it was killed"
             first.kill()
-            first.wait()
+            first.communicate(timeout=60)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
     restored_from = max(completed_checkpoints(chk))
     second = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert second.returncode == 0, second.stderr

@@ -99,24 +99,26 @@ def test_finish_short_source_finished_then_sigkill_restores_exactly(
     command = [sys.executable, str(script), str(ids), str(sums), str(chk)]
     command += [str(N_SHORT), str(N_LONG)]
 
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        found = wait_until(
-            lambda: _checkpoint_with_short_finished(chk) or proc.poll() is not None,
-            timeout=RUN_TIMEOUT_S,
-            what="a completed checkpoint with the short source finished",
-        )
-        time.sleep(rng.uniform(0.0, 0.2))  # the kill moment, from the seed
-        assert proc.poll() is None, (
-            f"the job ended before it was killed; make the long source longer:\n"
-            f"{proc.communicate()[1]}"
-        )
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            found = wait_until(
+                lambda: _checkpoint_with_short_finished(chk) or proc.poll() is not None,
+                timeout=RUN_TIMEOUT_S,
+                what="a completed checkpoint with the short source finished",
+            )
+            time.sleep(rng.uniform(0.0, 0.2))  # the kill moment, from the seed
+            assert proc.poll() is None, (
+                f"the job ended before it was killed; make the long source longer:\n"
+                f"{proc.communicate()[1]}"
+            )
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert isinstance(found, tuple)
     finished_at, flags = found

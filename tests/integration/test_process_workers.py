@@ -242,28 +242,28 @@ def test_sigkill_of_a_worker_restores_the_state_exactly(
     # Two workers per subtask: a checkpoint merges the key groups of both, and the
     # outputs of the two are put back in input order.
     monkeypatch.setenv("EDDYLINE_PYTHON_WORKERS", "2")
-    job = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, str(script), str(out), str(chk), str(marks), str(n)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
+    ) as job:
 
-    def serving_worker() -> int | None:
-        """A worker process that ran rows (its pid marked), once a checkpoint completed."""
-        if not completed_checkpoints(chk):
-            return None
-        return next((int(p.name) for p in marks.iterdir() if int(p.name) != job.pid), None)
+        def serving_worker() -> int | None:
+            """A worker process that ran rows (its pid marked), once a checkpoint completed."""
+            if not completed_checkpoints(chk):
+                return None
+            return next((int(p.name) for p in marks.iterdir() if int(p.name) != job.pid), None)
 
-    try:
-        worker = wait_until(serving_worker, timeout=60, what="a worker that ran rows")
-        assert worker is not None
-        os.kill(worker, signal.SIGKILL)
-        stdout, stderr = job.communicate(timeout=120)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
+        try:
+            worker = wait_until(serving_worker, timeout=60, what="a worker that ran rows")
+            assert worker is not None
+            os.kill(worker, signal.SIGKILL)
+            stdout, stderr = job.communicate(timeout=120)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
     assert job.returncode == 0, stderr
     assert "finished restarts=1 " in stdout, stdout
     assert f"pid {worker}" in stdout, stdout
