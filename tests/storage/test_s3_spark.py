@@ -339,26 +339,26 @@ def test_sigkill_and_restore_into_s3_table_is_exact(
     script = tmp_path / "job.py"
     script.write_text(KILL_SCRIPT)
     location, chk = f"s3://{s3.bucket}/killed", f"s3://{s3.bucket}/killed-chk"
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, str(script), location, chk, str(n)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        wait_until(
-            lambda: bool(completed_checkpoints(chk)) or proc.poll() is not None,
-            timeout=120,
-            what="a checkpoint of the run to kill",
-        )
-        time.sleep(random.Random(14).uniform(0.0, 0.25))  # the kill moment, from the seed
-        assert proc.poll() is None, f"the run ended before the kill:\n{proc.communicate()[1]}"
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    ) as proc:
+        try:
+            wait_until(
+                lambda: bool(completed_checkpoints(chk)) or proc.poll() is not None,
+                timeout=120,
+                what="a checkpoint of the run to kill",
+            )
+            time.sleep(random.Random(14).uniform(0.0, 0.25))  # the kill moment, from the seed
+            assert proc.poll() is None, f"the run ended before the kill:\n{proc.communicate()[1]}"
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     assert proc.returncode == -signal.SIGKILL
     namespace: dict[str, Any] = {}
     exec(JOB, namespace)  # the same job, restored by a new driver
