@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -19,32 +20,41 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import pyarrow as pa
 
 from . import _core
 from ._storage import is_object_store_uri
+from ._testing_loops import (
+    SleepPerBatch,
+    collatz_body,
+    collatz_steps,
+    nested_body,
+    nested_steps,
+)
 from .sinks import CollectHandle, TwoPhaseCommitSink
-
-if TYPE_CHECKING:
-    from .stream import DataStream
 
 __all__ = [
     "FailOnce",
     "InjectedFailure",
+    "KilledRun",
     "ManualClock",
     "RecordingTwoPhaseSink",
     "SleepPerBatch",
     "assert_exact_ids",
     "assert_same_rows",
     "channel_state_rows",
+    "collatz_body",
     "collatz_steps",
     "completed_checkpoints",
     "id_report",
     "kill_after_checkpoints",
     "last_by_key",
+    "nested_body",
+    "nested_steps",
     "read_parquet_dir",
+    "sigkill_when",
     "spark_s3a_test_conf",
     "to_rows",
     "wait_until",
@@ -357,6 +367,68 @@ def wait_until(
         time.sleep(interval)
 
 
+@dataclasses.dataclass(frozen=True)
+class KilledRun:
+    """A run :func:`sigkill_when` killed: what ``ready`` returned, and the run's output."""
+
+    ready: Any
+    stdout: str
+    stderr: str
+
+
+def sigkill_when(
+    command: Sequence[str],
+    ready: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    delay: float = 0.0,
+    allow_early_end: bool = False,
+) -> KilledRun | None:
+    """Runs ``command`` and SIGKILLs it ``delay`` s after ``ready()`` first returns
+    something truthy (a seeded random delay makes the kill moment reproducible).
+
+    Returns:
+        The killed run, or ``None`` if it ended before its kill and
+        ``allow_early_end`` (otherwise that is an ``AssertionError`` with its
+        stderr, like a run that was not ended by the SIGKILL).
+
+    Raises:
+        TimeoutError: ``ready()`` stayed false for ``timeout`` s (naming ``what``).
+    """
+    import signal
+    import subprocess
+
+    # `with` closes the pipes whichever way the run ends (one that ends before its
+    # kill leaves them unread; CI once failed a later test on their ResourceWarning)
+    with subprocess.Popen(
+        list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            found = wait_until(
+                lambda: ready() or proc.poll() is not None, timeout=timeout, what=what
+            )
+            time.sleep(delay)
+            if proc.poll() is not None:
+                if allow_early_end:
+                    return None
+                raise AssertionError(
+                    f"the run ended before it was killed ({what}); make the job longer:\n"
+                    f"{proc.communicate()[1]}"
+                )
+            proc.send_signal(signal.SIGKILL)
+            stdout, stderr = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if proc.returncode != -signal.SIGKILL:
+        raise AssertionError(
+            f"the run ({what}) exited with {proc.returncode}, not by SIGKILL:\n{stderr}"
+        )
+    return KilledRun(found, stdout, stderr)
+
+
 def kill_after_checkpoints(
     command: Sequence[str],
     checkpoint_dir: str | os.PathLike[str],
@@ -380,44 +452,24 @@ def kill_after_checkpoints(
         The stdout of every killed run, then that of the final run (which
         must exit with status 0).
     """
-    import signal
     import subprocess
 
     outputs: list[str] = []
     for kill in range(kills):
         before = max(completed_checkpoints(checkpoint_dir), default=0)
-        # `with` closes the pipes whichever way the run ends (a run that ends early
-        # leaves them unread)
-        with subprocess.Popen(
-            list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        ) as proc:
-            try:
-                wait_until(
-                    lambda before=before, proc=proc: (  # type: ignore[misc]
-                        max(completed_checkpoints(checkpoint_dir), default=0)
-                        >= before + new_checkpoints
-                        or proc.poll() is not None
-                    ),
-                    timeout=timeout,
-                    what=f"{new_checkpoints} new checkpoint(s) in run {kill} (after chk-{before})",
-                )
-                time.sleep(rng.uniform(0.0, max_delay))  # the kill moment, from the seed
-                if proc.poll() is not None:
-                    if allow_early_end:
-                        break
-                    raise AssertionError(
-                        f"run {kill} ended before it was killed; make the job longer:\n"
-                        f"{proc.communicate()[1]}"
-                    )
-                proc.send_signal(signal.SIGKILL)
-                stdout, _ = proc.communicate(timeout=timeout)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        if proc.returncode != -signal.SIGKILL:
-            raise AssertionError(f"run {kill} exited with {proc.returncode}, not by SIGKILL")
-        outputs.append(stdout)
+        run = sigkill_when(
+            command,
+            lambda before=before: (  # type: ignore[misc]
+                max(completed_checkpoints(checkpoint_dir), default=0) >= before + new_checkpoints
+            ),
+            timeout=timeout,
+            what=f"{new_checkpoints} new checkpoint(s) in run {kill} (after chk-{before})",
+            delay=rng.uniform(0.0, max_delay),  # the kill moment, from the seed
+            allow_early_end=allow_early_end,
+        )
+        if run is None:
+            break
+        outputs.append(run.stdout)
     final = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout)
     if final.returncode != 0:
         raise AssertionError(f"the final run failed:\n{final.stderr}")
@@ -442,85 +494,6 @@ def int_key_group(key: int, max_parallelism: int = 128) -> int:
     x = (x * 0xC4CEB9FE1A85EC53) & mask
     x ^= x >> 33
     return x % max_parallelism
-
-
-def collatz_steps(n: int) -> int:
-    """How many Collatz steps (``n/2`` if even, ``3n+1`` if odd) take ``n`` to 1.
-
-    Example:
-        >>> [collatz_steps(n) for n in (1, 2, 3, 6)]
-        [0, 1, 7, 8]
-    """
-    steps = 0
-    while n != 1:
-        n = n // 2 if n % 2 == 0 else 3 * n + 1
-        steps += 1
-    return steps
-
-
-def collatz_body(s: DataStream, *, sleep_per_batch: float = 0.0) -> tuple[DataStream, DataStream]:
-    """A Collatz loop body in Rust expressions, for ``stream.iterate``.
-
-    Records with ``x == 1`` leave the loop; the others take one step
-    (``x // 2`` or ``3x + 1``) and ``steps + 1`` and go round again. With
-    ``sleep_per_batch`` (seconds), the step first sleeps that long per batch
-    (:class:`SleepPerBatch`): a slow body, so the feedback backs up (spills,
-    backpressure) in fault tests; pass it with ``functools.partial``.
-    """
-    from .expr import col, lit
-
-    done = s.filter(col("x") == 1)
-    odd = col("x") % 2
-    going = s.filter(col("x") > 1)
-    if sleep_per_batch > 0:
-        going = going.map_batches(SleepPerBatch(sleep_per_batch))
-    step = going.with_columns(
-        x=odd * (col("x") * 3 + 1) + (lit(1) - odd) * (col("x") // 2),
-        steps=col("steps") + 1,
-    )
-    return step, done
-
-
-def nested_body(
-    s: DataStream, *, spill_dir: str | None = None, sleep_per_batch: float = 0.0
-) -> tuple[DataStream, DataStream]:
-    """An outer loop body holding an inner loop, for ``stream.iterate`` (nested loops).
-
-    Input columns ``value``, ``outer`` (rounds left, e.g. ``value % 7 + 1``) and
-    ``steps``. Each outer round runs an inner loop of ``(value + outer) % 3 + 1``
-    steps (uid ``"inner"``, its feedback always spilled to ``spill_dir``), then
-    counts ``outer`` down; records with ``outer == 0`` leave. :func:`nested_steps`
-    is the reference. ``sleep_per_batch`` slows the inner step as in
-    :func:`collatz_body`; pass both with ``functools.partial``.
-    """
-    from .expr import col
-
-    prepared = s.with_columns(inner=(col("value") + col("outer")) % 3 + 1)
-
-    def inner_body(t: DataStream) -> tuple[DataStream, DataStream]:
-        if sleep_per_batch > 0:
-            t = t.map_batches(SleepPerBatch(sleep_per_batch))
-        stepped = t.with_columns(steps=col("steps") + 1, inner=col("inner") - 1)
-        return stepped.filter(col("inner") > 0), stepped.filter(col("inner") == 0)
-
-    after = prepared.iterate(inner_body, feedback_memory=1, spill_dir=spill_dir).uid("inner")
-    stepped = after.select("value", "outer", "steps").with_columns(outer=col("outer") - 1)
-    return stepped.filter(col("outer") > 0), stepped.filter(col("outer") == 0)
-
-
-def nested_steps(value: int) -> int:
-    """The ``steps`` :func:`nested_body` gives ``value`` when it starts with
-    ``outer = value % 7 + 1``.
-
-    Example:
-        >>> [nested_steps(v) for v in (1, 2, 7)]
-        [4, 6, 3]
-    """
-    outer, steps = value % 7 + 1, 0
-    while outer > 0:
-        steps += (value + outer) % 3 + 1
-        outer -= 1
-    return steps
 
 
 class FailOnce:
@@ -650,23 +623,6 @@ class FailOnce:
         with open(self.marker) as marker:
             info: dict[str, Any] = json.load(marker)
         return info
-
-
-class SleepPerBatch:
-    """A picklable ``map_batches`` function that sleeps, to make a job slow.
-
-    Example:
-        >>> import pyarrow as pa
-        >>> SleepPerBatch(0.0)(pa.record_batch({"x": [1]})).num_rows
-        1
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(self.seconds)
-        return batch
 
 
 def read_parquet_dir(directory: str | os.PathLike[str]) -> pa.Table:

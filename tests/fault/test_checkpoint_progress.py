@@ -33,7 +33,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import completed_checkpoints, wait_until
+from eddyline.testing import completed_checkpoints, sigkill_when
 
 INTERVAL_S = 0.25
 SECONDS_PER_ROW = 50e-6
@@ -221,23 +221,13 @@ def test_nested_loops_checkpoint_at_the_interval_after_a_restore(tmp_path: Path)
     script.write_text(NESTED)
     out, chk = tmp_path / "out", tmp_path / "chk"
     command = [sys.executable, str(script), str(out), str(chk), str(rounds)]
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as first:
-        try:
-            # the kill comes right after the first checkpoint, while the loops are busy
-            wait_until(
-                lambda: completed_checkpoints(chk) or first.poll() is not None,
-                timeout=120,
-                what="a checkpoint of the first run",
-            )
-            assert first.poll() is None, "the first run ended before it was killed"
-            first.kill()
-            first.communicate(timeout=60)
-        finally:
-            if first.poll() is None:
-                first.kill()
-                first.wait()
+    # the kill comes right after the first checkpoint, while the loops are busy
+    sigkill_when(
+        command,
+        lambda: completed_checkpoints(chk),
+        timeout=120,
+        what="a checkpoint of the first run",
+    )
     restored_from = max(completed_checkpoints(chk))
     second = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert second.returncode == 0, second.stderr

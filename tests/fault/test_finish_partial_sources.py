@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import random
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,12 @@ from typing import Any
 import pytest
 
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir, wait_until
+from eddyline.testing import (
+    assert_exact_ids,
+    completed_checkpoints,
+    read_parquet_dir,
+    sigkill_when,
+)
 
 N_SHORT = 2_000
 N_LONG = 200_000
@@ -99,27 +102,15 @@ def test_finish_short_source_finished_then_sigkill_restores_exactly(
     command = [sys.executable, str(script), str(ids), str(sums), str(chk)]
     command += [str(N_SHORT), str(N_LONG)]
 
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as proc:
-        try:
-            found = wait_until(
-                lambda: _checkpoint_with_short_finished(chk) or proc.poll() is not None,
-                timeout=RUN_TIMEOUT_S,
-                what="a completed checkpoint with the short source finished",
-            )
-            time.sleep(rng.uniform(0.0, 0.2))  # the kill moment, from the seed
-            assert proc.poll() is None, (
-                f"the job ended before it was killed; make the long source longer:\n"
-                f"{proc.communicate()[1]}"
-            )
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=RUN_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    killed = sigkill_when(
+        command,
+        lambda: _checkpoint_with_short_finished(chk),
+        timeout=RUN_TIMEOUT_S,
+        what="a completed checkpoint with the short source finished",
+        delay=rng.uniform(0.0, 0.2),  # the kill moment, from the seed
+    )
+    assert killed is not None
+    found = killed.ready
     assert isinstance(found, tuple)
     finished_at, flags = found
     # checkpoints completed after the short source finished: it is marked fully finished

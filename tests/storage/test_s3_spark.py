@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,8 +30,8 @@ from eddyline.testing import (
     SleepPerBatch,
     assert_exact_ids,
     completed_checkpoints,
+    sigkill_when,
     spark_s3a_test_conf,
-    wait_until,
 )
 
 from .conftest import S3
@@ -339,27 +337,13 @@ def test_sigkill_and_restore_into_s3_table_is_exact(
     script = tmp_path / "job.py"
     script.write_text(KILL_SCRIPT)
     location, chk = f"s3://{s3.bucket}/killed", f"s3://{s3.bucket}/killed-chk"
-    with subprocess.Popen(
+    sigkill_when(
         [sys.executable, str(script), location, chk, str(n)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        try:
-            wait_until(
-                lambda: bool(completed_checkpoints(chk)) or proc.poll() is not None,
-                timeout=120,
-                what="a checkpoint of the run to kill",
-            )
-            time.sleep(random.Random(14).uniform(0.0, 0.25))  # the kill moment, from the seed
-            assert proc.poll() is None, f"the run ended before the kill:\n{proc.communicate()[1]}"
-            proc.send_signal(signal.SIGKILL)
-            proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+        lambda: completed_checkpoints(chk),
+        timeout=120,
+        what="a checkpoint of the run to kill",
+        delay=random.Random(14).uniform(0.0, 0.25),  # the kill moment, from the seed
+    )
     namespace: dict[str, Any] = {}
     exec(JOB, namespace)  # the same job, restored by a new driver
     namespace["run_job"](spark, location, chk, n)
