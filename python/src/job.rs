@@ -344,6 +344,9 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
         od.set_item("feedback_queue_events", events)?;
         let bytes: u64 = subs.iter().map(|s| s.feedback_bytes).sum();
         od.set_item("feedback_queue_bytes", bytes)?;
+        // Every subtask's task finished its input (FLIP-147 finished tasks).
+        let finished = !subs.is_empty() && subs.iter().all(|s| s.finished);
+        od.set_item("finished", finished)?;
         let subtasks = PyList::empty(py);
         for st in &o.subtasks {
             let sd = PyDict::new(py);
@@ -357,6 +360,7 @@ fn metrics_dict<'py>(py: Python<'py>, handle: &JobHandle) -> PyResult<Bound<'py,
             sd.set_item("termination_round", st.termination_round)?;
             sd.set_item("feedback_queue_events", st.feedback_events)?;
             sd.set_item("feedback_queue_bytes", st.feedback_bytes)?;
+            sd.set_item("finished", st.finished)?;
             subtasks.append(sd)?;
         }
         od.set_item("subtasks", subtasks)?;

@@ -78,6 +78,8 @@ def test_api_and_prometheus_agree_with_the_jobs_metrics(tmp_path: Any, runner: s
         assert sum(s["write-records"] for s in subs) == m["write-records"]
         for s in subs:
             assert s["busyTimeMs"] + s["idleTimeMs"] > 0, f"{name}: no time measured"
+            assert s["status"] == "FINISHED", name
+        assert own[name]["finished"] and all(s["finished"] for s in own[name]["subtasks"])
     assert by_name["numbers"]["metrics"]["write-records"] == 20_000
     assert by_name["sums"]["metrics"]["read-records"] == 20_000
     # Watermarks: the ended sources sent the maximum watermark.

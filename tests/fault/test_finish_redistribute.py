@@ -133,12 +133,18 @@ def test_finish_partially_finished_source_restores_at_another_parallelism(
     env, out_ids, out_sums, out_2pc = build(2, root, delay=0.01, run="first")
     client = env.execute_async("stopped")
     markers = root / "markers-first"
+
+    def lanes_0_and_extra_finished() -> bool:
+        ops = client.metrics()["operators"]
+        return ops["lanes"]["subtasks"][0]["finished"] and ops["extra"]["finished"]
+
     wait_until(
-        lambda: (markers / "done-0").exists() and (markers / "done-2").exists(),
+        lanes_0_and_extra_finished,
         timeout=TIMEOUT_S,
-        what="subtask 0 of the source to read its short splits",
+        what="subtask 0 of the source to finish its short splits, and the short source",
     )
-    time.sleep(0.3)  # subtask 0 ends its input right after its last split
+    # subtask 0 finished by reading its short splits to their end
+    assert (markers / "done-0").exists() and (markers / "done-2").exists()
     savepoint = client.stop_with_savepoint(str(tmp_path / "savepoints"), drain=False)
     client.wait(timeout=TIMEOUT_S)
 

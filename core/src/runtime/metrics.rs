@@ -5,7 +5,7 @@
 //! and termination round (DESIGN.md "Loops": feedback queues and the
 //! termination protocol).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -142,6 +142,10 @@ pub struct SubtaskMetrics {
     /// heads): the events and bytes queued as the last metric frame said.
     pub feedback_events: AtomicU64,
     pub feedback_bytes: AtomicU64,
+    /// The subtask's task ended its input and finished its operators in
+    /// this attempt (FLIP-147: it stays up, answering checkpoints, until
+    /// the job ends); false again when a new attempt starts the task.
+    pub finished: AtomicBool,
     /// Loop heads: the feedback queues the subtask reads in this attempt
     /// (weak: the metrics never keep a queue, or its spill files, alive).
     feedback: Mutex<Vec<Weak<FeedbackQueue>>>,
@@ -159,6 +163,7 @@ impl Default for SubtaskMetrics {
             termination_round: AtomicU64::new(0),
             feedback_events: AtomicU64::new(0),
             feedback_bytes: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
             feedback: Mutex::new(Vec::new()),
         }
     }
@@ -179,6 +184,8 @@ pub struct SubtaskMetricsSnapshot {
     pub feedback_events: u64,
     /// Loop heads: bytes of feedback batches held in memory.
     pub feedback_bytes: u64,
+    /// The task finished its input and operators in this attempt.
+    pub finished: bool,
 }
 
 impl SubtaskMetrics {
@@ -209,6 +216,7 @@ impl SubtaskMetrics {
             termination_round: self.termination_round.load(Ordering::Relaxed),
             feedback_events,
             feedback_bytes,
+            finished: self.finished.load(Ordering::Relaxed),
         }
     }
 
@@ -273,6 +281,14 @@ impl TaskTimer {
         let r = send();
         self.waited(began.elapsed(), true);
         r
+    }
+
+    /// Marks the chain's subtasks finished (the task ended its input and
+    /// its operators finished) or, at the start of an attempt, running.
+    pub fn set_finished(&self, finished: bool) {
+        for s in &self.subtasks {
+            s.finished.store(finished, Ordering::Relaxed);
+        }
     }
 
     /// Records the watermark the task emitted.

@@ -257,6 +257,8 @@ class JobView:
             out["subtasks"] = [
                 {
                     "subtask": i,
+                    # Flink's subtask states, of those a running attempt has
+                    "status": "FINISHED" if s.get("finished") else "RUNNING",
                     "read-records": s.get("records_in", 0),
                     "write-records": s.get("records_out", 0),
                     "read-records-per-second": s.get("records_in_per_s", 0.0),

@@ -113,6 +113,13 @@ impl DistDriver {
         cancel: &dyn Fn() -> bool,
     ) -> Result<RemoteAttempt> {
         let n = self.dist.workers;
+        // The new attempt's tasks finish anew (their workers only ever send
+        // `finished` as set: apply_metrics).
+        for m in &metrics {
+            for s in &m.subtasks {
+                s.finished.store(false, Ordering::Relaxed);
+            }
+        }
         // Hellos of earlier attempts still queued are stale.
         while self.hellos.try_recv().is_ok() {}
         self.dist
@@ -382,8 +389,15 @@ pub(super) fn apply_metrics(buf: &[u8], metrics: &[Arc<OperatorMetrics>]) -> Res
             }
             let watermark = d.i64()?;
             let (round, events, bytes) = (d.u64()?, d.u64()?, d.u64()?);
+            let finished = d.u64()? != 0;
             if let Some(s) = metrics.get(node).and_then(|m| m.subtasks.get(index)) {
                 s.termination_round.store(round, Ordering::Relaxed);
+                // Only ever set here: a worker that does not run the subtask
+                // sends its own `false` for it when it touched its counters
+                // (start_attempt clears the flags of a new attempt).
+                if finished {
+                    s.finished.store(true, Ordering::Relaxed);
+                }
                 s.feedback_events.store(events, Ordering::Relaxed);
                 s.feedback_bytes.store(bytes, Ordering::Relaxed);
                 s.records_in.fetch_add(v[0], Ordering::Relaxed);
@@ -436,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn a_loop_heads_gauges_reach_the_driver_as_they_are() {
+    fn a_subtasks_gauges_reach_the_driver_as_they_are() {
         let (worker, driver) = (ops(1), ops(1));
         let mut sent = vec![SentMetrics::default()];
         let sub = &worker[0].subtasks[0];
@@ -445,9 +459,41 @@ mod tests {
         apply_metrics(&metric_deltas(&worker, &mut sent), &driver).unwrap();
         sub.termination_round.store(5, Ordering::Relaxed);
         sub.feedback_events.store(2, Ordering::Relaxed);
+        sub.finished.store(true, Ordering::Relaxed);
         apply_metrics(&metric_deltas(&worker, &mut sent), &driver).unwrap();
         let got = driver[0].subtasks[0].snapshot();
         assert_eq!((got.termination_round, got.feedback_events), (5, 2));
+        assert!(got.finished);
+        // Another worker, which does not run the subtask but counted time on
+        // its counters, sends `finished: false` for it: the flag stays.
+        let other = ops(1);
+        other[0].subtasks[0].idle_ns.fetch_add(9, Ordering::Relaxed);
+        let mut other_sent = vec![SentMetrics::default()];
+        apply_metrics(&metric_deltas(&other, &mut other_sent), &driver).unwrap();
+        assert!(driver[0].subtasks[0].snapshot().finished);
+    }
+
+    #[test]
+    fn a_worker_sends_no_subtask_it_never_touched() {
+        let driver = ops(2);
+        let (runs_0, runs_1) = (ops(2), ops(2));
+        runs_0[0].subtasks[0]
+            .termination_round
+            .store(4, Ordering::Relaxed);
+        apply_metrics(
+            &metric_deltas(&runs_0, &mut [SentMetrics::default()]),
+            &driver,
+        )
+        .unwrap();
+        runs_1[0].subtasks[1]
+            .busy_ns
+            .fetch_add(1, Ordering::Relaxed);
+        let frame = metric_deltas(&runs_1, &mut [SentMetrics::default()]);
+        apply_metrics(&frame, &driver).unwrap();
+        assert_eq!(driver[0].subtasks[0].snapshot().termination_round, 4);
+        // node count, node, 7 operator counters, one subtask: index, 5 deltas,
+        // watermark, round, events, bytes, finished
+        assert_eq!(frame.len(), 4 + 4 + 7 * 8 + 4 + 4 + 5 * 8 + 8 + 4 * 8);
     }
 
     #[test]

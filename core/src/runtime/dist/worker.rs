@@ -25,7 +25,7 @@ use crate::net::control::{
 use crate::net::data::DataPlane;
 use crate::net::wire::{read_frame, write_frame, Enc};
 use crate::runtime::config::JobConfig;
-use crate::runtime::metrics::OperatorMetrics;
+use crate::runtime::metrics::{OperatorMetrics, SubtaskMetrics};
 use crate::runtime::plan::Plan;
 use crate::runtime::replay::AttemptRecompute;
 use crate::runtime::spawn::{build_attempt, Attempt, Placement};
@@ -336,7 +336,8 @@ fn relay(
 
 /// Per node: the operator counters' deltas, then the subtasks that changed
 /// since the last frame (index, deltas of rows and times, watermark, then
-/// a loop head's termination round and feedback queue events and bytes).
+/// a loop head's termination round and feedback queue events and bytes,
+/// and whether the subtask finished).
 pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMetrics]) -> Vec<u8> {
     let mut e = Enc::default();
     e.u32(metrics.len() as u32);
@@ -347,7 +348,11 @@ pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMe
             e.u64(now.saturating_sub(*before));
         }
         last.op = now;
-        last.subtasks.resize(m.subtasks.len(), Default::default());
+        // A subtask this worker never touched equals a fresh one (watermark
+        // "none", not 0): its first frame must not send it, or the gauges
+        // of the worker running it would be overwritten.
+        let fresh = SubtaskMetrics::default().snapshot();
+        last.subtasks.resize(m.subtasks.len(), fresh);
         let changed: Vec<usize> = (0..m.subtasks.len())
             .filter(|&i| m.subtasks[i].snapshot() != last.subtasks[i])
             .collect();
@@ -364,6 +369,7 @@ pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMe
             e.u64(now.termination_round);
             e.u64(now.feedback_events);
             e.u64(now.feedback_bytes);
+            e.u64(u64::from(now.finished));
             last.subtasks[i] = now;
         }
     }

@@ -534,6 +534,7 @@ impl Task {
             subs.push(slot.sub.clone());
         }
         self.output.timer = TaskTimer::new(subs);
+        self.output.timer.set_finished(false);
     }
 
     fn run_inner(&mut self) -> Result<()> {
@@ -588,6 +589,7 @@ impl Task {
         // A skipped (already finished) task ends its consumers' input for good.
         let drain = skip || end == InputEnd::Drained;
         self.output.broadcast(Event::EndOfData { drain })?;
+        self.output.timer.set_finished(true);
         let _ = self.reports.send(TaskReport::Finished { task: self.id });
         self.await_finalize()?;
         for i in 0..self.ops.len() {
