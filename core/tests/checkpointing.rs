@@ -54,7 +54,7 @@ fn keyed_sum_graph(n: i64, p: usize, fail: bool, union: bool) -> (JobGraph, Arc<
                     port: 0,
                 },
             ],
-            NodeKind::Operator(Arc::new(UnionFactory)),
+            NodeKind::Operator(Arc::new(UnionFactory::default())),
             Role::Operator,
         ));
         last = 2;

@@ -134,7 +134,7 @@ fn countdown_graph(
         p,
         init,
         Partitioning::Forward,
-        Arc::new(UnionFactory),
+        Arc::new(UnionFactory::default()),
         &inner,
     );
     let dec = b.op(
@@ -180,7 +180,7 @@ fn countdown_graph(
         p,
         done,
         Partitioning::Forward,
-        Arc::new(UnionFactory),
+        Arc::new(UnionFactory::default()),
         &root,
     );
     let store = CollectStore::new();

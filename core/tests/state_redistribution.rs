@@ -154,7 +154,7 @@ fn graph(p: usize, delay: Duration, fast_done: Arc<AtomicBool>, sink: &Sink) -> 
             "union",
             p,
             vec![rebalance(1), rebalance(2)],
-            NodeKind::Operator(Arc::new(UnionFactory)),
+            NodeKind::Operator(Arc::new(UnionFactory::default())),
             Role::Operator,
         ),
         key_mod_node(4, p, 3, 13),

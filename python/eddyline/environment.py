@@ -265,7 +265,8 @@ class StreamEnvironment:
             raise TypeError(f"from_sequence() needs int bounds, got {start!r}, {end!r}")
         if end < start:
             raise ValueError(f"from_sequence(): end ({end}) must be >= start ({start})")
-        schema = pa.schema([pa.field("value", pa.int64())])
+        # not null, as the batches the engine emits (sequence.rs)
+        schema = pa.schema([pa.field("value", pa.int64(), nullable=False)])
         return self._source(
             "from_sequence", "source_sequence", schema, {"start": start, "end": end}
         )

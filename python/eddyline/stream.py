@@ -452,20 +452,23 @@ class DataStream(_Operators):
         return KeyedStream(self, key_list)
 
     def union(self, *streams: DataStream) -> DataStream:
-        """Merges this stream with others of the same schema and scope."""
+        """Merges this stream with others of the same column names and types and scope;
+        a column is nullable in the union when it is nullable in any input."""
         if not streams:
             return self
         for other in streams:
             self._same_env(other, "union()")
         schema = self.schema
         for other in streams:
-            if schema is not None and other.schema is not None and not other.schema.equals(schema):
-                raise SchemaError(
-                    f"union(): '{self.operator_name}' has schema\n{schema}\nbut "
-                    f"'{other.operator_name}' has schema\n{other.schema}\nstreams of a union "
-                    "must have the same schema",
-                    operator=self.operator_name,
-                )
+            if schema is not None and other.schema is not None:
+                if not _same_columns(schema, other.schema):
+                    raise SchemaError(
+                        f"union(): '{self.operator_name}' has schema\n{schema}\nbut "
+                        f"'{other.operator_name}' has schema\n{other.schema}\nstreams of a "
+                        "union must have the same column names and types",
+                        operator=self.operator_name,
+                    )
+                schema = _merged_nullability(schema, other.schema)
         known = all(s.schema is not None for s in streams)
         inputs = [self._edge()] + [s._edge() for s in streams]
         return self._add("union", "union", schema=schema if known else None, inputs=inputs)
@@ -746,3 +749,17 @@ class DataStreamSink(_Operators):
 
     def __repr__(self) -> str:
         return f"DataStreamSink({self._node.display_name!r})"
+
+
+def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    """Whether two schemas have the same column names and types (a union's inputs
+    may differ in nullability and metadata)."""
+    return a.names == b.names and a.types == b.types
+
+
+def _merged_nullability(a: pa.Schema, b: pa.Schema) -> pa.Schema:
+    """``a`` with every column nullable that is nullable in ``a`` or ``b`` and no
+    metadata: a union's output schema, as the engine computes it (union.rs)."""
+    return pa.schema(
+        pa.field(fa.name, fa.type, fa.nullable or fb.nullable) for fa, fb in zip(a, b, strict=True)
+    )

@@ -578,14 +578,15 @@ impl GraphReader<'_> {
             "join" => join_node(spec)?,
             "session_window" => session_node(spec)?,
             "loop_head" => self.loop_head_node(spec)?,
-            "loop_exit" => operator(Arc::new(UnionFactory), spec.first_input()),
+            "loop_exit" => operator(Arc::new(UnionFactory::default()), spec.first_input()),
             "union" => {
                 let all: Option<Vec<SchemaRef>> = spec.inputs.iter().cloned().collect();
                 let s = match all {
                     Some(all) => Some(UnionFactory::output_schema(spec.name, &all)?),
                     None => None,
                 };
-                operator(Arc::new(UnionFactory), s)
+                let factory = UnionFactory { schema: s.clone() };
+                operator(Arc::new(factory), s)
             }
             "python" => python_node(py, spec, self.run_tag)?,
             "sink_collect" => {
@@ -648,7 +649,7 @@ impl GraphReader<'_> {
         });
         let s = spec.first_input();
         Ok(operator(
-            Arc::new(UnionFactory),
+            Arc::new(UnionFactory::default()),
             s.as_ref().map(all_nullable),
         ))
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -10,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import eddyline as ed
-from eddyline.testing import assert_same_rows
+from eddyline.testing import assert_same_rows, read_parquet_dir
 
 MakeEnv = Callable[..., ed.StreamEnvironment]
 
@@ -185,9 +186,39 @@ def test_union_matches_reference(make_env: MakeEnv) -> None:
     assert_same_rows(_run(env, out), ROWS)
 
 
+def test_a_sequence_united_with_a_collection_collects_to_one_table(make_env: MakeEnv) -> None:
+    # The sequence's "value" is not null, a collection's is nullable: the union's is
+    # nullable and all its batches carry that schema (they went out with their
+    # input's, and the collected table could not be built from the two kinds).
+    env = make_env()
+    numbers = env.from_sequence(0, 30)
+    more = env.from_collection([{"value": 100 + i} for i in range(5)])
+    united = numbers.union(more)
+    out = united.collect()
+    alone = numbers.collect()
+    env.execute("union")
+    assert not numbers.schema.field("value").nullable
+    assert united.schema.field("value").nullable
+    table = out.to_arrow()
+    assert table.schema == united.schema
+    assert sorted(table["value"].to_pylist()) == list(range(30)) + list(range(100, 105))
+    assert alone.to_arrow().schema == numbers.schema, "the declared schema is the batches'"
+
+
+def test_a_union_of_nullable_and_non_null_inputs_writes_one_parquet_table(tmp_path: Path) -> None:
+    env = ed.StreamEnvironment(1, batch_size=4)
+    strict = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    a = env.from_arrow(pa.table({"id": list(range(10))}, schema=strict))
+    b = env.from_collection([{"id": 100 + i} for i in range(10)])
+    a.union(b).sink_to(ed.ParquetSink(str(tmp_path / "out")))
+    env.execute("parquet union")
+    ids = read_parquet_dir(tmp_path / "out")["id"].to_pylist()
+    assert sorted(ids) == list(range(10)) + list(range(100, 110))
+
+
 def test_union_of_different_schemas_raises_schema_error() -> None:
     env = ed.StreamEnvironment()
-    with pytest.raises(ed.SchemaError, match="same schema"):
+    with pytest.raises(ed.SchemaError, match="same column names and types"):
         env.from_collection([{"a": 1}]).union(env.from_collection([{"b": 1}]))
 
 

@@ -1,10 +1,13 @@
 //! The union operator: merges several inputs of one schema into one stream
 //! (DESIGN.md "Runtime": batches are shared by `Arc` and never copied).
 //!
-//! Batches are forwarded unchanged, zero-copy, in the order they arrive on
-//! any input. [`output_schema`] checks at build time that all inputs have the
-//! same field names and types (metadata is ignored); the output field is
-//! nullable when the field is nullable in any input.
+//! Batches are forwarded zero-copy, in the order they arrive on any input.
+//! [`output_schema`] checks at build time that all inputs have the same field
+//! names and types (metadata is ignored); the output field is nullable when
+//! the field is nullable in any input. A batch whose schema is not the
+//! output's (a non-null field the output has nullable, or other metadata)
+//! goes out under the output schema, its columns shared: the batches of one
+//! stream have one schema, so sinks can put them in one file or table.
 
 use std::sync::Arc;
 
@@ -14,13 +17,24 @@ use arrow::record_batch::RecordBatch;
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
 
-/// Forwards every batch of every input unchanged.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnionOperator;
+/// Whether `batch` already has the `output` schema (one pointer compare for
+/// the batches of an input whose schema is the output's).
+fn same_schema(output: &SchemaRef, batch: &SchemaRef) -> bool {
+    Arc::ptr_eq(output, batch) || output.fields() == batch.fields()
+}
 
-/// Builds [`UnionOperator`]s.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnionFactory;
+/// Forwards every batch of every input, under the output schema when known.
+#[derive(Debug, Clone, Default)]
+pub struct UnionOperator {
+    schema: Option<SchemaRef>,
+}
+
+/// Builds [`UnionOperator`]s; `schema` is the union's [`output_schema`]
+/// (`None`: batches go out with their own schema, as a loop exit's do).
+#[derive(Debug, Clone, Default)]
+pub struct UnionFactory {
+    pub schema: Option<SchemaRef>,
+}
 
 impl UnionFactory {
     /// The schema of the union of `inputs`; see [`output_schema`].
@@ -40,7 +54,9 @@ impl OperatorFactory for UnionFactory {
     }
 
     fn create(&self, _ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
-        Ok(Box::new(UnionOperator))
+        Ok(Box::new(UnionOperator {
+            schema: self.schema.clone(),
+        }))
     }
 }
 
@@ -103,7 +119,17 @@ impl Operator for UnionOperator {
         batch: RecordBatch,
         out: &mut dyn Collector,
     ) -> Result<()> {
-        out.emit(batch)
+        match &self.schema {
+            Some(schema) if !same_schema(schema, &batch.schema()) => {
+                // Only nullability or metadata differ (output_schema): the
+                // columns go out as they are, under the output schema.
+                let columns = batch.columns().to_vec();
+                let relabelled = RecordBatch::try_new(schema.clone(), columns)
+                    .map_err(|e| Error::runtime(format!("union: {e}")))?;
+                out.emit(relabelled)
+            }
+            _ => out.emit(batch),
+        }
     }
 }
 
@@ -173,13 +199,47 @@ mod tests {
     fn test_union_forwards_batches_zero_copy() {
         let s = schema(&[("k", DataType::Int64, false)]);
         let col: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 3]));
-        let batch = RecordBatch::try_new(s, vec![col.clone()]).unwrap();
-        let mut op = UnionOperator;
+        let batch = RecordBatch::try_new(s.clone(), vec![col.clone()]).unwrap();
+        let mut op = UnionOperator {
+            schema: Some(s.clone()),
+        };
         let mut out = VecCollector(Vec::new());
         op.process_batch(0, batch.clone(), &mut out).unwrap();
         op.process_batch(1, batch, &mut out).unwrap();
         assert_eq!(out.0.len(), 2);
         for b in &out.0 {
+            assert_eq!(
+                b.column(0).to_data().buffers()[0].as_ptr(),
+                col.to_data().buffers()[0].as_ptr()
+            );
+        }
+    }
+
+    #[test]
+    fn test_union_puts_a_non_null_inputs_batches_under_the_nullable_output_schema() {
+        let strict = schema(&[("k", DataType::Int64, false)]);
+        let loose = schema(&[("k", DataType::Int64, true)]);
+        let output = output_schema("u", &[strict.clone(), loose.clone()]).unwrap();
+        let col: ArrayRef = Arc::new(Int64Array::from(vec![1, 2]));
+        let mut op = UnionOperator {
+            schema: Some(output.clone()),
+        };
+        let mut out = VecCollector(Vec::new());
+        op.process_batch(
+            0,
+            RecordBatch::try_new(strict, vec![col.clone()]).unwrap(),
+            &mut out,
+        )
+        .unwrap();
+        op.process_batch(
+            1,
+            RecordBatch::try_new(loose, vec![col.clone()]).unwrap(),
+            &mut out,
+        )
+        .unwrap();
+        for b in &out.0 {
+            assert_eq!(b.schema().fields(), output.fields());
+            // the column is shared, not copied
             assert_eq!(
                 b.column(0).to_data().buffers()[0].as_ptr(),
                 col.to_data().buffers()[0].as_ptr()
