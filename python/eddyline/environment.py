@@ -5,7 +5,7 @@ Example:
     >>> env = ed.StreamEnvironment(parallelism=2, restart=ed.RestartStrategy.none())
     >>> numbers = env.from_sequence(0, 100)
     >>> numbers.schema
-    value: int64
+    value: int64 not null
 """
 
 from __future__ import annotations
