@@ -49,7 +49,9 @@
 //! again. At another parallelism every new subtask gets every entry
 //! ([`Redistribution::Union`]): it starts from the smallest largest
 //! timestamp of the old subtasks, so never above any of their watermarks,
-//! and takes the per-split timestamps of the splits its source reads now.
+//! and takes the per-split timestamps of the splits its source reads now (a
+//! split that several old subtasks read, such as a file whose row groups
+//! were dealt to several of them, from the smallest of their timestamps).
 //! The single-timestamp state of older versions (byte 0 the format version
 //! [`STATE_FORMAT_VERSION`], bytes 1..9 the timestamp) still restores.
 
@@ -486,8 +488,8 @@ impl Operator for AssignTimestampsOperator {
             return Err(Error::graph(
                 self.name.clone(),
                 "idle_timeout works only right after a source (assign_timestamps directly \
-                 on env.from_...(), at the source's parallelism, as its only consumer): \
-                 elsewhere nothing tells the operator that its input is idle",
+                 on env.from_...(), at the source's parallelism): elsewhere nothing tells \
+                 the operator that its input is idle",
             ));
         }
         let now = Instant::now();
@@ -631,11 +633,16 @@ impl Operator for AssignTimestampsOperator {
                     }
                     (SPLIT_ENTRY, 3) => {
                         let (id, ts) = (words[1], words[2] as i64);
-                        // A split written twice (a subtask that carried it
-                        // before reading it): the larger timestamp is the
-                        // newer one.
+                        // A split in several entries: the row groups of
+                        // one file read by several old subtasks (each from
+                        // its own place in the file), or a subtask that
+                        // carried a restored entry before reading it. The
+                        // split's remaining rows are read from the earliest
+                        // of those places on, so it restarts from the
+                        // smallest timestamp: never above what any of them
+                        // had emitted.
                         match self.restored_splits.iter_mut().find(|(r, _)| *r == id) {
-                            Some(r) => r.1 = r.1.max(ts),
+                            Some(r) => r.1 = r.1.min(ts),
                             None => self.restored_splits.push((id, ts)),
                         }
                     }
@@ -918,6 +925,46 @@ mod tests {
             err.to_string().contains("idle_timeout must be positive"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn test_a_split_several_old_subtasks_read_restarts_from_the_smallest_timestamp() {
+        // The row groups of file 3 were dealt to two subtasks: one read its
+        // first group up to 100, the other its second group up to 900. The
+        // subtask that now reads what is left of both starts with the first
+        // group's rest, so the file's watermark restarts from 100.
+        let f = AssignTimestampsFactory::new("t".into(), 0);
+        let mut old = Vec::new();
+        for ts in [100, 900] {
+            let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+            progress(&mut op, Some(3), &[3]);
+            op.process_batch(0, batch(vec![Some(ts)]), &mut Recorder::default())
+                .unwrap();
+            old.push(
+                op.snapshot_state(1)
+                    .unwrap()
+                    .operator
+                    .unwrap()
+                    .to_bytes()
+                    .unwrap(),
+            );
+        }
+        for order in [[0, 1], [1, 0]] {
+            let views: Vec<Option<&[u8]>> =
+                order.iter().map(|&i| Some(old[i].as_slice())).collect();
+            let all = encode_entries(&crate::state::union_entries(&views).unwrap());
+            let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+            op.restore_state(OperatorState {
+                operator: Some(StateBlob::Bytes(Arc::new(all))),
+                keyed: vec![],
+            })
+            .unwrap();
+            let mut out = Recorder::default();
+            progress(&mut op, Some(3), &[3]);
+            op.process_batch(0, batch(vec![Some(101)]), &mut out)
+                .unwrap();
+            assert_eq!(out.watermarks, vec![100], "entries in order {order:?}");
+        }
     }
 
     #[test]
