@@ -11,7 +11,7 @@ per-record Python stages with the same parallelism are fused into one
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -193,10 +193,10 @@ class LogicalGraph:
         Raises:
             GraphError: If two operators share a uid, or a loop has no feedback.
         """
-        needed = self._ancestors(targets)
+        needed, view = self._event_time_at_sources(self._ancestors(targets))
         consumers: dict[int, int] = dict.fromkeys(needed, 0)
         for nid in needed:
-            node = self.nodes[nid]
+            node = view[nid]
             for edge in node.inputs:
                 consumers[edge.node] += 1
             if node.kind == "loop_head":
@@ -213,22 +213,22 @@ class LogicalGraph:
 
         readers: dict[int, list[int]] = {nid: [] for nid in needed}
         for nid in needed:
-            for edge in self.nodes[nid].inputs:
+            for edge in view[nid].inputs:
                 readers[edge.node].append(nid)
         pushdown = {
             nid: columns
             for nid in needed
-            if self.nodes[nid].kind == "source_parquet"
-            and "columns" not in self.nodes[nid].params
+            if view[nid].kind == "source_parquet"
+            and "columns" not in view[nid].params
             and (columns := self._columns_read(nid, readers)) is not None
         }
 
         groups: list[_Group] = []
         group_of: dict[int, int] = {}
         for nid in needed:
-            node = self.nodes[nid]
+            node = view[nid]
             if node.kind == "record":
-                upstream = self.nodes[node.inputs[0].node]
+                upstream = view[node.inputs[0].node]
                 if (
                     upstream.kind == "record"
                     and consumers[upstream.id] == 1
@@ -242,12 +242,12 @@ class LogicalGraph:
             group_of[nid] = len(groups)
             groups.append(_Group([nid]))
 
-        input_rows = self._input_rows(needed)
+        input_rows = self._input_rows(needed, view)
         uids: dict[str, str] = {}
         out: list[NodeSpec] = []
         collects: list[tuple[CollectHandle, int]] = []
         for index, group in enumerate(groups):
-            members = [self.nodes[m] for m in group.members]
+            members = [view[m] for m in group.members]
             first = members[0]
             name = "+".join(member.display_name for member in members)
             parallelism = self.parallelism_of(members[-1])
@@ -279,15 +279,91 @@ class LogicalGraph:
             collects=collects,
         )
 
-    def _input_rows(self, needed: list[int]) -> dict[int, int | None]:
+    def _event_time_at_sources(self, needed: list[int]) -> tuple[list[int], dict[int, LogicalNode]]:
+        """Keeps per-split event time whatever else reads a source (docs/DESIGN.md
+        "Event time per split").
+
+        ``assign_timestamps`` keeps one watermark per split only when it runs in
+        the source's task, chained right after it, which a source with other
+        consumers does not allow. So the assignment moves into the source for
+        every consumer, as a watermark strategy given to a Flink source does: the
+        other readers of the source read the assigner's output instead (the same
+        batches, unchanged, plus watermarks), and the assigner comes right after
+        its source in the build order. Returns the build order of ``needed`` and
+        the nodes as built (copies with their inputs rewired where they changed;
+        the logical graph itself is left as the user built it).
+
+        Raises:
+            GraphError: If a source is read by more than one ``assign_timestamps``
+                (each would need the source's splits to itself).
+        """
+        view = {nid: self.nodes[nid] for nid in needed}
+        readers: dict[int, list[int]] = {nid: [] for nid in needed}
+        for nid in needed:
+            for edge in self.nodes[nid].inputs:
+                readers[edge.node].append(nid)
+        promoted: dict[int, int] = {}
+        for nid in needed:
+            source = self.nodes[nid]
+            if source.inputs or source.kind == "record" or not readers[nid]:
+                continue
+            assigners = sorted(
+                {r for r in readers[nid] if self._assigns_at_source(self.nodes[r], source)}
+            )
+            if len(assigners) > 1:
+                names = ", ".join(f"'{self.nodes[a].display_name}'" for a in assigners)
+                raise GraphError(
+                    f"source '{source.display_name}' is read by {len(assigners)} "
+                    f"assign_timestamps ({names}); one watermark per split needs a single "
+                    "assignment right after the source: call assign_timestamps once and "
+                    "branch the stream it returns",
+                    operator=self.nodes[assigners[1]].display_name,
+                )
+            if assigners and len(set(readers[nid])) > 1:
+                promoted[nid] = assigners[0]
+        if not promoted:
+            return needed, view
+        for source_id, assigner in promoted.items():
+            for reader in set(readers[source_id]) - {assigner}:
+                node = self.nodes[reader]
+                view[reader] = replace(
+                    node,
+                    inputs=[
+                        replace(edge, node=assigner) if edge.node == source_id else edge
+                        for edge in node.inputs
+                    ],
+                )
+        moved = set(promoted.values())
+        order: list[int] = []
+        for nid in needed:
+            if nid in moved:
+                continue
+            order.append(nid)
+            if nid in promoted:
+                order.append(promoted[nid])
+        return order, view
+
+    def _assigns_at_source(self, node: LogicalNode, source: LogicalNode) -> bool:
+        """Whether ``node`` is an ``assign_timestamps`` that runs chained right
+        after ``source`` (same parallelism and scope, reading it on port 0)."""
+        return (
+            node.kind == "assign_timestamps"
+            and len(node.inputs) == 1
+            and node.inputs[0].port == 0
+            and not node.inputs[0].broadcast
+            and node.scope == source.scope
+            and self.parallelism_of(node) == self.parallelism_of(source)
+        )
+
+    def _input_rows(self, needed: list[int], view: dict[int, LogicalNode]) -> dict[int, int | None]:
         """Per node: the rows the bounded sources upstream of it read in all, ``None``
         when one of them is of unknown size (unbounded, a user's ``Source``, an
         object store's Parquet files) or the node is in or after a loop (its
         feedback is unknown). A hint for starting worker processes
         (:attr:`~eddyline._exec.base.Runner.input_rows`)."""
         rows: dict[int, int | None] = {}
-        for nid in needed:  # ids ascend: a node's inputs come before it
-            node = self.nodes[nid]
+        for nid in needed:  # in build order: a node's inputs come before it
+            node = view[nid]
             known: int | None
             if node.kind == "source_arrow":
                 known = sum(batch.num_rows for batch in node.params["batches"])

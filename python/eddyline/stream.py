@@ -369,7 +369,11 @@ class DataStream(_Operators):
         downstream. Batches pass through unchanged. Right after a source,
         the watermark is kept per split (file, range, user-source split) and
         the smallest is emitted (FLIP-27): records are late only by their
-        own split's order.
+        own split's order. Other readers of the same source then read this
+        stream's batches (the same rows, with its watermarks), so the
+        assignment stays in the source's task; a source takes one
+        ``assign_timestamps`` (a second one is a ``GraphError`` when the job
+        is built): assign once and branch after it.
 
         Args:
             column: An Arrow timestamp column (any unit) or int64 milliseconds
@@ -379,7 +383,7 @@ class DataStream(_Operators):
             idle_timeout: A split that delivered nothing for this long stops
                 holding the watermark back until it delivers again (Flink's
                 ``withIdleness``). Only right after a source (at its
-                parallelism, as its only consumer).
+                parallelism).
 
         Raises:
             SchemaError: The column has another type.
