@@ -6,6 +6,8 @@ newest row per key; SIGKILL + restore is exact."""
 from __future__ import annotations
 
 import random
+import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -14,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import assert_exact_ids, kill_after_checkpoints
+from eddyline.testing import assert_exact_ids, completed_checkpoints, kill_after_checkpoints
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -145,4 +147,54 @@ def test_delta_sigkill_and_restore_is_exact(tmp_path: Path) -> None:
     table, chk = tmp_path / "t", tmp_path / "chk"
     command = [sys.executable, str(script), str(table), str(chk), str(n)]
     kill_after_checkpoints(command, chk, kills=2, rng=random.Random(5), timeout=90)
+    assert_exact_ids(_rows(table)["value"].to_pylist(), range(n), "DeltaSink")
+
+
+KILL_AFTER_COMMIT_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import signal
+    import sys
+
+    import eddyline as ed
+    from eddyline.testing import SleepPerBatch
+
+    table, chk, n, marker = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+
+    class KillAfterCommit(ed.DeltaSink):
+        # SIGKILLs the job right after its first Delta commit landed: before the
+        # committer forgets the checkpoint and before its staged parts are removed.
+        def _write(self, table, data, app_id, version):
+            super()._write(table, data, app_id, version)
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+    env = ed.StreamEnvironment(
+        2, checkpoint=ed.CheckpointConfig(chk, interval="50ms"), batch_size=200
+    )
+    numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
+    slow = numbers.map_batches(SleepPerBatch(0.004)).name("slow").uid("slow")
+    slow.sink_to(KillAfterCommit(table)).name("delta").uid("delta")
+    env.execute("delta-kill-after-commit", restore_from="latest")
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_delta_sigkill_right_after_the_commit_is_not_duplicated(tmp_path: Path) -> None:
+    n = 20_000
+    script = tmp_path / "job.py"
+    script.write_text(KILL_AFTER_COMMIT_SCRIPT)
+    table, chk, marker = tmp_path / "t", tmp_path / "chk", tmp_path / "killed"
+    command = [sys.executable, str(script), str(table), str(chk), str(n), str(marker)]
+    killed = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    committed = deltalake.DeltaTable(str(table)).to_pyarrow_table().num_rows
+    assert 0 < committed < n, committed  # the kill fell inside the run, after a commit
+    assert completed_checkpoints(chk), "no checkpoint completed before the kill"
+    final = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert final.returncode == 0, final.stderr
     assert_exact_ids(_rows(table)["value"].to_pylist(), range(n), "DeltaSink")
