@@ -1,25 +1,33 @@
 """``ed.DeltaSink``: exactly-once writes to a Delta Lake table (API.md "Lakehouse sinks").
 
-Built on the ``deltalake`` package (delta-rs) as a :class:`TwoPhaseCommitSink`:
+Built on the ``deltalake`` package (delta-rs), with one committer per
+checkpoint (docs/DESIGN.md "One commit per checkpoint",
+:mod:`eddyline._exec.global_commit`):
 
-* a transaction holds the rows written between two checkpoints; they are
-  checkpointed with it (pre-commit has nothing more to make durable);
-* commit writes them as **one Delta commit** that carries a Delta application
-  transaction ``(app_id, version)``: the app id names the sink instance that
-  wrote the rows, the version counts its commits. A re-commit after a failure
-  finds its version already recorded in the table's log and is skipped, so a
-  transaction lands once, never twice;
-* versions continue after the highest one the table has recorded for the app
-  id, not after the checkpoint id, so a new job (another checkpoint directory)
-  writing to the same table never mistakes its commits for old ones.
+* each subtask stages the rows of checkpoint ``n`` as an Arrow IPC object under
+  ``<table>/_eddyline_staging/<app id>/<n>/`` (a folder Delta readers ignore),
+  written by the engine's storage layer, so the staged part is where every
+  subtask, in any process, can read it;
+* when ``n`` completes, one subtask reads every staged part of the run up to
+  ``n`` and writes them as **one Delta commit** that carries the Delta
+  application transaction ``(app_id, n)``; a re-commit after a failure finds
+  ``n`` recorded and is skipped; a commit that loses a race with another
+  writer is retried (Delta reconciles appends of different app ids; two
+  commits of one app id conflict, and the loser finds the version recorded);
+* the app id is unique to the job: made from the run's tag at the first
+  start and kept in the checkpoints, so two jobs writing one table never take
+  each other's commits for their own.
 
-``mode="upsert"`` merges each transaction's newest row per ``key`` into the
-table (a running aggregate lands as a table of current values).
+``mode="upsert"`` merges each commit's newest row per ``key`` into the table
+(a running aggregate lands as a table of current values).
 """
 
 from __future__ import annotations
 
 import os
+import random
+import re
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -27,12 +35,17 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from ._storage import checked_storage_options, is_object_store_uri, local_path
-from .errors import GraphError
+from .errors import EddylineError, GraphError
 from .sinks import TwoPhaseCommitSink
 
 __all__ = ["DeltaSink"]
 
 DeltaMode = Literal["append", "upsert"]
+
+_STAGING = "_eddyline_staging"
+"""Where subtasks stage their parts, inside the table (Delta readers skip ``_`` folders)."""
+_COMMIT_ATTEMPTS = 50
+_DELTA_ONLY_OPTIONS = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "dynamo", "delta_")
 
 
 def _deltalake() -> Any:
@@ -95,11 +108,19 @@ class DeltaSink(TwoPhaseCommitSink):
         self.key = keys
         self.storage_options = checked_storage_options(storage_options)
         self.partition_by = [partition_by] if isinstance(partition_by, str) else partition_by
-        self._app_id = ""
-        self._next_version = 0
+        self._env_options: dict[str, str] = {}
+        self._operator = "DeltaSink"
+
+    def open(self, ctx: dict[str, Any]) -> None:
+        self._operator = str(ctx.get("name") or "DeltaSink")
 
     def __repr__(self) -> str:
         return f"DeltaSink({self.uri!r}, mode={self.mode!r})"
+
+    # The engine drives this sink with one committer per checkpoint
+    # (eddyline._exec.global_commit), not with the per-subtask transactions of
+    # TwoPhaseCommitSink.
+    _global_committer = True
 
     def _bind(self, operator: str, schema: pa.Schema | None) -> None:
         missing = [k for k in self.key if schema is not None and k not in schema.names]
@@ -110,72 +131,172 @@ class DeltaSink(TwoPhaseCommitSink):
                 operator=operator,
             )
 
-    def open(self, ctx: dict[str, Any]) -> None:
-        self._app_id = f"eddyline:{ctx['name']}:{ctx['subtask_index']}"
-        self._next_version = 0
+    def _bind_storage(self, environment_options: Mapping[str, str]) -> None:
+        """The environment's ``storage_options``, under the sink's own (API.md: "given once")."""
+        self._env_options = dict(environment_options)
+
+    def _options(self) -> dict[str, str]:
+        return {**self._env_options, **self.storage_options}
 
     def _table(self) -> Any:
         deltalake = _deltalake()
         try:
-            return deltalake.DeltaTable(self.uri, storage_options=self.storage_options or None)
+            return deltalake.DeltaTable(self.uri, storage_options=self._options() or None)
         except deltalake.exceptions.TableNotFoundError:
             return None
 
-    def begin_transaction(self) -> dict[str, Any]:
-        return {"id": uuid.uuid4().hex, "app_id": self._app_id, "batches": [], "version": None}
+    def _staging(self, app_id: str) -> Any:
+        from ._core import StoreDir  # the engine's storage layer (core/src/store.rs)
 
-    def write(self, txn: dict[str, Any], batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            txn["batches"].append(batch)
+        # Keys only delta-rs knows (its S3 locking) are not object store keys.
+        options = {
+            k: v for k, v in self._options().items() if not k.startswith(_DELTA_ONLY_OPTIONS)
+        }
+        return StoreDir(self.uri, options or None).child(_STAGING).child(app_id)
 
-    def pre_commit(self, txn: dict[str, Any]) -> None:
-        # The rows are checkpointed with the transaction; fix its version now,
-        # in the order the transactions will commit.
-        if self._next_version == 0:
-            table = self._table()
-            recorded = table.transaction_version(self._app_id) if table is not None else None
-            self._next_version = (recorded or 0) + 1
-        txn["version"] = self._next_version
-        self._next_version += 1
+    def _new_app_id(self, ctx: dict[str, Any]) -> str:
+        run = str(ctx.get("run_tag") or uuid.uuid4().hex)
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(ctx.get("name", "delta")))
+        return f"eddyline-{run}-{name}"
 
-    def commit(self, txn: dict[str, Any]) -> None:
+    def _stage(
+        self, app_id: str, tag: str, subtask: int, checkpoint_id: int, rows: list[pa.RecordBatch]
+    ) -> None:
+        out = pa.BufferOutputStream()
+        schema = rows[0].schema if rows else pa.schema([])
+        with pa.ipc.new_stream(out, schema) as writer:
+            for batch in rows:
+                writer.write_batch(batch)
+        folder = self._staging(app_id).child(f"{checkpoint_id:020d}")
+        folder.put(f"{tag}-{subtask:05d}.arrow", out.getvalue().to_pybytes())
+
+    def _is_committer(self, app_id: str, tag: str, subtask: int, checkpoint_id: int) -> bool:
+        folder = self._staging(app_id).child(f"{checkpoint_id:020d}")
+        staged = [_part_subtask(name, tag) for name in folder.files()]
+        return min((s for s in staged if s is not None), default=-1) == subtask
+
+    def _staged(
+        self, app_id: str, tags: Mapping[str, int], floor: int, version: int
+    ) -> list[pa.RecordBatch] | None:
+        """The rows of every staged part of ``tags`` (tag -> highest checkpoint) in
+        ``(floor, version]``, in checkpoint and subtask order; ``None`` when a part
+        vanished (another committer committed and removed it)."""
+        staging = self._staging(app_id)
+        batches: list[pa.RecordBatch] = []
+        for folder_name in sorted(staging.dirs()):
+            if not folder_name.isdigit() or not floor < int(folder_name) <= version:
+                continue
+            checkpoint_id = int(folder_name)
+            folder = staging.child(folder_name)
+            parts = []
+            for name in folder.files():
+                for tag, upto in tags.items():
+                    sub = _part_subtask(name, tag)
+                    if sub is not None and checkpoint_id <= upto:
+                        parts.append((sub, name))
+            for _, name in sorted(parts):
+                data = folder.read(name)
+                if data is None:
+                    return None
+                batches.extend(pa.ipc.open_stream(data).read_all().to_batches())
+        return batches
+
+    def _commit(self, app_id: str, version: int, tags: dict[str, int]) -> None:
+        """Commits every staged part of ``tags`` not yet in the table as one Delta
+        commit recording ``(app_id, version)``; skipped if the table has it."""
         deltalake = _deltalake()
-        version = txn["version"]
-        if version is None or not txn["batches"]:
+        for attempt in range(_COMMIT_ATTEMPTS):
+            table = self._table()
+            floor = (table.transaction_version(app_id) if table is not None else None) or 0
+            if floor >= version:
+                return  # committed before (a re-commit after a failure, or another committer)
+            rows = self._staged(app_id, tags, floor, version)
+            if rows is None:
+                continue
+            try:
+                if any(b.num_rows for b in rows):
+                    self._write(table, pa.Table.from_batches(rows), app_id, version)
+            except deltalake.exceptions.CommitFailedError:
+                # A concurrent commit won: re-read the table and try again.
+                time.sleep(min(1.0, 0.02 * (attempt + 1)) * random.random())
+                continue
+            except deltalake.exceptions.DeltaError:
+                if table is not None:
+                    raise
+                continue  # another writer created the table meanwhile
+            self._remove_staged(app_id, version)
             return
-        table = self._table()
-        if table is not None and (table.transaction_version(txn["app_id"]) or 0) >= version:
-            return  # committed before a failure: a re-commit is skipped
-        data = pa.Table.from_batches(txn["batches"])
-        props = deltalake.CommitProperties(
-            app_transactions=[deltalake.Transaction(app_id=txn["app_id"], version=version)]
+        raise EddylineError(
+            f"DeltaSink '{self._operator}': the commit of checkpoint {version} to "
+            f"{self.uri!r} lost the race with other writers {_COMMIT_ATTEMPTS} times",
+            operator=self._operator,
         )
-        if self.mode == "upsert" and table is not None:
-            source = _newest_per_key(data, self.key)
-            predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key)
-            (
-                table.merge(
-                    source,
-                    predicate=predicate,
-                    source_alias="s",
-                    target_alias="t",
-                    commit_properties=props,
-                )
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute()
+
+    def _remove_staged(self, app_id: str, version: int) -> None:
+        staging = self._staging(app_id)
+        for folder_name in staging.dirs():
+            if folder_name.isdigit() and int(folder_name) <= version:
+                staging.child(folder_name).remove_all()
+
+    def _commit_alone(self, rows: list[pa.RecordBatch]) -> None:
+        """Without checkpoints (nothing to restore): this subtask's rows, retried on a
+        conflict."""
+        deltalake = _deltalake()
+        for attempt in range(_COMMIT_ATTEMPTS):
+            try:
+                self._write(self._table(), pa.Table.from_batches(rows), None, 0)
+                return
+            except deltalake.exceptions.CommitFailedError:
+                time.sleep(min(1.0, 0.02 * (attempt + 1)) * random.random())
+        raise EddylineError(
+            f"DeltaSink '{self._operator}': the commit to {self.uri!r} lost the race with "
+            f"other writers {_COMMIT_ATTEMPTS} times",
+            operator=self._operator,
+        )
+
+    def _write(self, table: Any, data: pa.Table, app_id: str | None, version: int) -> None:
+        deltalake = _deltalake()
+        props = (
+            deltalake.CommitProperties(
+                app_transactions=[deltalake.Transaction(app_id=app_id, version=version)]
             )
-            return
+            if app_id is not None
+            else None
+        )
         if self.mode == "upsert":
             data = _newest_per_key(data, self.key)
+            if table is not None:
+                predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key)
+                (
+                    table.merge(
+                        data,
+                        predicate=predicate,
+                        source_alias="s",
+                        target_alias="t",
+                        commit_properties=props,
+                    )
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute()
+                )
+                return
         deltalake.write_deltalake(
-            self.uri,
+            table if table is not None else self.uri,
             data,
             mode="append",
-            partition_by=self.partition_by,
-            storage_options=self.storage_options or None,
+            partition_by=self.partition_by if table is None else None,
+            storage_options=self._options() or None,
             commit_properties=props,
         )
 
-    def abort(self, txn: dict[str, Any]) -> None:
-        txn["batches"].clear()
+
+def _part_subtask(name: str, tag: str) -> int | None:
+    """The subtask of staged part ``name`` of run ``tag`` (``<tag>-<subtask>.arrow``)."""
+    prefix, suffix = f"{tag}-", ".arrow"
+    if (
+        name.startswith(prefix)
+        and name.endswith(suffix)
+        and name[len(prefix) : -len(suffix)].isdigit()
+    ):
+        return int(name[len(prefix) : -len(suffix)])
+    return None

@@ -33,6 +33,7 @@ from ._checks import SchemaLike, as_schema, missing_columns_error, require_calla
 from ._exec.batches import BatchRunner
 from ._exec.event_time import is_event_time_type
 from ._exec.factory import RunnerFactory
+from ._exec.global_commit import GlobalCommitRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
 from ._graph import LogicalEdge, LogicalNode
 from .config import Duration, parse_duration
@@ -722,9 +723,17 @@ class DataStream(_Operators):
             params = {"dir": sink.dir, "storage_options": options}
             stream = self._add("parquet_sink", "sink_parquet", params=params)
         elif isinstance(sink, TwoPhaseCommitSink):
+            # A sink with one committer per checkpoint (DeltaSink) runs on its own
+            # executor (docs/DESIGN.md "One commit per checkpoint").
+            runner = GlobalCommitRunner if getattr(sink, "_global_committer", False) else None
+            bind_storage = getattr(sink, "_bind_storage", None)
+            if bind_storage is not None:
+                bind_storage(self._env.storage_options)
             stream = self._python(
                 "sink",
-                lambda name: RunnerFactory(TwoPhaseCommitRunner, name, sink, private=(1,)),
+                lambda name: RunnerFactory(
+                    runner or TwoPhaseCommitRunner, name, sink, private=(1,)
+                ),
                 schema=None,
                 is_sink=True,
             )

@@ -59,3 +59,27 @@ def test_delta_table_on_s3_sigkill_and_restore_is_exact(s3: S3, tmp_path: Path) 
     rows = deltalake.DeltaTable(table, storage_options=options).to_pyarrow_table()
     assert_exact_ids(rows["value"].to_pylist(), range(n), "DeltaSink(s3://)")
     assert any(k.startswith("delta/t/_delta_log/") for k in s3.keys("delta/t/"))
+
+
+def test_delta_sink_takes_the_environments_storage_options(
+    s3: S3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # API.md: storage_options are "given once", on the environment; without
+    # them reaching the sink, delta-rs fell back to instance metadata and failed.
+    for key in s3.env:
+        monkeypatch.delenv(key)
+    import eddyline as ed
+
+    table, n = f"s3://{s3.bucket}/env/t", 5_000
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(tmp_path / "chk", interval="50ms"),
+        storage_options=s3.options,
+        batch_size=500,
+    )
+    env.from_sequence(0, n).sink_to(ed.DeltaSink(table)).name("delta")
+    result = env.execute("delta-env-options")
+    rows = deltalake.DeltaTable(table, storage_options=s3.options).to_pyarrow_table()
+    assert_exact_ids(rows["value"].to_pylist(), range(n), "DeltaSink(s3://)")
+    assert result.restarts == 0, result
+    assert not [k for k in s3.keys("env/t/_eddyline_staging/") if k.endswith(".arrow")]
