@@ -6,7 +6,12 @@ reads exactly the same rows:
 * a DataFrame that is a plain scan of Parquet files (``df.inputFiles()``, no
   filter, projection or partition columns) is pinned as its sorted file list;
 * any other DataFrame is written once, by Spark, as a Parquet snapshot under
-  the checkpoint dir (a temporary dir when checkpointing is off).
+  the checkpoint dir (a temporary dir when checkpointing is off): one file
+  per partition of the DataFrame, its rows in the partition's order, and
+  every input file of a scan read as a partition of its own (Spark would
+  pack small files into one). Each snapshot file is one event-time split, so
+  a filtered scan keeps the splits ``from_parquet`` has on the same files
+  (DESIGN.md "Event time per split").
 
 The pin is recorded in ``<checkpoint dir>/_eddyline_spark_sources/<uid>/pin.json``
 (by the source's uid, or its name when it has none); a job restored from a
@@ -34,6 +39,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -130,9 +136,54 @@ def _plain_parquet_files(df: Any) -> list[str] | None:
     return files
 
 
+# Spark packs small input files into one partition (and cuts large ones into
+# several) by these settings; a snapshot file written from such a partition
+# would run through event time once per packed file. An open cost as large as
+# the largest partition gives every input file a partition of its own, whole
+# (1 TiB: larger files are still cut; the sum over many files stays far from
+# overflowing Spark's long arithmetic).
+_FILE_PER_PARTITION = {
+    "spark.sql.files.maxPartitionBytes": str(1 << 40),
+    "spark.sql.files.openCostInBytes": str(1 << 40),
+}
+# Caps the partition count by merging partitions again (Spark 3.5+); unset while writing.
+_MAX_PARTITION_NUM = "spark.sql.files.maxPartitionNum"
+_CONF_LOCK = threading.Lock()
+
+
+def _write_split_per_file(df: Any, target: str) -> None:
+    """Writes ``df`` as Parquet under ``target``: one file per partition, rows in order.
+
+    Spark writes each partition of the DataFrame as its own part file (named by
+    the partition's index, so sorted names are partition order) with its rows
+    in the partition's order; ``maxRecordsPerFile=0`` keeps a partition in one
+    file. For the time of the write, the session reads every input file as a
+    partition of its own (see ``_FILE_PER_PARTITION``), so each input file of a
+    scan under narrow operators (filter, projection, union) becomes one
+    snapshot file: one event-time split, as ``from_parquet`` reads the same
+    files (DESIGN.md "Event time per split"). The settings are the session's:
+    a query another thread runs on it meanwhile plans its scans with them too.
+    """
+    conf = df.sparkSession.conf
+    with _CONF_LOCK:
+        saved = {key: conf.get(key, None) for key in (*_FILE_PER_PARTITION, _MAX_PARTITION_NUM)}
+        try:
+            for key, value in _FILE_PER_PARTITION.items():
+                conf.set(key, value)
+            if saved[_MAX_PARTITION_NUM] is not None:
+                conf.unset(_MAX_PARTITION_NUM)
+            df.write.mode("errorifexists").option("maxRecordsPerFile", 0).parquet(target)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, value)
+
+
 def _write_snapshot(df: Any, directory: str, operator: str) -> list[str]:
     try:
-        df.write.mode("errorifexists").parquet(directory)
+        _write_split_per_file(df, directory)
     except Exception as exc:
         shutil.rmtree(directory, ignore_errors=True)
         s3a = missing_s3a(exc, directory, f"operator '{operator}'")
@@ -168,7 +219,7 @@ def _write_object_snapshot(
     target = spark_location(directory, what=f"operator '{operator}'")
     assert target is not None
     try:
-        df.write.mode("errorifexists").parquet(target)
+        _write_split_per_file(df, target)
     except Exception as exc:
         s3a = missing_s3a(exc, directory, f"operator '{operator}'")
         if s3a is not None:
