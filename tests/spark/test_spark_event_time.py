@@ -9,15 +9,17 @@ late (DESIGN.md "Event time per split").
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import eddyline as ed
-from eddyline.spark import SparkRunner, SparkTableSink
+from eddyline.spark import SparkRunner, SparkTableSink, UnorderedInputWarning
 
 FILES = 8
 ROWS = 400  # per file
@@ -75,7 +77,9 @@ def test_filtered_dataframe_keeps_every_row_on_time(spark: Any, tmp_path: Any) -
 
     env = ed.StreamEnvironment(2)
     handle = _windowed(env, df).collect()
-    env.execute("spark-event-time")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnorderedInputWarning)
+        env.execute("spark-event-time")
     assert _rows(handle.to_arrow()) == expected
 
 
@@ -94,3 +98,69 @@ def test_filtered_dataframe_on_time_under_spark_runner(spark: Any, tmp_path: Any
     spark.catalog.refreshTable(table)
     got = sorted((r.k, r.window_start, r.window_end, r.v) for r in spark.table(table).collect())
     assert got == expected
+
+
+def test_shuffled_dataframe_with_event_time_warns_before_the_job_runs(
+    spark: Any, tmp_path: Any
+) -> None:
+    rows = _write_input(tmp_path / "in")
+    shuffled = spark.read.parquet(str(tmp_path / "in")).repartition(2, "k")
+
+    env = ed.StreamEnvironment(2)
+    handle = _windowed(env, shuffled).collect()
+    with pytest.warns(UnorderedInputWarning) as caught:
+        env.execute("spark-event-time-shuffled")
+    [warning] = caught
+    assert warning.filename == __file__  # points at the user's execute() call
+    message = str(warning.message)
+    assert message.startswith("from_spark source 'events': the DataFrame's partitions are not")
+    assert "Exchange hashpartitioning(k" in message and "(it shuffles)" in message
+    assert "df.sortWithinPartitions('ts')" in message
+    assert handle.to_arrow().num_rows > 0
+
+    # Sorted within its partitions, the same DataFrame is on time, without a warning.
+    env = ed.StreamEnvironment(2)
+    handle = _windowed(env, shuffled.sortWithinPartitions("ts")).collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnorderedInputWarning)
+        env.execute("spark-event-time-sorted")
+    assert _rows(handle.to_arrow()) == _reference(rows)
+
+    # Without event time the order does not matter: no warning.
+    env = ed.StreamEnvironment(2)
+    env.from_spark(shuffled).key_by("k").sum("v").collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnorderedInputWarning)
+        env.execute("spark-shuffled-no-event-time")
+
+
+@pytest.mark.parametrize(
+    ("shape", "found"),
+    [
+        pytest.param(lambda d, s: d.filter("v > 1").select("ts", "k"), None, id="narrow"),
+        pytest.param(lambda d, s: d.union(d.filter("k = 1")), None, id="union"),
+        pytest.param(lambda d, s: d.join(s.range(3).toDF("k"), "k"), None, id="broadcast-join"),
+        pytest.param(lambda d, s: d.orderBy("ts"), None, id="order-by"),
+        pytest.param(lambda d, s: d.repartition(3).sortWithinPartitions("ts"), None, id="sorted"),
+        pytest.param(lambda d, s: d.coalesce(1), "Coalesce 1 (it concatenates", id="coalesce"),
+        pytest.param(lambda d, s: d.groupBy("k", "ts").sum("v"), "HashAggregate(", id="group-by"),
+        pytest.param(
+            lambda d, s: d.join(s.range(3).toDF("k").hint("merge"), "k"),
+            "SortMergeJoin [k",
+            id="merge-join",
+        ),
+        pytest.param(lambda d, s: d.filter("v > 1").repartition(2), "Exchange ", id="repartition"),
+    ],
+)
+def test_plans_that_lose_the_input_order_are_named(
+    spark: Any, tmp_path: Any, shape: Any, found: str | None
+) -> None:
+    from eddyline.spark.source import _reordering
+
+    _write_input(tmp_path / "in")
+    df = shape(spark.read.parquet(str(tmp_path / "in")), spark)
+    verdict = _reordering(df._jdf.queryExecution().executedPlan())
+    if found is None:
+        assert verdict is None
+    else:
+        assert verdict is not None and verdict.startswith(found), verdict
