@@ -29,13 +29,14 @@ from ._lazy import SparkNotInstalledError, require_pyspark
 from ._s3a import s3a_settings
 from .runner import SparkRunner
 from .sink import SparkTableSink
-from .source import SparkFilesSource, from_spark_files
+from .source import SparkFilesSource, UnorderedInputWarning, from_spark_files
 
 __all__ = [
     "SparkFilesSource",
     "SparkNotInstalledError",
     "SparkRunner",
     "SparkTableSink",
+    "UnorderedInputWarning",
     "from_spark_files",
     "read_state",
     "register",

@@ -6,7 +6,12 @@ reads exactly the same rows:
 * a DataFrame that is a plain scan of Parquet files (``df.inputFiles()``, no
   filter, projection or partition columns) is pinned as its sorted file list;
 * any other DataFrame is written once, by Spark, as a Parquet snapshot under
-  the checkpoint dir (a temporary dir when checkpointing is off).
+  the checkpoint dir (a temporary dir when checkpointing is off): one file
+  per partition of the DataFrame, its rows in the partition's order, and
+  every input file of a scan read as a partition of its own (Spark would
+  pack small files into one). Each snapshot file is one event-time split, so
+  a filtered scan keeps the splits ``from_parquet`` has on the same files
+  (DESIGN.md "Event time per split").
 
 The pin is recorded in ``<checkpoint dir>/_eddyline_spark_sources/<uid>/pin.json``
 (by the source's uid, or its name when it has none); a job restored from a
@@ -33,8 +38,12 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
+import threading
 import uuid
+import warnings
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -53,9 +62,22 @@ if TYPE_CHECKING:
     from ..environment import StreamEnvironment
     from ..stream import DataStream
 
-__all__ = ["SparkFilesSource", "from_spark", "from_spark_files"]
+__all__ = ["SparkFilesSource", "UnorderedInputWarning", "from_spark", "from_spark_files"]
 
 PINS_DIR = "_eddyline_spark_sources"
+
+
+class UnorderedInputWarning(UserWarning):
+    """A ``from_spark`` DataFrame whose partitions are not in its input's order feeds event time.
+
+    Issued when the job starts (before it runs), naming the source and the
+    Spark operator (a shuffle, a coalesce, ...) that reorders the rows: the
+    watermark of a split follows the largest event time it has read, so rows
+    that a shuffle put after later ones are late. Sort the DataFrame by the
+    event-time column (``orderBy`` or ``sortWithinPartitions``) to keep them.
+    """
+
+
 _TEMP_DIRS: list[str] = []
 
 
@@ -130,9 +152,167 @@ def _plain_parquet_files(df: Any) -> list[str] | None:
     return files
 
 
+# Spark packs small input files into one partition (and cuts large ones into
+# several) by these settings; a snapshot file written from such a partition
+# would run through event time once per packed file. An open cost as large as
+# the largest partition gives every input file a partition of its own, whole
+# (1 TiB: larger files are still cut; the sum over many files stays far from
+# overflowing Spark's long arithmetic).
+_FILE_PER_PARTITION = {
+    "spark.sql.files.maxPartitionBytes": str(1 << 40),
+    "spark.sql.files.openCostInBytes": str(1 << 40),
+}
+# Caps the partition count by merging partitions again (Spark 3.5+); unset while writing.
+_MAX_PARTITION_NUM = "spark.sql.files.maxPartitionNum"
+_CONF_LOCK = threading.Lock()
+
+
+def _write_split_per_file(df: Any, target: str) -> None:
+    """Writes ``df`` as Parquet under ``target``: one file per partition, rows in order.
+
+    Spark writes each partition of the DataFrame as its own part file (named by
+    the partition's index, so sorted names are partition order) with its rows
+    in the partition's order; ``maxRecordsPerFile=0`` keeps a partition in one
+    file. For the time of the write, the session reads every input file as a
+    partition of its own (see ``_FILE_PER_PARTITION``), so each input file of a
+    scan under narrow operators (filter, projection, union) becomes one
+    snapshot file: one event-time split, as ``from_parquet`` reads the same
+    files (DESIGN.md "Event time per split"). The settings are the session's:
+    a query another thread runs on it meanwhile plans its scans with them too.
+    """
+    conf = df.sparkSession.conf
+    with _CONF_LOCK:
+        saved = {key: conf.get(key, None) for key in (*_FILE_PER_PARTITION, _MAX_PARTITION_NUM)}
+        try:
+            for key, value in _FILE_PER_PARTITION.items():
+                conf.set(key, value)
+            if saved[_MAX_PARTITION_NUM] is not None:
+                conf.unset(_MAX_PARTITION_NUM)
+            df.write.mode("errorifexists").option("maxRecordsPerFile", 0).parquet(target)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, value)
+
+
+# Physical operators whose output partitions hold rows in an order of their own
+# (hash, key or arrival order), or several input partitions one after another.
+_REORDERING = {
+    "ShuffleExchangeExec": "it shuffles",
+    "CoalesceExec": "it concatenates partitions",
+    "GlobalLimitExec": "it concatenates partitions",
+    "CollectLimitExec": "it concatenates partitions",
+    "SortMergeJoinExec": "a join orders by its key",
+    "ShuffledHashJoinExec": "a join orders by its key",
+    "CartesianProductExec": "a join orders by its key",
+    "BroadcastNestedLoopJoinExec": "a join orders by its key",
+    "HashAggregateExec": "an aggregation orders by its key",
+    "SortAggregateExec": "an aggregation orders by its key",
+    "ObjectHashAggregateExec": "an aggregation orders by its key",
+    "WindowExec": "a window function orders by its partition key",
+}
+
+
+def _reordering(plan: Any) -> str | None:
+    """The operator of a physical plan that leaves its partitions out of input order, else None.
+
+    Walks down from the root to the first operator that fixes or loses the
+    order of the rows in a partition: a sort (``orderBy``,
+    ``sortWithinPartitions``) fixes it; a shuffle, a join, an aggregation or a
+    coalesce loses it. Narrow operators (filter, projection, union, Python
+    UDFs) keep their input's order; a broadcast join keeps its streamed side's.
+    """
+    name = plan.getClass().getSimpleName()
+    if name == "AdaptiveSparkPlanExec":
+        return _reordering(plan.inputPlan())
+    if name in ("SortExec", "TakeOrderedAndProjectExec"):
+        return None
+    if name in _REORDERING:
+        return f"{plan.simpleString(10)} ({_REORDERING[name]})"
+    if name == "BroadcastHashJoinExec":
+        return _reordering(plan.streamedPlan())
+    if name == "InMemoryTableScanExec":
+        cached = plan.relation().cachedPlan()
+        found = _reordering(cached)
+        if found is None and "FileSourceScanExec" in _plan_classes(cached):
+            return (
+                f"{plan.nodeName()} (a cached file scan: its partitions were cut when it was "
+                "cached and may each hold several input files)"
+            )
+        return found
+    children = plan.children()
+    for i in range(children.size()):
+        found = _reordering(children.apply(i))
+        if found is not None:
+            return found
+    return None
+
+
+def _plan_classes(plan: Any) -> set[str]:
+    names = {plan.getClass().getSimpleName()}
+    children = plan.children()
+    for i in range(children.size()):
+        names |= _plan_classes(children.apply(i))
+    return names
+
+
+def _warn_if_unordered(df: Any, operator: str, column: str) -> None:
+    """Warns (:class:`UnorderedInputWarning`) when ``df``'s partitions are out of input order."""
+    from py4j.protocol import Py4JError
+
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:  # Spark Connect: no plan to inspect
+        return
+    try:
+        found = _reordering(jdf.queryExecution().executedPlan())
+    except Py4JError:  # a plan class this Spark version shapes otherwise: no verdict
+        return
+    if found is None:
+        return
+    warnings.warn(
+        f"from_spark source '{operator}': the DataFrame's partitions are not in its input's "
+        f"order, because of {found}; each partition is one event-time split, so rows that come "
+        f"after later ones by more than max_out_of_orderness are late for the event time on "
+        f"'{column}'. Sort it first: df.sortWithinPartitions('{column}') (or orderBy)",
+        UnorderedInputWarning,
+        stacklevel=_caller_level(),
+    )
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside eddyline (the user's ``execute`` call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _event_time_column(env: StreamEnvironment, node: LogicalNode) -> str | None:
+    """The column of the first ``assign_timestamps`` downstream of ``node``, else None."""
+    nodes = env._graph.nodes
+    consumers: dict[int, list[int]] = {}
+    for other in nodes:
+        for edge in other.inputs:
+            consumers.setdefault(edge.node, []).append(other.id)
+    todo, seen = [node.id], {node.id}
+    while todo:
+        for nid in consumers.get(todo.pop(), []):
+            if nid in seen:
+                continue
+            seen.add(nid)
+            if nodes[nid].kind == "assign_timestamps":
+                return str(nodes[nid].params["column"])
+            todo.append(nid)
+    return None
+
+
 def _write_snapshot(df: Any, directory: str, operator: str) -> list[str]:
     try:
-        df.write.mode("errorifexists").parquet(directory)
+        _write_split_per_file(df, directory)
     except Exception as exc:
         shutil.rmtree(directory, ignore_errors=True)
         s3a = missing_s3a(exc, directory, f"operator '{operator}'")
@@ -168,7 +348,7 @@ def _write_object_snapshot(
     target = spark_location(directory, what=f"operator '{operator}'")
     assert target is not None
     try:
-        df.write.mode("errorifexists").parquet(target)
+        _write_split_per_file(df, target)
     except Exception as exc:
         s3a = missing_s3a(exc, directory, f"operator '{operator}'")
         if s3a is not None:
@@ -254,6 +434,9 @@ class _SparkPin:
     def resolve(self, restore_from: str | None) -> None:
         node = self.node
         operator = node.display_name
+        column = _event_time_column(self.env, node)
+        if self.files is None and column is not None:
+            _warn_if_unordered(self.df, operator, column)
         checkpoint = self.env.checkpoint
         if checkpoint is None:
             paths = self.files or self._snapshot(os.path.join(_temp_dir(), "snapshot"))
