@@ -188,3 +188,36 @@ def test_two_assignments_on_one_source_are_refused_before_the_job_runs() -> None
     message = str(info.value)
     assert "'second'" in message and "'first'" in message, message
     assert "call assign_timestamps once and branch" in message, message
+
+
+@pytest.mark.parametrize("parallelism", [1, 2], ids=lambda p: f"p{p}")
+def test_an_assignment_behind_filters_and_projections_keeps_watermarks_per_split(
+    tmp_path: Path, parallelism: int
+) -> None:
+    """Native filters and projections chained between the source and the assigner
+    emit one batch per batch at once, so they pass the source's split on."""
+    rows = write_files(tmp_path / "in", seed=5)
+    env = ed.StreamEnvironment(parallelism, batch_size=40)
+    stamped = (
+        env.from_parquet(str(tmp_path / "in"))
+        .filter(ed.col("v") != 3)
+        .with_columns(w=ed.col("v") * 2)
+        .select("k", "ts", "w")
+        .assign_timestamps("ts", max_out_of_orderness=BOUND)
+    )
+    late = ed.OutputTag("late")
+    windows = stamped.key_by("k").window(ed.Tumbling(f"{WINDOW_S}s"), late_output=late).sum("w")
+    got = windows.collect()
+    late_rows = windows.side_output(late).collect()
+    env.execute("behind-filters")
+    assert late_rows.to_arrow().num_rows == 0, "rows were made late by another split's time"
+    table = got.to_arrow()
+    sums = dict(
+        zip(
+            zip(table["k"].to_pylist(), table["window_start"].to_pylist(), strict=True),
+            table["w"].to_pylist(),
+            strict=True,
+        )
+    )
+    kept = [{**r, "v": r["v"] * 2} for r in rows if r["v"] != 3]
+    assert sums == reference(kept)

@@ -92,6 +92,17 @@ impl Operator for FilterOperator {
             None => Ok(()),
         }
     }
+
+    /// One batch out per batch in, at once: the split of each batch is the
+    /// source's (per-split event time after it).
+    fn on_source_progress(
+        &mut self,
+        split: Option<u64>,
+        open: &[u64],
+        out: &mut dyn Collector,
+    ) -> Result<()> {
+        out.source_progress(split, open)
+    }
 }
 
 /// Builds a [`FilterOperator`] per subtask.

@@ -52,6 +52,16 @@ pub trait Collector {
             "an operator emitted on output port {port}, which this collector does not support"
         )))
     }
+
+    /// Passes the source's progress ([`Operator::on_source_progress`]) on to
+    /// the next operator of the chain. Operators that emit each batch's rows
+    /// as one batch, right away and in order (filters, projections), call it
+    /// from their own `on_source_progress`, so a timestamp assigner chained
+    /// after them still learns the split of every batch (DESIGN.md "Event
+    /// time per split"). The default (no chained operator) drops it.
+    fn source_progress(&mut self, _split: Option<u64>, _open: &[u64]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The output port of a window's late records (its side output).

@@ -272,6 +272,17 @@ impl Operator for ProjectOperator {
         let projected = self.project(&batch)?;
         out.emit(projected)
     }
+
+    /// One batch out per batch in, at once: the split of each batch is the
+    /// source's (per-split event time after it).
+    fn on_source_progress(
+        &mut self,
+        split: Option<u64>,
+        open: &[u64],
+        out: &mut dyn Collector,
+    ) -> Result<()> {
+        out.source_progress(split, open)
+    }
 }
 
 /// Builds a [`ProjectOperator`] per subtask.

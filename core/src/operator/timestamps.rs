@@ -22,9 +22,10 @@
 //!
 //! # Per-split watermarks (FLIP-27, DESIGN.md "Event time per split")
 //!
-//! Chained right after a source, the operator learns the split of every
-//! batch and the source's open splits
-//! ([`Operator::on_source_progress`]). It then keeps the largest timestamp
+//! Chained after a source (right after it, or behind filters and
+//! projections, which pass the source's progress on: [`Collector::
+//! source_progress`]), the operator learns the split of every batch and the
+//! source's open splits ([`Operator::on_source_progress`]). It then keeps the largest timestamp
 //! per split and emits the smallest of the splits' watermarks: records are
 //! late only by their own split's order. An open split without records yet
 //! holds the watermark back; a finished split no longer does. With an

@@ -284,6 +284,12 @@ impl Collector for ChainOut<'_> {
     /// (`Plan` chains a node only into a producer whose single consumer reads
     /// port 0), so its side output has no reader and is dropped; the task's
     /// port edges belong to the chain's last operator.
+    fn source_progress(&mut self, split: Option<u64>, open: &[u64]) -> Result<()> {
+        at_chain_head(self.rest_ops, self.rest_slots, self.tail, |op, out| {
+            op.on_source_progress(split, open, out)
+        })
+    }
+
     fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
         if port == 0 {
             return self.emit(batch);
