@@ -14,9 +14,12 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 from . import _core
 from ._checks import SchemaLike, as_schema
@@ -65,6 +68,23 @@ def parquet_files(path: str | os.PathLike[str]) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
         found.extend(os.path.join(current, f) for f in files if not f.startswith(("_", ".")))
     return sorted(found)
+
+
+def _parquet_footer(file: str) -> pq.FileMetaData:
+    """The footer of Parquet ``file``; a file that is not Parquet (or is
+    cut short) is a ``SchemaError`` naming it, with pyarrow's error as its
+    cause.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(file)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SchemaError(
+            f"from_parquet(): {file!r} is not a readable Parquet file ({exc}); remove it from "
+            "the directory, or name it with a leading '_' or '.' to have it skipped",
+            operator="from_parquet",
+        ) from exc
 
 
 class StreamEnvironment:
@@ -293,10 +313,9 @@ class StreamEnvironment:
         just the columns those use (projection pushdown, as Spark's).
 
         Raises:
-            SchemaError: A column of ``columns`` is not in the files.
+            SchemaError: A column of ``columns`` is not in the files, the
+                files' schemas differ, or a file is not Parquet (named).
         """
-        import pyarrow.parquet as pq
-
         location = os.fspath(path)
         if isinstance(location, str) and is_object_store_uri(location):
             options = {**self.storage_options, **checked_storage_options(storage_options)}
@@ -310,7 +329,7 @@ class StreamEnvironment:
         # Each footer is read once: its schema, and its row count, which tells
         # per-record operators downstream how long the job is (Runner.input_rows;
         # not part of the native spec).
-        footers = [pq.read_metadata(file) for file in files]
+        footers = [_parquet_footer(file) for file in files]
         schema = footers[0].schema.to_arrow_schema().remove_metadata()
         for other, footer in zip(files[1:], footers[1:], strict=True):
             other_schema = footer.schema.to_arrow_schema().remove_metadata()
