@@ -451,7 +451,11 @@ class StreamEnvironment:
     # ---- execution ----------------------------------------------------------
 
     def _config(
-        self, name: str, restore_from: str | None, allow_non_restored_state: bool = False
+        self,
+        name: str,
+        restore_from: str | None,
+        allow_non_restored_state: bool = False,
+        allow_duplicate_output: bool = False,
     ) -> dict[str, Any]:
         return {
             "name": name,
@@ -465,6 +469,7 @@ class StreamEnvironment:
             ),
             "restore_from": restore_from,
             "allow_non_restored_state": allow_non_restored_state,
+            "allow_duplicate_output": allow_duplicate_output,
         }
 
     def build(self) -> list[NodeSpec]:
@@ -489,6 +494,7 @@ class StreamEnvironment:
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
         allow_non_restored_state: bool = False,
+        allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,
         dashboard_host: str = "127.0.0.1",
     ) -> JobClient:
@@ -503,6 +509,12 @@ class StreamEnvironment:
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators (by uid) this job lacks;
                 by default that is a ``CheckpointError`` naming them.
+            allow_duplicate_output: Restore, knowingly, a checkpoint older
+                than checkpoints of its directory that already committed
+                output through sinks outside this process (files, tables,
+                two-phase sinks): that output is committed a second time.
+                By default such a restore is a ``CheckpointError`` naming
+                the later checkpoints and the sinks.
             dashboard: ``True`` serves the job's web dashboard on port 8081,
                 an int on that port (``0`` picks a free one); its address is
                 printed on stderr and in ``client.dashboard_url``. It stops
@@ -519,6 +531,10 @@ class StreamEnvironment:
         if not isinstance(allow_non_restored_state, bool):
             raise TypeError(
                 f"allow_non_restored_state must be a bool, got {allow_non_restored_state!r}"
+            )
+        if not isinstance(allow_duplicate_output, bool):
+            raise TypeError(
+                f"allow_duplicate_output must be a bool, got {allow_duplicate_output!r}"
             )
         if runner is not None and not callable(getattr(runner, "_start", None)):
             raise TypeError(
@@ -544,7 +560,7 @@ class StreamEnvironment:
         core.build_graph(compiled.nodes, self.max_parallelism)
         for handle, _ in compiled.collects:
             handle._batches = None
-        config = self._config(name, restore, allow_non_restored_state)
+        config = self._config(name, restore, allow_non_restored_state, allow_duplicate_output)
         config["run_tag"] = _run_tag(self.checkpoint)
         if runner is None:
             handle = core.start_job(compiled.nodes, config)
@@ -563,6 +579,7 @@ class StreamEnvironment:
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
         allow_non_restored_state: bool = False,
+        allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,
         dashboard_host: str = "127.0.0.1",
     ) -> JobResult:
@@ -579,6 +596,9 @@ class StreamEnvironment:
                 Spark tasks.
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators this job lacks.
+            allow_duplicate_output: Restore, knowingly, a checkpoint older
+                than checkpoints that already committed output through
+                external sinks (see :meth:`execute_async`).
             dashboard: ``True`` (port 8081) or a port (``0``: a free one)
                 serves the web dashboard while the job runs (see
                 :meth:`execute_async`).
@@ -587,13 +607,16 @@ class StreamEnvironment:
         Raises:
             JobFailedError: The job failed and its restart strategy is exhausted.
             CheckpointError: ``restore_from`` is missing, corrupt or holds state
-                of operators this job lacks (unless ``allow_non_restored_state``).
+                of operators this job lacks (unless ``allow_non_restored_state``),
+                or is older than checkpoints that committed output through
+                external sinks (unless ``allow_duplicate_output``).
         """
         return self.execute_async(
             name,
             restore_from=restore_from,
             runner=runner,
             allow_non_restored_state=allow_non_restored_state,
+            allow_duplicate_output=allow_duplicate_output,
             dashboard=dashboard,
             dashboard_host=dashboard_host,
         ).wait()
