@@ -52,7 +52,7 @@ def start_job(
     ``config``: ``{"name", "max_parallelism", "batch_size", "restart": None |
     {"attempts", "delay_s"}, "checkpoint": None | {"dir", "interval", "mode",
     "unaligned", "incremental", "retained", "recovery", "timeout"}, "restore_from": None |
-    "latest" | path, "allow_non_restored_state": bool}``. Raises
+    "latest" | path, "allow_non_restored_state": bool, "allow_duplicate_output": bool}``. Raises
     ``CheckpointError`` (before anything runs) for an unwritable checkpoint dir,
     a missing or corrupt restore path, or a restore path holding state of
     operators (by uid) the graph lacks unless ``allow_non_restored_state``.

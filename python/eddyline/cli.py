@@ -13,7 +13,7 @@ import re
 import runpy
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["main"]
@@ -392,15 +392,48 @@ def _checkpoints(
         return 2
 
 
+def _count(least: int) -> Callable[[str], int]:
+    """An argparse type: an int of at least ``least`` (argparse turns the
+    ``ArgumentTypeError`` into a usage error, exit code 2).
+
+    Example:
+        >>> _count(1)("3")
+        3
+        >>> _count(1)("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be an integer >= 1, got '0'
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = least - 1
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {text!r}")
+        return value
+
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="eddyline", description="eddyline: streaming dataflow with a Rust core."
     )
+    parser.add_argument("--version", action="version", version=f"eddyline {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run the built-in example job and check its output")
-    demo.add_argument("--rows", type=int, default=DEMO_ROWS, help="number of input rows")
-    demo.add_argument("--parallelism", type=int, default=min(4, os.cpu_count() or 1))
-    demo.add_argument("--seed", type=int, default=42)
+    demo.add_argument("--rows", type=_count(0), default=DEMO_ROWS, help="number of input rows")
+    demo.add_argument(
+        "--parallelism",
+        type=_count(1),
+        default=min(4, os.cpu_count() or 1),
+        help="parallel subtasks per operator (at least 1)",
+    )
+    demo.add_argument("--seed", type=_count(0), default=42)
     run = commands.add_parser("run", help="run a job script as __main__")
     run.add_argument(
         "--dashboard",

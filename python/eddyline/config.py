@@ -21,14 +21,19 @@ __all__ = ["CheckpointConfig", "Duration", "RestartStrategy", "parse_duration", 
 Duration = float | int | str
 """A duration: seconds as a number, or a string such as ``"250ms"`` or ``"2min"``."""
 
-_UNITS: Final[dict[str, float]] = {
-    "us": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "sec": 1.0,
-    "min": 60.0,
-    "h": 3600.0,
+# The units Flink (``TimeUtils``) and Spark (interval strings) users write.
+_UNIT_NAMES: Final[dict[float, tuple[str, ...]]] = {
+    1e-6: ("us", "micro", "micros", "microsecond", "microseconds"),
+    1e-3: ("ms", "milli", "millis", "millisecond", "milliseconds"),
+    1.0: ("s", "sec", "secs", "second", "seconds"),
+    60.0: ("m", "min", "mins", "minute", "minutes"),
+    3600.0: ("h", "hour", "hours"),
+    86400.0: ("d", "day", "days"),
 }
+_UNITS: Final[dict[str, float]] = {
+    name: seconds for seconds, names in _UNIT_NAMES.items() for name in names
+}
+_UNITS_HINT: Final = "; units: " + ", ".join("/".join(names) for names in _UNIT_NAMES.values())
 _DURATION_RE: Final = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$")
 
 CheckpointMode = Literal["exactly_once", "at_least_once"]
@@ -83,8 +88,11 @@ def parse_duration(value: Duration, *, what: str = "duration") -> float:
 
     Args:
         value: Seconds as an ``int`` or ``float``, or a string made of a
-            non-negative number and one of the units ``us``, ``ms``, ``s``,
-            ``sec``, ``min``, ``h`` (a bare number string means seconds).
+            non-negative number and a unit, with or without a space
+            between them: ``us``, ``ms``, ``s``/``sec``/``second(s)``,
+            ``m``/``min``/``minute(s)``, ``h``/``hour(s)``, ``d``/``day(s)``
+            (and the long forms of ``us`` and ``ms``); a bare number string
+            means seconds.
         what: What the duration is for, used in error messages.
 
     Returns:
@@ -94,8 +102,8 @@ def parse_duration(value: Duration, *, what: str = "duration") -> float:
         ValueError: If the value is negative, not finite, or not understood.
 
     Example:
-        >>> parse_duration("1s"), parse_duration("1h"), parse_duration(0)
-        (1.0, 3600.0, 0.0)
+        >>> parse_duration("1s"), parse_duration("1 minute"), parse_duration("1d")
+        (1.0, 60.0, 86400.0)
         >>> parse_duration("soon")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -111,7 +119,7 @@ def parse_duration(value: Duration, *, what: str = "duration") -> float:
         if match is None or (unit and unit not in _UNITS):
             raise ValueError(
                 f"invalid {what} {value!r}: expected seconds as a number or a string like "
-                "'250ms', '1s', '2min', '1h'"
+                f"'250ms', '1s', '2min', '1h'{_UNITS_HINT}"
             )
         seconds = float(match.group(1)) * _UNITS[unit or "s"]
     else:

@@ -14,9 +14,12 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 from . import _core
 from ._checks import SchemaLike, as_schema
@@ -65,6 +68,23 @@ def parquet_files(path: str | os.PathLike[str]) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
         found.extend(os.path.join(current, f) for f in files if not f.startswith(("_", ".")))
     return sorted(found)
+
+
+def _parquet_footer(file: str) -> pq.FileMetaData:
+    """The footer of Parquet ``file``; a file that is not Parquet (or is
+    cut short) is a ``SchemaError`` naming it, with pyarrow's error as its
+    cause.
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(file)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SchemaError(
+            f"from_parquet(): {file!r} is not a readable Parquet file ({exc}); remove it from "
+            "the directory, or name it with a leading '_' or '.' to have it skipped",
+            operator="from_parquet",
+        ) from exc
 
 
 class StreamEnvironment:
@@ -293,10 +313,9 @@ class StreamEnvironment:
         just the columns those use (projection pushdown, as Spark's).
 
         Raises:
-            SchemaError: A column of ``columns`` is not in the files.
+            SchemaError: A column of ``columns`` is not in the files, the
+                files' schemas differ, or a file is not Parquet (named).
         """
-        import pyarrow.parquet as pq
-
         location = os.fspath(path)
         if isinstance(location, str) and is_object_store_uri(location):
             options = {**self.storage_options, **checked_storage_options(storage_options)}
@@ -310,7 +329,7 @@ class StreamEnvironment:
         # Each footer is read once: its schema, and its row count, which tells
         # per-record operators downstream how long the job is (Runner.input_rows;
         # not part of the native spec).
-        footers = [pq.read_metadata(file) for file in files]
+        footers = [_parquet_footer(file) for file in files]
         schema = footers[0].schema.to_arrow_schema().remove_metadata()
         for other, footer in zip(files[1:], footers[1:], strict=True):
             other_schema = footer.schema.to_arrow_schema().remove_metadata()
@@ -432,7 +451,11 @@ class StreamEnvironment:
     # ---- execution ----------------------------------------------------------
 
     def _config(
-        self, name: str, restore_from: str | None, allow_non_restored_state: bool = False
+        self,
+        name: str,
+        restore_from: str | None,
+        allow_non_restored_state: bool = False,
+        allow_duplicate_output: bool = False,
     ) -> dict[str, Any]:
         return {
             "name": name,
@@ -446,6 +469,7 @@ class StreamEnvironment:
             ),
             "restore_from": restore_from,
             "allow_non_restored_state": allow_non_restored_state,
+            "allow_duplicate_output": allow_duplicate_output,
         }
 
     def build(self) -> list[NodeSpec]:
@@ -470,6 +494,7 @@ class StreamEnvironment:
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
         allow_non_restored_state: bool = False,
+        allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,
         dashboard_host: str = "127.0.0.1",
     ) -> JobClient:
@@ -484,6 +509,12 @@ class StreamEnvironment:
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators (by uid) this job lacks;
                 by default that is a ``CheckpointError`` naming them.
+            allow_duplicate_output: Restore, knowingly, a checkpoint older
+                than checkpoints of its directory that already committed
+                output through sinks outside this process (files, tables,
+                two-phase sinks): that output is committed a second time.
+                By default such a restore is a ``CheckpointError`` naming
+                the later checkpoints and the sinks.
             dashboard: ``True`` serves the job's web dashboard on port 8081,
                 an int on that port (``0`` picks a free one); its address is
                 printed on stderr and in ``client.dashboard_url``. It stops
@@ -500,6 +531,10 @@ class StreamEnvironment:
         if not isinstance(allow_non_restored_state, bool):
             raise TypeError(
                 f"allow_non_restored_state must be a bool, got {allow_non_restored_state!r}"
+            )
+        if not isinstance(allow_duplicate_output, bool):
+            raise TypeError(
+                f"allow_duplicate_output must be a bool, got {allow_duplicate_output!r}"
             )
         if runner is not None and not callable(getattr(runner, "_start", None)):
             raise TypeError(
@@ -525,7 +560,7 @@ class StreamEnvironment:
         core.build_graph(compiled.nodes, self.max_parallelism)
         for handle, _ in compiled.collects:
             handle._batches = None
-        config = self._config(name, restore, allow_non_restored_state)
+        config = self._config(name, restore, allow_non_restored_state, allow_duplicate_output)
         config["run_tag"] = _run_tag(self.checkpoint)
         if runner is None:
             handle = core.start_job(compiled.nodes, config)
@@ -544,6 +579,7 @@ class StreamEnvironment:
         restore_from: str | os.PathLike[str] | None = None,
         runner: object | None = None,
         allow_non_restored_state: bool = False,
+        allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,
         dashboard_host: str = "127.0.0.1",
     ) -> JobResult:
@@ -560,6 +596,9 @@ class StreamEnvironment:
                 Spark tasks.
             allow_non_restored_state: Drop, knowingly, the state that
                 ``restore_from`` holds for operators this job lacks.
+            allow_duplicate_output: Restore, knowingly, a checkpoint older
+                than checkpoints that already committed output through
+                external sinks (see :meth:`execute_async`).
             dashboard: ``True`` (port 8081) or a port (``0``: a free one)
                 serves the web dashboard while the job runs (see
                 :meth:`execute_async`).
@@ -568,13 +607,16 @@ class StreamEnvironment:
         Raises:
             JobFailedError: The job failed and its restart strategy is exhausted.
             CheckpointError: ``restore_from`` is missing, corrupt or holds state
-                of operators this job lacks (unless ``allow_non_restored_state``).
+                of operators this job lacks (unless ``allow_non_restored_state``),
+                or is older than checkpoints that committed output through
+                external sinks (unless ``allow_duplicate_output``).
         """
         return self.execute_async(
             name,
             restore_from=restore_from,
             runner=runner,
             allow_non_restored_state=allow_non_restored_state,
+            allow_duplicate_output=allow_duplicate_output,
             dashboard=dashboard,
             dashboard_host=dashboard_host,
         ).wait()

@@ -37,8 +37,10 @@ pub fn list_checkpoints<'py>(
     if !eddyline_core::store::is_object_store_uri(&dir) && !dir.exists() {
         return Ok(list);
     }
+    // Listing only reads: no write probe, so read-only credentials do, and a
+    // failure says the location cannot be listed (not written).
     let storage =
-        CheckpointStorage::open_with(&dir, &storage_options).map_err(|e| to_py(py, &e))?;
+        CheckpointStorage::open_read_only(&dir, &storage_options).map_err(|e| to_py(py, &e))?;
     let summaries = storage.list().map_err(|e| to_py(py, &e))?;
     for s in summaries {
         let d = PyDict::new(py);

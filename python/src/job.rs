@@ -194,6 +194,11 @@ pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> 
             c.allow_non_restored_state = v.extract()?;
         }
     }
+    if let Some(v) = config.get_item("allow_duplicate_output")? {
+        if !v.is_none() {
+            c.allow_duplicate_output = v.extract()?;
+        }
+    }
     if let Some(v) = config.get_item("restore_from")? {
         if !v.is_none() {
             let s: String = v.extract()?;

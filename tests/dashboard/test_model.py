@@ -68,6 +68,41 @@ def test_rates_are_the_change_between_two_samples_per_second() -> None:
     assert v["scope"] == [1]
 
 
+def test_first_sample_rates_are_averages_since_the_start() -> None:
+    """The first sample has no earlier one: its rates are the counters over
+    the job's wall time (1 s in ScriptedJob), not zero."""
+    job = ScriptedJob()
+    nodes = graph_nodes(
+        [{"id": 0, "name": "op", "kind": "map", "parallelism": 1, "inputs": [], "scope": []}]
+    )
+    view = JobView(job, nodes, clock=lambda: 10.0)
+    job.ops = {"op": _op(500, 300, 100, 600, None)}
+    v = view.vertices(view.sample(), subtasks=True)[0]
+    m = v["metrics"]
+    assert m["read-records-per-second"] == 500.0
+    assert m["write-records-per-second"] == 500.0
+    assert (m["busyTimeMsPerSecond"], m["backPressuredTimeMsPerSecond"]) == (300.0, 100.0)
+    assert m["idleTimeMsPerSecond"] == 600.0
+
+
+def test_busy_backpressured_and_idle_never_exceed_a_second() -> None:
+    """A wait is charged when it ends, so an interval can hold more than its
+    length of busy + idle time; the shares are scaled to 1000 ms."""
+    now = [10.0]
+    job = ScriptedJob()
+    nodes = graph_nodes(
+        [{"id": 0, "name": "op", "kind": "map", "parallelism": 1, "inputs": [], "scope": []}]
+    )
+    view = JobView(job, nodes, clock=lambda: now[0], min_interval_s=0.0)
+    job.ops = {"op": _op(0, 0, 0, 0, None)}
+    view.sample()
+    job.ops = {"op": _op(10, 900, 0, 600, None)}
+    now[0] = 11.0
+    m = view.vertices(view.sample(), subtasks=True)[0]["metrics"]
+    assert (m["busyTimeMsPerSecond"], m["idleTimeMsPerSecond"]) == (600.0, 400.0)
+    assert m["backPressuredTimeMsPerSecond"] == 0.0
+
+
 def test_checkpoints_and_restarts_json() -> None:
     job = ScriptedJob()
     view = JobView(job, [])

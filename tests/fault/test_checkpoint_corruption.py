@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
@@ -136,6 +137,54 @@ def test_checkpoint_latest_skips_a_damaged_newest_only_without_external_sinks(
     assert not (tmp_path / "files").exists() or not list((tmp_path / "files").glob("part-*"))
 
 
+def _rows(parquet_dir: Path) -> int:
+    return sum(pq.read_metadata(f).num_rows for f in parquet_dir.glob("**/part-*.parquet"))
+
+
+def test_checkpoint_older_restore_refused_when_later_checkpoints_committed(
+    tmp_path: Path, seed: int
+) -> None:
+    """Restoring an older checkpoint of a directory whose later checkpoints
+    committed files would commit those rows again; the refusal of "latest"
+    must not advise it, and the explicit restore is refused too, naming the
+    later checkpoints and the sink."""
+    rng = random.Random(seed)
+    chk, files = tmp_path / "chk", tmp_path / "files"
+    env, _, _ = _job(chk, files)
+    env.execute("first")
+    assert _rows(files) == N
+    older, *later = completed_checkpoints(chk)
+    assert later, "the run retained at least two checkpoints"
+    _truncate(_state_file(_newest(chk), rng), rng)
+    with pytest.raises(ed.CheckpointError, match="a second time through sink") as info:
+        _restore(chk, "latest", files)
+    advice = str(info.value)
+    assert "restore_from='" not in advice, advice
+    assert "allow_duplicate_output=True" in advice
+    shown = (
+        " and ".join([", ".join(map(str, later[:-1])), str(later[-1])])
+        if len(later) > 1
+        else str(later[0])
+    )
+    with pytest.raises(ed.CheckpointError) as info:
+        _restore(chk, str(chk / f"chk-{older}"), files)
+    message = str(info.value)
+    assert f"checkpoint {older} is not the newest" in message
+    assert f"the later checkpoint(s) {shown} completed" in message
+    assert "through sink(s) 'files'" in message
+    assert _rows(files) == N, "a refused restore commits nothing"
+    # Knowingly, both restores run (and commit the later rows again).
+    for restore_from in ("latest", f"chk-{older}"):
+        copy, out = tmp_path / f"chk-{restore_from}", tmp_path / f"files-{restore_from}"
+        shutil.copytree(chk, copy)
+        shutil.copytree(files, out)
+        env, _, _ = _job(copy, out)
+        where = restore_from if restore_from == "latest" else str(copy / restore_from)
+        result = env.execute("again", restore_from=where, allow_duplicate_output=True)
+        assert min(result.checkpoint_ids) > later[-1]
+        assert _rows(out) > N
+
+
 def test_checkpoint_latest_fallback_refused_with_a_python_two_phase_sink(
     chk_copy: Path, seed: int, tmp_path: Path
 ) -> None:
@@ -148,7 +197,7 @@ def test_checkpoint_latest_fallback_refused_with_a_python_two_phase_sink(
     env, _, _ = _job(chk_copy)
     stream = env.from_sequence(0, 10).name("extra").uid("extra")
     stream.sink_to(RecordingTwoPhaseSink(str(tmp_path / "txns"))).name("txns").uid("txns")
-    with pytest.raises(ed.CheckpointError, match="could commit the output") as info:
+    with pytest.raises(ed.CheckpointError, match="would commit the output") as info:
         env.execute("restore", restore_from="latest", allow_non_restored_state=True)
     assert "'txns'" in str(info.value)
 

@@ -20,6 +20,43 @@ def test_demo_prints_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
     assert "top 5 keys by sum" in out
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--parallelism", "0"], "argument --parallelism: must be an integer >= 1, got '0'"),
+        (["--parallelism", "two"], "argument --parallelism: must be an integer >= 1, got 'two'"),
+        (["--rows", "-5"], "argument --rows: must be an integer >= 0, got '-5'"),
+        (["--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
+    ],
+)
+def test_demo_bad_argument_is_a_usage_error(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: eddyline demo"), err
+    assert err.rstrip().endswith(f"eddyline demo: error: {said}"), err
+    assert "Traceback" not in err
+
+
+def test_demo_with_no_rows_checks_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--rows", "0", "--parallelism", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "distinct keys: 0" in out
+    assert "check: ok" in out
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import eddyline as ed
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"eddyline {ed.__version__}\n"
+
+
 @pytest.mark.timeout(600)
 def test_demo_default_size_via_python_m() -> None:
     proc = subprocess.run(

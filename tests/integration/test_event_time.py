@@ -11,6 +11,7 @@ what every window holds and at which watermark every timer fires.
 from __future__ import annotations
 
 import random
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -542,6 +544,46 @@ def test_timers_need_on_timer() -> None:
 
 # ---------------------------------------------------------------------------
 # graph errors
+
+
+@pytest.mark.parametrize("python", [False, True], ids=["native", "python"])
+def test_window_subtasks_report_their_watermark_while_firing(python: bool) -> None:
+    """A window fires by the watermark it receives; its subtasks' metrics
+    show that watermark while the job runs (they showed None: only a
+    forwarded watermark was recorded)."""
+    gate = threading.Event()
+
+    def hold_second_half(batch: pa.RecordBatch) -> pa.RecordBatch:
+        if pa.compute.max(batch.column("value")).as_py() >= 10_000:
+            gate.wait()
+        return batch
+
+    env = ed.StreamEnvironment(1, batch_size=100)
+    rows = env.from_sequence(0, 20_000).map_batches(hold_second_half).name("gate")
+    timed = rows.with_columns(ts=ed.col("value") * 10, k=ed.col("value") % 4)
+    windowed = timed.assign_timestamps("ts").key_by("k").window(ed.Tumbling("1s"))
+    if python:
+        out = windowed.reduce(lambda a, b: {**a, "value": a["value"] + b["value"]})
+    else:
+        out = windowed.sum("value")
+    out.name("win").collect()
+    client = env.execute_async("watermark-metrics")
+    try:
+        while True:
+            subtasks = client.metrics()["operators"]["win"]["subtasks"]
+            if all(s["records_out"] > 0 for s in subtasks):
+                break
+            with pytest.raises(TimeoutError):
+                client.wait(timeout=0.05)
+        assert client.status == "running"
+        # Held before value 10,000 (event time 100 s): windows up to there fired.
+        for s in subtasks:
+            assert s["watermark"] is not None, subtasks
+            assert 1_000 <= s["watermark"] < 100_000, subtasks
+    finally:
+        gate.set()
+    result = client.wait()
+    assert [s["watermark"] for s in result.metrics["operators"]["win"]["subtasks"]] == [MAX_WM]
 
 
 def test_window_without_event_time_is_a_graph_error() -> None:

@@ -104,6 +104,22 @@ def test_from_parquet_missing_path_raises(tmp_path: Path) -> None:
         ed.StreamEnvironment().from_parquet(tmp_path / "nope")
 
 
+@pytest.mark.parametrize("bad", ["notes.txt", "part-1.parquet"], ids=["text", "truncated"])
+def test_from_parquet_file_that_is_not_parquet_is_named(tmp_path: Path, bad: str) -> None:
+    good = tmp_path / "part-0.parquet"
+    pq.write_table(pa.Table.from_pylist(ROWS), good)
+    victim = tmp_path / bad
+    if bad.endswith(".txt"):
+        victim.write_text("these are notes, not a table\n")
+    else:
+        victim.write_bytes(good.read_bytes()[:-40])
+    with pytest.raises(ed.SchemaError) as info:
+        ed.StreamEnvironment().from_parquet(tmp_path)
+    assert info.value.operator == "from_parquet"
+    assert str(info.value).startswith(f"from_parquet(): {str(victim)!r} is not a readable Parquet")
+    assert isinstance(info.value.__cause__, pa.ArrowInvalid)
+
+
 def test_collect_read_before_execute_raises() -> None:
     env = ed.StreamEnvironment()
     out = env.from_collection([1]).collect()

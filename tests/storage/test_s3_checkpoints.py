@@ -264,6 +264,10 @@ def test_the_checkpoints_cli_lists_and_inspects_checkpoints_on_s3(
     assert main(["checkpoints", f"s3://{s3.bucket}/nothing", *options]) == 0
     assert "no checkpoints found" in capsys.readouterr().out
     assert main(["checkpoints", "s3://no-such-bucket-here/chk", *options]) == 2
-    assert "no-such-bucket-here" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no-such-bucket-here" in err
+    # Listing only reads: it never says the location cannot be written.
+    assert "cannot list the checkpoint directory 's3://no-such-bucket-here/chk'" in err, err
+    assert "written" not in err, err
     assert main(["checkpoints", uri, "--storage-option", "endpoint"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err

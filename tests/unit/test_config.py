@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import eddyline as ed
@@ -34,6 +36,44 @@ def test_parse_duration_accepts_numbers_and_units(text: float | str, seconds: fl
 def test_parse_duration_rejects_bad_input_with_value_error(bad: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("5 sec", 5.0),
+        ("10 seconds", 10.0),
+        ("1 second", 1.0),
+        ("100 millis", 0.1),
+        ("20 milliseconds", 0.02),
+        ("1m", 60.0),
+        ("1 minute", 60.0),
+        ("3 minutes", 180.0),
+        ("2 mins", 120.0),
+        ("1 hour", 3600.0),
+        ("2hours", 7200.0),
+        ("1d", 86400.0),
+        ("1 day", 86400.0),
+        ("1.5 days", 129600.0),
+        ("1 MINUTE", 60.0),
+    ],
+)
+def test_parse_duration_accepts_flink_and_spark_units(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_parse_duration_error_names_the_accepted_units() -> None:
+    with pytest.raises(ValueError) as info:
+        parse_duration("1 fortnight", what="window size")
+    message = str(info.value)
+    assert message.startswith("invalid window size '1 fortnight'")
+    for unit in ("ms", "sec", "seconds", "min", "minute", "minutes", "h", "hours", "d", "days"):
+        assert re.search(rf"[ /]{unit}[,/]|[ /]{unit}$", message), (unit, message)
+
+
+def test_windows_accept_durations_in_minutes_and_days() -> None:
+    assert repr(ed.Tumbling("1 minute")) == "Tumbling(size_ms=60000)"
+    assert repr(ed.Sliding("1d", "1h")) == "Sliding(size_ms=86400000, slide_ms=3600000)"
 
 
 def test_parse_duration_rejects_infinity() -> None:

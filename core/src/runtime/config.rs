@@ -55,6 +55,9 @@ pub struct JobConfig {
     /// Restore even when the checkpoint holds state of operators the job
     /// lacks (that state is dropped).
     pub allow_non_restored_state: bool,
+    /// Restore a checkpoint older than checkpoints that already committed
+    /// output through external sinks (their output is committed again).
+    pub allow_duplicate_output: bool,
 }
 
 impl Default for JobConfig {
@@ -69,6 +72,7 @@ impl Default for JobConfig {
             restore_from: None,
             external_sinks: Vec::new(),
             allow_non_restored_state: false,
+            allow_duplicate_output: false,
         }
     }
 }

@@ -86,10 +86,21 @@ impl JobHandle {
             None => None,
             Some(RestoreFrom::Path(p)) => {
                 let options = CheckpointConfig::storage_options_of(config.checkpoint.as_ref());
-                Some(CheckpointStorage::load_path_with(p, &options)?)
+                let rc = CheckpointStorage::load_path_with(p, &options)?;
+                if !config.allow_duplicate_output {
+                    check_no_recommit(&rc, &config.external_sinks)?;
+                }
+                Some(rc)
             }
             Some(RestoreFrom::Latest) => match &coordinator {
-                Some(c) => latest_restorable(c.storage(), &config.external_sinks)?,
+                Some(c) => {
+                    let sinks: &[String] = if config.allow_duplicate_output {
+                        &[]
+                    } else {
+                        &config.external_sinks
+                    };
+                    latest_restorable(c.storage(), sinks)?
+                }
                 None => return Err(Error::checkpoint(
                     None,
                     "restore_from=\"latest\" needs a checkpoint configuration (the dir to look in)",
@@ -254,7 +265,8 @@ impl Drop for JobHandle {
 /// The newest checkpoint `restore_from = "latest"` may use: the newest
 /// valid one, skipping corrupt newer ones only when no sink commits outside
 /// the process (otherwise output committed by the skipped checkpoints would
-/// be committed twice, so this refuses and says why).
+/// be committed twice, so this refuses and says why). With
+/// `allow_duplicate_output` the caller passes no sinks.
 fn latest_restorable(
     storage: &CheckpointStorage,
     external_sinks: &[String],
@@ -266,21 +278,17 @@ fn latest_restorable(
             Ok(rc) if skipped.is_empty() || external_sinks.is_empty() => return Ok(Some(rc)),
             Ok(rc) => {
                 let (newest, err) = &skipped[0];
+                let later: Vec<u64> = skipped.iter().rev().map(|(id, _)| *id).collect();
                 return Err(Error::checkpoint(
                     Some(storage.dir().to_path_buf()),
                     format!(
                         "the newest checkpoint {newest} cannot be restored ({err}); falling back to \
-                         checkpoint {} could commit the output of the later checkpoints a second \
-                         time through sink(s) {}; repair or remove the broken checkpoint, or \
-                         restore checkpoint {} explicitly with restore_from='{}'",
+                         checkpoint {} would commit the output of checkpoint(s) {} a second time \
+                         through sink(s) {}; {}",
                         rc.id(),
-                        external_sinks
-                            .iter()
-                            .map(|n| format!("'{n}'"))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        rc.id(),
-                        rc.dir().display()
+                        show_ids(&later),
+                        show_names(external_sinks),
+                        RECOMMIT_ADVICE
                     ),
                 ));
             }
@@ -296,6 +304,81 @@ fn latest_restorable(
             ),
         )),
     }
+}
+
+/// What a user can do when only an older checkpoint can be restored and
+/// sinks committed output after it (DESIGN.md "Checkpoints": eddyline never
+/// falls back in a way that commits output twice).
+const RECOMMIT_ADVICE: &str = "repair the damaged checkpoint (put back an intact copy of the \
+     file) and restore 'latest' again; or, once the output those checkpoints committed has been \
+     removed from the sinks, pass allow_duplicate_output=True to fall back";
+
+/// Refuses an explicit restore of a checkpoint when later checkpoints of the
+/// same checkpoint directory completed and the job has sinks that commit
+/// outside the process: each later checkpoint committed its output, and a
+/// run from the older one would commit that output again (its transactions
+/// get new checkpoint ids, so no sink can recognise them). Savepoints are
+/// taken on purpose and restored on purpose; they are not checked.
+fn check_no_recommit(rc: &RestoredCheckpoint, external_sinks: &[String]) -> Result<()> {
+    if external_sinks.is_empty() || rc.manifest().kind != crate::event::BarrierKind::Checkpoint {
+        return Ok(());
+    }
+    let Some(storage) = rc.parent_storage() else {
+        return Ok(());
+    };
+    let mut later: Vec<u64> = storage
+        .list()?
+        .iter()
+        .map(|s| s.id)
+        .filter(|id| *id > rc.id())
+        .collect();
+    if later.is_empty() {
+        return Ok(());
+    }
+    later.sort_unstable();
+    Err(Error::checkpoint(
+        Some(rc.dir().to_path_buf()),
+        format!(
+            "checkpoint {} is not the newest of '{}': the later checkpoint(s) {} completed and \
+             committed their output, and restoring {} would commit that output a second time \
+             through sink(s) {}; restore the newest checkpoint (restore_from='latest'), or, once \
+             the output of checkpoint(s) {} has been removed from the sinks, pass \
+             allow_duplicate_output=True",
+            rc.id(),
+            storage.dir().display(),
+            show_ids(&later),
+            rc.id(),
+            show_names(external_sinks),
+            show_ids(&later),
+        ),
+    ))
+}
+
+/// `13, 14 and 15`; a long run of ids as `13..=40 (28 checkpoints)`.
+fn show_ids(ids: &[u64]) -> String {
+    match ids {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [first, .., last] if ids.len() > 4 => {
+            format!("{first} to {last} ({} checkpoints)", ids.len())
+        }
+        [init @ .., last] => format!(
+            "{} and {last}",
+            init.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `'files', 'table'`.
+fn show_names(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn drive(

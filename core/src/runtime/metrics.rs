@@ -133,7 +133,8 @@ pub struct SubtaskMetrics {
     pub backpressured_ns: AtomicU64,
     /// Time waiting for input.
     pub idle_ns: AtomicU64,
-    /// The last watermark the subtask emitted (`i64::MIN`: none yet).
+    /// The subtask's event time: the newest watermark its operator received
+    /// or emitted (`i64::MIN`: none yet).
     pub watermark: AtomicI64,
     /// Loop heads: the last termination round emitted in this attempt
     /// (0 before round 1; termination.rs).
@@ -189,6 +190,14 @@ pub struct SubtaskMetricsSnapshot {
 }
 
 impl SubtaskMetrics {
+    /// Notes a watermark the operator received or emitted; the metric only
+    /// moves forward (an operator may emit a lower watermark than it
+    /// received, e.g. a window's end - 1).
+    #[inline]
+    pub fn note_watermark(&self, watermark: i64) {
+        self.watermark.fetch_max(watermark, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> SubtaskMetricsSnapshot {
         let (feedback_events, feedback_bytes) = {
             let queues = self.feedback.lock();
@@ -295,7 +304,7 @@ impl TaskTimer {
     #[inline]
     pub fn watermark(&self, watermark: i64) {
         for s in &self.subtasks {
-            s.watermark.store(watermark, Ordering::Relaxed);
+            s.note_watermark(watermark);
         }
     }
 }

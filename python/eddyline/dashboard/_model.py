@@ -179,6 +179,10 @@ class JobView:
             metrics = self.job.metrics()
             ops = [dict(v) for v in metrics.get("operators", {}).values()]
             prev, seconds = self._prev_ops, now - self._prev_time
+            if prev is None:
+                # The first sample's rates are averages since the job started
+                # (counters from zero over its wall time), not a zero.
+                seconds = float(metrics.get("wall_time_s", 0.0))
             for i, op in enumerate(ops):
                 before = prev[i] if prev is not None and i < len(prev) else None
                 self._rates(op, before, seconds)
@@ -198,20 +202,30 @@ class JobView:
 
     @staticmethod
     def _rates(op: dict[str, Any], before: dict[str, Any] | None, seconds: float) -> None:
+        """Adds the rates since ``before`` (``None``: since the start, every
+        counter from zero) over ``seconds``."""
         for key in ("records_in", "records_out"):
-            was = before.get(key, 0) if before is not None else op.get(key, 0)
+            was = before.get(key, 0) if before is not None else 0
             op[f"{key}_per_s"] = _per_s(op.get(key, 0), was, seconds)
         subtasks = [dict(s) for s in op.get("subtasks", [])]
         old = before.get("subtasks", []) if before is not None else []
         for i, st in enumerate(subtasks):
             prior = old[i] if i < len(old) else None
             for key in ("records_in", "records_out"):
-                was = prior[key] if prior is not None else st[key]
+                was = prior[key] if prior is not None else 0
                 st[f"{key}_per_s"] = _per_s(st[key], was, seconds)
-            for key in ("busy", "backpressured", "idle"):
-                ns = f"{key}_ns"
-                was = prior[ns] if prior is not None else st[ns]
-                st[f"{key}_ms_per_s"] = _ms_per_s(st[ns], was, seconds) if prior else 0.0
+            times = {
+                key: _ms_per_s(st[f"{key}_ns"], prior[f"{key}_ns"] if prior else 0, seconds)
+                for key in ("busy", "backpressured", "idle")
+            }
+            # A task charges a wait when it ends, so one interval can hold
+            # waits begun in the one before: the three shares of a second
+            # are scaled to add up to at most 1000 ms (Flink's busy +
+            # backpressured + idle time per second).
+            total = sum(times.values())
+            scale = 1000.0 / total if total > 1000.0 else 1.0
+            for key, ms in times.items():
+                st[f"{key}_ms_per_s"] = ms * scale
         op["subtasks"] = subtasks
 
     # -- JSON of /api/v1 --------------------------------------------------

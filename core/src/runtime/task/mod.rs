@@ -369,6 +369,9 @@ pub(crate) fn push_watermark(
         return tail.broadcast(Event::Watermark(watermark));
     }
     at_chain_head(ops, slots, tail, |op, out| {
+        // The operator's event-time clock is what its metrics show: a window
+        // fires by it even when it forwards no watermark itself.
+        out.slot.sub.note_watermark(watermark);
         let r = op.process_watermark(watermark, out);
         out.slot.track_late(op.late_records());
         r
