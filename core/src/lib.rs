@@ -24,6 +24,7 @@ pub mod channel;
 pub mod graph;
 pub mod partition;
 pub mod runtime;
+pub mod schemas;
 pub mod scope;
 pub mod sink;
 pub mod source;

@@ -70,6 +70,7 @@ fn info() -> CheckpointInfo {
                 name: "read parquet".into(),
                 finished: true,
                 null_state_checkpoint: None,
+                schema: None,
                 key: None,
                 subtasks: (0..2)
                     .map(|s| SubtaskEntry {
@@ -88,6 +89,7 @@ fn info() -> CheckpointInfo {
                 name: "count".into(),
                 finished: false,
                 null_state_checkpoint: Some(3),
+                schema: None,
                 key: None,
                 subtasks: (0..2)
                     .map(|s| SubtaskEntry {
@@ -103,6 +105,7 @@ fn info() -> CheckpointInfo {
                 name: "print".into(),
                 finished: false,
                 null_state_checkpoint: None,
+                schema: None,
                 key: None,
                 subtasks: vec![SubtaskEntry {
                     subtask: 0,

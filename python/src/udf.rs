@@ -15,9 +15,12 @@ use eddyline_core::state::{decode_entries, OperatorState, Redistribution, StateB
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
-use crate::arrow::{array_to_py, batch_from_py, batch_to_py};
+use eddyline_core::schemas::SchemaAgreement;
+
+use crate::arrow::{array_to_py, batch_from_py, batch_to_py, schema_from_py, schema_to_py};
 use crate::entries::entries_from_py;
-use crate::errors::from_py;
+use crate::errors::{from_py, to_py};
+use crate::gil::detached;
 
 /// Builds a runner per subtask by calling the node's Python factory.
 pub struct PyRunnerFactory {
@@ -132,6 +135,7 @@ impl OperatorFactory for PyRunnerFactory {
             hooks: self.hooks,
             late: 0,
             timer: None,
+            agreement: None,
         }))
     }
 }
@@ -153,6 +157,31 @@ pub struct PyRunner {
     /// The runner's next processing-time timer as it last said: (due, its
     /// clock's now, when it said so), all by the runner's clock (ms).
     timer: Option<(i64, i64, std::time::Instant)>,
+    /// How the runner agrees its inferred output schema with the other
+    /// subtasks (given to it as `ctx["agree_schema"]`).
+    agreement: Option<SchemaAgreement>,
+}
+
+/// `ctx["agree_schema"]`: called with the schema a runner inferred from its
+/// first output, returns the schema every subtask of the operator uses
+/// (DESIGN.md "One schema per operator"). The wait (a worker process asks
+/// its driver) runs without the GIL.
+#[pyclass(name = "SchemaAgreement", module = "eddyline._core", frozen)]
+pub struct PySchemaAgreement {
+    inner: SchemaAgreement,
+}
+
+#[pymethods]
+impl PySchemaAgreement {
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        schema: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let proposed = schema_from_py(schema)?;
+        let agreed = detached(py, || self.inner.agree(&proposed)).map_err(|e| to_py(py, &e))?;
+        schema_to_py(py, &agreed)
+    }
 }
 
 impl PyRunner {
@@ -347,6 +376,10 @@ impl Operator for PyRunner {
         })
     }
 
+    fn set_schema_agreement(&mut self, agreement: SchemaAgreement) {
+        self.agreement = Some(agreement);
+    }
+
     fn open(&mut self, ctx: &OperatorContext) -> Result<()> {
         Python::attach(|py| {
             let d = PyDict::new(py);
@@ -356,6 +389,9 @@ impl Operator for PyRunner {
             d.set_item("max_parallelism", ctx.max_parallelism)?;
             d.set_item("attempt", ctx.attempt)?;
             d.set_item("run_tag", &self.run_tag)?;
+            if let Some(a) = &self.agreement {
+                d.set_item("agree_schema", PySchemaAgreement { inner: a.clone() })?;
+            }
             let runner = self.runner.bind(py).clone();
             runner.call_method1("open", (d,))?;
             // Restored processing-time timers (also ones due while the job

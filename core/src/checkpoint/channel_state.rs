@@ -65,6 +65,7 @@ pub(crate) fn manifest_entry(node: &crate::graph::Node) -> crate::checkpoint::Op
         name: format!("{} (channel state)", node.name),
         finished: false,
         null_state_checkpoint: None,
+        schema: None,
         key: None,
         subtasks: (0..node.parallelism)
             .map(|s| crate::checkpoint::SubtaskEntry {

@@ -116,6 +116,9 @@ pub(crate) struct Coordinator {
     /// Per (uid, subtask): what the last completed incremental checkpoint
     /// of this attempt holds of its key groups (issue 17).
     bases: BTreeMap<(String, u32), Arc<SubtaskBase>>,
+    /// The job's agreed output schemas, recorded in every manifest
+    /// (DESIGN.md "One schema per operator").
+    schemas: Arc<crate::schemas::SchemaBoard>,
 }
 
 fn now_ms() -> u64 {
@@ -132,6 +135,7 @@ impl Coordinator {
         config: CheckpointConfig,
         stats: Arc<Mutex<Vec<CheckpointStats>>>,
         failed: Arc<CheckpointFailures>,
+        schemas: Arc<crate::schemas::SchemaBoard>,
     ) -> Result<Self> {
         if config.recovery == Recovery::Recompute
             && (config.mode != AlignmentMode::ExactlyOnce || config.unaligned)
@@ -170,6 +174,7 @@ impl Coordinator {
             ledger,
             recomputed: Vec::new(),
             bases: BTreeMap::new(),
+            schemas,
         })
     }
 
@@ -701,6 +706,7 @@ impl Coordinator {
                 name: node.name.clone(),
                 finished: node_tasks.iter().all(|t| f.finished_at_ack[*t]),
                 null_state_checkpoint: per_node(node.id),
+                schema: self.schemas.get(node.id),
                 key: key_identity(graph, node),
                 subtasks: (0..node.parallelism)
                     .map(|s| SubtaskEntry {

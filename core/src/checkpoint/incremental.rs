@@ -402,6 +402,7 @@ mod tests {
                 name: UID.into(),
                 finished: false,
                 null_state_checkpoint: None,
+                schema: None,
                 key: None,
                 subtasks: (0..subtasks)
                     .map(|s| SubtaskEntry {

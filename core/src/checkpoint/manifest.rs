@@ -9,15 +9,16 @@
 //! rejects unknown and duplicate keys, trailing data, and versions it does not
 //! know. The last member is `"checksum": "xxh3:<16 hex digits>"`, the xxh3-64
 //! of every byte before the line that holds it, so any flipped byte is
-//! caught. Format version 4 (version 1, written before keyed identities
+//! caught. Format version 5 (version 1, written before keyed identities
 //! were recorded, is still read: its operators have no `"key"`; version 2,
 //! written before incremental checkpoints, has no `"shared"` and no
-//! `"reused"` members; version 3 has no `"final"`):
+//! `"reused"` members; version 3 has no `"final"`; version 4 has no
+//! `"schema"`):
 //!
 //! ```text
 //! {
 //!   "format": "eddyline-checkpoint-manifest",
-//!   "version": 4,
+//!   "version": 5,
 //!   "id": 7,
 //!   "kind": "checkpoint",                        // or "savepoint"
 //!   "trigger_ms": 1700000000000,
@@ -30,6 +31,7 @@
 //!      "null_state_checkpoint": null,            // or an id (FLINK-4120)
 //!      "key": {"key_groups": 128,                // null for a non-keyed operator
 //!              "inputs": [[{"name": "k", "type": "Int64"}]]},
+//!      "schema": "ffffffff...",                  // or null
 //!      "subtasks": [
 //!        {"subtask": 0,
 //!         "state": {"file": "count-1a2b3c4d-0.state", "size": 1234,
@@ -67,6 +69,12 @@
 //! with their Arrow types (`null` when the type was not known when the graph
 //! was built). State restored under another key or another number of key
 //! groups would silently be wrong, so a restore compares it.
+//!
+//! `schema` is the output schema the operator's subtasks agreed on when the
+//! graph did not declare one (DESIGN.md "One schema per operator"), as the
+//! hex digits of an Arrow IPC stream holding only the schema; `null` when
+//! none was agreed yet or the graph declares it. A restore keeps it, so the
+//! restored job writes what the checkpointed one wrote.
 
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -77,7 +85,7 @@ use crate::state::{decode_entries, decode_positions};
 
 /// The manifest format this build writes (it reads this and versions 1
 /// to 3).
-pub const MANIFEST_VERSION: u64 = 4;
+pub const MANIFEST_VERSION: u64 = 5;
 
 /// The oldest manifest format this build reads.
 const OLDEST_VERSION: u64 = 1;
@@ -125,6 +133,9 @@ pub struct OperatorEntry {
     /// A keyed operator's key identity; `None` for non-keyed operators and
     /// in manifests of version 1.
     pub key: Option<KeyIdentity>,
+    /// The output schema its subtasks agreed on (`None` in manifests
+    /// before version 5, or when none was agreed).
+    pub schema: Option<arrow::datatypes::SchemaRef>,
     pub subtasks: Vec<SubtaskEntry>,
 }
 
@@ -461,16 +472,61 @@ fn decode_key(v: Value, what: &str) -> Result<Option<KeyIdentity>, String> {
     Ok(Some(KeyIdentity { key_groups, inputs }))
 }
 
+/// An agreed schema as a JSON string of hex digits (or `null`).
+fn encode_schema_member(schema: Option<&arrow::datatypes::SchemaRef>) -> String {
+    let Some(bytes) = schema.and_then(|s| crate::schemas::encode_schema(s).ok()) else {
+        return "null".to_string();
+    };
+    let mut hex = String::with_capacity(2 * bytes.len() + 2);
+    hex.push('"');
+    for b in bytes {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex.push('"');
+    hex
+}
+
+fn decode_schema_member(
+    v: Value,
+    what: &str,
+) -> Result<Option<arrow::datatypes::SchemaRef>, String> {
+    let hex = match v {
+        Value::Null => return Ok(None),
+        Value::Str(s) => s,
+        _ => {
+            return Err(format!(
+                "is invalid: {what}: 'schema' is not a string or null"
+            ))
+        }
+    };
+    let bad = || format!("is invalid: {what}: 'schema' is not an encoded Arrow schema");
+    if hex.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(bad)?;
+    crate::schemas::decode_schema(&bytes)
+        .map(Some)
+        .map_err(|_| bad())
+}
+
 fn encode_operator(out: &mut String, op: &OperatorEntry) {
     let _ = write!(
         out,
-        "{{\"uid\": {}, \"name\": {}, \"finished\": {}, \"null_state_checkpoint\": {},\n     \"key\": {},\n     \"subtasks\": [",
+        "{{\"uid\": {}, \"name\": {}, \"finished\": {}, \"null_state_checkpoint\": {},\n     \"key\": {},\n     \"schema\": {},\n     \"subtasks\": [",
         quote(&op.uid),
         quote(&op.name),
         op.finished,
         op.null_state_checkpoint
             .map_or_else(|| "null".to_string(), |id| id.to_string()),
-        encode_key(op.key.as_ref())
+        encode_key(op.key.as_ref()),
+        encode_schema_member(op.schema.as_ref())
     );
     for (i, s) in op.subtasks.iter().enumerate() {
         out.push_str(if i == 0 { "\n      " } else { ",\n      " });
@@ -599,6 +655,11 @@ fn decode_operator(v: Value, version: u64) -> Result<OperatorEntry, String> {
         // Version 1 did not record keyed identities.
         key: if version >= 2 {
             decode_key(f.take("key")?, &what)?
+        } else {
+            None
+        },
+        schema: if version >= 5 {
+            decode_schema_member(f.take("schema")?, &what)?
         } else {
             None
         },
@@ -746,6 +807,7 @@ mod tests {
                     name: "count".into(),
                     finished: true,
                     null_state_checkpoint: Some(3),
+                    schema: None,
                     key: Some(KeyIdentity {
                         key_groups: 128,
                         inputs: vec![
@@ -801,6 +863,7 @@ mod tests {
                     name: "e".into(),
                     finished: false,
                     null_state_checkpoint: None,
+                    schema: None,
                     key: None,
                     subtasks: vec![],
                 },
@@ -844,9 +907,9 @@ mod tests {
     fn test_manifest_newer_version_is_refused() {
         let text = sample()
             .encode()
-            .replace("\"version\": 4", "\"version\": 5");
+            .replace("\"version\": 5", "\"version\": 6");
         let err = Manifest::decode(&text).expect_err("version");
-        assert!(err.contains("version 5"), "{err}");
+        assert!(err.contains("version 6"), "{err}");
     }
 
     #[test]
@@ -886,7 +949,8 @@ mod tests {
         let text = m.encode();
         let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
         let mut body = text[..cut - 1]
-            .replace("\"version\": 4", &format!("\"version\": {version}"))
+            .replace("\"version\": 5", &format!("\"version\": {version}"))
+            .replace("\n     \"schema\": null,", "")
             .replace("  \"final\": false,\n", "")
             .replace(", \"shared\": false", "")
             .replace(", \"reused\": []", "");
@@ -949,7 +1013,8 @@ mod tests {
         let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
         let rewrite = |version: &str| {
             let body = text[..cut - 1]
-                .replace("\"version\": 4", version)
+                .replace("\"version\": 5", version)
+                .replace("\n     \"schema\": null,", "")
                 .replace("  \"final\": false,\n", "");
             let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
             format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n")
@@ -957,6 +1022,33 @@ mod tests {
         assert_eq!(Manifest::decode(&rewrite("\"version\": 3")), Ok(m));
         let err = Manifest::decode(&rewrite("\"version\": 4")).expect_err("final missing");
         assert!(err.contains("'final' is missing"), "{err}");
+    }
+
+    /// An operator's agreed output schema survives the manifest; a
+    /// manifest of version 4 (before schemas were agreed) has none, and
+    /// version 5 requires the member.
+    #[test]
+    fn test_manifest_keeps_the_agreed_schema_and_reads_version_4_without() {
+        use arrow::datatypes::{DataType, Field, Schema};
+        let mut m = sample();
+        m.operators[0].schema = Some(std::sync::Arc::new(Schema::new(vec![
+            Field::new("v", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, false),
+        ])));
+        assert_eq!(Manifest::decode(&m.encode()), Ok(m.clone()));
+        m.operators[0].schema = None;
+        let text = m.encode();
+        let cut = text.rfind(CHECKSUM_LINE).expect("checksum line");
+        let rewrite = |version: &str| {
+            let body = text[..cut - 1]
+                .replace("\"version\": 5", version)
+                .replace("\n     \"schema\": null,", "");
+            let sum = xxhash_rust::xxh3::xxh3_64(body.as_bytes());
+            format!("{body},{CHECKSUM_LINE}{sum:016x}\"\n}}\n")
+        };
+        assert_eq!(Manifest::decode(&rewrite("\"version\": 4")), Ok(m));
+        let err = Manifest::decode(&rewrite("\"version\": 5")).expect_err("schema missing");
+        assert!(err.contains("'schema' is missing"), "{err}");
     }
 
     #[test]

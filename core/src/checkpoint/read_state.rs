@@ -260,6 +260,7 @@ mod tests {
             name: format!("{uid}-name"),
             finished: true,
             null_state_checkpoint: None,
+            schema: None,
             key: keyed.then(|| KeyIdentity {
                 key_groups: 128,
                 inputs: vec![vec![KeyColumn {

@@ -328,6 +328,21 @@ fn key_mismatch(rc: &RestoredCheckpoint, graph: &JobGraph, node: &Node) -> Optio
     })
 }
 
+/// The output schema `node`'s subtasks agreed on in the checkpointed job
+/// (DESIGN.md "One schema per operator"), unless the node declares its own
+/// or its state is dropped because its key changed (`allow_non_restored_state`:
+/// the operator starts afresh, and so does its schema).
+pub(crate) fn agreed_schema(
+    rc: &RestoredCheckpoint,
+    graph: &JobGraph,
+    node: &Node,
+) -> Option<arrow::datatypes::SchemaRef> {
+    if node.output_schema.is_some() || key_mismatch(rc, graph, node).is_some() {
+        return None;
+    }
+    rc.manifest().operator(&node.uid)?.schema.clone()
+}
+
 /// Refuses a checkpoint that holds state for operators the graph lacks, or
 /// keyed state under another key identity (key columns, key types, number
 /// of key groups) than the graph gives the same uid; with

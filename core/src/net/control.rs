@@ -3,8 +3,9 @@
 //!
 //! Worker -> driver: hello, task reports (finished, closed, failed,
 //! snapshots with their state bytes), metric deltas, collect-sink
-//! operations, done. Driver -> worker: start (spec, addresses, restore
-//! point), control messages for one task, cancel.
+//! operations, output schema proposals, done. Driver -> worker: start
+//! (spec, addresses, restore point), control messages for one task, agreed
+//! output schemas, cancel.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +27,10 @@ pub(crate) const TAG_REPORT: u8 = 14;
 pub(crate) const TAG_METRICS: u8 = 15;
 pub(crate) const TAG_COLLECT: u8 = 16;
 pub(crate) const TAG_DONE: u8 = 17;
+/// A worker's proposal of a node's output schema (channel: the node), and
+/// the driver's answer, the agreed one (DESIGN.md "One schema per
+/// operator"); the payload is `crate::schemas::encode_schema`'s.
+pub(crate) const TAG_SCHEMA: u8 = 18;
 
 /// A worker introducing itself.
 #[derive(Debug, Clone)]

@@ -86,6 +86,12 @@ pub struct OperatorContext {
 /// A streaming operator. Implementations hold no lock while computing and
 /// are driven by exactly one thread at a time.
 pub trait Operator: Send {
+    /// Hands over, before `open`, how this subtask agrees on the operator's
+    /// output schema with its other subtasks (`crate::schemas`). Operators
+    /// that infer their output schema from their first output (Python
+    /// functions) use it; the runtime checks every output against it anyway.
+    fn set_schema_agreement(&mut self, _agreement: crate::schemas::SchemaAgreement) {}
+
     /// Called once before any record. Restore happens before `open`.
     fn open(&mut self, _ctx: &OperatorContext) -> Result<()> {
         Ok(())

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
 use crate::checkpoint::coordinator::{Coordinator, Outgoing, Request, Waiter};
-use crate::checkpoint::restore::check_compatible;
+use crate::checkpoint::restore::{agreed_schema, check_compatible};
 use crate::checkpoint::{CheckpointConfig, CheckpointDone, CheckpointFailure, CheckpointStats};
 use crate::checkpoint::{CheckpointStorage, RestoredCheckpoint};
 use crate::error::{Error, Result};
@@ -79,6 +79,7 @@ impl JobHandle {
                 c.clone(),
                 shared.checkpoints.clone(),
                 shared.failed_checkpoints.clone(),
+                shared.schemas.clone(),
             )?),
             None => None,
         };
@@ -109,6 +110,13 @@ impl JobHandle {
         };
         if let Some(rc) = &restored {
             check_compatible(rc, &graph, config.allow_non_restored_state)?;
+            // The restored job keeps the output schemas its operators agreed
+            // on (DESIGN.md "One schema per operator").
+            for node in &graph.nodes {
+                if let Some(s) = agreed_schema(rc, &graph, node) {
+                    shared.schemas.preset(node.id, s);
+                }
+            }
             if let Some(c) = coordinator.as_mut() {
                 c.restored(rc.id());
             }
@@ -552,6 +560,7 @@ fn start_attempt(
             &run.tasks,
             restored.as_ref(),
             metrics,
+            &job.shared.schemas,
             &cancelled,
         )?;
         let n = d.dist.workers;

@@ -599,6 +599,9 @@ impl AttemptBuilder<'_> {
                 metrics: self.shared.metrics.nodes[node_id].2.clone(),
                 sub: Default::default(),
                 schema: node.output_schema.clone(),
+                agreement: node.output_schema.is_none().then(|| {
+                    crate::schemas::SchemaAgreement::new(node_id, self.shared.schemas.clone())
+                }),
                 late: 0,
                 replay_drop: false,
             };
@@ -631,9 +634,14 @@ impl AttemptBuilder<'_> {
                         };
                 }
                 NodeKind::Operator(f) => {
-                    parts
-                        .ops
-                        .push(f.create(&ctx).map_err(|e| e.in_operator(&node.name))?);
+                    let mut op = f.create(&ctx).map_err(|e| e.in_operator(&node.name))?;
+                    if node.output_schema.is_none() {
+                        op.set_schema_agreement(crate::schemas::SchemaAgreement::new(
+                            node_id,
+                            self.shared.schemas.clone(),
+                        ));
+                    }
+                    parts.ops.push(op);
                     parts.slots.push(slot);
                     parts.contexts.push(ctx);
                     parts.node_ids.push(node_id);

@@ -61,6 +61,9 @@ pub(crate) struct Shared {
     pub(crate) failed_checkpoints: Arc<CheckpointFailures>,
     /// Every restart so far: when and why (the failure that caused it).
     pub(crate) restart_causes: Mutex<Vec<RestartCause>>,
+    /// The agreed output schema of each node (DESIGN.md "One schema per
+    /// operator"); a worker process replaces it with a remote board.
+    pub(crate) schemas: Arc<crate::schemas::SchemaBoard>,
 }
 
 /// One restart of a job after a failure.
@@ -97,6 +100,7 @@ impl Shared {
             checkpoints: Arc::new(Mutex::new(Vec::new())),
             failed_checkpoints: Arc::new(CheckpointFailures::default()),
             restart_causes: Mutex::new(Vec::new()),
+            schemas: Arc::default(),
         }
     }
 

@@ -123,6 +123,18 @@ class Runner:
         """Called once per subtask before any batch, after :meth:`restore` (if any)."""
         self.ctx = ctx
 
+    def agree_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The operator's output schema, given the one this subtask inferred.
+
+        One operator has one schema (DESIGN.md "One schema per operator"): the
+        first subtask to infer one fixes it for all, and a restore keeps it. The
+        engine's ``ctx["agree_schema"]`` answers; without it (a runner used on its
+        own, or in a pool worker) ``schema`` is the answer. Called for a subtask's
+        first output only: in a worker process it waits for the driver.
+        """
+        agree = self.ctx.get("agree_schema")
+        return schema if agree is None else agree(schema)
+
     def process(
         self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None
     ) -> RunnerOutput:

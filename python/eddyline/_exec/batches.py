@@ -37,7 +37,7 @@ class BatchRunner(Runner):
     ) -> RunnerOutput:
         with UserCode(self.name, detail=lambda v: self._describe(v["input"], v["batch"])):
             result = self._fns[input](batch)
-        batches, self._schema = check_batches(self.name, result, self._schema)
+        batches, self._schema = check_batches(self.name, result, self._schema, self.agree_schema)
         return one_or_many(batches)
 
     def _describe(self, input: int, batch: pa.RecordBatch) -> str:

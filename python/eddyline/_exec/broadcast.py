@@ -71,7 +71,7 @@ class BroadcastProcessRunner(Runner):
     def __init__(self, node: str, fn: BroadcastProcessFunction, schema: pa.Schema | None) -> None:
         self.name = node
         self._fn = fn
-        self._writer = RowWriter(node, schema)
+        self._writer = RowWriter(node, schema, self.agree_schema)
         self._state: dict[str, Any] = {}
         self._blob = _BroadcastBlob(self._state)
         self._subtask = 0

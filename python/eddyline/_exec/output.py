@@ -7,6 +7,7 @@ operator, the field and the row (DESIGN.md "What a user sees").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -95,21 +96,34 @@ class RowWriter:
     """Converts output rows to a record batch of one fixed schema.
 
     The schema is the one given, or else the one inferred from the first
-    non-empty output. Every row must be a dict with exactly the schema's
+    non-empty output, passed through ``agree`` (the runner's
+    :meth:`~eddyline._exec.base.Runner.agree_schema`: another subtask of the
+    operator may have fixed it first, and the rows are then converted to that
+    one). Every row must be a dict with exactly the schema's
     fields, and every value must convert to its field's type exactly (see
     :func:`exact_array`: a float is never truncated into an integer column);
     otherwise a :class:`SchemaError` names the operator, the field and the row.
     """
 
-    def __init__(self, operator: str, schema: pa.Schema | None = None) -> None:
+    def __init__(
+        self,
+        operator: str,
+        schema: pa.Schema | None = None,
+        agree: Callable[[pa.Schema], pa.Schema] | None = None,
+    ) -> None:
         self.operator = operator
         self.schema = schema
+        self.agree = agree
 
     def encode(self, rows: list[Any]) -> pa.RecordBatch | None:
         """Returns the rows as one batch, or ``None`` if there are none."""
         if not rows:
             return None
-        schema = self.schema if self.schema is not None else self._infer(rows)
+        schema = self.schema
+        if schema is None:
+            schema = self._infer(rows)
+            if self.agree is not None:
+                schema = self.agree(schema)
         names = schema.names
         width = len(names)
         for row in rows:
@@ -242,9 +256,15 @@ class RowWriter:
 
 
 def check_batches(
-    operator: str, result: object, expected: pa.Schema | None
+    operator: str,
+    result: object,
+    expected: pa.Schema | None,
+    agree: Callable[[pa.Schema], pa.Schema] | None = None,
 ) -> tuple[list[pa.RecordBatch], pa.Schema | None]:
     """Validates what a batch function returned.
+
+    The first batch's schema, when none is expected yet, goes through ``agree``
+    (another subtask of the operator may have fixed the schema first).
 
     Returns:
         The non-empty batches, and the schema the output has from now on.
@@ -267,7 +287,7 @@ def check_batches(
         )
     for batch in batches:
         if expected is None:
-            expected = schema
+            expected = schema if agree is None else agree(schema)
         if not batch.schema.equals(expected):
             raise SchemaError(
                 f"operator '{operator}' returned a batch whose schema differs from its earlier "

@@ -102,7 +102,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         }
         self._function = fn if isinstance(fn, ProcessFunction) else None
         self._fn = fn.process_element if isinstance(fn, ProcessFunction) else fn
-        self._writer = RowWriter(node, schema)
+        self._writer = RowWriter(node, schema, self.agree_schema)
         self._time_column = time_column
         self._timers: dict[int, dict[Hashable, set[int]]] = {}
         self._heap: list[tuple[int, int, int, Hashable]] = []

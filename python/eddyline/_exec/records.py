@@ -49,7 +49,7 @@ class RecordChainRunner(Runner, PoolUser):
         self._names = tuple(name for _, _, name in stages)
         self._filter_only = all(kind == "filter" for kind in self._kinds)
         producer = [name for kind, _, name in stages if kind != "filter"]
-        self._writer = RowWriter(producer[-1] if producer else node, schema)
+        self._writer = RowWriter(producer[-1] if producer else node, schema, self.agree_schema)
         self._stages = tuple(stages)
         # Worker processes (pool.py): started when pool.start_due (open() sets the size).
         self._no_pool()
@@ -187,7 +187,7 @@ class ConnectedRecordRunner(Runner):
     def __init__(self, node: str, fns: Sequence[Callable[[Row], Row]], schema: pa.Schema | None):
         self.name = node
         self._fns = tuple(fns)
-        self._writer = RowWriter(node, schema)
+        self._writer = RowWriter(node, schema, self.agree_schema)
 
     def process(
         self, input: int, batch: pa.RecordBatch, key_groups: pa.UInt32Array | None

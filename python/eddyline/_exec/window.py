@@ -92,7 +92,7 @@ class PythonWindowRunner(KeyedRunner):
         self._mode = mode
         self._fn = fn
         self._declared = schema
-        self._writer = RowWriter(node, schema)
+        self._writer = RowWriter(node, schema, self.agree_schema)
         self._input_schema: pa.Schema | None = None
         self._watermark = MIN_WATERMARK
         self._group_watermarks: dict[int, int] = {}
@@ -244,7 +244,8 @@ class PythonWindowRunner(KeyedRunner):
                         continue
                     out.append({**prefix, **result})
         if self._writer.schema is None and out:
-            self._writer.schema = self._output_schema(out)
+            schema = self._output_schema(out)
+            self._writer.schema = None if schema is None else self.agree_schema(schema)
         return self._writer.encode(out)
 
     def _output_schema(self, rows: list[Any]) -> pa.Schema | None:

@@ -20,10 +20,11 @@ use crate::message::{Control, TaskReport};
 use crate::net::auth::{server_handshake, Secret};
 use crate::net::control::{
     decode_collect, decode_report, encode_control, Hello, Start, TAG_CANCEL, TAG_COLLECT,
-    TAG_CONTROL, TAG_DONE, TAG_HELLO, TAG_METRICS, TAG_REPORT, TAG_START,
+    TAG_CONTROL, TAG_DONE, TAG_HELLO, TAG_METRICS, TAG_REPORT, TAG_SCHEMA, TAG_START,
 };
 use crate::net::wire::{read_frame, write_frame, Dec};
 use crate::runtime::metrics::OperatorMetrics;
+use crate::schemas::{decode_schema, encode_schema, SchemaBoard};
 use crate::sink::collect::CollectStore;
 
 /// One connected worker, seen from the driver.
@@ -110,6 +111,7 @@ impl DistDriver {
         tasks: &[TaskInfo],
         restored: Option<&RestoredCheckpoint>,
         metrics: Vec<Arc<OperatorMetrics>>,
+        schemas: &Arc<SchemaBoard>,
         cancel: &dyn Fn() -> bool,
     ) -> Result<RemoteAttempt> {
         let n = self.dist.workers;
@@ -165,10 +167,21 @@ impl DistDriver {
             let m = metrics.clone();
             let stores = self.dist.collect_stores.clone();
             let first_task = first_task_of[i];
+            let board = schemas.clone();
             readers.push(
                 std::thread::Builder::new()
                     .name(format!("eddyline-worker-{i}"))
-                    .spawn(move || read_worker(reader, l, tx, m, stores, first_task))
+                    .spawn(move || {
+                        let link = WorkerSide {
+                            link: l,
+                            reports: tx,
+                            metrics: m,
+                            stores,
+                            schemas: board,
+                            first_task,
+                        };
+                        read_worker(reader, link)
+                    })
                     .map_err(|e| net_err("cannot start a thread", e))?,
             );
             links.push(link);
@@ -302,15 +315,38 @@ fn accept_workers(
     }
 }
 
-fn read_worker(
-    mut stream: TcpStream,
+/// What the reader of one worker's messages passes them on to.
+struct WorkerSide {
     link: Arc<WorkerLink>,
     reports: Sender<TaskReport>,
     metrics: Vec<Arc<OperatorMetrics>>,
     stores: HashMap<usize, Arc<CollectStore>>,
+    /// The job's agreed output schemas: the first proposal wins.
+    schemas: Arc<SchemaBoard>,
     first_task: usize,
-) {
-    let i = link.index;
+}
+
+/// Answers a worker's proposal of node `node`'s output schema with the
+/// agreed one.
+fn answer_schema(side: &WorkerSide, node: u32, proposal: &[u8]) -> Result<()> {
+    let agreed = side
+        .schemas
+        .agree(node as usize, &decode_schema(proposal)?)?;
+    let bytes = encode_schema(&agreed)?;
+    let mut w = side.link.writer.lock();
+    write_frame(&mut *w, TAG_SCHEMA, node, &[&bytes]).map_err(|e| net_err("cannot answer", e))
+}
+
+fn read_worker(mut stream: TcpStream, side: WorkerSide) {
+    let WorkerSide {
+        link,
+        reports,
+        metrics,
+        stores,
+        first_task,
+        ..
+    } = &side;
+    let (i, first_task) = (link.index, *first_task);
     let why: String = loop {
         let frame = match read_frame(&mut stream) {
             Ok(Some(f)) => f,
@@ -335,7 +371,7 @@ fn read_worker(
                 Err(e) => break format!("it sent a malformed report ({e})"),
             },
             TAG_METRICS => {
-                if apply_metrics(&frame.payload, &metrics).is_err() {
+                if apply_metrics(&frame.payload, metrics).is_err() {
                     break "it sent malformed metrics".into();
                 }
             }
@@ -349,6 +385,11 @@ fn read_worker(
                     if let Err(e) = store.apply(op) {
                         break format!("its collected rows could not be applied ({e})");
                     }
+                }
+            }
+            TAG_SCHEMA => {
+                if let Err(e) = answer_schema(&side, frame.channel, &frame.payload) {
+                    break format!("its output schema could not be agreed ({e})");
                 }
             }
             TAG_DONE => return,

@@ -20,7 +20,7 @@ use crate::message::{Control, TaskReport};
 use crate::net::auth::{client_handshake, Secret};
 use crate::net::control::{
     decode_control, encode_collect, encode_report, Hello, Start, TAG_CANCEL, TAG_COLLECT,
-    TAG_CONTROL, TAG_DONE, TAG_HELLO, TAG_METRICS, TAG_REPORT, TAG_START,
+    TAG_CONTROL, TAG_DONE, TAG_HELLO, TAG_METRICS, TAG_REPORT, TAG_SCHEMA, TAG_START,
 };
 use crate::net::data::DataPlane;
 use crate::net::wire::{read_frame, write_frame, Enc};
@@ -30,6 +30,7 @@ use crate::runtime::plan::Plan;
 use crate::runtime::replay::AttemptRecompute;
 use crate::runtime::spawn::{build_attempt, Attempt, Placement};
 use crate::runtime::status::Shared;
+use crate::schemas::{decode_schema, encode_schema, SchemaBoard};
 use crate::sink::collect::CollectStore;
 
 /// A worker process's connection to its driver.
@@ -170,7 +171,15 @@ impl WorkerSession {
             listener,
             config.channel_capacity,
         );
-        let shared = Shared::new(&graph);
+        let mut shared = Shared::new(&graph);
+        // Output schemas are agreed by the driver, for every worker's subtasks.
+        let ask = writer.clone();
+        let board = Arc::new(SchemaBoard::remote(Box::new(move |node, proposal| {
+            let bytes = encode_schema(proposal)?;
+            write_frame(&mut *ask.lock(), TAG_SCHEMA, node as u32, &[&bytes])
+                .map_err(|e| net_err("the driver connection broke", e))
+        })));
+        shared.schemas = board.clone();
         let run = build_worker_attempt(&graph, &config, &start, &shared, &mut plane)?;
         let mut addrs = Vec::with_capacity(start.addrs.len());
         for a in &start.addrs {
@@ -197,7 +206,7 @@ impl WorkerSession {
         let ctl_locals = locals.clone();
         std::thread::Builder::new()
             .name("eddyline-worker-control".into())
-            .spawn(move || read_driver(reader, ctl_locals, gone, cancel))
+            .spawn(move || read_driver(reader, ctl_locals, &board, gone, cancel))
             .map_err(|e| net_err("cannot start a thread", e))?;
         let node_metrics: Vec<Arc<OperatorMetrics>> =
             shared.metrics.nodes.iter().map(|n| n.2.clone()).collect();
@@ -379,6 +388,7 @@ pub(super) fn metric_deltas(metrics: &[Arc<OperatorMetrics>], sent: &mut [SentMe
 fn read_driver(
     mut stream: TcpStream,
     locals: Vec<Option<Sender<Control>>>,
+    schemas: &SchemaBoard,
     gone: Arc<AtomicBool>,
     cancelled: Arc<AtomicBool>,
 ) {
@@ -391,6 +401,14 @@ fn read_driver(
                     let _ = tx.send(c);
                 }
             }
+            Ok(Some(f)) if f.tag == TAG_SCHEMA => match decode_schema(&f.payload) {
+                Ok(s) => schemas.answer(f.channel as usize, s),
+                Err(e) => {
+                    schemas.close(&e.to_string());
+                    gone.store(true, Ordering::SeqCst);
+                    break;
+                }
+            },
             Ok(Some(f)) if f.tag == TAG_CANCEL => {
                 cancelled.store(true, Ordering::SeqCst);
                 break;
@@ -402,6 +420,7 @@ fn read_driver(
             }
         }
     }
+    schemas.close("the connection to the driver closed");
     for tx in locals.iter().flatten() {
         let _ = tx.send(Control::Cancel);
     }

@@ -49,6 +49,9 @@ pub(crate) struct OpSlot {
     /// This subtask's counters of the operator (set when the task starts).
     pub sub: Arc<SubtaskMetrics>,
     pub schema: Option<SchemaRef>,
+    /// With no declared schema: how the first batch's schema is agreed with
+    /// the node's other subtasks (`crate::schemas`).
+    pub agreement: Option<crate::schemas::SchemaAgreement>,
     /// This subtask's contribution to the operator's late-record count.
     pub late: u64,
     /// A persisted operator drops its input while a recompute recovery
@@ -90,11 +93,17 @@ impl OpSlot {
 impl OpSlot {
     fn check(&mut self, batch: &RecordBatch) -> Result<()> {
         let got = batch.schema();
+        if self.schema.is_none() {
+            // Only a subtask's first batch gets here (and may wait, for a
+            // worker process, on its driver).
+            let agreed = match &self.agreement {
+                Some(a) => a.agree(&got)?,
+                None => got.clone(),
+            };
+            self.schema = Some(agreed);
+        }
         match &self.schema {
-            None => {
-                self.schema = Some(got);
-                Ok(())
-            }
+            None => Ok(()),
             Some(expected) if Arc::ptr_eq(expected, &got) => Ok(()),
             Some(expected) => {
                 let same = expected.fields().len() == got.fields().len()
