@@ -174,6 +174,7 @@ class DataStream(_Operators):
         edges = inputs if inputs is not None else [self._edge()]
         graph = self._env._graph
         inherited = {graph.nodes[edge.node].time_column for edge in edges}
+        window_ends = {graph.nodes[edge.node].window_end for edge in edges}
         node = graph.add(
             op,
             kind,
@@ -184,6 +185,7 @@ class DataStream(_Operators):
             keys=keys,
             stage=stage,
             time_column=inherited.pop() if len(inherited) == 1 else None,
+            window_end=window_ends.pop() if len(window_ends) == 1 else None,
         )
         return DataStream(self._env, node)
 
