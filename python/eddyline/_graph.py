@@ -88,6 +88,10 @@ class LogicalNode:
     collect: CollectHandle | None = None
     time_column: str | None = None
     """The event-time column of the stream (set by the nearest upstream ``assign_timestamps``)."""
+    window_end: str | None = None
+    """The column holding the end of the window each row is the result of, on a
+    window's output and the streams derived from it: their event time is that end
+    minus 1 ms (docs/API.md "Chaining windows")."""
     side_outputs: dict[str, tuple[int, pa.Schema | None]] = field(default_factory=dict)
     """The node's side outputs: output tag name -> (output port, schema if known)."""
 
@@ -140,6 +144,7 @@ class LogicalGraph:
         keys: list[str] | None = None,
         stage: tuple[str, Callable[..., Any]] | None = None,
         time_column: str | None = None,
+        window_end: str | None = None,
     ) -> LogicalNode:
         """Appends a node and returns it."""
         node = LogicalNode(
@@ -153,6 +158,7 @@ class LogicalGraph:
             keys=keys,
             stage=stage,
             time_column=time_column,
+            window_end=window_end,
         )
         self.nodes.append(node)
         return node

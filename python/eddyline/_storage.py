@@ -6,7 +6,10 @@ paths, ``file://`` URIs and object store URIs (``s3://``, ``gs://``, ``az://``,
 ``abfss://``; see :func:`storage_location`); the file sources and sinks take
 local paths and ``file://`` URIs so far (:func:`local_path`). Any other URI is
 refused with a :class:`~eddyline.errors.StorageError` naming it, instead of
-being written to a local directory called ``s3:`` (issue 12, item 6).
+being written to a local directory called ``s3:``. Sinks on an object store
+are probed before the job runs (:func:`probe_writable`), as checkpoint storage
+is, so a missing bucket, wrong credentials or an unreachable endpoint is a
+``StorageError`` naming the sink, the URI and the endpoint.
 
 Example:
     >>> local_path("file:///tmp/out", what="ParquetSink")
@@ -25,8 +28,9 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from .errors import StorageError
 
@@ -34,7 +38,10 @@ __all__ = [
     "OBJECT_STORE_SCHEMES",
     "checked_storage_options",
     "is_object_store_uri",
+    "endpoint_of",
     "local_path",
+    "probe_writable",
+    "storage_failure",
     "storage_location",
 ]
 
@@ -141,3 +148,133 @@ def checked_storage_options(options: Mapping[str, str] | None) -> dict[str, str]
             raise TypeError(f"storage_options[{key!r}] must be a str, got {type(value).__name__}")
         checked[key.lower()] = value
     return checked
+
+
+_ENDPOINT_KEYS: Final = {
+    "s3": ("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint"),
+    "gs": ("google_service_endpoint", "endpoint"),
+    "az": ("azure_storage_endpoint", "azure_endpoint", "endpoint"),
+}
+_ENDPOINT_ENV: Final = {
+    "s3": ("AWS_ENDPOINT_URL", "AWS_ENDPOINT"),
+    "gs": ("GOOGLE_SERVICE_ENDPOINT",),
+    "az": ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT"),
+}
+_DEFAULT_ENDPOINT: Final = {
+    "s3": "the AWS default endpoint",
+    "gs": "the Google Cloud Storage default endpoint",
+    "az": "the Azure default endpoint",
+}
+
+
+def _store_family(uri: str) -> str:
+    scheme = uri.split("://", 1)[0].lower()
+    return "s3" if scheme.startswith("s3") else "gs" if scheme.startswith("g") else "az"
+
+
+def endpoint_of(uri: str, options: Mapping[str, str]) -> str:
+    """The endpoint requests for ``uri`` go to, as the storage layer picks it:
+    ``storage_options`` first, then the standard environment variables.
+
+    Example:
+        >>> endpoint_of("s3://b/x", {"aws_endpoint_url": "http://127.0.0.1:9000"})
+        'http://127.0.0.1:9000'
+    """
+    family = _store_family(uri)
+    lowered = {k.lower(): v for k, v in options.items()}
+    for key in _ENDPOINT_KEYS[family]:
+        if lowered.get(key):
+            return lowered[key]
+    for var in _ENDPOINT_ENV[family]:
+        if os.environ.get(var):
+            return os.environ[var]
+    return _DEFAULT_ENDPOINT[family]
+
+
+_S3_CODE: Final = re.compile(r"<Code>([^<]+)</Code>")
+_HINTS: Final = {
+    "NoSuchBucket": "the bucket does not exist",
+    "InvalidAccessKeyId": "the access key is not known to the store: check the credentials",
+    "SignatureDoesNotMatch": "the secret key does not match: check the credentials",
+    "AccessDenied": "access is denied: check the credentials and their permissions",
+    "InvalidToken": "the session token is invalid: check the credentials",
+    "ExpiredToken": "the session token expired: renew the credentials",
+}
+
+
+def _reason(cause: BaseException) -> str:
+    """A one-line reason for a failed request: the store's error code and what it
+    means, or that the endpoint did not answer, or the error's first line."""
+    text = str(cause)
+    code = _S3_CODE.search(text)
+    if code is not None:
+        name = code.group(1).strip()
+        return f"{name} ({_HINTS.get(name, 'the store refused the request')})"
+    lowered = text.lower()
+    if any(
+        marker in lowered
+        for marker in ("connection refused", "error sending request", "dns error", "timed out")
+    ):
+        return "the endpoint cannot be reached (nothing answers there)"
+    first = text.strip().splitlines()[0] if text.strip() else type(cause).__name__
+    return first if len(first) <= 300 else first[:297] + "..."
+
+
+def probe_writable(
+    uri: str,
+    options: Mapping[str, str],
+    *,
+    what: str,
+    operator: str,
+    store: Any | None = None,
+) -> None:
+    """Writes and removes one probe object under the object store URI ``uri``, so
+    that a missing bucket, wrong credentials or an unreachable endpoint is known
+    before the job runs, as for checkpoints (docs/DESIGN.md "Where the data lives").
+
+    The probe's name starts with ``.``, which readers of the location ignore.
+
+    Args:
+        uri: The object store location the sink writes to.
+        options: The ``storage_options`` it is reached with.
+        what: The kind of sink (``"ParquetSink"``), named in the error.
+        operator: The sink operator's name.
+        store: The ``StoreDir`` to probe in, when the sink writes under a
+            sub-prefix of ``uri`` with options of its own; else one for ``uri``.
+
+    Raises:
+        StorageError: Naming the operator, the URI, the endpoint and the cause
+            (kept as ``__cause__``).
+    """
+    from ._core import StoreDir
+
+    probe = f".eddyline-probe-{uuid.uuid4().hex}"
+    try:
+        target = store if store is not None else StoreDir(uri, dict(options) or None)
+        target.put(probe, b"probe")
+        target.remove(probe)
+    except (StorageError, OSError) as exc:
+        raise storage_failure(exc, uri, options, what=what, operator=operator) from exc
+
+
+def storage_failure(
+    exc: BaseException, uri: str, options: Mapping[str, str], *, what: str, operator: str
+) -> StorageError:
+    """The :class:`StorageError` for a failed request of a built-in sink's storage:
+    it names the sink, the URI, the endpoint and the short reason; the caller
+    raises it ``from exc`` so the store's full answer stays the ``__cause__``.
+
+    Example:
+        >>> err = storage_failure(OSError("Generic S3 error: <Code>NoSuchBucket</Code>"),
+        ...     "s3://b/t", {"aws_endpoint_url": "http://127.0.0.1:9"}, what="DeltaSink",
+        ...     operator="out")
+        >>> print(err)
+        DeltaSink 'out': cannot write to 's3://b/t' at endpoint http://127.0.0.1:9: \
+NoSuchBucket (the bucket does not exist)
+    """
+    where = f" at endpoint {endpoint_of(uri, options)}" if is_object_store_uri(uri) else ""
+    return StorageError(
+        f"{what} '{operator}': cannot write to {uri!r}{where}: {_reason(exc)}",
+        operator=operator,
+        uri=uri,
+    )

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from ._storage import checked_storage_options, is_object_store_uri, local_path
+from ._storage import checked_storage_options, is_object_store_uri, local_path, probe_writable
 from .errors import EddylineError, GraphError
 from .sinks import TwoPhaseCommitSink
 
@@ -134,6 +134,15 @@ class DeltaSink(TwoPhaseCommitSink):
     def _bind_storage(self, environment_options: Mapping[str, str]) -> None:
         """The environment's ``storage_options``, under the sink's own (API.md: "given once")."""
         self._env_options = dict(environment_options)
+
+    def _probe_storage(self, operator: str) -> None:
+        """Before the job runs: a missing bucket, wrong credentials or an unreachable
+        endpoint is a StorageError naming the table and the endpoint."""
+        if is_object_store_uri(self.uri):
+            store = self._staging("probe")
+            probe_writable(
+                self.uri, self._options(), what="DeltaSink", operator=operator, store=store
+            )
 
     def _options(self) -> dict[str, str]:
         return {**self._env_options, **self.storage_options}

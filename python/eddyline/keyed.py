@@ -26,9 +26,10 @@ from ._exec.factory import RunnerFactory
 from ._exec.keyed import KeyedReduceRunner
 from ._exec.process import KeyedProcessRunner
 from ._exec.session import PythonSessionRunner
-from ._exec.window import LATE_PORT, PythonWindowRunner, window_output_schema
+from ._exec.window import LATE_PORT, PythonWindowRunner, WindowTime, window_output_schema
 from .config import Duration, parse_duration
 from .errors import GraphError
+from .expr import col
 from .functions import ProcessContext, ProcessFunction, Row
 from .windows import OutputTag, Session, TimeWindow, WindowAssigner
 
@@ -238,18 +239,61 @@ class KeyedStream:
                 f"window(): late_output must be an ed.OutputTag, got {late_output!r} (after "
                 f"operator '{self._stream.operator_name}')"
             )
+        keyed = self
         time_column = self._stream.time_column
+        if time_column is None and self._stream._node.window_end is not None:
+            keyed = KeyedStream(_with_window_time(self._stream), self._keys)
+            time_column = keyed._stream.time_column
         if time_column is None:
             raise GraphError(
                 f"window() after '{self._stream.operator_name}': the stream has no event time; "
                 "call .assign_timestamps(column) upstream first",
                 operator=self._stream.operator_name,
             )
-        schema = self._stream.schema
+        schema = keyed._stream.schema
         if schema is not None and time_column not in schema.names:
             where = f"window after {self._stream.operator_name}"
             raise missing_columns_error(where, time_column, schema, "event-time column")
-        return WindowedStream(self, assigner, time_column, late_output)
+        return WindowedStream(keyed, assigner, time_column, late_output)
+
+
+WINDOW_TIME = "window_time"
+"""The column a window's result gets when another window reads it: its event time."""
+
+
+def _with_window_time(stream: DataStream) -> DataStream:
+    """``stream`` (rows derived from a window's results) with column ``window_time``,
+    their event time: the window's end minus 1 ms, Flink's timestamp of a window
+    result (docs/API.md "Chaining windows"), as its event-time column. Integer
+    times are computed natively; timestamps by one vectorized batch function."""
+    end = stream._node.window_end
+    assert end is not None  # invariant: the caller checked it
+    schema = stream.schema
+    if schema is not None and end not in schema.names:
+        raise GraphError(
+            f"window() after '{stream.operator_name}': the stream has no event time; a "
+            f"window's results carry it in column {end!r}, which this stream no longer has",
+            operator=stream.operator_name,
+        )
+    if schema is not None and WINDOW_TIME in schema.names:
+        raise GraphError(
+            f"window() after '{stream.operator_name}': the stream already has a column "
+            f"{WINDOW_TIME!r}; rename it to chain a window on the results of another",
+            operator=stream.operator_name,
+        )
+    end_type = schema.field(end).type if schema is not None else None
+    if end_type is not None and pa.types.is_integer(end_type):
+        timed = stream.with_columns(**{WINDOW_TIME: col(end) - 1})
+    else:
+        declared = (
+            schema.append(pa.field(WINDOW_TIME, end_type, nullable=False))
+            if schema is not None and end_type is not None
+            else None
+        )
+        timed = stream.map_batches(WindowTime(end), schema=declared)
+    timed = timed.name(WINDOW_TIME)
+    timed._node.time_column = WINDOW_TIME
+    return timed
 
 
 class WindowedStream:
@@ -277,8 +321,10 @@ class WindowedStream:
         self._late_output = late_output
 
     def _declare_late_output(self, stream: DataStream) -> DataStream:
-        """Registers the late-record side output on the window's node."""
+        """Registers the late-record side output on the window's node; its results'
+        event time is ``window_end`` minus 1 ms (read by a window downstream)."""
         stream._node.time_column = None
+        stream._node.window_end = "window_end"
         if self._late_output is not None:
             stream._node.side_outputs[self._late_output.name] = (LATE_PORT, self._stream.schema)
         return stream

@@ -36,6 +36,7 @@ from ._exec.factory import RunnerFactory
 from ._exec.global_commit import GlobalCommitRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
 from ._graph import LogicalEdge, LogicalNode
+from ._storage import is_object_store_uri, probe_writable
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
@@ -173,6 +174,7 @@ class DataStream(_Operators):
         edges = inputs if inputs is not None else [self._edge()]
         graph = self._env._graph
         inherited = {graph.nodes[edge.node].time_column for edge in edges}
+        window_ends = {graph.nodes[edge.node].window_end for edge in edges}
         node = graph.add(
             op,
             kind,
@@ -183,6 +185,7 @@ class DataStream(_Operators):
             keys=keys,
             stage=stage,
             time_column=inherited.pop() if len(inherited) == 1 else None,
+            window_end=window_ends.pop() if len(window_ends) == 1 else None,
         )
         return DataStream(self._env, node)
 
@@ -722,6 +725,13 @@ class DataStream(_Operators):
             options = {**self._env.storage_options, **sink.storage_options}
             params = {"dir": sink.dir, "storage_options": options}
             stream = self._add("parquet_sink", "sink_parquet", params=params)
+            if is_object_store_uri(sink.dir):
+                node, location = stream._node, sink.dir
+                self._env._before_run.append(
+                    lambda _restore: probe_writable(
+                        location, options, what="ParquetSink", operator=node.display_name
+                    )
+                )
         elif isinstance(sink, TwoPhaseCommitSink):
             # A sink with one committer per checkpoint (DeltaSink) runs on its own
             # executor (docs/DESIGN.md "One commit per checkpoint").
@@ -737,6 +747,10 @@ class DataStream(_Operators):
                 schema=None,
                 is_sink=True,
             )
+            probe = getattr(sink, "_probe_storage", None)  # built-in sinks on an object store
+            if probe is not None:
+                node = stream._node
+                self._env._before_run.append(lambda _restore: probe(node.display_name))
             bind = getattr(sink, "_bind", None)  # sinks that check their target when attached
             if bind is not None:
                 try:

@@ -5,6 +5,7 @@ variables, which object_store reads (``AWS_ENDPOINT_URL``, ...)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -61,13 +62,17 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
+@contextlib.contextmanager
+def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
+    """A ``moto_server`` on a free loopback port (with ``env`` added to its
+    environment, e.g. ``INITIAL_NO_AUTH_ACTION_COUNT`` to check credentials);
+    yields its endpoint and stops it by pid."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -85,6 +90,12 @@ def s3_endpoint() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture

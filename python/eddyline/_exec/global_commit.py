@@ -20,18 +20,26 @@ state, so any restore, at any parallelism, gives every subtask the same id).
 from __future__ import annotations
 
 import pickle
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import pyarrow as pa
 
-from ..errors import CheckpointError
+from .._storage import storage_failure
+from ..errors import CheckpointError, StorageError
 from .base import Runner, RunnerOutput, State
 from .two_phase import END_OF_JOB
-from .user_code import call_user
+from .user_code import UserCode
+
+T = TypeVar("T")
 
 
 class GlobalCommitSink(Protocol):
     """What :class:`GlobalCommitRunner` asks of its sink."""
+
+    uri: str
+
+    def _options(self) -> dict[str, str]: ...
 
     def open(self, ctx: dict[str, Any]) -> None: ...
 
@@ -74,12 +82,25 @@ class GlobalCommitRunner(Runner):
         self._restored_app: str | None = None
         self._restored: set[tuple[int, str]] = set()
 
+    def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Calls the built-in sink. A failed request to its storage is a
+        StorageError naming the sink, its URI and the endpoint (not a user
+        function's failure); anything else is wrapped as user code is."""
+        with UserCode(self.name):
+            try:
+                return fn(*args)
+            except (StorageError, OSError) as exc:
+                what = type(self._sink).__name__
+                raise storage_failure(
+                    exc, self._sink.uri, self._sink._options(), what=what, operator=self.name
+                ) from exc
+
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
-        call_user(self.name, self._sink.open, ctx)
+        self._call(self._sink.open, ctx)
         self._subtask = int(ctx.get("subtask_index", 0))
         self._tag = f"{ctx.get('run_tag', '')}a{int(ctx.get('attempt', 0))}"
-        self._app_id = self._restored_app or call_user(self.name, self._sink._new_app_id, ctx)
+        self._app_id = self._restored_app or self._call(self._sink._new_app_id, ctx)
         restored, self._restored = self._restored, set()
         if restored:
             # Committed before anything else, so that every part a later
@@ -88,7 +109,7 @@ class GlobalCommitRunner(Runner):
             for checkpoint_id, tag in restored:
                 tags[tag] = max(tags.get(tag, 0), checkpoint_id)
             version = max(tags.values())
-            call_user(self.name, self._sink._commit, self._app_id, version, tags)
+            self._call(self._sink._commit, self._app_id, version, tags)
         self._open = True
 
     def process(
@@ -105,8 +126,7 @@ class GlobalCommitRunner(Runner):
             if checkpoint_id == END_OF_JOB:
                 self._final = rows  # no checkpoints: nothing to restore, nothing staged
             else:
-                call_user(
-                    self.name,
+                self._call(
                     self._sink._stage,
                     self._app_id,
                     self._tag,
@@ -124,18 +144,20 @@ class GlobalCommitRunner(Runner):
         if checkpoint_id == END_OF_JOB:
             final, self._final = self._final, None
             if final:
-                call_user(self.name, self._sink._commit_alone, final)
+                self._call(self._sink._commit_alone, final)
             return
         done = {p for p in self._pending if p[0] <= checkpoint_id}
         if not done:
             return
         staged = (checkpoint_id, self._tag) in self._pending
-        if staged and call_user(
-            self.name, self._sink._is_committer, self._app_id, self._tag, self._subtask,
+        if staged and self._call(
+            self._sink._is_committer,
+            self._app_id,
+            self._tag,
+            self._subtask,
             checkpoint_id,
-        ):  # fmt: skip
-            call_user(
-                self.name,
+        ):
+            self._call(
                 self._sink._commit,
                 self._app_id,
                 checkpoint_id,
@@ -171,4 +193,4 @@ class GlobalCommitRunner(Runner):
 
     def close(self) -> None:
         self._rows = []
-        call_user(self.name, self._sink.close)
+        self._call(self._sink.close)

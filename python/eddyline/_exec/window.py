@@ -34,7 +34,7 @@ from .keyed import KeyedRunner
 from .output import RowWriter
 from .user_code import UserCode, short
 
-__all__ = ["Fired", "PythonWindowRunner", "window_output_schema"]
+__all__ = ["Fired", "PythonWindowRunner", "WindowTime", "window_output_schema"]
 
 WindowMode = Literal["reduce", "apply"]
 Fired = tuple[int, int, Hashable, Any]
@@ -59,6 +59,34 @@ def window_output_schema(
     fields += [pa.field("window_start", time_type), pa.field("window_end", time_type)]
     fields += [field for field in input_schema if field.name not in keys]
     return pa.schema(fields)
+
+
+class WindowTime:
+    """A batch function: the batch with column ``window_time``, its column
+    ``window_end`` minus 1 ms (the event time of a window's result, as in Flink),
+    where the graph does not know it is an integer; the other columns are shared,
+    not copied.
+
+    Example:
+        >>> b = pa.record_batch({"window_end": pa.array([60_000], pa.timestamp("ms"))})
+        >>> WindowTime("window_end")(b).column("window_time").cast(pa.int64()).to_pylist()
+        [59999]
+    """
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import pyarrow.compute as pc
+
+        end = batch.column(self.column)
+        if pa.types.is_timestamp(end.type):
+            one_ms = pa.scalar(1, pa.duration("ms")).cast(pa.duration(end.type.unit))
+        else:  # integer milliseconds (a schema unknown when the graph was built)
+            one_ms = pa.scalar(1, end.type)
+        return batch.append_column(
+            pa.field("window_time", end.type, nullable=False), pc.subtract(end, one_ms)
+        )
 
 
 class PythonWindowRunner(KeyedRunner):
