@@ -20,6 +20,12 @@ checkpoint (docs/DESIGN.md "One commit per checkpoint",
 
 ``mode="upsert"`` merges each commit's newest row per ``key`` into the table
 (a running aggregate lands as a table of current values).
+
+``compact_every=N`` bounds the table's file count (docs/DESIGN.md "Compacting
+a Delta table"): after every N-th commit the committer compacts the table's
+small files with delta-rs ``optimize.compact`` on a thread of its own, as a
+Delta commit of its own that changes no rows; a compaction that conflicts with
+another writer is retried, then left to the next one.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -45,6 +52,9 @@ DeltaMode = Literal["append", "upsert"]
 _STAGING = "_eddyline_staging"
 """Where subtasks stage their parts, inside the table (Delta readers skip ``_`` folders)."""
 _COMMIT_ATTEMPTS = 50
+_COMPACT_ATTEMPTS = 3
+_COMPACTION_LOCK = "compaction.lock"
+"""Held in the staging folder by the one job compacting the table (``_take_compaction_lock``)."""
 _DELTA_ONLY_OPTIONS = ("aws_s3_allow_unsafe_rename", "aws_s3_locking_provider", "dynamo", "delta_")
 
 
@@ -79,9 +89,17 @@ class DeltaSink(TwoPhaseCommitSink):
             (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...); unset keys come
             from the environment variables.
         partition_by: Partition columns of a table the sink creates.
+        compact_every: Compact the table's small files after every this many
+            commits of the sink (``None``: never). The compaction is a Delta
+            commit of its own that changes no rows, run off the task threads.
+        target_file_size: The size in bytes the sink's writes split files at
+            and compaction packs small files up to (``None``: the table's
+            ``delta.targetFileSize``, else delta-rs's 100 MB).
 
     Raises:
-        ValueError: For an unknown mode, or upsert without a key.
+        ValueError: For an unknown mode, upsert without a key, or a
+            ``compact_every`` or ``target_file_size`` that is not a positive
+            integer.
     """
 
     def __init__(
@@ -92,6 +110,8 @@ class DeltaSink(TwoPhaseCommitSink):
         key: str | Sequence[str] | None = None,
         storage_options: Mapping[str, str] | None = None,
         partition_by: str | Sequence[str] | None = None,
+        compact_every: int | None = None,
+        target_file_size: int | None = None,
     ) -> None:
         location = os.fspath(uri)
         if not isinstance(location, str) or not location:
@@ -108,14 +128,34 @@ class DeltaSink(TwoPhaseCommitSink):
         self.key = keys
         self.storage_options = checked_storage_options(storage_options)
         self.partition_by = [partition_by] if isinstance(partition_by, str) else partition_by
+        self.compact_every = _positive_or_none(compact_every, "compact_every")
+        self.target_file_size = _positive_or_none(target_file_size, "target_file_size")
         self._env_options: dict[str, str] = {}
         self._operator = "DeltaSink"
+        self._commits = 0  # since this instance last started a compaction
+        self._compactor: threading.Thread | None = None
+        self._compact_error: BaseException | None = None
+        self._app_id = ""  # of the last commit: the job the compaction lock names
+        self._attempt = ""  # this instance: "<run tag>a<attempt>\n<subtask>", set by open()
 
     def open(self, ctx: dict[str, Any]) -> None:
         self._operator = str(ctx.get("name") or "DeltaSink")
+        run = str(ctx.get("run_tag") or uuid.uuid4().hex)
+        self._attempt = f"{run}a{int(ctx.get('attempt', 0))}\n{int(ctx.get('subtask_index', 0))}"
 
     def __repr__(self) -> str:
         return f"DeltaSink({self.uri!r}, mode={self.mode!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to worker processes before it runs: no thread goes with it.
+        return {**self.__dict__, "_compactor": None, "_compact_error": None, "_commits": 0}
+
+    def close(self) -> None:
+        """Waits for a running compaction; raises the error of a failed one."""
+        compactor = self._compactor
+        if compactor is not None:
+            compactor.join()
+        self._raise_compact_error()
 
     # The engine drives this sink with one committer per checkpoint
     # (eddyline._exec.global_commit), not with the per-subtask transactions of
@@ -154,14 +194,17 @@ class DeltaSink(TwoPhaseCommitSink):
         except deltalake.exceptions.TableNotFoundError:
             return None
 
-    def _staging(self, app_id: str) -> Any:
+    def _staging_root(self) -> Any:
         from ._core import StoreDir  # the engine's storage layer (core/src/store.rs)
 
         # Keys only delta-rs knows (its S3 locking) are not object store keys.
         options = {
             k: v for k, v in self._options().items() if not k.startswith(_DELTA_ONLY_OPTIONS)
         }
-        return StoreDir(self.uri, options or None).child(_STAGING).child(app_id)
+        return StoreDir(self.uri, options or None).child(_STAGING)
+
+    def _staging(self, app_id: str) -> Any:
+        return self._staging_root().child(app_id)
 
     def _new_app_id(self, ctx: dict[str, Any]) -> str:
         run = str(ctx.get("run_tag") or uuid.uuid4().hex)
@@ -214,6 +257,8 @@ class DeltaSink(TwoPhaseCommitSink):
         """Commits every staged part of ``tags`` not yet in the table as one Delta
         commit recording ``(app_id, version)``; skipped if the table has it."""
         deltalake = _deltalake()
+        self._raise_compact_error()
+        self._app_id = app_id
         for attempt in range(_COMMIT_ATTEMPTS):
             table = self._table()
             floor = (table.transaction_version(app_id) if table is not None else None) or 0
@@ -222,8 +267,9 @@ class DeltaSink(TwoPhaseCommitSink):
             rows = self._staged(app_id, tags, floor, version)
             if rows is None:
                 continue
+            wrote = any(b.num_rows for b in rows)
             try:
-                if any(b.num_rows for b in rows):
+                if wrote:
                     self._write(table, pa.Table.from_batches(rows), app_id, version)
             except deltalake.exceptions.CommitFailedError:
                 # A concurrent commit won: re-read the table and try again.
@@ -234,6 +280,8 @@ class DeltaSink(TwoPhaseCommitSink):
                     raise
                 continue  # another writer created the table meanwhile
             self._remove_staged(app_id, version)
+            if wrote:
+                self._committed()
             return
         raise EddylineError(
             f"DeltaSink '{self._operator}': the commit of checkpoint {version} to "
@@ -251,9 +299,12 @@ class DeltaSink(TwoPhaseCommitSink):
         """Without checkpoints (nothing to restore): this subtask's rows, retried on a
         conflict."""
         deltalake = _deltalake()
+        self._raise_compact_error()
+        self._app_id = f"eddyline-{self._attempt.split()[0]}-unchecked"
         for attempt in range(_COMMIT_ATTEMPTS):
             try:
                 self._write(self._table(), pa.Table.from_batches(rows), None, 0)
+                self._committed()
                 return
             except deltalake.exceptions.CommitFailedError:
                 time.sleep(min(1.0, 0.02 * (attempt + 1)) * random.random())
@@ -262,6 +313,82 @@ class DeltaSink(TwoPhaseCommitSink):
             f"other writers {_COMMIT_ATTEMPTS} times",
             operator=self._operator,
         )
+
+    def _committed(self) -> None:
+        """Counts a commit that wrote rows; every ``compact_every``-th starts a
+        compaction unless one is still running (then the next commit starts it)."""
+        self._commits += 1
+        if self.compact_every is None or self._commits < self.compact_every:
+            return
+        if self._compactor is not None and self._compactor.is_alive():
+            return
+        self._commits = 0
+        self._compactor = threading.Thread(
+            target=self._compact, name=f"eddyline-compact-{self._operator}", daemon=True
+        )
+        self._compactor.start()
+
+    def _compact(self) -> None:
+        """Packs the table's small files into files of about ``target_file_size``.
+
+        A compaction removes files and adds one with the same rows, in one
+        commit marked as not changing data: a reader sees all of it or none,
+        and a kill leaves only unreferenced files. Delta checks it against the
+        commits since the version it read: a concurrent append is kept (its
+        files are not in the compaction), a concurrent merge or compaction that
+        removed a file it read fails it, and it is tried again on the new
+        version, then left to the next compaction.
+        """
+        deltalake = _deltalake()
+        try:
+            lock = self._staging_root()
+            if not self._take_compaction_lock(lock):
+                return  # another job is compacting: the next compaction of this one follows
+            try:
+                for attempt in range(_COMPACT_ATTEMPTS):
+                    table = self._table()
+                    if table is None:
+                        return
+                    try:
+                        table.optimize.compact(
+                            target_size=self.target_file_size, max_concurrent_tasks=1
+                        )
+                        return
+                    except deltalake.exceptions.CommitFailedError:
+                        time.sleep(min(1.0, 0.05 * (attempt + 1)) * random.random())
+            finally:
+                lock.remove(_COMPACTION_LOCK)
+        except BaseException as e:  # handed to the task thread by _raise_compact_error
+            self._compact_error = e
+
+    def _take_compaction_lock(self, staging: Any) -> bool:
+        """One compaction of the table at a time among eddyline writers.
+
+        delta-rs (1.x) lets two compactions that removed the same files both
+        commit, and each one's new file holds those rows: they would be
+        duplicated. The lock names the job's app id, its attempt and the
+        subtask, and is held only while compacting. A lock of this job left by
+        an earlier attempt is taken over: that attempt ended (a restart or a
+        restore starts only when it did), so nothing of it is compacting.
+        """
+        owner = f"{self._app_id}\n{self._attempt}"
+        if staging.put_if_absent(_COMPACTION_LOCK, owner.encode()):
+            return True
+        held = (staging.read(_COMPACTION_LOCK) or b"").decode(errors="replace").split("\n")
+        mine = owner.split("\n")
+        if held[0] == mine[0] and held[1:2] != mine[1:2]:
+            staging.put(_COMPACTION_LOCK, owner.encode())
+            return True
+        return False
+
+    def _raise_compact_error(self) -> None:
+        error, self._compact_error = self._compact_error, None
+        if error is not None:
+            raise EddylineError(
+                f"DeltaSink '{self._operator}': compacting the small files of {self.uri!r} "
+                f"failed: {type(error).__name__}: {error}",
+                operator=self._operator,
+            ) from error
 
     def _write(self, table: Any, data: pa.Table, app_id: str | None, version: int) -> None:
         deltalake = _deltalake()
@@ -295,8 +422,17 @@ class DeltaSink(TwoPhaseCommitSink):
             mode="append",
             partition_by=self.partition_by if table is None else None,
             storage_options=self._options() or None,
+            target_file_size=self.target_file_size,
             commit_properties=props,
         )
+
+
+def _positive_or_none(value: int | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"DeltaSink {name}= must be a positive integer or None, got {value!r}")
+    return value
 
 
 def _part_subtask(name: str, tag: str) -> int | None:
