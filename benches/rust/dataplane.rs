@@ -1,4 +1,4 @@
-//! Data-plane throughput between two processes over loopback TCP (issue 6):
+//! Data-plane throughput between two processes over loopback TCP:
 //! this binary starts a copy of itself as the receiving worker, then sends
 //! `Event::Data` batches to it through [`DataPlane`] (Arrow IPC encoding,
 //! per-channel credits, authenticated connection) and reports GB/s and

@@ -134,8 +134,8 @@ pub enum Error {
 }
 
 /// The operator name an error is built with. Every error that names an
-/// operator is built where the operator is known (issue 12, item 9: users
-/// saw `operator '' failed`); an empty name is a bug in the caller, caught
+/// operator is built where the operator is known (else users would read
+/// `operator '' failed`); an empty name is a bug in the caller, caught
 /// by the debug builds the tests run. Failures outside every operator are
 /// [`Error::Runtime`].
 fn named(operator: impl Into<String>) -> String {

@@ -102,7 +102,7 @@ fn object_store_kind(scheme: &str) -> Option<Kind> {
 /// The local path `path` names: itself, or the path of a `file://` URI
 /// (`file:///dir` or `file://localhost/dir`). Any other URI is a
 /// `StorageError` naming it, so that a URI never becomes a local directory
-/// named `s3:` (issue 12, item 6).
+/// named `s3:`.
 pub fn local_path(path: &Path) -> Result<PathBuf> {
     let Some(text) = path.to_str() else {
         return Ok(path.to_path_buf());

@@ -1,8 +1,7 @@
-//! A checkpoint's identity: what a restore must match (issue 12, item 4:
-//! the key columns of a keyed operator; issue 20, item 5: the number of key
-//! groups), ids that are never reused after a crash (issue 20), and the
-//! checkpoint settings and paths the engine refuses instead of ignoring
-//! (issue 12, items 6, 8, 9 and 10).
+//! A checkpoint's identity: what a restore must match (the key columns of a
+//! keyed operator and its number of key groups), ids that are never reused
+//! after a crash, and the checkpoint paths the engine refuses instead of
+//! ignoring (a URI scheme it cannot serve, a directory that is a file).
 #![allow(clippy::unwrap_used)] // test helpers
 
 mod common;
@@ -164,10 +163,10 @@ fn test_key_identity_another_max_parallelism_is_refused() {
     }
 }
 
-/// Issue 20: an id that was started (here a savepoint that failed to
-/// begin, and a checkpoint a crash left half-written) is never given to
-/// another checkpoint, also not by a new process restoring "latest". The
-/// failed savepoint's cause is kept (issue 12, item 9).
+/// An id that was started (here a savepoint that failed to begin, and a
+/// checkpoint a crash left half-written) is never given to another
+/// checkpoint, also not by a new process restoring "latest". The failed
+/// savepoint's cause is kept.
 #[test]
 fn test_checkpoint_ids_continue_after_the_highest_started() {
     let dir = tempfile::tempdir().unwrap();
@@ -233,7 +232,7 @@ fn test_checkpoint_ids_skip_a_half_written_directory() {
 
 #[test]
 fn test_unaligned_checkpoints_complete_with_the_exact_result() {
-    // Issue 17: unaligned=True runs (it was refused before), and the
+    // unaligned=True runs (it was refused before), and the
     // keyed sums it commits are exact.
     let dir = tempfile::tempdir().unwrap();
     let n = 3_000;

@@ -1,6 +1,6 @@
 //! Every error names its operator where it is built, or says it belongs to
-//! no operator; none reads `operator ''` (issue 12, item 9: a SparkRunner
-//! restart failure showed `operator '' failed`). Causes are kept as
+//! no operator; none reads `operator ''` (a SparkRunner restart failure
+//! once showed `operator '' failed`). Causes are kept as
 //! `source()`.
 #![allow(clippy::unwrap_used)] // test helpers
 

@@ -1,4 +1,4 @@
-//! Distributed runs (issue 6 item 1) without Python: a launcher whose
+//! Distributed runs (`ProcessRunner`, API.md "Runners") without Python: a launcher whose
 //! "workers" are threads of this test, each a full `WorkerSession` with its
 //! own copy of the graph, talking to the driver and to each other over
 //! authenticated loopback TCP exactly as worker processes do.

@@ -114,7 +114,7 @@ pub(crate) struct Coordinator {
     /// Which nodes recompute in the current attempt.
     recomputed: Vec<bool>,
     /// Per (uid, subtask): what the last completed incremental checkpoint
-    /// of this attempt holds of its key groups (issue 17).
+    /// of this attempt holds of its key groups (`checkpoint/incremental.rs`).
     bases: BTreeMap<(String, u32), Arc<SubtaskBase>>,
     /// The job's agreed output schemas, recorded in every manifest
     /// (DESIGN.md "One schema per operator").
@@ -154,7 +154,7 @@ impl Coordinator {
             NullStateLedger::default()
         };
         // Ids continue after the highest ever started, also by a run that
-        // crashed or aborted it (issue 20: an id names one checkpoint).
+        // crashed or aborted it: an id names one checkpoint, never two.
         let newest = storage.highest_started()?;
         let (writers, done_rx) = StateWriters::start()?;
         Ok(Coordinator {

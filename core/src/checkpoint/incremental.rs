@@ -1,6 +1,6 @@
 //! Incremental checkpoints (`incremental=True`; DESIGN.md "Checkpoints" and
 //! "Operators": "incremental checkpoints write the key groups changed since
-//! the last checkpoint; manifests share files by reference"; issue 17).
+//! the last checkpoint; manifests share files by reference").
 //!
 //! # What is written
 //!

@@ -63,12 +63,12 @@
 //! in `use`, the key groups taken from it (`use_bytes`: their sections'
 //! bytes). A key group is in exactly one of `state` and the `use` ranges.
 //!
-//! `key` is a keyed operator's identity (issue 12, item 4; issue 20, item
-//! 5): the number of key groups its keys were hashed into
-//! (`max_parallelism`) and, per keyed input in input order, the key columns
-//! with their Arrow types (`null` when the type was not known when the graph
-//! was built). State restored under another key or another number of key
-//! groups would silently be wrong, so a restore compares it.
+//! `key` is a keyed operator's identity: the number of key groups its keys
+//! were hashed into (`max_parallelism`) and, per keyed input in input order,
+//! the key columns with their Arrow types (`null` when the type was not
+//! known when the graph was built). State restored under another key or
+//! another number of key groups would silently be wrong, so a restore
+//! compares it.
 //!
 //! `schema` is the output schema the operator's subtasks agreed on when the
 //! graph did not declare one (DESIGN.md "One schema per operator"), as the

@@ -199,7 +199,7 @@ impl PendingCheckpoint {
         self.inner.write_state(uid, subtask, state)
     }
 
-    /// Writes (`uid`, `subtask`)'s state incrementally (issue 17; see
+    /// Writes (`uid`, `subtask`)'s state incrementally (see
     /// [`incremental`]): its non-keyed state and the key groups that differ
     /// from `base` go into a new file of the root's `shared/` directory; the
     /// handle names the earlier files the unchanged key groups are taken

@@ -83,7 +83,7 @@ pub(crate) fn state_for(
 /// of all of them, in subtask order (union list state next to the broadcast
 /// state: a keyed broadcast process function's subtask 0 writes its
 /// broadcast state and its watermark, the others their watermark alone;
-/// docs/DESIGN.md "Keyed state layer", issue 16). Subtask 0's state is
+/// docs/DESIGN.md "Keyed state layer"). Subtask 0's state is
 /// given as it is when it is the only one, or not an entry list (state
 /// written before, e.g. a keyed broadcast function's format v4).
 fn broadcast_for(rc: &RestoredCheckpoint, uid: &str) -> Result<Option<StateBlob>> {
@@ -241,9 +241,10 @@ fn redistributed(
     Ok(encode_entries(&mine))
 }
 
-/// The key identity of `node` in `graph` (issue 12, item 4; issue 20, item
-/// 5): `None` unless an input is hash-partitioned (a keyed operator: keyed
-/// aggregates, windows, keyed process functions and reduces). Key types come
+/// The key identity of `node` in `graph` (its key columns and number of key
+/// groups, as the manifest records it): `None` unless an input is
+/// hash-partitioned (a keyed operator: keyed aggregates, windows, keyed
+/// process functions and reduces). Key types come
 /// from the producers' output schemas where the graph knows them.
 pub fn key_identity(graph: &JobGraph, node: &Node) -> Option<KeyIdentity> {
     let mut keyed: Vec<(usize, Vec<KeyColumn>)> = node

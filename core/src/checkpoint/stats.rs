@@ -43,7 +43,7 @@ pub struct CheckpointStats {
 }
 
 /// A checkpoint or savepoint that failed to begin or to complete, and why
-/// (issue 12, item 9: the cause is kept, not only counted).
+/// (the cause is kept, not only counted).
 #[derive(Debug, Clone)]
 pub struct CheckpointFailure {
     pub id: u64,

@@ -23,7 +23,7 @@ use crate::state::{OperatorState, StateBlob};
 use crate::store::{StorageOptions, Store};
 
 /// The file recording the highest checkpoint id ever started under a
-/// storage root (issue 20: ids are never reused, also not after a crash
+/// storage root (ids are never reused, also not after a crash
 /// that left no directory of the checkpoint in flight).
 pub const STARTED_FILE: &str = "_started_ids";
 /// Prefix of checkpoint directories: `chk-<id>`.
@@ -425,7 +425,8 @@ impl CheckpointStorage {
                 }
             }
         }
-        // Then the shared files no retained checkpoint refers to (issue 17).
+        // Then the shared files no retained checkpoint refers to (incremental
+        // checkpoints, `checkpoint/incremental.rs`).
         if let Some(newest) = newest_completed {
             let manifests = || retained.iter().map(read_manifest).collect();
             if let Err(e) = incremental::collect(&self.store, manifests, newest) {

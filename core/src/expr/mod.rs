@@ -38,7 +38,7 @@ use crate::error::Error;
 /// Why an expression cannot be type-checked or evaluated. Expressions do not
 /// know which operator runs them: the operator names itself with
 /// [`ExprError::at`] where it calls them, so every engine error names its
-/// operator (issue 12, item 9).
+/// operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExprError {
     /// An unknown column (a graph error).

@@ -368,7 +368,7 @@ pub(crate) fn sort_fields(key_fields: &[FieldRef]) -> Vec<SortField> {
 
 /// Checks that every key of `key_cols` (restored from the blob of key group
 /// `kg`) belongs to `kg`: a key of another group means `max_parallelism`
-/// changed, which would misroute it (issue 20). `what` names the state in
+/// changed, which would misroute it. `what` names the state in
 /// the error ("the keyed state", "the window state").
 pub(crate) fn check_key_group(
     operator: &str,

@@ -1,5 +1,5 @@
-//! A local file written past the page cache once it is large (issue 17:
-//! "checkpoints at scale"; benches/RESULTS.md "W3: the page cache").
+//! A local file written past the page cache once it is large (checkpoints
+//! at scale; benches/RESULTS.md "W3: the page cache").
 //!
 //! A checkpoint's state files are written once and read back only on a
 //! restore. Written through the page cache, every byte is copied by the

@@ -55,10 +55,11 @@ pub(crate) struct Store<V: Num> {
     pub(crate) key_fields: Vec<FieldRef>,
     pub(crate) keys: KeyState<V>,
     pub(crate) partials: Vec<Acc<V>>,
-    /// Change tracking for incremental checkpoints (issue 17): per key
-    /// group the snapshot epoch in which it was last modified. A snapshot
-    /// gives each view the token `token_base | changed[i]` and then starts
-    /// a new epoch, so a key group not modified since has the same token.
+    /// Change tracking for incremental checkpoints (DESIGN.md
+    /// "Checkpoints"): per key group the snapshot epoch in which it was last
+    /// modified. A snapshot gives each view the token
+    /// `token_base | changed[i]` and then starts a new epoch, so a key group
+    /// not modified since has the same token.
     changed: Vec<u64>,
     epoch: u64,
     token_base: u64,
