@@ -164,7 +164,7 @@ class ValueState:
         self._default = default
         self._ttl = ttl
         self._col: dict[Hashable, Any] = ctx._column(name)
-        """The state's column, ``key -> value``, shared with the runner (issue 16)."""
+        """The state's column, ``key -> value``, shared with the runner."""
 
     def value(self) -> Any:
         """Returns the value for the current key, or the default (``None``) if unset
@@ -540,7 +540,7 @@ class ProcessContext:
         self._cols: dict[str, dict[Hashable, Any]] = {}
         """The keyed state, one column per named state: ``name -> {key: value}`` (a
         value, or the list or dict of a list or map state; ``_Expiring`` with a ttl).
-        The runner's own dict (issue 16: a dict per state, not one per key)."""
+        The runner's own dict (a dict per state, not one per key)."""
         self._gone: list[Hashable] = []
         """Keys that lost an entry of a column (cleared, emptied, expired): the
         runner drops those left without state (the runner's own list)."""

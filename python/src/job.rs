@@ -510,8 +510,8 @@ impl PyJobHandle {
     }
 }
 
-/// `{"id", "kind", "reason"}` per failed checkpoint (issue 12, item 9: the
-/// cause of a checkpoint that failed to begin or complete reaches the user).
+/// `{"id", "kind", "reason"}` per failed checkpoint (the cause of a
+/// checkpoint that failed to begin or complete reaches the user).
 fn failure_dicts<'py>(
     py: Python<'py>,
     failures: &[eddyline_core::checkpoint::CheckpointFailure],

@@ -37,7 +37,7 @@ pub struct PyRunnerFactory {
     broadcast_state: bool,
     /// Its runners' operator state is union list state: at another
     /// parallelism every subtask gets the entries of all old subtasks (a
-    /// keyed process function's watermark per subtask, issue 16).
+    /// keyed process function's watermark per subtask).
     union_state: bool,
     /// Which optional hooks its runners have (`Runner` class flags).
     hooks: Hooks,

@@ -80,7 +80,8 @@ class Runner:
     # True for runners whose operator state is a list of entries that every
     # subtask of a restore at another parallelism gets all of (Flink's union
     # list state; the engine's Redistribution::Union): a keyed process
-    # function's watermark, one entry per subtask (issue 16).
+    # function's watermark, one entry per subtask (docs/DESIGN.md "Keyed state
+    # layer").
     union_state: ClassVar[bool] = False
     counts_late_records: ClassVar[bool] = False
     """Whether :attr:`late_records` is kept (read by the binding after each batch)."""

@@ -41,7 +41,7 @@ _FORMAT = "eddyline.broadcast.v1"
 
 
 class _BroadcastBlob:
-    """The pickled broadcast state, kept while the state is unchanged (issue 16: not
+    """The pickled broadcast state, kept while the state is unchanged (not
     re-pickled at every checkpoint). The state is writable only in ``open`` and
     ``process_broadcast_element`` (read-only elsewhere), so it is pickled again only
     after one of those ran, or a restore. A value changed in place through the
@@ -149,7 +149,7 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
     subtask of a restore at any parallelism gets (``Redistribution::Broadcast``;
     Flink's broadcast state pattern on a keyed stream). The key groups are in
     format v5 (no watermark in them: an advancing watermark leaves clean key
-    groups' bytes alone, issue 16); the operator state is an entry list, the
+    groups' bytes alone); the operator state is an entry list, the
     broadcast blob first from subtask 0, then every subtask's watermark entry
     (``_WATERMARK_FORMAT``), and every subtask of a restore gets the entries
     of all old subtasks (``checkpoint/restore.rs`` ``broadcast_for``), so it
@@ -284,7 +284,7 @@ class KeyedBroadcastProcessRunner(KeyedProcessRunner):
     def snapshot(self, checkpoint_id: int) -> Any:
         """The keyed state per key group (format v5) and the operator state as an
         entry list: from subtask 0 the broadcast blob first, from every subtask
-        its watermark entry (issue 16): ``([entries], {key_group: blob})``, or
+        its watermark entry: ``([entries], {key_group: blob})``, or
         the key groups alone when a subtask has neither."""
         snap = super().snapshot(checkpoint_id)
         entries, keyed = snap if isinstance(snap, tuple) else ([], snap or {})

@@ -57,7 +57,7 @@ def pylist(array: pa.Array) -> list[Any]:
 
     An integer or float column without nulls goes through numpy (``tolist`` makes
     the same ``int`` / ``float`` objects, a third to half faster than pyarrow's
-    ``to_pylist``: issue 16); any other column through ``to_pylist``.
+    ``to_pylist``); any other column through ``to_pylist``.
 
     Example:
         >>> pylist(pa.array([1, 2])), pylist(pa.array([1.5, None]))
@@ -102,7 +102,7 @@ def compile_chain(
     batch) the function is ``chain(n, append, f..., c..., a0, ..., aw)``: the
     fields of an output row that is a plain dict with exactly those keys are
     appended straight to the column lists through ``a0..aw`` (no row list to
-    walk again, issue 19); any other output row goes to ``append``, which
+    walk again); any other output row goes to ``append``, which
     checks it (and appends its fields, or raises the SchemaError).
     """
     fns = "".join(f", _f{i}" for i in range(len(kinds)))
@@ -211,7 +211,7 @@ def compile_process(
     groups, times, p, c0..cm, a0..aw)``. Per row it builds the row dict, registers
     a key new to the operator (not in ``known``, one dict lookup per row:
     ``bind(key, group)``; the state handles find a key's value in their state's
-    column by ``ctx.key``: issue 16 "Python state stays cheap"), sets ``ctx.key``
+    column by ``ctx.key``: docs/DESIGN.md "Keyed state layer"), sets ``ctx.key``
     (``ctx.timestamp`` only with ``event_time``; ``runner._group`` only when the
     function may register ``timers``), calls ``fn(row, ctx)`` and emits what it
     returns (None, a dict, or an iterable of dicts) as the record chain does

@@ -1,4 +1,4 @@
-"""Python worker processes for per-record operators (issue 19, DESIGN.md "Runtime").
+"""Python worker processes for per-record operators (DESIGN.md "Runtime").
 
 One interpreter's GIL bounds per-record Python: the user's functions run at
 the speed of one core however many subtasks call them. A per-record operator
@@ -70,7 +70,8 @@ START_AFTER_ROWS = 100_000
 START_AFTER_SECONDS = 0.5
 """Seconds a subtask spends in-process in the operator's Python before it starts them: a
 worker's start costs ~0.5 s of CPU (importing pyarrow and eddyline), which a job that
-ends sooner would pay without gaining (benches/RESULTS.md, issue 19)."""
+ends sooner would pay without gaining (benches/RESULTS.md "Per-record Python in worker
+processes")."""
 
 
 START_PROJECTED_SECONDS = 1.0
@@ -86,7 +87,7 @@ SAMPLE_ROWS = 10_000
 def start_due(rows: int, seconds: float, expected: int | None = None) -> bool:
     """Whether an operator that ran ``rows`` rows in ``seconds`` of its Python starts workers.
 
-    Rent or buy (issue 19): by default once it has run :data:`START_AFTER_ROWS` rows
+    Rent or buy: by default once it has run :data:`START_AFTER_ROWS` rows
     and :data:`START_AFTER_SECONDS`. When the subtask knows it will see about
     ``expected`` rows in all (its bounded sources' row count shared among its
     parallel subtasks, :attr:`~eddyline._exec.base.Runner.input_rows`), it starts as
@@ -202,7 +203,8 @@ def decode_batches(payload: bytearray | bytes) -> list[pa.RecordBatch]:
 PIPE_BYTES = 1 << 20
 """The pipes' kernel buffer (Linux ``F_SETPIPE_SZ``; 64 KiB by default): a 65,536-row
 batch of two int64 columns is ~1.3 MB, which a 64 KiB pipe passes in ~20 pieces, each a
-wake-up of the reader and the writer (benches/RESULTS.md, issue 16)."""
+wake-up of the reader and the writer (benches/RESULTS.md "Keyed process-function state:
+per-row state lookup, pipes, column conversion")."""
 
 
 def _widen_pipe(fd: int) -> None:

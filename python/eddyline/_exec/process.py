@@ -39,7 +39,7 @@ from .user_code import UserCode, call_user, short, user_error
 _KEYED_STATE_FORMAT = "eddyline.keyed_process.v5"
 """A key group's blob: the pickled ``(format, kinds, values, event-time timers,
 processing-time timers)`` of the key group, kept between checkpoints while the
-key group is unchanged (issue 16: only changed key groups are re-serialized).
+key group is unchanged (only changed key groups are re-serialized).
 The watermark is not in it: it is the operator state of each subtask
 (:data:`_WATERMARK_FORMAT`), so an advancing watermark leaves the blobs of
 clean key groups byte for byte the same (an incremental checkpoint skips
@@ -63,20 +63,18 @@ own (see :meth:`KeyedProcessRunner.open`)."""
 class KeyedProcessRunner(KeyedRunner, PooledProcess):
     """``key_by(...).process(fn)`` with per-key value state and event-time timers.
 
-    The keyed state is held by column (issue 16): ``self._cols[name][key]`` is
-    the value (list, map) of state ``name`` for ``key``, one dict per named
-    state, so that the per-record path finds a key's value in one dict and no
-    dict per key is spread over memory. ``self._group_of[key]`` is the key
-    group of every key that may hold state and ``self._members[key_group]``
-    its keys (in the order they got state), so that a key group's blob
-    ``{key: {name: value}}`` (format v5, the layout checkpoints keep) is built
-    at a snapshot and spread back into the columns at a restore;
-    ``self._timers[key_group][key]`` the timestamps of its timers, mirrored in
-    a heap of ``(timestamp, seq, key_group, key)`` entries (deleted timers
-    are skipped when popped). Timers fire in :meth:`on_watermark`, in
-    timestamp order, also those that ``on_timer`` registers at or below the
-    watermark. Both are checkpointed per key group, the watermark once per
-    subtask (its operator state, union list state: issue 16).
+    The keyed state is held by column (docs/DESIGN.md "Keyed state layer"):
+    ``self._cols[name][key]`` is the value (list, map) of state ``name`` for ``key``, one
+    dict per named state, so that the per-record path finds a key's value in one dict and no
+    dict per key is spread over memory. ``self._group_of[key]`` is the key group of every
+    key that may hold state and ``self._members[key_group]`` its keys (in the order they got
+    state), so that a key group's blob ``{key: {name: value}}`` (format v5, the layout
+    checkpoints keep) is built at a snapshot and spread back into the columns at a restore;
+    ``self._timers[key_group][key]`` the timestamps of its timers, mirrored in a heap of
+    ``(timestamp, seq, key_group, key)`` entries (deleted timers are skipped when popped).
+    Timers fire in :meth:`on_watermark`, in timestamp order, also those that ``on_timer``
+    registers at or below the watermark. Both are checkpointed per key group, the watermark
+    once per subtask (its operator state, union list state).
     """
 
     union_state = True
@@ -328,9 +326,9 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         The loop is generated for the batch's schema (:func:`compile_process`):
         one Python call per row (the user's function), the key's state found in
         the states' columns by ``ctx.key`` with nothing bound or written back per
-        row (issue 16: "Python state stays cheap"), and, once the output schema
+        row (docs/DESIGN.md "Keyed state layer"), and, once the output schema
         is known, each output row's fields appended straight to column lists (as
-        the record chain does, issue 19). With ``positions``, the index of the input row of every
+        the record chain does). With ``positions``, the index of the input row of every
         output row is appended to it (a worker process, ``process_pool.py``).
         """
         names = tuple(batch.schema.names)
@@ -386,7 +384,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
 
         # A key's state is found in the states' columns by the key alone; only a
         # key new to the operator is registered (with its key group), and nothing
-        # is written back after the batch (issue 16: "Python state stays cheap").
+        # is written back after the batch (docs/DESIGN.md "Keyed state layer").
         ctx = self._context
         ctx.timestamp = None
         ctx._bound = True
@@ -613,7 +611,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         Only the key groups touched since the last snapshot (a record, a timer,
         ``apply_to_keyed_state``, an expired ttl entry) are pickled again; the
         others return the very same bytes, also when the watermark advanced
-        (issue 16; what lets an incremental checkpoint skip them). A keyed
+        (what lets an incremental checkpoint skip them). A keyed
         broadcast function (``_watermark_per_key_group``) returns the key
         groups only, in format v4, every owned one carrying the watermark.
         """
@@ -653,7 +651,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         groups.update(g for g, keyed in self._ptimers.items() if keyed)
         v4 = self._watermark_per_key_group
         if v4 and self.watermark > MIN_WATERMARK:
-            # v4: every owned key group carries the watermark (issue 12.3), so
+            # v4: every owned key group carries the watermark, so
             # that it survives a restore at any parallelism.
             ctx = self.ctx
             groups.update(

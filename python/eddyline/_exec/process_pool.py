@@ -1,4 +1,4 @@
-"""Keyed process functions in Python worker processes (issue 16 on issue 19's pool).
+"""Keyed process functions in Python worker processes (on ``pool.py``'s pool).
 
 A per-record ``key_by(...).process(fn)`` is bound by one interpreter's GIL like
 any per-record Python. Once ``pool.start_due`` (after

@@ -245,7 +245,7 @@ class SparkRunner:
     # ---- used by execute_async ----------------------------------------------
 
     def _check_reachable(self, nodes: list[Any], config: dict[str, Any]) -> None:
-        """On a cluster, every path must be a URI all hosts reach (issue 14).
+        """On a cluster, every path must be a URI all hosts reach.
 
         A local path would name a directory on each host separately: checkpoints
         the driver cannot find, output scattered over the executors' disks.
