@@ -1,1 +1,1 @@
-"""Nexmark for eddyline: an event generator, the queries, and a harness (issue 15)."""
+"""Nexmark for eddyline: an event generator, the queries, and a harness."""

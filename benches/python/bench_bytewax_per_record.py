@@ -1,4 +1,4 @@
-"""The bytewax peer of ``bench_engine.py``'s per-record W1 and W2 (issue 19).
+"""The bytewax peer of ``bench_engine.py``'s per-record W1 and W2.
 
 Runs the same workloads, on the same generated data (``make_data``: numpy
 ``default_rng(42)``, 65,536-row batches), with bytewax's per-item operators in

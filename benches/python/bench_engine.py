@@ -161,7 +161,7 @@ class FirstRecordSink(ed.TwoPhaseCommitSink):
 
 
 def run_first_record(args: argparse.Namespace) -> None:
-    """Time to first record of a small per-record W1 job (issue 19: < 0.2 s)."""
+    """Time to first record of a small per-record W1 job (the target: < 0.2 s)."""
     data = make_data(args.n, args.k)
     env = ed.StreamEnvironment(parallelism=args.parallelism, batch_size=args.batch_size)
     FirstRecordSink.first = None
@@ -326,7 +326,7 @@ def run_w3(args: argparse.Namespace) -> None:
     batches = make_data(args.n, k)
     results: dict[str, list[float]] = {}
     cpu_used: dict[str, list[float]] = {}
-    # --incremental: full and incremental checkpoints side by side (issue 17).
+    # --incremental: full and incremental checkpoints side by side.
     modes = ("off", "1s", "1s-incremental") if args.incremental else ("off", "1s")
     # --rounds: the modes alternate within each round; the overhead is the
     # median over rounds of each round's ratio (the machine's load drifts).
@@ -424,7 +424,7 @@ def hot_data(n: int, k: int, hot: str) -> list[pa.RecordBatch]:
 
 def run_w3_hot(args: argparse.Namespace) -> None:
     """W3H: W2 where, after every key was seen once, only 1% of the keys change:
-    full against incremental checkpoints (size and duration, issue 17)."""
+    full against incremental checkpoints (size and duration)."""
     k = 1_000_000 if args.k == 10_000 else args.k
     batches = hot_data(args.n, k, args.hot)
     for incremental in (False, True):

@@ -1,4 +1,4 @@
-"""Extra time a bounded job spends on its final checkpoint (issue 5): interval 1 s vs none.
+"""Extra time a bounded job spends on its final checkpoint: interval 1 s vs none.
 
 python benches/python/bench_final_checkpoint.py
 """

@@ -1,4 +1,4 @@
-"""Keyed process function with value state (issue 16): W2 in process-function style.
+"""Keyed process function with value state: W2 in process-function style.
 
 The W2 input of ``bench_engine.py`` (N rows, int64 ``key`` uniform in [0, 10,000),
 int64 ``value`` in [0, 1000), numpy ``default_rng(42)``, 65,536-row batches), written

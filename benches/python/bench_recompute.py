@@ -1,4 +1,4 @@
-"""Recovery by recomputation (issue 7, FLINK-4120): persist vs recompute mode.
+"""Recovery by recomputation (FLINK-4120): persist vs recompute mode.
 
 Keyed sliding windows over event-time data with 1,000,000 distinct keys:
 ``from_sequence(0, N)`` with ``key = value % 1_000_000`` and the int64

@@ -1,4 +1,4 @@
-"""SparkRunner start-up overhead (issue 6): time to first record and wall time of a
+"""SparkRunner start-up overhead: time to first record and wall time of a
 small job, in-process vs ProcessRunner(workers=2) vs SparkRunner(workers=2) on local[2].
 
 Prints one JSON line per run (runner, run, first_record_s, wall_s, check), then the

@@ -1,4 +1,4 @@
-"""Object-store figures (issue 14): Parquet read throughput from S3 against a local
+"""Object-store figures: Parquet read throughput from S3 against a local
 disk, and the checkpoint overhead of W3 (W2 native, K keys, a checkpoint every
 second) with checkpoints on S3 against a local disk.
 

@@ -1,4 +1,4 @@
-"""W7-style latency and checkpoint duration: aligned vs unaligned checkpoints (issue 17).
+"""W7-style latency and checkpoint duration: aligned vs unaligned checkpoints.
 
 A source throttled to a fixed rate stamps each row with its emit time; an
 exchange (parallelism 1 -> 2) feeds a sink stage that takes a fixed time per row.

@@ -1,5 +1,5 @@
 """Checkpoint duration of a loop job under backpressure: aligned vs unaligned vs
-``aligned_timeout`` (issue 17).
+``aligned_timeout``.
 
 Every record comes back twice through the loop's feedback until depth ``depth``,
 through a body that takes a fixed time per batch: the feedback backlog grows in

@@ -1,4 +1,4 @@
-"""W7: W2 fed at a fixed rate, end-to-end latency with a 1 s checkpoint interval (issue 17).
+"""W7: W2 fed at a fixed rate, end-to-end latency with a 1 s checkpoint interval.
 
 BENCHMARKS.md W7: W2 (keyed running sum of ``value`` per ``key``, the sink
 keeps the newest sum per key) fed at a fixed rate (default 1M rows/s) for 60 s

@@ -1,4 +1,4 @@
-"""A real Spark standalone cluster for the cluster suite (issue 14): a master
+"""A real Spark standalone cluster for the cluster suite: a master
 and two workers started from the pip pyspark package (one core, 1 GiB each,
 their own work dirs), on loopback ports picked free. Each test runs its job in
 a subprocess whose SparkSession connects to the master, so the suite does not

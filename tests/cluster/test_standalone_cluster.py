@@ -1,4 +1,4 @@
-"""SparkRunner on a real Spark standalone cluster (issue 14): a job reading
+"""SparkRunner on a real Spark standalone cluster: a job reading
 ``s3://`` Parquet, with checkpoints and its ParquetSink on ``s3://``, runs on
 two executors and its committed output is exact — undisturbed, and after
 SIGKILL of one executor JVM mid-run (the job restarts from its latest

@@ -1,4 +1,4 @@
-"""``aligned_timeout`` in jobs with loops (issue 17; docs/DESIGN.md "Aligned
+"""``aligned_timeout`` in jobs with loops (docs/DESIGN.md "Aligned
 timeout").
 
 A loop checkpoint starts aligned: the loop head snapshots once the barrier is

@@ -1,13 +1,11 @@
 """What a restore must match, and what a checkpoint id means.
 
-Issue 12, item 4: the key columns of a keyed operator are part of its
-checkpointed identity; restoring a savepoint into a job that keys the same uid
-by another column is a ``CheckpointError`` (unless
-``allow_non_restored_state``), never wrong sums. Issue 20, item 5: so is the
-number of key groups (``max_parallelism``). Issue 20, "also noted": an id that
-was started is never given to another checkpoint, also not by a new process
-restoring ``"latest"``; issue 12, item 9: a checkpoint that fails to begin
-keeps its cause.
+The key columns of a keyed operator are part of its checkpointed identity;
+restoring a savepoint into a job that keys the same uid by another column is a
+``CheckpointError`` (unless ``allow_non_restored_state``), never wrong sums. So
+is the number of key groups (``max_parallelism``). An id that was started is
+never given to another checkpoint, also not by a new process restoring
+``"latest"``; a checkpoint that fails to begin keeps its cause.
 """
 
 from __future__ import annotations

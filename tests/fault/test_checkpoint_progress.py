@@ -1,4 +1,4 @@
-"""Checkpoints make progress while a slow job runs (issue 12 item 1, issue 20 item 3).
+"""Checkpoints make progress while a slow job runs, also right after a restore.
 
 An aligned barrier waits behind every batch queued in front of it. Channels bound
 their queued data by the consumer's measured throughput (FLIP-183's buffer
@@ -211,7 +211,7 @@ def parse_run(stdout: str) -> tuple[float, list[float]]:
 
 @pytest.mark.timeout(240)
 def test_nested_loops_checkpoint_at_the_interval_after_a_restore(tmp_path: Path) -> None:
-    """Issue 20 item 3: SIGKILL a job with two nested loops after a checkpoint, restore
+    """SIGKILL a job with two nested loops after a checkpoint, restore
     it from ``latest``: checkpoints complete at about the interval from the start of
     the restored run (before, the first one completed when the job nearly ended)."""
     from eddyline.testing import read_parquet_dir

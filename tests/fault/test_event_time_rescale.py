@@ -1,13 +1,13 @@
 """Event-time jobs across a savepoint: rescaled windows and process-function watermarks.
 
-(issue 20.4) ``from_sequence -> assign_timestamps -> key_by -> window`` stopped
+``from_sequence -> assign_timestamps -> key_by -> window`` stopped
 with a savepoint at parallelism 2 resumes at parallelism 1, 2 and 4: the
 timestamp assigner's state (one largest timestamp per split and per subtask)
 is union list state, so every new subtask starts from its splits'
 watermarks, never above what the old subtasks had emitted, and the committed
 windows equal a failure-free run exactly.
 
-(issue 12.3) A keyed ProcessFunction's watermark is checkpointed with its
+A keyed ProcessFunction's watermark is checkpointed with its
 state: right after a restore, ``ctx.timer_service.current_watermark()``
 reads the watermark it had, not ``-2**63``.
 """

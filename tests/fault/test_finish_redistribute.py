@@ -8,7 +8,7 @@ splits left over are dealt to the new subtasks, the finished ones are not read
 again, the pending transactions of the sinks are committed once, and the
 committed output equals an uninterrupted run exactly. ``assign_timestamps``
 state (per-split watermarks) is union list state and restores at another
-parallelism too (issue 20.4).
+parallelism too.
 """
 
 from __future__ import annotations

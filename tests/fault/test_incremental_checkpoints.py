@@ -1,4 +1,4 @@
-"""Incremental checkpoints (issue 17, API.md "Checkpoint options": ``incremental=True``).
+"""Incremental checkpoints (API.md "Checkpoint options": ``incremental=True``).
 
 The job sums ``value`` per key ``k``: first every one of ``KEYS`` keys once,
 then, slowly, only the "hot" keys: those of key group 0 of 128 (about 0.8% of

@@ -1,5 +1,5 @@
 """A keyed broadcast process function with event-time timers restored at another
-parallelism (issue 16, process state format v5 for keyed broadcast functions;
+parallelism (process state format v5 for keyed broadcast functions;
 docs/DESIGN.md "Keyed state layer").
 
 Per key and bucket of 100 values the function counts the rows (MapState) and

@@ -1,4 +1,4 @@
-"""ListState and MapState of a keyed ProcessFunction (issue 16): exact against a
+"""ListState and MapState of a keyed ProcessFunction: exact against a
 plain-Python reference, with an injected failure and with SIGKILL + restore.
 
 Each row adds its value to a list state and counts its bucket in a map state,
@@ -92,7 +92,7 @@ def test_list_and_map_state_survive_an_injected_failure_exactly(
     fail = FailOnce(None, marker, column="value", at=n // 2, armed_by=chk)
     env = ed.StreamEnvironment(
         2,
-        # Incremental checkpoints (issue 17) of a Python runner's key groups
+        # Incremental checkpoints of a Python runner's key groups
         # compare their bytes with the last checkpoint's.
         checkpoint=ed.CheckpointConfig(chk, interval="20ms", incremental=incremental),
         restart=ed.RestartStrategy.fixed_delay(2, "10ms"),

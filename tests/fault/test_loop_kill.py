@@ -1,4 +1,4 @@
-"""Loops under faults (FLIP-16's test plan, issue 4 (e) and issue 5 (f)).
+"""Loops under faults (FLIP-16's test plan; FLIP-147 for the input that finished).
 
 (e) A Collatz job with a loop writes (x, steps) to a ParquetSink with frequent
 checkpoints; it is SIGKILLed at random moments (each after a new checkpoint

@@ -1,5 +1,5 @@
-"""Nested loops restored at another parallelism after SIGKILL (issue 17;
-docs/DESIGN.md "Unaligned checkpoints", "Loops").
+"""Nested loops restored at another parallelism after SIGKILL
+(docs/DESIGN.md "Unaligned checkpoints", "Loops").
 
 An outer loop whose body holds an inner loop (both bodies slow, both
 feedbacks always spilling) runs at parallelism 2 and SIGKILLs itself right

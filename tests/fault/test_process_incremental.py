@@ -1,5 +1,5 @@
 """An advancing watermark does not make a keyed process function's incremental
-checkpoint write its unchanged key groups (issue 16, process state format v5).
+checkpoint write its unchanged key groups (process state format v5).
 
 Event time advances with every batch; after each of ``KEYS`` keys was seen
 once, only the "hot" keys of key group 0 change. With format v5 (the

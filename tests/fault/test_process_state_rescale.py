@@ -1,5 +1,5 @@
 """A keyed process function with event-time timers stopped with a savepoint at
-parallelism 1 resumes at parallelism 3 (issue 16, format v5: the watermark is
+parallelism 1 resumes at parallelism 3 (format v5: the watermark is
 checkpointed once per subtask, not in every key group's blob).
 
 Per key and bucket of 100 values the function counts the rows (MapState) and

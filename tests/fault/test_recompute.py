@@ -177,7 +177,7 @@ def test_recompute_sliding_windows_sigkill_restore_latest_commit_every_window_on
 def test_recompute_persisted_running_sum_and_recomputed_windows_sigkill_exact(
     seed: int, tmp_path: Path, mode: str
 ) -> None:
-    # With incremental checkpoints too (issue 17): the running sum's key
+    # With incremental checkpoints too: the running sum's key
     # groups are shared between the checkpoints retention keeps back to the
     # null-state one.
     out, outputs = run_with_kills(seed, tmp_path, mode)

@@ -1,4 +1,4 @@
-"""State TTL of keyed ProcessFunctions (issue 16): processing time since the last
+"""State TTL of keyed ProcessFunctions: processing time since the last
 write, on an injected clock (``eddyline.testing.ManualClock``: no sleeps).
 
 An expired value, list element or map entry is never returned (checked against a

@@ -1,4 +1,4 @@
-"""Pending transactions that hold Arrow data, checkpointed by reference (issue 17).
+"""Pending transactions that hold Arrow data, checkpointed by reference.
 
 A two-phase-commit sink whose transactions keep the batches they received
 (as the W3 benchmark's sink does) puts a second of rows into each checkpoint.

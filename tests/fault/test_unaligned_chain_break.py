@@ -1,5 +1,5 @@
-"""Channel state of an operator that the restored run would chain (issue 17;
-docs/DESIGN.md "Channel state of an operator that would now be chained").
+"""Channel state of an operator that the restored run would chain
+(docs/DESIGN.md "Channel state of an operator that would now be chained").
 
 At parallelism 2 a slow map reads a rebalance edge from a source at 3 and its
 channel state holds rows; at 3 that edge is a forward edge at equal

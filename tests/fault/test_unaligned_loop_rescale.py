@@ -1,4 +1,4 @@
-"""Restoring a loop's checkpoint at another parallelism (issue 17; docs/DESIGN.md
+"""Restoring a loop's checkpoint at another parallelism (docs/DESIGN.md
 "Unaligned checkpoints", "Loops").
 
 A loop head's state is the feedback in flight (the FLIP-16 log of an aligned

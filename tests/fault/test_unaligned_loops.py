@@ -1,5 +1,5 @@
-"""Unaligned checkpoints in loops (issue 17 "Loops"; docs/DESIGN.md "Unaligned
-checkpoints").
+"""Unaligned checkpoints in loops (docs/DESIGN.md "Unaligned checkpoints",
+"Loops").
 
 With ``unaligned=True`` the barrier overtakes the loop body's channels and, at the
 tail, the feedback queue (its in-memory part and its spilled segments); the

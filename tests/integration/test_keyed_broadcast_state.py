@@ -1,4 +1,4 @@
-"""Broadcast state on a keyed stream (issue 16; API.md "Keyed state and timers":
+"""Broadcast state on a keyed stream (API.md "Keyed state and timers":
 ``keyed.connect(rules.broadcast()).process(fn)`` "adds keyed state and timers").
 
 The function counts each key's rows in a ValueState, reads the key's rule

@@ -1,5 +1,5 @@
-"""Keyed process functions in Python worker processes (issue 16 on issue 19's pool,
-``eddyline/_exec/process_pool.py``).
+"""Keyed process functions in Python worker processes
+(``eddyline/_exec/process_pool.py``, on ``pool.py``'s pool).
 
 The operators switch to their workers after a few rows (``START_AFTER_ROWS``,
 ``START_AFTER_SECONDS``, ``WAIT_FOR_START``); the rows report the process id that

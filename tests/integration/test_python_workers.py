@@ -1,4 +1,4 @@
-"""Per-record operators in Python worker processes (issue 19, ``eddyline/_exec/pool.py``).
+"""Per-record operators in Python worker processes (``eddyline/_exec/pool.py``).
 
 Every test makes the operators switch to their workers after a few rows
 (``START_AFTER_ROWS``, ``START_AFTER_SECONDS``, ``WAIT_FOR_START``) and checks,

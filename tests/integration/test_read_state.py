@@ -1,5 +1,5 @@
 """``ed.read_state``: an operator's keyed state in a checkpoint or savepoint equals what
-the job computed (issue 16; API.md "Reading state from checkpoints and savepoints").
+the job computed (API.md "Reading state from checkpoints and savepoints").
 
 The final checkpoint of a bounded job keeps every operator's final state
 (FLIP-147), so ``read_state`` of it equals the job's own final output: running

@@ -1,4 +1,4 @@
-"""``ed.read_state`` of the final checkpoint with ``recovery="recompute"`` (issue 16).
+"""``ed.read_state`` of the final checkpoint with ``recovery="recompute"``.
 
 Recomputing operators (windows, interval joins, and the stateless operators
 and timestamp assigners around them) write no state into checkpoints: a

@@ -1,4 +1,4 @@
-"""Side outputs of keyed process functions (issue 16): ``ctx.output(tag, row)`` and
+"""Side outputs of keyed process functions: ``ctx.output(tag, row)`` and
 ``stream.side_output(tag)``, exact against a reference, from process_element and
 on_timer, two tags on their own ports, and exactly once across a failure."""
 

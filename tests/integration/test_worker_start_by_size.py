@@ -1,6 +1,6 @@
 """Per-record operators start their worker processes at once when the input is long.
 
-Issue 16/19: a subtask that knows how many rows are to come (its bounded sources'
+A subtask that knows how many rows are to come (its bounded sources'
 row count, ``Runner.input_rows``) starts its workers as soon as a sample of rows
 projects enough in-process Python still ahead (``pool.start_due``); without that
 knowledge it waits for ``START_AFTER_ROWS`` rows and ``START_AFTER_SECONDS``.

@@ -1,4 +1,4 @@
-"""Loop suites (issue 4): they need the native extension; a missing build fails, never skips."""
+"""Loop suites: they need the native extension; a missing build fails, never skips."""
 
 from __future__ import annotations
 

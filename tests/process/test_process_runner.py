@@ -1,4 +1,4 @@
-"""ProcessRunner (issue 6 item 1): the same job in N local worker processes.
+"""ProcessRunner (API.md "Runners"): the same job in N local worker processes.
 
 Checked against plain-Python references and against in-process runs: keyed
 sums and per-record functions across processes, event-time windows (watermarks
@@ -141,7 +141,7 @@ def test_sigkill_of_a_worker_restarts_every_worker_from_the_latest_checkpoint(
     tmp_path: Path, incremental: bool
 ) -> None:
     # incremental: the workers' state reaches the driver as bytes, compared
-    # with the last checkpoint's per key group (issue 17).
+    # with the last checkpoint's per key group.
     n = 12_000
     out_dir, chk = tmp_path / "out", tmp_path / "chk"
     env, counts = _ids_job(out_dir, chk, n, incremental=incremental)
@@ -284,7 +284,7 @@ def test_from_arrow_sends_each_batch_s_own_rows_to_the_workers() -> None:
 
 
 def test_from_arrow_of_a_large_table_runs_in_worker_processes() -> None:
-    """10 M rows (issue 14: 400 k rows made a START frame over the 1 GiB limit)."""
+    """10 M rows (400 k rows once made a START frame over the 1 GiB limit)."""
     n = 10_000_000
     keys = np.arange(n, dtype=np.int64) % 13
     table = pa.table({"k": keys, "v": np.arange(n, dtype=np.int64)})
@@ -316,7 +316,7 @@ def _keyed_sum_across_workers(
 def test_workers_bind_and_advertise_the_addresses_their_host_names(
     monkeypatch: pytest.MonkeyPatch, bind: str, advertise: str | None
 ) -> None:
-    """A multi-homed host binds one address and advertises another (issue 14.3):
+    """A multi-homed host binds one address and advertises another:
     the peers reach each worker's data port at the advertised address (any of
     127.0.0.0/8 reaches a listener on 0.0.0.0; only 127.0.0.3 one bound there)."""
     monkeypatch.setenv("EDDYLINE_BIND_HOST", bind)
@@ -355,7 +355,7 @@ def test_data_addresses_follow_the_host_environment() -> None:
 
 
 def test_the_row_groups_of_one_parquet_file_are_read_by_every_worker(tmp_path: Path) -> None:
-    """Row groups are the Parquet source's splits (issue 14): one large file is shared."""
+    """Row groups are the Parquet source's splits: one large file is shared."""
     import pyarrow.parquet as pq
 
     n = 40_000

@@ -1,4 +1,4 @@
-"""``eddyline.spark.read_state``: an operator's keyed state as a Spark DataFrame (issue 16).
+"""``eddyline.spark.read_state``: an operator's keyed state as a Spark DataFrame.
 
 The same rows as ``ed.read_state``; a process function's ``MapState`` becomes a
 Spark ``MapType`` and its ``ListState`` an ``ArrayType``."""

@@ -1,4 +1,4 @@
-"""SparkRunner: a job restored at another parallelism (issue 17; docs/DESIGN.md
+"""SparkRunner: a job restored at another parallelism (docs/DESIGN.md
 "Unaligned checkpoints", "Rescaling").
 
 A keyed running sum runs at parallelism 2 as two Spark barrier tasks of the

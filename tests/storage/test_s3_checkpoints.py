@@ -1,4 +1,4 @@
-"""Checkpoints and savepoints on an object store (issue 14, API.md "Storage"),
+"""Checkpoints and savepoints on an object store (API.md "Storage"),
 against a real S3 API server (moto_server): the same guarantees as on a local
 disk — a checkpoint exists once its manifest object is written, a SIGKILLed job
 restores from the latest one exactly, retention deletes old ones, and a missing

@@ -1,4 +1,4 @@
-"""``ed.DeltaSink`` on an object store (issue 14): a Delta table on S3
+"""``ed.DeltaSink`` on an object store: a Delta table on S3
 (moto_server), written exactly once across a SIGKILL and a restore from
 checkpoints on the same store, read back with delta-rs."""
 

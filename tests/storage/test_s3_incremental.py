@@ -1,4 +1,4 @@
-"""Incremental checkpoints on an object store (issue 17), against moto_server: a
+"""Incremental checkpoints on an object store, against moto_server: a
 SIGKILLed job restores from the latest incremental checkpoint exactly, the
 objects under ``shared/`` are exactly those the retained manifests refer to,
 and a corrupt shared object is named when the state is read."""

@@ -1,4 +1,4 @@
-"""``ParquetSink`` on an object store (issue 14): files are uploaded under
+"""``ParquetSink`` on an object store: files are uploaded under
 names readers ignore and copied to their final names when their checkpoint
 completes; SIGKILL and restore from checkpoints on the same store loses and
 duplicates nothing."""

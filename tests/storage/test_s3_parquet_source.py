@@ -1,4 +1,4 @@
-"""``from_parquet`` over an object store prefix (issue 14): objects are listed
+"""``from_parquet`` over an object store prefix: objects are listed
 under the prefix (``_``/``.`` names skipped), read by byte ranges, and a job
 killed mid-run restores from checkpoints on the same store exactly."""
 

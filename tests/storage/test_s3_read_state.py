@@ -1,4 +1,4 @@
-"""``ed.read_state`` and ``eddyline checkpoints --state`` on an object store (issue 16):
+"""``ed.read_state`` and ``eddyline checkpoints --state`` on an object store:
 a parallelism-2 job's final checkpoint on S3 (moto_server) reads back as the job's
 final keyed sums, through the environment variables and through
 ``storage_options``; a savepoint on S3 too."""

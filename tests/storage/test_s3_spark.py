@@ -1,5 +1,5 @@
 """``SparkTableSink`` on ``s3://`` and ``from_spark`` pins with checkpoints on
-``s3://`` (issue 14), against moto_server and a local[2] Spark session that has
+``s3://``, against moto_server and a local[2] Spark session that has
 Hadoop's S3A filesystem (the jars ``.ci/run`` fetches, ``EDDYLINE_TEST_S3A_JARS``).
 
 eddyline writes every object through its storage layer (object_store); Spark

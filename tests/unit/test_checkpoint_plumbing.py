@@ -280,7 +280,7 @@ def test_id_report_and_read_parquet_dir(tmp_path: Path) -> None:
 
 
 def test_cli_checkpoints_on_missing_dir_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    # Issue 12, item 10: a missing directory is an error, not an empty listing.
+    # A missing directory is an error, not an empty listing.
     assert main(["checkpoints", "/nonexistent/eddyline/dir"]) == 2
     captured = capsys.readouterr()
     assert "'/nonexistent/eddyline/dir' does not exist" in captured.err

@@ -1,4 +1,4 @@
-"""Python keyed state stays cheap (issue 16): a checkpoint re-pickles only the
+"""Python keyed state stays cheap: a checkpoint re-pickles only the
 key groups touched since the previous one and returns the very same bytes
 for the others (what lets an incremental checkpoint skip them); the state of
 the keys a batch touches is fetched and written back once per batch; the

@@ -1,4 +1,4 @@
-"""A keyed process function's state held by column (issue 16): one dict per named
+"""A keyed process function's state held by column: one dict per named
 state (``key -> value``), no dict per key, while checkpoints keep the per-key
 layout of format v5 byte for byte.
 

@@ -1,4 +1,4 @@
-"""A keyed process function's checkpoint format v5 (issue 16): the watermark is
+"""A keyed process function's checkpoint format v5: the watermark is
 written once per subtask (union list state), the key groups without it.
 
 - A restore at another parallelism gives every new subtask the smallest

@@ -1,5 +1,5 @@
 """``codegen.pylist``: the per-record loops' column conversion gives exactly what
-``to_pylist`` gives (issue 16: numpy's ``tolist`` for integer and float columns)."""
+``to_pylist`` gives (numpy's ``tolist`` for integer and float columns)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Paths and URIs (issue 12, item 6): a URI scheme the engine cannot serve is a
+"""Paths and URIs: a URI scheme the engine cannot serve is a
 ``StorageError`` naming it, never a local directory called ``s3:``; ``file://``
 URIs are local paths. Object store URIs are served for checkpoints, savepoints,
 ``restore_from``, ``from_parquet`` and ``ParquetSink`` (tested against an S3
