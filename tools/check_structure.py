@@ -7,6 +7,9 @@
 2. No file in ``core/src`` or ``python/eddyline`` over ``MAX_FILE_LINES`` lines,
    not counting a Rust file's ``#[cfg(test)] mod tests``.
 3. No function in ``core/src/runtime`` over ``MAX_RUNTIME_FN_LINES`` lines.
+4. No "issue N" in code, tests or tomls (``HISTORY_DIRS``, ``*.toml``): a reader
+   cannot follow an issue number; code says the reason, or cites docs/DESIGN.md,
+   docs/API.md or the seeds (FLIP-147, FLINK-4120, ...) by name.
 
 Usage: ``python tools/check_structure.py [REPO]``; prints each finding and exits
 1 if there is any. CI runs it with the lint steps (``.ci/run``).
@@ -28,6 +31,19 @@ _TESTS_MOD = re.compile(
 )
 _CRATE_PATH = re.compile(r"\b(crate|super)((?:::[A-Za-z_]\w*)+)")
 _USE_GROUP = re.compile(r"\buse\s+(crate|super)::\{([^;]*)\};", re.S)
+_ISSUE_REF = re.compile(r"\bissues?\s*#?\s*\d+", re.I)
+HISTORY_DIRS = (
+    "core/src",
+    "core/tests",
+    "python/src",
+    "python/eddyline",
+    "tests",
+    "benches/python",
+    "benches/rust",
+    "benches/nexmark",
+)
+"""Where an issue number in a comment, docstring or string is a finding."""
+_HISTORY_SUFFIXES = (".rs", ".py", ".pyi", ".toml")
 _FN = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:unsafe\s+)?fn\s+(\w+)")
 
 
@@ -211,6 +227,27 @@ def long_functions(path: Path) -> Iterable[tuple[int, str, int]]:
         i = j + 1
 
 
+def history_files(repo: Path) -> list[Path]:
+    """The files the "issue N" rule reads: code under ``HISTORY_DIRS`` and the
+    tomls of the repository root and of its top-level directories."""
+    found = set(repo.glob("*.toml")) | set(repo.glob("*/*.toml"))
+    for name in HISTORY_DIRS:
+        found.update(
+            p
+            for p in (repo / name).rglob("*")
+            if p.suffix in _HISTORY_SUFFIXES and "__pycache__" not in p.parts
+        )
+    return sorted(p for p in found if p.is_file())
+
+
+def issue_references(path: Path) -> Iterable[tuple[int, str]]:
+    """(line number, text) of every "issue N" reference in path."""
+    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        m = _ISSUE_REF.search(line)
+        if m:
+            yield number, m.group(0)
+
+
 def main(repo: Path) -> int:
     findings: list[str] = []
     src = repo / "core" / "src"
@@ -223,6 +260,12 @@ def main(repo: Path) -> int:
         for line, name, n in long_functions(path):
             where = f"{path.relative_to(repo)}:{line}"
             findings.append(f"{where}: fn {name} has {n} lines (at most {MAX_RUNTIME_FN_LINES})")
+    for path in history_files(repo):
+        for line, ref in issue_references(path):
+            findings.append(
+                f"{path.relative_to(repo)}:{line}: {ref!r}: say the reason or cite "
+                "docs/DESIGN.md, docs/API.md or a seed, not an issue number"
+            )
     rust = rust_modules(src)
     named = {
         "::".join(k) or "crate": {"::".join(t) or "crate" for t in v}

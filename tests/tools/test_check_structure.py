@@ -113,6 +113,50 @@ def test_long_file_counts_code_not_tests(tmp_path: Path) -> None:
     assert cs.main(_repo(other, {"a/mod.rs": code + "// more\n" * 10}, {})) == 1
 
 
+# The references below are built from N so that this file holds none itself.
+N = 17
+
+
+ISSUE_REFS = [
+    ("core/src/a/x.rs", f"/// Kept as is (issue {N}).\npub struct X;\n"),
+    ("core/tests/t.rs", f"//! Ids are never reused (Issue #{N}).\n"),
+    ("python/src/job.rs", f"// see issues {N} and 18\n"),
+    ("python/eddyline/m.py", f'"""Cheap state (issue {N}: a dict per state)."""\n'),
+    ("tests/unit/test_x.py", f"def test_x() -> None:\n    # issue{N}\n    pass\n"),
+    ("Cargo.toml", f'# O_DIRECT for state files (issue {N})\nlibc = "0.2"\n'),
+    ("python/Cargo.toml", f"# issue {N}\n"),
+]
+
+
+@pytest.mark.parametrize("name, text", ISSUE_REFS, ids=[name for name, _ in ISSUE_REFS])
+def test_issue_number_in_code_or_toml_is_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str
+) -> None:
+    repo = _repo(tmp_path, {}, {})
+    assert cs.main(repo) == 0
+    _write(repo, {name: text})
+    assert cs.main(repo) == 1
+    line = 1 + next(i for i, s in enumerate(text.split("\n")) if str(N) in s)
+    assert f"{name}:{line}: " in capsys.readouterr().out
+
+
+def test_issue_words_without_a_number_and_dated_logs_are_not_found(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path,
+        {"a/x.rs": "// A known issue: the tissue 3 layers deep.\n"},
+        {"m.py": '"""Open issues are tracked elsewhere."""\n'},
+    )
+    _write(
+        repo,
+        {
+            "benches/RESULTS.md": f"## W3 (issue {N})\n",
+            "docs/DESIGN.md": f"Incremental checkpoints (issue {N}).\n",
+            "python/eddyline/__pycache__/m.py": f"# issue {N}\n",
+        },
+    )
+    assert cs.main(repo) == 0
+
+
 def test_repository_layout_is_checked_in_ci() -> None:
     lint = (ROOT / ".ci/lint").read_text()
     assert "tools/check_structure.py" in lint
