@@ -45,7 +45,7 @@ def build(
 
 def savepoint(tmp_path: Path) -> str:
     """A savepoint of the job keyed by ``k``, taken mid-run with keyed state."""
-    env = build(tmp_path / "chk", tmp_path / "sums0", key="k", sleep=0.002)
+    env = build(tmp_path / "chk", tmp_path / "sums0", key="k", sleep=0.01)
     client = env.execute_async("keyed-by-k")
     wait_until(
         lambda: client.metrics()["operators"]["numbers"]["records_out"] >= N // 10,
@@ -53,7 +53,9 @@ def savepoint(tmp_path: Path) -> str:
         what="a tenth of the input to be read",
     )
     path = client.stop_with_savepoint(str(tmp_path / "savepoints"))
-    client.wait(timeout=TIMEOUT_S)
+    first = client.wait(timeout=TIMEOUT_S)
+    read = int(first.metrics["operators"]["numbers"]["records_out"])
+    assert read < N, "the job ended before the savepoint: nothing is left to restore"
     return path
 
 
