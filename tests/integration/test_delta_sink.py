@@ -127,27 +127,43 @@ KILL_SCRIPT = textwrap.dedent(
     import eddyline as ed
     from eddyline.testing import SleepPerBatch
 
-    table, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    table, chk, n, interval = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    compact_every = int(sys.argv[5]) or None
     env = ed.StreamEnvironment(
-        2, checkpoint=ed.CheckpointConfig(chk, interval="100ms"), batch_size=200
+        2, checkpoint=ed.CheckpointConfig(chk, interval=interval), batch_size=200
     )
     numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
     slow = numbers.map_batches(SleepPerBatch(0.004)).name("slow").uid("slow")
-    slow.sink_to(ed.DeltaSink(table)).name("delta").uid("delta")
+    sink = ed.DeltaSink(table, compact_every=compact_every)
+    slow.sink_to(sink).name("delta").uid("delta")
     env.execute("delta-killable", restore_from="latest")
     """
 )
 
 
 @pytest.mark.timeout(180)
-def test_delta_sigkill_and_restore_is_exact(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("interval", "compact_every", "kills", "seed"),
+    [("100ms", 0, 2, 5), ("50ms", 2, 3, 11)],
+    ids=["plain", "compacting"],
+)
+def test_delta_sigkill_and_restore_is_exact(
+    tmp_path: Path, interval: str, compact_every: int, kills: int, seed: int
+) -> None:
     n = 60_000
     script = tmp_path / "job.py"
     script.write_text(KILL_SCRIPT)
     table, chk = tmp_path / "t", tmp_path / "chk"
-    command = [sys.executable, str(script), str(table), str(chk), str(n)]
-    kill_after_checkpoints(command, chk, kills=2, rng=random.Random(5), timeout=90)
+    command = [sys.executable, str(script), str(table), str(chk), str(n), interval]
+    command.append(str(compact_every))
+    kill_after_checkpoints(command, chk, kills=kills, rng=random.Random(seed), timeout=90)
     assert_exact_ids(_rows(table)["value"].to_pylist(), range(n), "DeltaSink")
+    if compact_every:
+        history = deltalake.DeltaTable(str(table)).history()
+        operations = [h["operation"] for h in history]
+        assert operations.count("OPTIMIZE") >= 2, operations
+        files = len(deltalake.DeltaTable(str(table)).file_uris())
+        assert files <= 2 * compact_every + 1 + kills, operations  # + one per kill
 
 
 KILL_AFTER_COMMIT_SCRIPT = textwrap.dedent(
