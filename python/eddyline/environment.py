@@ -397,8 +397,8 @@ class StreamEnvironment:
                 ``OffsetsInitializer.offsets``); partitions are listed only at
                 start and restore. It may be given when restoring an unbounded
                 job (each partition then reads from its checkpointed offset up to
-                its stopping offset) and left out when restoring a bounded one
-                (it reads on).
+                its stopping offset) and left out when restoring a checkpoint a
+                bounded one took before it ended (it reads on).
 
         Every row also has ``_topic``, ``_partition``, ``_offset`` and
         ``_timestamp`` (the message timestamp, milliseconds).
