@@ -410,9 +410,14 @@ class StreamEnvironment:
                 partition, offset and field.
             discovery_interval: How often to look for new partitions.
             timeout: How long to wait for the broker's metadata.
-            stopping_offsets: ``{(topic, partition): offset}`` for every partition
-                makes a bounded read: each partition up to (not including) its
-                offset, then the source ends (no partition discovery).
+            stopping_offsets: ``{(topic, partition): offset}`` makes a bounded
+                read: each partition up to (not including) its offset, then the
+                source ends; a partition not named reads nothing more (as Flink's
+                ``OffsetsInitializer.offsets``); partitions are listed only at
+                start and restore. It may be given when restoring an unbounded
+                job (each partition then reads from its checkpointed offset up to
+                its stopping offset) and left out when restoring a checkpoint a
+                bounded one took before it ended (it reads on).
 
         Every row also has ``_topic``, ``_partition``, ``_offset`` and
         ``_timestamp`` (the message timestamp, milliseconds).

@@ -13,6 +13,9 @@ own split for per-split watermarks (``assign_timestamps(...,
 idle_timeout=...)`` after the source), and partitions added to a topic are
 found every ``discovery_interval`` and read from their beginning. Consumer
 group offsets are committed only when a checkpoint completes, for monitoring.
+With ``stopping_offsets`` the source is bounded (:attr:`Source.bounded`): its
+checkpoints are those of the unbounded source, so either restores the other's
+(DESIGN.md "Kafka: a bounded end").
 
 Example:
     >>> import pyarrow as pa
@@ -121,12 +124,19 @@ class KafkaSource(Source):
         self.properties = dict(properties or {})
         self.skip_invalid = bool(skip_invalid)
         self.stopping_offsets = _offsets(stopping_offsets, operator, "stopping_offsets")
-        # A bounded read has a fixed partition list (no discovery), as in Flink.
-        self.discovery_interval = (
-            _seconds(discovery_interval, "discovery_interval")
-            if self.stopping_offsets is None
-            else None
-        )
+        if self.stopping_offsets is not None:
+            foreign = sorted({t for t, _ in self.stopping_offsets} - set(self.topics))
+            if foreign:
+                raise GraphError(
+                    f"{operator}(): stopping_offsets names topic(s) {foreign}, which are not "
+                    f"among the topics read {self.topics}"
+                )
+        # Partitions are splits named by id, bounded or not: both read (and
+        # restore) the same checkpoints, so a job restored with stopping_offsets
+        # ends where they say and one restored without them reads on. A bounded
+        # read lists its partitions only when it starts or is restored, as Flink's.
+        self.discovery_interval = _seconds(discovery_interval, "discovery_interval")
+        self.bounded = self.stopping_offsets is not None
         self.timeout = _seconds(timeout, "timeout")
         self.skipped = 0
         self._consumer: Any = None
@@ -151,14 +161,6 @@ class KafkaSource(Source):
                     operator=self.operator_name,
                 )
             out.extend((topic, p) for p in sorted(t.partitions))
-        if self.stopping_offsets is not None:
-            missing = [s for s in out if s not in self.stopping_offsets]
-            if missing:
-                raise KafkaError(
-                    f"source '{self.operator_name}': stopping_offsets has no offset for "
-                    f"partition(s) {missing}",
-                    operator=self.operator_name,
-                )
         return out
 
     def split_id(self, split: tuple[str, int]) -> int:
@@ -176,9 +178,13 @@ class KafkaSource(Source):
     def read(
         self, split: tuple[str, int], offset: Any, max_rows: int
     ) -> tuple[pa.RecordBatch | None, Any] | None:
-        stop = None if self.stopping_offsets is None else self.stopping_offsets[split]
-        if stop is not None and (stop == 0 or (isinstance(offset, int) and offset >= stop)):
-            return None  # a bounded read reached its end
+        stop = None if self.stopping_offsets is None else self.stopping_offsets.get(split)
+        if self.stopping_offsets is not None and (
+            stop is None or stop == 0 or (isinstance(offset, int) and offset >= stop)
+        ):
+            # A bounded read reached its end; a partition without a stopping
+            # offset ends where it is (DESIGN.md "Kafka: a bounded end").
+            return None
         consumer = self._connect()
         if self._next.get(split) != offset:
             self._position(consumer, split, offset)

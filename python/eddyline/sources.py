@@ -20,7 +20,11 @@ sets :attr:`Source.discovery_interval` and names each split by a stable
 and its checkpoint holds every owned split (finished ones too), so a split in
 no checkpoint entry is one found later and is read from
 :meth:`Source.discovered_offset`. Such a checkpoint is restored by union (every
-subtask sees every entry and keeps the splits it owns now).
+subtask sees every entry and keeps the splits it owns now). Such a source may
+also be :attr:`Source.bounded` (Kafka with ``stopping_offsets``): it looks for
+splits only when it starts or is restored and ends when its splits are read to
+their end. Bounded or not, its checkpoints have one form, so a job can be
+restored bounded from the checkpoint of an unbounded run and back.
 
 Example:
     >>> import pyarrow as pa
@@ -106,6 +110,16 @@ class Source:
     split that appears while running, or since the checkpoint a job is
     restored from, is read from :meth:`discovered_offset`."""
 
+    bounded: bool = False
+    """Only with :attr:`discovery_interval`: the source ends. Its splits are
+    listed when a job starts or is restored (never every
+    ``discovery_interval``), and each subtask ends once its splits are read to
+    their end. Its checkpoints take the same form as those of the unbounded
+    source, so a job can be restored bounded from an unbounded run and back;
+    a split it read to its end keeps its last offset in them, and after a
+    restore :meth:`read` is asked again from there (a restored job whose bound
+    lies further on reads on; otherwise ``read`` answers ``None`` again)."""
+
     def split_id(self, split: Any) -> int:
         """A stable id of ``split`` in ``0 .. 2**63`` (sources with :attr:`discovery_interval`).
 
@@ -178,7 +192,7 @@ class _InterleavedReads:
             result = self._source.read(split_of(sid), self._offsets[sid], self._batch_size)
             if result is None:
                 del self._open[pos]
-                del self._offsets[sid]
+                self._ended(sid, self._offsets.pop(sid))
                 self._cursor = pos
                 self._changed = True
                 continue
@@ -193,6 +207,9 @@ class _InterleavedReads:
                 continue  # progress without rows (e.g. the end of a file): read on
             return batch, sid
         return None
+
+    def _ended(self, sid: int, offset: Any) -> None:
+        """Split ``sid`` was read to its end at ``offset``."""
 
 
 class SourceSubtaskReader(_InterleavedReads):
@@ -330,6 +347,13 @@ class DynamicReader(_InterleavedReads):
     read to their end (``done``), so that a split in no entry is one found
     after the checkpoint. The binding restores these entries by union: every
     restored subtask sees all of them and keeps those it owns now.
+
+    A :attr:`Source.bounded` source is listed only on start and restore, and
+    its reader ends (``poll`` answers ``False``) once its splits are read to
+    their end. The ``offset`` of its finished splits is the one ``read``
+    ended at (an unbounded source's is ``None``: its ends do not move), and a
+    restore reopens them there, so the restored job's bound decides whether
+    they read on: both kinds restore each other's checkpoints.
     """
 
     def __init__(
@@ -348,9 +372,11 @@ class DynamicReader(_InterleavedReads):
         self._schema = source.schema()
         self._batch_size = batch_size
         self._clock = clock
+        self._bounded = bool(source.bounded)
         self._completions = _Completions(source)
         self._splits: dict[int, Any] = {}  # id -> split, of every owned split
         self._offsets: dict[int, Any] = {}  # id -> offset, of the open ones
+        self._ends: dict[int, Any] = {}  # id -> last offset, of finished ones (bounded)
         self._open: list[int] = []
         self._cursor = 0
         self._changed = True
@@ -382,6 +408,10 @@ class DynamicReader(_InterleavedReads):
             self._add(split, self._source.discovered_offset)
         self._next_discovery = self._clock() + float(self._source.discovery_interval or 0)
 
+    def _ended(self, sid: int, offset: Any) -> None:
+        if self._bounded:
+            self._ends[sid] = offset  # where a later, further bound reads on
+
     def open_splits(self) -> list[int]:
         """The ids of the splits this subtask reads and has not read to their end."""
         return list(self._open)
@@ -395,11 +425,14 @@ class DynamicReader(_InterleavedReads):
     def poll(
         self,
     ) -> tuple[pa.RecordBatch | None, int | None, tuple[int, ...] | None] | bool | None:
-        if self._clock() >= self._next_discovery:
+        if not self._bounded and self._clock() >= self._next_discovery:
             self._discover()
         got = self._read_open(lambda sid: self._splits[sid])
         if got is not None:
             return got[0], got[1], self._open_if_changed()
+        if self._bounded and not self._open:
+            self._source.close()
+            return False
         # Unbounded: more splits may appear, so an empty reader waits for them.
         opened = self._open_if_changed()
         return None if opened is None else (None, None, opened)
@@ -412,7 +445,12 @@ class DynamicReader(_InterleavedReads):
             )
         return [
             pickle.dumps(
-                (sid, split, self._offsets.get(sid), sid not in self._offsets),
+                (
+                    sid,
+                    split,
+                    self._offsets[sid] if sid in self._offsets else self._ends.get(sid),
+                    sid not in self._offsets,
+                ),
                 protocol=pickle.HIGHEST_PROTOCOL,
             )
             for sid, split in self._splits.items()
@@ -424,26 +462,58 @@ class DynamicReader(_InterleavedReads):
 
     def seek_entries(self, entries: list[bytes]) -> None:
         """Reads the owned splits of ``entries`` from their offsets, and every other
-        owned split that :meth:`Source.splits` lists from its discovered offset."""
-        self._splits, self._offsets, self._open = {}, {}, []
-        for data in entries:
-            entry = pickle.loads(data)
+        owned split that :meth:`Source.splits` lists from its discovered offset.
+
+        A finished split with an offset (one a bounded reader ended) is read
+        again from it; one without stays finished.
+        """
+        self._splits, self._offsets, self._ends, self._open = {}, {}, {}, []
+        decoded = [pickle.loads(data) for data in entries]
+        if self._bounded and decoded and all(_fixed_entry(e) for e in decoded):
+            self._seek_fixed(decoded)
+            return
+        for entry in decoded:
             if not (isinstance(entry, tuple) and len(entry) == 4):
                 raise CheckpointError(
                     f"source '{self._operator}' discovers its splits, but its checkpoint "
-                    "holds offsets of a source with a fixed split list",
+                    "holds offsets of a source with a fixed split list (only a bounded "
+                    "read, such as Kafka's with stopping_offsets, restores those)",
                     operator=self._operator,
                 )
             sid, split, offset, done = entry
             if sid % self._parallelism != self._subtask:
                 continue
             self._splits[sid] = split
-            if not done:
+            if not done or offset is not None:
                 self._offsets[sid] = offset
                 self._open.append(sid)
         self._cursor = 0
         self._changed = True
         self._discover()
+
+    def _seek_fixed(self, entries: list[tuple[int, Any]]) -> None:
+        """Restores the checkpoint of a bounded source that had a fixed split list
+        (``(index in splits(), offset)`` per split left): the splits it does not
+        name had been read to their end, and stay finished."""
+        splits = list(self._source.splits())
+        offsets = dict(entries)
+        bad = [i for i in offsets if not 0 <= i < len(splits)]
+        if bad:
+            raise CheckpointError(
+                f"source '{self._operator}' has {len(splits)} splits, but its checkpoint "
+                f"holds an offset of split {bad[0]!r}",
+                operator=self._operator,
+            )
+        for index, split in enumerate(splits):
+            sid = self._id(split)
+            if sid % self._parallelism != self._subtask:
+                continue
+            self._splits[sid] = split
+            if index in offsets:
+                self._offsets[sid] = offsets[index]
+                self._open.append(sid)
+        self._cursor = 0
+        self._changed = True
 
     def seek(self, data: bytes) -> None:
         raise CheckpointError(
@@ -451,6 +521,11 @@ class DynamicReader(_InterleavedReads):
             "offset of a source with a fixed split list",
             operator=self._operator,
         )
+
+
+def _fixed_entry(entry: Any) -> bool:
+    """``entry`` is ``(split index, offset)``, of a :class:`SourceSubtaskReader`."""
+    return isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], int)
 
 
 def _check_batch(batch: Any, schema: pa.Schema, operator: str) -> None:

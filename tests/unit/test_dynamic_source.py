@@ -150,3 +150,94 @@ def test_a_bad_split_id_is_a_schema_error_naming_the_source() -> None:
 
     with pytest.raises(ed.SchemaError, match="source 'src': split_id"):
         DynamicReader(Bad([1]), "src", 0, 1, 4)
+
+
+class Capped(Growing):
+    """``Growing`` read up to ``stops[split]`` (``None``: unbounded); a split
+    without a stop ends at once, as a Kafka partition without a stopping offset."""
+
+    def __init__(self, sizes: list[int], stops: dict[int, int] | None) -> None:
+        super().__init__(sizes)
+        self.stops = stops
+        self.bounded = stops is not None
+
+    def read(self, split: int, offset: int, max_rows: int) -> tuple[pa.RecordBatch, int] | None:
+        if self.stops is None:
+            got = super().read(split, offset, max_rows)
+            return (None, offset) if got is None else got  # unbounded: waits for more
+        stop = self.stops.get(split, 0)
+        return super().read(split, offset, min(max_rows, stop - offset)) if offset < stop else None
+
+
+def _run(reader: DynamicReader, rows: list[tuple[int, int]], polls: int = 50) -> bool:
+    """Polls ``reader`` ``polls`` times at most; whether it ended."""
+    for _ in range(polls):
+        got = reader.poll()
+        if got is False:
+            return True
+        if isinstance(got, tuple) and got[0] is not None:
+            batch = got[0]
+            rows += list(zip(batch["split"].to_pylist(), batch["n"].to_pylist(), strict=True))
+    return False
+
+
+def test_a_bounded_reader_ends_and_lists_splits_only_when_it_starts() -> None:
+    clock = Clock()
+    source = Capped([5, 5], {0: 3})
+    reader = DynamicReader(source, "src", 0, 1, 2, clock=clock)
+    source.sizes.append(5)  # a split appearing later is not looked for
+    clock.now = 10.0
+    rows: list[tuple[int, int]] = []
+    assert _run(reader, rows)
+    assert sorted(rows) == [(0, 0), (0, 1), (0, 2)]  # split 1 has no stop: nothing read
+    ends = {pickle.loads(e)[0]: pickle.loads(e)[2:] for e in reader.entries()}
+    assert ends == {0: (3, True), 1: (0, True)}
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_an_unbounded_checkpoint_restored_bounded_reads_to_the_stops_once(
+    parallelism: int,
+) -> None:
+    clock = Clock()
+    old = [DynamicReader(Capped([9, 9, 9], None), "src", i, 2, 2, clock=clock) for i in range(2)]
+    rows: list[tuple[int, int]] = []
+    for r in old:
+        assert not _run(r, rows, polls=2)  # two batches: splits 0 and 2 at 2, split 1 at 4
+    union = [e for r in old for e in r.entries(checkpoint_id=1)]
+    stops = {0: 6, 1: 3, 2: 9}  # split 1 is already past its stop
+    new = [
+        DynamicReader(Capped([9, 9, 9], stops), "src", i, parallelism, 2, clock=clock)
+        for i in range(parallelism)
+    ]
+    for r in new:
+        r.seek_entries(union)
+        assert _run(r, rows)
+    expected = [(0, n) for n in range(6)] + [(1, n) for n in range(4)]
+    assert sorted(rows) == expected + [(2, n) for n in range(9)]
+
+
+def test_a_bounded_checkpoint_restored_unbounded_or_further_reads_on() -> None:
+    clock = Clock()
+    bounded = DynamicReader(Capped([8, 8], {0: 3}), "src", 0, 1, 5, clock=clock)
+    rows: list[tuple[int, int]] = []
+    assert _run(bounded, rows)
+    entries = bounded.entries()
+    further = DynamicReader(Capped([8, 8], {0: 5, 1: 2}), "src", 0, 1, 5, clock=clock)
+    further.seek_entries(entries)
+    assert _run(further, rows)
+    unbounded = DynamicReader(Capped([8, 8], None), "src", 0, 1, 5, clock=clock)
+    unbounded.seek_entries(further.entries())
+    assert not _run(unbounded, rows)
+    assert sorted(rows) == [(0, n) for n in range(8)] + [(1, n) for n in range(8)]
+
+
+def test_a_bounded_reader_restores_the_fixed_split_checkpoint_of_older_versions() -> None:
+    # (split index, offset) per split left; split 1 had been read to its end.
+    old = [pickle.dumps((0, 2)), pickle.dumps((2, 1))]
+    stops = {0: 4, 1: 4, 2: 4}
+    readers = [DynamicReader(Capped([4] * 3, stops), "src", i, 2, 4) for i in range(2)]
+    rows: list[tuple[int, int]] = []
+    for r in readers:
+        r.seek_entries(old)
+        assert _run(r, rows)
+    assert sorted(rows) == [(0, 2), (0, 3), (2, 1), (2, 2), (2, 3)]
