@@ -11,17 +11,19 @@ use pyo3::types::PyList;
 use crate::arrow::schema_to_py;
 use crate::graph::parse_graph;
 
+/// What `plan_graph` returns: chains, uids, schemas.
+type PlanParts<'py> = (Vec<Vec<usize>>, Vec<String>, Vec<Option<Bound<'py, PyAny>>>);
+
 /// `(chains, uids, schemas)`: the node ids of each chain (head first, in
 /// the order the tasks are built), every node's uid (the user's, or the one
 /// core assigns) and every node's output schema (None where only known at
 /// run time). Raises what `build_graph` raises for an invalid graph.
 #[pyfunction]
-#[allow(clippy::type_complexity)]
 pub fn plan_graph<'py>(
     py: Python<'py>,
     nodes: &Bound<'py, PyList>,
     max_parallelism: usize,
-) -> PyResult<(Vec<Vec<usize>>, Vec<String>, Vec<Option<Bound<'py, PyAny>>>)> {
+) -> PyResult<PlanParts<'py>> {
     let built = parse_graph(py, nodes, max_parallelism, "validate")?;
     let plan = Plan::new(&built.graph);
     let chains = plan.chains.into_iter().map(|c| c.nodes).collect();

@@ -336,3 +336,23 @@ def test_explain_inside_a_loop_function_shows_the_loop_so_far() -> None:
         "      input: [0] forward\n"
         "      schema: value: int64"
     ]
+
+
+def test_explain_reaches_no_storage() -> None:
+    # An object store nobody listens on: execute would probe it before starting
+    # (a StorageError); explain only plans.
+    env = ed.StreamEnvironment(
+        storage_options={
+            "aws_endpoint_url": "http://127.0.0.1:9",
+            "aws_access_key_id": "x",
+            "aws_secret_access_key": "x",
+            "aws_region": "us-east-1",
+            "aws_allow_http": "true",
+        }
+    )
+    env.from_sequence(0, 3).sink_to(ed.ParquetSink("s3://nowhere/out")).name("files")
+    assert env.explain().endswith(
+        "  [1] sink_parquet 'files'  uid 'sink_parquet-1' (generated)\n      input: [0] forward"
+    )
+    with pytest.raises(ed.StorageError, match="ParquetSink 'files'"):
+        env.execute("probes")  # the probe explain skipped
