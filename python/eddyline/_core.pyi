@@ -21,6 +21,7 @@ __all__ = [
     "inspect_checkpoint",
     "list_checkpoints",
     "parquet_files",
+    "plan_graph",
     "read_keyed_state",
     "start_job",
     "worker_connect",
@@ -32,6 +33,13 @@ _JobStatus = Literal["running", "restarting", "finished", "failed", "cancelled"]
 
 def build_graph(nodes: list[NodeSpec], max_parallelism: int) -> list[pa.Schema | None]:
     """Validates a graph; returns each node's output schema (None where unknown)."""
+
+def plan_graph(
+    nodes: list[NodeSpec], max_parallelism: int
+) -> tuple[list[list[int]], list[str], list[pa.Schema | None]]:
+    """Validates a graph; returns the chains a fresh run makes of it (each chain's node
+    ids, head first), every node's uid (the spec's, or the one the core generates) and
+    every node's output schema (None where unknown)."""
 
 def start_job(
     nodes: list[NodeSpec],

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 from . import _core
 from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
+from ._explain import explain
 from ._graph import LogicalGraph, native
 from ._specs import NodeSpec
 from ._storage import (
@@ -491,6 +492,24 @@ class StreamEnvironment:
         compiled = self._graph.compile(sinks, complete=True)
         native().build_graph(compiled.nodes, self.max_parallelism)
         return compiled.nodes
+
+    def explain(self) -> str:
+        """The plan of the whole job (everything that leads to a sink), as it would run.
+
+        The same text as :meth:`DataStream.explain`, for every sink of the
+        environment (docs/API.md "Explaining a job"). It displays as the plan in a
+        REPL; ``print`` it in a script.
+
+        Raises:
+            GraphError: If the job has no sink, a loop is still being built or the
+                graph is invalid (as ``execute`` would).
+        """
+        sinks = self._graph.sinks()
+        if not sinks:
+            raise GraphError(
+                "the job has no sink to explain: add stream.collect() or stream.sink_to(...)"
+            )
+        return explain(self._graph, sinks, self.max_parallelism, complete=True)
 
     def execute_async(
         self,

@@ -35,6 +35,7 @@ from ._exec.event_time import is_event_time_type
 from ._exec.factory import RunnerFactory
 from ._exec.global_commit import GlobalCommitRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
+from ._explain import explain
 from ._graph import LogicalEdge, LogicalNode
 from ._storage import is_object_store_uri, probe_writable
 from .config import Duration, parse_duration
@@ -701,6 +702,43 @@ class DataStream(_Operators):
                 f"operator '{name}' has no side output {tag.name!r}: {what}", operator=name
             )
         return DataStream(self._env, self._node, entry[0])
+
+    # ---- plan ---------------------------------------------------------------
+
+    def explain(self) -> str:
+        """The plan of everything that leads to this stream, as the job would run it.
+
+        One task per chain of operators that run together in one thread, with its
+        parallelism; under it each operator (per-record Python functions fused into
+        one), its uid, its inputs and how they are partitioned (``forward``,
+        ``rebalance``, ``broadcast``, ``hash(keys)``), its side outputs, its
+        event-time column and its output schema where known before running
+        (docs/API.md "Explaining a job"). The text displays as the plan in a REPL;
+        ``print`` it in a script.
+
+        Raises:
+            GraphError, SchemaError, ScopeError: If the graph is invalid, as
+                ``execute`` would.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment(parallelism=2)
+            >>> rows = env.from_collection([{"k": "a", "v": 1}])
+            >>> sums = rows.filter(ed.col("v") > 0).key_by("k").sum("v")
+            >>> print(sums.explain())
+            eddyline plan: 2 tasks, 3 operators
+            task 0 (parallelism 2):
+              [0] source_arrow 'from_collection_0'  uid 'source_arrow-0' (generated)
+                  schema: k: string, v: int64
+              [1] filter 'filter_1'  uid 'filter-1' (generated)
+                  input: [0] forward
+                  schema: k: string, v: int64
+            task 1 (parallelism 2):
+              [2] keyed_agg 'sum_2'  uid 'keyed_agg-2' (generated)
+                  input: [1] hash(k)
+                  schema: k: string, v: int64
+        """
+        return explain(self._env._graph, [self._node.id], self._env.max_parallelism, complete=False)
 
     # ---- sinks --------------------------------------------------------------
 

@@ -1,11 +1,12 @@
 //! `eddyline._core`: the PyO3 binding of eddyline-core.
 //!
 //! Glue only: conversions between Python and core types (`graph.rs`,
-//! `arrow.rs`), the one error table (`errors.rs`), the one place the GIL is
-//! released (`gil.rs`), the job handle (`job.rs`), the operator that
-//! calls Python runners once per batch (`udf.rs`) and the reader that polls
-//! Python sources (`source.rs`). The logic of user
-//! functions lives in the pure-Python package, the engine in core.
+//! `arrow.rs`), the chains of a graph for `explain()` (`plan.rs`), the one
+//! error table (`errors.rs`), the one place the GIL is released (`gil.rs`),
+//! the job handle (`job.rs`), the operator that calls Python runners once per
+//! batch (`udf.rs`) and the reader that polls Python sources (`source.rs`).
+//! The logic of user functions lives in the pure-Python package, the engine
+//! in core.
 
 mod arrow;
 mod checkpoints;
@@ -14,6 +15,7 @@ mod errors;
 mod gil;
 mod graph;
 mod job;
+mod plan;
 mod source;
 mod storage;
 mod udf;
@@ -24,6 +26,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(graph::build_graph, m)?)?;
+    m.add_function(wrap_pyfunction!(plan::plan_graph, m)?)?;
     m.add_function(wrap_pyfunction!(job::start_job, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::list_checkpoints, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::inspect_checkpoint, m)?)?;
