@@ -1,0 +1,140 @@
+"""The loop over cases: generate, run, check, report; the JSON summary."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .case import Case
+from .check import compare
+from .execute import run_case
+from .generate import generate
+from .reference import expected
+from .render import render
+from .shrink import shrink
+
+
+def check_case(case: Case, workdir: Path) -> tuple[list[str], bool]:
+    """Runs ``case`` once in ``workdir``: its problems (empty: it matched) and
+    whether its fault fired."""
+    outcome = run_case(case, workdir)
+    if outcome.error is not None:
+        return [f"the job failed: {outcome.error}"], outcome.fired
+    return compare(case, outcome.outputs, expected(case)), outcome.fired
+
+
+class _Fails:
+    """Whether a shrunk candidate still fails (each try in a fresh directory)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.tries = root, 0
+
+    def __call__(self, candidate: Case) -> bool:
+        self.tries += 1
+        where = self.root / f"try-{self.tries}"
+        found, _ = check_case(candidate, where)
+        shutil.rmtree(where, ignore_errors=True)
+        return bool(found)
+
+
+def _report(case: Case, problems: list[str], small: Case | None, root: Path) -> None:
+    out = sys.stderr
+    print(
+        f"\n=== MISMATCH seed={case.seed} "
+        f"(rerun: python tools/chaos.py --seed {case.seed} --cases 1)",
+        file=out,
+    )
+    for problem in problems:
+        print(f"  - {problem}", file=out)
+    print(f"fault schedule: {case.fault}", file=out)
+    print(f"case: {case.to_json()}", file=out)
+    print("--- reproducer (inputs under its HERE/in; rerun the seed to write them) ---", file=out)
+    print(render(case, root / "repro"), file=out)
+    if small is not None and small.to_json() != case.to_json():
+        print("--- shrunk case ---", file=out)
+        print(f"case: {small.to_json()}", file=out)
+        print(render(small, root / "repro-small"), file=out)
+
+
+def run(
+    cases: int,
+    seed: int | None,
+    minutes: float | None,
+    *,
+    do_shrink: bool = True,
+    keep: Path | None = None,
+) -> dict[str, Any]:
+    """Runs up to ``cases`` cases (fewer if ``minutes`` run out) from ``seed``
+    (fresh when ``None``); returns the summary printed as the last line."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    print(f"chaos: seed {seed}", flush=True)
+    master = random.Random(seed)
+    started = time.monotonic()
+    mix: Counter[str] = Counter()
+    mismatches: list[int] = []
+    unfired = 0
+    done = 0
+    root = keep or Path(tempfile.mkdtemp(prefix="eddyline-chaos-"))
+    for index in range(cases):
+        if minutes is not None and time.monotonic() - started > minutes * 60:
+            break
+        case_seed = seed if cases == 1 else master.randrange(2**31)
+        case = generate(case_seed)
+        workdir = root / f"case-{case_seed}"
+        t0 = time.monotonic()
+        problems, fired = check_case(case, workdir)
+        done += 1
+        mix.update(case.features())
+        unfired += 0 if fired else 1
+        status = "MISMATCH" if problems else "ok"
+        print(
+            f"case {index} seed={case_seed} {status} {time.monotonic() - t0:.1f}s "
+            f"fault={case.fault.kind}"
+            f"{'' if fired else ' (fault did not fire)'} {' '.join(case.features())}",
+            flush=True,
+        )
+        if problems:
+            mismatches.append(case_seed)
+            small = shrink(case, _Fails(root / f"shrink-{case_seed}")) if do_shrink else None
+            _report(case, problems, small, workdir)
+        elif keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if keep is None and not mismatches:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "cases": done,
+        "mismatches": len(mismatches),
+        "mismatch_seeds": mismatches,
+        "seed": seed,
+        "seconds": round(time.monotonic() - started, 1),
+        "faults_not_fired": unfired,
+        "mix": dict(sorted(mix.items())),
+        "workdir": str(root) if (keep or mismatches) else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tools/chaos.py", description=__doc__)
+    parser.add_argument("--cases", type=int, default=10)
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the run's seed (with --cases 1: the case's)"
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="stop starting cases after this long"
+    )
+    parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument("--keep", type=Path, default=None, help="keep every case's directory here")
+    args = parser.parse_args(argv)
+    summary = run(args.cases, args.seed, args.minutes, do_shrink=not args.no_shrink, keep=args.keep)
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    return 1 if summary["mismatches"] else 0
