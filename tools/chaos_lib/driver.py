@@ -20,13 +20,15 @@ from .reference import expected
 from .render import render
 from .shrink import shrink
 
+_ERROR = "the job failed: "
+
 
 def check_case(case: Case, workdir: Path) -> tuple[list[str], bool]:
     """Runs ``case`` once in ``workdir``: its problems (empty: it matched) and
     whether its fault fired."""
     outcome = run_case(case, workdir)
     if outcome.error is not None:
-        return [f"the job failed: {outcome.error}"], outcome.fired
+        return [_ERROR + outcome.error], outcome.fired
     return compare(case, outcome.outputs, expected(case)), outcome.fired
 
 
@@ -41,7 +43,10 @@ class _Fails:
         where = self.root / f"try-{self.tries}"
         found, _ = check_case(candidate, where)
         shutil.rmtree(where, ignore_errors=True)
-        return bool(found)
+        # the same kind of failure: a wrong output stays a wrong output, not a job error
+        return bool(found) and found[0].startswith(_ERROR) == self.error
+
+    error = False
 
 
 def _report(case: Case, problems: list[str], small: Case | None, root: Path) -> None:
@@ -103,7 +108,11 @@ def run(
         )
         if problems:
             mismatches.append(case_seed)
-            small = shrink(case, _Fails(root / f"shrink-{case_seed}")) if do_shrink else None
+            small = None
+            if do_shrink:
+                fails = _Fails(root / f"shrink-{case_seed}")
+                fails.error = problems[0].startswith(_ERROR)
+                small = shrink(case, fails)
             _report(case, problems, small, workdir)
         elif keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -134,7 +143,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-shrink", action="store_true")
     parser.add_argument("--keep", type=Path, default=None, help="keep every case's directory here")
+    parser.add_argument(
+        "--case", type=Path, default=None, help="run one case from its JSON (a shrunk case)"
+    )
     args = parser.parse_args(argv)
+    if args.case is not None:
+        case = Case.from_json(args.case.read_text())
+        workdir = Path(tempfile.mkdtemp(prefix="eddyline-chaos-case-"))
+        problems, fired = check_case(case, workdir)
+        if problems:
+            _report(case, problems, None, workdir)
+        print(
+            json.dumps(
+                {
+                    "cases": 1,
+                    "mismatches": int(bool(problems)),
+                    "seed": case.seed,
+                    "fired": fired,
+                    "workdir": str(workdir),
+                }
+            )
+        )
+        return 1 if problems else 0
     summary = run(args.cases, args.seed, args.minutes, do_shrink=not args.no_shrink, keep=args.keep)
     print(json.dumps(summary, sort_keys=True), flush=True)
     return 1 if summary["mismatches"] else 0

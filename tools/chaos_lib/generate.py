@@ -104,7 +104,8 @@ def generate(seed: int, scale: float = 1.0) -> Case:
         incremental=rng.random() < 0.4,
         sleep_s=0.0
         if fault_kind == "none"
-        else round(min(0.05, max(0.002, 2.0 * parallelism / batches)), 4),
+        # about 3 s of reading, so a checkpoint completes before the fault
+        else round(min(0.08, max(0.002, 3.0 * parallelism / batches)), 4),
     )
     fault = Fault(
         kind=fault_kind,
