@@ -23,7 +23,7 @@ from chaos_lib import driver
 from chaos_lib.case import Case, Stage
 from chaos_lib.check import compare
 from chaos_lib.generate import generate
-from chaos_lib.reference import expected
+from chaos_lib.reference import expected, main_stream
 
 CASES = 12
 MINUTES = 4.0
@@ -78,6 +78,39 @@ def test_a_running_update_committed_twice_is_a_mismatch() -> None:
     assert len(problems) == 1 and "committed twice" in problems[0]
     short = final.assign(count=final["count"] - 1)
     assert len(compare(case, {"upsert": short}, want)) == 1
+
+
+def test_only_a_late_candidate_may_be_late() -> None:
+    """A row the run's late output holds must be a late candidate (placed after
+    a far-ahead row of its split) and missing from its window; any other row
+    there is a mismatch."""
+    case = _case(Stage("tumbling", "sum", size_ms=2_000, late=True))
+    source = case.source(case.main)
+    source.late_rows = 3
+    from chaos_lib.reference import candidates
+
+    late_ids = sorted(candidates(case))
+    assert len(late_ids) == 3 * source.files
+    on_time = expected(case)
+    assert on_time["late"].empty
+    chosen = set(late_ids[:2])
+    want = expected(case, chosen)
+    assert sorted(want["late"]["id"]) == sorted(chosen)
+    assert want["main"]["v"].sum() == on_time["main"]["v"].sum() - want["late"]["v"].sum()
+    good = {"parquet": want["main"], "late": want["late"]}
+    assert compare(case, good, want) == []
+    # a late row counted in its window too, or an on-time row sent to the late output
+    assert compare(case, {"parquet": on_time["main"], "late": want["late"]}, want) != []
+    # id 0, the main source's first row, is on time by construction: never expected late
+    first = main_stream(case).iloc[:1]
+    assert int(first["id"].iloc[0]) == 0 and 0 not in late_ids
+    wrong = expected(case, {0})
+    assert wrong["late"].empty
+    problems = compare(case, {"parquet": on_time["main"], "late": first}, wrong)
+    assert problems == [
+        "late: 0 row(s) lost, 1 extra (of 0 expected); lost e.g. [], extra e.g. "
+        f"{[tuple(int(x) for x in first[sorted(first.columns)].iloc[0])]}"
+    ]
 
 
 def test_the_window_reference_on_a_hand_made_example() -> None:

@@ -23,6 +23,10 @@ class Source:
     rows form one ordered list), ids from ``id_base``; event time spans
     ``[0, span_ms)`` with each row within ``jitter_ms`` of its place, and
     ``2 * jitter_ms < bound_ms`` so no row is ever late (docs/CHAOS.md).
+    ``late_rows``: each split ends with a row far ahead in event time, then
+    that many rows from the first half of the span: late candidates, late or
+    not depending on the other splits (only before a tumbling window with a
+    late output, where the reference can follow either).
     """
 
     name: str
@@ -36,6 +40,7 @@ class Source:
     files: int = 1
     row_groups: int = 1
     seed: int = 0
+    late_rows: int = 0
 
 
 @dataclasses.dataclass

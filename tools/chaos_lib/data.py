@@ -55,8 +55,23 @@ def splits_of(source: Source) -> list[list[Row]]:
                 {"id": next_id, "k": rng.randrange(source.keys), "ts": ts, "v": rng.randint(1, 20)}
             )
             next_id += 1
+        if source.late_rows:
+            far = source.span_ms + 10 * source.bound_ms
+            split.append({"id": next_id, "k": 0, "ts": far, "v": 1})
+            next_id += 1
+            for _ in range(source.late_rows):
+                ts = rng.randrange(0, max(1, source.span_ms // 2))
+                split.append({"id": next_id, "k": rng.randrange(source.keys), "ts": ts, "v": 1})
+                next_id += 1
         out.append(split)
     return out
+
+
+def late_candidates(source: Source) -> set[int]:
+    """The ids of the rows placed after a far-ahead row of their split."""
+    if not source.late_rows:
+        return set()
+    return {row["id"] for split in splits_of(source) for row in split[-source.late_rows :]}
 
 
 def rows_of(source: Source) -> list[Row]:

@@ -23,13 +23,16 @@ from .shrink import shrink
 _ERROR = "the job failed: "
 
 
-def check_case(case: Case, workdir: Path) -> tuple[list[str], bool]:
-    """Runs ``case`` once in ``workdir``: its problems (empty: it matched) and
-    whether its fault fired."""
+def check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
+    """Runs ``case`` once in ``workdir``: its problems (empty: it matched),
+    whether its fault fired, and how many rows its late output committed."""
     outcome = run_case(case, workdir)
     if outcome.error is not None:
-        return [_ERROR + outcome.error], outcome.fired
-    return compare(case, outcome.outputs, expected(case)), outcome.fired
+        return [_ERROR + outcome.error], outcome.fired, 0
+    late = outcome.outputs.get("late")
+    late_ids = set() if late is None or late.empty else {int(i) for i in late["id"]}
+    problems = compare(case, outcome.outputs, expected(case, late_ids))
+    return problems, outcome.fired, 0 if late is None else len(late)
 
 
 class _Fails:
@@ -41,7 +44,7 @@ class _Fails:
     def __call__(self, candidate: Case) -> bool:
         self.tries += 1
         where = self.root / f"try-{self.tries}"
-        found, _ = check_case(candidate, where)
+        found, _, _ = check_case(candidate, where)
         shutil.rmtree(where, ignore_errors=True)
         # the same kind of failure: a wrong output stays a wrong output, not a job error
         return bool(found) and found[0].startswith(_ERROR) == self.error
@@ -86,6 +89,7 @@ def run(
     mix: Counter[str] = Counter()
     mismatches: list[int] = []
     unfired = 0
+    late_seen = 0
     done = 0
     root = keep or Path(tempfile.mkdtemp(prefix="eddyline-chaos-"))
     for index in range(cases):
@@ -95,8 +99,9 @@ def run(
         case = generate(case_seed)
         workdir = root / f"case-{case_seed}"
         t0 = time.monotonic()
-        problems, fired = check_case(case, workdir)
+        problems, fired, late_rows = check_case(case, workdir)
         done += 1
+        late_seen += late_rows
         mix.update(case.features())
         unfired += 0 if fired else 1
         status = "MISMATCH" if problems else "ok"
@@ -125,6 +130,7 @@ def run(
         "seed": seed,
         "seconds": round(time.monotonic() - started, 1),
         "faults_not_fired": unfired,
+        "late_rows_seen": late_seen,
         "mix": dict(sorted(mix.items())),
         "workdir": str(root) if (keep or mismatches) else None,
     }
@@ -150,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.case is not None:
         case = Case.from_json(args.case.read_text())
         workdir = Path(tempfile.mkdtemp(prefix="eddyline-chaos-case-"))
-        problems, fired = check_case(case, workdir)
+        problems, fired, _ = check_case(case, workdir)
         if problems:
             _report(case, problems, None, workdir)
         print(

@@ -83,6 +83,10 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     used = {sources[0].name, *union, stage.right}
     sources = [s for s in sources if s.name in used]  # a source no sink reads is not a job
     ops = [_op(rng, stage.kind == "ijoin") for _ in range(rng.randint(0, 4))]
+    if stage.kind == "tumbling" and stage.late and rng.random() < 0.6:
+        for source in sources:
+            if source.kind != "sequence":
+                source.late_rows = rng.randint(1, 5)
     fault_kind = rng.choice(FAULTS)
     sinks = ["parquet", "delta"]
     if fault_kind in ("none", "exception"):

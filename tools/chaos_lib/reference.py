@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .case import Case, Op
-from .data import rows_of
+from .data import late_candidates, rows_of
 
 COLUMNS = ["id", "k", "ts", "v"]
 
@@ -77,9 +77,19 @@ def _sessions(df: pd.DataFrame, gap: int) -> pd.DataFrame:
     return df.assign(window_start=df["min"], window_end=df["max"] + gap)
 
 
-def expected(case: Case) -> dict[str, pd.DataFrame]:
+def candidates(case: Case) -> set[int]:
+    """Ids of the rows that may be late (``data.late_candidates``)."""
+    return set().union(*(late_candidates(case.source(n)) for n in [case.main, *case.union]))
+
+
+def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataFrame]:
     """Expected rows per output (``main``; ``late`` for a window's late
-    output); for a running aggregate, ``main`` holds the final value per key."""
+    output); for a running aggregate, ``main`` holds the final value per key.
+
+    ``late_ids``: the ids the run's late output holds. Of them, the late
+    candidates are the expected late output, and a tumbling window counts every
+    other row: a late row's only window had fired, an on-time row's had not.
+    """
     st = case.stage
     if st.kind == "none":
         return {"main": main_stream(case)}
@@ -94,6 +104,8 @@ def expected(case: Case) -> dict[str, pd.DataFrame]:
         )
         return {"main": pairs[keep].reset_index(drop=True)}
     df = main_stream(case)
+    late = df[df["id"].isin((late_ids or set()) & candidates(case))]
+    df = df[~df["id"].isin(late["id"])]
     if st.kind == "session":
         assigned = _sessions(df, st.gap_ms)
     else:
@@ -104,5 +116,5 @@ def expected(case: Case) -> dict[str, pd.DataFrame]:
     out = _aggregate(groups, st.agg).rename(col).reset_index()
     result = {"main": out[["k", "window_start", "window_end", col]]}
     if st.late:
-        result["late"] = df.iloc[0:0]
+        result["late"] = late
     return result
