@@ -81,7 +81,8 @@ class Stage:
 class Execution:
     """How the job runs: parallelism (the first run's, and after a stop the
     restore's), batch size, checkpoint settings, a per-batch sleep that makes
-    faults land mid-run."""
+    faults land mid-run; ``workers`` > 0 runs it under
+    ``ed.ProcessRunner(workers=...)`` (0: the default in-process runner)."""
 
     parallelism: int
     restore_parallelism: int
@@ -90,6 +91,7 @@ class Execution:
     unaligned: bool
     incremental: bool
     sleep_s: float
+    workers: int = 0
 
 
 @dataclasses.dataclass
@@ -159,6 +161,7 @@ class Case:
         out += [f"sink:{s}" for s in self.sinks]
         ex = self.execution
         out.append(f"p:{ex.parallelism}")
+        out.append(f"runner:process{ex.workers}" if ex.workers else "runner:threads")
         if self.fault.kind in ("savepoint", "cancel"):
             out.append(f"rescale:{ex.parallelism}->{ex.restore_parallelism}")
         out.append("checkpoint:" + ("unaligned" if ex.unaligned else "aligned"))

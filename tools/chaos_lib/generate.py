@@ -118,4 +118,7 @@ def generate(seed: int, scale: float = 1.0) -> Case:
         delay_s=round(rng.uniform(0.0, 0.3), 3),
         fraction=round(rng.uniform(0.1, 0.6), 2),
     )
+    # drawn last, so the cases of seeds reported before these draws stay the same
+    if rng.random() < 0.2:
+        execution.workers = rng.randint(1, min(2, parallelism, execution.restore_parallelism))
     return Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)

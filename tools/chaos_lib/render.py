@@ -75,13 +75,13 @@ def main():
     if mode == "run":
         restore = "latest" if sys.argv[2:] == ["latest"] else None
         env, collects = build(PARALLELISM, SLEEP_S)
-        result = env.execute("chaos", restore_from=restore)
+        result = env.execute("chaos", restore_from=restore, **RUNNER)
         for name, handle in collects.items():
             pq.write_table(handle.to_arrow(), f"{{OUT}}/{{name}}.parquet")
         print(json.dumps({{"restarts": result.restarts, "checkpoints": len(result.checkpoints)}}))
         return
     env, _ = build(PARALLELISM, SLEEP_S)
-    client = env.execute_async("chaos-first")
+    client = env.execute_async("chaos-first", **RUNNER)
     total = {total_main}
     wait_until(
         lambda: client.metrics()["operators"]["{main}"]["records_out"] >= total * {fraction},
@@ -104,7 +104,7 @@ def main():
             pass
         restore = "latest"
     env, _ = build(RESTORE_PARALLELISM, 0.0)
-    result = env.execute("chaos-second", restore_from=restore)
+    result = env.execute("chaos-second", restore_from=restore, **RUNNER)
     print(json.dumps({{"read_at_stop": read, "total": total, "checkpoints_before": done,
                       "restarts": result.restarts, "checkpoints": len(result.checkpoints)}}))
 
@@ -215,7 +215,9 @@ def render(case: Case, here: Path) -> str:
         seed=case.seed, features=", ".join(case.features()), fault=fault, here=str(here)
     )
     text += f"PARALLELISM, RESTORE_PARALLELISM = {ex.parallelism}, {ex.restore_parallelism}\n"
-    text += f"SLEEP_S = {ex.sleep_s}\n\n\n"
+    text += f"SLEEP_S = {ex.sleep_s}\n"
+    runner = f'{{"runner": ed.ProcessRunner(workers={ex.workers})}}' if ex.workers else "{}"
+    text += f"RUNNER = {runner}\n\n\n"
     body = [
         "def build(parallelism, sleep_s):",
         "    env = ed.StreamEnvironment(",
