@@ -82,7 +82,9 @@ class Execution:
     """How the job runs: parallelism (the first run's, and after a stop the
     restore's), batch size, checkpoint settings, a per-batch sleep that makes
     faults land mid-run; ``workers`` > 0 runs it under
-    ``ed.ProcessRunner(workers=...)`` (0: the default in-process runner)."""
+    ``ed.ProcessRunner(workers=...)`` (0: the default in-process runner);
+    ``python_workers`` > 0 moves per-record Python operators to that many
+    worker processes per subtask after a few batches (0: the default, auto)."""
 
     parallelism: int
     restore_parallelism: int
@@ -92,6 +94,7 @@ class Execution:
     incremental: bool
     sleep_s: float
     workers: int = 0
+    python_workers: int = 0
 
 
 @dataclasses.dataclass
@@ -162,6 +165,8 @@ class Case:
         ex = self.execution
         out.append(f"p:{ex.parallelism}")
         out.append(f"runner:process{ex.workers}" if ex.workers else "runner:threads")
+        if ex.python_workers:
+            out.append(f"python_workers:{ex.python_workers}")
         if self.fault.kind in ("savepoint", "cancel"):
             out.append(f"rescale:{ex.parallelism}->{ex.restore_parallelism}")
         out.append("checkpoint:" + ("unaligned" if ex.unaligned else "aligned"))

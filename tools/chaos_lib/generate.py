@@ -121,4 +121,7 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     # drawn last, so the cases of seeds reported before these draws stay the same
     if rng.random() < 0.2:
         execution.workers = rng.randint(1, min(2, parallelism, execution.restore_parallelism))
+    per_record = any(op.kind in ("pmap", "pfilter") for op in ops)
+    if per_record and not execution.workers and rng.random() < 0.3:
+        execution.python_workers = 1
     return Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)

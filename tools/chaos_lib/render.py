@@ -20,9 +20,10 @@ Fault: {fault}
 """
 
 import json
+import os
 import sys
 
-import pyarrow as pa
+{prelude}import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -211,8 +212,23 @@ def _sink_lines(case: Case) -> list[str]:
 def render(case: Case, here: Path) -> str:
     """The job script of ``case``, reading and writing under ``here``."""
     ex, fault = case.execution, case.fault
+    prelude = ""
+    if ex.python_workers:
+        # per-record Python moves to worker processes after two batches (the hooks
+        # tests/integration/test_python_workers.py uses), not after 100,000 rows
+        prelude = (
+            f'os.environ["EDDYLINE_PYTHON_WORKERS"] = "{ex.python_workers}"\n'
+            "import eddyline._exec.pool as pool  # noqa: E402\n\n"
+            f"pool.START_AFTER_ROWS = {2 * ex.batch_size}\n"
+            "pool.START_AFTER_SECONDS = 0.0\n"
+            "pool.WAIT_FOR_START = True\n\n"
+        )
     text = HEADER.format(
-        seed=case.seed, features=", ".join(case.features()), fault=fault, here=str(here)
+        seed=case.seed,
+        features=", ".join(case.features()),
+        fault=fault,
+        here=str(here),
+        prelude=prelude,
     )
     text += f"PARALLELISM, RESTORE_PARALLELISM = {ex.parallelism}, {ex.restore_parallelism}\n"
     text += f"SLEEP_S = {ex.sleep_s}\n"
