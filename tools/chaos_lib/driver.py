@@ -52,7 +52,7 @@ class _Fails:
     error = False
 
 
-def _report(case: Case, problems: list[str], small: Case | None, root: Path) -> None:
+def _report(case: Case, problems: list[str], small: Case | None, workdir: Path) -> None:
     out = sys.stderr
     print(
         f"\n=== MISMATCH seed={case.seed} "
@@ -63,12 +63,14 @@ def _report(case: Case, problems: list[str], small: Case | None, root: Path) -> 
         print(f"  - {problem}", file=out)
     print(f"fault schedule: {case.fault}", file=out)
     print(f"case: {case.to_json()}", file=out)
-    print("--- reproducer (inputs under its HERE/in; rerun the seed to write them) ---", file=out)
-    print(render(case, root / "repro"), file=out)
+    print(f"--- reproducer: {workdir}/job.py (its inputs in {workdir}/in, kept) ---", file=out)
+    print(render(case, workdir), file=out)
     if small is not None and small.to_json() != case.to_json():
-        print("--- shrunk case ---", file=out)
+        saved = workdir / "shrunk.json"
+        saved.write_text(small.to_json())
+        print(f"--- shrunk case (rerun: python tools/chaos.py --case {saved}) ---", file=out)
         print(f"case: {small.to_json()}", file=out)
-        print(render(small, root / "repro-small"), file=out)
+        print(render(small, workdir / "shrunk"), file=out)
 
 
 def run(
