@@ -25,8 +25,8 @@ from chaos_lib.check import compare
 from chaos_lib.generate import generate
 from chaos_lib.reference import expected, main_stream
 
-CASES = 12
-MINUTES = 4.0
+CASES = 40
+MINUTES = 3.0
 
 
 @pytest.mark.chaos
