@@ -61,10 +61,11 @@ class Op:
 @dataclasses.dataclass
 class Stage:
     """The terminal stage. ``kind``: none | running | tumbling | sliding |
-    session | ijoin. ``agg``: sum | count | min | max. Windows: ``size_ms``,
+    session | ijoin | wjoin | ujoin. ``agg``: sum | count | min | max. Windows: ``size_ms``,
     ``slide_ms``, ``gap_ms``, ``late`` (a late output, expected empty). ijoin:
     the main stream joined on ``k`` with source ``right`` within
-    ``(lower_ms, upper_ms)``."""
+    ``(lower_ms, upper_ms)``; wjoin: a window join on ``k`` in sliding windows
+    (``size_ms``, ``slide_ms``; equal: tumbling); ujoin: an unbounded join on ``k``."""
 
     kind: str
     agg: str = "sum"

@@ -67,6 +67,28 @@ def _stage(rng: random.Random, span_ms: int, right: str) -> Stage:
     return Stage(kind, agg)
 
 
+def _other_join(
+    rng: random.Random, stage: Stage, sources: list[Source], execution: Execution
+) -> None:
+    """Turns two interval joins in three into a window join or an unbounded join
+    (drawn after everything else: the cases of earlier seeds stay as they were)."""
+    pick = rng.random()
+    if pick < 1 / 3:
+        return
+    if pick < 2 / 3:
+        stage.kind = "wjoin"
+        stage.slide_ms = rng.choice([200, 500, 1_000])
+        stage.size_ms = stage.slide_ms * rng.choice([1, 1, 2])
+        return
+    # an unbounded join pairs every two rows of a key: fewer rows keep the output small
+    stage.kind = "ujoin"
+    for source in sources:
+        source.rows = min(source.rows, 300)
+    execution.batch_size = min(execution.batch_size, 30)
+    if execution.sleep_s:
+        execution.sleep_s = 0.08
+
+
 def generate(seed: int, scale: float = 1.0) -> Case:
     """The case of ``seed``; ``scale`` multiplies its row counts (shrinking)."""
     rng = random.Random(seed)
@@ -124,4 +146,6 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     per_record = any(op.kind in ("pmap", "pfilter") for op in ops)
     if per_record and not execution.workers and rng.random() < 0.3:
         execution.python_workers = 1
+    if stage.kind == "ijoin":
+        _other_join(rng, stage, sources, execution)
     return Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)

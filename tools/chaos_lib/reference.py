@@ -95,6 +95,14 @@ def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataF
         return {"main": main_stream(case)}
     if st.kind == "running":
         return {"main": running_final(case)}
+    if st.kind == "ujoin":
+        pairs = main_stream(case).merge(_frame(case, st.right), on="k", suffixes=("", "_right"))
+        return {"main": pairs}
+    if st.kind == "wjoin":
+        keys = ["k", "window_start", "window_end"]
+        left = _windows(main_stream(case), st.size_ms, st.slide_ms)
+        right = _windows(_frame(case, st.right), st.size_ms, st.slide_ms)
+        return {"main": left.merge(right, on=keys, suffixes=("", "_right"))}
     if st.kind == "ijoin":
         left = main_stream(case)
         right = _frame(case, st.right)

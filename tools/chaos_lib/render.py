@@ -172,6 +172,14 @@ def _stage_lines(case: Case) -> list[str]:
         return ["    out = main"]
     if st.kind == "running":
         return [f'    out = main.key_by("k").{agg}.name("agg").uid("agg")']
+    if st.kind == "wjoin":
+        window = f'ed.Sliding("{st.size_ms}ms", "{st.slide_ms}ms")'
+        return [
+            f'    out = main.window_join({st.right}, on="k", window={window})'
+            '.name("wjoin").uid("wjoin")'
+        ]
+    if st.kind == "ujoin":
+        return [f'    out = main.join({st.right}, on="k").name("ujoin").uid("ujoin")']
     if st.kind == "ijoin":
         return [
             f'    out = main.join({st.right}, on="k", '
