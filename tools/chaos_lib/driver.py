@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         problems, fired, _ = check_case(case, workdir)
         if problems:
             _report(case, problems, None, workdir)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
         print(
             json.dumps(
                 {
