@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,11 @@ def _report(case: Case, problems: list[str], small: Case | None, workdir: Path) 
         print(render(small, workdir / "shrunk"), file=out)
 
 
+def _excluded(case: Case, without: Sequence[str]) -> bool:
+    features = set(case.features())
+    return any(set(combo.split("+")) <= features for combo in without)
+
+
 def run(
     cases: int,
     seed: int | None,
@@ -80,9 +86,13 @@ def run(
     *,
     do_shrink: bool = True,
     keep: Path | None = None,
+    without: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Runs up to ``cases`` cases (fewer if ``minutes`` run out) from ``seed``
-    (fresh when ``None``); returns the summary printed as the last line."""
+    (fresh when ``None``); returns the summary printed as the last line.
+
+    ``without``: feature combinations (``"sink:delta+fault:sigkill"``) whose cases
+    are skipped (counted in ``skipped``), to look past a known open defect."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
     print(f"chaos: seed {seed}", flush=True)
@@ -92,13 +102,20 @@ def run(
     mismatches: list[int] = []
     unfired = 0
     late_seen = 0
+    skipped = 0
     done = 0
     root = keep or Path(tempfile.mkdtemp(prefix="eddyline-chaos-"))
-    for index in range(cases):
+    while done < cases:
         if minutes is not None and time.monotonic() - started > minutes * 60:
             break
         case_seed = seed if cases == 1 else master.randrange(2**31)
         case = generate(case_seed)
+        if _excluded(case, without):
+            skipped += 1
+            if cases == 1:
+                break
+            continue
+        index = done
         workdir = root / f"case-{case_seed}"
         t0 = time.monotonic()
         problems, fired, late_rows = check_case(case, workdir)
@@ -133,6 +150,8 @@ def run(
         "seconds": round(time.monotonic() - started, 1),
         "faults_not_fired": unfired,
         "late_rows_seen": late_seen,
+        "skipped": skipped,
+        "without": list(without),
         "mix": dict(sorted(mix.items())),
         "workdir": str(root) if (keep or mismatches) else None,
     }
@@ -151,6 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-shrink", action="store_true")
     parser.add_argument("--keep", type=Path, default=None, help="keep every case's directory here")
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="F1+F2",
+        help="skip cases with all these features (repeatable), e.g. sink:delta+fault:sigkill",
+    )
     parser.add_argument(
         "--case", type=Path, default=None, help="run one case from its JSON (a shrunk case)"
     )
@@ -175,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         return 1 if problems else 0
-    summary = run(args.cases, args.seed, args.minutes, do_shrink=not args.no_shrink, keep=args.keep)
+    summary = run(
+        args.cases,
+        args.seed,
+        args.minutes,
+        do_shrink=not args.no_shrink,
+        keep=args.keep,
+        without=args.without,
+    )
     print(json.dumps(summary, sort_keys=True), flush=True)
     return 1 if summary["mismatches"] else 0
