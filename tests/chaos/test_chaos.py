@@ -27,12 +27,41 @@ from chaos_lib.reference import expected, main_stream
 
 CASES = 40
 MINUTES = 3.0
+REGRESSIONS = sorted((Path(__file__).parent / "regressions").glob("*.json"))
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenDefect:
+    """An engine defect the tester found that is not fixed yet: its regression
+    cases carry a strict xfail, and the random run skips the feature
+    combinations that show it (else CI would fail on it most runs and hide
+    everything else). Delete the entry with the fix: the strict xfail fails
+    until then, so the two cannot drift apart."""
+
+    reason: str
+    cases: tuple[str, ...]
+    without: tuple[str, ...]
+
+
+OPEN_DEFECTS = [
+    OpenDefect(
+        reason=(
+            "engine defect the tester found (benches/RESULTS.md, 'Randomized differential "
+            "tester'): after a SIGKILL right after a checkpoint, the restore commits that "
+            "checkpoint's DeltaSink rows again at parallelism >= 2"
+        ),
+        cases=("delta-append-recommit-1683686154", "delta-upsert-recommit-1335849180"),
+        without=("sink:delta+fault:sigkill", "sink:upsert+fault:sigkill"),
+    ),
+]
 
 
 @pytest.mark.chaos
 @pytest.mark.timeout(600)
 def test_random_cases_match_the_reference(seed: int, tmp_path: Path) -> None:
-    summary = driver.run(CASES, seed, MINUTES, keep=tmp_path)
+    without = [combo for defect in OPEN_DEFECTS for combo in defect.without]
+    print(f"skipping the combinations of open defects: {without}")
+    summary = driver.run(CASES, seed, MINUTES, keep=tmp_path, without=without)
     print(json.dumps(summary, sort_keys=True))
     assert summary["cases"] >= 1
     assert summary["mismatches"] == 0, (
@@ -41,20 +70,14 @@ def test_random_cases_match_the_reference(seed: int, tmp_path: Path) -> None:
     )
 
 
-REGRESSIONS = sorted((Path(__file__).parent / "regressions").glob("*.json"))
-DELTA_RECOMMIT = (
-    "engine defect the tester found (benches/RESULTS.md, 'Randomized differential "
-    "tester'): after a SIGKILL right after a checkpoint, the restore commits that "
-    "checkpoint's DeltaSink rows again at parallelism >= 2; remove this mark with the fix"
-)
-OPEN = {
-    "delta-append-recommit-1683686154": DELTA_RECOMMIT,
-    "delta-upsert-recommit-1335849180": DELTA_RECOMMIT,
-}
+def test_every_open_defect_has_its_regression_cases() -> None:
+    stems = {p.stem for p in REGRESSIONS}
+    for defect in OPEN_DEFECTS:
+        assert defect.cases and set(defect.cases) <= stems, defect.cases
 
 
 def _regression(path: Path) -> object:
-    reason = OPEN.get(path.stem)
+    reason = next((d.reason for d in OPEN_DEFECTS if path.stem in d.cases), None)
     marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
     return pytest.param(path, id=path.stem, marks=marks)
 
