@@ -1,0 +1,177 @@
+"""What one generated case is: sources, a chain of operators, a terminal stage,
+sinks, the execution settings and the fault schedule. Plain data (JSON round
+trip), so a case can be printed, saved, shrunk and rendered into a job script.
+
+Every stream between operators carries the columns ``id``, ``k``, ``ts``, ``v``
+(all int64): ``id`` unique per input row, ``k`` the key, ``ts`` event time in
+milliseconds, ``v`` a positive value. Keeping one row shape lets any operator
+follow any other and keeps the reference a few lines of pandas per operator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+
+@dataclasses.dataclass
+class Source:
+    """One source. ``kind``: parquet | sequence | arrow | collection.
+
+    ``rows`` rows in ``files`` splits (Parquet files; for the in-memory kinds the
+    rows form one ordered list), ids from ``id_base``; event time spans
+    ``[0, span_ms)`` with each row within ``jitter_ms`` of its place, and
+    ``2 * jitter_ms < bound_ms`` so no row is ever late (docs/CHAOS.md).
+    ``late_rows``: each split ends with a row far ahead in event time, then
+    that many rows from the first half of the span: late candidates, late or
+    not depending on the other splits (only before a tumbling window with a
+    late output, where the reference can follow either).
+    """
+
+    name: str
+    kind: str
+    rows: int
+    id_base: int
+    keys: int
+    span_ms: int
+    bound_ms: int
+    jitter_ms: int
+    files: int = 1
+    row_groups: int = 1
+    seed: int = 0
+    late_rows: int = 0
+
+
+@dataclasses.dataclass
+class Op:
+    """One stateless operator of the chain. ``kind``: nfilter (native
+    ``v % a != b``), nwith (native ``v = v * a + b``), nselect (native
+    ``with_columns(w=...)`` then ``select`` of the four columns), pmap
+    (Python per-record ``v + a``), pfilter (Python ``v % a != b``), pbatch
+    (Python ``map_batches`` ``v + a``). ``schema``: pass ``schema=`` to a
+    Python map (always before a join)."""
+
+    kind: str
+    a: int = 1
+    b: int = 0
+    schema: bool = True
+
+
+@dataclasses.dataclass
+class Stage:
+    """The terminal stage. ``kind``: none | running | tumbling | sliding |
+    session | ijoin | wjoin | ujoin. ``agg``: sum | count | min | max. Windows: ``size_ms``,
+    ``slide_ms``, ``gap_ms``, ``late`` (a late output, expected empty). ijoin:
+    the main stream joined on ``k`` with source ``right`` within
+    ``(lower_ms, upper_ms)``; wjoin: a window join on ``k`` in sliding windows
+    (``size_ms``, ``slide_ms``; equal: tumbling); ujoin: an unbounded join on ``k``."""
+
+    kind: str
+    agg: str = "sum"
+    size_ms: int = 0
+    slide_ms: int = 0
+    gap_ms: int = 0
+    late: bool = False
+    right: str = ""
+    lower_ms: int = 0
+    upper_ms: int = 0
+
+
+@dataclasses.dataclass
+class Execution:
+    """How the job runs: parallelism (the first run's, and after a stop the
+    restore's), batch size, checkpoint settings, a per-batch sleep that makes
+    faults land mid-run; ``workers`` > 0 runs it under
+    ``ed.ProcessRunner(workers=...)`` (0: the default in-process runner);
+    ``python_workers`` > 0 moves per-record Python operators to that many
+    worker processes per subtask after a few batches (0: the default, auto)."""
+
+    parallelism: int
+    restore_parallelism: int
+    batch_size: int
+    interval_ms: int
+    unaligned: bool
+    incremental: bool
+    sleep_s: float
+    workers: int = 0
+    python_workers: int = 0
+
+
+@dataclasses.dataclass
+class Fault:
+    """The fault schedule. ``kind``: none | exception (``FailOnce`` at id
+    ``at`` once a checkpoint exists, a restart strategy recovers) | sigkill
+    (``kills`` SIGKILLs of the job process, each ``delay_s`` after a new
+    checkpoint, then restarts with ``restore_from="latest"``) | savepoint
+    (``stop_with_savepoint`` once ``fraction`` of the input is read, restore at
+    ``restore_parallelism``) | cancel (``cancel`` after one more checkpoint,
+    restore ``"latest"`` at ``restore_parallelism``)."""
+
+    kind: str
+    at: int = 0
+    kills: int = 1
+    delay_s: float = 0.0
+    fraction: float = 0.3
+
+
+@dataclasses.dataclass
+class Case:
+    """One generated case."""
+
+    seed: int
+    sources: list[Source]
+    main: str
+    union: list[str]
+    ops: list[Op]
+    stage: Stage
+    sinks: list[str]
+    execution: Execution
+    fault: Fault
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Case:
+        raw: dict[str, Any] = json.loads(text)
+        return Case(
+            seed=raw["seed"],
+            sources=[Source(**s) for s in raw["sources"]],
+            main=raw["main"],
+            union=list(raw["union"]),
+            ops=[Op(**o) for o in raw["ops"]],
+            stage=Stage(**raw["stage"]),
+            sinks=list(raw["sinks"]),
+            execution=Execution(**raw["execution"]),
+            fault=Fault(**raw["fault"]),
+        )
+
+    def source(self, name: str) -> Source:
+        return next(s for s in self.sources if s.name == name)
+
+    def features(self) -> list[str]:
+        """Names of what this case exercises, for the mix counts."""
+        out = [f"source:{s.kind}" for s in self.sources]
+        out += [f"op:{o.kind}" for o in self.ops]
+        stage = self.stage.kind
+        if stage in ("running", "tumbling", "sliding", "session"):
+            stage += f":{self.stage.agg}"
+        if self.stage.late:
+            stage += ":late"
+        out.append(f"stage:{stage}")
+        if self.union:
+            out.append("union")
+        out += [f"sink:{s}" for s in self.sinks]
+        ex = self.execution
+        out.append(f"p:{ex.parallelism}")
+        out.append(f"runner:process{ex.workers}" if ex.workers else "runner:threads")
+        if ex.python_workers:
+            out.append(f"python_workers:{ex.python_workers}")
+        if self.fault.kind in ("savepoint", "cancel"):
+            out.append(f"rescale:{ex.parallelism}->{ex.restore_parallelism}")
+        out.append("checkpoint:" + ("unaligned" if ex.unaligned else "aligned"))
+        if ex.incremental:
+            out.append("checkpoint:incremental")
+        out.append(f"fault:{self.fault.kind}")
+        return out

@@ -1,0 +1,80 @@
+"""Exact comparison of a run's committed outputs with the reference.
+
+Append sinks (Parquet, Delta append, collect) of a stateless chain, a window or
+a join must hold the reference rows as a multiset: nothing lost, nothing
+committed twice. A running aggregate emits one updated row per key per input
+batch, so how many rows it emits depends on batching; its exact checks are: an
+upsert table equals the final value per key; an append sink's last value per
+key (the largest for sum, count and max, the smallest for min: ``v`` stays
+positive, so sums and counts only grow) equals it, and for sum and count no
+value repeats for a key (a repeat is an update committed twice).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from .case import Case
+
+
+def _rows(df: pd.DataFrame, columns: list[str]) -> Counter[tuple[Any, ...]]:
+    if df.empty:
+        return Counter()
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        return Counter({("<missing columns>", *missing): 1})
+    return Counter(tuple(int(x) for x in row) for row in df[columns].itertuples(index=False))
+
+
+def _diff(name: str, got: Counter[tuple[Any, ...]], want: Counter[tuple[Any, ...]]) -> str | None:
+    if got == want:
+        return None
+    lost, extra = want - got, got - want
+    return (
+        f"{name}: {sum(lost.values())} row(s) lost, {sum(extra.values())} extra "
+        f"(of {sum(want.values())} expected); lost e.g. {sorted(lost)[:5]}, "
+        f"extra e.g. {sorted(extra)[:5]}"
+    )
+
+
+def _running(name: str, case: Case, got: pd.DataFrame, want: pd.DataFrame) -> list[str]:
+    col = want.columns[-1]
+    problems = []
+    if name == "upsert":
+        problem = _diff(name, _rows(got, ["k", col]), _rows(want, ["k", col]))
+        return [problem] if problem else []
+    if got.empty:
+        return [] if want.empty else [f"{name}: no rows, expected {len(want)} keys"]
+    pick = "min" if case.stage.agg == "min" else "max"
+    final = got.groupby("k")[col].agg(pick).reset_index()
+    problem = _diff(f"{name} (final per key)", _rows(final, ["k", col]), _rows(want, ["k", col]))
+    if problem:
+        problems.append(problem)
+    if case.stage.agg in ("sum", "count"):
+        repeats = got[got.duplicated(["k", col], keep=False)]
+        if not repeats.empty:
+            problems.append(
+                f"{name}: {len(repeats)} update row(s) repeat a key's value (committed twice), "
+                f"e.g. {repeats[['k', col]].head(5).values.tolist()}"
+            )
+    return problems
+
+
+def compare(
+    case: Case, outputs: dict[str, pd.DataFrame], want: dict[str, pd.DataFrame]
+) -> list[str]:
+    """Every difference between ``outputs`` and the reference ``want``, as sentences."""
+    problems: list[str] = []
+    for name, got in outputs.items():
+        ref = want["late"] if name == "late" else want["main"]
+        if case.stage.kind == "running":
+            problems += _running(name, case, got, ref)
+            continue
+        columns = sorted(ref.columns)
+        problem = _diff(name, _rows(got, columns), _rows(ref, columns))
+        if problem:
+            problems.append(problem)
+    return problems

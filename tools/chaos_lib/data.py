@@ -1,0 +1,103 @@
+"""A case's input rows, and the files its job script reads them from.
+
+Rows are made from each source's own seed, split by split, in the order the
+engine reads each split. Event time: row ``i`` of a split sits at
+``i * span / rows`` moved by at most ``jitter_ms`` either way, and
+``2 * jitter_ms < bound_ms``, so every row is above its split's watermark when
+it arrives (watermark = largest timestamp so far minus the bound minus 1 ms):
+within a split any row's timestamp is at least its place minus the jitter, the
+largest before it at most that place plus the jitter. This holds for any
+subsequence of a split too (row groups dealt to several subtasks, batches dealt
+by stride), so no row is late whatever the parallelism, the interleaving of
+splits, or a restore: the reference needs no arrival order.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .case import Case, Source
+
+SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
+Row = dict[str, int]
+
+
+def sequence_step(source: Source) -> int:
+    """The event-time step between two values of a sequence source."""
+    return max(1, source.span_ms // max(1, source.rows))
+
+
+def splits_of(source: Source) -> list[list[Row]]:
+    """The rows of ``source``, one list per split (a file; one list for the others)."""
+    if source.kind == "sequence":
+        step = sequence_step(source)
+        return [
+            [
+                {"id": source.id_base + n, "k": n % source.keys, "ts": n * step, "v": n % 7 + 1}
+                for n in range(source.rows)
+            ]
+        ]
+    rng = random.Random(source.seed)
+    files = source.files if source.kind == "parquet" else 1
+    per_file = [source.rows // files + (1 if f < source.rows % files else 0) for f in range(files)]
+    out: list[list[Row]] = []
+    next_id = source.id_base
+    for count in per_file:
+        split = []
+        for i in range(count):
+            place = i * source.span_ms // max(1, count)
+            ts = max(0, place + rng.randint(-source.jitter_ms, source.jitter_ms))
+            split.append(
+                {"id": next_id, "k": rng.randrange(source.keys), "ts": ts, "v": rng.randint(1, 20)}
+            )
+            next_id += 1
+        if source.late_rows:
+            far = source.span_ms + 10 * source.bound_ms
+            split.append({"id": next_id, "k": 0, "ts": far, "v": 1})
+            next_id += 1
+            for _ in range(source.late_rows):
+                ts = rng.randrange(0, max(1, source.span_ms // 2))
+                split.append({"id": next_id, "k": rng.randrange(source.keys), "ts": ts, "v": 1})
+                next_id += 1
+        out.append(split)
+    return out
+
+
+def late_candidates(source: Source) -> set[int]:
+    """The ids of the rows placed after a far-ahead row of their split."""
+    if not source.late_rows:
+        return set()
+    return {row["id"] for split in splits_of(source) for row in split[-source.late_rows :]}
+
+
+def rows_of(source: Source) -> list[Row]:
+    return [row for split in splits_of(source) for row in split]
+
+
+def write_inputs(case: Case, directory: Path) -> None:
+    """Writes each Parquet source's files under ``directory/<name>/`` and each
+    in-memory source's rows to ``directory/<name>.parquet`` (the job script
+    loads those into memory and hands them to ``from_arrow``/``from_collection``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for source in case.sources:
+        if source.kind == "sequence":
+            continue
+        splits = splits_of(source)
+        if source.kind == "parquet":
+            folder = directory / source.name
+            folder.mkdir(exist_ok=True)
+            for index, split in enumerate(splits):
+                group = max(1, -(-len(split) // source.row_groups))
+                pq.write_table(
+                    pa.Table.from_pylist(split, schema=SCHEMA),
+                    folder / f"part-{index:03d}.parquet",
+                    row_group_size=group,
+                )
+        else:
+            pq.write_table(
+                pa.Table.from_pylist(splits[0], schema=SCHEMA), directory / f"{source.name}.parquet"
+            )

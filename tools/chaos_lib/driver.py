@@ -1,0 +1,213 @@
+"""The loop over cases: generate, run, check, report; the JSON summary."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .case import Case
+from .check import compare
+from .execute import run_case
+from .generate import generate
+from .reference import expected
+from .render import render
+from .shrink import shrink
+
+_ERROR = "the job failed: "
+
+
+def check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
+    """Runs ``case`` once in ``workdir``: its problems (empty: it matched),
+    whether its fault fired, and how many rows its late output committed."""
+    outcome = run_case(case, workdir)
+    if outcome.error is not None:
+        return [_ERROR + outcome.error], outcome.fired, 0
+    late = outcome.outputs.get("late")
+    late_ids = set() if late is None or late.empty else {int(i) for i in late["id"]}
+    problems = compare(case, outcome.outputs, expected(case, late_ids))
+    return problems, outcome.fired, 0 if late is None else len(late)
+
+
+class _Fails:
+    """Whether a shrunk candidate still fails (each try in a fresh directory)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.tries = root, 0
+
+    def __call__(self, candidate: Case) -> bool:
+        self.tries += 1
+        where = self.root / f"try-{self.tries}"
+        found, _, _ = check_case(candidate, where)
+        shutil.rmtree(where, ignore_errors=True)
+        # the same kind of failure: a wrong output stays a wrong output, not a job error
+        return bool(found) and found[0].startswith(_ERROR) == self.error
+
+    error = False
+
+
+def _report(case: Case, problems: list[str], small: Case | None, workdir: Path) -> None:
+    out = sys.stderr
+    print(
+        f"\n=== MISMATCH seed={case.seed} "
+        f"(rerun: python tools/chaos.py --seed {case.seed} --cases 1)",
+        file=out,
+    )
+    for problem in problems:
+        print(f"  - {problem}", file=out)
+    print(f"fault schedule: {case.fault}", file=out)
+    print(f"case: {case.to_json()}", file=out)
+    print(f"--- reproducer: {workdir}/job.py (its inputs in {workdir}/in, kept) ---", file=out)
+    print(render(case, workdir), file=out)
+    if small is not None and small.to_json() != case.to_json():
+        saved = workdir / "shrunk.json"
+        saved.write_text(small.to_json())
+        print(f"--- shrunk case (rerun: python tools/chaos.py --case {saved}) ---", file=out)
+        print(f"case: {small.to_json()}", file=out)
+        print(render(small, workdir / "shrunk"), file=out)
+
+
+def _excluded(case: Case, without: Sequence[str]) -> bool:
+    features = set(case.features())
+    return any(set(combo.split("+")) <= features for combo in without)
+
+
+def run(
+    cases: int,
+    seed: int | None,
+    minutes: float | None,
+    *,
+    do_shrink: bool = True,
+    keep: Path | None = None,
+    without: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Runs up to ``cases`` cases (fewer if ``minutes`` run out) from ``seed``
+    (fresh when ``None``); returns the summary printed as the last line.
+
+    ``without``: feature combinations (``"sink:delta+fault:sigkill"``) whose cases
+    are skipped (counted in ``skipped``), to look past a known open defect."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    print(f"chaos: seed {seed}", flush=True)
+    master = random.Random(seed)
+    started = time.monotonic()
+    mix: Counter[str] = Counter()
+    mismatches: list[int] = []
+    unfired = 0
+    late_seen = 0
+    skipped = 0
+    done = 0
+    root = keep or Path(tempfile.mkdtemp(prefix="eddyline-chaos-"))
+    while done < cases:
+        if minutes is not None and time.monotonic() - started > minutes * 60:
+            break
+        case_seed = seed if cases == 1 else master.randrange(2**31)
+        case = generate(case_seed)
+        if _excluded(case, without):
+            skipped += 1
+            if cases == 1:
+                break
+            continue
+        index = done
+        workdir = root / f"case-{case_seed}"
+        t0 = time.monotonic()
+        problems, fired, late_rows = check_case(case, workdir)
+        done += 1
+        late_seen += late_rows
+        mix.update(case.features())
+        unfired += 0 if fired else 1
+        status = "MISMATCH" if problems else "ok"
+        print(
+            f"case {index} seed={case_seed} {status} {time.monotonic() - t0:.1f}s "
+            f"fault={case.fault.kind}"
+            f"{'' if fired else ' (fault did not fire)'} {' '.join(case.features())}",
+            flush=True,
+        )
+        if problems:
+            mismatches.append(case_seed)
+            small = None
+            if do_shrink:
+                fails = _Fails(root / f"shrink-{case_seed}")
+                fails.error = problems[0].startswith(_ERROR)
+                small = shrink(case, fails)
+            _report(case, problems, small, workdir)
+        elif keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if keep is None and not mismatches:
+        shutil.rmtree(root, ignore_errors=True)
+    return {
+        "cases": done,
+        "mismatches": len(mismatches),
+        "mismatch_seeds": mismatches,
+        "seed": seed,
+        "seconds": round(time.monotonic() - started, 1),
+        "faults_not_fired": unfired,
+        "late_rows_seen": late_seen,
+        "skipped": skipped,
+        "without": list(without),
+        "mix": dict(sorted(mix.items())),
+        "workdir": str(root) if (keep or mismatches) else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="tools/chaos.py", description=__doc__)
+    parser.add_argument("--cases", type=int, default=10)
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the run's seed (with --cases 1: the case's)"
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="stop starting cases after this long"
+    )
+    parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument("--keep", type=Path, default=None, help="keep every case's directory here")
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="F1+F2",
+        help="skip cases with all these features (repeatable), e.g. sink:delta+fault:sigkill",
+    )
+    parser.add_argument(
+        "--case", type=Path, default=None, help="run one case from its JSON (a shrunk case)"
+    )
+    args = parser.parse_args(argv)
+    if args.case is not None:
+        case = Case.from_json(args.case.read_text())
+        workdir = Path(tempfile.mkdtemp(prefix="eddyline-chaos-case-"))
+        problems, fired, _ = check_case(case, workdir)
+        if problems:
+            _report(case, problems, None, workdir)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+        print(
+            json.dumps(
+                {
+                    "cases": 1,
+                    "mismatches": int(bool(problems)),
+                    "seed": case.seed,
+                    "fired": fired,
+                    "workdir": str(workdir),
+                }
+            )
+        )
+        return 1 if problems else 0
+    summary = run(
+        args.cases,
+        args.seed,
+        args.minutes,
+        do_shrink=not args.no_shrink,
+        keep=args.keep,
+        without=args.without,
+    )
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    return 1 if summary["mismatches"] else 0

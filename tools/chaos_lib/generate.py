@@ -1,0 +1,151 @@
+"""A random case from a seed. Everything random about a case (its data, its
+pipeline, its execution settings, its fault schedule) is drawn here from one
+``random.Random(seed)``, so the seed alone reproduces it.
+
+Adding a feature: give it a field or a kind in ``case.py``, draw it here, render
+it in ``render.py``, compute it in ``reference.py`` (docs/CHAOS.md).
+"""
+
+from __future__ import annotations
+
+import random
+
+from .case import Case, Execution, Fault, Op, Source, Stage
+
+SOURCE_KINDS = ["parquet", "parquet", "sequence", "arrow", "collection"]
+OP_KINDS = ["nfilter", "nwith", "nselect", "pmap", "pfilter", "pbatch"]
+STAGES = ["none", "running", "tumbling", "sliding", "session", "ijoin"]
+AGGS = ["sum", "count", "min", "max"]
+FAULTS = ["none", "exception", "sigkill", "savepoint", "cancel"]
+ID_STRIDE = 10_000_000
+
+
+def _source(rng: random.Random, index: int, scale: float, span_ms: int) -> Source:
+    kind = rng.choice(SOURCE_KINDS)
+    bound = rng.choice([200, 1_000, 5_000])
+    return Source(
+        name=f"s{index}",
+        kind=kind,
+        rows=max(20, int(rng.randint(500, 3_000) * scale)),
+        id_base=index * ID_STRIDE,
+        keys=rng.choice([3, 10, 40]),
+        span_ms=span_ms,
+        bound_ms=bound,
+        jitter_ms=rng.randint(0, (bound - 1) // 2),
+        files=rng.randint(1, 5) if kind == "parquet" else 1,
+        row_groups=rng.choice([1, 1, 2, 4]) if kind == "parquet" else 1,
+        seed=rng.getrandbits(32),
+    )
+
+
+def _op(rng: random.Random, schema_needed: bool) -> Op:
+    kind = rng.choice(OP_KINDS)
+    a = rng.randint(2, 5) if kind in ("nfilter", "pfilter") else rng.randint(1, 3)
+    b = rng.randint(0, a - 1) if kind in ("nfilter", "pfilter") else rng.randint(0, 5)
+    if kind == "nwith":
+        a = rng.randint(1, 3)
+    return Op(kind, a, b, schema=schema_needed or rng.random() < 0.5)
+
+
+def _stage(rng: random.Random, span_ms: int, right: str) -> Stage:
+    kind = rng.choice(STAGES)
+    agg = rng.choice(AGGS)
+    if kind == "tumbling":
+        return Stage(
+            kind, agg, size_ms=rng.choice([500, 2_000, 10_000, 60_000]), late=rng.random() < 0.5
+        )
+    if kind == "sliding":
+        slide = rng.choice([500, 2_000, 10_000])
+        return Stage(
+            kind, agg, size_ms=slide * rng.randint(1, 4), slide_ms=slide, late=rng.random() < 0.5
+        )
+    if kind == "session":
+        return Stage(kind, agg, gap_ms=rng.choice([200, 1_000, 5_000]), late=rng.random() < 0.5)
+    if kind == "ijoin":
+        lower = -rng.choice([0, 100, 500, 1_000])
+        return Stage(kind, right=right, lower_ms=lower, upper_ms=rng.choice([0, 100, 500, 1_000]))
+    return Stage(kind, agg)
+
+
+def _other_join(
+    rng: random.Random, stage: Stage, sources: list[Source], execution: Execution
+) -> None:
+    """Turns two interval joins in three into a window join or an unbounded join
+    (drawn after everything else: the cases of earlier seeds stay as they were)."""
+    pick = rng.random()
+    if pick < 1 / 3:
+        return
+    if pick < 2 / 3:
+        stage.kind = "wjoin"
+        stage.slide_ms = rng.choice([200, 500, 1_000])
+        stage.size_ms = stage.slide_ms * rng.choice([1, 1, 2])
+        return
+    # an unbounded join pairs every two rows of a key: fewer rows keep the output small
+    stage.kind = "ujoin"
+    for source in sources:
+        source.rows = min(source.rows, 300)
+    execution.batch_size = min(execution.batch_size, 30)
+    if execution.sleep_s:
+        execution.sleep_s = 0.08
+
+
+def generate(seed: int, scale: float = 1.0) -> Case:
+    """The case of ``seed``; ``scale`` multiplies its row counts (shrinking)."""
+    rng = random.Random(seed)
+    span_ms = rng.choice([60_000, 300_000, 600_000])
+    count = rng.randint(1, 3)
+    sources = [_source(rng, i, scale, span_ms) for i in range(count)]
+    stage = _stage(rng, span_ms, right=sources[-1].name if count > 1 else "")
+    if stage.kind == "ijoin" and count == 1:
+        sources.append(_source(rng, 1, scale, span_ms))
+        stage.right = "s1"
+        count = 2
+    others = [s.name for s in sources[1:] if s.name != stage.right]
+    union = others if others and rng.random() < 0.7 else []
+    used = {sources[0].name, *union, stage.right}
+    sources = [s for s in sources if s.name in used]  # a source no sink reads is not a job
+    ops = [_op(rng, stage.kind == "ijoin") for _ in range(rng.randint(0, 4))]
+    if stage.kind == "tumbling" and stage.late and rng.random() < 0.6:
+        for source in sources:
+            if source.kind != "sequence":
+                source.late_rows = rng.randint(1, 5)
+    fault_kind = rng.choice(FAULTS)
+    sinks = ["parquet", "delta"]
+    if fault_kind in ("none", "exception"):
+        sinks.append("collect")
+    if stage.kind == "running":
+        sinks.append("upsert")
+    chosen = [s for s in sinks if rng.random() < 0.6] or [rng.choice(sinks)]
+    parallelism = rng.randint(1, 4)
+    main_rows = sources[0].rows
+    # at least ten batches of the main source, so a fault lands mid-run
+    batch_size = rng.choice([b for b in (37, 100, 256, 1_000) if b * 10 <= main_rows] or [10])
+    batches = max(1, main_rows // batch_size)
+    execution = Execution(
+        parallelism=parallelism,
+        restore_parallelism=rng.randint(1, 4),
+        batch_size=batch_size,
+        interval_ms=rng.choice([50, 100, 200]),
+        unaligned=rng.random() < 0.4,
+        incremental=rng.random() < 0.4,
+        sleep_s=0.0
+        if fault_kind == "none"
+        # about 3 s of reading, so a checkpoint completes before the fault
+        else round(min(0.08, max(0.002, 3.0 * parallelism / batches)), 4),
+    )
+    fault = Fault(
+        kind=fault_kind,
+        at=sources[0].id_base + rng.randint(0, main_rows - 1),
+        kills=rng.randint(1, 2),
+        delay_s=round(rng.uniform(0.0, 0.3), 3),
+        fraction=round(rng.uniform(0.1, 0.6), 2),
+    )
+    # drawn last, so the cases of seeds reported before these draws stay the same
+    if rng.random() < 0.2:
+        execution.workers = rng.randint(1, min(2, parallelism, execution.restore_parallelism))
+    per_record = any(op.kind in ("pmap", "pfilter") for op in ops)
+    if per_record and not execution.workers and rng.random() < 0.3:
+        execution.python_workers = 1
+    if stage.kind == "ijoin":
+        _other_join(rng, stage, sources, execution)
+    return Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)

@@ -1,0 +1,286 @@
+"""A case as a self-contained Python job script: what the tester runs (in a
+subprocess, so it can be SIGKILLed) and what it prints as the reproducer.
+
+The script takes one argument: ``run`` (execute to the end; ``run latest``
+restores from the newest checkpoint, as after a SIGKILL) or ``stop`` (execute,
+stop with a savepoint or cancel mid-run, restore at the other parallelism). Its
+last stdout line is a JSON object with the run's restarts and checkpoints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .case import Case, Op, Source
+
+HEADER = '''\
+"""eddyline chaos case {seed} (tools/chaos.py --seed {seed} --cases 1).
+Features: {features}
+Fault: {fault}
+"""
+
+import json
+import os
+import sys
+
+{prelude}import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import eddyline as ed
+from eddyline.testing import FailOnce, SleepPerBatch, wait_until
+
+HERE = {here!r}
+IN, OUT, CHK = HERE + "/in", HERE + "/out", HERE + "/chk"
+SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
+
+
+class AddV:
+    """Python per-record map: v + a."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __call__(self, row):
+        return {{"id": row["id"], "k": row["k"], "ts": row["ts"], "v": row["v"] + self.a}}
+
+
+class VModNot:
+    """Python per-record filter: v % a != b."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __call__(self, row):
+        return row["v"] % self.a != self.b
+
+
+class AddVBatch:
+    """Python map_batches: v + a."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __call__(self, batch):
+        v = pc.add(batch.column("v"), pa.scalar(self.a, pa.int64()))
+        return pa.RecordBatch.from_arrays(
+            [batch.column("id"), batch.column("k"), batch.column("ts"), v], schema=SCHEMA
+        )
+
+'''
+
+FOOTER = """
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else "run"
+    if mode == "run":
+        restore = "latest" if sys.argv[2:] == ["latest"] else None
+        env, collects = build(PARALLELISM, SLEEP_S)
+        result = env.execute("chaos", restore_from=restore, **RUNNER)
+        for name, handle in collects.items():
+            pq.write_table(handle.to_arrow(), f"{{OUT}}/{{name}}.parquet")
+        print(json.dumps({{"restarts": result.restarts, "checkpoints": len(result.checkpoints)}}))
+        return
+    env, _ = build(PARALLELISM, SLEEP_S)
+    client = env.execute_async("chaos-first", **RUNNER)
+    total = {total_main}
+    wait_until(
+        lambda: client.metrics()["operators"]["{main}"]["records_out"] >= total * {fraction},
+        timeout=120,
+        what="part of the input to be read",
+    )
+    if {savepoint}:
+        restore = client.stop_with_savepoint(HERE + "/savepoint")
+        first = client.wait(timeout=120)
+        read, done = first.metrics["operators"]["{main}"]["records_out"], len(first.checkpoints)
+    else:
+        done = len(client.checkpoints)
+        wait_until(lambda: len(client.checkpoints) > done, timeout=120, what="a checkpoint")
+        read = client.metrics()["operators"]["{main}"]["records_out"]
+        client.cancel()
+        try:
+            first = client.wait(timeout=120)
+        except ed.JobCancelledError:
+            pass
+        else:
+            # it ended before the cancel reached it: its output is complete, and the
+            # fault did not fire (read_at_stop == total)
+            print(json.dumps({{"read_at_stop": total, "total": total, "checkpoints_before": done,
+                              "restarts": first.restarts, "checkpoints": len(first.checkpoints)}}))
+            return
+        restore = "latest"
+    env, _ = build(RESTORE_PARALLELISM, 0.0)
+    result = env.execute("chaos-second", restore_from=restore, **RUNNER)
+    print(json.dumps({{"read_at_stop": read, "total": total, "checkpoints_before": done,
+                      "restarts": result.restarts, "checkpoints": len(result.checkpoints)}}))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _source_lines(src: Source) -> list[str]:
+    n, bound = src.name, f'"{src.bound_ms}ms"'
+    if src.kind == "parquet":
+        head = f'env.from_parquet(IN + "/{n}")'
+    elif src.kind == "arrow":
+        head = f'env.from_arrow(pq.read_table(IN + "/{n}.parquet"))'
+    elif src.kind == "collection":
+        head = f'env.from_collection(pq.read_table(IN + "/{n}.parquet").to_pylist(), schema=SCHEMA)'
+    else:
+        from .data import sequence_step
+
+        lines = [
+            f"    {n} = (",
+            f"        env.from_sequence(0, {src.rows}).name({n!r}).uid({n!r})",
+            "        .with_columns(",
+            f'            id=ed.col("value") + {src.id_base},',
+            f'            k=ed.col("value") % {src.keys},',
+            f'            ts=ed.col("value") * {sequence_step(src)},',
+            '            v=ed.col("value") % 7 + 1,',
+            "        )",
+            f'        .name("{n}_cols").uid("{n}_cols")',
+            f'        .select("id", "k", "ts", "v").name("{n}_sel").uid("{n}_sel")',
+            f'        .assign_timestamps("ts", max_out_of_orderness={bound})',
+            f'        .name("{n}_ts").uid("{n}_ts")',
+            "    )",
+        ]
+        return lines
+    return [
+        f"    {n} = (",
+        f"        {head}.name({n!r}).uid({n!r})",
+        f'        .assign_timestamps("ts", max_out_of_orderness={bound})',
+        f'        .name("{n}_ts").uid("{n}_ts")',
+        "    )",
+    ]
+
+
+def _op_line(i: int, op: Op) -> str:
+    tag = f'.name("op{i}_{op.kind}").uid("op{i}_{op.kind}")'
+    schema = ", schema=SCHEMA" if op.schema else ""
+    call = {
+        "nfilter": f'filter(ed.col("v") % {op.a} != {op.b})',
+        "nwith": f'with_columns(v=ed.col("v") * {op.a} + {op.b})',
+        "nselect": 'with_columns(w=ed.col("v") + ed.col("k")).select("id", "k", "ts", "v")',
+        "pmap": f"map(AddV({op.a}){schema})",
+        "pfilter": f"filter(VModNot({op.a}, {op.b}))",
+        "pbatch": f"map_batches(AddVBatch({op.a}){schema})",
+    }[op.kind]
+    return f"    main = main.{call}{tag}"
+
+
+def _stage_lines(case: Case) -> list[str]:
+    st = case.stage
+    agg = {"sum": 'sum("v")', "count": "count()", "min": 'min("v")', "max": 'max("v")'}[st.agg]
+    if st.kind == "none":
+        return ["    out = main"]
+    if st.kind == "running":
+        return [f'    out = main.key_by("k").{agg}.name("agg").uid("agg")']
+    if st.kind == "wjoin":
+        window = f'ed.Sliding("{st.size_ms}ms", "{st.slide_ms}ms")'
+        return [
+            f'    out = main.window_join({st.right}, on="k", window={window})'
+            '.name("wjoin").uid("wjoin")'
+        ]
+    if st.kind == "ujoin":
+        return [f'    out = main.join({st.right}, on="k").name("ujoin").uid("ujoin")']
+    if st.kind == "ijoin":
+        return [
+            f'    out = main.join({st.right}, on="k", '
+            f'within=("{st.lower_ms}ms", "{st.upper_ms}ms")).name("join").uid("join")'
+        ]
+    assigner = {
+        "tumbling": f'ed.Tumbling("{st.size_ms}ms")',
+        "sliding": f'ed.Sliding("{st.size_ms}ms", "{st.slide_ms}ms")',
+        "session": f'ed.Session("{st.gap_ms}ms")',
+    }[st.kind]
+    late = ', late_output=ed.OutputTag("late")' if st.late else ""
+    lines = [f'    out = main.key_by("k").window({assigner}{late}).{agg}.name("win").uid("win")']
+    if st.late:
+        lines.append(
+            '    out.side_output(ed.OutputTag("late")).sink_to(ed.ParquetSink(OUT + "/late"))'
+            '.name("sink_late").uid("sink_late")'
+        )
+    return lines
+
+
+def _sink_lines(case: Case) -> list[str]:
+    lines = ["    collects = {}"]
+    for sink in case.sinks:
+        tag = f'.name("sink_{sink}").uid("sink_{sink}")'
+        if sink == "parquet":
+            lines.append(f'    out.sink_to(ed.ParquetSink(OUT + "/parquet")){tag}')
+        elif sink == "delta":
+            lines.append(f'    out.sink_to(ed.DeltaSink(OUT + "/delta")){tag}')
+        elif sink == "upsert":
+            lines.append(
+                f'    out.sink_to(ed.DeltaSink(OUT + "/upsert", mode="upsert", key=["k"])){tag}'
+            )
+        elif sink == "collect":
+            lines.append(f'    collects["collect"] = out.collect(){tag}')
+    return lines
+
+
+def render(case: Case, here: Path) -> str:
+    """The job script of ``case``, reading and writing under ``here``."""
+    ex, fault = case.execution, case.fault
+    prelude = ""
+    if ex.python_workers:
+        # per-record Python moves to worker processes after two batches (the hooks
+        # tests/integration/test_python_workers.py uses), not after 100,000 rows
+        prelude = (
+            f'os.environ["EDDYLINE_PYTHON_WORKERS"] = "{ex.python_workers}"\n'
+            "import eddyline._exec.pool as pool  # noqa: E402\n\n"
+            f"pool.START_AFTER_ROWS = {2 * ex.batch_size}\n"
+            "pool.START_AFTER_SECONDS = 0.0\n"
+            "pool.WAIT_FOR_START = True\n\n"
+        )
+    text = HEADER.format(
+        seed=case.seed,
+        features=", ".join(case.features()),
+        fault=fault,
+        here=str(here),
+        prelude=prelude,
+    )
+    text += f"PARALLELISM, RESTORE_PARALLELISM = {ex.parallelism}, {ex.restore_parallelism}\n"
+    text += f"SLEEP_S = {ex.sleep_s}\n"
+    runner = f'{{"runner": ed.ProcessRunner(workers={ex.workers})}}' if ex.workers else "{}"
+    text += f"RUNNER = {runner}\n\n\n"
+    body = [
+        "def build(parallelism, sleep_s):",
+        "    env = ed.StreamEnvironment(",
+        "        parallelism,",
+        f'        checkpoint=ed.CheckpointConfig(CHK, interval="{ex.interval_ms}ms", '
+        f"unaligned={ex.unaligned}, incremental={ex.incremental}),",
+        '        restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),',
+        f"        batch_size={ex.batch_size},",
+        "    )",
+    ]
+    for src in case.sources:
+        body += _source_lines(src)
+    body.append(
+        f"    main = {case.main}.map_batches(SleepPerBatch(sleep_s), schema=SCHEMA)"
+        '.name("slow").uid("slow")'
+    )
+    if case.union:
+        body.append(f'    main = main.union({", ".join(case.union)}).name("union").uid("union")')
+    if fault.kind == "exception":
+        body.append(
+            "    main = main.map_batches("
+            f'FailOnce(None, HERE, column="id", at={fault.at}, armed_by=CHK), '
+            'schema=SCHEMA).name("fail").uid("fail")'
+        )
+    body += [_op_line(i, op) for i, op in enumerate(case.ops)]
+    body += _stage_lines(case)
+    body += _sink_lines(case)
+    body.append("    return env, collects")
+    total_main = case.source(case.main).rows
+    text += "\n".join(body) + "\n"
+    text += FOOTER.format(
+        total_main=total_main,
+        main=case.main,
+        fraction=fault.fraction,
+        savepoint=fault.kind == "savepoint",
+    )
+    return text
