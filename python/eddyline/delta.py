@@ -268,6 +268,9 @@ class DeltaSink(TwoPhaseCommitSink):
             if rows is None:
                 continue
             wrote = any(b.num_rows for b in rows)
+            if wrote and table is None:
+                self._create(pa.Table.from_batches(rows).schema)
+                continue
             try:
                 if wrote:
                     self._write(table, pa.Table.from_batches(rows), app_id, version)
@@ -288,6 +291,31 @@ class DeltaSink(TwoPhaseCommitSink):
             f"{self.uri!r} lost the race with other writers {_COMMIT_ATTEMPTS} times",
             operator=self._operator,
         )
+
+    def _create(self, schema: pa.Schema) -> None:
+        """Creates the table, empty, unless it exists.
+
+        A commit that creates the table reads no snapshot, so Delta checks it
+        against no concurrent commit: two committers of one checkpoint (the
+        subtasks of a restored job re-committing what it staged, or a job's
+        committers at a change of committer) that both found no table would
+        both land, and the rows twice. So the table is created without rows
+        first (a concurrent create leaves one table, with at most an empty
+        commit more), and every commit of rows runs against a snapshot, where
+        Delta refuses the second of two commits of one app id.
+        """
+        deltalake = _deltalake()
+        try:
+            deltalake.DeltaTable.create(
+                self.uri,
+                schema,
+                mode="ignore",
+                partition_by=self.partition_by,
+                storage_options=self._options() or None,
+            )
+        except deltalake.exceptions.DeltaError:
+            if self._table() is None:
+                raise  # not a concurrent create: a failure of its own
 
     def _remove_staged(self, app_id: str, version: int) -> None:
         staging = self._staging(app_id)

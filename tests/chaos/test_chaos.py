@@ -43,17 +43,7 @@ class OpenDefect:
     without: tuple[str, ...]
 
 
-OPEN_DEFECTS = [
-    OpenDefect(
-        reason=(
-            "engine defect the tester found (benches/RESULTS.md, 'Randomized differential "
-            "tester'): after a SIGKILL right after a checkpoint, the restore commits that "
-            "checkpoint's DeltaSink rows again at parallelism >= 2"
-        ),
-        cases=("delta-append-recommit-1683686154", "delta-upsert-recommit-1335849180"),
-        without=("sink:delta+fault:sigkill", "sink:upsert+fault:sigkill"),
-    ),
-]
+OPEN_DEFECTS: list[OpenDefect] = []
 
 
 @pytest.mark.chaos

@@ -214,3 +214,32 @@ def test_delta_sigkill_right_after_the_commit_is_not_duplicated(tmp_path: Path) 
     final = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert final.returncode == 0, final.stderr
     assert_exact_ids(_rows(table)["value"].to_pylist(), range(n), "DeltaSink")
+
+
+RESTORE_RACE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import eddyline as ed
+
+    table, chk = sys.argv[1], sys.argv[2]
+    env = ed.StreamEnvironment(2, checkpoint=ed.CheckpointConfig(chk, interval="50ms"))
+    env.from_sequence(0, 72).sink_to(ed.DeltaSink(table)).name("sink").uid("sink")
+    env.execute("delta-restore-race", restore_from="latest")
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_delta_restored_subtasks_do_not_both_create_the_table(tmp_path: Path) -> None:
+    """Killed once its first checkpoint exists, before its commit: on restore
+    both subtasks re-commit the staged rows into a table that does not exist
+    yet. A commit that creates a table is checked against no concurrent one,
+    so both landed (144 rows of 72) until the table was created empty first
+    (found by tools/chaos.py)."""
+    script = tmp_path / "job.py"
+    script.write_text(RESTORE_RACE_SCRIPT)
+    table, chk = tmp_path / "t", tmp_path / "chk"
+    command = [sys.executable, str(script), str(table), str(chk)]
+    kill_after_checkpoints(command, chk, kills=1, rng=random.Random(0), timeout=60, max_delay=0.0)
+    assert_exact_ids(_rows(table)["value"].to_pylist(), range(72), "DeltaSink")
