@@ -49,9 +49,12 @@
 //! row-format key to the kept rows' positions, timestamps and whether they
 //! matched. A key group compacts its kept rows into one batch once it
 //! refers to many batches. Snapshots are copy-on-write views of the groups,
-//! serialized off the task thread ([`snapshot`]) with the operator's
-//! watermark; restoring at another parallelism takes the key groups a
-//! subtask owns. Interval joins report a FLINK-4120 null-state watermark
+//! serialized off the task thread ([`snapshot`]) each with the watermark its
+//! key group had reached; restoring at another parallelism takes the key
+//! groups a subtask owns, continues from the smallest of their watermarks
+//! and keeps each key group at its own (subtasks checkpointed by an
+//! unaligned barrier may have reached different watermarks): none of its
+//! windows is lost or fired twice, and its late rows stay late. Interval joins report a FLINK-4120 null-state watermark
 //! (the oldest epoch whose rows, or the rows they matched, are still kept),
 //! so they also work with `recovery="recompute"`.
 
@@ -236,6 +239,14 @@ pub struct JoinOperator {
     /// so same encoding).
     codecs: [RowConverter; 2],
     watermark: i64,
+    /// Per local key group, the watermark its state had reached where it
+    /// was checkpointed, when above `watermark`: a restore at another
+    /// parallelism joins key groups of subtasks that had reached different
+    /// watermarks (an unaligned barrier overtakes watermarks), and the
+    /// subtask continues from the smallest of them. A key group is then at
+    /// `max(watermark, reached[g])`: its rows at or below that are late, and
+    /// its windows that fired before are not fired again.
+    reached: Vec<i64>,
     /// Numbers the input batches (a kept batch is stored once per group).
     batch_seq: u64,
     late: Arc<AtomicU64>,
@@ -276,6 +287,7 @@ impl JoinOperator {
             key_codec(&ctx.name, &plan.sides[0])?,
             key_codec(&ctx.name, &plan.sides[1])?,
         ];
+        let reached = vec![i64::MIN; own.key_groups.len()];
         Ok(JoinOperator {
             how: factory.how,
             bounds: factory.bounds,
@@ -286,6 +298,7 @@ impl JoinOperator {
             own,
             codecs,
             watermark: i64::MIN,
+            reached,
             batch_seq: 0,
             late: Arc::new(AtomicU64::new(0)),
             scratch: Scratch::default(),
@@ -340,11 +353,12 @@ impl JoinOperator {
         }
     }
 
-    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<()> {
+    /// Restores one key group's rows; returns the watermark it had reached.
+    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<i64> {
         let bytes = blob.to_bytes()?;
         let decoded = snapshot::decode_group(&bytes, kg, self.how, self.bounds)?;
-        self.watermark = self.watermark.max(decoded.watermark);
         let local = kg - self.own.key_groups.start;
+        self.reached[local] = decoded.watermark;
         for (side, batch) in decoded.sides.into_iter().enumerate() {
             let Some((batch, times, matched)) = batch else {
                 continue;
@@ -384,7 +398,12 @@ impl JoinOperator {
                 self.epochs.push_back((0, max));
             }
         }
-        Ok(())
+        Ok(self.reached[local])
+    }
+
+    /// The watermark key group `local` is at (see `reached`).
+    fn group_watermark(&self, local: usize) -> i64 {
+        self.watermark.max(self.reached[local])
     }
 }
 
@@ -450,7 +469,8 @@ impl JoinOperator {
             };
             let local = self.own.local_index(self.scratch.hashes[row])?;
             let key = key.as_ref();
-            if timed && cutoff <= self.watermark && !versions {
+            let reached = self.watermark.max(self.reached[local]);
+            if timed && cutoff <= reached && !versions {
                 // A session join's row whose own session is over still joins
                 // an open session it touches.
                 let open = match self.bounds {
@@ -615,7 +635,8 @@ impl Operator for JoinOperator {
         } else if let JoinBounds::Window { size_ms, slide_ms } = self.bounds {
             let builder = &mut self.scratch.builder;
             let span = (previous, watermark);
-            window::fire(&mut self.groups, span, size_ms, slide_ms, builder);
+            let reached = &self.reached;
+            window::fire(&mut self.groups, span, reached, size_ms, slide_ms, builder);
             let rows = builder
                 .finish(&self.plan, &self.groups)
                 .map_err(|e| Error::arrow(&self.own.name, &e))?;
@@ -658,7 +679,6 @@ impl Operator for JoinOperator {
                 self.plan.sides[1].schema.clone(),
             ],
             keys: [self.plan.key_names(0), self.plan.key_names(1)],
-            watermark: self.watermark,
         });
         let all = self.watermark > i64::MIN;
         let start = self.own.key_groups.start;
@@ -666,11 +686,12 @@ impl Operator for JoinOperator {
             .groups
             .iter()
             .enumerate()
-            .filter(|(_, g)| all || !g.is_empty())
+            .filter(|(local, g)| all || !g.is_empty() || self.reached[*local] > i64::MIN)
             .map(|(local, g)| {
                 let view = snapshot::GroupSnapshot {
                     meta: meta.clone(),
                     group: g.clone(),
+                    watermark: self.group_watermark(local),
                 };
                 ((start + local) as u32, StateBlob::Deferred(Arc::new(view)))
             })
@@ -681,10 +702,18 @@ impl Operator for JoinOperator {
         })
     }
 
+    /// The subtask continues from the smallest watermark of the key groups it
+    /// restores (each keeps its own as `reached`): never above what the
+    /// subtask that wrote a key group had reached.
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
         let kind = &format!("a {} join", self.how.name());
+        let mut lowest: Option<i64> = None;
         for (kg, blob) in owned_key_groups(state, &self.own, kind)? {
-            self.restore_blob(kg, &blob)?;
+            let reached = self.restore_blob(kg, &blob)?;
+            lowest = Some(lowest.map_or(reached, |l| l.min(reached)));
+        }
+        if let Some(w) = lowest {
+            self.watermark = self.watermark.max(w);
         }
         Ok(())
     }

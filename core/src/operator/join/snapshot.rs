@@ -59,13 +59,14 @@ pub(super) struct SnapshotMeta {
     pub schemas: [SchemaRef; 2],
     /// Per side: its key column names, then the output's key names.
     pub keys: [String; 2],
-    pub watermark: i64,
 }
 
 /// A copy-on-write view of one key group.
 pub(super) struct GroupSnapshot {
     pub meta: Arc<SnapshotMeta>,
     pub group: Arc<Group>,
+    /// The watermark the key group has reached (see `JoinOperator::reached`).
+    pub watermark: i64,
 }
 
 impl GroupSnapshot {
@@ -114,7 +115,7 @@ impl GroupSnapshot {
 impl DeferredState for GroupSnapshot {
     fn serialize(&self) -> Result<Vec<u8>> {
         let mut out = vec![STATE_FORMAT_VERSION];
-        out.extend_from_slice(&self.meta.watermark.to_le_bytes());
+        out.extend_from_slice(&self.watermark.to_le_bytes());
         for side in 0..2 {
             let bytes = self.side_bytes(side).for_operator(&self.meta.name)?;
             out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());

@@ -13,22 +13,26 @@ use super::rows::{window_start, Expiry, Group};
 
 /// Pairs the rows of every window that fires as the watermark moves over
 /// `span` (previous, current), then drops the rows whose last window fired.
+/// A key group restored at a watermark above `previous` (`reached`, see the
+/// join's `reached`) fires only the windows after the one it had reached.
 pub(super) fn fire(
     groups: &mut [Arc<Group>],
     span: (i64, i64),
+    reached: &[i64],
     size: i64,
     slide: i64,
     builder: &mut OutputBuilder,
 ) {
     builder.start_expiry();
-    let (previous, watermark) = span;
-    // Window `s` fires now when previous < s + size - 1 <= watermark.
-    let fires = |s: i64| {
-        let last = i128::from(s) + i128::from(size) - 1;
-        i128::from(previous) < last && last <= i128::from(watermark)
-    };
+    let (operator_previous, watermark) = span;
     let expiry = Expiry::LastWindowEnd { size, slide };
     for (local, g) in groups.iter_mut().enumerate() {
+        let previous = operator_previous.max(reached.get(local).copied().unwrap_or(i64::MIN));
+        // Window `s` fires now when previous < s + size - 1 <= watermark.
+        let fires = |s: i64| {
+            let last = i128::from(s) + i128::from(size) - 1;
+            i128::from(previous) < last && last <= i128::from(watermark)
+        };
         if g.sides.iter().any(|s| s.live == 0) && g.sides.iter().all(|s| s.min_expiry > watermark) {
             continue;
         }

@@ -66,8 +66,11 @@
 //! before a failure are late after it and restored runs emit exactly the
 //! same windows. It is written into every key group's blob: once the
 //! operator has a watermark every owned key group is written, even an empty
-//! one. A subtask restored from several old subtasks takes the largest
-//! watermark.
+//! one. A subtask restored from several old subtasks continues from the
+//! smallest of their watermarks and keeps each key group at its own
+//! (`reached`): subtasks checkpointed by an unaligned barrier may have
+//! reached different watermarks, and a record stays late, or on time, as it
+//! was for the subtask that owned its key group.
 //!
 //! # Serialization format (version 1)
 //!
@@ -434,6 +437,12 @@ pub struct WindowOperator {
     layout: Option<(Layout, SchemaRef)>,
     engine: Option<Engine>,
     watermark: i64,
+    /// Per local key group, the watermark its state had reached where it
+    /// was checkpointed, when above `watermark`: a restore at another
+    /// parallelism joins key groups of subtasks that had reached different
+    /// watermarks (an unaligned barrier overtakes watermarks) and continues
+    /// from the smallest; a record is late by its own key group's.
+    reached: Vec<i64>,
     next_seq: u64,
     late: Arc<AtomicU64>,
     scratch: Scratch,
@@ -461,6 +470,7 @@ impl WindowOperator {
     pub fn new(factory: &WindowFactory, ctx: &OperatorContext) -> Result<Self> {
         factory.assigner.validate(&ctx.name)?;
         let own = KeyGroupOwnership::from_context(ctx)?;
+        let reached = vec![i64::MIN; own.key_groups.len()];
         Ok(WindowOperator {
             factory: factory.clone(),
             own,
@@ -468,6 +478,7 @@ impl WindowOperator {
             layout: None,
             engine: None,
             watermark: i64::MIN,
+            reached,
             next_seq: 0,
             late: Arc::new(AtomicU64::new(0)),
             scratch: Scratch::default(),
@@ -544,7 +555,8 @@ impl WindowOperator {
         Ok(())
     }
 
-    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<()> {
+    /// Restores one key group; returns the watermark it had reached.
+    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<i64> {
         let bytes = blob.to_bytes()?;
         let decoded = decode_group(&bytes, kg, self.factory.kind(), self.factory.assigner)?;
         if !self.adopt_layout(&decoded.layout)? {
@@ -561,9 +573,9 @@ impl WindowOperator {
                 ),
             ));
         }
-        self.watermark = self.watermark.max(decoded.watermark);
         let n_keys = decoded.layout.key_fields.len();
         let local = kg - self.own.key_groups.start;
+        self.reached[local] = decoded.watermark;
         for batch in decoded.batches {
             if batch.num_rows() == 0 {
                 continue;
@@ -617,7 +629,7 @@ impl WindowOperator {
             };
             self.next_seq = self.next_seq.max(max_seq + 1);
         }
-        Ok(())
+        Ok(self.reached[local])
     }
 }
 
@@ -627,6 +639,7 @@ struct BatchArgs<'a> {
     batch: &'a RecordBatch,
     value_idx: Option<usize>,
     watermark: i64,
+    reached: &'a [i64],
     own: &'a KeyGroupOwnership,
 }
 
@@ -649,6 +662,7 @@ fn process_rows<K: StateKey, V: Num>(
         size: args.factory.assigner.size_ms(),
         slide: args.factory.assigner.slide_ms(),
         watermark: args.watermark,
+        reached: args.reached,
         times: &scratch.times,
         contribution: &contribution,
     };
@@ -718,6 +732,7 @@ impl Operator for WindowOperator {
             batch: &batch,
             value_idx: binding.value_idx,
             watermark: self.watermark,
+            reached: &self.reached,
             own: &self.own,
         };
         let (scratch, next_seq) = (&mut self.scratch, &mut self.next_seq);
@@ -807,25 +822,31 @@ impl Operator for WindowOperator {
             agg: self.factory.kind(),
             assigner: self.factory.assigner,
             layout: layout.clone(),
-            watermark: self.watermark,
             column: Arc::from(match (self.factory.kind(), self.factory.agg_column()) {
                 (AggKind::Count, _) | (_, None) => "count",
                 (_, Some(col)) => col,
             }),
         });
-        let all = self.watermark > i64::MIN;
         let start = self.own.key_groups.start;
-        let keyed = with_store!(engine, s => s.snapshot(&meta, start, all));
+        let (watermark, reached) = (self.watermark, &self.reached);
+        let keyed = with_store!(engine, s => s.snapshot(&meta, start, watermark, reached));
         Ok(OperatorState {
             operator: None,
             keyed,
         })
     }
 
+    /// The subtask continues from the smallest watermark of the key groups it
+    /// restores, each key group at its own (`reached`).
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
         let kind = &format!("a window {}", self.factory.kind().name());
+        let mut lowest: Option<i64> = None;
         for (kg, blob) in owned_key_groups(state, &self.own, kind)? {
-            self.restore_blob(kg, &blob)?;
+            let reached = self.restore_blob(kg, &blob)?;
+            lowest = Some(lowest.map_or(reached, |l| l.min(reached)));
+        }
+        if let Some(w) = lowest {
+            self.watermark = self.watermark.max(w);
         }
         Ok(())
     }
@@ -900,6 +921,78 @@ mod tests {
     }
 
     const TUMBLE_10: WindowAssigner = WindowAssigner::Tumbling { size_ms: 10 };
+
+    /// A key of the first half of the key groups and one of the second.
+    fn keys_of_both_halves() -> (i64, i64) {
+        let kg = |k: i64| {
+            let mut hashes = Vec::new();
+            let col: ArrayRef = Arc::new(Int64Array::from(vec![k]));
+            crate::keygroup::hash_keys(&[col], &mut hashes).unwrap();
+            crate::keygroup::key_group(hashes[0], 128)
+        };
+        let low = (0..1000).find(|&k| kg(k) < 64).unwrap();
+        let high = (0..1000).find(|&k| kg(k) >= 64).unwrap();
+        (low, high)
+    }
+
+    /// Two subtasks that had reached different watermarks (an unaligned
+    /// barrier overtakes watermarks) restored into one: a record of the
+    /// subtask behind stays on time (its window still fires), one of the
+    /// subtask ahead stays late (its window fired before, never again).
+    #[test]
+    fn test_restore_from_subtasks_at_different_watermarks_keeps_each_key_group_at_its_own() {
+        let (behind, ahead) = keys_of_both_halves();
+        let f = factory(TUMBLE_10, AggKind::Sum, Some("v")).with_late_output();
+        let mut out = Recorder::default();
+        let mut a = WindowOperator::new(&f, &ctx(64..128)).unwrap();
+        let mut b = WindowOperator::new(&f, &ctx(0..64)).unwrap();
+        a.process_batch(
+            0,
+            batch(vec![Some(ahead)], vec![3], vec![Some(1)]),
+            &mut out,
+        )
+        .unwrap();
+        a.process_watermark(19, &mut out).unwrap();
+        b.process_batch(
+            0,
+            batch(vec![Some(behind)], vec![3], vec![Some(1)]),
+            &mut out,
+        )
+        .unwrap();
+        b.process_watermark(5, &mut out).unwrap();
+        assert_eq!(
+            out.batches.len(),
+            1,
+            "only the subtask ahead fired its window"
+        );
+        let mut keyed = a.snapshot_state(1).unwrap().keyed;
+        keyed.extend(b.snapshot_state(1).unwrap().keyed);
+        let mut op = WindowOperator::new(&f, &ctx(0..128)).unwrap();
+        op.restore_state(OperatorState {
+            operator: None,
+            keyed,
+        })
+        .unwrap();
+        // In-flight records of both, for the window [0, 10).
+        op.process_batch(
+            0,
+            batch(
+                vec![Some(behind), Some(ahead)],
+                vec![7, 8],
+                vec![Some(10), Some(100)],
+            ),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(op.late_records(), 1);
+        assert_eq!(ints(out.side[0].1.column(0)), vec![Some(ahead)]);
+        op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+        let fired: Vec<(Option<i64>, Option<i64>)> = out.batches[1..]
+            .iter()
+            .flat_map(|b| ints(b.column(0)).into_iter().zip(ints(b.column(3))))
+            .collect();
+        assert_eq!(fired, vec![(Some(behind), Some(11))]);
+    }
 
     #[test]
     fn test_tumbling_sum_fires_in_window_end_then_first_seen_order() {

@@ -23,7 +23,6 @@ pub(crate) struct SnapshotMeta {
     pub(crate) agg: AggKind,
     pub(crate) assigner: WindowAssigner,
     pub(crate) layout: Layout,
-    pub(crate) watermark: i64,
     /// The aggregate's output column name (metadata for `read_state`).
     pub(crate) column: Arc<str>,
 }
@@ -32,6 +31,8 @@ pub(crate) struct SnapshotMeta {
 pub(crate) struct GroupSnapshot<K, V> {
     pub(crate) meta: Arc<SnapshotMeta>,
     pub(crate) group: Arc<GroupState<K, V>>,
+    /// The watermark the key group had reached (the operator's `reached`).
+    pub(crate) watermark: i64,
 }
 
 impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
@@ -60,7 +61,7 @@ impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
                 META_TIME_TYPE.to_string(),
                 meta.layout.time_type.to_string(),
             ),
-            (META_WATERMARK.to_string(), meta.watermark.to_string()),
+            (META_WATERMARK.to_string(), self.watermark.to_string()),
             (META_COLUMN.to_string(), meta.column.to_string()),
         ]);
         let schema = Arc::new(Schema::new_with_metadata(fields, metadata));

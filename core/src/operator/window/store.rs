@@ -46,6 +46,9 @@ pub(crate) struct BatchInput<'a, V: Num> {
     pub(crate) size: i64,
     pub(crate) slide: i64,
     pub(crate) watermark: i64,
+    /// Per local key group, the watermark it had reached when restored
+    /// (above `watermark` only after a restore at another parallelism).
+    pub(crate) reached: &'a [i64],
     pub(crate) times: &'a [i64],
     pub(crate) contribution: &'a Contribution<V>,
 }
@@ -93,7 +96,8 @@ impl<K: StateKey, V: Num> Store<K, V> {
             agg,
             size,
             slide,
-            watermark,
+            watermark: operator_watermark,
+            reached,
             times,
             contribution,
         } = *input;
@@ -101,6 +105,7 @@ impl<K: StateKey, V: Num> Store<K, V> {
         let mut late = 0u64;
         for (i, (&t, &hash)) in times.iter().zip(hashes.iter()).enumerate() {
             let local = own.local_index(hash)?;
+            let watermark = operator_watermark.max(reached[local]);
             let last_start = t - t.rem_euclid(slide);
             // The window [start, start + size) is over when start + size - 1 <= watermark.
             if last_start.saturating_add(size - 1) <= watermark {
@@ -199,20 +204,26 @@ impl<K: StateKey, V: Num> Store<K, V> {
             .min()
     }
 
+    /// Views of the key groups: every one when `watermark` is set, else the
+    /// ones with windows or a watermark of their own (`reached`).
     pub(crate) fn snapshot(
         &self,
         meta: &Arc<SnapshotMeta>,
         start: usize,
-        all: bool,
+        watermark: i64,
+        reached: &[i64],
     ) -> Vec<(u32, StateBlob)> {
         self.groups
             .iter()
             .enumerate()
-            .filter(|(_, g)| all || !g.windows.is_empty())
+            .filter(|(i, g)| {
+                watermark > i64::MIN || !g.windows.is_empty() || reached[*i] > i64::MIN
+            })
             .map(|(i, g)| {
                 let view = GroupSnapshot {
                     meta: meta.clone(),
                     group: g.clone(),
+                    watermark: watermark.max(reached[i]),
                 };
                 ((start + i) as u32, StateBlob::Deferred(Arc::new(view)))
             })
