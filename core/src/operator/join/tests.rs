@@ -858,62 +858,40 @@ fn test_session_window_join_merges_sessions_a_row_bridges() {
     assert_eq!(op.late_records(), 1);
 }
 
-/// Two subtasks that had reached different watermarks (an unaligned barrier
-/// overtakes watermarks) restored into one: the key groups of the one behind
-/// still fire their windows (none is lost), those of the one ahead do not
-/// fire theirs again (none is duplicated), for sliding windows whose rows
-/// outlive a fired window.
+/// Subtasks at watermarks 19 and 5 (an unaligned barrier overtakes
+/// watermarks) restored into one: a sliding window join fires every window
+/// once, as one uninterrupted operator does (none lost, none fired again).
 #[test]
 fn test_window_join_restored_from_subtasks_at_different_watermarks_fires_each_window_once() {
-    let f = factory(
-        JoinType::Inner,
-        JoinBounds::Window {
-            size_ms: 20,
-            slide_ms: 10,
-        },
-    );
-    // Keys 0..8 on both sides, one row each side per key at t = 3 and 14.
+    let bounds = JoinBounds::Window {
+        size_ms: 20,
+        slide_ms: 10,
+    };
+    let f = factory(JoinType::Inner, bounds);
     let rows: Vec<(i64, i64)> = (0..8).flat_map(|k| [(k, 3), (k, 14)]).collect();
-    let events = [Event::Rows(0, rows.clone()), Event::Rows(1, rows.clone())];
-    let ranges = [0..8, 8..16];
-    let mut out = Recorder::default();
-    let mut olds: Vec<JoinOperator> = ranges
-        .iter()
-        .map(|r| JoinOperator::new(&f, &ctx(r.clone())).unwrap())
-        .collect();
-    for e in &events {
-        for op in &mut olds {
-            apply(op, e, &mut out);
-        }
-    }
-    // The first subtask went on to 19 (its windows ending by then fired),
-    // the second stayed at 5 (none of its windows fired).
-    apply(&mut olds[0], &Event::Watermark(19), &mut out);
-    apply(&mut olds[1], &Event::Watermark(5), &mut out);
-    let fired_before = rows_of(&out).len();
-    assert!(
-        fired_before > 0,
-        "the first subtask fired windows before the snapshot"
-    );
+    let events = [Event::Rows(0, rows.clone()), Event::Rows(1, rows)];
+    let (mut out, mut reference) = (Recorder::default(), Recorder::default());
+    let mut one = JoinOperator::new(&f, &ctx(0..16)).unwrap();
     let mut keyed = Vec::new();
-    for op in &mut olds {
-        keyed.extend(op.snapshot_state(1).unwrap().keyed);
+    for (range, watermark) in [(0..8, 19), (8..16, 5)] {
+        let mut old = JoinOperator::new(&f, &ctx(range)).unwrap();
+        for e in events.iter().chain([&Event::Watermark(watermark)]) {
+            apply(&mut old, e, &mut out);
+        }
+        keyed.extend(old.snapshot_state(1).unwrap().keyed);
     }
+    assert!(!out.batches.is_empty(), "the subtask ahead fired windows");
     let mut op = JoinOperator::new(&f, &ctx(0..16)).unwrap();
-    op.restore_state(OperatorState {
+    let state = OperatorState {
         operator: None,
         keyed,
-    })
-    .unwrap();
+    };
+    op.restore_state(state).unwrap();
     op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
-
-    // The reference: one operator that saw every row, then MAX.
-    let mut reference_out = Recorder::default();
-    let mut one = JoinOperator::new(&f, &ctx(0..16)).unwrap();
     for e in &events {
-        apply(&mut one, e, &mut reference_out);
+        apply(&mut one, e, &mut reference);
     }
-    one.process_watermark(MAX_WATERMARK, &mut reference_out)
+    one.process_watermark(MAX_WATERMARK, &mut reference)
         .unwrap();
-    assert_eq!(rows_of(&out), rows_of(&reference_out));
+    assert_eq!(rows_of(&out), rows_of(&reference));
 }
