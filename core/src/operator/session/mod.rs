@@ -29,8 +29,12 @@
 //! bytes), each with its start, end, first-seen sequence number, the first
 //! checkpoint epoch of its rows and its accumulator, in a copy-on-write
 //! `Arc` snapshotted without copying. The blob ([`snapshot`]) is an Arrow
-//! IPC stream of the sessions with the operator's watermark; restoring at
-//! another parallelism takes the key groups a subtask owns. Session windows
+//! IPC stream of the sessions with the watermark its key group had reached;
+//! restoring at another parallelism takes the key groups a subtask owns,
+//! continues from the smallest of their watermarks and keeps each key group
+//! at its own (`reached`): subtasks checkpointed by an unaligned barrier may
+//! have reached different watermarks, and a row stays late, or on time, as
+//! it was for the subtask that owned its key group. Session windows
 //! report a FLINK-4120 null-state watermark (the oldest epoch of a row in an
 //! open session), so they work with `recovery="recompute"`.
 
@@ -238,6 +242,12 @@ pub struct SessionOperator {
     codec: Option<RowConverter>,
     groups: Option<Groups>,
     watermark: i64,
+    /// Per local key group, the watermark its state had reached where it
+    /// was checkpointed, when above `watermark`: a restore at another
+    /// parallelism joins key groups of subtasks that had reached different
+    /// watermarks (an unaligned barrier overtakes watermarks) and continues
+    /// from the smallest; a row is late by its own key group's.
+    reached: Vec<i64>,
     next_seq: u64,
     epoch: u64,
     late: Arc<AtomicU64>,
@@ -259,6 +269,8 @@ struct Rows<'a, V: Num> {
     agg: AggKind,
     gap: i64,
     watermark: i64,
+    /// Per local key group, see `SessionOperator::reached`.
+    reached: &'a [i64],
     epoch: u64,
     times: &'a [i64],
     values: Option<arrow::array::PrimitiveArray<V::Arrow>>,
@@ -281,12 +293,14 @@ impl<V: Num> Rows<'_, V> {
     }
 }
 
-/// Adds row `i` (key `key`) to `group`; false when it is late.
+/// Adds row `i` (key `key`) to `group`, whose key group is at `watermark`;
+/// false when it is late.
 fn add_row<V: Num>(
     group: &mut Group<V>,
     key: &[u8],
     i: usize,
     rows: &Rows<'_, V>,
+    watermark: i64,
     next_seq: &mut u64,
     touched: &mut Vec<usize>,
 ) -> bool {
@@ -302,7 +316,7 @@ fn add_row<V: Num>(
                 .map(|(j, _)| j),
         );
     }
-    if touched.is_empty() && end - 1 <= rows.watermark {
+    if touched.is_empty() && end - 1 <= watermark {
         return false;
     }
     let mut merged = Session {
@@ -366,6 +380,7 @@ impl SessionOperator {
     /// An operator for the subtask `ctx` describes.
     pub fn new(factory: &SessionFactory, ctx: &OperatorContext) -> Result<Self> {
         let own = KeyGroupOwnership::from_context(ctx)?;
+        let own_groups = own.key_groups.len();
         if factory.gap_ms <= 0 {
             return Err(Error::graph(&ctx.name, "a session gap must be positive"));
         }
@@ -377,6 +392,7 @@ impl SessionOperator {
             codec: None,
             groups: None,
             watermark: i64::MIN,
+            reached: vec![i64::MIN; own_groups],
             next_seq: 0,
             epoch: 0,
             late: Arc::new(AtomicU64::new(0)),
@@ -486,7 +502,16 @@ impl SessionOperator {
         for (i, key) in keys.iter().enumerate() {
             let local = own.local_index(scratch.hashes[i])?;
             let group = Arc::make_mut(&mut groups[local]);
-            if !add_row(group, key.as_ref(), i, rows, next_seq, &mut scratch.touched) {
+            let watermark = rows.watermark.max(rows.reached[local]);
+            if !add_row(
+                group,
+                key.as_ref(),
+                i,
+                rows,
+                watermark,
+                next_seq,
+                &mut scratch.touched,
+            ) {
                 late += 1;
                 if late_output {
                     scratch.late_rows.push(i as u32);
@@ -523,6 +548,7 @@ impl SessionOperator {
             agg: self.factory.agg,
             gap: self.factory.gap_ms,
             watermark: self.watermark,
+            reached: &self.reached,
             epoch: self.epoch,
             times: &times,
             values,
@@ -694,23 +720,27 @@ impl Operator for SessionOperator {
             key_fields: b.key_fields.clone(),
             time_type: b.time_type.clone(),
             column: b.output.field(b.output.fields().len() - 1).name().clone(),
-            watermark: self.watermark,
         });
-        let all = self.watermark > i64::MIN;
         let start = self.own.key_groups.start;
-        let keyed = with_groups!(groups, g => snapshot::snapshot(&meta, g, start, all));
+        let (watermark, reached) = (self.watermark, &self.reached);
+        let keyed =
+            with_groups!(groups, g => snapshot::snapshot(&meta, g, start, watermark, reached));
         Ok(OperatorState {
             operator: None,
             keyed,
         })
     }
 
+    /// The subtask continues from the smallest watermark of the key groups it
+    /// restores, each key group at its own (`reached`).
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
+        let mut lowest: Option<i64> = None;
         for (kg, blob) in owned_key_groups(state, &self.own, "a session window")? {
             let bytes = blob.to_bytes()?;
             let decoded =
                 snapshot::decode_group(&bytes, kg, self.factory.agg, self.factory.gap_ms)?;
-            self.watermark = self.watermark.max(decoded.watermark);
+            self.reached[kg - self.own.key_groups.start] = decoded.watermark;
+            lowest = Some(lowest.map_or(decoded.watermark, |l| l.min(decoded.watermark)));
             if decoded.batch.num_rows() == 0 {
                 continue;
             }
@@ -742,6 +772,9 @@ impl Operator for SessionOperator {
                 hashes,
             )?);
             self.next_seq = self.next_seq.max(max_seq + 1);
+        }
+        if let Some(w) = lowest {
+            self.watermark = self.watermark.max(w);
         }
         Ok(())
     }

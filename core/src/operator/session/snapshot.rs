@@ -49,21 +49,24 @@ pub(super) struct SnapshotMeta {
     pub key_fields: Vec<FieldRef>,
     pub time_type: DataType,
     pub column: String,
-    pub watermark: i64,
 }
 
 struct GroupSnapshot<V> {
     meta: Arc<SnapshotMeta>,
     group: Arc<Group<V>>,
     converter: Arc<RowConverter>,
+    /// The watermark the key group had reached (the operator's `reached`).
+    watermark: i64,
 }
 
-/// Copy-on-write views of the groups (every group once a watermark is set).
+/// Copy-on-write views of the groups: every group once `watermark` is set,
+/// else those with sessions or a watermark of their own (`reached`).
 pub(super) fn snapshot<V: Num>(
     meta: &Arc<SnapshotMeta>,
     groups: &[Arc<Group<V>>],
     start: usize,
-    all: bool,
+    watermark: i64,
+    reached: &[i64],
 ) -> Vec<(u32, StateBlob)> {
     let sort = meta
         .key_fields
@@ -77,12 +80,15 @@ pub(super) fn snapshot<V: Num>(
     groups
         .iter()
         .enumerate()
-        .filter(|(_, g)| all || !g.sessions.is_empty())
+        .filter(|(local, g)| {
+            watermark > i64::MIN || !g.sessions.is_empty() || reached[*local] > i64::MIN
+        })
         .map(|(local, g)| {
             let view = GroupSnapshot {
                 meta: meta.clone(),
                 group: g.clone(),
                 converter: converter.clone(),
+                watermark: watermark.max(reached[local]),
             };
             ((start + local) as u32, StateBlob::Deferred(Arc::new(view)))
         })
@@ -131,7 +137,7 @@ impl<V: Num> DeferredState for GroupSnapshot<V> {
             (META_AGG.to_string(), meta.agg.name().to_string()),
             (META_GAP.to_string(), meta.gap_ms.to_string()),
             (META_TIME_TYPE.to_string(), meta.time_type.to_string()),
-            (META_WATERMARK.to_string(), meta.watermark.to_string()),
+            (META_WATERMARK.to_string(), self.watermark.to_string()),
             (META_COLUMN.to_string(), meta.column.clone()),
         ]);
         let schema = Arc::new(Schema::new_with_metadata(fields, metadata));

@@ -207,3 +207,56 @@ proptest! {
         prop_assert_eq!(got, reference(gap, &all));
     }
 }
+
+/// Two subtasks that had reached different watermarks (an unaligned barrier
+/// overtakes watermarks) restored into one: a row of the key group behind
+/// stays on time (its session still fires), one of the key group ahead
+/// stays late (its session fired before, never again).
+#[test]
+fn test_restore_from_subtasks_at_different_watermarks_keeps_each_key_group_at_its_own() {
+    let kg = |k: i64| {
+        let mut hashes = Vec::new();
+        let col: ArrayRef = Arc::new(Int64Array::from(vec![k]));
+        crate::keygroup::hash_keys(&[col], &mut hashes).unwrap();
+        crate::keygroup::key_group(hashes[0], 16)
+    };
+    let behind = (0..1000).find(|&k| kg(k) < 8).unwrap();
+    let ahead = (0..1000).find(|&k| kg(k) >= 8).unwrap();
+    let f = factory(10, true);
+    let mut out = Recorder::default();
+    let mut a = SessionOperator::new(&f, &ctx(8..16)).unwrap();
+    let mut b = SessionOperator::new(&f, &ctx(0..8)).unwrap();
+    a.process_batch(0, batch(&[(ahead, 3, 1)]), &mut out)
+        .unwrap();
+    a.process_watermark(19, &mut out).unwrap();
+    b.process_batch(0, batch(&[(behind, 0, 1)]), &mut out)
+        .unwrap();
+    b.process_watermark(5, &mut out).unwrap();
+    assert_eq!(fired(&out), vec![(Some(ahead), 3, 13, Some(1))]);
+    let mut keyed = a.snapshot_state(1).unwrap().keyed;
+    keyed.extend(b.snapshot_state(1).unwrap().keyed);
+    let mut op = SessionOperator::new(&f, &ctx(0..16)).unwrap();
+    op.restore_state(OperatorState {
+        operator: None,
+        keyed,
+    })
+    .unwrap();
+    // In-flight rows of both: behind's at 10 opens [10, 20) (its session
+    // [0, 10) is exactly a gap away), ahead's at 7 would reopen [3, 13).
+    op.process_batch(0, batch(&[(behind, 10, 10), (ahead, 7, 100)]), &mut out)
+        .unwrap();
+    assert_eq!(
+        op.late_records(),
+        1,
+        "the row of the key group ahead is late"
+    );
+    op.process_watermark(MAX_WATERMARK, &mut out).unwrap();
+    assert_eq!(
+        fired(&out),
+        vec![
+            (Some(ahead), 3, 13, Some(1)),
+            (Some(behind), 0, 10, Some(1)),
+            (Some(behind), 10, 20, Some(10))
+        ]
+    );
+}
