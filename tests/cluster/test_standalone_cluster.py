@@ -44,7 +44,7 @@ SLOWED = textwrap.dedent(
 
     def slowed(self, *args, **kwargs):
         rows = plain_from_parquet(self, *args, **kwargs)
-        return rows.map_batches(SleepPerBatch(0.2), schema=rows.schema)
+        return rows.map_batches(SleepPerBatch(1.0), schema=rows.schema)
 
     ed.StreamEnvironment.from_parquet = slowed
     sys.argv = [sys.argv[1], *sys.argv[2:]]
