@@ -52,6 +52,9 @@ class Expr:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Expr is immutable")
 
+    def __reduce__(self) -> tuple[type[Expr], tuple[Tree, str | None]]:
+        return (Expr, (self._node, self._alias))
+
     # ---- tree ---------------------------------------------------------------
 
     def _tree(self) -> Tree:

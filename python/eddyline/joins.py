@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._specs import JoinSpec
 from .config import Duration, parse_duration
 from .errors import GraphError
 
@@ -151,26 +152,20 @@ def build_join(
             signed_duration_ms(within[1], "within upper bound"),
         )
     ttl = None if state_ttl is None else round(parse_duration(state_ttl, what="state_ttl") * 1000)
-    params: dict[str, Any] = {
-        "input_keys": [lk, rk],
-        "how": how,
-        "within": bounds,
-        "state_ttl_ms": ttl,
-        "time_columns": (left.time_column, right.time_column),
-        "temporal": temporal,
-        "window_ms": window_ms,
-        "window_slide_ms": window_slide_ms,
-        "session_gap_ms": session_gap_ms,
-    }
-    stream = left._add("join", "join", params=params, inputs=[left._edge(0), right._edge(1)])
-    node = stream._node
-    graph = left._env._graph
-    try:
-        node.schema = graph.output_schema(node, left._env.max_parallelism)
-    except BaseException:
-        graph.discard_last(node)
-        raise
-    return stream
+    spec = JoinSpec(
+        lk,
+        rk,
+        how,  # type: ignore[arg-type]
+        bounds,
+        ttl,
+        (left.time_column, right.time_column),
+        temporal=temporal,
+        window_ms=window_ms,
+        window_slide_ms=window_slide_ms,
+        session_gap_ms=session_gap_ms,
+    )
+    # The output schema is checked at once: both input schemas are known.
+    return left._native("join", spec, inputs=[left._edge(0), right._edge(1)])
 
 
 def build_window_join(

@@ -261,10 +261,10 @@ class SparkRunner:
         if restore and restore != "latest":
             named.append(("restore_from", str(restore)))
         for node in nodes:
-            if node.get("kind") == "source_parquet":
-                named += [(f"source '{node['name']}'", str(p)) for p in node.get("paths", [])]
-            elif node.get("kind") == "sink_parquet":
-                named.append((f"sink '{node['name']}'", str(node["dir"])))
+            if node.kind == "source_parquet":
+                named += [(f"source '{node.name}'", str(p)) for p in node.op.paths]
+            elif node.kind == "sink_parquet":
+                named.append((f"sink '{node.name}'", str(node.op.dir)))
         for what, path in named:
             if not is_object_store_uri(path):
                 raise GraphError(
