@@ -28,8 +28,11 @@ from ._exec.output import exact_array
 from ._explain import explain
 from ._graph import LogicalGraph, native
 from ._specs import (
+    CheckpointSpec,
+    JobConfigSpec,
     NodeSpec,
     OperatorSpec,
+    RestartSpec,
     SourceArrowSpec,
     SourceParquetSpec,
     SourcePythonSpec,
@@ -470,21 +473,22 @@ class StreamEnvironment:
         restore_from: str | None,
         allow_non_restored_state: bool = False,
         allow_duplicate_output: bool = False,
-    ) -> dict[str, Any]:
-        return {
-            "name": name,
-            "max_parallelism": self.max_parallelism,
-            "batch_size": self.batch_size,
-            "restart": self.restart._to_dict() if self.restart is not None else None,
-            "checkpoint": (
-                {**self.checkpoint._to_dict(), "storage_options": dict(self.storage_options)}
-                if self.checkpoint is not None
+    ) -> JobConfigSpec:
+        checkpoint = self.checkpoint
+        return JobConfigSpec(
+            name=name,
+            max_parallelism=self.max_parallelism,
+            batch_size=self.batch_size,
+            restart=RestartSpec(**self.restart._to_dict()) if self.restart is not None else None,
+            checkpoint=(
+                CheckpointSpec(**checkpoint._to_dict(), storage_options=dict(self.storage_options))
+                if checkpoint is not None
                 else None
             ),
-            "restore_from": restore_from,
-            "allow_non_restored_state": allow_non_restored_state,
-            "allow_duplicate_output": allow_duplicate_output,
-        }
+            restore_from=restore_from,
+            allow_non_restored_state=allow_non_restored_state,
+            allow_duplicate_output=allow_duplicate_output,
+        )
 
     def build(self) -> list[NodeSpec]:
         """Validates the job graph and returns the node specs the native layer runs.
@@ -592,8 +596,10 @@ class StreamEnvironment:
         core.build_graph(compiled.nodes, self.max_parallelism)
         for handle, _ in compiled.collects:
             handle._batches = None
-        config = self._config(name, restore, allow_non_restored_state, allow_duplicate_output)
-        config["run_tag"] = _run_tag(self.checkpoint)
+        config = replace(
+            self._config(name, restore, allow_non_restored_state, allow_duplicate_output),
+            run_tag=_run_tag(self.checkpoint),
+        )
         if runner is None:
             handle = core.start_job(compiled.nodes, config)
         else:
@@ -688,7 +694,7 @@ def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.ipc.open_stream(sink.getvalue()).read_next_batch()
 
 
-def _job_spec(nodes: list[NodeSpec], config: dict[str, Any]) -> bytes:
+def _job_spec(nodes: list[NodeSpec], config: JobConfigSpec) -> bytes:
     """The job as worker processes receive it (node specs and config, pickled)."""
     import cloudpickle
 
