@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use eddyline_core::error::Error;
-use eddyline_core::expr::{BinaryOp, Expr, ScalarValue, UnaryOp};
+use eddyline_core::expr::Expr;
 use eddyline_core::graph::{
     all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
 };
@@ -36,10 +36,11 @@ use eddyline_core::source::SourceFactory;
 use eddyline_core::state::keyed::AggKind;
 use eddyline_core::store::StorageOptions;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::PyList;
 
 use crate::arrow::{batch_from_py, schema_from_py, schema_to_py};
 use crate::errors::to_py;
+use crate::expr::PyExpr;
 use crate::source::PySourceFactory;
 use crate::udf::PyRunnerFactory;
 
@@ -52,89 +53,11 @@ pub struct BuiltGraph {
     pub external_sinks: Vec<String>,
 }
 
-/// Parses an expression tree of tuples (see `eddyline/expr.py`).
-pub fn parse_expr(obj: &Bound<'_, PyAny>) -> PyResult<Expr> {
-    if !obj.is_instance_of::<PyTuple>() {
-        // An `eddyline.expr.Expr`: its tuple tree.
-        return parse_expr(&obj.call_method0("_tree")?);
-    }
-    let t = obj.cast::<PyTuple>()?;
-    let tag: String = t.get_item(0)?.extract()?;
-    let arg = |i: usize| t.get_item(i);
-    Ok(match tag.as_str() {
-        "col" => Expr::Column(arg(1)?.extract()?),
-        "lit" => {
-            let v = arg(1)?;
-            let s = if v.is_none() {
-                ScalarValue::Null
-            } else if v.is_instance_of::<pyo3::types::PyBool>() {
-                ScalarValue::Boolean(v.extract()?)
-            } else if v.is_instance_of::<pyo3::types::PyInt>() {
-                ScalarValue::Int64(v.extract()?)
-            } else if v.is_instance_of::<pyo3::types::PyFloat>() {
-                ScalarValue::Float64(v.extract()?)
-            } else if v.is_instance_of::<pyo3::types::PyString>() {
-                ScalarValue::Utf8(v.extract()?)
-            } else {
-                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "unsupported literal {v}: use None, bool, int, float or str"
-                )));
-            };
-            Expr::Literal(s)
-        }
-        "bin" => {
-            let op: String = arg(1)?.extract()?;
-            let op = match op.as_str() {
-                "+" => BinaryOp::Add,
-                "-" => BinaryOp::Sub,
-                "*" => BinaryOp::Mul,
-                "/" => BinaryOp::Div,
-                "//" => BinaryOp::FloorDiv,
-                "%" => BinaryOp::Mod,
-                "==" => BinaryOp::Eq,
-                "!=" => BinaryOp::NotEq,
-                "<" => BinaryOp::Lt,
-                "<=" => BinaryOp::LtEq,
-                ">" => BinaryOp::Gt,
-                ">=" => BinaryOp::GtEq,
-                "&" => BinaryOp::And,
-                "|" => BinaryOp::Or,
-                other => {
-                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                        "unknown operator '{other}'"
-                    )))
-                }
-            };
-            Expr::Binary {
-                op,
-                left: Box::new(parse_expr(&arg(2)?)?),
-                right: Box::new(parse_expr(&arg(3)?)?),
-            }
-        }
-        "not" | "neg" | "is_null" | "is_not_null" => {
-            let op = match tag.as_str() {
-                "not" => UnaryOp::Not,
-                "neg" => UnaryOp::Neg,
-                "is_null" => UnaryOp::IsNull,
-                _ => UnaryOp::IsNotNull,
-            };
-            Expr::Unary {
-                op,
-                expr: Box::new(parse_expr(&arg(1)?)?),
-            }
-        }
-        other => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "unknown expression node '{other}'"
-            )))
-        }
-    })
-}
-
-fn parse_columns(columns: &[(String, Bound<'_, PyAny>)]) -> PyResult<Vec<(String, Expr)>> {
+/// The core expressions of named `eddyline._core.Expr` columns.
+fn exprs(columns: &[(String, Bound<'_, PyExpr>)]) -> Vec<(String, Expr)> {
     columns
         .iter()
-        .map(|(name, expr)| Ok((name.clone(), parse_expr(expr)?)))
+        .map(|(name, expr)| (name.clone(), expr.get().expr.clone()))
         .collect()
 }
 
@@ -231,13 +154,13 @@ struct SourcePythonSpec<'py> {
 /// `filter`: a boolean expression.
 #[derive(FromPyObject)]
 struct FilterSpec<'py> {
-    expr: Bound<'py, PyAny>,
+    expr: Bound<'py, PyExpr>,
 }
 
 /// `with_columns` and `select`: named expressions.
 #[derive(FromPyObject)]
 struct ProjectSpec<'py> {
-    columns: Vec<(String, Bound<'py, PyAny>)>,
+    columns: Vec<(String, Bound<'py, PyExpr>)>,
 }
 
 /// `assign_timestamps`: event time from a column, and watermarks.
@@ -401,7 +324,7 @@ fn python_source(cx: &Ctx<'_>, spec: SourcePythonSpec<'_>) -> Result<NodeParts, 
 
 /// `filter`: keeps the rows where a boolean expression holds.
 fn filter_node(cx: &Ctx<'_>, spec: FilterSpec<'_>) -> Result<NodeParts, NodeError> {
-    let f = FilterFactory::new(parse_expr(&spec.expr)?);
+    let f = FilterFactory::new(spec.expr.get().expr.clone());
     let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
@@ -409,7 +332,7 @@ fn filter_node(cx: &Ctx<'_>, spec: FilterSpec<'_>) -> Result<NodeParts, NodeErro
 /// `with_columns` (adds or replaces columns) and `select` (keeps only the named ones).
 fn project_node(cx: &Ctx<'_>, spec: ProjectSpec<'_>, select: bool) -> Result<NodeParts, NodeError> {
     let name = cx.name;
-    let cols = parse_columns(&spec.columns)?;
+    let cols = exprs(&spec.columns);
     let mut f = if select {
         ProjectFactory::select(cols)
     } else {
