@@ -7,7 +7,7 @@ in ``eddyline/expr.py`` and the Python runner protocol in
 stub against the built extension.
 """
 
-from typing import Any, Literal, final
+from typing import Any, Literal, TypeAlias, final
 
 import pyarrow as pa
 
@@ -32,8 +32,6 @@ __all__ = [
 __version__: str
 
 _JobStatus = Literal["running", "restarting", "finished", "failed", "cancelled"]
-
-_Operand = "Expr | bool | int | float | str | None"
 
 @final
 class Expr:
@@ -85,6 +83,8 @@ class Expr:
     def __pos__(self) -> Expr: ...
     def __bool__(self) -> bool: ...
     __hash__: None  # type: ignore[assignment]
+
+_Operand: TypeAlias = Expr | bool | int | float | str | None
 
 def build_graph(nodes: list[NodeSpec], max_parallelism: int) -> list[pa.Schema | None]:
     """Validates a graph; returns each node's output schema (None where unknown)."""
