@@ -13,13 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
-from ._exec.codegen import Stage
-from ._exec.factory import RunnerFactory
-from ._exec.records import RecordChainRunner
+from ._registry import Stage, record_chain_factory
 from ._specs import (
     EdgeSpec,
     FilterSpec,
@@ -38,9 +36,6 @@ from ._specs import (
 )
 from .errors import GraphError
 from .scope import StreamScope
-
-if TYPE_CHECKING:
-    from .sinks import CollectHandle
 
 __all__ = ["LogicalEdge", "LogicalGraph", "LogicalNode", "native"]
 
@@ -93,7 +88,6 @@ class LogicalNode:
     parallelism: int | None = None
     name: str | None = None
     uid: str | None = None
-    collect: CollectHandle | None = None
     time_column: str | None = None
     """The event-time column of the stream (set by the nearest upstream ``assign_timestamps``)."""
     window_end: str | None = None
@@ -146,7 +140,8 @@ class CompiledGraph:
 
     nodes: list[NodeSpec]
     physical: dict[int, int]
-    collects: list[tuple[CollectHandle, int]]
+    collects: list[tuple[int, int]]
+    """The collect sinks compiled: (logical id, physical id) each."""
 
 
 class LogicalGraph:
@@ -276,14 +271,14 @@ class LogicalGraph:
         input_rows = self._input_rows(needed, view)
         uids: dict[str, str] = {}
         out: list[NodeSpec] = []
-        collects: list[tuple[CollectHandle, int]] = []
+        collects: list[tuple[int, int]] = []
         for index, group in enumerate(groups):
             members = [view[m] for m in group.members]
             first = members[0]
             name = "+".join(member.display_name for member in members)
             parallelism = self.parallelism_of(members[-1])
             op = self._spec(name, members, group_of)
-            if isinstance(op, PythonSpec) and isinstance(op.factory, RunnerFactory):
+            if isinstance(op, PythonSpec) and hasattr(op.factory, "input_rows"):
                 op.factory.input_rows = input_rows[first.id]
             if first.id in pushdown and isinstance(op, SourceParquetSpec):
                 op = replace(op, columns=pushdown[first.id])
@@ -305,8 +300,8 @@ class LogicalGraph:
                     ),
                 )
             )
-            if first.collect is not None:
-                collects.append((first.collect, index))
+            if first.kind == "sink_collect":
+                collects.append((first.id, index))
         return CompiledGraph(
             nodes=out,
             physical={nid: group_of[nid] for nid in needed},
@@ -451,9 +446,7 @@ class LogicalGraph:
             for member in members:
                 assert isinstance(member.spec, RecordStageSpec)
                 stages.append((member.spec.stage, member.spec.fn, member.display_name))
-            factory = RunnerFactory(
-                RecordChainRunner, name, stages, last.schema, self._batch_size()
-            )
+            factory = record_chain_factory(name, stages, last.schema, self._batch_size())
             return PythonSpec(factory, last.schema, keys=None, is_sink=False)
         if isinstance(spec, PythonPlanSpec):
             return PythonSpec(
@@ -481,7 +474,7 @@ class LogicalGraph:
         used: set[str] = set()
         for reader in readers[nid]:
             node = self.nodes[reader]
-            if node.collect is not None or node.side_outputs:
+            if node.side_outputs:
                 return None
             if isinstance(node.spec, FilterSpec):
                 below = self._columns_read(reader, readers)

@@ -22,6 +22,8 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
+    from .sinks import CollectHandle
+
 from . import _core
 from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
@@ -149,6 +151,8 @@ class StreamEnvironment:
         self.restart = restart
         self.batch_size = batch_size
         self._graph = LogicalGraph(lambda: self.parallelism, lambda: self.batch_size)
+        # The handles of the collect sinks, by logical node id.
+        self._collects: dict[int, CollectHandle] = {}
         # Called with ``restore_from`` right before a job starts (from_spark pins its input).
         self._before_run: list[Callable[[str | None], None]] = []
         self._scope = StreamScope.top()
@@ -594,7 +598,8 @@ class StreamEnvironment:
         compiled = self._graph.compile(sinks, complete=True)
         core = native()
         core.build_graph(compiled.nodes, self.max_parallelism)
-        for handle, _ in compiled.collects:
+        collects = [(self._collects[logical], index) for logical, index in compiled.collects]
+        for handle, _ in collects:
             handle._batches = None
         config = replace(
             self._config(name, restore, allow_non_restored_state, allow_duplicate_output),
@@ -605,7 +610,7 @@ class StreamEnvironment:
         else:
             start = getattr(runner, "_start")  # noqa: B009 - checked callable above
             handle = start(core, compiled.nodes, config, _job_spec(compiled.nodes, config))
-        client = JobClient(handle, name, compiled.collects)
+        client = JobClient(handle, name, collects)
         if port is not None:
             client._serve_dashboard([n.summary() for n in compiled.nodes], port, dashboard_host)
         return client

@@ -80,8 +80,9 @@ class _Operators:
         if not isinstance(name, str) or not name:
             raise TypeError(f"name() needs a non-empty str, got {name!r}")
         self._node.name = name
-        if self._node.collect is not None:
-            self._node.collect._operator = name
+        handle = self._env._collects.get(self._node.id)
+        if handle is not None:
+            handle._operator = name
         return self
 
     def uid(self, uid: str) -> Any:
@@ -765,7 +766,7 @@ class DataStream(_Operators):
         handle = CollectHandle(
             stream._node.display_name, self.schema, DataStreamSink(self._env, stream._node)
         )
-        stream._node.collect = handle
+        self._env._collects[stream._node.id] = handle
         return handle
 
     def sink_to(self, sink: ParquetSink | TwoPhaseCommitSink | DiscardSink) -> DataStreamSink:
