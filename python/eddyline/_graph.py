@@ -183,6 +183,19 @@ class LogicalGraph:
         self.nodes.append(node)
         return node
 
+    @property
+    def next_id(self) -> int:
+        """The id the next node added gets (default names are ``<op>_<id>``)."""
+        return len(self.nodes)
+
+    def close_loop(self, head: LogicalNode, feedback: LogicalNode) -> None:
+        """Wires ``feedback`` back to the loop ``head`` (its loop function returned)."""
+        head.update_spec(feedback_from=feedback.id)
+
+    def discard_from(self, node: LogicalNode) -> None:
+        """Removes ``node`` and every node added after it (a loop whose function failed)."""
+        del self.nodes[node.id :]
+
     def discard_last(self, node: LogicalNode) -> None:
         """Removes ``node`` if it is the last one (after a failed build-time check)."""
         if self.nodes and self.nodes[-1] is node:

@@ -114,7 +114,7 @@ def build_join(
     windowed = window_ms is not None or session_gap_ms is not None
     what = "temporal_join()" if temporal else "window_join()" if windowed else "join()"
     left._same_env(right, what)
-    name = f"join_{len(left._env._graph.nodes)}"
+    name = f"join_{left._plan.next_id}"
     allowed = ("inner", "left") if temporal else ("inner",) if windowed else JOIN_TYPES
     if how not in allowed:
         raise GraphError(f"{what}: how must be one of {allowed}, got {how!r}", operator=name)
@@ -195,7 +195,7 @@ def build_window_join(
         raise GraphError(
             "window_join(): window must be ed.Tumbling(size), ed.Sliding(size, slide) or "
             f"ed.Session(gap), got {window!r}",
-            operator=f"join_{len(left._env._graph.nodes)}",
+            operator=f"join_{left._plan.next_id}",
         )
     return build_join(
         left,

@@ -38,7 +38,7 @@ from .connected import ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 
 if TYPE_CHECKING:
-    from ._graph import LogicalGraph, LogicalNode
+    from ._graph import LogicalNode
     from .stream import DataStream
 
 __all__ = ["CoLoopFunction", "LoopFunction", "build_loop"]
@@ -130,7 +130,7 @@ def build_loop(
         spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
         feedback_schema=_nullable(feedback_schema),
     )
-    head = outer._env._graph.add(
+    head = outer._plan.add(
         "iterate",
         spec,
         [outer._edge()],
@@ -146,7 +146,7 @@ def build_loop(
         return _close_loop(outer, what, head, result, expected)
     except BaseException:
         if head.spec.feedback_from is None:  # type: ignore[union-attr]
-            _abandon_loop(outer._env._graph, head)
+            outer._plan.discard_from(head)
         raise
 
 
@@ -189,7 +189,7 @@ def _close_loop(
             f"loop's feedback must have schema\n{expected}",
             operator=feedback.operator_name,
         )
-    head.update_spec(feedback_from=feedback._node.id)
+    outer._plan.close_loop(head, feedback._node)
     # The exit is back in the outer scope and keeps the output's event time.
     return outer._add("loop_output", LoopExitSpec(), schema=output.schema, inputs=[output._edge()])
 
@@ -203,9 +203,3 @@ def _nullable(schema: pa.Schema | None) -> pa.Schema | None:
 
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(x.type == y.type for x, y in zip(a, b, strict=True))
-
-
-def _abandon_loop(graph: LogicalGraph, head: LogicalNode) -> None:
-    """Removes a loop whose function failed: its head and everything built on it."""
-    while graph.nodes and graph.nodes[-1].id >= head.id:
-        graph.nodes.pop()

@@ -36,7 +36,7 @@ from ._exec.factory import RunnerFactory
 from ._exec.global_commit import GlobalCommitRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
 from ._explain import explain
-from ._graph import LogicalEdge, LogicalNode
+from ._graph import LogicalEdge, LogicalGraph, LogicalNode
 from ._specs import (
     AssignTimestampsSpec,
     FilterSpec,
@@ -108,6 +108,12 @@ class _Operators:
     def parallelism(self) -> int:
         """The last operator's parallelism (the environment's unless set)."""
         return self._env._graph.parallelism_of(self._node)
+
+    @property
+    def _plan(self) -> LogicalGraph:
+        """The logical plan this stream's operators are added to (the DSL's
+        modules build nodes through its methods)."""
+        return self._env._graph
 
 
 class DataStream(_Operators):
