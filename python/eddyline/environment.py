@@ -33,9 +33,9 @@ from ._storage import (
     local_path,
     storage_location,
 )
+from .client.job import JobClient, JobResult
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
-from .job import JobClient, JobResult
 from .scope import StreamScope
 from .sources import Source, SourceReaderFactory
 from .stream import DataStream
@@ -423,7 +423,7 @@ class StreamEnvironment:
         Every row also has ``_topic``, ``_partition``, ``_offset`` and
         ``_timestamp`` (the message timestamp, milliseconds).
         """
-        from .kafka import KafkaSource
+        from .connectors.kafka import KafkaSource
 
         return self.from_source(
             KafkaSource(
@@ -450,7 +450,7 @@ class StreamEnvironment:
         the same rows. Needs pyspark (``pip install "eddyline[spark]"``); see
         :func:`eddyline.spark.from_spark`.
         """
-        from .spark.source import from_spark
+        from .connectors.spark.source import from_spark
 
         return from_spark(self, df)
 

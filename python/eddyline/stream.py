@@ -40,14 +40,15 @@ from ._graph import LogicalEdge, LogicalNode
 from ._storage import is_object_store_uri, probe_writable
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
+from .connectors.files import ParquetSink
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
-from .functions import Row
 from .joins import build_join, build_window_join
 from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
+from .process_functions import Row
 from .scope import StreamScope
-from .sinks import CollectHandle, DiscardSink, ParquetSink, TwoPhaseCommitSink
+from .sinks import CollectHandle, DiscardSink, TwoPhaseCommitSink
 from .windows import OutputTag
 
 if TYPE_CHECKING:

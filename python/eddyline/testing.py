@@ -26,13 +26,6 @@ import pyarrow as pa
 
 from . import _core
 from ._storage import is_object_store_uri
-from ._testing_loops import (
-    SleepPerBatch,
-    collatz_body,
-    collatz_steps,
-    nested_body,
-    nested_steps,
-)
 from .sinks import CollectHandle, TwoPhaseCommitSink
 
 __all__ = [
@@ -45,14 +38,10 @@ __all__ = [
     "assert_exact_ids",
     "assert_same_rows",
     "channel_state_rows",
-    "collatz_body",
-    "collatz_steps",
     "completed_checkpoints",
     "id_report",
     "kill_after_checkpoints",
     "last_by_key",
-    "nested_body",
-    "nested_steps",
     "read_parquet_dir",
     "sigkill_when",
     "spark_s3a_test_conf",
@@ -101,18 +90,35 @@ class ManualClock:
             self._now += max(0, int(ms))
 
     def __enter__(self) -> ManualClock:
-        from . import functions
+        from . import process_functions as functions
 
         self._previous = functions._clock
         functions._clock = self.now
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from . import functions
+        from . import process_functions as functions
 
         if self._previous is not None:
             functions._clock = self._previous
             self._previous = None
+
+
+class SleepPerBatch:
+    """A picklable ``map_batches`` function that sleeps, to make a job slow.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> SleepPerBatch(0.0)(pa.record_batch({"x": [1]})).num_rows
+        1
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        time.sleep(self.seconds)
+        return batch
 
 
 def to_rows(data: RowsLike) -> list[dict[str, Any]]:

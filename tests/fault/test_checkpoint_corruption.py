@@ -18,7 +18,7 @@ import pytest
 
 import eddyline as ed
 from eddyline import _core
-from eddyline.cli import main
+from eddyline.client.cli import main
 from eddyline.testing import (
     RecordingTwoPhaseSink,
     SleepPerBatch,

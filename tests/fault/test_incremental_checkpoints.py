@@ -140,7 +140,7 @@ def test_hot_key_checkpoints_write_about_one_percent_of_the_state(tmp_path: Path
 def test_retention_deletes_only_unreferenced_shared_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from eddyline.cli import main
+    from eddyline.client.cli import main
 
     chk = tmp_path / "chk"
     result, _ = _run(chk, KEYS + 30_000, incremental=True)

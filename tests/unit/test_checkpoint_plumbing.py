@@ -12,8 +12,8 @@ import pytest
 import eddyline as ed
 from eddyline._exec.keyed import KeyedReduceRunner
 from eddyline._exec.two_phase import TwoPhaseCommitRunner
-from eddyline.cli import main
-from eddyline.job import JobClient
+from eddyline.client.cli import main
+from eddyline.client.job import JobClient
 from eddyline.testing import (
     FailOnce,
     InjectedFailure,

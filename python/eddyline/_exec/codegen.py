@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 
 import pyarrow as pa
 
-from ..functions import Row
+from ..process_functions import Row
 
 StageKind = Literal["map", "flat_map", "filter"]
 Stage: TypeAlias = tuple[StageKind, Callable[..., Any], str]

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import EddylineError, SchemaError
-from ..functions import Row
+from ..process_functions import Row
 from .base import Runner, RunnerOutput
 from .codegen import FlatMapDict, Stage, compile_chain, frame_of
 from .output import RowWriter, one_or_many

@@ -70,7 +70,7 @@ def _demo(rows: int, parallelism: int, seed: int) -> int:
 
 
 def _run(script: str, args: Sequence[str], dashboard: int | None = None) -> int:
-    from . import environment
+    from .. import environment
 
     if not os.path.isfile(script):
         print(f"eddyline run: no such file: {script}", file=sys.stderr)
@@ -144,7 +144,7 @@ def _max_alignment(core: Any, path: str, options: dict[str, str]) -> str:
 
 
 def _list_checkpoints(directory: str, options: dict[str, str]) -> int:
-    from . import _core
+    from .. import _core
 
     found: list[dict[str, Any]] = list(_core.list_checkpoints(directory, options))
     if not found:
@@ -235,7 +235,7 @@ def _file(sub: dict[str, Any]) -> str:
 
 
 def _inspect_checkpoint(path: str, options: dict[str, str]) -> int:
-    from . import _core
+    from .. import _core
 
     info: dict[str, Any] = _core.inspect_checkpoint(path, options)
     print(f"{info.get('kind', 'checkpoint')} {info.get('id')} at {info.get('path', path)}")
@@ -298,7 +298,7 @@ def _cell(value: object) -> str:
 
 def _print_state(path: str, uid: str, state: str | None, options: dict[str, str]) -> int:
     """Prints the keyed state of operator ``uid`` (``--state UID``) as a table."""
-    from .state_reader import read_state_info
+    from ..state_reader import read_state_info
 
     table, about = read_state_info(path, uid, state=state, storage_options=options)
     print(
@@ -324,7 +324,7 @@ def _storage_options(pairs: Sequence[str]) -> dict[str, str]:
         >>> _storage_options(["endpoint=http://127.0.0.1:9000", "region=us-east-1"])
         {'endpoint': 'http://127.0.0.1:9000', 'region': 'us-east-1'}
     """
-    from .errors import StorageError
+    from ..errors import StorageError
 
     options: dict[str, str] = {}
     for pair in pairs:
@@ -352,8 +352,8 @@ def _checkpoints(
     (``KEY=VALUE``), else the standard environment variables; an unreachable
     endpoint, a missing bucket or bad credentials is an error (exit code 2).
     """
-    from ._storage import is_object_store_uri, local_path
-    from .errors import CheckpointError, StorageError
+    from .._storage import is_object_store_uri, local_path
+    from ..errors import CheckpointError, StorageError
 
     try:
         options = _storage_options(storage_options)
@@ -418,7 +418,7 @@ def _count(least: int) -> Callable[[str], int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(
         prog="eddyline", description="eddyline: streaming dataflow with a Rust core."

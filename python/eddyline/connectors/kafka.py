@@ -38,10 +38,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.json as pj
 
-from .config import parse_duration
-from .errors import GraphError, KafkaError, SchemaError
-from .sinks import TwoPhaseCommitSink
-from .sources import Source
+from ..config import parse_duration
+from ..errors import GraphError, KafkaError, SchemaError
+from ..sinks import TwoPhaseCommitSink
+from ..sources import Source
 
 __all__ = ["KafkaSink", "KafkaSource", "end_offsets"]
 
