@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["LogicalEdge", "LogicalGraph", "LogicalNode", "native"]
 
 
-def native() -> Any:
+def native() -> ModuleType:
     """Imports the native extension, with a clear message if it is missing."""
     try:
         from . import _core

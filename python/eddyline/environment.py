@@ -26,6 +26,7 @@ from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
 from ._explain import explain
 from ._graph import LogicalGraph, native
+from ._runner import Runner
 from ._specs import NodeSpec
 from ._storage import (
     checked_storage_options,
@@ -516,7 +517,7 @@ class StreamEnvironment:
         name: str = "job",
         *,
         restore_from: str | os.PathLike[str] | None = None,
-        runner: object | None = None,
+        runner: Runner | None = None,
         allow_non_restored_state: bool = False,
         allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,
@@ -601,7 +602,7 @@ class StreamEnvironment:
         name: str = "job",
         *,
         restore_from: str | os.PathLike[str] | None = None,
-        runner: object | None = None,
+        runner: Runner | None = None,
         allow_non_restored_state: bool = False,
         allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,

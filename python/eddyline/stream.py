@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 import pyarrow as pa
 
@@ -43,13 +43,13 @@ from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStre
 from .connectors.files import ParquetSink
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, lit
-from .joins import build_join, build_window_join
+from .joins import JoinType, build_join, build_window_join
 from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
 from .process_functions import Row
 from .scope import StreamScope
 from .sinks import CollectHandle, DiscardSink, TwoPhaseCommitSink
-from .windows import OutputTag
+from .windows import OutputTag, WindowAssigner
 
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
@@ -63,7 +63,7 @@ class _Operators:
     _env: StreamEnvironment
     _node: LogicalNode
 
-    def name(self, name: str) -> Any:
+    def name(self, name: str) -> Self:
         """Names the last operator (used in metrics, errors and logs); returns ``self``."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"name() needs a non-empty str, got {name!r}")
@@ -72,7 +72,7 @@ class _Operators:
             self._node.collect._operator = name
         return self
 
-    def uid(self, uid: str) -> Any:
+    def uid(self, uid: str) -> Self:
         """Sets the last operator's stable id (matches its state on restore); returns ``self``."""
         if not isinstance(uid, str) or not uid:
             raise TypeError(f"uid() needs a non-empty str, got {uid!r}")
@@ -85,7 +85,7 @@ class _Operators:
         self._node.uid = uid
         return self
 
-    def set_parallelism(self, parallelism: int) -> Any:
+    def set_parallelism(self, parallelism: int) -> Self:
         """Sets the last operator's parallelism; returns ``self``."""
         self._env._check_parallelism(parallelism, f"operator '{self._node.display_name}'")
         self._node.parallelism = parallelism
@@ -490,7 +490,7 @@ class DataStream(_Operators):
         *,
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
-        how: str = "inner",
+        how: JoinType = "inner",
         within: tuple[Duration, Duration] | None = None,
         state_ttl: Duration | None = None,
     ) -> DataStream:
@@ -528,7 +528,7 @@ class DataStream(_Operators):
         *,
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
-        how: str = "inner",
+        how: JoinType = "inner",
     ) -> DataStream:
         """Joins each row with the newest row of ``versions`` at or before its time.
 
@@ -546,10 +546,10 @@ class DataStream(_Operators):
         right: DataStream,
         on: str | Sequence[str] | None = None,
         *,
-        window: Any,
+        window: WindowAssigner,
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
-        how: str = "inner",
+        how: JoinType = "inner",
     ) -> DataStream:
         """Pairs rows of equal keys in the same window when it fires (see :mod:`eddyline.joins`).
 
