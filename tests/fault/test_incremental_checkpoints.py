@@ -29,7 +29,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import int_key_group, kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from support.checkpoints import int_key_group
 
 MAX_PARALLELISM = 128
 KEYS = 20_000

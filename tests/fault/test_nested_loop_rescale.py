@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import channel_state_rows, completed_checkpoints, read_parquet_dir
+from eddyline.testing import completed_checkpoints, read_parquet_dir
+from support.checkpoints import channel_state_rows
 from support.loops import nested_steps
 
 N = 400
@@ -41,7 +42,8 @@ SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import channel_state_rows, completed_checkpoints
+    from eddyline.testing import completed_checkpoints
+    from support.checkpoints import channel_state_rows
     from support.loops import nested_body
 
     out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import channel_state_rows, completed_checkpoints, read_parquet_dir
+from eddyline.testing import completed_checkpoints, read_parquet_dir
+from support.checkpoints import channel_state_rows
 from support.loops import collatz_steps
 
 N = 1200
@@ -39,7 +40,8 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import channel_state_rows, completed_checkpoints
+    from eddyline.testing import completed_checkpoints
+    from support.checkpoints import channel_state_rows
     from support.loops import collatz_body
 
     out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]

@@ -31,8 +31,8 @@ from eddyline.testing import (
     assert_exact_ids,
     completed_checkpoints,
     sigkill_when,
-    spark_s3a_test_conf,
 )
+from support.spark_s3a import spark_s3a_test_conf
 
 from .conftest import S3
 

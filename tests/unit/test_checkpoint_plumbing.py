@@ -17,12 +17,12 @@ from eddyline.client.job import JobClient
 from eddyline.testing import (
     FailOnce,
     InjectedFailure,
-    RecordingTwoPhaseSink,
     assert_exact_ids,
     completed_checkpoints,
     id_report,
     read_parquet_dir,
 )
+from support.sinks import RecordingTwoPhaseSink
 
 STATS = {
     "id": 4,
