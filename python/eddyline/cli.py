@@ -10,3 +10,8 @@ from __future__ import annotations
 from .client.cli import main
 
 __all__ = ["main"]
+
+if __name__ == "__main__":  # ``python -m eddyline.cli``, as before the move
+    import sys
+
+    sys.exit(main())
