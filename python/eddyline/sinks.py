@@ -14,7 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
@@ -60,12 +60,12 @@ class CollectHandle:
             )
         return self._sink
 
-    def uid(self, uid: str) -> CollectHandle:
+    def uid(self, uid: str) -> Self:
         """Sets the sink's stable id (matches its state on restore); returns ``self``."""
         self._operators().uid(uid)
         return self
 
-    def name(self, name: str) -> CollectHandle:
+    def name(self, name: str) -> Self:
         """Names the sink (used in metrics, errors and logs); returns ``self``."""
         self._operators().name(name)
         return self

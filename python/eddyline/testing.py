@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Self, TypeAlias, TypeVar
 
 import pyarrow as pa
 
@@ -85,7 +85,7 @@ class ManualClock:
         with self._lock:
             self._now += max(0, int(ms))
 
-    def __enter__(self) -> ManualClock:
+    def __enter__(self) -> Self:
         from . import process_functions as functions
 
         self._previous = functions._clock
