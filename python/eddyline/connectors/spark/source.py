@@ -283,7 +283,9 @@ def _warn_if_unordered(df: Any, operator: str, column: str) -> None:
 
 def _caller_level() -> int:
     """The ``stacklevel`` of the first frame outside eddyline (the user's ``execute`` call)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    # the directory of the top-level package, wherever in it this module sits
+    top = sys.modules[__name__.partition(".")[0]].__file__ or __file__
+    package = os.path.dirname(os.path.abspath(top)) + os.sep
     frame: FrameType | None = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_code.co_filename.startswith(package):
