@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import os
 import random
+from pathlib import Path
 
 import pytest
+
+# The scripts fault tests run in subprocesses import tests/support as the tests
+# do (pytest puts tests/ on sys.path for this process only).
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH"), _TESTS) if p
+    )
 
 
 @pytest.fixture(params=[1, 2, 4], ids=lambda p: f"p{p}")

@@ -33,10 +33,12 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the tansu broker helpers the tests use (tests/support, not shipped with eddyline)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 import eddyline as ed
 from bench_engine import LatestPerKeySink, make_data, w2_check
-from eddyline.kafka_testing import new_topic, tansu_broker
+from support.kafka_broker import new_topic, tansu_broker
 
 SCHEMA = pa.schema([("key", pa.int64()), ("value", pa.int64())])
 

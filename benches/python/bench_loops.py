@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -37,7 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import eddyline as ed
-from eddyline.testing import collatz_body
+
+# the loop body the tests use (tests/support, not shipped with eddyline)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from support.loops import collatz_body
 
 GEN_BATCH = 65_536
 LOOP_HEAD = "loop_head"

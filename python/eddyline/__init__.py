@@ -29,6 +29,8 @@ from .broadcast_functions import (
     KeyedBroadcastContext,
     KeyedBroadcastProcessFunction,
 )
+from .client.job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
+from .client.runners import ProcessRunner
 from .config import CheckpointConfig, RestartStrategy, parse_duration
 from .connected import (
     BroadcastConnectedStreams,
@@ -36,7 +38,7 @@ from .connected import (
     ConnectedStreams,
     KeyedConnectedStreams,
 )
-from .delta import DeltaSink
+from .connectors import DeltaSink, KafkaSink, ParquetSink
 from .environment import StreamEnvironment
 from .errors import (
     CheckpointError,
@@ -51,7 +53,9 @@ from .errors import (
     StorageError,
 )
 from .expr import Expr, col, lit
-from .functions import (
+from .keyed import KeyedStream, WindowedStream
+from .loops import CoLoopFunction, LoopFunction
+from .process_functions import (
     CoProcessFunction,
     ListState,
     MapState,
@@ -60,13 +64,8 @@ from .functions import (
     TimerService,
     ValueState,
 )
-from .job import CheckpointStats, JobClient, JobResult, OperatorCheckpointStats
-from .kafka import KafkaSink
-from .keyed import KeyedStream, WindowedStream
-from .loops import CoLoopFunction, LoopFunction
-from .runners import ProcessRunner
 from .scope import StreamScope
-from .sinks import CollectHandle, DiscardSink, ParquetSink, TwoPhaseCommitSink
+from .sinks import CollectHandle, DiscardSink, TwoPhaseCommitSink
 from .sources import Source
 from .state_reader import read_state
 from .stream import DataStream, DataStreamSink
@@ -136,10 +135,14 @@ __all__ = [
 ]
 
 
+_SUBMODULES = frozenset({"spark", "kafka", "functions", "cli"})
+"""The documented submodules ``ed.<name>`` reaches without an explicit import
+(``ed.kafka.end_offsets``, ``ed.spark.SparkRunner``); none needs pyspark."""
+
+
 def __getattr__(name: str) -> object:
-    # ``ed.spark`` without an explicit ``import eddyline.spark`` (it needs no pyspark to import).
-    if name == "spark":
+    if name in _SUBMODULES:
         import importlib
 
-        return importlib.import_module(".spark", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'eddyline' has no attribute {name!r}")

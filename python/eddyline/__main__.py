@@ -1,7 +1,7 @@
-"""``python -m eddyline``: the command line (see :mod:`eddyline.cli`)."""
+"""``python -m eddyline``: the command line (see :mod:`eddyline.client.cli`)."""
 
 import sys
 
-from .cli import main
+from .client.cli import main
 
 sys.exit(main())

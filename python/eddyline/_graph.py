@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
@@ -40,7 +41,7 @@ from .scope import StreamScope
 __all__ = ["LogicalEdge", "LogicalGraph", "LogicalNode", "native"]
 
 
-def native() -> Any:
+def native() -> ModuleType:
     """Imports the native extension, with a clear message if it is missing."""
     try:
         from . import _core

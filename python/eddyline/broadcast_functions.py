@@ -1,6 +1,6 @@
 """The broadcast process functions and their contexts (Flink's broadcast state
 pattern): ``stream.connect(rules.broadcast()).process(fn)``. Re-exported by
-:mod:`eddyline.functions`; executed by ``_exec/broadcast.py``.
+:mod:`eddyline.process_functions`; executed by ``_exec/broadcast.py``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from .errors import EddylineError
-from .functions import MapState, ProcessContext, Row
+from .process_functions import MapState, ProcessContext, Row
 
 __all__ = [
     "BroadcastContext",

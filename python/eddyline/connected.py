@@ -29,7 +29,7 @@ from ._exec.process import KeyedCoProcessRunner
 from ._exec.records import ConnectedRecordRunner
 from ._graph import LogicalEdge
 from .broadcast_functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
-from .functions import CoProcessFunction, Row
+from .process_functions import CoProcessFunction, Row
 
 if TYPE_CHECKING:
     from .stream import DataStream

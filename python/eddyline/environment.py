@@ -29,6 +29,7 @@ from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
 from ._explain import explain
 from ._graph import LogicalGraph, native
+from ._runner import Runner
 from ._specs import (
     CheckpointSpec,
     JobConfigSpec,
@@ -46,9 +47,9 @@ from ._storage import (
     local_path,
     storage_location,
 )
+from .client.job import JobClient, JobResult
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
-from .job import JobClient, JobResult
 from .scope import StreamScope
 from .sources import Source, SourceReaderFactory
 from .stream import DataStream
@@ -438,7 +439,7 @@ class StreamEnvironment:
         Every row also has ``_topic``, ``_partition``, ``_offset`` and
         ``_timestamp`` (the message timestamp, milliseconds).
         """
-        from .kafka import KafkaSource
+        from .connectors.kafka import KafkaSource
 
         return self.from_source(
             KafkaSource(
@@ -465,7 +466,7 @@ class StreamEnvironment:
         the same rows. Needs pyspark (``pip install "eddyline[spark]"``); see
         :func:`eddyline.spark.from_spark`.
         """
-        from .spark.source import from_spark
+        from .connectors.spark.source import from_spark
 
         return from_spark(self, df)
 
@@ -532,7 +533,7 @@ class StreamEnvironment:
         name: str = "job",
         *,
         restore_from: str | os.PathLike[str] | None = None,
-        runner: object | None = None,
+        runner: Runner | None = None,
         allow_non_restored_state: bool = False,
         allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,
@@ -620,7 +621,7 @@ class StreamEnvironment:
         name: str = "job",
         *,
         restore_from: str | os.PathLike[str] | None = None,
-        runner: object | None = None,
+        runner: Runner | None = None,
         allow_non_restored_state: bool = False,
         allow_duplicate_output: bool = False,
         dashboard: bool | int | None = None,

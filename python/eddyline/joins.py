@@ -53,7 +53,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from ._specs import JoinSpec
 from .config import Duration, parse_duration
@@ -61,11 +61,15 @@ from .errors import GraphError
 
 if TYPE_CHECKING:
     from .stream import DataStream
+    from .windows import WindowAssigner
 
-__all__ = ["JOIN_TYPES", "build_join", "build_window_join", "signed_duration_ms"]
+__all__ = ["JOIN_TYPES", "JoinType", "build_join", "build_window_join", "signed_duration_ms"]
 
-JOIN_TYPES = ("inner", "left", "right", "outer")
-"""The values ``how`` accepts."""
+JoinType: TypeAlias = Literal["inner", "left", "right", "outer"]
+"""The values ``how`` accepts (a temporal join: inner or left; a window join: inner)."""
+
+JOIN_TYPES: tuple[JoinType, ...] = ("inner", "left", "right", "outer")
+"""The values ``how`` accepts, at run time."""
 
 
 def signed_duration_ms(value: Duration, what: str) -> int:
@@ -100,7 +104,7 @@ def build_join(
     on: str | Sequence[str] | None,
     left_on: str | Sequence[str] | None,
     right_on: str | Sequence[str] | None,
-    how: str,
+    how: JoinType,
     within: tuple[Duration, Duration] | None = None,
     state_ttl: Duration | None = None,
     temporal: bool = False,
@@ -175,8 +179,8 @@ def build_window_join(
     on: str | Sequence[str] | None,
     left_on: str | Sequence[str] | None,
     right_on: str | Sequence[str] | None,
-    window: Any,
-    how: str,
+    window: WindowAssigner,
+    how: JoinType,
 ) -> DataStream:
     """Adds a window join of ``left`` and ``right`` (see the module docs)."""
     from .windows import Session, WindowAssigner

@@ -31,7 +31,7 @@ from ._specs import KeyedAggSpec, SessionWindowSpec, WindowSpec
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .expr import col
-from .functions import ProcessContext, ProcessFunction, Row
+from .process_functions import ProcessContext, ProcessFunction, Row
 from .windows import OutputTag, Session, TimeWindow, WindowAssigner
 
 if TYPE_CHECKING:

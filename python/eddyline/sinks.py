@@ -1,4 +1,7 @@
-"""Sinks: collecting results in the driver, Parquet files, two-phase commit.
+"""The sink API: collecting results in the driver, dropping them, two-phase commit.
+
+The connectors that write elsewhere (``ParquetSink``, ``DeltaSink``, ``KafkaSink``,
+``SparkTableSink``) live in :mod:`eddyline.connectors`.
 
 Example:
     >>> import eddyline as ed
@@ -11,19 +14,16 @@ Example:
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
-from ._storage import checked_storage_options, storage_location
 from .errors import EddylineError
 
 if TYPE_CHECKING:
     from .stream import DataStreamSink
 
-__all__ = ["CollectHandle", "ParquetSink", "Sink", "TwoPhaseCommitSink"]
+__all__ = ["CollectHandle", "DiscardSink", "Sink", "TwoPhaseCommitSink"]
 
 
 class Sink:
@@ -60,12 +60,12 @@ class CollectHandle:
             )
         return self._sink
 
-    def uid(self, uid: str) -> CollectHandle:
+    def uid(self, uid: str) -> Self:
         """Sets the sink's stable id (matches its state on restore); returns ``self``."""
         self._operators().uid(uid)
         return self
 
-    def name(self, name: str) -> CollectHandle:
+    def name(self, name: str) -> Self:
         """Names the sink (used in metrics, errors and logs); returns ``self``."""
         self._operators().name(name)
         return self
@@ -112,41 +112,6 @@ class CollectHandle:
     def __repr__(self) -> str:
         state = f"{len(self)} rows" if self._batches is not None else "not run yet"
         return f"CollectHandle({self._operator!r}, {state})"
-
-
-class ParquetSink(Sink):
-    """Writes Parquet files into ``dir``, exactly once.
-
-    Files become visible (get a name not starting with ``_`` or ``.``) only
-    when the checkpoint that covers them completes, or at the end of the job;
-    ``pyarrow.dataset.dataset(dir)`` reads the committed files.
-
-    On an object store (``s3://bucket/prefix``, ...) each file is uploaded to a
-    name starting with ``.`` and copied to its final ``part-...`` name when its
-    checkpoint completes, so readers never see a partly written file.
-
-    Args:
-        dir: The output directory (created if missing): a local path, a
-            ``file://`` URI or an object store URI.
-        storage_options: Options of the object store, over the environment's
-            ``storage_options`` and the standard environment variables.
-    """
-
-    def __init__(
-        self,
-        dir: str | os.PathLike[str],
-        *,
-        storage_options: Mapping[str, str] | None = None,
-    ) -> None:
-        path = os.fspath(dir)
-        if not isinstance(path, str) or not path:
-            raise ValueError(f"ParquetSink needs a directory path, got {dir!r}")
-        path = storage_location(path, what="ParquetSink")
-        self.dir = path
-        self.storage_options = checked_storage_options(storage_options)
-
-    def __repr__(self) -> str:
-        return f"ParquetSink({self.dir!r})"
 
 
 class DiscardSink:

@@ -42,7 +42,7 @@ import pyarrow as pa
 from ._exec.process import as_v3
 from ._storage import checked_storage_options, storage_location
 from .errors import CheckpointError
-from .functions import _Expiring, processing_time
+from .process_functions import _Expiring, processing_time
 
 __all__ = ["read_state"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 import pyarrow as pa
 
@@ -53,15 +53,16 @@ from ._specs import (
 from ._storage import is_object_store_uri, probe_writable
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
+from .connectors.files import ParquetSink
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, col, lit
-from .functions import Row
-from .joins import build_join, build_window_join
+from .joins import JoinType, build_join, build_window_join
 from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
+from .process_functions import Row
 from .scope import StreamScope
-from .sinks import CollectHandle, DiscardSink, ParquetSink, TwoPhaseCommitSink
-from .windows import OutputTag
+from .sinks import CollectHandle, DiscardSink, TwoPhaseCommitSink
+from .windows import OutputTag, WindowAssigner
 
 if TYPE_CHECKING:
     from .environment import StreamEnvironment
@@ -75,7 +76,7 @@ class _Operators:
     _env: StreamEnvironment
     _node: LogicalNode
 
-    def name(self, name: str) -> Any:
+    def name(self, name: str) -> Self:
         """Names the last operator (used in metrics, errors and logs); returns ``self``."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"name() needs a non-empty str, got {name!r}")
@@ -85,7 +86,7 @@ class _Operators:
             handle._operator = name
         return self
 
-    def uid(self, uid: str) -> Any:
+    def uid(self, uid: str) -> Self:
         """Sets the last operator's stable id (matches its state on restore); returns ``self``."""
         if not isinstance(uid, str) or not uid:
             raise TypeError(f"uid() needs a non-empty str, got {uid!r}")
@@ -98,7 +99,7 @@ class _Operators:
         self._node.uid = uid
         return self
 
-    def set_parallelism(self, parallelism: int) -> Any:
+    def set_parallelism(self, parallelism: int) -> Self:
         """Sets the last operator's parallelism; returns ``self``."""
         self._env._check_parallelism(parallelism, f"operator '{self._node.display_name}'")
         self._node.parallelism = parallelism
@@ -509,7 +510,7 @@ class DataStream(_Operators):
         *,
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
-        how: str = "inner",
+        how: JoinType = "inner",
         within: tuple[Duration, Duration] | None = None,
         state_ttl: Duration | None = None,
     ) -> DataStream:
@@ -547,7 +548,7 @@ class DataStream(_Operators):
         *,
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
-        how: str = "inner",
+        how: JoinType = "inner",
     ) -> DataStream:
         """Joins each row with the newest row of ``versions`` at or before its time.
 
@@ -565,10 +566,10 @@ class DataStream(_Operators):
         right: DataStream,
         on: str | Sequence[str] | None = None,
         *,
-        window: Any,
+        window: WindowAssigner,
         left_on: str | Sequence[str] | None = None,
         right_on: str | Sequence[str] | None = None,
-        how: str = "inner",
+        how: JoinType = "inner",
     ) -> DataStream:
         """Pairs rows of equal keys in the same window when it fires (see :mod:`eddyline.joins`).
 

@@ -17,45 +17,30 @@ import random
 import re
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Self, TypeAlias, TypeVar
 
 import pyarrow as pa
 
 from . import _core
 from ._storage import is_object_store_uri
-from ._testing_loops import (
-    SleepPerBatch,
-    collatz_body,
-    collatz_steps,
-    nested_body,
-    nested_steps,
-)
-from .sinks import CollectHandle, TwoPhaseCommitSink
+from .sinks import CollectHandle
 
 __all__ = [
     "FailOnce",
     "InjectedFailure",
     "KilledRun",
     "ManualClock",
-    "RecordingTwoPhaseSink",
     "SleepPerBatch",
     "assert_exact_ids",
     "assert_same_rows",
-    "channel_state_rows",
-    "collatz_body",
-    "collatz_steps",
     "completed_checkpoints",
     "id_report",
     "kill_after_checkpoints",
     "last_by_key",
-    "nested_body",
-    "nested_steps",
     "read_parquet_dir",
     "sigkill_when",
-    "spark_s3a_test_conf",
     "to_rows",
     "wait_until",
 ]
@@ -100,19 +85,36 @@ class ManualClock:
         with self._lock:
             self._now += max(0, int(ms))
 
-    def __enter__(self) -> ManualClock:
-        from . import functions
+    def __enter__(self) -> Self:
+        from . import process_functions as functions
 
         self._previous = functions._clock
         functions._clock = self.now
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from . import functions
+        from . import process_functions as functions
 
         if self._previous is not None:
             functions._clock = self._previous
             self._previous = None
+
+
+class SleepPerBatch:
+    """A picklable ``map_batches`` function that sleeps, to make a job slow.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> SleepPerBatch(0.0)(pa.record_batch({"x": [1]})).num_rows
+        1
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        time.sleep(self.seconds)
+        return batch
 
 
 def to_rows(data: RowsLike) -> list[dict[str, Any]]:
@@ -294,57 +296,6 @@ def completed_checkpoints(directory: str | os.PathLike[str]) -> list[int]:
     return sorted(ids)
 
 
-def channel_state_rows(checkpoint: str | os.PathLike[str]) -> dict[tuple[str, int, int], int]:
-    """Rows of in-flight data in an unaligned checkpoint, per channel.
-
-    Reads the "(channel state)" entries of the manifest of ``checkpoint`` (a
-    local ``chk-N`` directory) and decodes each subtask's channel state
-    (docs/DESIGN.md "Unaligned checkpoints"; the encoding of
-    ``core/src/checkpoint/channel_state.rs``: ``EDCHST01`` | channels u32 | per
-    channel: segments u32 | per segment: length u64 | an Arrow IPC stream).
-
-    Returns:
-        ``{(entry name, subtask, input channel): rows}`` for every channel that
-        holds rows; empty for an aligned checkpoint.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     _ = pathlib.Path(tmp, "_manifest.json").write_text('{"operators": []}')
-        ...     channel_state_rows(tmp)
-        {}
-    """
-    import struct
-
-    root = os.fspath(checkpoint)
-    with open(os.path.join(root, "_manifest.json")) as f:
-        manifest = json.load(f)
-    rows: dict[tuple[str, int, int], int] = {}
-    for op in manifest["operators"]:
-        if not op["name"].endswith(" (channel state)"):
-            continue
-        for sub in op["subtasks"]:
-            if sub.get("state") is None:
-                continue
-            with open(os.path.join(root, sub["state"]["file"]), "rb") as f:
-                data = f.read()
-            at = data.index(b"EDCHST01") + 8
-            (channels,) = struct.unpack_from("<I", data, at)
-            at += 4
-            for channel in range(channels):
-                (segments,) = struct.unpack_from("<I", data, at)
-                at += 4
-                for _ in range(segments):
-                    (length,) = struct.unpack_from("<Q", data, at)
-                    at += 8
-                    table = pa.ipc.open_stream(pa.py_buffer(data[at : at + length])).read_all()
-                    at += length
-                    if table.num_rows:
-                        key = (op["name"], int(sub["subtask"]), channel)
-                        rows[key] = rows.get(key, 0) + table.num_rows
-    return rows
-
-
 def wait_until(
     condition: Callable[[], T], *, timeout: float, what: str, interval: float = 0.005
 ) -> T:
@@ -475,25 +426,6 @@ def kill_after_checkpoints(
         raise AssertionError(f"the final run failed:\n{final.stderr}")
     outputs.append(final.stdout)
     return outputs
-
-
-def int_key_group(key: int, max_parallelism: int = 128) -> int:
-    """The key group of an ``Int64`` key, as the engine computes it (``keygroup::mix64``,
-    the murmur3 finalizer, modulo ``max_parallelism``): for tests that pick keys
-    falling in one key group.
-
-    Example:
-        >>> int_key_group(0), 0 <= int_key_group(12345) < 128
-        (0, True)
-    """
-    mask = (1 << 64) - 1
-    x = key & mask
-    x ^= x >> 33
-    x = (x * 0xFF51AFD7ED558CCD) & mask
-    x ^= x >> 33
-    x = (x * 0xC4CEB9FE1A85EC53) & mask
-    x ^= x >> 33
-    return x % max_parallelism
 
 
 class FailOnce:
@@ -640,194 +572,3 @@ def read_parquet_dir(directory: str | os.PathLike[str]) -> pa.Table:
     if not dataset.files:
         return pa.table({})
     return dataset.to_table()
-
-
-# ---------------------------------------------------------------------------
-# a reference two-phase-commit sink
-
-
-class RecordingTwoPhaseSink(TwoPhaseCommitSink):
-    """A reference exactly-once sink that logs every phase durably.
-
-    Each transaction is written at pre-commit to ``dir/pending/<txn>.arrow``
-    and committed by renaming it into ``dir/committed/`` (idempotent: a
-    re-commit of a committed transaction only logs ``"recommit"``). Every
-    phase is appended, fsynced, to ``dir/log.jsonl`` as one JSON object:
-    ``{"phase", "txn", "checkpoint", "subtask", "attempt", "rows", "pid"}``
-    (``phase`` is ``begin``, ``pre_commit``, ``commit``, ``recommit`` or
-    ``abort``; ``checkpoint`` is the id the transaction was pre-committed for).
-    Works across threads and processes.
-
-    Args:
-        dir: The sink's directory (created if missing).
-    """
-
-    END_OF_JOB = 2**64 - 1
-
-    def __init__(self, dir: str | os.PathLike[str]) -> None:
-        self.dir = os.fspath(dir)
-        self.subtask = 0
-        self.attempt = 0
-
-    # -- reading the outcome ---------------------------------------------------
-
-    @staticmethod
-    def read_log(dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-        """The logged phases, in the order they were written."""
-        path = os.path.join(os.fspath(dir), "log.jsonl")
-        if not os.path.exists(path):
-            return []
-        with open(path) as log:
-            return [json.loads(line) for line in log if line.strip()]
-
-    @staticmethod
-    def committed(dir: str | os.PathLike[str]) -> pa.Table:
-        """The rows of every committed transaction (an empty table if none)."""
-        import pyarrow.ipc as ipc
-
-        root = os.path.join(os.fspath(dir), "committed")
-        tables = []
-        for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-            if name.endswith(".arrow"):
-                with pa.memory_map(os.path.join(root, name)) as source:
-                    tables.append(ipc.open_file(source).read_all())
-        tables = [t for t in tables if t.num_rows]
-        return pa.concat_tables(tables) if tables else pa.table({})
-
-    # -- the sink ---------------------------------------------------------------
-
-    _lock = threading.Lock()
-
-    def _log(self, phase: str, txn: dict[str, Any], **extra: Any) -> None:
-        entry = {
-            "phase": phase,
-            "txn": txn["id"],
-            "checkpoint": txn.get("checkpoint"),
-            "subtask": txn.get("subtask", self.subtask),
-            "attempt": self.attempt,
-            "rows": txn.get("rows", 0),
-            "pid": os.getpid(),
-            **extra,
-        }
-        line = (json.dumps(entry) + "\n").encode()
-        path = os.path.join(self.dir, "log.jsonl")
-        with RecordingTwoPhaseSink._lock:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-    def _path(self, kind: str, txn: dict[str, Any]) -> str:
-        suffix = ".arrow" if txn["rows"] else ".empty"
-        return os.path.join(self.dir, kind, f"{txn['id']}{suffix}")
-
-    def open(self, ctx: dict[str, Any]) -> None:
-        self.subtask = int(ctx.get("subtask_index", 0))
-        self.attempt = int(ctx.get("attempt", 0))
-        for kind in ("pending", "committed"):
-            os.makedirs(os.path.join(self.dir, kind), exist_ok=True)
-
-    def begin_transaction(self) -> dict[str, Any]:
-        txn: dict[str, Any] = {
-            "id": f"s{self.subtask}-a{self.attempt}-{uuid.uuid4().hex[:12]}",
-            "subtask": self.subtask,
-            "checkpoint": None,
-            "rows": 0,
-            "batches": [],
-        }
-        self._log("begin", txn)
-        return txn
-
-    def write(self, txn: dict[str, Any], batch: pa.RecordBatch) -> None:
-        txn["batches"].append(batch)
-        txn["rows"] += batch.num_rows
-
-    def on_checkpoint(self, txn: dict[str, Any], checkpoint_id: int) -> None:
-        txn["checkpoint"] = checkpoint_id
-
-    def pre_commit(self, txn: dict[str, Any]) -> None:
-        import pyarrow.ipc as ipc
-
-        batches: list[pa.RecordBatch] = txn["batches"]
-        path = self._path("pending", txn)
-        tmp = path + ".tmp"
-        if batches:
-            with pa.OSFile(tmp, "wb") as out, ipc.new_file(out, batches[0].schema) as writer:
-                for batch in batches:
-                    writer.write_batch(batch)
-        else:
-            open(tmp, "wb").close()
-        with open(tmp, "rb+") as done:
-            os.fsync(done.fileno())
-        os.replace(tmp, path)
-        txn["batches"] = []
-        self._log("pre_commit", txn)
-
-    def commit(self, txn: dict[str, Any]) -> None:
-        pending, committed = self._path("pending", txn), self._path("committed", txn)
-        if os.path.exists(committed):
-            self._log("recommit", txn)
-            return
-        try:
-            os.replace(pending, committed)
-        except FileNotFoundError:
-            if os.path.exists(committed):  # a concurrent re-commit won the race
-                self._log("recommit", txn)
-                return
-            raise RuntimeError(
-                f"transaction {txn['id']} was never pre-committed: no {pending}"
-            ) from None
-        self._log("commit", txn)
-
-    def abort(self, txn: dict[str, Any]) -> None:
-        txn["batches"] = []
-        self._log("abort", txn)
-
-
-#: Comma-separated paths of the hadoop-aws and AWS SDK bundle jars that give a
-#: test Spark session Hadoop's S3A filesystem (``.ci/run`` fetches them).
-S3A_JARS_ENV = "EDDYLINE_TEST_S3A_JARS"
-
-
-def spark_s3a_test_conf() -> tuple[dict[str, str] | None, str]:
-    """Spark settings that load Hadoop's S3A filesystem for the test suites, or
-    ``(None, why)`` when the jars named by ``EDDYLINE_TEST_S3A_JARS`` are missing.
-
-    The jars ``.ci/run`` extracts (hadoop-aws 3.3.1 with AWS SDK 1.11) are older
-    than pyspark's Hadoop client (3.4/3.5), whose defaults they cannot parse:
-    durations with units (``60s``) and SDK-v2 credential provider classes. The
-    settings give those as plain numbers and name the v1 provider. Endpoint and
-    keys are set by the tests (:func:`eddyline.spark.s3a_settings`).
-
-    Example:
-        >>> conf, why = spark_s3a_test_conf()
-        >>> conf is None or "spark.jars" in conf
-        True
-    """
-    listed = [p for p in os.environ.get(S3A_JARS_ENV, "").split(",") if p.strip()]
-    if not listed:
-        return None, f"{S3A_JARS_ENV} is not set (.ci/run fetches the S3A jars)"
-    missing = [p for p in listed if not os.path.isfile(p)]
-    if missing:
-        return None, f"{S3A_JARS_ENV} names missing jars: {missing}"
-    prefix = "spark.hadoop.fs.s3a."
-    numeric = {
-        "threads.keepalivetime": "60",
-        "connection.establish.timeout": "5000",
-        "connection.timeout": "200000",
-        "multipart.purge.age": "86400",
-        "connection.ttl": "300000",
-        "assumed.role.session.duration": "1800",
-        "retry.interval": "500",
-        "retry.throttle.interval": "100",
-        "connection.request.timeout": "0",
-    }
-    conf = {prefix + k: v for k, v in numeric.items()}
-    conf["spark.jars"] = ",".join(listed)
-    conf[prefix + "impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"
-    conf[prefix + "aws.credentials.provider"] = (
-        "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-    )
-    return conf, ""

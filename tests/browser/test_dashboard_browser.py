@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import collatz_body
+from support.loops import collatz_body
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")

@@ -187,7 +187,7 @@ def test_unknown_paths_are_json_404(tmp_path: Any) -> None:
 
 
 def test_eddyline_run_dashboard_serves_the_scripts_jobs(tmp_path: Any) -> None:
-    from eddyline.cli import main
+    from eddyline.client.cli import main
 
     script = tmp_path / "job.py"
     script.write_text(
@@ -319,7 +319,7 @@ def test_the_page_loads_its_graph_libraries_from_the_xstatic_packages(tmp_path: 
 
 
 def test_a_running_loop_shows_its_queue_and_spilled_bytes_live(tmp_path: Any) -> None:
-    from eddyline.testing import collatz_body
+    from support.loops import collatz_body
 
     env = ed.StreamEnvironment(2, batch_size=256)
     numbers = env.from_sequence(1, 10**12).set_parallelism(1).name("numbers")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from eddyline import CheckpointStats
-from eddyline.dashboard import JobView, graph_nodes
+from eddyline.client.dashboard import JobView, graph_nodes
 
 
 class ScriptedJob:

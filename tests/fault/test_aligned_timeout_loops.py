@@ -40,14 +40,12 @@ from eddyline._core import inspect_checkpoint
 from eddyline.testing import (
     SleepPerBatch,
     assert_exact_ids,
-    collatz_body,
-    collatz_steps,
     completed_checkpoints,
     kill_after_checkpoints,
-    nested_steps,
     read_parquet_dir,
     wait_until,
 )
+from support.loops import collatz_body, collatz_steps, nested_steps
 
 N = 2000
 KILLS = 2
@@ -145,7 +143,8 @@ SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import SleepPerBatch, collatz_body, nested_body
+    from eddyline.testing import SleepPerBatch
+    from support.loops import collatz_body, nested_body
 
     out, chk, spill = sys.argv[1], sys.argv[2], sys.argv[3]
     n, p, timeout, shape = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
-from eddyline.cli import main
+from eddyline.client.cli import main
 from eddyline.testing import SleepPerBatch, completed_checkpoints
 
 

@@ -18,12 +18,12 @@ import pytest
 import eddyline as ed
 from eddyline.testing import (
     InjectedFailure,
-    RecordingTwoPhaseSink,
     SleepPerBatch,
     assert_exact_ids,
     completed_checkpoints,
     read_parquet_dir,
 )
+from support.sinks import RecordingTwoPhaseSink
 
 N = 60_000
 

@@ -18,13 +18,9 @@ import pytest
 
 import eddyline as ed
 from eddyline import _core
-from eddyline.cli import main
-from eddyline.testing import (
-    RecordingTwoPhaseSink,
-    SleepPerBatch,
-    completed_checkpoints,
-    last_by_key,
-)
+from eddyline.client.cli import main
+from eddyline.testing import SleepPerBatch, completed_checkpoints, last_by_key
+from support.sinks import RecordingTwoPhaseSink
 
 N = 30_000
 KEYS = 13

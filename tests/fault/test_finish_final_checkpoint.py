@@ -15,12 +15,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import (
-    RecordingTwoPhaseSink,
-    assert_exact_ids,
-    completed_checkpoints,
-    read_parquet_dir,
-)
+from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from support.sinks import RecordingTwoPhaseSink
 
 N = 20_000
 

@@ -23,13 +23,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import (
-    RecordingTwoPhaseSink,
-    SleepPerBatch,
-    assert_exact_ids,
-    read_parquet_dir,
-    wait_until,
-)
+from eddyline.testing import SleepPerBatch, assert_exact_ids, read_parquet_dir, wait_until
+from support.sinks import RecordingTwoPhaseSink
 
 SHORT_ROWS = 200
 LONG_ROWS = 4_000

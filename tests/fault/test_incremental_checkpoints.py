@@ -29,7 +29,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import int_key_group, kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from support.checkpoints import int_key_group
 
 MAX_PARALLELISM = 128
 KEYS = 20_000
@@ -140,7 +141,7 @@ def test_hot_key_checkpoints_write_about_one_percent_of_the_state(tmp_path: Path
 def test_retention_deletes_only_unreferenced_shared_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from eddyline.cli import main
+    from eddyline.client.cli import main
 
     chk = tmp_path / "chk"
     result, _ = _run(chk, KEYS + 30_000, incremental=True)

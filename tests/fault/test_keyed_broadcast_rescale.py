@@ -32,7 +32,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, int_key_group, read_parquet_dir, wait_until
+from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from support.checkpoints import int_key_group
 
 KEYS = 5
 RULES = [{"k": k, "factor": k + 1} for k in range(KEYS)]

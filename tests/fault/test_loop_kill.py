@@ -25,12 +25,12 @@ import eddyline as ed
 from eddyline._core import inspect_checkpoint
 from eddyline.testing import (
     SleepPerBatch,
-    collatz_steps,
     completed_checkpoints,
     kill_after_checkpoints,
     read_parquet_dir,
     wait_until,
 )
+from support.loops import collatz_steps
 
 N = 6000
 KILLS = 3

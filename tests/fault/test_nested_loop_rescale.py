@@ -26,12 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import (
-    channel_state_rows,
-    completed_checkpoints,
-    nested_steps,
-    read_parquet_dir,
-)
+from eddyline.testing import completed_checkpoints, read_parquet_dir
+from support.checkpoints import channel_state_rows
+from support.loops import nested_steps
 
 N = 400
 RUN_TIMEOUT_S = 90.0
@@ -45,7 +42,9 @@ SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import channel_state_rows, completed_checkpoints, nested_body
+    from eddyline.testing import completed_checkpoints
+    from support.checkpoints import channel_state_rows
+    from support.loops import nested_body
 
     out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]
     n, p, unaligned = int(n), int(p), checkpoints == "unaligned"

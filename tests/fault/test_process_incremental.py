@@ -22,7 +22,7 @@ import pytest
 
 import eddyline as ed
 from eddyline._exec.process import KeyedProcessRunner
-from eddyline.testing import int_key_group
+from support.checkpoints import int_key_group
 
 MAX_PARALLELISM = 128
 KEYS = 3_000

@@ -23,7 +23,7 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.cli import main as cli_main
+from eddyline.client.cli import main as cli_main
 from eddyline.testing import (
     FailOnce,
     SleepPerBatch,

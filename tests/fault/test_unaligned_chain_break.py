@@ -20,12 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import (
-    assert_exact_ids,
-    channel_state_rows,
-    completed_checkpoints,
-    read_parquet_dir,
-)
+from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from support.checkpoints import channel_state_rows
 
 N = 6000
 RUN_TIMEOUT_S = 120.0
@@ -37,7 +33,8 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch, channel_state_rows, completed_checkpoints
+    from eddyline.testing import SleepPerBatch, completed_checkpoints
+    from support.checkpoints import channel_state_rows
 
     out, chk, n, p, mode = sys.argv[1:6]
     n, p = int(n), int(p)

@@ -25,12 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import (
-    channel_state_rows,
-    collatz_steps,
-    completed_checkpoints,
-    read_parquet_dir,
-)
+from eddyline.testing import completed_checkpoints, read_parquet_dir
+from support.checkpoints import channel_state_rows
+from support.loops import collatz_steps
 
 N = 1200
 RUN_TIMEOUT_S = 90.0
@@ -43,7 +40,9 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import channel_state_rows, collatz_body, completed_checkpoints
+    from eddyline.testing import completed_checkpoints
+    from support.checkpoints import channel_state_rows
+    from support.loops import collatz_body
 
     out, chk, spill, n, p, checkpoints, mode, runner = sys.argv[1:9]
     n, p, unaligned = int(n), int(p), checkpoints == "unaligned"

@@ -11,7 +11,7 @@ between the workers. The "order" shape keys runs of consecutive values: each key
 reach the keyed operator increasing, replayed ones before new ones. The
 committed ParquetSink rows are exactly the input, and the checkpoint restored
 provably held in-flight rows: its manifest has "(channel state)" entries whose
-state files hold Arrow rows (``eddyline.testing.channel_state_rows``).
+state files hold Arrow rows (``support.checkpoints.channel_state_rows``).
 """
 
 from __future__ import annotations
@@ -23,12 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import (
-    assert_exact_ids,
-    channel_state_rows,
-    completed_checkpoints,
-    read_parquet_dir,
-)
+from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from support.checkpoints import channel_state_rows
 
 N = 6_000
 RUN_TIMEOUT_S = 90.0

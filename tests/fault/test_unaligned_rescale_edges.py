@@ -31,12 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import (
-    assert_exact_ids,
-    channel_state_rows,
-    completed_checkpoints,
-    read_parquet_dir,
-)
+from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from support.checkpoints import channel_state_rows
 
 N = 6000
 RUN_TIMEOUT_S = 90.0
@@ -51,7 +47,8 @@ SCRIPT = textwrap.dedent(
     import pyarrow as pa
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch, channel_state_rows, completed_checkpoints
+    from eddyline.testing import SleepPerBatch, completed_checkpoints
+    from support.checkpoints import channel_state_rows
 
     out, chk, n, p, shape, mode = sys.argv[1:7]
     n, p = int(n), int(p)

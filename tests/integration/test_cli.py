@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.cli import main
+from eddyline.client.cli import main
 
 
 def test_demo_prints_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,9 +58,10 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
 
 
 @pytest.mark.timeout(600)
-def test_demo_default_size_via_python_m() -> None:
+@pytest.mark.parametrize("module", ["eddyline", "eddyline.cli"])
+def test_demo_default_size_via_python_m(module: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "eddyline.cli", "demo"],
+        [sys.executable, "-m", module, "demo"],
         capture_output=True,
         text=True,
         check=False,

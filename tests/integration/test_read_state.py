@@ -21,7 +21,7 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.cli import main
+from eddyline.client.cli import main
 from eddyline.testing import ManualClock, SleepPerBatch, read_parquet_dir, wait_until
 
 N = 3_000

@@ -25,7 +25,7 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.cli import main
+from eddyline.client.cli import main
 from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
 
 N = 2_000

@@ -3,7 +3,7 @@
 ``tansu`` is built once per machine by ``.ci/run`` into
 ``$EDDYLINE_TOOL_CACHE/tansu`` (default ``/work/.cache``), outside the
 repository. Every message is produced in its own batch (``produce_each``, see
-``eddyline.kafka_testing`` for tansu's bug), which ``test_harness.py`` checks.
+``support.kafka_broker`` for tansu's bug), which ``test_harness.py`` checks.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import confluent_kafka as ck
 import pytest
 
 import eddyline._core  # noqa: F401
-from eddyline.kafka_testing import tansu_broker, tansu_path
+from support.kafka_broker import tansu_broker, tansu_path
 
 pytestmark = pytest.mark.kafka
 

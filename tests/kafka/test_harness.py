@@ -8,7 +8,7 @@ import uuid
 import confluent_kafka as ck
 import pytest
 
-from eddyline.kafka_testing import new_topic, produce_each
+from support.kafka_broker import new_topic, produce_each
 
 pytestmark = pytest.mark.kafka
 

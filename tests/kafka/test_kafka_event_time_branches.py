@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.kafka_testing import new_topic, produce_each
 from eddyline.testing import read_parquet_dir
+from support.kafka_broker import new_topic, produce_each
 
 pytestmark = pytest.mark.kafka
 

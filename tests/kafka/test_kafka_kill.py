@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.kafka_testing import new_topic, produce_each
 from eddyline.testing import assert_exact_ids, kill_after_checkpoints, read_parquet_dir
+from support.kafka_broker import new_topic, produce_each
 
 pytestmark = pytest.mark.kafka
 

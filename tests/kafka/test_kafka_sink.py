@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
-from eddyline.kafka_testing import new_topic
 from eddyline.testing import FailOnce, SleepPerBatch
+from support.kafka_broker import new_topic
 
 from .conftest import consume_all
 

@@ -14,8 +14,8 @@ import pytest
 
 import eddyline as ed
 from eddyline.kafka import KafkaSource
-from eddyline.kafka_testing import _free_port, new_topic, produce_each
 from eddyline.testing import wait_until
+from support.kafka_broker import _free_port, new_topic, produce_each
 
 pytestmark = pytest.mark.kafka
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import collatz_body, collatz_steps
+from support.loops import collatz_body, collatz_steps
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])

@@ -23,12 +23,11 @@ import eddyline as ed
 from eddyline.testing import (
     FailOnce,
     SleepPerBatch,
-    collatz_body,
-    collatz_steps,
     completed_checkpoints,
     read_parquet_dir,
     wait_until,
 )
+from support.loops import collatz_body, collatz_steps
 
 RUN_TIMEOUT_S = 120.0
 
@@ -248,7 +247,7 @@ def test_checkpoints_and_savepoints_are_taken_through_the_workers(tmp_path: Path
 def test_a_launcher_failure_names_the_launcher_and_keeps_its_cause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from eddyline.runners import _ProcessLauncher
+    from eddyline.client.runners import _ProcessLauncher
 
     def launch(
         self: _ProcessLauncher, attempt: int, workers: int, driver: str, secret: str

@@ -31,7 +31,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     root = tmp_path_factory.mktemp("spark")
-    from eddyline.testing import spark_s3a_test_conf
+    from support.spark_s3a import spark_s3a_test_conf
 
     # With the S3A jars (.ci/run), this one session also serves the S3 suite
     # (tests/storage/test_s3_spark.py): a JVM's classpath is fixed at its start.

@@ -155,7 +155,7 @@ def test_shuffled_dataframe_with_event_time_warns_before_the_job_runs(
 def test_plans_that_lose_the_input_order_are_named(
     spark: Any, tmp_path: Any, shape: Any, found: str | None
 ) -> None:
-    from eddyline.spark.source import _reordering
+    from eddyline.connectors.spark.source import _reordering
 
     _write_input(tmp_path / "in")
     df = shape(spark.read.parquet(str(tmp_path / "in")), spark)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
+from eddyline.connectors.spark.source import PINS_DIR
 from eddyline.spark import SparkTableSink
-from eddyline.spark.source import PINS_DIR
 from eddyline.testing import FailOnce, SleepPerBatch, completed_checkpoints
 
 N = 12_000

@@ -28,7 +28,8 @@ import pytest
 
 import eddyline as ed
 from eddyline.spark import SparkRunner, SparkTableSink
-from eddyline.testing import channel_state_rows, completed_checkpoints
+from eddyline.testing import completed_checkpoints
+from support.checkpoints import channel_state_rows
 
 KeyedSumInput = Callable[[int], tuple[Any, dict[int, int]]]
 

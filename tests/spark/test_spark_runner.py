@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
+from eddyline.connectors.spark._filelog import SinkLog
 from eddyline.spark import SparkRunner, SparkTableSink
-from eddyline.spark._filelog import SinkLog
 from eddyline.testing import FailOnce, SleepPerBatch
 
 KeyedSumInput = Callable[[int], tuple[Any, dict[int, int]]]

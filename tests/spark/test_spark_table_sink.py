@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
+from eddyline.connectors.spark.sink import STAGING
+from eddyline.connectors.spark.source import PINS_DIR
 from eddyline.spark import SparkTableSink
-from eddyline.spark.sink import STAGING
-from eddyline.spark.source import PINS_DIR
 from eddyline.testing import SleepPerBatch
 
 

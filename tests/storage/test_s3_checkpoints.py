@@ -236,7 +236,7 @@ def test_large_state_is_uploaded_in_parts_and_reads_back_verified(s3: S3) -> Non
 def test_the_checkpoints_cli_lists_and_inspects_checkpoints_on_s3(
     s3: S3, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from eddyline.cli import main
+    from eddyline.client.cli import main
 
     uri = f"s3://{s3.bucket}/cli/chk"
     env = ed.StreamEnvironment(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import eddyline as ed
-from eddyline.cli import main
+from eddyline.client.cli import main
 from eddyline.testing import SleepPerBatch, wait_until
 
 from .conftest import S3

@@ -31,8 +31,8 @@ from eddyline.testing import (
     assert_exact_ids,
     completed_checkpoints,
     sigkill_when,
-    spark_s3a_test_conf,
 )
+from support.spark_s3a import spark_s3a_test_conf
 
 from .conftest import S3
 
@@ -167,7 +167,7 @@ def test_log_batch_is_created_only_if_absent(spark: Any, s3: S3) -> None:
     fails (moto honours If-None-Match), it reads the log again and finds its
     files listed, so no file is listed twice and no batch is overwritten."""
     from eddyline._core import StoreDir
-    from eddyline.spark._filelog import ObjectSinkLog
+    from eddyline.connectors.spark._filelog import ObjectSinkLog
 
     root = StoreDir(f"s3://{s3.bucket}/t")
     for name in ("part-a.parquet", "part-b.parquet"):
@@ -197,7 +197,7 @@ def test_compaction_batch_on_s3_is_read_by_spark(spark: Any, s3: S3, tmp_path: P
     import pyarrow.parquet as pq
 
     from eddyline._core import StoreDir
-    from eddyline.spark._filelog import ObjectSinkLog
+    from eddyline.connectors.spark._filelog import ObjectSinkLog
 
     root = StoreDir(f"s3://{s3.bucket}/compact")
     log = ObjectSinkLog(f"s3://{s3.bucket}/compact")

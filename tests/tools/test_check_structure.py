@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,14 @@ def _checker() -> ModuleType:
 
 
 cs = _checker()
+
+
+@pytest.fixture(autouse=True)
+def _one_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The made-up repositories below have one layer and no exceptions."""
+    monkeypatch.setattr(cs, "PYTHON_LAYERS", (("all", ("eddyline.*",)),))
+    monkeypatch.setattr(cs, "ALLOWED_PYTHON_EDGES", {})
+    monkeypatch.setattr(cs, "LONG_FUNCTIONS", {})
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -82,26 +91,109 @@ def test_rust_test_module_and_comments_do_not_count(tmp_path: Path) -> None:
     assert cs.main(repo) == 0
 
 
-def test_python_function_level_import_cycle_found_type_checking_ignored(tmp_path: Path) -> None:
-    cyclic = {
-        "a.py": "from . import b\n",
-        "b.py": "def f():\n    from .a import thing\n",
-    }
-    assert cs.cycles(
-        cs.python_edges(cs.python_modules(_repo(tmp_path, {}, cyclic) / "python/eddyline"))
+@pytest.mark.parametrize(
+    "b",
+    [
+        "def f():\n    from .a import thing\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import thing\n",
+    ],
+    ids=["function-level", "type-only"],
+)
+def test_python_import_cycle_found_also_through_deferred_imports(tmp_path: Path, b: str) -> None:
+    repo = _repo(tmp_path, {}, {"a.py": "from . import b\n", "b.py": b})
+    assert cs.cycles(cs.python_edges(cs.python_modules(repo / "python/eddyline")))
+    assert cs.main(repo) == 1
+
+
+def test_python_importing_a_submodule_runs_its_package(tmp_path: Path) -> None:
+    repo = _repo(
+        tmp_path,
+        {},
+        {"a.py": "from .pkg.x import X\n", "pkg/__init__.py": "from .. import a\n", "pkg/x.py": ""},
     )
-    fine = {
-        "a.py": "from . import b\n",
-        "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import thing\n",
-    }
+    imports = cs.python_imports(cs.python_modules(repo / "python/eddyline"))
+    assert imports["eddyline.a"] == {"eddyline.pkg": "module", "eddyline.pkg.x": "module"}
+    assert cs.main(repo) == 1
+
+
+LAYERS = (("low", ("eddyline.low",)), ("high", ("eddyline", "eddyline.high")))
+
+
+@pytest.mark.parametrize(
+    "low, found",
+    [
+        ("", False),
+        ("from .high import thing\n", True),
+        ("def f():\n    from . import high\n", True),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .high import H\n", True),
+    ],
+    ids=["down-only", "module-level", "function-level", "type-only"],
+)
+def test_python_layer_importing_a_higher_one(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    low: str,
+    found: bool,
+) -> None:
+    monkeypatch.setattr(cs, "PYTHON_LAYERS", LAYERS)
+    repo = _repo(tmp_path, {}, {"low.py": low, "high.py": "from . import low\n"})
+    assert (cs.main(repo) == 1) is found
+    if found:
+        assert "eddyline.low (low) imports eddyline.high (high" in capsys.readouterr().out
+
+
+def test_python_allowed_edges_pass_and_go_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cs, "PYTHON_LAYERS", LAYERS)
+    monkeypatch.setattr(cs, "ALLOWED_PYTHON_EDGES", {("eddyline.low", "eddyline.high"): "why"})
+    cyclic = {"low.py": "def f():\n    from . import high\n", "high.py": "from . import low\n"}
+    assert cs.main(_repo(tmp_path, {}, cyclic)) == 0
     other = tmp_path / "other"
-    assert cs.main(_repo(other, {}, fine)) == 0
+    assert cs.main(_repo(other, {}, {"low.py": "", "high.py": "from . import low\n"})) == 1
+    assert "eddyline.low no longer imports eddyline.high" in capsys.readouterr().out
+
+
+def test_python_module_in_no_layer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cs, "PYTHON_LAYERS", LAYERS)
+    assert cs.main(_repo(tmp_path, {}, {"low.py": "", "stray.py": ""})) == 1
+    assert "eddyline.stray: in no layer" in capsys.readouterr().out
+
+
+def _rust_fn(lines: int) -> str:
+    return "fn long() {\n" + "    let _ = 1;\n" * (lines - 2) + "}\n"
+
+
+def _py_fn(lines: int) -> str:
+    return "def long():\n" + "    x = 1\n" * (lines - 1)
 
 
 @pytest.mark.parametrize("lines, found", [(100, False), (101, True)])
-def test_long_runtime_function(tmp_path: Path, lines: int, found: bool) -> None:
-    body = "".join("    let _ = 1;\n" for _ in range(lines - 2))
-    repo = _repo(tmp_path, {"runtime/mod.rs": f"fn long() {{\n{body}}}\n"}, {})
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("core/src/runtime/mod.rs", _rust_fn),
+        ("core/src/a/x.rs", _rust_fn),
+        ("python/src/job.rs", _rust_fn),
+        ("python/eddyline/m.py", _py_fn),
+        ("tools/t.py", _py_fn),
+    ],
+)
+def test_long_function(tmp_path: Path, name: str, make: Any, lines: int, found: bool) -> None:
+    repo = _repo(tmp_path, {}, {})
+    _write(repo, {name: make(lines)})
+    assert (cs.main(repo) == 1) is found
+
+
+@pytest.mark.parametrize("lines, found", [(120, False), (121, True), (100, True)])
+def test_long_function_allowed_at_its_length_until_it_fits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lines: int, found: bool
+) -> None:
+    monkeypatch.setattr(cs, "LONG_FUNCTIONS", {("core/src/a/x.rs", "long"): 120})
+    repo = _repo(tmp_path, {"a/x.rs": _rust_fn(lines)}, {})
     assert (cs.main(repo) == 1) is found
 
 

@@ -12,17 +12,17 @@ import pytest
 import eddyline as ed
 from eddyline._exec.keyed import KeyedReduceRunner
 from eddyline._exec.two_phase import TwoPhaseCommitRunner
-from eddyline.cli import main
-from eddyline.job import JobClient
+from eddyline.client.cli import main
+from eddyline.client.job import JobClient
 from eddyline.testing import (
     FailOnce,
     InjectedFailure,
-    RecordingTwoPhaseSink,
     assert_exact_ids,
     completed_checkpoints,
     id_report,
     read_parquet_dir,
 )
+from support.sinks import RecordingTwoPhaseSink
 
 STATS = {
     "id": 4,

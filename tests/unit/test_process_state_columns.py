@@ -21,7 +21,7 @@ import pyarrow as pa
 
 import eddyline as ed
 from eddyline._exec.process import KeyedProcessRunner
-from eddyline.functions import _Expiring
+from eddyline.process_functions import _Expiring
 from eddyline.testing import ManualClock
 
 FORMAT = "eddyline.keyed_process.v5"

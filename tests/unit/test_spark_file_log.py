@@ -10,7 +10,7 @@ import multiprocessing
 import os
 from pathlib import Path
 
-from eddyline.spark._filelog import SinkLog
+from eddyline.connectors.spark._filelog import SinkLog
 
 
 def _files(root: Path, n: int) -> list[str]:

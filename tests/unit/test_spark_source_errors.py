@@ -12,7 +12,7 @@ import pytest
 
 py4j_protocol = pytest.importorskip("py4j.protocol")
 
-from eddyline.spark.source import _plain_parquet_files  # noqa: E402
+from eddyline.connectors.spark.source import _plain_parquet_files  # noqa: E402
 
 
 class _Named:

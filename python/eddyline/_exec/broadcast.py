@@ -29,7 +29,7 @@ from ..broadcast_functions import (
     KeyedBroadcastProcessFunction,
 )
 from ..errors import CheckpointError
-from ..functions import ProcessContext
+from ..process_functions import ProcessContext
 from .base import Runner, RunnerOutput, State
 from .output import RowWriter
 from .process import KeyedProcessRunner, _overrides

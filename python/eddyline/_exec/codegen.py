@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from ..functions import Row
+from ..process_functions import Row
 
 StageKind = Literal["map", "flat_map", "filter"]
 """One per-record stage: its kind, the user function and the operator name."""

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from ..errors import EddylineError
-from ..functions import ProcessContext, ProcessFunction, Row
+from ..process_functions import ProcessContext, ProcessFunction, Row
 
 __all__ = ["Deduplicate"]
 

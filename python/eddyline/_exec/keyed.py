@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import SchemaError
-from ..functions import Row
+from ..process_functions import Row
 from .base import Runner, RunnerOutput, State
 from .codegen import compile_rows
 from .output import RowWriter, schema_line

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from ..broadcast_functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from ..errors import CheckpointError, EddylineError, SchemaError
-from ..functions import (
+from ..process_functions import (
     MIN_WATERMARK,
     ProcessContext,
     ProcessFunction,

@@ -39,7 +39,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..functions import MIN_WATERMARK
+from ..process_functions import MIN_WATERMARK
 from .base import RunnerOutput
 from .pool import (
     SNAPSHOT,

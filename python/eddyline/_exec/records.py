@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from .._registry import Stage, register_record_chain
 from ..errors import EddylineError, SchemaError
-from ..functions import Row
+from ..process_functions import Row
 from .base import Runner, RunnerOutput
 from .codegen import FlatMapDict, compile_chain, frame_of
 from .factory import RunnerFactory

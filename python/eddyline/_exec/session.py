@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from ..functions import Row
+from ..process_functions import Row
 from .base import RunnerOutput
 from .user_code import UserCode, short
 from .window import Fired, PythonWindowRunner, WindowMode

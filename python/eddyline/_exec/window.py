@@ -26,7 +26,7 @@ from typing import Any, Literal, cast
 import pyarrow as pa
 
 from ..errors import EddylineError, SchemaError
-from ..functions import MIN_WATERMARK, Row
+from ..process_functions import MIN_WATERMARK, Row
 from ..windows import TimeWindow
 from .base import RunnerOutput, State
 from .event_time import event_times, key_group_range, millis_to_value

@@ -274,7 +274,7 @@ class ObjectSinkLog(SinkLog):
         log_dir: str = LOG_DIR,
         storage_options: dict[str, str] | None = None,
     ) -> None:
-        from .._core import StoreDir
+        from ..._core import StoreDir
 
         super().__init__(eddyline_uri(root.rstrip("/")), log_dir=log_dir)
         self.dir = f"{self.root}/{log_dir}"
@@ -365,7 +365,7 @@ class ObjectSinkLog(SinkLog):
 
 def sink_log(root: str, storage_options: dict[str, str] | None = None) -> SinkLog:
     """The log of ``root``: a local directory or an object store URI."""
-    from .._storage import is_object_store_uri
+    from ..._storage import is_object_store_uri
 
     if is_object_store_uri(root):
         return ObjectSinkLog(root, storage_options=storage_options)

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from ._storage import storage_location
-from .errors import CheckpointError
+from .._storage import storage_location
+from ..errors import CheckpointError
 
 if TYPE_CHECKING:
-    from .sinks import CollectHandle
+    from ..sinks import CollectHandle
 
 __all__ = ["CheckpointStats", "JobClient", "JobResult", "OperatorCheckpointStats"]
 

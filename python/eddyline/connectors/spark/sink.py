@@ -44,7 +44,7 @@ the ``AWS_*`` environment variables):
   attempts' uncompleted checkpoints are deleted.
 
 Spark itself needs Hadoop's S3A filesystem to create and read such a table
-(see :mod:`eddyline.spark._s3a`).
+(see :mod:`eddyline.connectors.spark._s3a`).
 
 The Spark session is used only in the driver, when the sink is attached to a
 stream (to create or check the table) and, in-process, to refresh the table's
@@ -69,9 +69,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._storage import checked_storage_options, is_object_store_uri
-from ..errors import EddylineError, GraphError, SchemaError, StorageError
-from ..sinks import TwoPhaseCommitSink
+from ..._storage import checked_storage_options, is_object_store_uri
+from ...errors import EddylineError, GraphError, SchemaError, StorageError
+from ...sinks import TwoPhaseCommitSink
 from ._filelog import ObjectSinkLog, SinkLog, eddyline_uri, fsync_dir, local_path, sink_log
 from ._lazy import require_pyspark
 from ._s3a import missing_s3a, spark_location
@@ -191,7 +191,7 @@ class SparkTableSink(TwoPhaseCommitSink):
         key = "/".join(names)
         found = self._dirs.get(key)
         if found is None:
-            from .._core import StoreDir
+            from ..._core import StoreDir
 
             found = StoreDir(self._root(), self.storage_options or None)
             for name in names:
@@ -334,7 +334,7 @@ class SparkTableSink(TwoPhaseCommitSink):
     def _check_object_location(self, operator: str, location: str) -> None:
         """A probe object written and removed (a missing bucket or bad credentials
         is a StorageError naming the URI), and no data files outside a log."""
-        from .._core import StoreDir
+        from ..._core import StoreDir
 
         root = StoreDir(location, self.storage_options or None)
         staging = root.child(STAGING)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import EddylineError
+from ...errors import EddylineError
 
 __all__ = ["SparkNotInstalledError", "require_pyspark"]
 

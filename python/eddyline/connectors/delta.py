@@ -41,9 +41,9 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from ._storage import checked_storage_options, is_object_store_uri, local_path, probe_writable
-from .errors import EddylineError, GraphError
-from .sinks import TwoPhaseCommitSink
+from .._storage import checked_storage_options, is_object_store_uri, local_path, probe_writable
+from ..errors import EddylineError, GraphError
+from ..sinks import TwoPhaseCommitSink
 
 __all__ = ["DeltaSink"]
 
@@ -195,7 +195,7 @@ class DeltaSink(TwoPhaseCommitSink):
             return None
 
     def _staging_root(self) -> Any:
-        from ._core import StoreDir  # the engine's storage layer (core/src/store.rs)
+        from .._core import StoreDir  # the engine's storage layer (core/src/store.rs)
 
         # Keys only delta-rs knows (its S3 locking) are not object store keys.
         options = {

@@ -34,7 +34,7 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from ..environment import parquet_files
+from ...environment import parquet_files
 from ._filelog import LOG_DIR, SinkLog
 
 __all__ = ["EddylineDataSource", "committed_log"]

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from .config import parse_duration
+from ..config import parse_duration
 
 __all__ = ["ProcessRunner"]
 

@@ -1,32 +1,13 @@
-"""The loop bodies and slow steps the tests of eddyline's loops and fault tolerance
-build jobs from; :mod:`eddyline.testing` exports them."""
+"""The loop bodies the tests and benches of eddyline's loops build jobs from."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
+from eddyline.testing import SleepPerBatch
 
 if TYPE_CHECKING:
-    from .stream import DataStream
-
-
-class SleepPerBatch:
-    """A picklable ``map_batches`` function that sleeps, to make a job slow.
-
-    Example:
-        >>> import pyarrow as pa
-        >>> SleepPerBatch(0.0)(pa.record_batch({"x": [1]})).num_rows
-        1
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(self.seconds)
-        return batch
+    from eddyline.stream import DataStream
 
 
 def collatz_steps(n: int) -> int:
@@ -52,7 +33,7 @@ def collatz_body(s: DataStream, *, sleep_per_batch: float = 0.0) -> tuple[DataSt
     (:class:`SleepPerBatch`): a slow body, so the feedback backs up (spills,
     backpressure) in fault tests; pass it with ``functools.partial``.
     """
-    from .expr import col, lit
+    from eddyline.expr import col, lit
 
     done = s.filter(col("x") == 1)
     odd = col("x") % 2
@@ -78,7 +59,7 @@ def nested_body(
     is the reference. ``sleep_per_batch`` slows the inner step as in
     :func:`collatz_body`; pass both with ``functools.partial``.
     """
-    from .expr import col
+    from eddyline.expr import col
 
     prepared = s.with_columns(inner=(col("value") + col("outer")) % 3 + 1)
 

@@ -65,7 +65,7 @@ def read_state(
         CheckpointError: As :func:`eddyline.read_state`.
     """
     require_pyspark("eddyline.spark.read_state()")
-    from ..state_reader import read_state as read_table
+    from ...state_reader import read_state as read_table
 
     table = read_table(path, uid, state=state, storage_options=storage_options)
     return spark.createDataFrame(table)

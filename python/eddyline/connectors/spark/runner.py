@@ -49,9 +49,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .._storage import is_object_store_uri
-from ..config import parse_duration
-from ..errors import GraphError
+from ..._storage import is_object_store_uri
+from ...config import parse_duration
+from ...errors import GraphError
 from ._lazy import require_pyspark
 
 __all__ = ["SparkRunner"]
@@ -133,7 +133,7 @@ def _gang_member(
             index,
             gang,
         )
-        from .._exec.worker import run_worker
+        from ..._exec.worker import run_worker
 
         run_worker(driver, secret, index, attempt, bind_host=host)
         yield index, host, ctx.taskAttemptId()

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import DashboardError
+from ...errors import DashboardError
 from ._model import GraphNode, JobSource, JobView
 
 __all__ = ["DEFAULT_PORT", "Dashboard", "serve"]

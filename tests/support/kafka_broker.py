@@ -9,7 +9,7 @@ therefore sends every message in its own batch, so that a correct restore
 from the middle of a partition does not look like data loss.
 
 Example:
-    >>> from eddyline.kafka_testing import tansu_path
+    >>> from support.kafka_broker import tansu_path
     >>> tansu_path().name
     'tansu'
 """

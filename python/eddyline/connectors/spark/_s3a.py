@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .._storage import is_object_store_uri
-from ..errors import StorageError
+from ..._storage import is_object_store_uri
+from ...errors import StorageError
 
 __all__ = ["S3A_HELP", "missing_s3a", "s3a_settings", "spark_location"]
 

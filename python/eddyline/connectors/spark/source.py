@@ -18,7 +18,7 @@ The pin is recorded in ``<checkpoint dir>/_eddyline_spark_sources/<uid>/pin.json
 checkpoint (``restore_from=``) reads the recorded pin instead of pinning
 again. With the checkpoint dir on S3 (``s3://bucket/chk``) the snapshot is
 written there by Spark (as ``s3a://``, through Hadoop's S3A filesystem, see
-:mod:`eddyline.spark._s3a`) and ``pin.json`` is one object written by eddyline's
+:mod:`eddyline.connectors.spark._s3a`) and ``pin.json`` is one object written by eddyline's
 storage layer (``storage_options`` of the environment over the ``AWS_*``
 environment variables); the source then reads the pinned objects with byte
 ranges. With checkpoints on S3 every DataFrame is pinned as a snapshot there
@@ -49,19 +49,19 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._graph import native
-from .._specs import SourceParquetSpec
-from .._storage import is_object_store_uri
-from ..errors import CheckpointError, GraphError, SchemaError
-from ..sources import Source
+from ..._graph import native
+from ..._specs import SourceParquetSpec
+from ..._storage import is_object_store_uri
+from ...errors import CheckpointError, GraphError, SchemaError
+from ...sources import Source
 from ._filelog import SinkLog, eddyline_uri, fsync_dir, local_path
 from ._lazy import require_pyspark
 from ._s3a import missing_s3a, spark_location
 
 if TYPE_CHECKING:
-    from .._graph import LogicalNode
-    from ..environment import StreamEnvironment
-    from ..stream import DataStream
+    from ..._graph import LogicalNode
+    from ...environment import StreamEnvironment
+    from ...stream import DataStream
 
 __all__ = ["SparkFilesSource", "UnorderedInputWarning", "from_spark", "from_spark_files"]
 
@@ -284,7 +284,9 @@ def _warn_if_unordered(df: Any, operator: str, column: str) -> None:
 
 def _caller_level() -> int:
     """The ``stacklevel`` of the first frame outside eddyline (the user's ``execute`` call)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    # the directory of the top-level package, wherever in it this module sits
+    top = sys.modules[__name__.partition(".")[0]].__file__ or __file__
+    package = os.path.dirname(os.path.abspath(top)) + os.sep
     frame: FrameType | None = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_code.co_filename.startswith(package):
@@ -344,7 +346,7 @@ def _write_object_snapshot(
 ) -> list[str]:
     """The snapshot written by Spark under ``directory`` (an ``s3://`` URI; Spark
     writes ``s3a://``): its data objects as ``s3://`` URIs."""
-    from .._core import StoreDir
+    from ..._core import StoreDir
 
     target = spark_location(directory, what=f"operator '{operator}'")
     assert target is not None
@@ -481,7 +483,7 @@ class _SparkPin:
 
     def _resolve_on_object_store(self, restore_from: str | None) -> None:
         """:meth:`resolve` with the checkpoint dir on an object store (S3)."""
-        from .._core import StoreDir
+        from ..._core import StoreDir
 
         node, operator = self.node, self.node.display_name
         checkpoint = self.env.checkpoint
