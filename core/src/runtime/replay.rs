@@ -200,14 +200,16 @@ impl TaskRecompute {
     pub fn null_state(
         &self,
         i: usize,
-        op: &dyn Operator,
+        op: &mut dyn Operator,
         barrier: &Barrier,
     ) -> Result<Option<u64>> {
-        if barrier.kind == BarrierKind::Checkpoint && self.recomputed.get(i).copied() == Some(true)
+        if barrier.kind != BarrierKind::Checkpoint || self.recomputed.get(i).copied() != Some(true)
         {
-            op.null_state_watermark(barrier.id)
-        } else {
-            Ok(None)
+            return Ok(None);
+        }
+        match op.recompute() {
+            Some(r) => r.null_state_watermark(barrier.id),
+            None => Ok(None),
         }
     }
 
@@ -250,8 +252,10 @@ pub(crate) fn start_epoch(
 ) -> Result<()> {
     if barrier.kind == BarrierKind::Checkpoint {
         for (i, op) in ops.iter_mut().enumerate() {
-            op.on_barrier(barrier.id)
-                .map_err(|e| e.in_operator(&names(i)))?;
+            if let Some(r) = op.recompute() {
+                r.on_barrier(barrier.id)
+                    .map_err(|e| e.in_operator(&names(i)))?;
+            }
         }
     }
     Ok(())

@@ -79,7 +79,9 @@ use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::event_times_millis;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute,
+};
 use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::owned_key_groups;
 use crate::state::{OperatorState, StateBlob};
@@ -658,18 +660,16 @@ impl Operator for JoinOperator {
         out.emit_watermark(watermark)
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        if !matches!(self.bounds, JoinBounds::Interval { .. }) {
-            return Ok(None);
-        }
-        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.epoch = checkpoint_id;
-        Ok(())
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
     }
+}
 
+impl CheckpointedState for JoinOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let meta = Arc::new(snapshot::SnapshotMeta {
             name: Arc::from(self.own.name.as_str()),
@@ -714,6 +714,20 @@ impl Operator for JoinOperator {
             self.restore_blob(kg, &blob)?;
         }
         self.watermark = self.reached.continue_from(self.watermark);
+        Ok(())
+    }
+}
+
+impl Recompute for JoinOperator {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        if !matches!(self.bounds, JoinBounds::Interval { .. }) {
+            return Ok(None);
+        }
+        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.epoch = checkpoint_id;
         Ok(())
     }
 }

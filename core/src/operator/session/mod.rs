@@ -59,7 +59,9 @@ use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis};
 use crate::operator::window::time_array;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
+use crate::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute, LATE_PORT,
+};
 use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
     acc_array, native_values, owned_key_groups, window_agg_column, window_key_columns, Acc,
@@ -701,15 +703,16 @@ impl Operator for SessionOperator {
         out.emit_watermark(watermark)
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(self.oldest_epoch().unwrap_or(checkpoint_id)))
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.epoch = checkpoint_id;
-        Ok(())
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
     }
+}
 
+impl CheckpointedState for SessionOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let (Some(b), Some(groups)) = (&self.layout, &self.groups) else {
             return Ok(OperatorState::default());
@@ -774,6 +777,17 @@ impl Operator for SessionOperator {
             self.next_seq = self.next_seq.max(max_seq + 1);
         }
         self.watermark = self.reached.continue_from(self.watermark);
+        Ok(())
+    }
+}
+
+impl Recompute for SessionOperator {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(self.oldest_epoch().unwrap_or(checkpoint_id)))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.epoch = checkpoint_id;
         Ok(())
     }
 }

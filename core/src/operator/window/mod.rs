@@ -123,7 +123,9 @@ type ArrowResult<T> = std::result::Result<T, arrow::error::ArrowError>;
 use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
+use crate::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute, LATE_PORT,
+};
 use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
     acc_array, check_key_group, native_values, owned_key_groups, rebinding, sort_fields,
@@ -805,15 +807,16 @@ impl Operator for WindowOperator {
         out.emit_watermark(watermark)
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.epoch = checkpoint_id;
-        Ok(())
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
     }
+}
 
+impl CheckpointedState for WindowOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let (Some(engine), Some((layout, _))) = (&self.engine, &self.layout) else {
             return Ok(OperatorState::default());
@@ -845,6 +848,17 @@ impl Operator for WindowOperator {
             self.restore_blob(kg, &blob)?;
         }
         self.watermark = self.reached.continue_from(self.watermark);
+        Ok(())
+    }
+}
+
+impl Recompute for WindowOperator {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.epoch = checkpoint_id;
         Ok(())
     }
 }

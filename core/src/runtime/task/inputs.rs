@@ -33,8 +33,8 @@ impl Task {
     }
 
     /// How long until the chain head's next processing-time timer, if any.
-    fn timer_delay(&self) -> Option<std::time::Duration> {
-        let ms = self.ops.first()?.processing_timer_delay()?;
+    fn timer_delay(&mut self) -> Option<std::time::Duration> {
+        let ms = self.ops.first_mut()?.timers()?.processing_timer_delay()?;
         Some(std::time::Duration::from_millis(ms.max(0) as u64))
     }
 
@@ -44,7 +44,10 @@ impl Task {
             &mut self.ops,
             &mut self.slots,
             &mut self.output,
-            |op, out| op.on_processing_time(out),
+            |op, out| match op.timers() {
+                Some(timers) => timers.on_processing_time(out),
+                None => Ok(()),
+            },
         )
     }
 

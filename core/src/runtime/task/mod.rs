@@ -387,6 +387,23 @@ pub(crate) fn push_watermark(
     })
 }
 
+/// The synchronous snapshot of `op` (nothing when it has no state).
+fn snapshot_op(op: &mut dyn Operator, checkpoint_id: u64) -> Result<crate::state::OperatorState> {
+    match op.state() {
+        Some(state) => state.snapshot_state(checkpoint_id),
+        None => Ok(crate::state::OperatorState::default()),
+    }
+}
+
+/// Restores `state` into `op`; state for an operator that keeps none is
+/// ignored, as the default `restore_state` did.
+fn restore_op(op: &mut dyn Operator, state: crate::state::OperatorState) -> Result<()> {
+    match op.state() {
+        Some(s) => s.restore_state(state),
+        None => Ok(()),
+    }
+}
+
 /// One input channel of a task.
 pub(crate) struct InputChannel {
     pub rx: EventReceiver,
@@ -575,8 +592,7 @@ impl Task {
         }
         for (i, state) in restore.states.into_iter().enumerate() {
             if let (Some(state), Some(op)) = (state, self.ops.get_mut(i)) {
-                op.restore_state(state)
-                    .map_err(|e| e.in_operator(&self.slots[i].name))?;
+                restore_op(op.as_mut(), state).map_err(|e| e.in_operator(&self.slots[i].name))?;
             }
         }
         if let (Some(src), Some(ctx)) = (self.source.as_mut(), self.source_context.as_ref()) {
@@ -585,8 +601,10 @@ impl Task {
                 .map_err(|e| e.in_operator(&src.slot.name))?;
         }
         for (i, op) in self.ops.iter_mut().enumerate() {
-            op.on_barrier(self.recompute.start_epoch(i))
-                .map_err(|e| e.in_operator(&self.slots[i].name))?;
+            if let Some(r) = op.recompute() {
+                r.on_barrier(self.recompute.start_epoch(i))
+                    .map_err(|e| e.in_operator(&self.slots[i].name))?;
+            }
             self.slots[i].replay_drop = self.recompute.drops(i);
             op.open(&self.contexts[i])
                 .map_err(|e| e.in_operator(&self.slots[i].name))?;
@@ -711,9 +729,7 @@ impl Task {
         for i in 0..self.ops.len() {
             let name = self.slots[i].name.clone();
             let state = if self.recompute.persists(i, barrier, finished) {
-                self.ops[i]
-                    .snapshot_state(barrier.id)
-                    .map_err(|e| e.in_operator(&name))?
+                snapshot_op(self.ops[i].as_mut(), barrier.id).map_err(|e| e.in_operator(&name))?
             } else {
                 crate::state::OperatorState::default()
             };
@@ -722,7 +738,7 @@ impl Task {
                 state,
                 null_state: self
                     .recompute
-                    .null_state(i, self.ops[i].as_ref(), barrier)
+                    .null_state(i, self.ops[i].as_mut(), barrier)
                     .map_err(|e| e.in_operator(&name))?,
             });
         }
@@ -767,10 +783,11 @@ impl Task {
                 .map_err(|e| e.in_operator(&name))?;
         }
         for i in 0..self.ops.len() {
-            let name = self.slots[i].name.clone();
-            self.ops[i]
-                .notify_checkpoint_complete(id)
-                .map_err(|e| e.in_operator(&name))?;
+            if let Some(state) = self.ops[i].state() {
+                state
+                    .notify_checkpoint_complete(id)
+                    .map_err(|e| e.in_operator(&self.slots[i].name))?;
+            }
         }
         Ok(())
     }
@@ -863,10 +880,8 @@ impl Task {
                 Ok(Control::Finalize { commit_end_of_job }) => {
                     if commit_end_of_job {
                         for i in 0..self.ops.len() {
-                            let name = self.slots[i].name.clone();
-                            self.ops[i]
-                                .snapshot_state(END_OF_JOB)
-                                .map_err(|e| e.in_operator(&name))?;
+                            snapshot_op(self.ops[i].as_mut(), END_OF_JOB)
+                                .map_err(|e| e.in_operator(&self.slots[i].name))?;
                         }
                         self.notify_complete(END_OF_JOB)?;
                     }
