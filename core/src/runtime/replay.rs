@@ -240,23 +240,3 @@ impl TaskRecompute {
         }
     }
 }
-
-/// Tells every operator of `ops` (named by `names`) that `barrier` passed
-/// (checkpoints only: savepoints do not start an epoch, their offsets are not
-/// in the storage). An operator's failure fails the checkpoint: the caller
-/// has not reported its snapshot yet.
-pub(crate) fn start_epoch(
-    ops: &mut [Box<dyn Operator>],
-    names: impl Fn(usize) -> String,
-    barrier: &Barrier,
-) -> Result<()> {
-    if barrier.kind == BarrierKind::Checkpoint {
-        for (i, op) in ops.iter_mut().enumerate() {
-            if let Some(r) = op.recompute() {
-                r.on_barrier(barrier.id)
-                    .map_err(|e| e.in_operator(&names(i)))?;
-            }
-        }
-    }
-    Ok(())
-}
