@@ -16,7 +16,7 @@ import pickle
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from ..functions import purge_column
+from ..process_functions import purge_column
 from .timer_queue import TimerQueue
 
 KEYED_STATE_FORMAT = "eddyline.keyed_process.v5"
