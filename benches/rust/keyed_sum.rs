@@ -15,7 +15,7 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use eddyline_core::keygroup::hash_keys;
 use eddyline_core::operator::keyed_agg::{KeyedAggFactory, KeyedAggOperator};
-use eddyline_core::operator::{Collector, Operator, OperatorContext};
+use eddyline_core::operator::{CheckpointedState, Collector, Operator, OperatorContext};
 use eddyline_core::state::keyed::AggKind;
 use eddyline_core::Result;
 

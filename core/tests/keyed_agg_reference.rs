@@ -295,19 +295,19 @@ proptest! {
         let mut op = create(&case, 0..max_p, max_p);
         let mut reference = HashMap::new();
         feed_and_check(&case, op.as_mut(), before, &cuts, &mut reference);
-        let snapshot = op.snapshot_state(1).unwrap();
+        let snapshot = op.state().unwrap().snapshot_state(1).unwrap();
         let reference_at_snapshot = reference.clone();
 
         // Keep mutating the original; serializing the snapshot afterwards
         // must still see the state as of the snapshot (copy-on-write).
         let continued = feed_and_check(&case, op.as_mut(), after, &cuts, &mut reference);
         let blobs = serialize(&snapshot);
-        let again = serialize(&op.snapshot_state(2).unwrap());
+        let again = serialize(&op.state().unwrap().snapshot_state(2).unwrap());
         prop_assert!(blobs.len() <= again.len());
 
         // Restore into a fresh operator of the same range.
         let mut fresh = create(&case, 0..max_p, max_p);
-        fresh.restore_state(OperatorState { operator: None, keyed: blobs.clone() }).unwrap();
+        fresh.state().unwrap().restore_state(OperatorState { operator: None, keyed: blobs.clone() }).unwrap();
         let mut ref_fresh = reference_at_snapshot.clone();
         let replayed = feed_and_check(&case, fresh.as_mut(), after, &cuts, &mut ref_fresh);
         prop_assert_eq!(&replayed, &continued);
@@ -319,8 +319,8 @@ proptest! {
         let mut upper = create(&case, m..max_p, max_p);
         let (low_blobs, high_blobs): (Vec<_>, Vec<_>) =
             blobs.into_iter().partition(|(kg, _)| (*kg as usize) < m);
-        lower.restore_state(OperatorState { operator: None, keyed: low_blobs }).unwrap();
-        upper.restore_state(OperatorState { operator: None, keyed: high_blobs }).unwrap();
+        lower.state().unwrap().restore_state(OperatorState { operator: None, keyed: low_blobs }).unwrap();
+        upper.state().unwrap().restore_state(OperatorState { operator: None, keyed: high_blobs }).unwrap();
         let mut ref_low = reference_at_snapshot.clone();
         let mut ref_high = reference_at_snapshot;
         let mut low_rows = Vec::new();
@@ -360,11 +360,13 @@ fn test_restore_of_unowned_key_group_names_it() {
         .collect();
     let mut op = create(&case, 0..8, 8);
     feed_and_check(&case, op.as_mut(), &rows, &[], &mut HashMap::new());
-    let blobs = serialize(&op.snapshot_state(1).unwrap());
+    let blobs = serialize(&op.state().unwrap().snapshot_state(1).unwrap());
     let (kg, _) = blobs[0];
     let start = (kg as usize + 1) % 8;
     let mut other = create(&case, start..start + 1, 8);
     let err = other
+        .state()
+        .unwrap()
         .restore_state(OperatorState {
             operator: None,
             keyed: blobs,

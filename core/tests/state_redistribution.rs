@@ -23,7 +23,9 @@ use eddyline_core::checkpoint::CheckpointStorage;
 use eddyline_core::error::{Error, Result};
 use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
 use eddyline_core::operator::union::UnionFactory;
-use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use eddyline_core::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory,
+};
 use eddyline_core::partition::Partitioning;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestartStrategy, RestoreFrom};
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
@@ -89,6 +91,13 @@ impl Operator for BatchCounter {
         self.0 += 1;
         out.emit(b)
     }
+
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
+    }
+}
+
+impl CheckpointedState for BatchCounter {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         Ok(OperatorState {
             operator: Some(StateBlob::Bytes(Arc::new(self.0.to_le_bytes().to_vec()))),

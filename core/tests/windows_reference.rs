@@ -18,7 +18,7 @@ use eddyline_core::event::MAX_WATERMARK;
 use eddyline_core::keygroup::{hash_keys, key_group};
 use eddyline_core::operator::timestamps::{AssignTimestampsFactory, AssignTimestampsOperator};
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory, WindowOperator};
-use eddyline_core::operator::{Collector, Operator, OperatorContext};
+use eddyline_core::operator::{CheckpointedState, Collector, Operator, OperatorContext};
 use eddyline_core::state::keyed::AggKind;
 use eddyline_core::state::{OperatorState, StateBlob};
 use eddyline_core::Result;

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use eddyline_core::error::{Error, ForOperator, Result};
 use eddyline_core::keygroup::{hash_keys, key_group};
-use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use eddyline_core::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, ProcessingTimers,
+    Recompute,
+};
 use eddyline_core::state::{decode_entries, OperatorState, Redistribution, StateBlob};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -352,30 +355,6 @@ fn port_batch(item: &Bound<'_, PyAny>) -> PyResult<(u8, RecordBatch)> {
 }
 
 impl Operator for PyRunner {
-    /// The runner's `null_state_watermark(checkpoint_id)` (FLINK-4120); a
-    /// failure (e.g. the user's `null_state_watermark` raising) fails the
-    /// checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Python::attach(|py| {
-            self.runner
-                .call_method1(py, "null_state_watermark", (checkpoint_id,))
-                .and_then(|v| v.extract::<Option<u64>>(py))
-                .map_err(|e| from_py(py, &self.name, e))
-        })
-    }
-
-    /// The runner's `on_barrier(checkpoint_id)`: a failure (e.g. a
-    /// `ProcessFunction.on_barrier` raising) fails the checkpoint and the
-    /// task, with the user's traceback.
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        Python::attach(|py| {
-            self.runner
-                .call_method1(py, "on_barrier", (checkpoint_id,))
-                .map(|_| ())
-                .map_err(|e| from_py(py, &self.name, e))
-        })
-    }
-
     fn set_schema_agreement(&mut self, agreement: SchemaAgreement) {
         self.agreement = Some(agreement);
     }
@@ -443,28 +422,6 @@ impl Operator for PyRunner {
         out.emit_watermark(watermark)
     }
 
-    fn processing_timer_delay(&self) -> Option<i64> {
-        let (due, now, at) = self.timer?;
-        Some(due - now - at.elapsed().as_millis() as i64)
-    }
-
-    fn on_processing_time(&mut self, out: &mut dyn Collector) -> Result<()> {
-        if !self.hooks.processing_time {
-            return Ok(());
-        }
-        let name = self.name.clone();
-        Python::attach(|py| {
-            let r: PyResult<()> = (|| {
-                let runner = self.runner.bind(py).clone();
-                let res = runner.call_method0("on_processing_time")?;
-                self.read_late(&runner)?;
-                self.collect_results(&res)
-            })();
-            r.map_err(|e| from_py(py, &name, e))
-        })?;
-        self.emit_results(out)
-    }
-
     fn end_input(&mut self, input: usize, out: &mut dyn Collector) -> Result<()> {
         if !self.hooks.end_input {
             return Ok(());
@@ -496,6 +453,30 @@ impl Operator for PyRunner {
         self.emit_results(out)
     }
 
+    fn close(&mut self) -> Result<()> {
+        Python::attach(|py| {
+            self.runner
+                .bind(py)
+                .call_method0("close")
+                .map(|_| ())
+                .map_err(|e| from_py(py, &self.name, e))
+        })
+    }
+
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
+    }
+
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
+    }
+
+    fn timers(&mut self) -> Option<&mut dyn ProcessingTimers> {
+        Some(self)
+    }
+}
+
+impl CheckpointedState for PyRunner {
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
         Python::attach(|py| {
             let res = self
@@ -580,14 +561,54 @@ impl Operator for PyRunner {
                 .map_err(|e| from_py(py, &self.name, e))
         })
     }
+}
 
-    fn close(&mut self) -> Result<()> {
+impl Recompute for PyRunner {
+    /// The runner's `null_state_watermark(checkpoint_id)` (FLINK-4120); a
+    /// failure (e.g. the user's `null_state_watermark` raising) fails the
+    /// checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
         Python::attach(|py| {
             self.runner
-                .bind(py)
-                .call_method0("close")
+                .call_method1(py, "null_state_watermark", (checkpoint_id,))
+                .and_then(|v| v.extract::<Option<u64>>(py))
+                .map_err(|e| from_py(py, &self.name, e))
+        })
+    }
+
+    /// The runner's `on_barrier(checkpoint_id)`: a failure (e.g. a
+    /// `ProcessFunction.on_barrier` raising) fails the checkpoint and the
+    /// task, with the user's traceback.
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        Python::attach(|py| {
+            self.runner
+                .call_method1(py, "on_barrier", (checkpoint_id,))
                 .map(|_| ())
                 .map_err(|e| from_py(py, &self.name, e))
         })
+    }
+}
+
+impl ProcessingTimers for PyRunner {
+    fn processing_timer_delay(&self) -> Option<i64> {
+        let (due, now, at) = self.timer?;
+        Some(due - now - at.elapsed().as_millis() as i64)
+    }
+
+    fn on_processing_time(&mut self, out: &mut dyn Collector) -> Result<()> {
+        if !self.hooks.processing_time {
+            return Ok(());
+        }
+        let name = self.name.clone();
+        Python::attach(|py| {
+            let r: PyResult<()> = (|| {
+                let runner = self.runner.bind(py).clone();
+                let res = runner.call_method0("on_processing_time")?;
+                self.read_late(&runner)?;
+                self.collect_results(&res)
+            })();
+            r.map_err(|e| from_py(py, &name, e))
+        })?;
+        self.emit_results(out)
     }
 }

@@ -33,16 +33,14 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use crate::barrier::AlignmentMode;
-use crate::checkpoint::channel_state::{channel_state_uid, manifest_entry};
+use crate::checkpoint::channel_state::channel_state_uid;
 use crate::checkpoint::incremental::SubtaskBase;
 use crate::checkpoint::manifest::source_offsets;
 use crate::checkpoint::recompute::{NullStateLedger, Recovery};
-use crate::checkpoint::restore::key_identity;
 use crate::checkpoint::writer::{StateWriters, WriteDone, WriteJob};
 use crate::checkpoint::{
-    CheckpointConfig, CheckpointDone, CheckpointFailure, CheckpointFailures, CheckpointInfo,
-    CheckpointStats, CheckpointStorage, OperatorEntry, PendingCheckpoint, RestoredCheckpoint,
-    SourceOffset, SubtaskEntry, TaskAlignment,
+    CheckpointConfig, CheckpointFailure, CheckpointFailures, CheckpointStats, CheckpointStorage,
+    PendingCheckpoint, RestoredCheckpoint, SourceOffset, TaskAlignment,
 };
 use crate::error::{Error, Result};
 use crate::event::{Barrier, BarrierKind};
@@ -50,6 +48,8 @@ use crate::graph::JobGraph;
 use crate::state::{OperatorState, StateBlob};
 
 pub(crate) use crate::checkpoint::messages::{NodeSnapshot, Outgoing, Request, TaskInfo, Waiter};
+
+mod complete;
 
 struct Stopping {
     drain: bool,
@@ -649,186 +649,6 @@ impl Coordinator {
             Err(e) => {
                 let msg = format!("writing its state failed: {e}");
                 self.abort_inflight(&msg, out);
-            }
-        }
-    }
-
-    fn maybe_complete(&mut self, graph: &JobGraph, tasks: &[TaskInfo], out: &mut Vec<Outgoing>) {
-        let Some(f) = &self.inflight else {
-            return;
-        };
-        let done = f.reported.iter().all(|r| *r) && f.outstanding.iter().all(|o| *o == 0);
-        if !done {
-            return;
-        }
-        if let Some(f) = self.inflight.as_mut() {
-            if !f.final_state
-                && f.barrier.kind == BarrierKind::Checkpoint
-                && f.finished_at_ack.iter().all(|x| *x)
-            {
-                // The final checkpoint (FLIP-147): nothing is left to
-                // recompute after it, so it stores the held final state.
-                f.final_state = true;
-                let held = std::mem::take(&mut f.held);
-                if !held.is_empty() {
-                    for job in held {
-                        f.outstanding[job.task] += 1;
-                        self.writers.submit(job);
-                    }
-                    return;
-                }
-            }
-        }
-        let Some(f) = self.inflight.take() else {
-            return;
-        };
-        let id = f.barrier.id;
-        let is_checkpoint = f.barrier.kind == BarrierKind::Checkpoint;
-        let null_state = if is_checkpoint && self.config.recovery == Recovery::Recompute {
-            Some(
-                self.ledger
-                    .resolve(graph, &self.recomputed, id, &f.null_states),
-            )
-        } else {
-            None
-        };
-        let per_node = |n: usize| null_state.as_ref().and_then(|o| o.per_node[n]);
-        let mut operators = Vec::new();
-        for node in &graph.nodes {
-            let node_tasks: Vec<usize> = tasks
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.nodes.contains(&node.id))
-                .map(|(i, _)| i)
-                .collect();
-            operators.push(OperatorEntry {
-                uid: node.uid.clone(),
-                name: node.name.clone(),
-                finished: node_tasks.iter().all(|t| f.finished_at_ack[*t]),
-                null_state_checkpoint: per_node(node.id),
-                schema: self.schemas.get(node.id),
-                key: key_identity(graph, node),
-                subtasks: (0..node.parallelism)
-                    .map(|s| SubtaskEntry {
-                        subtask: s as u32,
-                        state: None,
-                        reused: Vec::new(),
-                        source_offsets: f.offsets.get(&(node.id, s)).cloned().unwrap_or_default(),
-                    })
-                    .collect(),
-            });
-        }
-        operators.extend(
-            f.channel_nodes
-                .iter()
-                .map(|&n| manifest_entry(&graph.nodes[n])),
-        );
-        let info = CheckpointInfo {
-            kind: f.barrier.kind,
-            trigger_ms: f.barrier.timestamp_ms,
-            completion_ms: Some(now_ms()),
-            alignments: f.alignments.clone(),
-            operators,
-            final_state: f.final_state,
-        };
-        let path = f.pending.dir().to_path_buf();
-        let path_for_waiters = path.clone();
-        match f.pending.complete(info) {
-            Ok(_) => {
-                let alignment = f
-                    .alignments
-                    .iter()
-                    .map(|a| Duration::from_micros(a.alignment_us))
-                    .max()
-                    .unwrap_or_default();
-                let mut stats = CheckpointStats {
-                    id,
-                    kind: f.barrier.kind,
-                    trigger_ms: f.barrier.timestamp_ms,
-                    duration: f.started.elapsed(),
-                    alignment,
-                    bytes: f.bytes.values().sum(),
-                    state_bytes: f.state_bytes,
-                    path,
-                    operators: graph
-                        .nodes
-                        .iter()
-                        .map(|n| {
-                            (
-                                n.uid.clone(),
-                                n.name.clone(),
-                                f.bytes.get(&n.uid).copied().unwrap_or(0),
-                                n.parallelism,
-                            )
-                        })
-                        .collect(),
-                    recomputes: graph
-                        .nodes
-                        .iter()
-                        .map(|n| {
-                            matches!(n.kind, crate::graph::NodeKind::Operator(_))
-                                && per_node(n.id).is_some()
-                        })
-                        .collect(),
-                    null_state_checkpoint: null_state
-                        .as_ref()
-                        .map_or(id, |o| o.null_state_checkpoint),
-                    retention_errors: Vec::new(),
-                };
-                if is_checkpoint {
-                    self.last_completed = Some(id);
-                    if f.incremental {
-                        self.bases = f.bases;
-                    }
-                    let since = null_state
-                        .as_ref()
-                        .map_or(u64::MAX, |o| o.null_state_checkpoint);
-                    stats.retention_errors = self.retain(id, since);
-                    if null_state.is_some() {
-                        if let Ok(kept) = self.storage.list() {
-                            if let Some(oldest) = kept.last() {
-                                self.ledger.forget_before(oldest.id);
-                            }
-                        }
-                    }
-                }
-                // Published after retention: whoever sees the stats of a
-                // checkpoint sees the storage as it leaves it.
-                self.stats.lock().push(stats);
-                if f.notify {
-                    out.push(Outgoing::Notify { checkpoint: id });
-                }
-                if let Some(stop) = &mut self.stopping {
-                    if !is_checkpoint {
-                        stop.savepoint_done = true;
-                    }
-                }
-                if f.notify && f.finished_at_ack.iter().all(|x| *x) {
-                    self.final_done = true;
-                    if let Some(stop) = &mut self.stopping {
-                        stop.finalized = true;
-                    }
-                    out.push(Outgoing::Finalize);
-                }
-                let done = CheckpointDone {
-                    id,
-                    path: path_for_waiters.clone(),
-                };
-                for w in f.waiters {
-                    let _ = w.send(Ok(done.clone()));
-                }
-            }
-            Err(e) => {
-                self.ledger.discard(id);
-                self.failed.record(CheckpointFailure {
-                    id,
-                    kind: f.barrier.kind,
-                    reason: format!("its manifest could not be written: {e}"),
-                });
-                out.push(Outgoing::Abort { checkpoint: id });
-                for w in f.waiters {
-                    let _ = w.send(Err(e.clone()));
-                }
             }
         }
     }

@@ -12,7 +12,7 @@ use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::{Collector, Operator, OperatorContext, OperatorFactory};
+use super::{Collector, Operator, OperatorContext, OperatorFactory, Recompute};
 use crate::error::{Error, ForOperator, Result};
 use crate::expr::{Expr, Value};
 
@@ -76,11 +76,6 @@ impl FilterOperator {
 }
 
 impl Operator for FilterOperator {
-    /// Stateless: its (empty) state is that of the current checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(checkpoint_id))
-    }
-
     fn process_batch(
         &mut self,
         _input: usize,
@@ -102,6 +97,17 @@ impl Operator for FilterOperator {
         out: &mut dyn Collector,
     ) -> Result<()> {
         out.source_progress(split, open)
+    }
+
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
+    }
+}
+
+impl Recompute for FilterOperator {
+    /// Stateless: its (empty) state is that of the current checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(checkpoint_id))
     }
 }
 

@@ -83,8 +83,14 @@ pub struct OperatorContext {
     pub attempt: u32,
 }
 
-/// A streaming operator. Implementations hold no lock while computing and
-/// are driven by exactly one thread at a time.
+/// A streaming operator: the lifecycle every operator has. Implementations
+/// hold no lock while computing and are driven by exactly one thread at a
+/// time. What only some operators do is a capability they hand out:
+/// [`Operator::state`] (checkpointed state), [`Operator::recompute`]
+/// (FLINK-4120 recompute recovery) and [`Operator::timers`]
+/// (processing-time timers); an operator without one answers `None` (the
+/// default) and the runtime treats it as stateless, not recomputable, or
+/// without timers.
 pub trait Operator: Send {
     /// Hands over, before `open`, how this subtask agrees on the operator's
     /// output schema with its other subtasks (`crate::schemas`). Operators
@@ -121,23 +127,6 @@ pub trait Operator: Send {
         Ok(())
     }
 
-    /// Synchronous part of a snapshot for checkpoint `checkpoint_id`: a
-    /// cheap (copy-on-write) view of the state. Writing it happens elsewhere.
-    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
-        Ok(OperatorState::default())
-    }
-
-    /// Restores the state taken by `snapshot_state` (possibly merged from
-    /// several subtasks when the parallelism changed).
-    fn restore_state(&mut self, _state: OperatorState) -> Result<()> {
-        Ok(())
-    }
-
-    /// Checkpoint `checkpoint_id` completed everywhere (two-phase commit).
-    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
-        Ok(())
-    }
-
     /// Releases resources; called on success and on failure.
     fn close(&mut self) -> Result<()> {
         Ok(())
@@ -148,46 +137,6 @@ pub trait Operator: Send {
     /// call, for the metric).
     fn late_records(&self) -> u64 {
         0
-    }
-
-    /// FLINK-4120: this operator's null-state watermark at checkpoint
-    /// `checkpoint_id` (called right after `snapshot_state` of that
-    /// checkpoint): the earliest checkpoint from whose source positions its
-    /// current state can be rebuilt from its input alone (`checkpoint_id`
-    /// itself when it holds no state). `None`: its state cannot be rebuilt
-    /// and must be persisted (the default). Only operators whose factory
-    /// says [`OperatorFactory::recomputable`] are asked. An error fails the
-    /// checkpoint and the task.
-    fn null_state_watermark(&self, _checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(None)
-    }
-
-    /// The barrier of checkpoint `checkpoint_id` passed this operator: the
-    /// records that follow belong to the epoch after it. Called after
-    /// `snapshot_state`, for barriers replayed during a recompute recovery
-    /// (which take no snapshot), and once before `open` with the checkpoint
-    /// the operator starts from (0 on a fresh start). Operators that report
-    /// a null-state watermark use it to remember in which epoch their state
-    /// began. An error (e.g. a user function's `on_barrier` raising) fails
-    /// the checkpoint, like a failing `snapshot_state`, and the task.
-    fn on_barrier(&mut self, _checkpoint_id: u64) -> Result<()> {
-        Ok(())
-    }
-
-    /// Processing-time timers (API.md "Keyed state and timers"): how long
-    /// (ms, by the operator's own clock; 0 or less: due now) until its next
-    /// processing-time timer, if it has one. Asked of the head of a task's
-    /// chain after every event and before the task waits: the task waits at
-    /// most that long, then calls [`Operator::on_processing_time`]; time
-    /// never advances by sleeping in the engine. Default: none.
-    fn processing_timer_delay(&self) -> Option<i64> {
-        None
-    }
-
-    /// A processing-time timer may be due: fires those that are (by the
-    /// operator's clock) and emits what they produce. Default: nothing.
-    fn on_processing_time(&mut self, _out: &mut dyn Collector) -> Result<()> {
-        Ok(())
     }
 
     /// FLIP-27 per-split event time (DESIGN.md "Event time per split"):
@@ -207,6 +156,83 @@ pub trait Operator: Send {
     ) -> Result<()> {
         Ok(())
     }
+
+    /// The operator's checkpointed state, if it has any.
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        None
+    }
+
+    /// How the operator takes part in a recompute recovery, if it can.
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        None
+    }
+
+    /// The operator's processing-time timers, if it may have some.
+    fn timers(&mut self) -> Option<&mut dyn ProcessingTimers> {
+        None
+    }
+}
+
+/// State that asynchronous barrier snapshotting takes, restores and
+/// commits (an [`Operator::state`] capability).
+pub trait CheckpointedState {
+    /// Synchronous part of a snapshot for checkpoint `checkpoint_id`: a
+    /// cheap (copy-on-write) view of the state. Writing it happens elsewhere.
+    fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
+        Ok(OperatorState::default())
+    }
+
+    /// Restores the state taken by `snapshot_state` (possibly merged from
+    /// several subtasks when the parallelism changed).
+    fn restore_state(&mut self, _state: OperatorState) -> Result<()> {
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint_id` completed everywhere (two-phase commit).
+    fn notify_checkpoint_complete(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// FLINK-4120 recompute recovery (an [`Operator::recompute`] capability):
+/// an operator whose state can be rebuilt from a bounded stretch of input.
+pub trait Recompute {
+    /// This operator's null-state watermark at checkpoint `checkpoint_id`
+    /// (called right after `snapshot_state` of that checkpoint): the
+    /// earliest checkpoint from whose source positions its current state can
+    /// be rebuilt from its input alone (`checkpoint_id` itself when it holds
+    /// no state). `None`: its state cannot be rebuilt and must be persisted.
+    /// Only operators whose factory says [`OperatorFactory::recomputable`]
+    /// are asked. An error fails the checkpoint and the task.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>>;
+
+    /// The barrier of checkpoint `checkpoint_id` passed this operator: the
+    /// records that follow belong to the epoch after it. Called after
+    /// `snapshot_state`, for barriers replayed during a recompute recovery
+    /// (which take no snapshot), and once before `open` with the checkpoint
+    /// the operator starts from (0 on a fresh start). Operators that report
+    /// a null-state watermark use it to remember in which epoch their state
+    /// began. An error (e.g. a user function's `on_barrier` raising) fails
+    /// the checkpoint, like a failing `snapshot_state`, and the task.
+    fn on_barrier(&mut self, _checkpoint_id: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Processing-time timers (API.md "Keyed state and timers"; an
+/// [`Operator::timers`] capability).
+pub trait ProcessingTimers {
+    /// How long (ms, by the operator's own clock; 0 or less: due now) until
+    /// its next processing-time timer, if it has one. Asked of the head of a
+    /// task's chain after every event and before the task waits: the task
+    /// waits at most that long, then calls
+    /// [`ProcessingTimers::on_processing_time`]; time never advances by
+    /// sleeping in the engine.
+    fn processing_timer_delay(&self) -> Option<i64>;
+
+    /// A processing-time timer may be due: fires those that are (by the
+    /// operator's clock) and emits what they produce.
+    fn on_processing_time(&mut self, out: &mut dyn Collector) -> Result<()>;
 }
 
 /// Builds one operator instance per parallel subtask.
@@ -216,7 +242,7 @@ pub trait OperatorFactory: Send + Sync {
 
     /// FLINK-4120: whether the operators it builds can rebuild their state
     /// from a bounded stretch of input (they then report
-    /// [`Operator::null_state_watermark`]). With `recovery = recompute`
+    /// [`Recompute::null_state_watermark`]). With `recovery = recompute`
     /// such operators persist no state. Replaying their input must give
     /// the same state: their functions must be deterministic. Default:
     /// no.

@@ -20,7 +20,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
-use super::{Collector, Operator, OperatorContext, OperatorFactory};
+use super::{Collector, Operator, OperatorContext, OperatorFactory, Recompute};
 use crate::error::{Error, Result};
 use crate::expr::Expr;
 
@@ -255,11 +255,6 @@ impl ProjectOperator {
 }
 
 impl Operator for ProjectOperator {
-    /// Stateless: its (empty) state is that of the current checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(checkpoint_id))
-    }
-
     fn process_batch(
         &mut self,
         _input: usize,
@@ -282,6 +277,17 @@ impl Operator for ProjectOperator {
         out: &mut dyn Collector,
     ) -> Result<()> {
         out.source_progress(split, open)
+    }
+
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
+    }
+}
+
+impl Recompute for ProjectOperator {
+    /// Stateless: its (empty) state is that of the current checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(checkpoint_id))
     }
 }
 

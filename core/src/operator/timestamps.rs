@@ -67,7 +67,9 @@ use arrow::datatypes::{
 
 use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute,
+};
 use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
 use crate::state::{decode_positions, encode_positions};
 
@@ -543,30 +545,6 @@ impl Operator for AssignTimestampsOperator {
         Ok(())
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        if self.per_split {
-            // Every split's largest timestamp must be rebuilt.
-            return Ok(Some(
-                self.splits
-                    .iter()
-                    .filter(|s| s.max_timestamp != i64::MIN)
-                    .map(|s| s.max_epoch)
-                    .min()
-                    .unwrap_or(checkpoint_id),
-            ));
-        }
-        Ok(Some(if self.max_timestamp == i64::MIN {
-            checkpoint_id
-        } else {
-            self.max_epoch
-        }))
-    }
-
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.epoch = checkpoint_id;
-        Ok(())
-    }
-
     fn process_watermark(&mut self, watermark: i64, out: &mut dyn Collector) -> Result<()> {
         if watermark == MAX_WATERMARK && self.last_emitted != MAX_WATERMARK {
             self.last_emitted = MAX_WATERMARK;
@@ -575,6 +553,16 @@ impl Operator for AssignTimestampsOperator {
         Ok(())
     }
 
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
+    }
+
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
+    }
+}
+
+impl CheckpointedState for AssignTimestampsOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let word = |ts: i64| ts as u64;
         let mut entries = Vec::with_capacity(1 + self.splits.len() + self.restored_splits.len());
@@ -673,6 +661,32 @@ impl Operator for AssignTimestampsOperator {
             ))),
             None => Err(bad("is empty".to_string())),
         }
+    }
+}
+
+impl Recompute for AssignTimestampsOperator {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        if self.per_split {
+            // Every split's largest timestamp must be rebuilt.
+            return Ok(Some(
+                self.splits
+                    .iter()
+                    .filter(|s| s.max_timestamp != i64::MIN)
+                    .map(|s| s.max_epoch)
+                    .min()
+                    .unwrap_or(checkpoint_id),
+            ));
+        }
+        Ok(Some(if self.max_timestamp == i64::MIN {
+            checkpoint_id
+        } else {
+            self.max_epoch
+        }))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.epoch = checkpoint_id;
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, Recompute};
 
 /// Whether `batch` already has the `output` schema (one pointer compare for
 /// the batches of an input whose schema is the output's).
@@ -108,11 +108,6 @@ pub fn output_schema(operator: &str, inputs: &[SchemaRef]) -> Result<SchemaRef> 
 }
 
 impl Operator for UnionOperator {
-    /// Stateless: its (empty) state is that of the current checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(checkpoint_id))
-    }
-
     fn process_batch(
         &mut self,
         _input: usize,
@@ -130,6 +125,17 @@ impl Operator for UnionOperator {
             }
             _ => out.emit(batch),
         }
+    }
+
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
+    }
+}
+
+impl Recompute for UnionOperator {
+    /// Stateless: its (empty) state is that of the current checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(checkpoint_id))
     }
 }
 

@@ -200,14 +200,16 @@ impl TaskRecompute {
     pub fn null_state(
         &self,
         i: usize,
-        op: &dyn Operator,
+        op: &mut dyn Operator,
         barrier: &Barrier,
     ) -> Result<Option<u64>> {
-        if barrier.kind == BarrierKind::Checkpoint && self.recomputed.get(i).copied() == Some(true)
+        if barrier.kind != BarrierKind::Checkpoint || self.recomputed.get(i).copied() != Some(true)
         {
-            op.null_state_watermark(barrier.id)
-        } else {
-            Ok(None)
+            return Ok(None);
+        }
+        match op.recompute() {
+            Some(r) => r.null_state_watermark(barrier.id),
+            None => Ok(None),
         }
     }
 
@@ -237,22 +239,4 @@ impl TaskRecompute {
             None => Ok(()),
         }
     }
-}
-
-/// Tells every operator of `ops` (named by `names`) that `barrier` passed
-/// (checkpoints only: savepoints do not start an epoch, their offsets are not
-/// in the storage). An operator's failure fails the checkpoint: the caller
-/// has not reported its snapshot yet.
-pub(crate) fn start_epoch(
-    ops: &mut [Box<dyn Operator>],
-    names: impl Fn(usize) -> String,
-    barrier: &Barrier,
-) -> Result<()> {
-    if barrier.kind == BarrierKind::Checkpoint {
-        for (i, op) in ops.iter_mut().enumerate() {
-            op.on_barrier(barrier.id)
-                .map_err(|e| e.in_operator(&names(i)))?;
-        }
-    }
-    Ok(())
 }

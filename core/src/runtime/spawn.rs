@@ -22,7 +22,7 @@ use crate::feedback::FeedbackQueue;
 use crate::graph::{JobGraph, NodeKind};
 use crate::keygroup::key_group_range;
 use crate::net::data::{CreditReturn, DataPlane};
-use crate::operator::{Operator, OperatorContext};
+use crate::operator::OperatorContext;
 use crate::partition::{Partitioner, Partitioning};
 use crate::runtime::config::JobConfig;
 use crate::runtime::dist::driver::{RemoteAttempt, WorkerLink};
@@ -31,8 +31,8 @@ use crate::runtime::replay::AttemptRecompute;
 use crate::runtime::status::Shared;
 use crate::runtime::task::loop_head::LoopHead;
 use crate::runtime::task::{
-    Control, InputChannel, OpSlot, OutSender, OutputEdge, SourceHead, Task, TaskOutput, TaskReport,
-    TaskRestore,
+    Chained, Control, InputChannel, OpSlot, OutSender, OutputEdge, SourceHead, Task, TaskKind,
+    TaskOutput, TaskReport, TaskRestore,
 };
 use crate::termination::BodyTermination;
 use std::collections::HashMap;
@@ -231,12 +231,8 @@ struct Wiring {
 /// The operators of one task's chain, ready to run, and what they restore.
 #[derive(Default)]
 struct ChainParts {
-    source: Option<SourceHead>,
-    source_context: Option<OperatorContext>,
-    ops: Vec<Box<dyn Operator>>,
-    slots: Vec<OpSlot>,
-    contexts: Vec<OperatorContext>,
-    node_ids: Vec<usize>,
+    source: Option<Box<SourceHead>>,
+    chain: Vec<Chained>,
     restore: TaskRestore,
 }
 
@@ -617,14 +613,14 @@ impl AttemptBuilder<'_> {
                     let recomputes = config.checkpoint.as_ref().is_some_and(|c| {
                         c.recovery == crate::checkpoint::recompute::Recovery::Recompute
                     });
-                    parts.source = Some(SourceHead {
+                    parts.source = Some(Box::new(SourceHead {
                         reader,
                         slot,
+                        context: ctx,
                         node: node_id,
                         sized: !recomputes,
                         row_bytes: 0,
-                    });
-                    parts.source_context = Some(ctx);
+                    }));
                     parts.restore.source_offset =
                         match self.recompute.source_start(&node.uid, subtask) {
                             Some(start) => start,
@@ -641,10 +637,12 @@ impl AttemptBuilder<'_> {
                             self.shared.schemas.clone(),
                         ));
                     }
-                    parts.ops.push(op);
-                    parts.slots.push(slot);
-                    parts.contexts.push(ctx);
-                    parts.node_ids.push(node_id);
+                    parts.chain.push(Chained {
+                        op,
+                        slot,
+                        context: ctx,
+                        node: node_id,
+                    });
                     parts.restore.states.push(state);
                 }
             }
@@ -702,20 +700,25 @@ impl AttemptBuilder<'_> {
         let head_node = &graph.nodes[chain.nodes[0]];
         let parts = self.chain_parts(ci, subtask)?;
         let inputs = channels.inputs.len();
-        let loop_head = self.loop_head(ci, subtask, inputs, head_queues);
-        let body_term = (!head_node.scope.is_root() && loop_head.is_none())
-            .then(|| BodyTermination::new(inputs));
+        let kind = match (
+            parts.source,
+            self.loop_head(ci, subtask, inputs, head_queues),
+        ) {
+            (Some(source), _) => TaskKind::Source(source),
+            (None, Some(head)) => TaskKind::LoopHead(head),
+            (None, None) => TaskKind::Channels {
+                body_term: (!head_node.scope.is_root()).then(|| BodyTermination::new(inputs)),
+            },
+        };
+        let op_nodes: Vec<usize> = parts.chain.iter().map(|c| c.node).collect();
         let flow_policy = FlowPolicy::for_job(
             self.config.in_flight_target,
             self.config.checkpoint.as_ref().map(|c| c.interval),
         );
         Ok(Task {
             id: channels.id,
-            source: parts.source,
-            source_context: parts.source_context,
-            ops: parts.ops,
-            slots: parts.slots,
-            contexts: parts.contexts,
+            kind,
+            chain: parts.chain,
             aligner: BarrierAligner::new(inputs, self.mode),
             inputs: channels.inputs,
             num_logical_inputs: graph.num_inputs(chain.nodes[0]).max(1),
@@ -724,12 +727,9 @@ impl AttemptBuilder<'_> {
             reports: channels.reports,
             recompute: self
                 .recompute
-                .for_task(graph, &chain.nodes, &parts.node_ids, subtask),
-            node_ids: parts.node_ids,
+                .for_task(graph, &chain.nodes, &op_nodes, subtask),
             restore: parts.restore,
             scope: head_node.scope.loop_path(),
-            body_term,
-            loop_head,
             flow: std::cell::RefCell::new(InputFlow::new(flow_policy, Instant::now())),
             unaligned: Default::default(),
             aligned_timeout: self

@@ -18,7 +18,7 @@ use arrow::record_batch::RecordBatch;
 use parking_lot::Mutex;
 
 use crate::error::Result;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory};
 use crate::source::{decode_positions, encode_positions};
 use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
 
@@ -227,6 +227,36 @@ impl Operator for CollectSink {
         Ok(())
     }
 
+    fn process_batch(
+        &mut self,
+        _input: usize,
+        batch: RecordBatch,
+        _out: &mut dyn Collector,
+    ) -> Result<()> {
+        self.current.push(batch);
+        Ok(())
+    }
+
+    fn process_watermark(&mut self, _watermark: i64, _out: &mut dyn Collector) -> Result<()> {
+        Ok(())
+    }
+
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
+    }
+}
+
+impl CheckpointedState for CollectSink {
+    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
+        let batches = std::mem::take(&mut self.current);
+        self.store.stage(checkpoint_id, self.subtask, batches)?;
+        let entry = encode_positions(&[self.subtask as u64, checkpoint_id]);
+        Ok(OperatorState {
+            operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&[entry])))),
+            keyed: Vec::new(),
+        })
+    }
+
     /// Commits what the old subtasks of its entries staged up to their
     /// checkpoint. At another parallelism each old subtask's entry lands
     /// on exactly one new subtask, so each is committed once.
@@ -256,30 +286,6 @@ impl Operator for CollectSink {
         }
         self.restored = true;
         Ok(())
-    }
-
-    fn process_batch(
-        &mut self,
-        _input: usize,
-        batch: RecordBatch,
-        _out: &mut dyn Collector,
-    ) -> Result<()> {
-        self.current.push(batch);
-        Ok(())
-    }
-
-    fn process_watermark(&mut self, _watermark: i64, _out: &mut dyn Collector) -> Result<()> {
-        Ok(())
-    }
-
-    fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
-        let batches = std::mem::take(&mut self.current);
-        self.store.stage(checkpoint_id, self.subtask, batches)?;
-        let entry = encode_positions(&[self.subtask as u64, checkpoint_id]);
-        Ok(OperatorState {
-            operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&[entry])))),
-            keyed: Vec::new(),
-        })
     }
 
     fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {

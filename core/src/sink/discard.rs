@@ -6,7 +6,7 @@
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, Recompute};
 
 /// Factory of [`DiscardSink`] operators.
 #[derive(Debug, Default, Clone, Copy)]
@@ -32,11 +32,6 @@ impl OperatorFactory for DiscardSinkFactory {
 pub struct DiscardSink;
 
 impl Operator for DiscardSink {
-    /// Stateless: its (empty) state is that of the current checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(checkpoint_id))
-    }
-
     fn process_batch(
         &mut self,
         _input: usize,
@@ -44,6 +39,17 @@ impl Operator for DiscardSink {
         _out: &mut dyn Collector,
     ) -> Result<()> {
         Ok(())
+    }
+
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
+    }
+}
+
+impl Recompute for DiscardSink {
+    /// Stateless: its (empty) state is that of the current checkpoint.
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(checkpoint_id))
     }
 }
 
@@ -72,6 +78,7 @@ mod tests {
         let mut out = Recorder::default();
         sink.process_batch(0, batch, &mut out).unwrap();
         assert!(out.batches.is_empty());
-        assert_eq!(sink.null_state_watermark(3).unwrap(), Some(3));
+        let recompute = sink.recompute().expect("recomputable");
+        assert_eq!(recompute.null_state_watermark(3).unwrap(), Some(3));
     }
 }

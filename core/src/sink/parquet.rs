@@ -43,7 +43,7 @@ use arrow::record_batch::RecordBatch;
 use parquet::arrow::ArrowWriter;
 
 use crate::error::{Error, Result};
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
 use crate::store::{ObjectWriter, StorageOptions, Store};
 
@@ -396,6 +396,25 @@ impl Operator for ParquetSink {
         Ok(())
     }
 
+    fn close(&mut self) -> Result<()> {
+        // An open transaction at close was never pre-committed: abort it.
+        if let Some(open) = self.writer.take() {
+            drop(open.writer);
+            // Not fatal: the file is hidden from readers, and the next
+            // attempt's `open` or the sweep removes it.
+            if let Err(e) = self.dir.remove(&open.name) {
+                self.report_leftover(&open.name, &e);
+            }
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
+    }
+}
+
+impl CheckpointedState for ParquetSink {
     fn snapshot_state(&mut self, checkpoint_id: u64) -> Result<OperatorState> {
         self.pre_commit(checkpoint_id)?;
         let entries: Vec<Vec<u8>> = self
@@ -413,14 +432,6 @@ impl Operator for ParquetSink {
             operator: Some(StateBlob::Bytes(Arc::new(encode_entries(&entries)))),
             keyed: Vec::new(),
         })
-    }
-
-    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.commit_upto(checkpoint_id)?;
-        if self.subtask == 0 && !self.swept {
-            self.sweep_killed_runs();
-        }
-        Ok(())
     }
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
@@ -485,15 +496,10 @@ impl Operator for ParquetSink {
         self.commit_upto(u64::MAX)
     }
 
-    fn close(&mut self) -> Result<()> {
-        // An open transaction at close was never pre-committed: abort it.
-        if let Some(open) = self.writer.take() {
-            drop(open.writer);
-            // Not fatal: the file is hidden from readers, and the next
-            // attempt's `open` or the sweep removes it.
-            if let Err(e) = self.dir.remove(&open.name) {
-                self.report_leftover(&open.name, &e);
-            }
+    fn notify_checkpoint_complete(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.commit_upto(checkpoint_id)?;
+        if self.subtask == 0 && !self.swept {
+            self.sweep_killed_runs();
         }
         Ok(())
     }

@@ -7,6 +7,7 @@
 //! operator keeps processing. Keyed state is always split by key group so it
 //! can be redistributed when the parallelism changes.
 
+pub mod group_watermarks;
 pub mod keyed;
 
 use std::sync::Arc;

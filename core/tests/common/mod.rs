@@ -14,7 +14,9 @@ use eddyline_core::expr::{BinaryOp, Expr, ScalarValue};
 use eddyline_core::graph::{Edge, Node, NodeKind, Role};
 use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
-use eddyline_core::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use eddyline_core::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute,
+};
 use eddyline_core::partition::Partitioning;
 use eddyline_core::scope::StreamScope;
 use eddyline_core::sink::collect::CollectStore;
@@ -138,10 +140,24 @@ impl Operator for Flaky {
         }
         out.emit(b)
     }
+
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
+    }
+
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
+    }
+}
+
+impl CheckpointedState for Flaky {
     fn notify_checkpoint_complete(&mut self, _id: u64) -> Result<()> {
         self.completed += 1;
         Ok(())
     }
+}
+
+impl Recompute for Flaky {
     fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
         Ok(self.recomputable.then_some(checkpoint_id))
     }

@@ -9,7 +9,6 @@ rebuilds its state by replay instead (FLINK-4120).
 from __future__ import annotations
 
 import copy
-import heapq
 import itertools
 import pickle
 from collections.abc import Callable, Hashable, Iterable, Sequence
@@ -26,31 +25,18 @@ from ..process_functions import (
     ProcessFunction,
     Row,
     processing_time,
-    purge_column,
 )
 from .base import RunnerOutput
 from .codegen import compile_process, frame_of, pylist
 from .event_time import event_times, key_group_range
 from .keyed import KeyedRunner
+from .keyed_store import KeyedStateStore, as_v3
 from .output import RowWriter, schema_line
 from .process_pool import _IN_PROCESS_HOOKS, PooledProcess
+from .timer_queue import TimerQueue
 from .user_code import UserCode, call_user, short, user_error
 
-_KEYED_STATE_FORMAT = "eddyline.keyed_process.v5"
-"""A key group's blob: the pickled ``(format, kinds, values, event-time timers,
-processing-time timers)`` of the key group, kept between checkpoints while the
-key group is unchanged (only changed key groups are re-serialized).
-The watermark is not in it: it is the operator state of each subtask
-(:data:`_WATERMARK_FORMAT`), so an advancing watermark leaves the blobs of
-clean key groups byte for byte the same (an incremental checkpoint skips
-them). Earlier formats, still read: v4 ``(format, watermark, kinds, inner)``
-with ``inner`` the pickled ``(values, timers, processing-time timers)`` (every
-owned key group carried the watermark: still written by a keyed broadcast
-function, whose operator state is its broadcast state); v3 ``(format, values,
-timers, watermark, kinds, processing-time timers)``; v2 had no kinds (name ->
-"value" | "list" | "map", for ``ed.read_state``)."""
-
-_V4_FORMAT = "eddyline.keyed_process.v4"
+__all__ = ["KeyedCoProcessRunner", "KeyedProcessRunner", "as_v3", "restored_watermark"]
 
 _WATERMARK_FORMAT = "eddyline.keyed_process.watermark.v1"
 """A subtask's operator state entry: ``(format, watermark, subtask_index,
@@ -63,18 +49,13 @@ own (see :meth:`KeyedProcessRunner.open`)."""
 class KeyedProcessRunner(KeyedRunner, PooledProcess):
     """``key_by(...).process(fn)`` with per-key value state and event-time timers.
 
-    The keyed state is held by column (docs/DESIGN.md "Keyed state layer"):
-    ``self._cols[name][key]`` is the value (list, map) of state ``name`` for ``key``, one
-    dict per named state, so that the per-record path finds a key's value in one dict and no
-    dict per key is spread over memory. ``self._group_of[key]`` is the key group of every
-    key that may hold state and ``self._members[key_group]`` its keys (in the order they got
-    state), so that a key group's blob ``{key: {name: value}}`` (format v5, the layout
-    checkpoints keep) is built at a snapshot and spread back into the columns at a restore;
-    ``self._timers[key_group][key]`` the timestamps of its timers, mirrored in a heap of
-    ``(timestamp, seq, key_group, key)`` entries (deleted timers are skipped when popped).
-    Timers fire in :meth:`on_watermark`, in timestamp order, also those that ``on_timer``
-    registers at or below the watermark. Both are checkpointed per key group, the watermark
-    once per subtask (its operator state, union list state).
+    The keyed state is a :class:`~eddyline._exec.keyed_store.KeyedStateStore`
+    (by column, with its versioned per-key-group codec); the timers are two
+    :class:`~eddyline._exec.timer_queue.TimerQueue`, by event time and by
+    processing time. Timers fire in :meth:`on_watermark`, in timestamp order,
+    also those that ``on_timer`` registers at or below the watermark. Both are
+    checkpointed per key group, the watermark once per subtask (its operator
+    state, union list state).
     """
 
     union_state = True
@@ -102,45 +83,24 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         self._fn = fn.process_element if isinstance(fn, ProcessFunction) else fn
         self._writer = RowWriter(node, schema, self.agree_schema)
         self._time_column = time_column
-        self._timers: dict[int, dict[Hashable, set[int]]] = {}
-        self._heap: list[tuple[int, int, int, Hashable]] = []
-        # Processing-time timers: the same shapes, by processing time.
-        self._ptimers: dict[int, dict[Hashable, set[int]]] = {}
-        self._pheap: list[tuple[int, int, int, Hashable]] = []
-        self._seq = itertools.count()
+        seq = itertools.count()
+        self._timers = TimerQueue(seq)
+        self._ptimers = TimerQueue(seq)
+        """Processing-time timers: the same queue, by processing time."""
         self._group = 0
         self.watermark = MIN_WATERMARK
         self._ttl_restored = False
-        self._restored_kinds: dict[str, str] = {}
-        """The kinds of the named states restored from a checkpoint (name -> kind)."""
-        self._dirty: set[int] = set()
-        """Key groups whose state or timers may have changed since their last snapshot."""
-        self._cols: dict[str, dict[Hashable, Any]] = {}
-        """name -> {key: value}: the keyed state, shared with the context's state
-        handles (``ProcessContext._cols``); columns are cleared, never replaced."""
-        self._group_of: dict[Hashable, int] = {}
-        """Every key that may hold state -> its key group (one lookup per record:
-        only a key new to the operator is registered, by ``_bind``)."""
-        self._members: dict[int, dict[Hashable, None]] = {}
-        """key group -> its keys of ``_group_of``, in the order they were registered."""
-        self._gone: list[Hashable] = []
-        """Keys to check after a batch (new ones, and those whose state lost an
-        entry): one left without state is unregistered, so snapshots stay small."""
-        self._inner: dict[int, bytes] = {}
-        """Per key group its blob (v5) as of its last snapshot, valid while the key
-        group is not in ``_dirty`` and the kinds are ``_inner_kinds`` (v4 mode: its
-        pickled ``(values, timers, processing-time timers)``)."""
-        self._inner_kinds: dict[str, str] = {}
-        self._blobs: dict[int, tuple[int, dict[str, str], bytes, bytes]] = {}
-        """v4 mode: per key group ``(watermark, kinds, inner, blob)`` of its last
-        snapshot: the same blob is returned while all three are unchanged."""
+        self._store = KeyedStateStore()
+        # The store's dicts (cleared, never replaced) under the names the keyed
+        # broadcast runner's ``apply_to_keyed_state`` reads.
+        self._cols = self._store.cols
+        self._group_of = self._store.group_of
+        self._members = self._store.members
         self._entry: tuple[tuple[int, ...], bytes] | None = None
         """The last watermark entry written, with what it holds."""
         self._watermark_entries: list[tuple[int, int, int, int]] = []
         """Restored ``(watermark, subtask, parallelism, max_parallelism)`` entries,
         resolved into :attr:`watermark` by :meth:`open` (which knows the subtask)."""
-        self.pickled_groups = 0
-        """How many key groups' state was pickled by :meth:`snapshot` (a counter for tests)."""
         self._context = self._new_context(node, 0, 1, 0)
         # Python worker processes (process_pool.py): sized in open, started when due.
         self._no_pool()
@@ -162,8 +122,8 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
 
     def _share_state(self, context: ProcessContext) -> None:
         """Gives ``context`` (and so its state handles) this runner's columns."""
-        context._cols = self._cols
-        context._gone = self._gone
+        context._cols = self._store.cols
+        context._gone = self._store.gone
 
     def open(self, ctx: dict[str, Any]) -> None:
         super().open(ctx)
@@ -211,14 +171,12 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         return KeyedProcessRunner._keyed_snapshot(self)
 
     def _drop_local_state(self) -> None:
-        for column in self._cols.values():
-            column.clear()  # (the state handles hold the columns)
-        self._group_of.clear()
-        self._members.clear()
-        self._gone.clear()
-        self._inner.clear()
-        self._blobs.clear()
-        self._dirty.clear()
+        self._store.clear()
+
+    @property
+    def pickled_groups(self) -> int:
+        """How many key groups' state was pickled by :meth:`snapshot` (a counter for tests)."""
+        return self._store.pickled_groups
 
     def _watermark(self) -> int:
         return self.watermark
@@ -251,7 +209,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
 
     def register_timer(self, timestamp: int) -> None:
         """Registers an event-time timer at ``timestamp`` for the current key (idempotent)."""
-        self._register(self._timers, self._heap, timestamp, "event-time")
+        self._register(self._timers, timestamp, "event-time")
 
     def delete_timer(self, timestamp: int) -> None:
         """Deletes the current key's event-time timer at ``timestamp``, if any."""
@@ -259,46 +217,29 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
 
     def register_processing_timer(self, timestamp: int) -> None:
         """Registers a processing-time timer at ``timestamp`` for the current key."""
-        self._register(self._ptimers, self._pheap, timestamp, "processing-time")
+        self._register(self._ptimers, timestamp, "processing-time")
 
     def delete_processing_timer(self, timestamp: int) -> None:
         """Deletes the current key's processing-time timer at ``timestamp``, if any."""
         self._delete(self._ptimers, timestamp)
 
-    def _register(
-        self,
-        timers: dict[int, dict[Hashable, set[int]]],
-        heap: list[tuple[int, int, int, Hashable]],
-        timestamp: int,
-        what: str,
-    ) -> None:
+    def _register(self, timers: TimerQueue, timestamp: int, what: str) -> None:
         if self._function is None or not _overrides(self._function, "on_timer"):
             raise EddylineError(
                 f"operator '{self.name}': {what} timers need an ed.ProcessFunction (or an "
                 "ed.KeyedBroadcastProcessFunction) that implements on_timer(timestamp, ctx)",
                 operator=self.name,
             )
-        key = self._context.key
-        group = self._group
-        per_key = timers.setdefault(group, {}).setdefault(key, set())
-        if timestamp not in per_key:
-            per_key.add(timestamp)
-            self._dirty.add(group)
-            heapq.heappush(heap, (timestamp, next(self._seq), group, key))
+        if timers.register(self._group, self._context.key, timestamp):
+            self._store.dirty.add(self._group)
 
-    def _delete(self, timers: dict[int, dict[Hashable, set[int]]], timestamp: int) -> None:
-        key = self._context.key
-        keyed = timers.get(self._group)
-        per_key = keyed.get(key) if keyed is not None else None
-        if per_key is not None and timestamp in per_key:
-            per_key.discard(timestamp)
-            self._dirty.add(self._group)
-            if not per_key:
-                del keyed[key]  # type: ignore[union-attr]
+    def _delete(self, timers: TimerQueue, timestamp: int) -> None:
+        if timers.delete(self._group, self._context.key, timestamp):
+            self._store.dirty.add(self._group)
 
     def timers_pending(self) -> int:
         """How many timers are registered (for tests)."""
-        return sum(len(ts) for keyed in self._timers.values() for ts in keyed.values())
+        return self._timers.pending()
 
     # ---- records --------------------------------------------------------------
 
@@ -394,8 +335,8 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                     self._fn,
                     ctx,
                     self,
-                    self._bind,
-                    self._group_of,
+                    self._store.bind,
+                    self._store.group_of,
                     append,
                     keys,
                     groups,
@@ -406,8 +347,8 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                 )
         finally:
             self._unbind()
-            self._dirty.update((0,) if key_groups is None else groups)
-            self._settle()
+            self._store.dirty.update((0,) if key_groups is None else groups)
+            self._store.settle()
         if outputs is None:
             return self._writer.encode(rows)
         if not out_columns[0]:
@@ -427,47 +368,10 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             tb=(tb.tb_next or tb) if tb is not None else None,
         )
 
-    def _bind(self, key: Hashable, group: int) -> None:
-        """Registers ``key`` (new to the operator) in key group ``group``; it is
-        checked after the batch (unregistered again if it got no state)."""
-        self._group_of[key] = group
-        members = self._members.get(group)
-        if members is None:
-            members = self._members[group] = {}
-        members[key] = None
-        self._gone.append(key)
-
-    def _settle(self) -> None:
-        """Unregisters the keys to check (``_gone``) that hold no state, so that
-        snapshots stay small and keys seen once cost nothing later."""
-        gone = self._gone
-        if not gone:
-            return
-        columns = [column for column in self._cols.values() if column]
-        group_of, members = self._group_of, self._members
-        for key in gone:
-            if key in group_of and not any(key in column for column in columns):
-                group = group_of.pop(key)
-                keys = members.get(group)
-                if keys is not None:
-                    keys.pop(key, None)
-                    if not keys:
-                        del members[group]
-        gone.clear()
-
-    def _named_values(self, key: Hashable) -> dict[str, Any]:
-        """``key``'s states as ``{name: value}`` (the per-key layout of checkpoints)."""
-        return {name: column[key] for name, column in self._cols.items() if key in column}
-
     def state_by_group(self) -> dict[int, dict[Hashable, dict[str, Any]]]:
         """The keyed state in the layout of checkpoints: ``{key_group: {key: {name:
         value}}}``, key groups and keys with state only (for tests and tools)."""
-        out: dict[int, dict[Hashable, dict[str, Any]]] = {}
-        for group, keys in self._members.items():
-            values = {key: named for key in keys if (named := self._named_values(key))}
-            if values:
-                out[group] = values
-        return out
+        return self._store.state_by_group()
 
     def _emit(self, out: list[Any]) -> RunnerOutput:
         """The main output's batch of rows ``out``, then each side output's ``(port, batch)``."""
@@ -500,9 +404,10 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         A key whose state ends up empty holds no entry, so snapshots stay small.
         """
         ctx = self._context
-        self._dirty.add(group)
-        if key not in self._group_of:
-            self._bind(key, group)
+        store = self._store
+        store.dirty.add(group)
+        if key not in store.group_of:
+            store.bind(key, group)
         ctx.key = key
         ctx.timestamp = timestamp
         ctx._bound = True
@@ -510,7 +415,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         try:
             return fn(arg, ctx)
         finally:
-            self._settle()
+            store.settle()
 
     def _unbind(self) -> None:
         """Detaches the context from the last key (after a batch or the timers fired)."""
@@ -524,33 +429,21 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         if watermark <= self.watermark:
             return None
         self.watermark = watermark
-        return self._fire(self._timers, self._heap, watermark, "event_time")
+        return self._fire(self._timers, watermark, "event_time")
 
     def processing_timer(self) -> tuple[int, int] | None:
         """``(due, now)`` of the next live processing-time timer, by :func:`processing_time`."""
-        heap = self._pheap
-        while heap:
-            timestamp, _, group, key = heap[0]
-            per_key = self._ptimers.get(group, {}).get(key)
-            if per_key is not None and timestamp in per_key:
-                return timestamp, processing_time()
-            heapq.heappop(heap)  # deleted
-        return None
+        timestamp = self._ptimers.next_timestamp()
+        return None if timestamp is None else (timestamp, processing_time())
 
     def on_processing_time(self) -> RunnerOutput:
         """Fires the processing-time timers at or before the current processing time."""
-        return self._fire(self._ptimers, self._pheap, processing_time(), "processing_time")
+        return self._fire(self._ptimers, processing_time(), "processing_time")
 
-    def _fire(
-        self,
-        timers: dict[int, dict[Hashable, set[int]]],
-        heap: list[tuple[int, int, int, Hashable]],
-        until: int,
-        domain: str,
-    ) -> RunnerOutput:
+    def _fire(self, timers: TimerQueue, until: int, domain: str) -> RunnerOutput:
         """Fires ``timers`` at or before ``until`` in timestamp order (``on_timer``
         sees ``ctx.time_domain`` = ``domain``)."""
-        if not heap or heap[0][0] > until:
+        if not timers.due(until):
             return None
         assert self._function is not None  # only a ProcessFunction registers timers
         on_timer = self._function.on_timer
@@ -564,15 +457,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                     f"on_timer at {v['timestamp']} for key {short(v['self']._context.key)}"
                 ),
             ):
-                while heap and heap[0][0] <= until:
-                    timestamp, _, group, key = heapq.heappop(heap)
-                    keyed = timers.get(group)
-                    per_key = keyed.get(key) if keyed is not None else None
-                    if per_key is None or timestamp not in per_key:
-                        continue  # deleted
-                    per_key.discard(timestamp)
-                    if not per_key:
-                        del keyed[key]  # type: ignore[union-attr]
+                for timestamp, group, key in timers.pop_due(until):
                     # (_call_for_key marks the key group dirty.)
                     result = self._call_for_key(group, key, timestamp, on_timer, timestamp)
                     if isinstance(result, dict):
@@ -636,75 +521,24 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
 
     def _keyed_snapshot(self) -> dict[int, bytes]:
         """The blob of every key group with state (see :meth:`snapshot`)."""
-        dirty = self._dirty
+        store = self._store
         if self._context._ttl_seen:
             # State with a ttl: expired entries are not part of the checkpoint.
-            now = processing_time()
-            group_of = self._group_of
-            for column in self._cols.values():
-                for key in purge_column(column, now):
-                    dirty.add(group_of[key])
-                    self._gone.append(key)
-            self._settle()
-        groups = {g for g, keys in self._members.items() if keys}
-        groups.update(g for g, keyed in self._timers.items() if keyed)
-        groups.update(g for g, keyed in self._ptimers.items() if keyed)
-        v4 = self._watermark_per_key_group
-        if v4 and self.watermark > MIN_WATERMARK:
+            store.purge_expired(processing_time())
+        kinds = {**store.restored_kinds, **self._context._kinds}
+        if not self._watermark_per_key_group:
+            return store.snapshot(kinds, self._timers, self._ptimers)
+        owned: range | tuple[()] = ()
+        if self.watermark > MIN_WATERMARK:
             # v4: every owned key group carries the watermark, so
             # that it survives a restore at any parallelism.
             ctx = self.ctx
-            groups.update(
-                key_group_range(
-                    int(ctx.get("subtask_index", 0)),
-                    int(ctx.get("parallelism", 1)),
-                    int(ctx.get("max_parallelism", 128)),
-                )
+            owned = key_group_range(
+                int(ctx.get("subtask_index", 0)),
+                int(ctx.get("parallelism", 1)),
+                int(ctx.get("max_parallelism", 128)),
             )
-        kinds = {**self._restored_kinds, **self._context._kinds}
-        inner_of, blobs = self._inner, self._blobs
-        if not v4 and kinds != self._inner_kinds:
-            inner_of.clear()  # v5 blobs hold the kinds (a state declared later: rare)
-            self._inner_kinds = kinds
-        out: dict[int, bytes] = {}
-        for group in sorted(groups):
-            inner = inner_of.get(group)
-            if inner is None or group in dirty:
-                named = self._named_values
-                parts = (
-                    # The per-key layout of format v5, built from the columns.
-                    {k: v for k in self._members.get(group, ()) if (v := named(k))},
-                    {key: sorted(ts) for key, ts in self._timers.get(group, {}).items()},
-                    {key: sorted(ts) for key, ts in self._ptimers.get(group, {}).items()},
-                )
-                inner = inner_of[group] = pickle.dumps(
-                    parts if v4 else (_KEYED_STATE_FORMAT, kinds, *parts),
-                    protocol=pickle.HIGHEST_PROTOCOL,
-                )
-                self.pickled_groups += 1
-            if not v4:
-                out[group] = inner
-                continue
-            cached = blobs.get(group)
-            if (
-                cached is not None
-                and cached[2] is inner
-                and cached[0] == self.watermark
-                and cached[1] == kinds
-            ):
-                out[group] = cached[3]
-                continue
-            blob = pickle.dumps(
-                (_V4_FORMAT, self.watermark, kinds, inner), protocol=pickle.HIGHEST_PROTOCOL
-            )
-            blobs[group] = (self.watermark, kinds, inner, blob)
-            out[group] = blob
-        # Key groups left empty hold nothing any more.
-        for group in [g for g in inner_of if g not in groups]:
-            del inner_of[group]
-            blobs.pop(group, None)
-        dirty.clear()
-        return out
+        return store.snapshot(kinds, self._timers, self._ptimers, self.watermark, owned)
 
     def restore(self, data: Any) -> None:
         """Restores values, timers and the watermark.
@@ -724,7 +558,7 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
         if isinstance(data, bytes | bytearray | memoryview):
             # A whole ``{key_group: {key: {name: value}}}`` table (values only).
             for group, values in pickle.loads(bytes(data)).items():
-                self._spread(int(group), values)
+                self._store.spread(int(group), values)
             return
         if not isinstance(data, dict):
             raise TypeError(f"keyed state must be {{key_group: bytes}}, got {type(data).__name__}")
@@ -732,40 +566,9 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
             if b"_Expiring" in blob:
                 # State with a ttl (its class's name is in the pickle).
                 self._ttl_restored = self._context._ttl_seen = True
-            restored = as_v3(pickle.loads(blob))
-            group = int(group)
-            self._dirty.add(group)
-            if isinstance(restored, dict):  # values only
-                self._spread(group, restored)
-                continue
-            _, values, timers, *rest = restored
-            if rest and rest[0] is not None:
-                self.watermark = max(self.watermark, int(rest[0]))
-            if len(rest) > 1:
-                self._restored_kinds.update(rest[1])
-            if values:
-                self._spread(group, values)
-            self._restore_timers(self._timers, self._heap, group, timers)
-            if len(rest) > 2:
-                self._restore_timers(self._ptimers, self._pheap, group, rest[2])
-
-    def _spread(self, group: int, values: dict[Hashable, dict[str, Any]]) -> None:
-        """Puts a key group's restored values (``{key: {name: value}}``, the layout
-        of checkpoints) into the states' columns and registers their keys."""
-        members = self._members.setdefault(group, {})
-        group_of, cols = self._group_of, self._cols
-        for key, named in values.items():
-            if not named:
-                continue
-            group_of[key] = group
-            members[key] = None
-            for name, value in named.items():
-                column = cols.get(name)
-                if column is None:
-                    column = cols[name] = {}
-                column[key] = value
-        if not members:
-            del self._members[group]
+            watermark = self._store.restore_group(int(group), blob, self._timers, self._ptimers)
+            if watermark is not None:
+                self.watermark = max(self.watermark, watermark)
 
     def _restore_watermarks(self, entries: Any) -> None:
         if not isinstance(entries, list):
@@ -785,19 +588,6 @@ class KeyedProcessRunner(KeyedRunner, PooledProcess):
                 (int(watermark), int(subtask), int(parallelism), int(max_parallelism))
             )
 
-    def _restore_timers(
-        self,
-        into: dict[int, dict[Hashable, set[int]]],
-        heap: list[tuple[int, int, int, Hashable]],
-        group: int,
-        timers: dict[Hashable, Sequence[int]],
-    ) -> None:
-        keyed = into.setdefault(group, {})
-        for key, stamps in timers.items():
-            keyed.setdefault(key, set()).update(stamps)
-            for ts in stamps:
-                heapq.heappush(heap, (ts, next(self._seq), group, key))
-
     def close(self) -> None:
         self._close_pool()
         if self._function is not None:
@@ -814,21 +604,6 @@ def _overrides(function: Any, hook: str) -> bool:
     elif isinstance(function, BroadcastProcessFunction):
         base = BroadcastProcessFunction
     return getattr(type(function), hook, None) is not getattr(base, hook, None)
-
-
-def as_v3(blob: Any) -> Any:
-    """A v4 or v5 key-group blob (unpickled) in the v3 shape ``(format, values,
-    timers, watermark, kinds, processing-time timers)``, the watermark ``None``
-    for v5 (also for ``ed.read_state``); other blobs unchanged."""
-    if isinstance(blob, tuple) and blob:
-        if blob[0] == _KEYED_STATE_FORMAT:
-            fmt, kinds, values, timers, ptimers = blob
-            return (fmt, values, timers, None, kinds, ptimers)
-        if blob[0] == _V4_FORMAT:
-            fmt, watermark, kinds, inner = blob
-            values, timers, ptimers = pickle.loads(inner)
-            return (fmt, values, timers, watermark, kinds, ptimers)
-    return blob
 
 
 def restored_watermark(

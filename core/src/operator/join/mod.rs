@@ -79,7 +79,10 @@ use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::event_times_millis;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute,
+};
+use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::owned_key_groups;
 use crate::state::{OperatorState, StateBlob};
 
@@ -244,9 +247,9 @@ pub struct JoinOperator {
     /// parallelism joins key groups of subtasks that had reached different
     /// watermarks (an unaligned barrier overtakes watermarks), and the
     /// subtask continues from the smallest of them. A key group is then at
-    /// `max(watermark, reached[g])`: its rows at or below that are late, and
+    /// `reached.at(g, watermark)`: its rows at or below that are late, and
     /// its windows that fired before are not fired again.
-    reached: Vec<i64>,
+    reached: KeyGroupWatermarks,
     /// Numbers the input batches (a kept batch is stored once per group).
     batch_seq: u64,
     late: Arc<AtomicU64>,
@@ -287,7 +290,7 @@ impl JoinOperator {
             key_codec(&ctx.name, &plan.sides[0])?,
             key_codec(&ctx.name, &plan.sides[1])?,
         ];
-        let reached = vec![i64::MIN; own.key_groups.len()];
+        let reached = KeyGroupWatermarks::new(own.key_groups.len());
         Ok(JoinOperator {
             how: factory.how,
             bounds: factory.bounds,
@@ -353,12 +356,12 @@ impl JoinOperator {
         }
     }
 
-    /// Restores one key group's rows; returns the watermark it had reached.
-    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<i64> {
+    /// Restores one key group's rows and the watermark it had reached.
+    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<()> {
         let bytes = blob.to_bytes()?;
         let decoded = snapshot::decode_group(&bytes, kg, self.how, self.bounds)?;
         let local = kg - self.own.key_groups.start;
-        self.reached[local] = decoded.watermark;
+        self.reached.restore(local, decoded.watermark);
         for (side, batch) in decoded.sides.into_iter().enumerate() {
             let Some((batch, times, matched)) = batch else {
                 continue;
@@ -398,12 +401,12 @@ impl JoinOperator {
                 self.epochs.push_back((0, max));
             }
         }
-        Ok(self.reached[local])
+        Ok(())
     }
 
     /// The watermark key group `local` is at (see `reached`).
     fn group_watermark(&self, local: usize) -> i64 {
-        self.watermark.max(self.reached[local])
+        self.reached.at(local, self.watermark)
     }
 }
 
@@ -469,7 +472,7 @@ impl JoinOperator {
             };
             let local = self.own.local_index(self.scratch.hashes[row])?;
             let key = key.as_ref();
-            let reached = self.watermark.max(self.reached[local]);
+            let reached = self.reached.at(local, self.watermark);
             if timed && cutoff <= reached && !versions {
                 // A session join's row whose own session is over still joins
                 // an open session it touches.
@@ -657,18 +660,16 @@ impl Operator for JoinOperator {
         out.emit_watermark(watermark)
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        if !matches!(self.bounds, JoinBounds::Interval { .. }) {
-            return Ok(None);
-        }
-        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.epoch = checkpoint_id;
-        Ok(())
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
     }
+}
 
+impl CheckpointedState for JoinOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let meta = Arc::new(snapshot::SnapshotMeta {
             name: Arc::from(self.own.name.as_str()),
@@ -680,13 +681,15 @@ impl Operator for JoinOperator {
             ],
             keys: [self.plan.key_names(0), self.plan.key_names(1)],
         });
-        let all = self.watermark > i64::MIN;
         let start = self.own.key_groups.start;
         let keyed = self
             .groups
             .iter()
             .enumerate()
-            .filter(|(local, g)| all || !g.is_empty() || self.reached[*local] > i64::MIN)
+            .filter(|(local, g)| {
+                self.reached
+                    .snapshots(*local, self.watermark, !g.is_empty())
+            })
             .map(|(local, g)| {
                 let view = snapshot::GroupSnapshot {
                     meta: meta.clone(),
@@ -707,14 +710,24 @@ impl Operator for JoinOperator {
     /// subtask that wrote a key group had reached.
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
         let kind = &format!("a {} join", self.how.name());
-        let mut lowest: Option<i64> = None;
         for (kg, blob) in owned_key_groups(state, &self.own, kind)? {
-            let reached = self.restore_blob(kg, &blob)?;
-            lowest = Some(lowest.map_or(reached, |l| l.min(reached)));
+            self.restore_blob(kg, &blob)?;
         }
-        if let Some(w) = lowest {
-            self.watermark = self.watermark.max(w);
+        self.watermark = self.reached.continue_from(self.watermark);
+        Ok(())
+    }
+}
+
+impl Recompute for JoinOperator {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        if !matches!(self.bounds, JoinBounds::Interval { .. }) {
+            return Ok(None);
         }
+        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.epoch = checkpoint_id;
         Ok(())
     }
 }

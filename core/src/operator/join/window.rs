@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::output::OutputBuilder;
 use super::rows::{window_start, Expiry, Group};
+use crate::state::group_watermarks::KeyGroupWatermarks;
 
 /// Pairs the rows of every window that fires as the watermark moves over
 /// `span` (previous, current), then drops the rows whose last window fired.
@@ -18,7 +19,7 @@ use super::rows::{window_start, Expiry, Group};
 pub(super) fn fire(
     groups: &mut [Arc<Group>],
     span: (i64, i64),
-    reached: &[i64],
+    reached: &KeyGroupWatermarks,
     size: i64,
     slide: i64,
     builder: &mut OutputBuilder,
@@ -27,7 +28,7 @@ pub(super) fn fire(
     let (operator_previous, watermark) = span;
     let expiry = Expiry::LastWindowEnd { size, slide };
     for (local, g) in groups.iter_mut().enumerate() {
-        let previous = operator_previous.max(reached.get(local).copied().unwrap_or(i64::MIN));
+        let previous = reached.at(local, operator_previous);
         // Window `s` fires now when previous < s + size - 1 <= watermark.
         let fires = |s: i64| {
             let last = i128::from(s) + i128::from(size) - 1;

@@ -76,7 +76,7 @@ use arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Int64Type, Schema
 
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory};
+use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::keyed::{
     check_key_group, column_index, key_columns, native_values, numeric_column, owned_key_groups,
     rebinding, Acc, AggKind, Num, ValueKind,
@@ -620,6 +620,12 @@ impl Operator for KeyedAggOperator {
         out.emit(output)
     }
 
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
+    }
+}
+
+impl CheckpointedState for KeyedAggOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let (agg, start) = (self.factory.agg, self.own.key_groups.start);
         let column: Arc<str> = match (agg, &self.factory.column) {

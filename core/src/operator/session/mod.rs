@@ -59,7 +59,10 @@ use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis};
 use crate::operator::window::time_array;
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
+use crate::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute, LATE_PORT,
+};
+use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
     acc_array, native_values, owned_key_groups, window_agg_column, window_key_columns, Acc,
     AggKind, Num, ValueKind,
@@ -247,7 +250,7 @@ pub struct SessionOperator {
     /// parallelism joins key groups of subtasks that had reached different
     /// watermarks (an unaligned barrier overtakes watermarks) and continues
     /// from the smallest; a row is late by its own key group's.
-    reached: Vec<i64>,
+    reached: KeyGroupWatermarks,
     next_seq: u64,
     epoch: u64,
     late: Arc<AtomicU64>,
@@ -270,7 +273,7 @@ struct Rows<'a, V: Num> {
     gap: i64,
     watermark: i64,
     /// Per local key group, see `SessionOperator::reached`.
-    reached: &'a [i64],
+    reached: &'a KeyGroupWatermarks,
     epoch: u64,
     times: &'a [i64],
     values: Option<arrow::array::PrimitiveArray<V::Arrow>>,
@@ -392,7 +395,7 @@ impl SessionOperator {
             codec: None,
             groups: None,
             watermark: i64::MIN,
-            reached: vec![i64::MIN; own_groups],
+            reached: KeyGroupWatermarks::new(own_groups),
             next_seq: 0,
             epoch: 0,
             late: Arc::new(AtomicU64::new(0)),
@@ -502,7 +505,7 @@ impl SessionOperator {
         for (i, key) in keys.iter().enumerate() {
             let local = own.local_index(scratch.hashes[i])?;
             let group = Arc::make_mut(&mut groups[local]);
-            let watermark = rows.watermark.max(rows.reached[local]);
+            let watermark = rows.reached.at(local, rows.watermark);
             if !add_row(
                 group,
                 key.as_ref(),
@@ -700,15 +703,16 @@ impl Operator for SessionOperator {
         out.emit_watermark(watermark)
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(self.oldest_epoch().unwrap_or(checkpoint_id)))
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.epoch = checkpoint_id;
-        Ok(())
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
     }
+}
 
+impl CheckpointedState for SessionOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let (Some(b), Some(groups)) = (&self.layout, &self.groups) else {
             return Ok(OperatorState::default());
@@ -734,13 +738,12 @@ impl Operator for SessionOperator {
     /// The subtask continues from the smallest watermark of the key groups it
     /// restores, each key group at its own (`reached`).
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
-        let mut lowest: Option<i64> = None;
         for (kg, blob) in owned_key_groups(state, &self.own, "a session window")? {
             let bytes = blob.to_bytes()?;
             let decoded =
                 snapshot::decode_group(&bytes, kg, self.factory.agg, self.factory.gap_ms)?;
-            self.reached[kg - self.own.key_groups.start] = decoded.watermark;
-            lowest = Some(lowest.map_or(decoded.watermark, |l| l.min(decoded.watermark)));
+            self.reached
+                .restore(kg - self.own.key_groups.start, decoded.watermark);
             if decoded.batch.num_rows() == 0 {
                 continue;
             }
@@ -773,9 +776,18 @@ impl Operator for SessionOperator {
             )?);
             self.next_seq = self.next_seq.max(max_seq + 1);
         }
-        if let Some(w) = lowest {
-            self.watermark = self.watermark.max(w);
-        }
+        self.watermark = self.reached.continue_from(self.watermark);
+        Ok(())
+    }
+}
+
+impl Recompute for SessionOperator {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(self.oldest_epoch().unwrap_or(checkpoint_id)))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.epoch = checkpoint_id;
         Ok(())
     }
 }

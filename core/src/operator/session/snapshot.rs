@@ -29,6 +29,7 @@ use arrow::row::RowConverter;
 use super::{Group, Session};
 use crate::error::{Error, ForOperator, Result};
 use crate::keygroup::KeyGroupOwnership;
+use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{acc_array, check_key_group, open_blob, Acc, AggKind, Num, ValueKind};
 use crate::state::{DeferredState, StateBlob};
 
@@ -66,7 +67,7 @@ pub(super) fn snapshot<V: Num>(
     groups: &[Arc<Group<V>>],
     start: usize,
     watermark: i64,
-    reached: &[i64],
+    reached: &KeyGroupWatermarks,
 ) -> Vec<(u32, StateBlob)> {
     let sort = meta
         .key_fields
@@ -80,15 +81,13 @@ pub(super) fn snapshot<V: Num>(
     groups
         .iter()
         .enumerate()
-        .filter(|(local, g)| {
-            watermark > i64::MIN || !g.sessions.is_empty() || reached[*local] > i64::MIN
-        })
+        .filter(|(local, g)| reached.snapshots(*local, watermark, !g.sessions.is_empty()))
         .map(|(local, g)| {
             let view = GroupSnapshot {
                 meta: meta.clone(),
                 group: g.clone(),
                 converter: converter.clone(),
-                watermark: watermark.max(reached[local]),
+                watermark: reached.at(local, watermark),
             };
             ((start + local) as u32, StateBlob::Deferred(Arc::new(view)))
         })

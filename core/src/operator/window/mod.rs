@@ -123,7 +123,10 @@ type ArrowResult<T> = std::result::Result<T, arrow::error::ArrowError>;
 use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis, from_millis};
-use crate::operator::{Collector, Operator, OperatorContext, OperatorFactory, LATE_PORT};
+use crate::operator::{
+    CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute, LATE_PORT,
+};
+use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
     acc_array, check_key_group, native_values, owned_key_groups, rebinding, sort_fields,
     window_agg_column, window_key_columns, Acc, AggKind, Num, ValueKind,
@@ -442,7 +445,7 @@ pub struct WindowOperator {
     /// parallelism joins key groups of subtasks that had reached different
     /// watermarks (an unaligned barrier overtakes watermarks) and continues
     /// from the smallest; a record is late by its own key group's.
-    reached: Vec<i64>,
+    reached: KeyGroupWatermarks,
     next_seq: u64,
     late: Arc<AtomicU64>,
     scratch: Scratch,
@@ -470,7 +473,7 @@ impl WindowOperator {
     pub fn new(factory: &WindowFactory, ctx: &OperatorContext) -> Result<Self> {
         factory.assigner.validate(&ctx.name)?;
         let own = KeyGroupOwnership::from_context(ctx)?;
-        let reached = vec![i64::MIN; own.key_groups.len()];
+        let reached = KeyGroupWatermarks::new(own.key_groups.len());
         Ok(WindowOperator {
             factory: factory.clone(),
             own,
@@ -555,8 +558,8 @@ impl WindowOperator {
         Ok(())
     }
 
-    /// Restores one key group; returns the watermark it had reached.
-    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<i64> {
+    /// Restores one key group and the watermark it had reached.
+    fn restore_blob(&mut self, kg: usize, blob: &StateBlob) -> Result<()> {
         let bytes = blob.to_bytes()?;
         let decoded = decode_group(&bytes, kg, self.factory.kind(), self.factory.assigner)?;
         if !self.adopt_layout(&decoded.layout)? {
@@ -575,7 +578,7 @@ impl WindowOperator {
         }
         let n_keys = decoded.layout.key_fields.len();
         let local = kg - self.own.key_groups.start;
-        self.reached[local] = decoded.watermark;
+        self.reached.restore(local, decoded.watermark);
         for batch in decoded.batches {
             if batch.num_rows() == 0 {
                 continue;
@@ -629,7 +632,7 @@ impl WindowOperator {
             };
             self.next_seq = self.next_seq.max(max_seq + 1);
         }
-        Ok(self.reached[local])
+        Ok(())
     }
 }
 
@@ -639,7 +642,7 @@ struct BatchArgs<'a> {
     batch: &'a RecordBatch,
     value_idx: Option<usize>,
     watermark: i64,
-    reached: &'a [i64],
+    reached: &'a KeyGroupWatermarks,
     own: &'a KeyGroupOwnership,
 }
 
@@ -804,15 +807,16 @@ impl Operator for WindowOperator {
         out.emit_watermark(watermark)
     }
 
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    fn state(&mut self) -> Option<&mut dyn CheckpointedState> {
+        Some(self)
     }
 
-    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
-        self.epoch = checkpoint_id;
-        Ok(())
+    fn recompute(&mut self) -> Option<&mut dyn Recompute> {
+        Some(self)
     }
+}
 
+impl CheckpointedState for WindowOperator {
     fn snapshot_state(&mut self, _checkpoint_id: u64) -> Result<OperatorState> {
         let (Some(engine), Some((layout, _))) = (&self.engine, &self.layout) else {
             return Ok(OperatorState::default());
@@ -840,14 +844,21 @@ impl Operator for WindowOperator {
     /// restores, each key group at its own (`reached`).
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
         let kind = &format!("a window {}", self.factory.kind().name());
-        let mut lowest: Option<i64> = None;
         for (kg, blob) in owned_key_groups(state, &self.own, kind)? {
-            let reached = self.restore_blob(kg, &blob)?;
-            lowest = Some(lowest.map_or(reached, |l| l.min(reached)));
+            self.restore_blob(kg, &blob)?;
         }
-        if let Some(w) = lowest {
-            self.watermark = self.watermark.max(w);
-        }
+        self.watermark = self.reached.continue_from(self.watermark);
+        Ok(())
+    }
+}
+
+impl Recompute for WindowOperator {
+    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
+        Ok(Some(self.epochs.front().map_or(checkpoint_id, |(e, _)| *e)))
+    }
+
+    fn on_barrier(&mut self, checkpoint_id: u64) -> Result<()> {
+        self.epoch = checkpoint_id;
         Ok(())
     }
 }

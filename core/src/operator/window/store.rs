@@ -48,7 +48,7 @@ pub(crate) struct BatchInput<'a, V: Num> {
     pub(crate) watermark: i64,
     /// Per local key group, the watermark it had reached when restored
     /// (above `watermark` only after a restore at another parallelism).
-    pub(crate) reached: &'a [i64],
+    pub(crate) reached: &'a KeyGroupWatermarks,
     pub(crate) times: &'a [i64],
     pub(crate) contribution: &'a Contribution<V>,
 }
@@ -105,7 +105,7 @@ impl<K: StateKey, V: Num> Store<K, V> {
         let mut late = 0u64;
         for (i, (&t, &hash)) in times.iter().zip(hashes.iter()).enumerate() {
             let local = own.local_index(hash)?;
-            let watermark = operator_watermark.max(reached[local]);
+            let watermark = reached.at(local, operator_watermark);
             let last_start = t - t.rem_euclid(slide);
             // The window [start, start + size) is over when start + size - 1 <= watermark.
             if last_start.saturating_add(size - 1) <= watermark {
@@ -211,19 +211,17 @@ impl<K: StateKey, V: Num> Store<K, V> {
         meta: &Arc<SnapshotMeta>,
         start: usize,
         watermark: i64,
-        reached: &[i64],
+        reached: &KeyGroupWatermarks,
     ) -> Vec<(u32, StateBlob)> {
         self.groups
             .iter()
             .enumerate()
-            .filter(|(i, g)| {
-                watermark > i64::MIN || !g.windows.is_empty() || reached[*i] > i64::MIN
-            })
+            .filter(|(i, g)| reached.snapshots(*i, watermark, !g.windows.is_empty()))
             .map(|(i, g)| {
                 let view = GroupSnapshot {
                     meta: meta.clone(),
                     group: g.clone(),
-                    watermark: watermark.max(reached[i]),
+                    watermark: reached.at(i, watermark),
                 };
                 ((start + i) as u32, StateBlob::Deferred(Arc::new(view)))
             })

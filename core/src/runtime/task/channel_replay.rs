@@ -19,7 +19,7 @@ use super::*;
 impl Task {
     /// Puts restored channel state in front of each input channel.
     pub(crate) fn restore_channels(&mut self, channels: Vec<Vec<RecordBatch>>) -> Result<()> {
-        let name = self.slots.first().map_or("", |s| &s.name).to_string();
+        let name = self.chain.first().map_or("", |c| &c.slot.name).to_string();
         if channels.len() != self.inputs.len() {
             return Err(Error::checkpoint(
                 None,

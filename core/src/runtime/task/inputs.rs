@@ -33,19 +33,24 @@ impl Task {
     }
 
     /// How long until the chain head's next processing-time timer, if any.
-    fn timer_delay(&self) -> Option<std::time::Duration> {
-        let ms = self.ops.first()?.processing_timer_delay()?;
+    fn timer_delay(&mut self) -> Option<std::time::Duration> {
+        let ms = self
+            .chain
+            .first_mut()?
+            .op
+            .timers()?
+            .processing_timer_delay()?;
         Some(std::time::Duration::from_millis(ms.max(0) as u64))
     }
 
     /// Lets the chain head fire its due processing-time timers.
     fn fire_processing_timers(&mut self) -> Result<()> {
-        at_chain_head(
-            &mut self.ops,
-            &mut self.slots,
-            &mut self.output,
-            |op, out| op.on_processing_time(out),
-        )
+        at_chain_head(&mut self.chain, &mut self.output, |op, out| {
+            match op.timers() {
+                Some(timers) => timers.on_processing_time(out),
+                None => Ok(()),
+            }
+        })
     }
 
     /// A control message, if one is waiting.
@@ -195,16 +200,10 @@ impl Task {
                     self.inputs[i].idle = false;
                     self.unaligned.on_data(i, &batch);
                     let input = self.inputs[i].input;
-                    if let Some(t) = self.body_term.as_mut() {
+                    if let Some(t) = self.kind.body_term_mut() {
                         t.on_record();
                     }
-                    push_batch(
-                        &mut self.ops,
-                        &mut self.slots,
-                        &mut self.output,
-                        input,
-                        batch,
-                    )?;
+                    push_batch(&mut self.chain, &mut self.output, input, batch)?;
                 }
                 Step::Event(i, Event::Watermark(wm)) => {
                     let ch = &mut self.inputs[i];
@@ -233,8 +232,8 @@ impl Task {
                         self.apply(action)?;
                     }
                     self.unaligned_channel_ended(i)?;
-                    if let Some(t) = self.body_term.as_mut() {
-                        let name = &self.slots[0].name;
+                    if let Some(t) = self.kind.body_term_mut() {
+                        let name = &self.chain[0].slot.name;
                         for token in t.on_channel_ended(i).map_err(|e| e.in_operator(name))? {
                             self.output.broadcast(Event::Termination(token))?;
                         }
@@ -252,8 +251,8 @@ impl Task {
                     if !self.scope.contains(&token.loop_id) {
                         continue; // the token left its loop
                     }
-                    if let Some(t) = self.body_term.as_mut() {
-                        let name = &self.slots[0].name;
+                    if let Some(t) = self.kind.body_term_mut() {
+                        let name = &self.chain[0].slot.name;
                         if let Some(token) =
                             t.on_token(i, token).map_err(|e| e.in_operator(name))?
                         {
@@ -289,22 +288,20 @@ impl Task {
         };
         if min > *combined {
             *combined = min;
-            push_watermark(&mut self.ops, &mut self.slots, &mut self.output, min)?;
+            push_watermark(&mut self.chain, &mut self.output, min)?;
         }
         Ok(())
     }
 
     pub(crate) fn end_head_input(&mut self, input: usize) -> Result<()> {
-        let (Some((op, rest_ops)), Some((slot, rest_slots))) =
-            (self.ops.split_first_mut(), self.slots.split_first_mut())
-        else {
+        let Some((head, rest)) = self.chain.split_first_mut() else {
             return Ok(());
         };
+        let Chained { op, slot, .. } = head;
         let name = slot.name.clone();
         let mut out = ChainOut {
             slot,
-            rest_ops,
-            rest_slots,
+            rest,
             tail: &mut self.output,
         };
         op.end_input(input, &mut out)

@@ -50,7 +50,7 @@ use arrow::record_batch::RecordBatch;
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
-use super::{push_batch, push_watermark, Control, InputEnd, Step, Task, TaskReport};
+use super::{push_batch, push_watermark, start_epoch, Control, InputEnd, Step, Task, TaskReport};
 use crate::checkpoint::coordinator::NodeSnapshot;
 use crate::error::{Error, Result};
 use crate::event::{Barrier, Event, MAX_WATERMARK};
@@ -325,14 +325,14 @@ enum HeadStep {
 
 impl Task {
     fn head(&mut self) -> &mut LoopHead {
-        match self.loop_head.as_deref_mut() {
+        match self.kind.loop_head_mut() {
             Some(h) => h,
             None => unreachable!("run_loop_head runs only in loop head tasks"),
         }
     }
 
     fn head_ref(&self) -> &LoopHead {
-        match self.loop_head.as_deref() {
+        match self.kind.loop_head() {
             Some(h) => h,
             None => unreachable!("run_loop_head runs only in loop head tasks"),
         }
@@ -392,12 +392,7 @@ impl Task {
         }
         self.complete_loop_checkpoints()?;
         self.head().record_spill_stats();
-        push_watermark(
-            &mut self.ops,
-            &mut self.slots,
-            &mut self.output,
-            MAX_WATERMARK,
-        )?;
+        push_watermark(&mut self.chain, &mut self.output, MAX_WATERMARK)?;
         Ok(InputEnd::Drained)
     }
 
@@ -422,13 +417,7 @@ impl Task {
                 self.unaligned.on_data(i, &batch);
                 let input = self.inputs[i].input;
                 let batch = self.head().relax(0, batch)?;
-                push_batch(
-                    &mut self.ops,
-                    &mut self.slots,
-                    &mut self.output,
-                    input,
-                    batch,
-                )?;
+                push_batch(&mut self.chain, &mut self.output, input, batch)?;
             }
             Event::Barrier(barrier) => self.on_barrier_event(i, barrier)?,
             Event::EndOfData { drain } => {
@@ -536,7 +525,7 @@ impl Task {
         let port = usize::from(self.head_ref().co);
         let batch = self.head().relax(port, batch)?;
         if self.head_ref().co {
-            let slot = &self.slots[0];
+            let slot = &self.chain[0].slot;
             slot.count_in(batch.num_rows());
             slot.count_out(batch.num_rows());
             self.output.port = 1;
@@ -544,7 +533,7 @@ impl Task {
             self.output.port = 0;
             r
         } else {
-            push_batch(&mut self.ops, &mut self.slots, &mut self.output, 0, batch)
+            push_batch(&mut self.chain, &mut self.output, 0, batch)
         }
     }
 
@@ -584,12 +573,7 @@ impl Task {
         }
         head.begun = barrier.id;
         let states = self.chain_states(&barrier, false)?;
-        let slots = &self.slots;
-        crate::runtime::replay::start_epoch(
-            &mut self.ops,
-            |i| slots[i].name.to_string(),
-            &barrier,
-        )?;
+        start_epoch(&mut self.chain, &barrier)?;
         let head = self.head();
         let returned: Vec<bool> = head.feedback.iter().map(|f| f.ended).collect();
         let log = if barrier.aligned {

@@ -51,7 +51,7 @@ impl Task {
     /// state on `q` (module docs). An aligned barrier there is only an
     /// announcement (aligned timeout): its marker is queued on `q`.
     pub(super) fn on_feedback_overtake(&mut self, q: usize, barrier: Barrier) -> Result<()> {
-        let Some(head) = self.loop_head.as_deref_mut() else {
+        let Some(head) = self.kind.loop_head_mut() else {
             return Ok(());
         };
         if !barrier.aligned {
@@ -99,7 +99,7 @@ impl Task {
     /// timeout, as for a task's alignment in `unaligned.rs`).
     pub(super) fn loop_switch_deadline(&self) -> Option<Instant> {
         let timeout = self.aligned_timeout?;
-        let head = self.loop_head.as_deref()?;
+        let head = self.kind.loop_head()?;
         let trigger_ms = head
             .pending
             .iter()
@@ -129,8 +129,8 @@ impl Task {
             .aligned_timeout
             .map_or(u64::MAX, |t| t.as_millis() as u64);
         let due: Vec<u64> = self
-            .loop_head
-            .as_deref()
+            .kind
+            .loop_head()
             .map(|h| {
                 h.pending
                     .iter()
@@ -161,7 +161,7 @@ impl Task {
     /// barrier comes back (overtaking, announced or in-band). Together that
     /// is exactly what the FLIP-16 log would have held.
     pub(super) fn switch_loop_checkpoint(&mut self, id: u64) -> Result<()> {
-        let Some(head) = self.loop_head.as_deref_mut() else {
+        let Some(head) = self.kind.loop_head_mut() else {
             return Ok(());
         };
         let Some(p) = head.pending.iter_mut().find(|p| p.barrier.id == id) else {
@@ -206,7 +206,7 @@ impl Task {
         channels: Option<OperatorState>,
         alignment: Duration,
     ) -> Result<()> {
-        let Some(head) = self.loop_head.as_deref_mut() else {
+        let Some(head) = self.kind.loop_head_mut() else {
             return Ok(());
         };
         if let Some(p) = head.pending.iter_mut().find(|p| p.barrier.id == id) {

@@ -9,6 +9,7 @@
 //! the supervisor and waits for the checkpoint that covers its end (or the
 //! end-of-job commit) before it closes and sends EndOfPartition.
 
+mod chain;
 mod channel_replay;
 mod feedback_state;
 pub(crate) mod inputs;
@@ -20,7 +21,6 @@ pub(crate) mod unaligned;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use crossbeam_channel::{Receiver, Sender};
 
@@ -31,114 +31,20 @@ use crate::error::{Error, Result};
 use crate::event::{Barrier, Event};
 use crate::feedback::FeedbackQueue;
 use crate::net::data::{CreditReturn, RemoteSender};
-use crate::operator::{Collector, Operator, OperatorContext};
+use crate::operator::OperatorContext;
 use crate::partition::Partitioner;
-use crate::runtime::metrics::{OperatorMetrics, SubtaskMetrics, TaskTimer};
-use crate::runtime::replay::{start_epoch, TaskRecompute};
+use crate::runtime::metrics::TaskTimer;
+use crate::runtime::replay::TaskRecompute;
 use crate::sink::END_OF_JOB;
 use crate::termination::BodyTermination;
+pub(crate) use chain::{
+    at_chain_head, push_batch, push_watermark, restore_op, snapshot_op, start_epoch, ChainOut,
+    Chained, OpSlot,
+};
 use loop_head::LoopHead;
 pub(crate) use source::SourceHead;
 
 pub(crate) use crate::message::{Control, TaskReport};
-
-/// Schema bookkeeping and counters of one operator's output.
-pub(crate) struct OpSlot {
-    pub name: Arc<str>,
-    pub metrics: Arc<OperatorMetrics>,
-    /// This subtask's counters of the operator (set when the task starts).
-    pub sub: Arc<SubtaskMetrics>,
-    pub schema: Option<SchemaRef>,
-    /// With no declared schema: how the first batch's schema is agreed with
-    /// the node's other subtasks (`crate::schemas`).
-    pub agreement: Option<crate::schemas::SchemaAgreement>,
-    /// This subtask's contribution to the operator's late-record count.
-    pub late: u64,
-    /// A persisted operator drops its input while a recompute recovery
-    /// replays (FLINK-4120; see [`crate::runtime::replay`]).
-    pub replay_drop: bool,
-}
-
-impl OpSlot {
-    /// Counts an input batch of `rows` rows.
-    #[inline]
-    pub(crate) fn count_in(&self, rows: usize) {
-        self.metrics.add_in(rows);
-        self.sub
-            .records_in
-            .fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Counts an output batch of `rows` rows.
-    #[inline]
-    pub(crate) fn count_out(&self, rows: usize) {
-        self.metrics.add_out(rows);
-        self.sub
-            .records_out
-            .fetch_add(rows as u64, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Adds what the operator dropped as late since the last look.
-    #[inline]
-    fn track_late(&mut self, now: u64) {
-        if now > self.late {
-            self.metrics
-                .late_records
-                .fetch_add(now - self.late, std::sync::atomic::Ordering::Relaxed);
-            self.late = now;
-        }
-    }
-}
-
-impl OpSlot {
-    fn check(&mut self, batch: &RecordBatch) -> Result<()> {
-        let got = batch.schema();
-        if self.schema.is_none() {
-            // Only a subtask's first batch gets here (and may wait, for a
-            // worker process, on its driver).
-            let agreed = match &self.agreement {
-                Some(a) => a.agree(&got)?,
-                None => got.clone(),
-            };
-            self.schema = Some(agreed);
-        }
-        match &self.schema {
-            None => Ok(()),
-            Some(expected) if Arc::ptr_eq(expected, &got) => Ok(()),
-            Some(expected) => {
-                let same = expected.fields().len() == got.fields().len()
-                    && expected
-                        .fields()
-                        .iter()
-                        .zip(got.fields().iter())
-                        .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
-                if same {
-                    Ok(())
-                } else {
-                    Err(Error::schema(
-                        self.name.to_string(),
-                        format!(
-                            "a batch of {} rows has schema {} but the stream's schema is {}",
-                            batch.num_rows(),
-                            schema_string(&got),
-                            schema_string(expected)
-                        ),
-                    ))
-                }
-            }
-        }
-    }
-}
-
-/// `a: Int64, b: Utf8` for messages.
-pub fn schema_string(schema: &SchemaRef) -> String {
-    let fields: Vec<String> = schema
-        .fields()
-        .iter()
-        .map(|f| format!("{}: {}", f.name(), f.data_type()))
-        .collect();
-    format!("[{}]", fields.join(", "))
-}
 
 /// Where an output edge delivers to one consumer subtask: a bounded
 /// channel (blocks when full: backpressure) or a loop's feedback queue
@@ -250,143 +156,6 @@ impl TaskOutput {
     }
 }
 
-/// The collector handed to the operator at `slot`: its output goes to the
-/// rest of the chain, or to the task output at the end of the chain.
-pub(crate) struct ChainOut<'a> {
-    slot: &'a mut OpSlot,
-    rest_ops: &'a mut [Box<dyn Operator>],
-    rest_slots: &'a mut [OpSlot],
-    tail: &'a mut TaskOutput,
-}
-
-impl Collector for ChainOut<'_> {
-    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        if batch.num_rows() == 0 {
-            return Ok(());
-        }
-        self.slot.check(&batch)?;
-        self.slot.count_out(batch.num_rows());
-        if self.rest_ops.is_empty() {
-            self.tail.emit(batch)
-        } else {
-            push_batch(self.rest_ops, self.rest_slots, self.tail, 0, batch)
-        }
-    }
-
-    fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
-        if self.rest_ops.is_empty() {
-            self.tail.broadcast(Event::Watermark(watermark))
-        } else {
-            push_watermark(self.rest_ops, self.rest_slots, self.tail, watermark)
-        }
-    }
-
-    /// Idleness is a property of the task's output channels: it skips the
-    /// rest of the chain.
-    fn emit_idle(&mut self) -> Result<()> {
-        self.tail.broadcast(Event::Idle)
-    }
-
-    /// Port 0 continues down the chain. A side output (port > 0) goes to
-    /// the task's edges of that port when the operator ends the chain. An
-    /// operator followed by a chained one has no consumer on another port
-    /// (`Plan` chains a node only into a producer whose single consumer reads
-    /// port 0), so its side output has no reader and is dropped; the task's
-    /// port edges belong to the chain's last operator.
-    fn source_progress(&mut self, split: Option<u64>, open: &[u64]) -> Result<()> {
-        at_chain_head(self.rest_ops, self.rest_slots, self.tail, |op, out| {
-            op.on_source_progress(split, open, out)
-        })
-    }
-
-    fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
-        if port == 0 {
-            return self.emit(batch);
-        }
-        if batch.num_rows() == 0 || !self.rest_ops.is_empty() {
-            return Ok(());
-        }
-        self.slot.count_out(batch.num_rows());
-        self.tail.emit_port(port, batch)
-    }
-}
-
-/// Calls `f` with the first operator of a chain and the collector of the
-/// rest (nothing for an empty chain or while the head drops a replay);
-/// errors name the head.
-pub(crate) fn at_chain_head(
-    ops: &mut [Box<dyn Operator>],
-    slots: &mut [OpSlot],
-    tail: &mut TaskOutput,
-    f: impl FnOnce(&mut dyn Operator, &mut ChainOut<'_>) -> Result<()>,
-) -> Result<()> {
-    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
-        (ops.split_first_mut(), slots.split_first_mut())
-    else {
-        return Ok(());
-    };
-    if slot.replay_drop {
-        return Ok(());
-    }
-    let name = slot.name.clone();
-    let mut out = ChainOut {
-        slot,
-        rest_ops,
-        rest_slots,
-        tail,
-    };
-    f(op.as_mut(), &mut out).map_err(|e| e.in_operator(&name))
-}
-
-pub(crate) fn push_batch(
-    ops: &mut [Box<dyn Operator>],
-    slots: &mut [OpSlot],
-    tail: &mut TaskOutput,
-    input: usize,
-    batch: RecordBatch,
-) -> Result<()> {
-    let (Some((op, rest_ops)), Some((slot, rest_slots))) =
-        (ops.split_first_mut(), slots.split_first_mut())
-    else {
-        return tail.emit(batch);
-    };
-    if slot.replay_drop {
-        return Ok(());
-    }
-    slot.count_in(batch.num_rows());
-    let name = slot.name.clone();
-    let mut out = ChainOut {
-        slot,
-        rest_ops,
-        rest_slots,
-        tail,
-    };
-    let r = op
-        .process_batch(input, batch, &mut out)
-        .map_err(|e| e.in_operator(&name));
-    out.slot.track_late(op.late_records());
-    r
-}
-
-pub(crate) fn push_watermark(
-    ops: &mut [Box<dyn Operator>],
-    slots: &mut [OpSlot],
-    tail: &mut TaskOutput,
-    watermark: i64,
-) -> Result<()> {
-    if ops.is_empty() {
-        return tail.broadcast(Event::Watermark(watermark));
-    }
-    at_chain_head(ops, slots, tail, |op, out| {
-        // The operator's event-time clock is what its metrics show: a window
-        // fires by it even when it forwards no watermark itself.
-        out.slot.sub.note_watermark(watermark);
-        let r = op.process_watermark(watermark, out);
-        out.slot.track_late(op.late_records());
-        r
-    })
-}
-
 /// One input channel of a task.
 pub(crate) struct InputChannel {
     pub rx: EventReceiver,
@@ -435,31 +204,81 @@ pub(crate) struct TaskRestore {
     pub channels: Option<Vec<Vec<RecordBatch>>>,
 }
 
+/// What heads a task's chain, with what only that kind of task has.
+pub(crate) enum TaskKind {
+    /// A source (with its context and metrics): the task reads no channel.
+    Source(Box<SourceHead>),
+    /// The head of a loop (FLIP-16): its input channels and the loop's
+    /// feedback queues.
+    LoopHead(Box<LoopHead>),
+    /// A task that reads input channels; inside a loop body it aligns the
+    /// loop's termination tokens.
+    Channels { body_term: Option<BodyTermination> },
+}
+
+impl TaskKind {
+    pub(crate) fn is_source(&self) -> bool {
+        matches!(self, TaskKind::Source(_))
+    }
+
+    pub(crate) fn is_loop_head(&self) -> bool {
+        matches!(self, TaskKind::LoopHead(_))
+    }
+
+    pub(crate) fn source(&self) -> Option<&SourceHead> {
+        match self {
+            TaskKind::Source(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn source_mut(&mut self) -> Option<&mut SourceHead> {
+        match self {
+            TaskKind::Source(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn loop_head(&self) -> Option<&LoopHead> {
+        match self {
+            TaskKind::LoopHead(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn loop_head_mut(&mut self) -> Option<&mut LoopHead> {
+        match self {
+            TaskKind::LoopHead(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn body_term_mut(&mut self) -> Option<&mut BodyTermination> {
+        match self {
+            TaskKind::Channels { body_term } => body_term.as_mut(),
+            _ => None,
+        }
+    }
+}
+
 /// A subtask ready to run on its own thread.
 pub(crate) struct Task {
     pub id: usize,
-    pub source: Option<SourceHead>,
-    pub ops: Vec<Box<dyn Operator>>,
-    pub slots: Vec<OpSlot>,
-    pub contexts: Vec<OperatorContext>,
-    pub source_context: Option<OperatorContext>,
+    /// Source, loop head, or a task reading channels.
+    pub kind: TaskKind,
+    /// The chained operators after the head, in order.
+    pub chain: Vec<Chained>,
     pub inputs: Vec<InputChannel>,
     pub num_logical_inputs: usize,
     pub output: TaskOutput,
     pub control: Receiver<Control>,
     pub reports: Sender<TaskReport>,
-    /// The graph node of each operator of `ops`.
-    pub node_ids: Vec<usize>,
     pub aligner: BarrierAligner,
     pub restore: TaskRestore,
     /// The loop ids of the task's scope, outermost first (empty outside
     /// every loop). Termination tokens of other loops are dropped here: they
     /// left their loop.
     pub scope: Vec<u32>,
-    /// Token alignment of a task inside a loop body (not a loop head).
-    pub body_term: Option<BodyTermination>,
-    /// The loop head state when the task's first operator heads a loop.
-    pub loop_head: Option<Box<LoopHead>>,
     /// Recompute-mode bookkeeping (FLINK-4120).
     pub recompute: TaskRecompute,
     /// Flow control of the input channels: the task's measured throughput
@@ -509,10 +328,10 @@ impl Task {
             Ok(r) => r,
             Err(payload) => {
                 let name = self
-                    .slots
+                    .chain
                     .first()
-                    .map(|s| s.name.to_string())
-                    .or_else(|| self.source.as_ref().map(|s| s.slot.name.to_string()))
+                    .map(|c| c.slot.name.to_string())
+                    .or_else(|| self.kind.source().map(|s| s.slot.name.to_string()))
                     .unwrap_or_default();
                 Err(Error::operator(
                     name,
@@ -526,8 +345,8 @@ impl Task {
         // A task that ran to its end closed its operators already (errors
         // reported); after a failure the outcome carries the cause, and a
         // close that fails too is secondary to it.
-        for op in &mut self.ops {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.close()));
+        for c in &mut self.chain {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.op.close()));
         }
         let report = match outcome {
             Ok(()) => TaskReport::Closed { task: id },
@@ -541,13 +360,17 @@ impl Task {
     /// Points the chain's slots and the task timer at this subtask's counters.
     fn start_metrics(&mut self) {
         let index = self
-            .source_context
-            .as_ref()
-            .or(self.contexts.first())
+            .kind
+            .source()
+            .map(|s| &s.context)
+            .or(self.chain.first().map(|c| &c.context))
             .map_or(0, |c| c.subtask_index);
-        let mut subs = Vec::with_capacity(self.slots.len() + 1);
-        let src = self.source.as_mut().map(|s| &mut s.slot);
-        for slot in src.into_iter().chain(self.slots.iter_mut()) {
+        let mut subs = Vec::with_capacity(self.chain.len() + 1);
+        let src = self.kind.source_mut().map(|s| &mut s.slot);
+        for slot in src
+            .into_iter()
+            .chain(self.chain.iter_mut().map(|c| &mut c.slot))
+        {
             slot.sub = slot.metrics.subtask(index);
             subs.push(slot.sub.clone());
         }
@@ -558,14 +381,14 @@ impl Task {
     fn run_inner(&mut self) -> Result<()> {
         let mut restore = std::mem::take(&mut self.restore);
         let skip = restore.finished;
-        if let Some(head) = self.loop_head.as_mut() {
+        if let TaskKind::LoopHead(head) = &mut self.kind {
             // The loop head's state is its FLIP-16 feedback log.
             if let Some(state) = restore.states.first_mut().and_then(Option::take) {
                 head.restore_log(state)
-                    .map_err(|e| e.in_operator(&self.slots[0].name))?;
+                    .map_err(|e| e.in_operator(&self.chain[0].slot.name))?;
             }
         }
-        if let (Some(src), Some(offset)) = (self.source.as_mut(), restore.source_offset) {
+        if let (Some(src), Some(offset)) = (self.kind.source_mut(), restore.source_offset) {
             src.reader
                 .seek(&offset)
                 .map_err(|e| e.in_operator(&src.slot.name))?;
@@ -574,34 +397,35 @@ impl Task {
             self.restore_channels(channels)?;
         }
         for (i, state) in restore.states.into_iter().enumerate() {
-            if let (Some(state), Some(op)) = (state, self.ops.get_mut(i)) {
-                op.restore_state(state)
-                    .map_err(|e| e.in_operator(&self.slots[i].name))?;
+            if let (Some(state), Some(c)) = (state, self.chain.get_mut(i)) {
+                restore_op(c.op.as_mut(), state).map_err(|e| e.in_operator(&c.slot.name))?;
             }
         }
-        if let (Some(src), Some(ctx)) = (self.source.as_mut(), self.source_context.as_ref()) {
+        if let Some(src) = self.kind.source_mut() {
             src.reader
-                .open(ctx)
+                .open(&src.context)
                 .map_err(|e| e.in_operator(&src.slot.name))?;
         }
-        for (i, op) in self.ops.iter_mut().enumerate() {
-            op.on_barrier(self.recompute.start_epoch(i))
-                .map_err(|e| e.in_operator(&self.slots[i].name))?;
-            self.slots[i].replay_drop = self.recompute.drops(i);
-            op.open(&self.contexts[i])
-                .map_err(|e| e.in_operator(&self.slots[i].name))?;
+        for (i, c) in self.chain.iter_mut().enumerate() {
+            if let Some(r) = c.op.recompute() {
+                r.on_barrier(self.recompute.start_epoch(i))
+                    .map_err(|e| e.in_operator(&c.slot.name))?;
+            }
+            c.slot.replay_drop = self.recompute.drops(i);
+            c.op.open(&c.context)
+                .map_err(|e| e.in_operator(&c.slot.name))?;
         }
         let end = if skip {
             InputEnd::Undrained
-        } else if self.source.is_some() {
+        } else if self.kind.is_source() {
             self.run_source()?
-        } else if self.loop_head.is_some() {
+        } else if self.kind.is_loop_head() {
             self.run_loop_head()?
         } else {
             self.run_inputs()?
         };
         if end == InputEnd::Drained {
-            let first_unfinished = if self.source.is_some() { 0 } else { 1 };
+            let first_unfinished = if self.kind.is_source() { 0 } else { 1 };
             self.finish_chain(first_unfinished)?;
         }
         // A skipped (already finished) task ends its consumers' input for good.
@@ -610,9 +434,8 @@ impl Task {
         self.output.timer.set_finished(true);
         let _ = self.reports.send(TaskReport::Finished { task: self.id });
         self.await_finalize()?;
-        for i in 0..self.ops.len() {
-            let name = self.slots[i].name.clone();
-            self.ops[i].close().map_err(|e| e.in_operator(&name))?;
+        for c in &mut self.chain {
+            c.op.close().map_err(|e| e.in_operator(&c.slot.name))?;
         }
         // Consumers that already closed no longer listen: best effort.
         for edge in &self.output.edges {
@@ -627,7 +450,7 @@ impl Task {
     pub(crate) fn handle_control(&mut self, c: Control) -> Result<()> {
         match c {
             Control::Cancel => Err(Error::Cancelled),
-            Control::TriggerCheckpoint(barrier) if self.loop_head.is_some() => {
+            Control::TriggerCheckpoint(barrier) if self.kind.is_loop_head() => {
                 self.trigger_loop_head(barrier)
             }
             Control::TriggerCheckpoint(barrier) => {
@@ -641,7 +464,7 @@ impl Task {
                 self.apply(action)
             }
             Control::ExpectBarrier(id) => {
-                if let Some(head) = self.loop_head.as_mut() {
+                if let Some(head) = self.kind.loop_head_mut() {
                     head.expect_barrier(id);
                 }
                 Ok(())
@@ -661,12 +484,11 @@ impl Task {
         if self.recompute.is_replayed(&barrier) {
             return self.pass_replayed(barrier);
         }
-        if !finished && self.loop_head.is_some() {
+        if !finished && self.kind.is_loop_head() {
             return self.begin_loop_checkpoint(barrier, alignment, false);
         }
         let states = self.chain_states(&barrier, finished)?;
-        let slots = &self.slots;
-        start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
+        start_epoch(&mut self.chain, &barrier)?;
         self.report_snapshot(TaskReport::Snapshot {
             task: self.id,
             checkpoint: barrier.id,
@@ -695,8 +517,8 @@ impl Task {
         barrier: &Barrier,
         finished: bool,
     ) -> Result<Vec<NodeSnapshot>> {
-        let mut states = Vec::with_capacity(self.ops.len() + 1);
-        if let Some(src) = &self.source {
+        let mut states = Vec::with_capacity(self.chain.len() + 1);
+        if let Some(src) = self.kind.source() {
             states.push(NodeSnapshot {
                 node: src.node,
                 state: crate::state::OperatorState {
@@ -708,22 +530,20 @@ impl Task {
                 null_state: None,
             });
         }
-        for i in 0..self.ops.len() {
-            let name = self.slots[i].name.clone();
+        for (i, c) in self.chain.iter_mut().enumerate() {
+            let name = &c.slot.name;
             let state = if self.recompute.persists(i, barrier, finished) {
-                self.ops[i]
-                    .snapshot_state(barrier.id)
-                    .map_err(|e| e.in_operator(&name))?
+                snapshot_op(c.op.as_mut(), barrier.id).map_err(|e| e.in_operator(name))?
             } else {
                 crate::state::OperatorState::default()
             };
             states.push(NodeSnapshot {
-                node: self.node_ids[i],
+                node: c.node,
                 state,
                 null_state: self
                     .recompute
-                    .null_state(i, self.ops[i].as_ref(), barrier)
-                    .map_err(|e| e.in_operator(&name))?,
+                    .null_state(i, c.op.as_mut(), barrier)
+                    .map_err(|e| e.in_operator(name))?,
             });
         }
         Ok(states)
@@ -732,12 +552,11 @@ impl Task {
     /// A barrier replayed by a recompute recovery: operators learn the
     /// epoch, nothing is snapshotted; the last one ends the replay.
     fn pass_replayed(&mut self, barrier: Barrier) -> Result<()> {
-        let slots = &self.slots;
-        start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
+        start_epoch(&mut self.chain, &barrier)?;
         self.output.broadcast(Event::Barrier(barrier))?;
         let ended = self.recompute.passed(&barrier);
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            slot.replay_drop = self.recompute.drops(i);
+        for (i, c) in self.chain.iter_mut().enumerate() {
+            c.slot.replay_drop = self.recompute.drops(i);
         }
         if ended {
             for b in std::mem::take(&mut self.recompute.deferred) {
@@ -749,7 +568,7 @@ impl Task {
 
     /// A replaying source re-injects the barriers recorded at its offset.
     fn inject_replayed(&mut self) -> Result<()> {
-        let Some(src) = self.source.as_ref() else {
+        let Some(src) = self.kind.source() else {
             return Ok(());
         };
         let name = src.slot.name.clone();
@@ -760,17 +579,18 @@ impl Task {
     }
 
     pub(crate) fn notify_complete(&mut self, id: u64) -> Result<()> {
-        if let Some(src) = self.source.as_mut() {
+        if let Some(src) = self.kind.source_mut() {
             let name = src.slot.name.clone();
             src.reader
                 .notify_checkpoint_complete(id)
                 .map_err(|e| e.in_operator(&name))?;
         }
-        for i in 0..self.ops.len() {
-            let name = self.slots[i].name.clone();
-            self.ops[i]
-                .notify_checkpoint_complete(id)
-                .map_err(|e| e.in_operator(&name))?;
+        for c in &mut self.chain {
+            if let Some(state) = c.op.state() {
+                state
+                    .notify_checkpoint_complete(id)
+                    .map_err(|e| e.in_operator(&c.slot.name))?;
+            }
         }
         Ok(())
     }
@@ -817,16 +637,13 @@ impl Task {
     /// `first_unfinished` on also get `end_input(0)` first (their single
     /// input is the operator before them).
     fn finish_chain(&mut self, first_unfinished: usize) -> Result<()> {
-        for i in 0..self.ops.len() {
-            let (left_ops, rest_ops) = self.ops.split_at_mut(i + 1);
-            let (left_slots, rest_slots) = self.slots.split_at_mut(i + 1);
-            let op = &mut left_ops[i];
-            let slot = &mut left_slots[i];
+        for i in 0..self.chain.len() {
+            let (left, rest) = self.chain.split_at_mut(i + 1);
+            let Chained { op, slot, .. } = &mut left[i];
             let name = slot.name.clone();
             let mut out = ChainOut {
                 slot,
-                rest_ops,
-                rest_slots,
+                rest,
                 tail: &mut self.output,
             };
             if i >= first_unfinished {
@@ -862,11 +679,9 @@ impl Task {
                 | Ok(Control::ExpectBarrier(_)) => {}
                 Ok(Control::Finalize { commit_end_of_job }) => {
                     if commit_end_of_job {
-                        for i in 0..self.ops.len() {
-                            let name = self.slots[i].name.clone();
-                            self.ops[i]
-                                .snapshot_state(END_OF_JOB)
-                                .map_err(|e| e.in_operator(&name))?;
+                        for c in &mut self.chain {
+                            snapshot_op(c.op.as_mut(), END_OF_JOB)
+                                .map_err(|e| e.in_operator(&c.slot.name))?;
                         }
                         self.notify_complete(END_OF_JOB)?;
                     }

@@ -5,7 +5,7 @@
 use super::*;
 use crate::error::{Error, Result};
 use crate::event::MAX_WATERMARK;
-use crate::operator::{Collector, Operator};
+use crate::operator::Collector;
 use crate::source::{SourcePoll, SourceReader};
 use crossbeam_channel::TryRecvError;
 use std::time::Duration;
@@ -14,13 +14,12 @@ use std::time::Duration;
 /// of the batch the source is about to emit (`None`: the source has nothing
 /// now) and the source's open splits.
 fn source_progress(
-    ops: &mut [Box<dyn Operator>],
-    slots: &mut [OpSlot],
+    chain: &mut [Chained],
     tail: &mut TaskOutput,
     split: Option<u64>,
     open: &[u64],
 ) -> Result<()> {
-    at_chain_head(ops, slots, tail, |op, out| {
+    at_chain_head(chain, tail, |op, out| {
         op.on_source_progress(split, open, out)
     })
 }
@@ -29,6 +28,7 @@ fn source_progress(
 pub(crate) struct SourceHead {
     pub reader: Box<dyn SourceReader>,
     pub slot: OpSlot,
+    pub context: OperatorContext,
     pub node: usize,
     /// The reader's batches may be cut to what the consumers measured
     /// (buffer debloating at the source); off in recompute mode, whose
@@ -105,7 +105,7 @@ impl Task {
                 Err(TryRecvError::Disconnected) => return Err(Error::Cancelled),
             }
             self.inject_replayed()?;
-            let Some(src) = self.source.as_mut() else {
+            let TaskKind::Source(src) = &mut self.kind else {
                 return Ok(InputEnd::Drained);
             };
             if src.sized {
@@ -129,16 +129,14 @@ impl Task {
                     // FLIP-27: the operator after the source learns the
                     // split of the batch (per-split watermarks).
                     source_progress(
-                        &mut self.ops,
-                        &mut self.slots,
+                        &mut self.chain,
                         &mut self.output,
                         src.reader.last_split(),
                         src.reader.open_splits(),
                     )?;
                     let mut out = ChainOut {
                         slot: &mut src.slot,
-                        rest_ops: &mut self.ops,
-                        rest_slots: &mut self.slots,
+                        rest: &mut self.chain,
                         tail: &mut self.output,
                     };
                     out.emit(batch)?;
@@ -147,8 +145,7 @@ impl Task {
                     // Lets the operator after the source take time-based
                     // decisions (split idleness) while no batch comes.
                     source_progress(
-                        &mut self.ops,
-                        &mut self.slots,
+                        &mut self.chain,
                         &mut self.output,
                         None,
                         src.reader.open_splits(),
@@ -175,8 +172,7 @@ impl Task {
                         .check_end(&src.reader.offset(), &src.slot.name)?;
                     let mut out = ChainOut {
                         slot: &mut src.slot,
-                        rest_ops: &mut self.ops,
-                        rest_slots: &mut self.slots,
+                        rest: &mut self.chain,
                         tail: &mut self.output,
                     };
                     out.emit_watermark(MAX_WATERMARK)?;

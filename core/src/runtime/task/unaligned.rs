@@ -26,9 +26,9 @@ use std::time::Instant;
 
 use arrow::record_batch::RecordBatch;
 
+use super::start_epoch;
 use super::*;
 use crate::checkpoint::channel_state::ChannelCapture;
-use crate::runtime::replay::start_epoch;
 
 /// The unaligned checkpoint a task is capturing.
 pub(crate) struct Capturing {
@@ -314,15 +314,14 @@ impl Task {
             capture: ChannelCapture::new(barrier.id, &ended),
             started: Instant::now(),
         };
-        if self.loop_head.is_some() {
+        if self.kind.is_loop_head() {
             // A loop head's snapshot is its loop checkpoint's, which also
             // waits for the feedback channel state (`loop_unaligned.rs`).
             self.unaligned.current = Some(capturing(Vec::new()));
             return self.begin_loop_checkpoint(barrier, std::time::Duration::ZERO, true);
         }
         let states = self.chain_states(&barrier, false)?;
-        let slots = &self.slots;
-        start_epoch(&mut self.ops, |i| slots[i].name.to_string(), &barrier)?;
+        start_epoch(&mut self.chain, &barrier)?;
         self.unaligned.current = Some(capturing(states));
         self.output.broadcast_overtaking(barrier)
     }
@@ -332,8 +331,8 @@ impl Task {
             return Ok(());
         };
         self.unaligned.settled = self.unaligned.settled.max(c.barrier.id);
-        let name = self.slots.first().map_or("", |s| &s.name).to_string();
-        if self.loop_head.is_some() {
+        let name = self.chain.first().map_or("", |c| &c.slot.name).to_string();
+        if self.kind.is_loop_head() {
             let elapsed = c.started.elapsed();
             return self.loop_inputs_captured(c.barrier.id, c.capture.into_state(&name), elapsed);
         }
