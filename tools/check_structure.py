@@ -47,7 +47,6 @@ LONG_FUNCTIONS: dict[tuple[str, str], int] = {
     ("core/src/operator/join/plan.rs", "new"): 136,
     ("core/src/operator/join/mod.rs", "join_batch"): 130,
     ("core/src/checkpoint/channel_rescale.rs", "redistribute"): 123,
-    ("python/src/job.rs", "config_from_py"): 119,
     ("core/src/operator/keyed_agg/store.rs", "process"): 119,
     ("core/src/checkpoint/recompute.rs", "for_restore"): 102,
     ("benches/python/bench_engine.py", "main"): 116,
@@ -154,7 +153,7 @@ def python_modules(pkg: Path) -> dict[str, Path]:
 
 PYTHON_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundations", ("eddyline.errors", "eddyline.config", "eddyline._storage",
-                     "eddyline._checks", "eddyline.scope")),
+                     "eddyline._checks", "eddyline.scope", "eddyline._registry")),
     ("user-function API", ("eddyline.process_functions", "eddyline.broadcast_functions")),
     ("execution", ("eddyline._exec.*",)),
     ("plan", ("eddyline.expr", "eddyline._specs", "eddyline._graph", "eddyline._explain",
@@ -181,10 +180,6 @@ ALLOWED_PYTHON_EDGES: dict[tuple[str, str], str] = {
         "the window executor hands the user TimeWindow values",
     ("eddyline.process_functions", "eddyline.windows"):
         "ProcessContext.output takes an OutputTag",
-    ("eddyline._specs", "eddyline.sources"):
-        "a source node spec names its reader factory's type",
-    ("eddyline._graph", "eddyline.sinks"):
-        "a collect node holds its CollectHandle",
     ("eddyline.environment", "eddyline.client"):
         "execute() returns a JobResult (importing client.job runs the package)",
     ("eddyline.environment", "eddyline.client.job"):

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from ._graph import LogicalGraph, LogicalNode, native
-from ._specs import EdgeSpec, NodeSpec
+from ._specs import EdgeSpec, LoopHeadSpec, NodeSpec
 
 __all__ = ["PlanText", "explain"]
 
@@ -67,7 +67,7 @@ def explain(
     ]
     for index, chain in enumerate(chains):
         head = specs[chain[0]]
-        lines.append(f"task {index} (parallelism {head['parallelism']}):")
+        lines.append(f"task {index} (parallelism {head.parallelism}):")
         for nid in chain:
             lines.extend(
                 "  " + line for line in _node_lines(specs, nid, uids[nid], schemas[nid], members)
@@ -85,26 +85,26 @@ def _node_lines(
     """The entry of one node: its title line and its indented details."""
     spec = specs[nid]
     group = members[nid]
-    kind: str = spec["kind"]
+    kind: str = spec.kind
     if kind == "python" and len(group) == 1 and group[0].op != kind:
         kind = f"python {group[0].op}"
-    generated = "" if spec["uid"] is not None else " (generated)"
-    lines = [f"[{nid}] {kind} '{spec['name']}'  uid '{uid}'{generated}"]
+    generated = "" if spec.uid is not None else " (generated)"
+    lines = [f"[{nid}] {kind} '{spec.name}'  uid '{uid}'{generated}"]
     details: list[str] = []
     if len(group) > 1:
         stages = ", ".join(f"{m.op} '{m.display_name}'" for m in group)
         details.append(f"fused: {stages}")
-    if spec["scope"]:
+    if spec.scope:
         # Loops by their heads' names: loop ids are numbered per process, not per job.
-        heads = {s["loop"]: s["name"] for s in specs if s["kind"] == "loop_head"}
-        loops = " in ".join(f"'{heads[loop]}'" for loop in reversed(spec["scope"]))
+        heads = {s.op.loop: s.name for s in specs if isinstance(s.op, LoopHeadSpec)}
+        loops = " in ".join(f"'{heads[loop]}'" for loop in reversed(spec.scope))
         details.append(f"in loop {loops}")
-    if spec["kind"] == "loop_head":
-        feedback = spec["feedback_from"]
+    if isinstance(spec.op, LoopHeadSpec):
+        feedback = spec.op.feedback_from
         details.append(f"feedback: from [{feedback}]" if feedback is not None else "feedback: -")
-    numbered = any(edge["input"] for edge in spec["inputs"])
-    for edge in spec["inputs"]:
-        label = f"input {edge['input']}" if numbered else "input"
+    numbered = any(edge.input for edge in spec.inputs)
+    for edge in spec.inputs:
+        label = f"input {edge.input}" if numbered else "input"
         details.append(f"{label}: {_edge_text(specs, edge, members)}")
     for tag, (port, _) in sorted(group[0].side_outputs.items(), key=lambda e: e[1][0]):
         details.append(f"side output '{tag}': port {port}")
@@ -128,17 +128,17 @@ def _node_lines(
 
 def _edge_text(specs: list[NodeSpec], edge: EdgeSpec, members: dict[int, list[LogicalNode]]) -> str:
     """``[id] partitioning``, with the producer's port when it is not the main output."""
-    partition: str = edge["partition"]
+    partition: str = edge.partition
     if partition == "hash":
-        partition = f"hash({', '.join(edge['keys'])})"
-    text = f"[{edge['node']}] {partition}"
-    port = edge["port"]
+        partition = f"hash({', '.join(edge.keys)})"
+    text = f"[{edge.node}] {partition}"
+    port = edge.port
     if port:
-        producer = members[edge["node"]][0]
+        producer = members[edge.node][0]
         tags = [tag for tag, (p, _) in producer.side_outputs.items() if p == port]
         if tags:
             text += f", side output '{tags[0]}'"
-        elif specs[edge["node"]]["kind"] == "loop_head":
+        elif specs[edge.node].kind == "loop_head":
             text += ", feedback"
         else:
             text += f", port {port}"

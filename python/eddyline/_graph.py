@@ -2,10 +2,11 @@
 
 Every DSL call appends one :class:`LogicalNode`. At build time
 (:meth:`LogicalGraph.compile`) the nodes that lead to the requested targets
-are translated into the node specs ``eddyline._core`` consumes (the typed
-dicts of ``eddyline/_specs.py``, one per node kind); consecutive
-per-record Python stages with the same parallelism are fused into one
-``python`` node there.
+are compiled into the node specs ``eddyline._core`` consumes: each node's
+operator spec (``eddyline/_specs.py``, built by the DSL method and held here
+unchanged) inside a :class:`~eddyline._specs.NodeSpec` with its id, name,
+parallelism and inputs; consecutive per-record Python stages with the same
+parallelism are fused into one ``python`` node there.
 """
 
 from __future__ import annotations
@@ -13,26 +14,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import pyarrow as pa
 
-from ._exec.codegen import Stage
-from ._exec.factory import RunnerFactory
-from ._exec.records import RecordChainRunner
+from ._registry import Stage, record_chain_factory
 from ._specs import (
-    AssignTimestampsSpec,
     EdgeSpec,
-    NodeBase,
+    FilterSpec,
+    JoinSpec,
+    LoopHeadSpec,
     NodeSpec,
+    OperatorSpec,
+    Partition,
+    PythonPlanSpec,
     PythonSpec,
+    RecordStageSpec,
+    SelectSpec,
+    SourceArrowSpec,
     SourceParquetSpec,
+    SourceSequenceSpec,
 )
 from .errors import GraphError
 from .scope import StreamScope
-
-if TYPE_CHECKING:
-    from .sinks import CollectHandle
 
 __all__ = ["LogicalEdge", "LogicalGraph", "LogicalNode", "native"]
 
@@ -66,27 +70,25 @@ class LogicalEdge:
 class LogicalNode:
     """One operator as the user declared it.
 
-    ``kind`` is a binding node kind, or ``"record"`` for a per-record Python
-    stage (fused at build time). ``params`` holds the kind's own spec fields
-    (read by ``_native_spec``), except for ``python`` nodes
-    (``params["make_factory"]`` builds the runner factory from the node's
-    final name) and loop heads (``params["feedback_node"]`` is the logical id
-    of the loop's feedback, set when the loop closes).
+    ``spec`` is the operator's spec as the DSL method built it: a native
+    kind's is what the binding reads; a per-record Python stage
+    (:class:`~eddyline._specs.RecordStageSpec`) is fused at build time and
+    other Python code (:class:`~eddyline._specs.PythonPlanSpec`) gets its
+    runner factory from the node's final name; a loop head's
+    ``feedback_from`` is the logical id of the loop's feedback, set when the
+    loop closes.
     """
 
     id: int
     op: str
-    kind: str
+    spec: OperatorSpec
     inputs: list[LogicalEdge]
     scope: StreamScope
     schema: pa.Schema | None = None
-    params: dict[str, Any] = field(default_factory=dict)
     keys: list[str] | None = None
-    stage: tuple[str, Callable[..., Any]] | None = None
     parallelism: int | None = None
     name: str | None = None
     uid: str | None = None
-    collect: CollectHandle | None = None
     time_column: str | None = None
     """The event-time column of the stream (set by the nearest upstream ``assign_timestamps``)."""
     window_end: str | None = None
@@ -97,6 +99,11 @@ class LogicalNode:
     """The node's side outputs: output tag name -> (output port, schema if known)."""
 
     @property
+    def kind(self) -> str:
+        """The operator's kind (``"record"`` for a per-record Python stage)."""
+        return self.spec.kind
+
+    @property
     def display_name(self) -> str:
         """The user's name, or the default ``<op>_<id>``."""
         return self.name if self.name is not None else f"{self.op}_{self.id}"
@@ -104,7 +111,23 @@ class LogicalNode:
     @property
     def is_sink(self) -> bool:
         """True for sink nodes."""
-        return self.kind.startswith("sink_") or bool(self.params.get("is_sink"))
+        return self.kind.startswith("sink_") or (
+            isinstance(self.spec, PythonPlanSpec) and self.spec.is_sink
+        )
+
+    @property
+    def input_keys(self) -> list[list[str]] | None:
+        """A two-input keyed operator's key columns, per input (each input is
+        hashed on its own)."""
+        if isinstance(self.spec, JoinSpec):
+            return [self.spec.left_keys, self.spec.right_keys]
+        if isinstance(self.spec, PythonPlanSpec):
+            return self.spec.input_keys
+        return None
+
+    def update_spec(self, **changes: Any) -> None:
+        """Replaces fields of the node's spec (a source's inputs pinned before a run)."""
+        self.spec = replace(self.spec, **changes)  # type: ignore[type-var]
 
 
 @dataclass
@@ -118,7 +141,8 @@ class CompiledGraph:
 
     nodes: list[NodeSpec]
     physical: dict[int, int]
-    collects: list[tuple[CollectHandle, int]]
+    collects: list[tuple[int, int]]
+    """The collect sinks compiled: (logical id, physical id) each."""
 
 
 class LogicalGraph:
@@ -136,14 +160,12 @@ class LogicalGraph:
     def add(
         self,
         op: str,
-        kind: str,
+        spec: OperatorSpec,
         inputs: Iterable[LogicalEdge],
         *,
         scope: StreamScope,
         schema: pa.Schema | None = None,
-        params: dict[str, Any] | None = None,
         keys: list[str] | None = None,
-        stage: tuple[str, Callable[..., Any]] | None = None,
         time_column: str | None = None,
         window_end: str | None = None,
     ) -> LogicalNode:
@@ -151,18 +173,29 @@ class LogicalGraph:
         node = LogicalNode(
             id=len(self.nodes),
             op=op,
-            kind=kind,
+            spec=spec,
             inputs=list(inputs),
             scope=scope,
             schema=schema,
-            params=params or {},
             keys=keys,
-            stage=stage,
             time_column=time_column,
             window_end=window_end,
         )
         self.nodes.append(node)
         return node
+
+    @property
+    def next_id(self) -> int:
+        """The id the next node added gets (default names are ``<op>_<id>``)."""
+        return len(self.nodes)
+
+    def close_loop(self, head: LogicalNode, feedback: LogicalNode) -> None:
+        """Wires ``feedback`` back to the loop ``head`` (its loop function returned)."""
+        head.update_spec(feedback_from=feedback.id)
+
+    def discard_from(self, node: LogicalNode) -> None:
+        """Removes ``node`` and every node added after it (a loop whose function failed)."""
+        del self.nodes[node.id :]
 
     def discard_last(self, node: LogicalNode) -> None:
         """Removes ``node`` if it is the last one (after a failed build-time check)."""
@@ -187,7 +220,7 @@ class LogicalGraph:
             seen.add(nid)
             node = self.nodes[nid]
             stack.extend(edge.node for edge in node.inputs)
-            feedback = node.params.get("feedback_node") if node.kind == "loop_head" else None
+            feedback = node.spec.feedback_from if isinstance(node.spec, LoopHeadSpec) else None
             if feedback is not None:
                 stack.append(feedback)
         return sorted(seen)
@@ -206,8 +239,8 @@ class LogicalGraph:
             node = view[nid]
             for edge in node.inputs:
                 consumers[edge.node] += 1
-            if node.kind == "loop_head":
-                feedback = node.params.get("feedback_node")
+            if isinstance(node.spec, LoopHeadSpec):
+                feedback = node.spec.feedback_from
                 if feedback is not None:
                     # The feedback edge is a consumer too: never fuse past it.
                     consumers[feedback] += 1
@@ -225,8 +258,8 @@ class LogicalGraph:
         pushdown = {
             nid: columns
             for nid in needed
-            if view[nid].kind == "source_parquet"
-            and "columns" not in view[nid].params
+            if isinstance(view[nid].spec, SourceParquetSpec)
+            and view[nid].spec.columns is None  # type: ignore[union-attr]
             and (columns := self._columns_read(nid, readers)) is not None
         }
 
@@ -252,34 +285,37 @@ class LogicalGraph:
         input_rows = self._input_rows(needed, view)
         uids: dict[str, str] = {}
         out: list[NodeSpec] = []
-        collects: list[tuple[CollectHandle, int]] = []
+        collects: list[tuple[int, int]] = []
         for index, group in enumerate(groups):
             members = [view[m] for m in group.members]
             first = members[0]
             name = "+".join(member.display_name for member in members)
             parallelism = self.parallelism_of(members[-1])
-            base: NodeBase = {
-                "id": index,
-                "name": name,
-                "uid": _group_uid(members, name, uids),
-                "parallelism": parallelism,
-                "inputs": self._edges(first, parallelism, group_of),
-                "scope": first.scope._loop_path(),
-            }
-            if first.side_outputs and first.params.get("declares_side_outputs"):
-                # A process function's side outputs: one port each.
-                base["side_outputs"] = sorted(first.side_outputs.values(), key=lambda e: e[0])
-            elif first.side_outputs:
-                # A window's late records, on port 1.
-                base["late_output"] = True
-            spec = self._spec(base, members, group_of)
-            if spec["kind"] == "python" and isinstance(spec["factory"], RunnerFactory):
-                spec["factory"].input_rows = input_rows[first.id]
-            if first.id in pushdown and spec["kind"] == "source_parquet":
-                spec["columns"] = pushdown[first.id]
-            out.append(spec)
-            if first.collect is not None:
-                collects.append((first.collect, index))
+            op = self._spec(name, members, group_of)
+            if isinstance(op, PythonSpec) and hasattr(op.factory, "input_rows"):
+                op.factory.input_rows = input_rows[first.id]
+            if first.id in pushdown and isinstance(op, SourceParquetSpec):
+                op = replace(op, columns=pushdown[first.id])
+            declares = isinstance(first.spec, PythonPlanSpec) and first.spec.declares_side_outputs
+            out.append(
+                NodeSpec(
+                    id=index,
+                    name=name,
+                    uid=_group_uid(members, name, uids),
+                    parallelism=parallelism,
+                    inputs=self._edges(first, parallelism, group_of),
+                    scope=first.scope._loop_path(),
+                    op=op,
+                    # A window's late records, on port 1.
+                    late_output=bool(first.side_outputs) and not declares,
+                    # A process function's side outputs: one port each.
+                    side_outputs=(
+                        sorted(first.side_outputs.values(), key=lambda e: e[0]) if declares else []
+                    ),
+                )
+            )
+            if first.kind == "sink_collect":
+                collects.append((first.id, index))
         return CompiledGraph(
             nodes=out,
             physical={nid: group_of[nid] for nid in needed},
@@ -372,12 +408,13 @@ class LogicalGraph:
         for nid in needed:  # in build order: a node's inputs come before it
             node = view[nid]
             known: int | None
-            if node.kind == "source_arrow":
-                known = sum(batch.num_rows for batch in node.params["batches"])
-            elif node.kind == "source_sequence":
-                known = node.params["end"] - node.params["start"]
-            elif node.kind == "source_parquet":
-                known = node.params.get("num_rows")
+            spec = node.spec
+            if isinstance(spec, SourceArrowSpec):
+                known = sum(batch.num_rows for batch in spec.batches)
+            elif isinstance(spec, SourceSequenceSpec):
+                known = spec.end - spec.start
+            elif isinstance(spec, SourceParquetSpec):
+                known = spec.num_rows
             elif not node.inputs or node.kind == "loop_head" or node.scope.loop_id is not None:
                 known = None
             else:
@@ -393,10 +430,10 @@ class LogicalGraph:
         forwarded at the same parallelism, rebalanced otherwise."""
         edges: list[EdgeSpec] = []
         # A two-input keyed operator (a join) hashes each input on its own keys.
-        input_keys: list[list[str]] | None = node.params.get("input_keys")
+        input_keys = node.input_keys
         for edge in node.inputs:
             producer = self.nodes[edge.node]
-            partition: Literal["forward", "rebalance", "broadcast", "hash"]
+            partition: Partition
             if edge.broadcast:
                 partition, keys = "broadcast", []
             elif input_keys is not None:
@@ -407,67 +444,38 @@ class LogicalGraph:
                 partition, keys = "forward", []
             else:
                 partition, keys = "rebalance", []
-            edges.append(
-                {
-                    "node": group_of[edge.node],
-                    "partition": partition,
-                    "keys": keys,
-                    "input": edge.input,
-                    "port": edge.port,
-                }
-            )
+            edges.append(EdgeSpec(group_of[edge.node], partition, keys, edge.input, edge.port))
         return edges
 
     def _spec(
-        self, base: NodeBase, members: list[LogicalNode], group_of: dict[int, int]
-    ) -> NodeSpec:
-        """The spec of one group: fused record stages, or a single node."""
+        self, name: str, members: list[LogicalNode], group_of: dict[int, int]
+    ) -> OperatorSpec:
+        """The operator spec of one group: fused record stages, or a single node's
+        spec (a Python node's with its runner factory, a loop head's with the
+        physical id of its feedback)."""
         first, last = members[0], members[-1]
-        if first.kind == "record":
+        spec = first.spec
+        if isinstance(spec, RecordStageSpec):
             stages: list[Stage] = []
             for member in members:
-                assert member.stage is not None
-                kind, fn = member.stage
-                stages.append((kind, fn, member.display_name))  # type: ignore[arg-type]
-            factory = RunnerFactory(
-                RecordChainRunner, base["name"], stages, last.schema, self._batch_size()
+                assert isinstance(member.spec, RecordStageSpec)
+                stages.append((member.spec.stage, member.spec.fn, member.display_name))
+            factory = record_chain_factory(name, stages, last.schema, self._batch_size())
+            return PythonSpec(factory, last.schema, keys=None, is_sink=False)
+        if isinstance(spec, PythonPlanSpec):
+            return PythonSpec(
+                spec.make_factory(name),
+                spec.output_schema,
+                keys=list(first.keys) if first.keys else None,
+                is_sink=spec.is_sink,
+                input_keys=[list(k) for k in spec.input_keys] if spec.input_keys else None,
             )
-            return {
-                **base,
-                "kind": "python",
-                "factory": factory,
-                "output_schema": last.schema,
-                "keys": None,
-                "is_sink": False,
-            }
-        params = first.params
-        if first.kind == "python":
-            spec: PythonSpec = {
-                **base,
-                "kind": "python",
-                "factory": params["make_factory"](base["name"]),
-                "output_schema": params.get("output_schema"),
-                "keys": list(first.keys) if first.keys else None,
-                "is_sink": first.is_sink,
-            }
-            if "input_keys" in params:
-                spec["input_keys"] = [list(k) for k in params["input_keys"]]
-            return spec
-        if first.kind == "loop_head":
-            assert first.scope.loop_id is not None  # a loop head is in its loop's scope
-            feedback = params.get("feedback_node")
-            return {
-                **base,
-                "kind": "loop_head",
-                "loop": first.scope.loop_id,
-                "feedback_from": group_of.get(feedback) if feedback is not None else None,
-                "feedback_memory": params["feedback_memory"],
-                "priority": params["priority"],
-                "co": params["co"],
-                "spill_dir": params.get("spill_dir"),
-                "feedback_schema": params.get("feedback_schema"),
-            }
-        return _native_spec(base, first)
+        if isinstance(spec, LoopHeadSpec):
+            feedback = spec.feedback_from
+            return replace(
+                spec, feedback_from=group_of.get(feedback) if feedback is not None else None
+            )
+        return spec
 
     def _columns_read(self, nid: int, readers: dict[int, list[int]]) -> list[str] | None:
         """The columns of ``nid``'s output that its readers use, in its schema's order,
@@ -480,16 +488,16 @@ class LogicalGraph:
         used: set[str] = set()
         for reader in readers[nid]:
             node = self.nodes[reader]
-            if "reads" not in node.params or node.collect is not None or node.side_outputs:
+            if node.side_outputs:
                 return None
-            if node.kind == "filter":
+            if isinstance(node.spec, FilterSpec):
                 below = self._columns_read(reader, readers)
                 if below is None:
                     return None
                 used.update(below)
-            elif node.kind != "select":
+            elif not isinstance(node.spec, SelectSpec):
                 return None
-            used.update(node.params["reads"])
+            used.update(node.spec.reads)
         if used.isdisjoint(schema.names):
             return None
         return [name for name in schema.names if name in used]
@@ -527,103 +535,3 @@ def _group_uid(members: list[LogicalNode], name: str, uids: dict[str, str]) -> s
         )
     uids[uid] = name
     return uid
-
-
-def _native_spec(base: NodeBase, node: LogicalNode) -> NodeSpec:
-    """The spec of a native operator, source or sink from the node's DSL params."""
-    p = node.params
-    match node.kind:
-        case "source_arrow":
-            return {**base, "kind": "source_arrow", "schema": p["schema"], "batches": p["batches"]}
-        case "source_sequence":
-            return {**base, "kind": "source_sequence", "start": p["start"], "end": p["end"]}
-        case "source_parquet":
-            parquet: SourceParquetSpec = {
-                **base,
-                "kind": "source_parquet",
-                "paths": p["paths"],
-                "storage_options": dict(p.get("storage_options") or {}),
-            }
-            if "columns" in p:
-                parquet["columns"] = list(p["columns"])
-            return parquet
-        case "source_python":
-            return {
-                **base,
-                "kind": "source_python",
-                "schema": p["schema"],
-                "make_reader": p["make_reader"],
-                "union_offsets": p.get("union_offsets", False),
-            }
-        case "filter":
-            return {**base, "kind": "filter", "expr": p["expr"]}
-        case "with_columns" | "select":
-            return {**base, "kind": node.kind, "columns": p["columns"]}
-        case "assign_timestamps":
-            spec: AssignTimestampsSpec = {
-                **base,
-                "kind": "assign_timestamps",
-                "column": p["column"],
-                "max_out_of_orderness_ms": p["max_out_of_orderness_ms"],
-            }
-            if "idle_timeout_ms" in p:
-                spec["idle_timeout_ms"] = p["idle_timeout_ms"]
-            return spec
-        case "keyed_agg":
-            keys = list(node.keys or [])
-            return {
-                **base,
-                "kind": "keyed_agg",
-                "keys": keys,
-                "agg": p["agg"],
-                "column": p["column"],
-            }
-        case "window":
-            return {
-                **base,
-                "kind": "window",
-                "keys": p["keys"],
-                "time_column": p["time_column"],
-                "assigner": p["assigner"],
-                "agg": p["agg"],
-                "column": p["column"],
-            }
-        case "session_window":
-            return {
-                **base,
-                "kind": "session_window",
-                "keys": p["keys"],
-                "time_column": p["time_column"],
-                "gap_ms": p["gap_ms"],
-                "agg": p["agg"],
-                "column": p["column"],
-            }
-        case "join":
-            return {
-                **base,
-                "kind": "join",
-                "left_keys": p["input_keys"][0],
-                "right_keys": p["input_keys"][1],
-                "how": p["how"],
-                "within": p["within"],
-                "state_ttl_ms": p["state_ttl_ms"],
-                "time_columns": p["time_columns"],
-                "temporal": bool(p.get("temporal")),
-                "window_ms": p.get("window_ms"),
-                "window_slide_ms": p.get("window_slide_ms"),
-                "session_gap_ms": p.get("session_gap_ms"),
-            }
-        case "loop_exit" | "union":
-            return {**base, "kind": node.kind}
-        case "sink_collect":
-            return {**base, "kind": "sink_collect"}
-        case "sink_discard":
-            return {**base, "kind": "sink_discard"}
-        case "sink_parquet":
-            return {
-                **base,
-                "kind": "sink_parquet",
-                "dir": p["dir"],
-                "storage_options": dict(p.get("storage_options") or {}),
-            }
-    raise GraphError(f"unknown node kind '{node.kind}'", operator=base["name"])

@@ -1,59 +1,374 @@
-"""The node specs the DSL hands to the native layer (``eddyline._core``).
+"""The typed plan: one frozen spec per operator kind, as the native layer reads it.
 
-A job graph crosses the Rust/Python boundary as a list of node specs, one
-typed dict per physical node, in topological order: the fields every node has
-(:class:`NodeBase`) and those of its ``kind``. ``eddyline/_graph.py`` builds
-them (mypy checks every key and value type against these definitions) and
-``python/src/graph.rs`` reads them, one function per kind (DESIGN.md
-"Layers": conversions only in the binding). The stub ``_core.pyi`` types the
-graph arguments of ``build_graph``, ``start_job`` and ``WorkerSession.run``
-with :data:`NodeSpec`.
+A DSL method builds the spec of its operator when it is called; the logical
+node (``eddyline/_graph.py``) holds it unchanged, and the compiled graph
+hands it to ``eddyline._core`` inside a :class:`NodeSpec` (what every
+physical node has: id, name, uid, parallelism, inputs, scope). The field
+names are the names ``python/src/graph.rs`` reads, by attribute, with one
+derived ``FromPyObject`` per kind (DESIGN.md "Layers": conversions only in
+the binding): nothing is renamed on the way. The job configuration crosses
+the same way (:class:`JobConfigSpec`).
+
+This module is the plan layer: it imports nothing of the DSL or of the
+execution layer (a runner factory is an opaque callable here).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NotRequired, TypeAlias, TypedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import pyarrow as pa
 
-from .expr import Tree
-
-if TYPE_CHECKING:
-    from ._exec.factory import RunnerFactory
-    from .sources import SourceReaderFactory
+from .expr import Expr
 
 __all__ = [
     "AggName",
+    "AssignTimestampsSpec",
+    "CheckpointSpec",
     "EdgeSpec",
-    "NodeBase",
+    "FilterSpec",
+    "JobConfigSpec",
+    "JoinSpec",
+    "KeyedAggSpec",
+    "LoopExitSpec",
+    "LoopHeadSpec",
     "NodeSpec",
+    "OperatorSpec",
+    "PythonPlanSpec",
+    "PythonSpec",
+    "RecordStageSpec",
+    "RestartSpec",
+    "SessionWindowSpec",
+    "SinkCollectSpec",
+    "SinkDiscardSpec",
+    "SinkParquetSpec",
+    "SourceArrowSpec",
+    "SourceParquetSpec",
+    "SourcePythonSpec",
+    "SelectSpec",
+    "SourceSequenceSpec",
+    "UnionSpec",
     "WindowAssignerSpec",
+    "WindowSpec",
+    "WithColumnsSpec",
 ]
 
 AggName: TypeAlias = Literal["sum", "count", "min", "max"]
 """A native aggregate (keyed running aggregates and windows)."""
 
-WindowAssignerSpec: TypeAlias = (
-    tuple[Literal["tumbling"], int] | tuple[Literal["sliding"], int, int]
-)
-"""``("tumbling", size_ms)`` or ``("sliding", size_ms, slide_ms)``."""
+Partition: TypeAlias = Literal["forward", "rebalance", "broadcast", "hash"]
 
 
-class EdgeSpec(TypedDict):
+@dataclass(frozen=True, slots=True)
+class EdgeSpec:
     """An input of a node: the producing node, how records are partitioned to
     this node's subtasks, which logical input they arrive on and the
     producer's output port (1: a co-loop head's feedback or a window's late
     records)."""
 
     node: int
-    partition: Literal["forward", "rebalance", "broadcast", "hash"]
+    partition: Partition
     keys: list[str]
     input: int
     port: int
 
 
-class NodeBase(TypedDict):
-    """What every node spec holds; ``scope`` is the loop path, outermost loop first.
+# ---- sources -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceArrowSpec:
+    """``env.from_collection`` / ``from_arrow``: batches held in the spec."""
+
+    kind: ClassVar[str] = "source_arrow"
+    schema: pa.Schema
+    batches: list[pa.RecordBatch]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSequenceSpec:
+    """``env.from_sequence``: the int64 column ``value`` over ``[start, end)``."""
+
+    kind: ClassVar[str] = "source_sequence"
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceParquetSpec:
+    """``env.from_parquet`` and ``from_spark``: the files, read in order.
+
+    ``storage_options``: of the object store the paths lie on (empty: local
+    paths, or the standard environment variables). ``columns``: read only
+    these top-level columns (``from_parquet(columns=)`` or pushed down from
+    the selects that read the source); None: every column. ``num_rows``: the
+    rows of local files in all (a hint for worker start-up, not read natively).
+    """
+
+    kind: ClassVar[str] = "source_parquet"
+    paths: list[str]
+    storage_options: dict[str, str] = field(default_factory=dict)
+    columns: list[str] | None = None
+    num_rows: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePythonSpec:
+    """``env.from_source``: a user :class:`~eddyline.Source` behind its reader
+    factory; ``union_offsets``: offsets are restored by union (a source that
+    discovers its splits)."""
+
+    kind: ClassVar[str] = "source_python"
+    schema: pa.Schema
+    make_reader: Callable[..., Any]
+    union_offsets: bool = False
+
+
+# ---- native operators ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FilterSpec:
+    """A native filter on a boolean expression; ``reads``: the columns it reads."""
+
+    kind: ClassVar[str] = "filter"
+    expr: Expr
+    reads: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class WithColumnsSpec:
+    """``with_columns``: adds or replaces named expressions; ``reads``: the
+    columns they read."""
+
+    kind: ClassVar[str] = "with_columns"
+    columns: list[tuple[str, Expr]]
+    reads: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class SelectSpec:
+    """``select``: keeps only the named expressions; ``reads``: the columns
+    they read."""
+
+    kind: ClassVar[str] = "select"
+    columns: list[tuple[str, Expr]]
+    reads: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AssignTimestampsSpec:
+    """Event time from ``column``; watermarks trail the largest time by the bound."""
+
+    kind: ClassVar[str] = "assign_timestamps"
+    column: str
+    max_out_of_orderness_ms: int
+    idle_timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedAggSpec:
+    """A running native aggregate per key (``column`` is None for ``count``)."""
+
+    kind: ClassVar[str] = "keyed_agg"
+    keys: list[str]
+    agg: AggName
+    column: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAssignerSpec:
+    """Tumbling (``slide_ms`` None) or sliding windows of ``size_ms``."""
+
+    size_ms: int
+    slide_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSpec:
+    """A native event-time window aggregate per key."""
+
+    kind: ClassVar[str] = "window"
+    keys: list[str]
+    time_column: str
+    assigner: WindowAssignerSpec
+    agg: AggName
+    column: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWindowSpec:
+    """Native event-time session windows (``ed.Session(gap)``) with an aggregate per key."""
+
+    kind: ClassVar[str] = "session_window"
+    keys: list[str]
+    time_column: str
+    gap_ms: int
+    agg: AggName
+    column: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinSpec:
+    """A native keyed join of input 0 (left) and input 1 (right) (``stream.join``).
+
+    ``within``: ``(lower_ms, upper_ms)`` of an interval join, None for an
+    unbounded one (bounded by ``state_ttl_ms`` when given); ``time_columns``:
+    the event-time columns of the left and right inputs; ``temporal``: an
+    event-time "as of" join against the right input's versions;
+    ``window_ms``/``window_slide_ms``: a join within windows;
+    ``session_gap_ms``: within session windows formed from both inputs' rows.
+    """
+
+    kind: ClassVar[str] = "join"
+    left_keys: list[str]
+    right_keys: list[str]
+    how: Literal["inner", "left", "right", "outer"]
+    within: tuple[int, int] | None
+    state_ttl_ms: int | None
+    time_columns: tuple[str | None, str | None]
+    temporal: bool = False
+    window_ms: int | None = None
+    window_slide_ms: int | None = None
+    session_gap_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopHeadSpec:
+    """The head of loop ``loop`` (FLIP-15, FLIP-16): its feedback arrives from
+    node ``feedback_from`` (None while the loop is still being built; a
+    logical id in the logical graph, a physical one once compiled)."""
+
+    kind: ClassVar[str] = "loop_head"
+    loop: int
+    feedback_memory: int
+    priority: Literal["feedback_first", "adaptive"]
+    co: bool
+    spill_dir: str | None
+    feedback_schema: pa.Schema | None
+    feedback_from: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopExitSpec:
+    """A loop's exit: no fields of its own."""
+
+    kind: ClassVar[str] = "loop_exit"
+
+
+@dataclass(frozen=True, slots=True)
+class UnionSpec:
+    """A union of same-schema inputs: no fields of its own."""
+
+    kind: ClassVar[str] = "union"
+
+
+# ---- Python code -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PythonPlanSpec:
+    """Python code as the DSL declares it: ``make_factory(name)`` makes the
+    runner factory once the node's final name is known (at compile time).
+
+    ``is_sink``: a user's TwoPhaseCommitSink (it commits outside the process,
+    so it is a sink to the engine); ``declares_side_outputs``: a process
+    function, whose side outputs are declared by asking for them;
+    ``input_keys``: a two-input keyed function's key columns per input.
+    """
+
+    kind: ClassVar[str] = "python"
+    make_factory: Callable[[str], Any]
+    output_schema: pa.Schema | None
+    is_sink: bool = False
+    declares_side_outputs: bool = False
+    input_keys: list[list[str]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordStageSpec:
+    """One per-record Python stage (``map``, ``flat_map``, ``filter(fn)``),
+    fused with its neighbours into one ``python`` node at compile time."""
+
+    kind: ClassVar[str] = "record"
+    stage: Literal["map", "flat_map", "filter"]
+    fn: Callable[..., Any]
+    output_schema: pa.Schema | None
+
+
+@dataclass(frozen=True, slots=True)
+class PythonSpec:
+    """Python code (fused per-record stages, batch, keyed, window or sink
+    functions) run by the runners ``factory`` makes; hash-partitioned on
+    ``keys`` (or, for two inputs, on ``input_keys``) when given."""
+
+    kind: ClassVar[str] = "python"
+    factory: Any
+    output_schema: pa.Schema | None
+    keys: list[str] | None
+    is_sink: bool
+    input_keys: list[list[str]] | None = None
+
+
+# ---- sinks -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SinkCollectSpec:
+    """``stream.collect()``: batches kept in the driver."""
+
+    kind: ClassVar[str] = "sink_collect"
+
+
+@dataclass(frozen=True, slots=True)
+class SinkDiscardSpec:
+    """``DiscardSink()``: batches dropped."""
+
+    kind: ClassVar[str] = "sink_discard"
+
+
+@dataclass(frozen=True, slots=True)
+class SinkParquetSpec:
+    """``ParquetSink(dir)``: files committed with checkpoints."""
+
+    kind: ClassVar[str] = "sink_parquet"
+    dir: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+
+OperatorSpec: TypeAlias = (
+    SourceArrowSpec
+    | SourceSequenceSpec
+    | SourceParquetSpec
+    | SourcePythonSpec
+    | FilterSpec
+    | WithColumnsSpec
+    | SelectSpec
+    | AssignTimestampsSpec
+    | KeyedAggSpec
+    | WindowSpec
+    | SessionWindowSpec
+    | JoinSpec
+    | LoopHeadSpec
+    | LoopExitSpec
+    | UnionSpec
+    | PythonPlanSpec
+    | RecordStageSpec
+    | PythonSpec
+    | SinkCollectSpec
+    | SinkDiscardSpec
+    | SinkParquetSpec
+)
+"""The spec of one operator, as a DSL method declares it."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One physical node as ``eddyline._core`` reads it: what every node has
+    and its operator's spec ``op``; ``scope`` is the loop path, outermost
+    loop first.
 
     ``late_output``: the node (a window) emits its late records on port 1.
     ``side_outputs``: the ports of a process function's side outputs and
@@ -66,200 +381,75 @@ class NodeBase(TypedDict):
     parallelism: int
     inputs: list[EdgeSpec]
     scope: list[int]
-    late_output: NotRequired[bool]
-    side_outputs: NotRequired[list[tuple[int, pa.Schema | None]]]
+    op: OperatorSpec
+    late_output: bool = False
+    side_outputs: list[tuple[int, pa.Schema | None]] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """The operator's kind (``"filter"``, ``"python"``, ``"sink_parquet"``, ...)."""
+        return self.op.kind
+
+    def summary(self) -> dict[str, Any]:
+        """The node as plain values (what the dashboard draws): id, name, kind,
+        parallelism, inputs (node, partition, keys), scope and a loop head's
+        ``feedback_from``."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind,
+            "parallelism": self.parallelism,
+            "inputs": [
+                {"node": e.node, "partition": e.partition, "keys": list(e.keys)}
+                for e in self.inputs
+            ],
+            "scope": list(self.scope),
+            "feedback_from": getattr(self.op, "feedback_from", None),
+        }
 
 
-class SourceArrowSpec(NodeBase):
-    """``env.from_collection`` / ``from_arrow``: batches held in the spec."""
-
-    kind: Literal["source_arrow"]
-    schema: pa.Schema
-    batches: list[pa.RecordBatch]
+# ---- the job configuration -----------------------------------------------------------
 
 
-class SourceSequenceSpec(NodeBase):
-    """``env.from_sequence``: the int64 column ``value`` over ``[start, end)``."""
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    """``CheckpointConfig`` as the native layer reads it (durations in seconds)."""
 
-    kind: Literal["source_sequence"]
-    start: int
-    end: int
-
-
-class SourceParquetSpec(NodeBase):
-    """``env.from_parquet`` and ``from_spark``: the files, read in order."""
-
-    kind: Literal["source_parquet"]
-    paths: list[str]
-    #: Options of the object store the paths lie on (empty: local paths, or
-    #: the standard environment variables).
-    storage_options: dict[str, str]
-    #: Read only these top-level columns (``from_parquet(columns=)`` or pushed
-    #: down from the selects that read the source); absent: every column.
-    columns: NotRequired[list[str]]
+    dir: str
+    interval: float
+    mode: Literal["exactly_once", "at_least_once"]
+    unaligned: bool
+    incremental: bool
+    aligned_timeout: float | None
+    retained: int
+    recovery: Literal["latest", "recompute"] | None
+    timeout: float | None
+    storage_options: dict[str, str] = field(default_factory=dict)
 
 
-class SourcePythonSpec(NodeBase):
-    """``env.from_source``: a user :class:`~eddyline.Source` behind its reader factory."""
+@dataclass(frozen=True, slots=True)
+class RestartSpec:
+    """``RestartStrategy`` as the native layer reads it."""
 
-    kind: Literal["source_python"]
-    schema: pa.Schema
-    make_reader: SourceReaderFactory
-    # The offsets are restored by union (a source that discovers its splits).
-    union_offsets: bool
+    attempts: int
+    delay_s: float
 
 
-class FilterSpec(NodeBase):
-    """A native filter on a boolean expression tree (``eddyline/expr.py``)."""
+@dataclass(frozen=True, slots=True)
+class JobConfigSpec:
+    """The configuration of one run of a job (``start_job``, ``WorkerSession.run``).
 
-    kind: Literal["filter"]
-    expr: Tree
-
-
-class ProjectSpec(NodeBase):
-    """``with_columns`` (adds or replaces) and ``select`` (keeps only) named expressions."""
-
-    kind: Literal["with_columns", "select"]
-    columns: list[tuple[str, Tree]]
-
-
-class AssignTimestampsSpec(NodeBase):
-    """Event time from ``column``; watermarks trail the largest time by the bound."""
-
-    kind: Literal["assign_timestamps"]
-    column: str
-    max_out_of_orderness_ms: int
-    idle_timeout_ms: NotRequired[int]
-
-
-class KeyedAggSpec(NodeBase):
-    """A running native aggregate per key (``column`` is None for ``count``)."""
-
-    kind: Literal["keyed_agg"]
-    keys: list[str]
-    agg: AggName
-    column: str | None
-
-
-class WindowSpec(NodeBase):
-    """A native event-time window aggregate per key."""
-
-    kind: Literal["window"]
-    keys: list[str]
-    time_column: str
-    assigner: WindowAssignerSpec
-    agg: AggName
-    column: str | None
-
-
-class SessionWindowSpec(NodeBase):
-    """Native event-time session windows (``ed.Session(gap)``) with an aggregate per key."""
-
-    kind: Literal["session_window"]
-    keys: list[str]
-    time_column: str
-    gap_ms: int
-    agg: AggName
-    column: str | None
-
-
-class JoinSpec(NodeBase):
-    """A native keyed join of input 0 (left) and input 1 (right) (``stream.join``).
-
-    ``within``: ``(lower_ms, upper_ms)`` of an interval join, None for an
-    unbounded one (bounded by ``state_ttl_ms`` when given); ``time_columns``:
-    the event-time columns of the left and right inputs.
+    ``run_tag`` names the run in the files its sinks write (None: the start
+    time); ``restore_from`` is a checkpoint path or ``"latest"``.
     """
 
-    kind: Literal["join"]
-    left_keys: list[str]
-    right_keys: list[str]
-    how: Literal["inner", "left", "right", "outer"]
-    within: tuple[int, int] | None
-    state_ttl_ms: int | None
-    time_columns: tuple[str | None, str | None]
-    #: An event-time "as of" join against the right input's versions.
-    temporal: NotRequired[bool]
-    #: A join within windows of this size (ms), one starting every window_slide_ms.
-    window_ms: NotRequired[int | None]
-    window_slide_ms: NotRequired[int | None]
-    #: A join within session windows of this gap (ms), formed from both inputs' rows.
-    session_gap_ms: NotRequired[int | None]
-
-
-class LoopHeadSpec(NodeBase):
-    """The head of loop ``loop`` (FLIP-15, FLIP-16): its feedback arrives from
-    node ``feedback_from`` (None while the loop is still being built)."""
-
-    kind: Literal["loop_head"]
-    loop: int
-    feedback_from: int | None
-    feedback_memory: int
-    priority: Literal["feedback_first", "adaptive"]
-    co: bool
-    spill_dir: str | None
-    feedback_schema: pa.Schema | None
-
-
-class PassThroughSpec(NodeBase):
-    """A loop's exit, or a union of same-schema inputs: no fields of its own."""
-
-    kind: Literal["loop_exit", "union"]
-
-
-class PythonSpec(NodeBase):
-    """Python code (fused per-record stages, batch, keyed, window or sink
-    functions) run by the runner ``factory()`` builds; hash-partitioned on
-    ``keys`` when given."""
-
-    kind: Literal["python"]
-    factory: RunnerFactory
-    output_schema: pa.Schema | None
-    keys: list[str] | None
-    #: A user's TwoPhaseCommitSink: it commits outside the process, so it is
-    #: a sink to the engine (no output; counted among the external sinks).
-    is_sink: bool
-    #: A two-input keyed function: the key columns of each input.
-    input_keys: NotRequired[list[list[str]]]
-
-
-class SinkCollectSpec(NodeBase):
-    """``stream.collect()``: batches kept in the driver."""
-
-    kind: Literal["sink_collect"]
-
-
-class SinkDiscardSpec(NodeBase):
-    """``DiscardSink()``: batches dropped."""
-
-    kind: Literal["sink_discard"]
-
-
-class SinkParquetSpec(NodeBase):
-    """``ParquetSink(dir)``: files committed with checkpoints."""
-
-    kind: Literal["sink_parquet"]
-    dir: str
-    storage_options: dict[str, str]
-
-
-NodeSpec: TypeAlias = (
-    SourceArrowSpec
-    | SourceSequenceSpec
-    | SourceParquetSpec
-    | SourcePythonSpec
-    | FilterSpec
-    | ProjectSpec
-    | AssignTimestampsSpec
-    | KeyedAggSpec
-    | WindowSpec
-    | JoinSpec
-    | SessionWindowSpec
-    | LoopHeadSpec
-    | PassThroughSpec
-    | PythonSpec
-    | SinkCollectSpec
-    | SinkDiscardSpec
-    | SinkParquetSpec
-)
-"""One node of a job graph as ``eddyline._core`` reads it."""
+    name: str
+    max_parallelism: int
+    batch_size: int
+    restart: RestartSpec | None = None
+    checkpoint: CheckpointSpec | None = None
+    restore_from: str | None = None
+    allow_non_restored_state: bool = False
+    allow_duplicate_output: bool = False
+    run_tag: str | None = None
+    channel_capacity: int | None = None

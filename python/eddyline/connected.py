@@ -129,8 +129,9 @@ class BroadcastConnectedStreams:
         time_column = first.time_column
         # Side outputs (tag name -> (port, schema)), as for KeyedStream.process.
         ports: dict[str, tuple[int, pa.Schema | None]] = {}
-        params: dict[str, Any] = {
-            "make_factory": lambda name: RunnerFactory(
+        out = first._python(
+            "broadcast_process",
+            lambda name: RunnerFactory(
                 KeyedBroadcastProcessRunner,
                 name,
                 keys,
@@ -140,13 +141,11 @@ class BroadcastConnectedStreams:
                 ports,
                 private=(2,),
             ),
-            "output_schema": declared,
+            schema=declared,
+            inputs=inputs,
+            declares_side_outputs=True,
             # The broadcast input has no key: its rows belong to no key group.
-            "input_keys": [list(keys), []],
-            "declares_side_outputs": True,
-        }
-        out = first._add(
-            "broadcast_process", "python", schema=declared, params=params, inputs=inputs
+            input_keys=[list(keys), []],
         )
         out._node.side_outputs = ports
         return out
@@ -186,8 +185,14 @@ class KeyedConnectedStreams:
         times = [first.time_column, second.time_column]
         ports: dict[str, tuple[int, pa.Schema | None]] = {}
         function = fn
-        params: dict[str, Any] = {
-            "make_factory": lambda name: RunnerFactory(
+        for stream, keys in ((first, input_keys[0]), (second, input_keys[1])):
+            schema_in = stream.schema
+            missing = [k for k in keys if schema_in is not None and k not in schema_in.names]
+            if missing:
+                raise missing_columns_error("co-process key_by", missing[0], schema_in)
+        out = first._python(
+            "co_process",
+            lambda name: RunnerFactory(
                 KeyedCoProcessRunner,
                 name,
                 input_keys,
@@ -197,17 +202,10 @@ class KeyedConnectedStreams:
                 ports,
                 private=(2,),
             ),
-            "output_schema": declared,
-            "input_keys": input_keys,
-            "declares_side_outputs": True,
-        }
-        for stream, keys in ((first, input_keys[0]), (second, input_keys[1])):
-            schema_in = stream.schema
-            missing = [k for k in keys if schema_in is not None and k not in schema_in.names]
-            if missing:
-                raise missing_columns_error("co-process key_by", missing[0], schema_in)
-        out = first._add(
-            "co_process", "python", schema=declared, params=params, inputs=self._connected._inputs()
+            schema=declared,
+            inputs=self._connected._inputs(),
+            declares_side_outputs=True,
+            input_keys=input_keys,
         )
         out._node.side_outputs = ports
         return out

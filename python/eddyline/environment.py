@@ -14,6 +14,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -21,13 +22,25 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
+    from .sinks import CollectHandle
+
 from . import _core
 from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
 from ._explain import explain
 from ._graph import LogicalGraph, native
 from ._runner import Runner
-from ._specs import NodeSpec
+from ._specs import (
+    CheckpointSpec,
+    JobConfigSpec,
+    NodeSpec,
+    OperatorSpec,
+    RestartSpec,
+    SourceArrowSpec,
+    SourceParquetSpec,
+    SourcePythonSpec,
+    SourceSequenceSpec,
+)
 from ._storage import (
     checked_storage_options,
     is_object_store_uri,
@@ -139,6 +152,8 @@ class StreamEnvironment:
         self.restart = restart
         self.batch_size = batch_size
         self._graph = LogicalGraph(lambda: self.parallelism, lambda: self.batch_size)
+        # The handles of the collect sinks, by logical node id.
+        self._collects: dict[int, CollectHandle] = {}
         # Called with ``restore_from`` right before a job starts (from_spark pins its input).
         self._before_run: list[Callable[[str | None], None]] = []
         self._scope = StreamScope.top()
@@ -158,8 +173,8 @@ class StreamEnvironment:
 
     # ---- sources ------------------------------------------------------------
 
-    def _source(self, op: str, kind: str, schema: pa.Schema, params: dict[str, Any]) -> DataStream:
-        node = self._graph.add(op, kind, [], scope=self._scope, schema=schema, params=params)
+    def _source(self, op: str, spec: OperatorSpec, schema: pa.Schema) -> DataStream:
+        node = self._graph.add(op, spec, [], scope=self._scope, schema=schema)
         return DataStream(self, node)
 
     def from_collection(
@@ -277,9 +292,7 @@ class StreamEnvironment:
             raise SchemaError(f"{_op}(): data has schema\n{table_schema}\nnot\n{declared}")
         assert table_schema is not None
         batches = [batch for batch in batches if batch.num_rows > 0]
-        return self._source(
-            _op, "source_arrow", table_schema, {"batches": batches, "schema": table_schema}
-        )
+        return self._source(_op, SourceArrowSpec(table_schema, batches), table_schema)
 
     def from_sequence(self, start: int, end: int) -> DataStream:
         """A bounded source of the int64 column ``value`` with ``start <= value < end``."""
@@ -289,9 +302,7 @@ class StreamEnvironment:
             raise ValueError(f"from_sequence(): end ({end}) must be >= start ({start})")
         # not null, as the batches the engine emits (sequence.rs)
         schema = pa.schema([pa.field("value", pa.int64(), nullable=False)])
-        return self._source(
-            "from_sequence", "source_sequence", schema, {"start": start, "end": end}
-        )
+        return self._source("from_sequence", SourceSequenceSpec(start, end), schema)
 
     def from_parquet(
         self,
@@ -322,9 +333,10 @@ class StreamEnvironment:
         if isinstance(location, str) and is_object_store_uri(location):
             options = {**self.storage_options, **checked_storage_options(storage_options)}
             found, found_schema = _core.parquet_files(location, options, "from_parquet()")
-            params: dict[str, Any] = {"paths": found, "storage_options": options}
-            found_schema = _projected(found_schema.remove_metadata(), columns, params)
-            return self._source("from_parquet", "source_parquet", found_schema, params)
+            kept = _projected(found_schema.remove_metadata(), columns)
+            picked = kept.names if columns is not None else None
+            spec = SourceParquetSpec(found, options, columns=picked)
+            return self._source("from_parquet", spec, kept)
         files = parquet_files(local_path(path, what="from_parquet()"))
         if not files:
             raise GraphError(f"from_parquet(): no data files in {os.fspath(path)!r}")
@@ -340,9 +352,12 @@ class StreamEnvironment:
                     f"from_parquet(): {other!r} has schema\n{other_schema}\nbut {files[0]!r} has "
                     f"schema\n{schema}"
                 )
-        params = {"paths": files, "num_rows": sum(footer.num_rows for footer in footers)}
-        schema = _projected(schema, columns, params)
-        return self._source("from_parquet", "source_parquet", schema, params)
+        num_rows = sum(footer.num_rows for footer in footers)
+        schema = _projected(schema, columns)
+        spec = SourceParquetSpec(
+            files, columns=schema.names if columns is not None else None, num_rows=num_rows
+        )
+        return self._source("from_parquet", spec, schema)
 
     def from_source(self, source: Source) -> DataStream:
         """A source implementing :class:`ed.Source` (splits, read from an offset, report it).
@@ -364,14 +379,14 @@ class StreamEnvironment:
                 f"{type(schema).__name__}, not a pyarrow.Schema"
             )
         op = getattr(source, "operator_name", "from_source")
-        params = {
-            "make_reader": SourceReaderFactory(source, op),
-            "schema": schema,
+        spec = SourcePythonSpec(
+            schema,
+            SourceReaderFactory(source, op),
             # Splits found while running are dealt by id: every restored
             # subtask sees every offset and keeps its own (sources.DynamicReader).
-            "union_offsets": source.discovery_interval is not None,
-        }
-        return self._source(op, "source_python", schema, params)
+            union_offsets=source.discovery_interval is not None,
+        )
+        return self._source(op, spec, schema)
 
     def from_kafka(
         self,
@@ -463,21 +478,22 @@ class StreamEnvironment:
         restore_from: str | None,
         allow_non_restored_state: bool = False,
         allow_duplicate_output: bool = False,
-    ) -> dict[str, Any]:
-        return {
-            "name": name,
-            "max_parallelism": self.max_parallelism,
-            "batch_size": self.batch_size,
-            "restart": self.restart._to_dict() if self.restart is not None else None,
-            "checkpoint": (
-                {**self.checkpoint._to_dict(), "storage_options": dict(self.storage_options)}
-                if self.checkpoint is not None
+    ) -> JobConfigSpec:
+        checkpoint = self.checkpoint
+        return JobConfigSpec(
+            name=name,
+            max_parallelism=self.max_parallelism,
+            batch_size=self.batch_size,
+            restart=RestartSpec(**self.restart._to_dict()) if self.restart is not None else None,
+            checkpoint=(
+                CheckpointSpec(**checkpoint._to_dict(), storage_options=dict(self.storage_options))
+                if checkpoint is not None
                 else None
             ),
-            "restore_from": restore_from,
-            "allow_non_restored_state": allow_non_restored_state,
-            "allow_duplicate_output": allow_duplicate_output,
-        }
+            restore_from=restore_from,
+            allow_non_restored_state=allow_non_restored_state,
+            allow_duplicate_output=allow_duplicate_output,
+        )
 
     def build(self) -> list[NodeSpec]:
         """Validates the job graph and returns the node specs the native layer runs.
@@ -583,18 +599,21 @@ class StreamEnvironment:
         compiled = self._graph.compile(sinks, complete=True)
         core = native()
         core.build_graph(compiled.nodes, self.max_parallelism)
-        for handle, _ in compiled.collects:
+        collects = [(self._collects[logical], index) for logical, index in compiled.collects]
+        for handle, _ in collects:
             handle._batches = None
-        config = self._config(name, restore, allow_non_restored_state, allow_duplicate_output)
-        config["run_tag"] = _run_tag(self.checkpoint)
+        config = replace(
+            self._config(name, restore, allow_non_restored_state, allow_duplicate_output),
+            run_tag=_run_tag(self.checkpoint),
+        )
         if runner is None:
             handle = core.start_job(compiled.nodes, config)
         else:
             start = getattr(runner, "_start")  # noqa: B009 - checked callable above
             handle = start(core, compiled.nodes, config, _job_spec(compiled.nodes, config))
-        client = JobClient(handle, name, compiled.collects)
+        client = JobClient(handle, name, collects)
         if port is not None:
-            client._serve_dashboard(compiled.nodes, port, dashboard_host)
+            client._serve_dashboard([n.summary() for n in compiled.nodes], port, dashboard_host)
         return client
 
     def execute(
@@ -681,13 +700,13 @@ def _compact(batch: pa.RecordBatch) -> pa.RecordBatch:
     return pa.ipc.open_stream(sink.getvalue()).read_next_batch()
 
 
-def _job_spec(nodes: list[NodeSpec], config: dict[str, Any]) -> bytes:
+def _job_spec(nodes: list[NodeSpec], config: JobConfigSpec) -> bytes:
     """The job as worker processes receive it (node specs and config, pickled)."""
     import cloudpickle
 
     nodes = [
-        {**node, "batches": [_compact(b) for b in node["batches"]]}
-        if node["kind"] == "source_arrow"
+        replace(node, op=replace(node.op, batches=[_compact(b) for b in node.op.batches]))
+        if isinstance(node.op, SourceArrowSpec)
         else node
         for node in nodes
     ]
@@ -699,7 +718,7 @@ def _job_spec(nodes: list[NodeSpec], config: dict[str, Any]) -> bytes:
             try:
                 cloudpickle.dumps(node)
             except Exception:
-                names.append(str(node.get("name")))
+                names.append(node.name)
         where = f" (operator(s) {', '.join(repr(n) for n in names)})" if names else ""
         raise GraphError(
             f"the job cannot be sent to worker processes{where}: {type(exc).__name__}: {exc}; "
@@ -724,11 +743,9 @@ def _run_tag(checkpoint: CheckpointConfig | None) -> str:
     return f"{job}r{run}"
 
 
-def _projected(
-    schema: pa.Schema, columns: Sequence[str] | None, params: dict[str, Any]
-) -> pa.Schema:
-    """``from_parquet``'s schema with only ``columns`` (in the files' order), recorded in
-    ``params``; the whole schema when ``columns`` is None."""
+def _projected(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
+    """``from_parquet``'s schema with only ``columns`` (in the files' order); the
+    whole schema when ``columns`` is None."""
     if columns is None:
         return schema
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
@@ -743,5 +760,4 @@ def _projected(
     if not columns:
         raise GraphError("from_parquet(columns=[]): name at least one column to read")
     kept = [name for name in schema.names if name in set(columns)]
-    params["columns"] = kept
     return pa.schema([schema.field(name) for name in kept])

@@ -53,8 +53,9 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
+from ._specs import JoinSpec
 from .config import Duration, parse_duration
 from .errors import GraphError
 
@@ -117,7 +118,7 @@ def build_join(
     windowed = window_ms is not None or session_gap_ms is not None
     what = "temporal_join()" if temporal else "window_join()" if windowed else "join()"
     left._same_env(right, what)
-    name = f"join_{len(left._env._graph.nodes)}"
+    name = f"join_{left._plan.next_id}"
     allowed = ("inner", "left") if temporal else ("inner",) if windowed else JOIN_TYPES
     if how not in allowed:
         raise GraphError(f"{what}: how must be one of {allowed}, got {how!r}", operator=name)
@@ -155,26 +156,20 @@ def build_join(
             signed_duration_ms(within[1], "within upper bound"),
         )
     ttl = None if state_ttl is None else round(parse_duration(state_ttl, what="state_ttl") * 1000)
-    params: dict[str, Any] = {
-        "input_keys": [lk, rk],
-        "how": how,
-        "within": bounds,
-        "state_ttl_ms": ttl,
-        "time_columns": (left.time_column, right.time_column),
-        "temporal": temporal,
-        "window_ms": window_ms,
-        "window_slide_ms": window_slide_ms,
-        "session_gap_ms": session_gap_ms,
-    }
-    stream = left._add("join", "join", params=params, inputs=[left._edge(0), right._edge(1)])
-    node = stream._node
-    graph = left._env._graph
-    try:
-        node.schema = graph.output_schema(node, left._env.max_parallelism)
-    except BaseException:
-        graph.discard_last(node)
-        raise
-    return stream
+    spec = JoinSpec(
+        lk,
+        rk,
+        how,  # type: ignore[arg-type]
+        bounds,
+        ttl,
+        (left.time_column, right.time_column),
+        temporal=temporal,
+        window_ms=window_ms,
+        window_slide_ms=window_slide_ms,
+        session_gap_ms=session_gap_ms,
+    )
+    # The output schema is checked at once: both input schemas are known.
+    return left._native("join", spec, inputs=[left._edge(0), right._edge(1)])
 
 
 def build_window_join(
@@ -204,7 +199,7 @@ def build_window_join(
         raise GraphError(
             "window_join(): window must be ed.Tumbling(size), ed.Sliding(size, slide) or "
             f"ed.Session(gap), got {window!r}",
-            operator=f"join_{len(left._env._graph.nodes)}",
+            operator=f"join_{left._plan.next_id}",
         )
     return build_join(
         left,

@@ -27,6 +27,7 @@ from ._exec.keyed import KeyedReduceRunner
 from ._exec.process import KeyedProcessRunner
 from ._exec.session import PythonSessionRunner
 from ._exec.window import LATE_PORT, PythonWindowRunner, WindowTime, window_output_schema
+from ._specs import KeyedAggSpec, SessionWindowSpec, WindowSpec
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .expr import col
@@ -68,11 +69,9 @@ class KeyedStream:
     def _agg(self, agg: str, column: str | None) -> DataStream:
         if column is not None and not isinstance(column, str):
             raise TypeError(f"{agg}() needs a column name, got {column!r}")
-        params = {"keys": list(self._keys), "agg": agg, "column": column}
         return self._stream._native(
             agg,
-            "keyed_agg",
-            params,
+            KeyedAggSpec(list(self._keys), agg, column),  # type: ignore[arg-type]
             keys=list(self._keys),
             columns=[column] if column is not None else [],
         )
@@ -163,9 +162,9 @@ class KeyedStream:
             ),
             schema=declared,
             keys=keys,
+            declares_side_outputs=True,
         )
         stream._node.side_outputs = ports
-        stream._node.params["declares_side_outputs"] = True
         return stream
 
     def dedup(self, ttl: Duration) -> DataStream:
@@ -351,25 +350,23 @@ class WindowedStream:
         keys = self._keyed.keys
         columns = [self._time_column] + ([column] if column is not None else [])
         if isinstance(self._assigner, Session):
-            session = {
-                "keys": keys,
-                "time_column": self._time_column,
-                "gap_ms": self._assigner.gap_ms,
-                "agg": agg,
-                "column": column,
-            }
-            stream = self._stream._native(
-                f"session_{agg}", "session_window", session, keys=keys, columns=columns
+            session = SessionWindowSpec(
+                keys,
+                self._time_column,
+                self._assigner.gap_ms,
+                agg,  # type: ignore[arg-type]
+                column,
             )
+            stream = self._stream._native(f"session_{agg}", session, keys=keys, columns=columns)
             return self._declare_late_output(stream)
-        params = {
-            "keys": keys,
-            "time_column": self._time_column,
-            "assigner": self._assigner._to_param(),
-            "agg": agg,
-            "column": column,
-        }
-        stream = self._stream._native(f"window_{agg}", "window", params, keys=keys, columns=columns)
+        spec = WindowSpec(
+            keys,
+            self._time_column,
+            self._assigner._to_spec(),
+            agg,  # type: ignore[arg-type]
+            column,
+        )
+        stream = self._stream._native(f"window_{agg}", spec, keys=keys, columns=columns)
         return self._declare_late_output(stream)
 
     def sum(self, column: str) -> DataStream:

@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ._specs import LoopExitSpec, LoopHeadSpec
 from .config import parse_size
 from .connected import ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 
 if TYPE_CHECKING:
-    from ._graph import LogicalGraph, LogicalNode
+    from ._graph import LogicalNode
     from .stream import DataStream
 
 __all__ = ["CoLoopFunction", "LoopFunction", "build_loop"]
@@ -119,21 +120,22 @@ def build_loop(
             f"{what}: priority must be 'feedback_first' or 'adaptive', got {priority!r}"
         )
     memory = parse_size(feedback_memory, what=f"{what}: feedback_memory")
-    params: dict[str, Any] = {
-        "feedback_node": None,
-        "feedback_memory": memory,
-        "priority": priority,
-        "co": co,
-        "spill_dir": os.fspath(spill_dir) if spill_dir is not None else None,
-        "feedback_schema": _nullable(feedback_schema),
-    }
-    head = outer._env._graph.add(
+    scope = outer.scope.nest()
+    assert scope.loop_id is not None  # a nested scope is a loop's
+    spec = LoopHeadSpec(
+        loop=scope.loop_id,
+        feedback_memory=memory,
+        priority=priority,  # type: ignore[arg-type]
+        co=co,
+        spill_dir=os.fspath(spill_dir) if spill_dir is not None else None,
+        feedback_schema=_nullable(feedback_schema),
+    )
+    head = outer._plan.add(
         "iterate",
-        "loop_head",
+        spec,
         [outer._edge()],
-        scope=outer.scope.nest(),
+        scope=scope,
         schema=_nullable(outer.schema),
-        params=params,
         time_column=outer.time_column,
     )
     try:
@@ -143,8 +145,8 @@ def build_loop(
         expected = feedback_schema if co else outer.schema
         return _close_loop(outer, what, head, result, expected)
     except BaseException:
-        if head.params.get("feedback_node") is None:
-            _abandon_loop(outer._env._graph, head)
+        if head.spec.feedback_from is None:  # type: ignore[union-attr]
+            outer._plan.discard_from(head)
         raise
 
 
@@ -187,9 +189,9 @@ def _close_loop(
             f"loop's feedback must have schema\n{expected}",
             operator=feedback.operator_name,
         )
-    head.params["feedback_node"] = feedback._node.id
+    outer._plan.close_loop(head, feedback._node)
     # The exit is back in the outer scope and keeps the output's event time.
-    return outer._add("loop_output", "loop_exit", schema=output.schema, inputs=[output._edge()])
+    return outer._add("loop_output", LoopExitSpec(), schema=output.schema, inputs=[output._edge()])
 
 
 def _nullable(schema: pa.Schema | None) -> pa.Schema | None:
@@ -201,9 +203,3 @@ def _nullable(schema: pa.Schema | None) -> pa.Schema | None:
 
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return a.names == b.names and all(x.type == y.type for x, y in zip(a, b, strict=True))
-
-
-def _abandon_loop(graph: LogicalGraph, head: LogicalNode) -> None:
-    """Removes a loop whose function failed: its head and everything built on it."""
-    while graph.nodes and graph.nodes[-1].id >= head.id:
-        graph.nodes.pop()

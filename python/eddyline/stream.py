@@ -36,13 +36,26 @@ from ._exec.factory import RunnerFactory
 from ._exec.global_commit import GlobalCommitRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
 from ._explain import explain
-from ._graph import LogicalEdge, LogicalNode
+from ._graph import LogicalEdge, LogicalGraph, LogicalNode
+from ._specs import (
+    AssignTimestampsSpec,
+    FilterSpec,
+    OperatorSpec,
+    PythonPlanSpec,
+    RecordStageSpec,
+    SelectSpec,
+    SinkCollectSpec,
+    SinkDiscardSpec,
+    SinkParquetSpec,
+    UnionSpec,
+    WithColumnsSpec,
+)
 from ._storage import is_object_store_uri, probe_writable
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
 from .connectors.files import ParquetSink
 from .errors import GraphError, SchemaError, ScopeError
-from .expr import Expr, ExprLike, lit
+from .expr import Expr, ExprLike, col, lit
 from .joins import JoinType, build_join, build_window_join
 from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
@@ -68,8 +81,9 @@ class _Operators:
         if not isinstance(name, str) or not name:
             raise TypeError(f"name() needs a non-empty str, got {name!r}")
         self._node.name = name
-        if self._node.collect is not None:
-            self._node.collect._operator = name
+        handle = self._env._collects.get(self._node.id)
+        if handle is not None:
+            handle._operator = name
         return self
 
     def uid(self, uid: str) -> Self:
@@ -95,6 +109,12 @@ class _Operators:
     def parallelism(self) -> int:
         """The last operator's parallelism (the environment's unless set)."""
         return self._env._graph.parallelism_of(self._node)
+
+    @property
+    def _plan(self) -> LogicalGraph:
+        """The logical plan this stream's operators are added to (the DSL's
+        modules build nodes through its methods)."""
+        return self._env._graph
 
 
 class DataStream(_Operators):
@@ -146,8 +166,7 @@ class DataStream(_Operators):
             tag = self._side_output_name()
             if tag is not None:
                 return self._node.side_outputs[tag][1]
-            schema: pa.Schema | None = self._node.params.get("feedback_schema")
-            return schema
+            return getattr(self._node.spec, "feedback_schema", None)
         return self._node.schema
 
     @property
@@ -165,12 +184,10 @@ class DataStream(_Operators):
     def _add(
         self,
         op: str,
-        kind: str,
+        spec: OperatorSpec,
         *,
         schema: pa.Schema | None = None,
-        params: dict[str, Any] | None = None,
         keys: list[str] | None = None,
-        stage: tuple[str, Callable[..., Any]] | None = None,
         inputs: list[LogicalEdge] | None = None,
     ) -> DataStream:
         edges = inputs if inputs is not None else [self._edge()]
@@ -179,13 +196,11 @@ class DataStream(_Operators):
         window_ends = {graph.nodes[edge.node].window_end for edge in edges}
         node = graph.add(
             op,
-            kind,
+            spec,
             edges,
             scope=self._node.scope,
             schema=schema,
-            params=params,
             keys=keys,
-            stage=stage,
             time_column=inherited.pop() if len(inherited) == 1 else None,
             window_end=window_ends.pop() if len(window_ends) == 1 else None,
         )
@@ -200,23 +215,33 @@ class DataStream(_Operators):
         keys: list[str] | None = None,
         inputs: list[LogicalEdge] | None = None,
         is_sink: bool = False,
+        declares_side_outputs: bool = False,
+        input_keys: list[list[str]] | None = None,
     ) -> DataStream:
-        params: dict[str, Any] = {"make_factory": make_factory, "output_schema": schema}
-        if is_sink:
-            params["is_sink"] = True
-        return self._add(op, "python", schema=schema, params=params, keys=keys, inputs=inputs)
+        spec = PythonPlanSpec(
+            make_factory,
+            schema,
+            is_sink=is_sink,
+            declares_side_outputs=declares_side_outputs,
+            input_keys=input_keys,
+        )
+        return self._add(op, spec, schema=schema, keys=keys, inputs=inputs)
+
+    def _record(self, op: str, stage: RecordStageSpec) -> DataStream:
+        """Adds a per-record Python stage (fused with its neighbours when compiled)."""
+        return self._add(op, stage, schema=stage.output_schema)
 
     def _native(
         self,
         op: str,
-        kind: str,
-        params: dict[str, Any],
+        spec: OperatorSpec,
         *,
         keys: list[str] | None = None,
         columns: Iterable[str] = (),
+        inputs: list[LogicalEdge] | None = None,
     ) -> DataStream:
         """Adds a native operator; checks it at once when the input schema is known."""
-        stream = self._add(op, kind, params=params, keys=keys)
+        stream = self._add(op, spec, keys=keys, inputs=inputs)
         node = stream._node
         if self.schema is not None:
             graph = self._env._graph
@@ -253,7 +278,7 @@ class DataStream(_Operators):
             schema: The output schema; inferred from the first output if omitted.
         """
         require_callable(fn, "map()")
-        return self._add("map", "record", schema=as_schema(schema, "map()"), stage=("map", fn))
+        return self._record("map", RecordStageSpec("map", fn, as_schema(schema, "map()")))
 
     def flat_map(
         self, fn: Callable[[Row], Iterable[Row] | None], *, schema: SchemaLike | None = None
@@ -265,11 +290,8 @@ class DataStream(_Operators):
             schema: The output schema; inferred from the first output if omitted.
         """
         require_callable(fn, "flat_map()")
-        return self._add(
-            "flat_map",
-            "record",
-            schema=as_schema(schema, "flat_map()"),
-            stage=("flat_map", fn),
+        return self._record(
+            "flat_map", RecordStageSpec("flat_map", fn, as_schema(schema, "flat_map()"))
         )
 
     def filter(self, predicate: Callable[[Row], Any] | Expr) -> DataStream:
@@ -281,11 +303,9 @@ class DataStream(_Operators):
         """
         if isinstance(predicate, Expr):
             reads = list(predicate.columns())
-            return self._native(
-                "filter", "filter", {"expr": predicate._tree(), "reads": reads}, columns=reads
-            )
+            return self._native("filter", FilterSpec(predicate, reads), columns=reads)
         require_callable(predicate, "filter()")
-        return self._add("filter", "record", schema=self.schema, stage=("filter", predicate))
+        return self._record("filter", RecordStageSpec("filter", predicate, self.schema))
 
     # ---- batch functions ----------------------------------------------------
 
@@ -325,12 +345,13 @@ class DataStream(_Operators):
         """
         if not exprs:
             raise TypeError("with_columns() needs at least one name=expression")
-        columns = [(name, lit(value)._tree()) for name, value in exprs.items()]
+        columns = [(name, lit(value)) for name, value in exprs.items()]
         used: dict[str, None] = {}
         for value in exprs.values():
             if isinstance(value, Expr):
                 used.update(dict.fromkeys(value.columns()))
-        return self._native("with_columns", "with_columns", {"columns": columns}, columns=used)
+        spec = WithColumnsSpec(columns, list(used))
+        return self._native("with_columns", spec, columns=used)
 
     def select(self, *cols: str | Expr) -> DataStream:
         """Keeps (and computes) the given columns, in order.
@@ -341,10 +362,10 @@ class DataStream(_Operators):
         """
         if not cols:
             raise TypeError("select() needs at least one column")
-        columns: list[tuple[str, tuple[object, ...]]] = []
+        columns: list[tuple[str, Expr]] = []
         used: dict[str, None] = {}
         for item in cols:
-            expr = Expr(("col", item)) if isinstance(item, str) else item
+            expr = col(item) if isinstance(item, str) else item
             if not isinstance(expr, Expr):
                 raise TypeError(f"select() takes column names or expressions, got {item!r}")
             name = expr.output_name
@@ -352,11 +373,9 @@ class DataStream(_Operators):
                 raise TypeError(f"select(): expression {expr!r} needs a name: use .alias('name')")
             if any(existing == name for existing, _ in columns):
                 raise GraphError(f"select(): column '{name}' is selected twice")
-            columns.append((name, expr._tree()))
+            columns.append((name, expr))
             used.update(dict.fromkeys(expr.columns()))
-        return self._native(
-            "select", "select", {"columns": columns, "reads": list(used)}, columns=used
-        )
+        return self._native("select", SelectSpec(columns, list(used)), columns=used)
 
     # ---- event time ---------------------------------------------------------
 
@@ -413,7 +432,7 @@ class DataStream(_Operators):
                 f"invalid max_out_of_orderness {max_out_of_orderness!r}: must be a whole number of "
                 "milliseconds"
             )
-        params: dict[str, Any] = {"column": column, "max_out_of_orderness_ms": bound_ms}
+        idle_timeout_ms: int | None = None
         if idle_timeout is not None:
             idle_ms = parse_duration(idle_timeout, what="idle_timeout") * 1000.0
             if idle_ms < 1 or abs(round(idle_ms) - idle_ms) > 1e-6:
@@ -428,7 +447,7 @@ class DataStream(_Operators):
                     "the operator that its input is idle",
                     operator=self.operator_name,
                 )
-            params["idle_timeout_ms"] = round(idle_ms)
+            idle_timeout_ms = round(idle_ms)
         if self.schema is not None and column in self.schema.names:
             found = self.schema.field(column).type
             if not is_event_time_type(found):
@@ -437,7 +456,8 @@ class DataStream(_Operators):
                     f"'{column}' has type {found}, expected a timestamp or int64 milliseconds",
                     operator=self.operator_name,
                 )
-        stream = self._native("assign_timestamps", "assign_timestamps", params, columns=[column])
+        spec = AssignTimestampsSpec(column, bound_ms, idle_timeout_ms)
+        stream = self._native("assign_timestamps", spec, columns=[column])
         stream._node.time_column = column
         return stream
 
@@ -481,7 +501,7 @@ class DataStream(_Operators):
                 schema = _merged_nullability(schema, other.schema)
         known = all(s.schema is not None for s in streams)
         inputs = [self._edge()] + [s._edge() for s in streams]
-        return self._add("union", "union", schema=schema if known else None, inputs=inputs)
+        return self._add("union", UnionSpec(), schema=schema if known else None, inputs=inputs)
 
     def join(
         self,
@@ -685,7 +705,8 @@ class DataStream(_Operators):
                 f"side_output() of operator '{name}' needs an ed.OutputTag, got {tag!r}"
             )
         entry = self._node.side_outputs.get(tag.name) if not self._port else None
-        if entry is None and not self._port and self._node.params.get("declares_side_outputs"):
+        declares = getattr(self._node.spec, "declares_side_outputs", False)
+        if entry is None and not self._port and declares:
             # A process function's side output: declared by asking for it.
             port = 1 + max((p for p, _ in self._node.side_outputs.values()), default=0)
             entry = self._node.side_outputs[tag.name] = (port, tag.schema)
@@ -748,22 +769,21 @@ class DataStream(_Operators):
 
         The handle takes ``.uid(...)`` and ``.name(...)`` like every sink.
         """
-        stream = self._add("collect", "sink_collect", params={})
+        stream = self._add("collect", SinkCollectSpec())
         handle = CollectHandle(
             stream._node.display_name, self.schema, DataStreamSink(self._env, stream._node)
         )
-        stream._node.collect = handle
+        self._env._collects[stream._node.id] = handle
         return handle
 
     def sink_to(self, sink: ParquetSink | TwoPhaseCommitSink | DiscardSink) -> DataStreamSink:
         """Writes the stream to ``sink`` (``ParquetSink``, a ``TwoPhaseCommitSink``, or
         ``DiscardSink`` to drop it)."""
         if isinstance(sink, DiscardSink):
-            stream = self._add("discard_sink", "sink_discard", params={})
+            stream = self._add("discard_sink", SinkDiscardSpec())
         elif isinstance(sink, ParquetSink):
             options = {**self._env.storage_options, **sink.storage_options}
-            params = {"dir": sink.dir, "storage_options": options}
-            stream = self._add("parquet_sink", "sink_parquet", params=params)
+            stream = self._add("parquet_sink", SinkParquetSpec(sink.dir, options))
             if is_object_store_uri(sink.dir):
                 node, location = stream._node, sink.dir
                 self._env._before_run.append(

@@ -104,7 +104,8 @@ class WindowAssigner:
         out.reverse()
         return out
 
-    def _to_param(self) -> WindowAssignerSpec:
+    def _to_spec(self) -> WindowAssignerSpec:
+        """The assigner as the native window reads it."""
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
@@ -145,8 +146,8 @@ class Tumbling(WindowAssigner):
         size_ms = duration_ms(size, "tumbling window size")
         super().__init__(size_ms, size_ms)
 
-    def _to_param(self) -> WindowAssignerSpec:
-        return ("tumbling", self.size_ms)
+    def _to_spec(self) -> WindowAssignerSpec:
+        return WindowAssignerSpec(self.size_ms)
 
     def __repr__(self) -> str:
         return f"Tumbling(size_ms={self.size_ms})"
@@ -176,8 +177,8 @@ class Sliding(WindowAssigner):
             duration_ms(size, "sliding window size"), duration_ms(slide, "sliding window slide")
         )
 
-    def _to_param(self) -> WindowAssignerSpec:
-        return ("sliding", self.size_ms, self.slide_ms)
+    def _to_spec(self) -> WindowAssignerSpec:
+        return WindowAssignerSpec(self.size_ms, self.slide_ms)
 
     def __repr__(self) -> str:
         return f"Sliding(size_ms={self.size_ms}, slide_ms={self.slide_ms})"

@@ -1,8 +1,9 @@
-//! Conversion of the DSL's node specs (the typed dicts of
-//! `eddyline/_specs.py`, one per node kind) into a core `JobGraph`, with the
-//! build-time schema checks (unknown columns, mistyped expressions, unions
-//! of different schemas) done here, before anything runs. One function per
-//! kind of node reads its spec (DESIGN.md "Layers": conversions only).
+//! Conversion of the DSL's plan (the frozen specs of `eddyline/_specs.py`,
+//! one per operator kind) into a core `JobGraph`, with the build-time schema
+//! checks (unknown columns, mistyped expressions, unions of different
+//! schemas) done here, before anything runs. Each spec is read by attribute
+//! with a derived `FromPyObject` whose fields are the spec's own (DESIGN.md
+//! "Layers": conversions only).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use eddyline_core::error::Error;
-use eddyline_core::expr::{BinaryOp, Expr, ScalarValue, UnaryOp};
+use eddyline_core::expr::Expr;
 use eddyline_core::graph::{
     all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
 };
@@ -35,10 +36,11 @@ use eddyline_core::source::SourceFactory;
 use eddyline_core::state::keyed::AggKind;
 use eddyline_core::store::StorageOptions;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::PyList;
 
 use crate::arrow::{batch_from_py, schema_from_py, schema_to_py};
 use crate::errors::to_py;
+use crate::expr::PyExpr;
 use crate::source::PySourceFactory;
 use crate::udf::PyRunnerFactory;
 
@@ -51,114 +53,12 @@ pub struct BuiltGraph {
     pub external_sinks: Vec<String>,
 }
 
-fn get<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
-    match d.get_item(key)? {
-        Some(v) => v.extract::<T>().map_err(Into::into),
-        None => Err(pyo3::exceptions::PyKeyError::new_err(format!(
-            "node dict is missing '{key}'"
-        ))),
-    }
-}
-
-fn opt<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<T>> {
-    match d.get_item(key)? {
-        Some(v) if !v.is_none() => Ok(Some(v.extract::<T>().map_err(Into::into)?)),
-        _ => Ok(None),
-    }
-}
-
-/// Parses an expression tree of tuples (see `eddyline/expr.py`).
-/// A node's `storage_options` (absent or None: none, the environment
-/// variables then reach the store).
-fn storage_options(d: &Bound<'_, PyDict>) -> PyResult<StorageOptions> {
-    match d.get_item("storage_options")? {
-        Some(o) if !o.is_none() => o.extract(),
-        _ => Ok(StorageOptions::new()),
-    }
-}
-
-pub fn parse_expr(obj: &Bound<'_, PyAny>) -> PyResult<Expr> {
-    let t = obj.cast::<PyTuple>()?;
-    let tag: String = t.get_item(0)?.extract()?;
-    let arg = |i: usize| t.get_item(i);
-    Ok(match tag.as_str() {
-        "col" => Expr::Column(arg(1)?.extract()?),
-        "lit" => {
-            let v = arg(1)?;
-            let s = if v.is_none() {
-                ScalarValue::Null
-            } else if v.is_instance_of::<pyo3::types::PyBool>() {
-                ScalarValue::Boolean(v.extract()?)
-            } else if v.is_instance_of::<pyo3::types::PyInt>() {
-                ScalarValue::Int64(v.extract()?)
-            } else if v.is_instance_of::<pyo3::types::PyFloat>() {
-                ScalarValue::Float64(v.extract()?)
-            } else if v.is_instance_of::<pyo3::types::PyString>() {
-                ScalarValue::Utf8(v.extract()?)
-            } else {
-                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "unsupported literal {v}: use None, bool, int, float or str"
-                )));
-            };
-            Expr::Literal(s)
-        }
-        "bin" => {
-            let op: String = arg(1)?.extract()?;
-            let op = match op.as_str() {
-                "+" => BinaryOp::Add,
-                "-" => BinaryOp::Sub,
-                "*" => BinaryOp::Mul,
-                "/" => BinaryOp::Div,
-                "//" => BinaryOp::FloorDiv,
-                "%" => BinaryOp::Mod,
-                "==" => BinaryOp::Eq,
-                "!=" => BinaryOp::NotEq,
-                "<" => BinaryOp::Lt,
-                "<=" => BinaryOp::LtEq,
-                ">" => BinaryOp::Gt,
-                ">=" => BinaryOp::GtEq,
-                "&" => BinaryOp::And,
-                "|" => BinaryOp::Or,
-                other => {
-                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                        "unknown operator '{other}'"
-                    )))
-                }
-            };
-            Expr::Binary {
-                op,
-                left: Box::new(parse_expr(&arg(2)?)?),
-                right: Box::new(parse_expr(&arg(3)?)?),
-            }
-        }
-        "not" | "neg" | "is_null" | "is_not_null" => {
-            let op = match tag.as_str() {
-                "not" => UnaryOp::Not,
-                "neg" => UnaryOp::Neg,
-                "is_null" => UnaryOp::IsNull,
-                _ => UnaryOp::IsNotNull,
-            };
-            Expr::Unary {
-                op,
-                expr: Box::new(parse_expr(&arg(1)?)?),
-            }
-        }
-        other => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "unknown expression node '{other}'"
-            )))
-        }
-    })
-}
-
-fn parse_columns(obj: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Expr)>> {
-    let mut out = Vec::new();
-    for item in obj.try_iter()? {
-        let item = item?;
-        let t = item.cast::<PyTuple>()?;
-        out.push((t.get_item(0)?.extract()?, parse_expr(&t.get_item(1)?)?));
-    }
-    Ok(out)
+/// The core expressions of named `eddyline._core.Expr` columns.
+fn exprs(columns: &[(String, Bound<'_, PyExpr>)]) -> Vec<(String, Expr)> {
+    columns
+        .iter()
+        .map(|(name, expr)| (name.clone(), expr.get().expr.clone()))
+        .collect()
 }
 
 fn parse_partitioning(kind: &str, keys: Vec<String>) -> PyResult<Partitioning> {
@@ -191,63 +91,177 @@ fn parse_agg(node: &str, agg: &str) -> Result<AggKind, Error> {
     })
 }
 
-/// A window assigner spec: `("tumbling", size_ms)` or `("sliding", size_ms, slide_ms)`.
-fn parse_window_assigner(
-    node: &str,
-    spec: &[Bound<'_, PyAny>],
-) -> Result<WindowAssigner, NodeError> {
-    let kind: String = spec
-        .first()
-        .map(|k| k.extract())
-        .transpose()?
-        .unwrap_or_default();
-    let num = |i: usize| -> PyResult<i64> {
-        spec.get(i)
-            .ok_or_else(|| {
-                pyo3::exceptions::PyValueError::new_err("window assigner is incomplete")
-            })?
-            .extract()
-    };
-    Ok(match kind.as_str() {
-        "tumbling" => WindowAssigner::Tumbling { size_ms: num(1)? },
-        "sliding" => WindowAssigner::Sliding {
-            size_ms: num(1)?,
-            slide_ms: num(2)?,
-        },
-        other => {
-            let message = format!("unknown window assigner '{other}'");
-            return Err(Error::graph(node, message).into());
-        }
-    })
-}
-
 /// What a node spec builds: the core node kind, its role and its output
 /// schema (None where it is only known at run time).
 type NodeParts = (NodeKind, Role, Option<SchemaRef>);
 
-/// One node spec being read: its dict, id, name and the schemas of its inputs.
-struct Spec<'a, 'py> {
-    d: &'a Bound<'py, PyDict>,
+/// One node of the plan (`NodeSpec` in `eddyline/_specs.py`): what every
+/// node has, and its operator's spec `op`, read by its `kind`.
+#[derive(FromPyObject)]
+struct NodeSpec<'py> {
+    id: usize,
+    name: String,
+    uid: Option<String>,
+    parallelism: usize,
+    inputs: Vec<EdgeSpec>,
+    scope: Vec<u32>,
+    kind: String,
+    op: Bound<'py, PyAny>,
+    late_output: bool,
+    side_outputs: Vec<(u8, Option<Bound<'py, PyAny>>)>,
+}
+
+/// An input of a node (`EdgeSpec`).
+#[derive(FromPyObject)]
+struct EdgeSpec {
+    node: usize,
+    partition: String,
+    keys: Vec<String>,
+    input: usize,
+    port: u8,
+}
+
+/// `source_arrow`: record batches held in the spec.
+#[derive(FromPyObject)]
+struct SourceArrowSpec<'py> {
+    schema: Bound<'py, PyAny>,
+    batches: Vec<Bound<'py, PyAny>>,
+}
+
+/// `source_sequence`: the int64 column `value` over `[start, end)`.
+#[derive(FromPyObject)]
+struct SourceSequenceSpec {
+    start: i64,
+    end: i64,
+}
+
+/// `source_parquet`: the files, read in order (only `columns`, when given).
+#[derive(FromPyObject)]
+struct SourceParquetSpec {
+    paths: Vec<PathBuf>,
+    storage_options: StorageOptions,
+    columns: Option<Vec<String>>,
+}
+
+/// `source_python`: a user source behind its reader factory.
+#[derive(FromPyObject)]
+struct SourcePythonSpec<'py> {
+    schema: Bound<'py, PyAny>,
+    make_reader: Py<PyAny>,
+    union_offsets: bool,
+}
+
+/// `filter`: a boolean expression.
+#[derive(FromPyObject)]
+struct FilterSpec<'py> {
+    expr: Bound<'py, PyExpr>,
+}
+
+/// `with_columns` and `select`: named expressions.
+#[derive(FromPyObject)]
+struct ProjectSpec<'py> {
+    columns: Vec<(String, Bound<'py, PyExpr>)>,
+}
+
+/// `assign_timestamps`: event time from a column, and watermarks.
+#[derive(FromPyObject)]
+struct AssignTimestampsSpec {
+    column: String,
+    max_out_of_orderness_ms: i64,
+    idle_timeout_ms: Option<i64>,
+}
+
+/// `keyed_agg`: a running native aggregate per key.
+#[derive(FromPyObject)]
+struct KeyedAggSpec {
+    keys: Vec<String>,
+    agg: String,
+    column: Option<String>,
+}
+
+/// A window assigner: tumbling (`slide_ms` None) or sliding.
+#[derive(FromPyObject)]
+struct WindowAssignerSpec {
+    size_ms: i64,
+    slide_ms: Option<i64>,
+}
+
+/// `window`: a native event-time window aggregate per key.
+#[derive(FromPyObject)]
+struct WindowSpec {
+    keys: Vec<String>,
+    time_column: String,
+    assigner: WindowAssignerSpec,
+    agg: String,
+    column: Option<String>,
+}
+
+/// `session_window`: native session windows with an aggregate per key.
+#[derive(FromPyObject)]
+struct SessionWindowSpec {
+    keys: Vec<String>,
+    time_column: String,
+    gap_ms: i64,
+    agg: String,
+    column: Option<String>,
+}
+
+/// `join`: a native keyed join of input 0 (left) and input 1 (right).
+#[derive(FromPyObject)]
+struct JoinSpecPy {
+    left_keys: Vec<String>,
+    right_keys: Vec<String>,
+    how: String,
+    within: Option<(i64, i64)>,
+    state_ttl_ms: Option<i64>,
+    time_columns: (Option<String>, Option<String>),
+    temporal: bool,
+    window_ms: Option<i64>,
+    window_slide_ms: Option<i64>,
+    session_gap_ms: Option<i64>,
+}
+
+/// `loop_head` (FLIP-15): the loop, its feedback and how it is buffered.
+#[derive(FromPyObject)]
+struct LoopHeadSpec<'py> {
+    #[pyo3(attribute("loop"))]
+    loop_id: u32,
+    feedback_from: Option<usize>,
+    feedback_memory: usize,
+    priority: String,
+    co: bool,
+    spill_dir: Option<PathBuf>,
+    feedback_schema: Option<Bound<'py, PyAny>>,
+}
+
+/// `python`: Python code run by the runners `factory` makes.
+#[derive(FromPyObject)]
+struct PythonSpec<'py> {
+    factory: Py<PyAny>,
+    output_schema: Option<Bound<'py, PyAny>>,
+    keys: Option<Vec<String>>,
+    is_sink: bool,
+    input_keys: Option<Vec<Vec<String>>>,
+}
+
+/// `sink_parquet`: files committed with checkpoints.
+#[derive(FromPyObject)]
+struct SinkParquetSpec {
+    dir: PathBuf,
+    storage_options: StorageOptions,
+}
+
+/// The node being read: its id, name and the schemas of its inputs.
+struct Ctx<'a> {
     id: usize,
     name: &'a str,
     inputs: &'a [Option<SchemaRef>],
 }
 
-impl Spec<'_, '_> {
-    /// A schema field of the spec; a bad one is a graph error naming the node.
-    fn schema(&self, key: &str) -> Result<SchemaRef, NodeError> {
-        let s = get::<Bound<PyAny>>(self.d, key)?;
-        Ok(schema_from_py(&s).map_err(|e| Error::graph(self.name, e.to_string()))?)
-    }
-
-    /// An optional (None when absent or None) schema field of the spec.
-    fn opt_schema(&self, key: &str) -> Result<Option<SchemaRef>, NodeError> {
-        match opt::<Bound<PyAny>>(self.d, key)? {
-            Some(s) => Ok(Some(
-                schema_from_py(&s).map_err(|e| Error::graph(self.name, e.to_string()))?,
-            )),
-            None => Ok(None),
-        }
+impl Ctx<'_> {
+    /// A schema of the spec; a bad one is a graph error naming the node.
+    fn schema(&self, s: &Bound<'_, PyAny>) -> Result<SchemaRef, NodeError> {
+        Ok(schema_from_py(s).map_err(|e| Error::graph(self.name, e.to_string()))?)
     }
 
     /// The output schema of a one-input operator, when its input schema is known.
@@ -264,35 +278,8 @@ impl Spec<'_, '_> {
     }
 }
 
-fn op(f: Arc<dyn OperatorFactory>) -> NodeKind {
+fn op_kind(f: Arc<dyn OperatorFactory>) -> NodeKind {
     NodeKind::Operator(f)
-}
-
-/// `source_arrow`: record batches held in the spec.
-fn arrow_source(spec: &Spec<'_, '_>) -> Result<Arc<dyn SourceFactory>, NodeError> {
-    let name = spec.name;
-    let schema = spec.schema("schema")?;
-    let mut batches = Vec::new();
-    for b in get::<Bound<PyAny>>(spec.d, "batches")?
-        .try_iter()
-        .map_err(|e| Error::graph(name, e.to_string()))?
-    {
-        let b = b.map_err(|e| Error::graph(name, e.to_string()))?;
-        batches.push(batch_from_py(&b).map_err(|e| Error::schema(name, e.to_string()))?);
-    }
-    Ok(Arc::new(ArrowBatchesSource::new(name, batches, schema)?))
-}
-
-/// `source_python`: a user source behind its reader factory.
-fn python_source(spec: &Spec<'_, '_>) -> Result<Arc<dyn SourceFactory>, NodeError> {
-    let schema = spec.schema("schema")?;
-    let make_reader: Py<PyAny> = get(spec.d, "make_reader")?;
-    let union_offsets = opt::<bool>(spec.d, "union_offsets")?.unwrap_or(false);
-    Ok(Arc::new(PySourceFactory {
-        make_reader,
-        schema,
-        union_offsets,
-    }))
 }
 
 /// A source node; its output schema is the source's.
@@ -303,26 +290,55 @@ fn source(src: Arc<dyn SourceFactory>) -> NodeParts {
 
 /// An operator node (neither source nor sink) with its output schema.
 fn operator(f: Arc<dyn OperatorFactory>, s: Option<SchemaRef>) -> NodeParts {
-    (op(f), Role::Operator, s)
+    (op_kind(f), Role::Operator, s)
+}
+
+fn arrow_source(cx: &Ctx<'_>, spec: SourceArrowSpec<'_>) -> Result<NodeParts, NodeError> {
+    let name = cx.name;
+    let schema = cx.schema(&spec.schema)?;
+    let batches = spec
+        .batches
+        .iter()
+        .map(|b| batch_from_py(b).map_err(|e| Error::schema(name, e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(source(Arc::new(ArrowBatchesSource::new(
+        name, batches, schema,
+    )?)))
+}
+
+fn parquet_source(cx: &Ctx<'_>, spec: SourceParquetSpec) -> Result<NodeParts, NodeError> {
+    let mut parquet = ParquetSource::new_with(cx.name, spec.paths, spec.storage_options)?;
+    if let Some(columns) = spec.columns {
+        parquet = parquet.with_columns(&columns)?;
+    }
+    Ok(source(Arc::new(parquet)))
+}
+
+fn python_source(cx: &Ctx<'_>, spec: SourcePythonSpec<'_>) -> Result<NodeParts, NodeError> {
+    Ok(source(Arc::new(PySourceFactory {
+        make_reader: spec.make_reader,
+        schema: cx.schema(&spec.schema)?,
+        union_offsets: spec.union_offsets,
+    })))
 }
 
 /// `filter`: keeps the rows where a boolean expression holds.
-fn filter_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
-    let f = FilterFactory::new(parse_expr(&get::<Bound<PyAny>>(spec.d, "expr")?)?);
-    let s = spec.output_of(|s| f.output_schema(spec.name, s))?;
+fn filter_node(cx: &Ctx<'_>, spec: FilterSpec<'_>) -> Result<NodeParts, NodeError> {
+    let f = FilterFactory::new(spec.expr.get().expr.clone());
+    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
 
 /// `with_columns` (adds or replaces columns) and `select` (keeps only the named ones).
-fn project_node(spec: &Spec<'_, '_>, select: bool) -> Result<NodeParts, NodeError> {
-    let name = spec.name;
-    let cols = parse_columns(&get::<Bound<PyAny>>(spec.d, "columns")?)?;
+fn project_node(cx: &Ctx<'_>, spec: ProjectSpec<'_>, select: bool) -> Result<NodeParts, NodeError> {
+    let name = cx.name;
+    let cols = exprs(&spec.columns);
     let mut f = if select {
         ProjectFactory::select(cols)
     } else {
         ProjectFactory::with_columns(cols)
     };
-    let s = match known(spec.inputs) {
+    let s = match known(cx.inputs) {
         Some(s) => {
             f = f.with_input_schema(name, s)?;
             Some(f.output_schema(name, s)?)
@@ -333,60 +349,69 @@ fn project_node(spec: &Spec<'_, '_>, select: bool) -> Result<NodeParts, NodeErro
 }
 
 /// `assign_timestamps`: event time from a column, and watermarks.
-fn timestamps_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
-    let d = spec.d;
-    let f = AssignTimestampsFactory::new(get(d, "column")?, get(d, "max_out_of_orderness_ms")?)
-        .with_idle_timeout(opt(d, "idle_timeout_ms")?);
-    let s = spec.output_of(|s| f.output_schema(spec.name, s))?;
+fn timestamps_node(cx: &Ctx<'_>, spec: AssignTimestampsSpec) -> Result<NodeParts, NodeError> {
+    let f = AssignTimestampsFactory::new(spec.column, spec.max_out_of_orderness_ms)
+        .with_idle_timeout(spec.idle_timeout_ms);
+    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
 
 /// `keyed_agg`: a running native aggregate per key.
-fn keyed_agg_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
-    let (d, name) = (spec.d, spec.name);
-    let agg = parse_agg(name, &get::<String>(d, "agg")?)?;
-    let f = KeyedAggFactory::new(get(d, "keys")?, agg, opt(d, "column")?);
-    let s = spec.output_of(|s| f.output_schema(name, s))?;
+fn keyed_agg_node(cx: &Ctx<'_>, spec: KeyedAggSpec) -> Result<NodeParts, NodeError> {
+    let agg = parse_agg(cx.name, &spec.agg)?;
+    let f = KeyedAggFactory::new(spec.keys, agg, spec.column);
+    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
 
 /// `window`: a native event-time window aggregate per key.
-fn window_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
-    let (d, name) = (spec.d, spec.name);
-    let assigner = parse_window_assigner(name, &get::<Vec<Bound<PyAny>>>(d, "assigner")?)?;
-    let agg = parse_agg(name, &get::<String>(d, "agg")?)?;
+fn window_node(cx: &Ctx<'_>, spec: WindowSpec, late: bool) -> Result<NodeParts, NodeError> {
+    let name = cx.name;
+    let assigner = match spec.assigner.slide_ms {
+        None => WindowAssigner::Tumbling {
+            size_ms: spec.assigner.size_ms,
+        },
+        Some(slide_ms) => WindowAssigner::Sliding {
+            size_ms: spec.assigner.size_ms,
+            slide_ms,
+        },
+    };
+    let agg = parse_agg(name, &spec.agg)?;
     let mut f = WindowFactory::new(
-        get(d, "keys")?,
-        get(d, "time_column")?,
+        spec.keys,
+        spec.time_column,
         assigner,
-        WindowAgg::Native(agg, opt(d, "column")?),
+        WindowAgg::Native(agg, spec.column),
     );
-    if opt(d, "late_output")?.unwrap_or(false) {
+    if late {
         f = f.with_late_output();
     }
-    let s = spec.output_of(|s| f.output_schema(name, s))?;
+    let s = cx.output_of(|s| f.output_schema(name, s))?;
     Ok(operator(Arc::new(f), s))
 }
 
 /// `session_window`: native event-time session windows with an aggregate per key.
-fn session_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
-    let (d, name) = (spec.d, spec.name);
+fn session_node(
+    cx: &Ctx<'_>,
+    spec: SessionWindowSpec,
+    late_output: bool,
+) -> Result<NodeParts, NodeError> {
     let f = SessionFactory {
-        keys: get(d, "keys")?,
-        time_column: get(d, "time_column")?,
-        gap_ms: get(d, "gap_ms")?,
-        agg: parse_agg(name, &get::<String>(d, "agg")?)?,
-        column: opt(d, "column")?,
-        late_output: opt(d, "late_output")?.unwrap_or(false),
+        keys: spec.keys,
+        time_column: spec.time_column,
+        gap_ms: spec.gap_ms,
+        agg: parse_agg(cx.name, &spec.agg)?,
+        column: spec.column,
+        late_output,
     };
-    let s = spec.output_of(|s| f.output_schema(name, s))?;
+    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
 
 /// `join`: a native keyed join of input 0 (left) and input 1 (right).
-fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
-    let (d, name) = (spec.d, spec.name);
-    let how = match get::<String>(d, "how")?.as_str() {
+fn join_node(cx: &Ctx<'_>, spec: JoinSpecPy) -> Result<NodeParts, NodeError> {
+    let name = cx.name;
+    let how = match spec.how.as_str() {
         "inner" => JoinType::Inner,
         "left" => JoinType::Left,
         "right" => JoinType::Right,
@@ -396,33 +421,27 @@ fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
             return Err(Error::graph(name, message).into());
         }
     };
-    let temporal: bool = opt(d, "temporal")?.unwrap_or(false);
-    let window_ms: Option<i64> = opt(d, "window_ms")?;
-    let slide_ms: Option<i64> = opt(d, "window_slide_ms")?;
-    let gap_ms: Option<i64> = opt(d, "session_gap_ms")?;
-    let bounds = match opt::<(i64, i64)>(d, "within")? {
-        _ if temporal => JoinBounds::Temporal,
-        _ if gap_ms.is_some() => JoinBounds::SessionWindow {
-            gap_ms: gap_ms.unwrap_or_default(),
+    let bounds = match (spec.session_gap_ms, spec.window_ms, spec.within) {
+        _ if spec.temporal => JoinBounds::Temporal,
+        (Some(gap_ms), _, _) => JoinBounds::SessionWindow { gap_ms },
+        (None, Some(size_ms), _) => JoinBounds::Window {
+            size_ms,
+            slide_ms: spec.window_slide_ms.unwrap_or(size_ms),
         },
-        _ if window_ms.is_some() => JoinBounds::Window {
-            size_ms: window_ms.unwrap_or_default(),
-            slide_ms: slide_ms.or(window_ms).unwrap_or_default(),
-        },
-        Some((lower_ms, upper_ms)) => JoinBounds::Interval { lower_ms, upper_ms },
-        None => JoinBounds::Unbounded {
-            ttl_ms: opt(d, "state_ttl_ms")?,
+        (None, None, Some((lower_ms, upper_ms))) => JoinBounds::Interval { lower_ms, upper_ms },
+        (None, None, None) => JoinBounds::Unbounded {
+            ttl_ms: spec.state_ttl_ms,
         },
     };
-    let (lt, rt): (Option<String>, Option<String>) = get(d, "time_columns")?;
+    let (lt, rt) = spec.time_columns;
     let join = JoinSpec {
-        left_keys: get(d, "left_keys")?,
-        right_keys: get(d, "right_keys")?,
+        left_keys: spec.left_keys,
+        right_keys: spec.right_keys,
         time_columns: [lt, rt],
         how,
         bounds,
     };
-    let (Some(Some(left)), Some(Some(right))) = (spec.inputs.first(), spec.inputs.get(1)) else {
+    let (Some(Some(left)), Some(Some(right))) = (cx.inputs.first(), cx.inputs.get(1)) else {
         let message = "a join needs the schemas of both inputs before running";
         return Err(Error::graph(name, message).into());
     };
@@ -432,17 +451,21 @@ fn join_node(spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
 }
 
 /// `python`: Python code run by the runners the spec's `factory` makes.
-fn python_node(py: Python<'_>, spec: &Spec<'_, '_>, run_tag: &str) -> Result<NodeParts, NodeError> {
-    let factory: Py<PyAny> = get(spec.d, "factory")?;
+fn python_node(
+    py: Python<'_>,
+    cx: &Ctx<'_>,
+    spec: PythonSpec<'_>,
+    run_tag: &str,
+) -> Result<NodeParts, NodeError> {
     // A two-input keyed function (CoProcessFunction) keys each input on its own columns.
-    let keys: Option<Vec<Vec<String>>> = match opt::<Vec<Vec<String>>>(spec.d, "input_keys")? {
-        Some(per_input) => Some(per_input),
-        None => opt::<Vec<String>>(spec.d, "keys")?.map(|k| vec![k]),
-    };
-    let s = spec.opt_schema("output_schema")?;
-    let is_sink: bool = opt(spec.d, "is_sink")?.unwrap_or(false);
-    let f = PyRunnerFactory::new(py, spec.name, factory, keys, run_tag.to_string())?;
-    if is_sink {
+    let keys = spec.input_keys.or_else(|| spec.keys.map(|k| vec![k]));
+    let s = spec
+        .output_schema
+        .as_ref()
+        .map(|s| cx.schema(s))
+        .transpose()?;
+    let f = PyRunnerFactory::new(py, cx.name, spec.factory, keys, run_tag.to_string())?;
+    if spec.is_sink {
         return Ok((NodeKind::Operator(Arc::new(f)), Role::Sink, None));
     }
     Ok(operator(Arc::new(f), s))
@@ -467,48 +490,46 @@ struct GraphReader<'a> {
 
 impl GraphReader<'_> {
     /// The edges of a node spec and the schemas arriving on them.
-    fn edges(&self, d: &Bound<'_, PyDict>) -> PyResult<(Vec<Edge>, Vec<Option<SchemaRef>>)> {
+    fn edges(&self, specs: Vec<EdgeSpec>) -> PyResult<(Vec<Edge>, Vec<Option<SchemaRef>>)> {
         let mut inputs = Vec::new();
         let mut input_schemas = Vec::new();
-        if let Some(list) = d.get_item("inputs")? {
-            for e in list.try_iter()? {
-                let e = e?;
-                let e = e.cast::<PyDict>()?;
-                let from: usize = get(e, "node")?;
-                let part: String = get(e, "partition")?;
-                let keys: Vec<String> = opt(e, "keys")?.unwrap_or_default();
-                let input: usize = opt(e, "input")?.unwrap_or(0);
-                let port: u8 = opt(e, "port")?.unwrap_or(0);
-                input_schemas.push(match port {
-                    0 => self.schemas.get(from).cloned().flatten(),
-                    _ => self.port_schemas.get(&(from, port)).cloned().flatten(),
-                });
-                inputs.push(Edge {
-                    from,
-                    partitioning: parse_partitioning(&part, keys)?,
-                    input,
-                    port,
-                });
-            }
+        for e in specs {
+            input_schemas.push(match e.port {
+                0 => self.schemas.get(e.node).cloned().flatten(),
+                port => self.port_schemas.get(&(e.node, port)).cloned().flatten(),
+            });
+            inputs.push(Edge {
+                from: e.node,
+                partitioning: parse_partitioning(&e.partition, e.keys)?,
+                input: e.input,
+                port: e.port,
+            });
         }
         Ok((inputs, input_schemas))
     }
 
     /// Reads one node spec (see `NodeSpec` in `eddyline/_specs.py`).
-    fn add(&mut self, py: Python<'_>, d: &Bound<'_, PyDict>) -> PyResult<()> {
-        let id: usize = get(d, "id")?;
-        let kind: String = get(d, "kind")?;
-        let name: String = get(d, "name")?;
-        let uid: String = opt(d, "uid")?.unwrap_or_else(|| format!("{kind}-{id}"));
-        let parallelism: usize = get(d, "parallelism")?;
-        let (inputs, input_schemas) = self.edges(d)?;
-        let spec = Spec {
-            d,
+    fn add(&mut self, py: Python<'_>, spec: NodeSpec<'_>) -> PyResult<()> {
+        let NodeSpec {
+            id,
+            name,
+            uid,
+            parallelism,
+            inputs,
+            scope,
+            kind,
+            op,
+            late_output,
+            side_outputs,
+        } = spec;
+        let uid = uid.unwrap_or_else(|| format!("{kind}-{id}"));
+        let (inputs, input_schemas) = self.edges(inputs)?;
+        let cx = Ctx {
             id,
             name: &name,
             inputs: &input_schemas,
         };
-        let (node_kind, role, schema) = match self.build(py, &kind, &spec) {
+        let (node_kind, role, schema) = match self.build(py, &kind, &op, &cx, late_output) {
             Ok(b) => b,
             Err(NodeError::Core(e)) => return Err(to_py(py, &e.in_operator(&name))),
             Err(NodeError::Py(e)) => return Err(e),
@@ -520,18 +541,15 @@ impl GraphReader<'_> {
         }
         // A window (native or Python) with a late output emits its late
         // records, unchanged, on port 1.
-        if opt::<bool>(d, "late_output")?.unwrap_or(false) {
-            self.port_schemas.insert((id, 1), spec.first_input());
+        if late_output {
+            self.port_schemas.insert((id, 1), cx.first_input());
         }
         // A process function's side outputs: (port, schema or None) each.
-        if let Some(ports) = opt::<Vec<(u8, Option<Bound<'_, PyAny>>)>>(d, "side_outputs")? {
-            for (port, schema) in ports {
-                let schema = schema.map(|s| schema_from_py(&s)).transpose()?;
-                self.port_schemas.insert((id, port), schema);
-            }
+        for (port, schema) in side_outputs {
+            let schema = schema.map(|s| schema_from_py(&s)).transpose()?;
+            self.port_schemas.insert((id, port), schema);
         }
         self.schemas.push(schema.clone());
-        let path = opt::<Vec<u32>>(d, "scope")?.unwrap_or_default();
         self.nodes.push(Node {
             id,
             name,
@@ -541,84 +559,79 @@ impl GraphReader<'_> {
             kind: node_kind,
             role,
             output_schema: schema,
-            scope: scope_of(&mut self.scopes, &path),
+            scope: scope_of(&mut self.scopes, &scope),
         });
         Ok(())
     }
 
-    /// Builds the core node of one spec, by its kind.
+    /// Builds the core node of one operator spec, read by its kind.
     fn build(
         &mut self,
         py: Python<'_>,
         kind: &str,
-        spec: &Spec<'_, '_>,
+        op: &Bound<'_, PyAny>,
+        cx: &Ctx<'_>,
+        late_output: bool,
     ) -> Result<NodeParts, NodeError> {
         Ok(match kind {
-            "source_arrow" => source(arrow_source(spec)?),
+            "source_arrow" => arrow_source(cx, op.extract()?)?,
             "source_sequence" => {
-                let (start, end) = (get(spec.d, "start")?, get(spec.d, "end")?);
-                source(Arc::new(SequenceSource::new(start, end)))
+                let spec: SourceSequenceSpec = op.extract()?;
+                source(Arc::new(SequenceSource::new(spec.start, spec.end)))
             }
-            "source_parquet" => {
-                let paths: Vec<PathBuf> = get(spec.d, "paths")?;
-                let options = storage_options(spec.d)?;
-                let mut parquet = ParquetSource::new_with(spec.name, paths, options)?;
-                if let Some(columns) = opt::<Vec<String>>(spec.d, "columns")? {
-                    parquet = parquet.with_columns(&columns)?;
-                }
-                source(Arc::new(parquet))
-            }
-            "source_python" => source(python_source(spec)?),
-            "filter" => filter_node(spec)?,
-            "with_columns" => project_node(spec, false)?,
-            "select" => project_node(spec, true)?,
-            "assign_timestamps" => timestamps_node(spec)?,
-            "keyed_agg" => keyed_agg_node(spec)?,
-            "window" => window_node(spec)?,
-            "join" => join_node(spec)?,
-            "session_window" => session_node(spec)?,
-            "loop_head" => self.loop_head_node(spec)?,
-            "loop_exit" => operator(Arc::new(UnionFactory::default()), spec.first_input()),
+            "source_parquet" => parquet_source(cx, op.extract()?)?,
+            "source_python" => python_source(cx, op.extract()?)?,
+            "filter" => filter_node(cx, op.extract()?)?,
+            "with_columns" => project_node(cx, op.extract()?, false)?,
+            "select" => project_node(cx, op.extract()?, true)?,
+            "assign_timestamps" => timestamps_node(cx, op.extract()?)?,
+            "keyed_agg" => keyed_agg_node(cx, op.extract()?)?,
+            "window" => window_node(cx, op.extract()?, late_output)?,
+            "join" => join_node(cx, op.extract()?)?,
+            "session_window" => session_node(cx, op.extract()?, late_output)?,
+            "loop_head" => self.loop_head_node(cx, op.extract()?)?,
+            "loop_exit" => operator(Arc::new(UnionFactory::default()), cx.first_input()),
             "union" => {
-                let all: Option<Vec<SchemaRef>> = spec.inputs.iter().cloned().collect();
+                let all: Option<Vec<SchemaRef>> = cx.inputs.iter().cloned().collect();
                 let s = match all {
-                    Some(all) => Some(UnionFactory::output_schema(spec.name, &all)?),
+                    Some(all) => Some(UnionFactory::output_schema(cx.name, &all)?),
                     None => None,
                 };
                 let factory = UnionFactory { schema: s.clone() };
                 operator(Arc::new(factory), s)
             }
-            "python" => python_node(py, spec, self.run_tag)?,
+            "python" => python_node(py, cx, op.extract()?, self.run_tag)?,
             "sink_collect" => {
                 let store = CollectStore::new();
-                self.collect_stores.insert(spec.id, store.clone());
+                self.collect_stores.insert(cx.id, store.clone());
                 (
-                    op(Arc::new(CollectSinkFactory::new(store))),
+                    op_kind(Arc::new(CollectSinkFactory::new(store))),
                     Role::Sink,
                     None,
                 )
             }
-            "sink_discard" => (op(Arc::new(DiscardSinkFactory)), Role::Sink, None),
+            "sink_discard" => (op_kind(Arc::new(DiscardSinkFactory)), Role::Sink, None),
             "sink_parquet" => {
-                let dir: PathBuf = get(spec.d, "dir")?;
-                let options = storage_options(spec.d)?;
-                let f = ParquetSinkFactory::new_with(dir, self.run_tag, options);
-                (op(Arc::new(f)), Role::Sink, None)
+                let spec: SinkParquetSpec = op.extract()?;
+                let f = ParquetSinkFactory::new_with(spec.dir, self.run_tag, spec.storage_options);
+                (op_kind(Arc::new(f)), Role::Sink, None)
             }
             other => {
                 let message = format!("unknown node kind '{other}'");
-                return Err(Error::graph(spec.name, message).into());
+                return Err(Error::graph(cx.name, message).into());
             }
         })
     }
 
     /// `loop_head` (FLIP-15): records the loop and the schema of the feedback
     /// (port 1); the head itself forwards its inputs, every field nullable.
-    fn loop_head_node(&mut self, spec: &Spec<'_, '_>) -> Result<NodeParts, NodeError> {
-        let (d, name, id) = (spec.d, spec.name, spec.id);
-        let loop_id: u32 = get(d, "loop")?;
-        let tail: Option<usize> = opt(d, "feedback_from")?;
-        let priority = match get::<String>(d, "priority")?.as_str() {
+    fn loop_head_node(
+        &mut self,
+        cx: &Ctx<'_>,
+        spec: LoopHeadSpec<'_>,
+    ) -> Result<NodeParts, NodeError> {
+        let (name, id) = (cx.name, cx.id);
+        let priority = match spec.priority.as_str() {
             "feedback_first" => LoopPriority::FeedbackFirst,
             "adaptive" => LoopPriority::Adaptive,
             other => {
@@ -627,27 +640,28 @@ impl GraphReader<'_> {
                 return Err(Error::graph(name, message).into());
             }
         };
-        let co: bool = opt(d, "co")?.unwrap_or(false);
-        let feedback_schema = spec.opt_schema("feedback_schema")?;
-        let fb = if co {
-            feedback_schema
+        let fb = if spec.co {
+            spec.feedback_schema
+                .as_ref()
+                .map(|s| cx.schema(s))
+                .transpose()?
         } else {
-            spec.first_input()
+            cx.first_input()
         };
         self.port_schemas
             .insert((id, 1), fb.as_ref().map(all_nullable));
         self.loops.push(LoopSpec {
-            id: loop_id,
+            id: spec.loop_id,
             head: id,
             // A loop still being built (validation only) has no tail yet:
             // the head stands in for it.
-            tail: tail.unwrap_or(id),
-            feedback_memory: get(d, "feedback_memory")?,
+            tail: spec.feedback_from.unwrap_or(id),
+            feedback_memory: spec.feedback_memory,
             priority,
-            co,
-            spill_dir: opt::<PathBuf>(d, "spill_dir")?,
+            co: spec.co,
+            spill_dir: spec.spill_dir,
         });
-        let s = spec.first_input();
+        let s = cx.first_input();
         Ok(operator(
             Arc::new(UnionFactory::default()),
             s.as_ref().map(all_nullable),
@@ -674,7 +688,7 @@ pub fn parse_graph(
         external_sinks: Vec::new(),
     };
     for item in nodes.iter() {
-        reader.add(py, item.cast::<PyDict>()?)?;
+        reader.add(py, item.extract()?)?;
     }
     let graph = JobGraph {
         nodes: reader.nodes,

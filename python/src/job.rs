@@ -15,6 +15,9 @@ use eddyline_core::runtime::{
 use eddyline_core::sink::collect::CollectStore;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use std::path::PathBuf;
+
+use eddyline_core::store::StorageOptions;
 
 use crate::arrow::batch_to_py;
 use crate::errors::{from_py, to_py};
@@ -111,124 +114,114 @@ pub struct PyJobHandle {
     collect_stores: HashMap<usize, Arc<CollectStore>>,
 }
 
-pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> {
-    let mut c = JobConfig::default();
-    if let Some(v) = config.get_item("name")? {
-        c.name = v.extract()?;
-    }
-    if let Some(v) = config.get_item("batch_size")? {
-        c.batch_size = v.extract::<usize>()?.max(1);
-    }
-    if let Some(v) = config.get_item("channel_capacity")? {
-        c.channel_capacity = v.extract::<usize>()?.max(1);
-    }
-    if let Some(v) = config.get_item("checkpoint")? {
-        if !v.is_none() {
-            let d = v.cast::<PyDict>()?;
-            let dir: std::path::PathBuf = d
-                .get_item("dir")?
-                .ok_or_else(|| {
-                    pyo3::exceptions::PyKeyError::new_err("checkpoint config needs 'dir'")
-                })?
-                .extract()?;
-            let mut cc = CheckpointConfig::new(dir);
-            if let Some(x) = d.get_item("interval")? {
-                cc.interval = Duration::from_secs_f64(x.extract::<f64>()?.max(0.001));
-            }
-            if let Some(x) = d.get_item("timeout")? {
-                if !x.is_none() {
-                    cc.timeout = Duration::from_secs_f64(x.extract::<f64>()?.max(0.001));
-                }
-            }
-            if let Some(x) = d.get_item("mode")? {
-                let mode: String = x.extract()?;
-                cc.mode = match mode.as_str() {
-                    "exactly_once" => AlignmentMode::ExactlyOnce,
-                    "at_least_once" => AlignmentMode::AtLeastOnce,
-                    other => {
-                        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                            "unknown checkpoint mode '{other}'"
-                        )))
-                    }
-                };
-            }
-            if let Some(x) = d.get_item("unaligned")? {
-                cc.unaligned = x.extract()?;
-            }
-            if let Some(x) = d.get_item("incremental")? {
-                cc.incremental = x.extract()?;
-            }
-            if let Some(x) = d.get_item("aligned_timeout")? {
-                if !x.is_none() {
-                    cc.aligned_timeout =
-                        Some(Duration::from_secs_f64(x.extract::<f64>()?.max(0.0)));
-                }
-            }
-            if let Some(x) = d.get_item("recovery")? {
-                if !x.is_none() {
-                    let recovery: String = x.extract()?;
-                    cc.recovery = match recovery.as_str() {
-                        "latest" => Recovery::Latest,
-                        "recompute" => Recovery::Recompute,
-                        other => {
-                            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                                "unknown recovery mode '{other}'"
-                            )))
-                        }
-                    };
-                }
-            }
-            if let Some(x) = d.get_item("retained")? {
-                cc.retained = x.extract::<usize>()?.max(1);
-            }
-            if let Some(x) = d.get_item("storage_options")? {
-                if !x.is_none() {
-                    cc.storage_options = x.extract()?;
-                }
-            }
-            c.checkpoint = Some(cc);
+/// `CheckpointSpec` (`eddyline/_specs.py`): `CheckpointConfig` with its
+/// durations in seconds.
+#[derive(FromPyObject)]
+struct CheckpointSpec {
+    dir: PathBuf,
+    interval: f64,
+    mode: String,
+    unaligned: bool,
+    incremental: bool,
+    aligned_timeout: Option<f64>,
+    retained: usize,
+    recovery: Option<String>,
+    timeout: Option<f64>,
+    storage_options: StorageOptions,
+}
+
+/// `RestartSpec`: `RestartStrategy` as attempts and a delay in seconds.
+#[derive(FromPyObject)]
+struct RestartSpec {
+    attempts: u32,
+    delay_s: f64,
+}
+
+/// `JobConfigSpec` (`eddyline/_specs.py`): the configuration of one run.
+#[derive(FromPyObject)]
+pub(crate) struct JobConfigSpec {
+    name: String,
+    pub max_parallelism: usize,
+    batch_size: usize,
+    restart: Option<RestartSpec>,
+    checkpoint: Option<CheckpointSpec>,
+    restore_from: Option<String>,
+    allow_non_restored_state: bool,
+    allow_duplicate_output: bool,
+    pub run_tag: Option<String>,
+    channel_capacity: Option<usize>,
+}
+
+impl CheckpointSpec {
+    fn into_config(self) -> PyResult<CheckpointConfig> {
+        let mut cc = CheckpointConfig::new(self.dir);
+        cc.interval = Duration::from_secs_f64(self.interval.max(0.001));
+        if let Some(t) = self.timeout {
+            cc.timeout = Duration::from_secs_f64(t.max(0.001));
         }
-    }
-    if let Some(v) = config.get_item("allow_non_restored_state")? {
-        if !v.is_none() {
-            c.allow_non_restored_state = v.extract()?;
+        cc.mode = match self.mode.as_str() {
+            "exactly_once" => AlignmentMode::ExactlyOnce,
+            "at_least_once" => AlignmentMode::AtLeastOnce,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown checkpoint mode '{other}'"
+                )))
+            }
+        };
+        cc.unaligned = self.unaligned;
+        cc.incremental = self.incremental;
+        cc.aligned_timeout = self
+            .aligned_timeout
+            .map(|t| Duration::from_secs_f64(t.max(0.0)));
+        if let Some(recovery) = self.recovery {
+            cc.recovery = match recovery.as_str() {
+                "latest" => Recovery::Latest,
+                "recompute" => Recovery::Recompute,
+                other => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "unknown recovery mode '{other}'"
+                    )))
+                }
+            };
         }
+        cc.retained = self.retained.max(1);
+        cc.storage_options = self.storage_options;
+        Ok(cc)
     }
-    if let Some(v) = config.get_item("allow_duplicate_output")? {
-        if !v.is_none() {
-            c.allow_duplicate_output = v.extract()?;
+}
+
+impl JobConfigSpec {
+    /// The core's job configuration.
+    pub(crate) fn into_config(self) -> PyResult<JobConfig> {
+        let mut c = JobConfig {
+            name: self.name,
+            batch_size: self.batch_size.max(1),
+            allow_non_restored_state: self.allow_non_restored_state,
+            allow_duplicate_output: self.allow_duplicate_output,
+            ..JobConfig::default()
+        };
+        if let Some(capacity) = self.channel_capacity {
+            c.channel_capacity = capacity.max(1);
         }
-    }
-    if let Some(v) = config.get_item("restore_from")? {
-        if !v.is_none() {
-            let s: String = v.extract()?;
-            c.restore_from = Some(if s == "latest" {
+        c.checkpoint = self
+            .checkpoint
+            .map(CheckpointSpec::into_config)
+            .transpose()?;
+        c.restore_from = self.restore_from.map(|s| {
+            if s == "latest" {
                 RestoreFrom::Latest
             } else {
                 RestoreFrom::Path(s.into())
-            });
-        }
-    }
-    if let Some(v) = config.get_item("restart")? {
-        if !v.is_none() {
-            let d = v.cast::<PyDict>()?;
-            let attempts: u32 = d
-                .get_item("attempts")?
-                .map(|a| a.extract())
-                .transpose()?
-                .unwrap_or(0);
-            let delay: f64 = d
-                .get_item("delay_s")?
-                .map(|a| a.extract())
-                .transpose()?
-                .unwrap_or(0.0);
+            }
+        });
+        if let Some(r) = self.restart {
             c.restart = RestartStrategy {
-                attempts,
-                delay: Duration::from_secs_f64(delay.max(0.0)),
+                attempts: r.attempts,
+                delay: Duration::from_secs_f64(r.delay_s.max(0.0)),
             };
         }
+        Ok(c)
     }
-    Ok(c)
 }
 
 /// Builds the graph from the node specs and starts it: in this process, or,
@@ -240,28 +233,24 @@ pub(crate) fn config_from_py(config: &Bound<'_, PyDict>) -> PyResult<JobConfig> 
 pub fn start_job(
     py: Python<'_>,
     nodes: &Bound<'_, PyList>,
-    config: &Bound<'_, PyDict>,
+    config: JobConfigSpec,
     launcher: Option<Py<PyAny>>,
     workers: usize,
     spec: Option<Vec<u8>>,
     bind: &str,
     start_timeout_s: f64,
 ) -> PyResult<PyJobHandle> {
-    let max_p: usize = config
-        .get_item("max_parallelism")?
-        .map(|v| v.extract())
-        .transpose()?
-        .unwrap_or(128);
+    let max_p = config.max_parallelism;
     let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis())
         .unwrap_or(0);
-    let run_tag: String = match config.get_item("run_tag")? {
-        Some(v) if !v.is_none() => v.extract()?,
-        _ => format!("{millis:x}"),
-    };
+    let run_tag = config
+        .run_tag
+        .clone()
+        .unwrap_or_else(|| format!("{millis:x}"));
     let built = parse_graph(py, nodes, max_p, &run_tag)?;
-    let mut cfg = config_from_py(config)?;
+    let mut cfg = config.into_config()?;
     cfg.external_sinks = built.external_sinks.clone();
     let handle = match launcher {
         None => JobHandle::start(built.graph, cfg),

@@ -1,7 +1,7 @@
 //! `eddyline._core`: the PyO3 binding of eddyline-core.
 //!
 //! Glue only: conversions between Python and core types (`graph.rs`,
-//! `arrow.rs`), the chains of a graph for `explain()` (`plan.rs`), the one
+//! `arrow.rs`, `job.rs`'s config), the native expression handle (`expr.rs`), the chains of a graph for `explain()` (`plan.rs`), the one
 //! error table (`errors.rs`), the one place the GIL is released (`gil.rs`),
 //! the job handle (`job.rs`), the operator that calls Python runners once per
 //! batch (`udf.rs`) and the reader that polls Python sources (`source.rs`).
@@ -12,6 +12,7 @@ mod arrow;
 mod checkpoints;
 mod entries;
 mod errors;
+mod expr;
 mod gil;
 mod graph;
 mod job;
@@ -32,6 +33,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checkpoints::inspect_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoints::read_keyed_state, m)?)?;
     m.add_function(wrap_pyfunction!(storage::parquet_files, m)?)?;
+    m.add_class::<expr::PyExpr>()?;
     m.add_class::<storage::PyStoreDir>()?;
     m.add_class::<job::PyJobHandle>()?;
     m.add_function(wrap_pyfunction!(worker::worker_connect, m)?)?;

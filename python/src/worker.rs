@@ -5,12 +5,12 @@
 use eddyline_core::runtime::WorkerSession;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyList};
 
 use crate::errors::to_py;
 use crate::gil::detached;
 use crate::graph::parse_graph;
-use crate::job::config_from_py;
+use crate::job::JobConfigSpec;
 
 /// A worker connected to its driver, holding the job it was given.
 #[pyclass(name = "WorkerSession", module = "eddyline._core", frozen)]
@@ -97,25 +97,20 @@ impl PyWorkerSession {
         &self,
         py: Python<'_>,
         nodes: &Bound<'_, PyList>,
-        config: &Bound<'_, PyDict>,
+        config: JobConfigSpec,
     ) -> PyResult<()> {
         let Some(session) = self.session.lock().take() else {
             return Err(pyo3::exceptions::PyRuntimeError::new_err(
                 "this worker session already ran",
             ));
         };
-        let max_p: usize = config
-            .get_item("max_parallelism")?
-            .map(|v| v.extract())
-            .transpose()?
-            .unwrap_or(128);
-        let run_tag: String = config
-            .get_item("run_tag")?
-            .map(|v| v.extract())
-            .transpose()?
+        let max_p = config.max_parallelism;
+        let run_tag = config
+            .run_tag
+            .clone()
             .unwrap_or_else(|| "worker".to_string());
         let built = parse_graph(py, nodes, max_p, &run_tag)?;
-        let mut cfg = config_from_py(config)?;
+        let mut cfg = config.into_config()?;
         cfg.external_sinks = built.external_sinks.clone();
         let stores = built.collect_stores;
         let graph = built.graph;

@@ -167,10 +167,10 @@ def test_the_assignment_is_built_right_after_its_source(
     stamped = src.assign_timestamps("ts", max_out_of_orderness=BOUND).name("stamps")
     stamped.key_by("k").window(ed.Tumbling("60s")).sum("v").name("windows").collect()
     compiled = env._graph.compile(env._graph.sinks(), complete=True)
-    names = [spec["name"] for spec in compiled.nodes]
+    names = [spec.name for spec in compiled.nodes]
     assert names.index("stamps") == names.index("src") + 1
     ids = compiled.nodes[names.index("ids")]
-    assert [edge["node"] for edge in ids["inputs"]] == [names.index("stamps")]
+    assert [edge.node for edge in ids.inputs] == [names.index("stamps")]
 
 
 def test_two_assignments_on_one_source_are_refused_before_the_job_runs() -> None:

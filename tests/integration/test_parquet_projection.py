@@ -92,15 +92,15 @@ def test_the_compiled_source_reads_the_union_of_its_selects(tmp_path: Path) -> N
     rows.select("price").collect()
     rows.filter(ed.col("id") > 5).select("price").collect()
     compiled = env._graph.compile([n.id for n in env._graph.nodes], complete=True)
-    (source,) = [s for s in compiled.nodes if s["kind"] == "source_parquet"]
-    assert source.get("columns") == ["id", "price"]
+    (source,) = [s for s in compiled.nodes if s.kind == "source_parquet"]
+    assert source.op.columns == ["id", "price"]
 
     env = ed.StreamEnvironment(1)
     rows = env.from_parquet(path)
     rows.map(lambda r: r).collect()
     compiled = env._graph.compile([n.id for n in env._graph.nodes], complete=True)
-    (source,) = [s for s in compiled.nodes if s["kind"] == "source_parquet"]
-    assert "columns" not in source
+    (source,) = [s for s in compiled.nodes if s.kind == "source_parquet"]
+    assert source.op.columns is None
 
 
 def test_bad_columns_are_refused_naming_the_source(tmp_path: Path) -> None:

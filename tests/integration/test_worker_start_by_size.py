@@ -20,6 +20,7 @@ import pytest
 import eddyline as ed
 import eddyline._exec.pool as pool
 from eddyline._exec.factory import RunnerFactory
+from eddyline._specs import PythonSpec
 
 N = 30_000
 BATCH = 1_000
@@ -138,9 +139,9 @@ def test_the_graph_gives_each_python_node_its_sources_rows(tmp_path: Any) -> Non
     unknown.collect()
     compiled = env._graph.compile(env._graph.sinks())
     rows = {
-        spec["name"]: spec["factory"].input_rows
+        spec.name: spec.op.factory.input_rows
         for spec in compiled.nodes
-        if spec["kind"] == "python" and isinstance(spec["factory"], RunnerFactory)
+        if isinstance(spec.op, PythonSpec) and isinstance(spec.op.factory, RunnerFactory)
     }
     assert sorted(rows.values(), key=str) == [N + 500, None], rows
 

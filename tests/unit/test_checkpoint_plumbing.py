@@ -106,10 +106,11 @@ def test_environment_sends_checkpoint_config_and_restore(tmp_path: Path) -> None
         checkpoint=ed.CheckpointConfig(tmp_path, interval="50ms", timeout="3s")
     )
     config = env._config("job", "latest")
-    assert config["checkpoint"]["timeout"] == 3.0
-    assert config["checkpoint"]["interval"] == 0.05
-    assert config["restore_from"] == "latest"
-    assert ed.StreamEnvironment()._config("job", None)["checkpoint"] is None
+    assert config.checkpoint is not None
+    assert config.checkpoint.timeout == 3.0
+    assert config.checkpoint.interval == 0.05
+    assert config.restore_from == "latest"
+    assert ed.StreamEnvironment()._config("job", None).checkpoint is None
 
 
 def test_keyed_runner_snapshots_one_blob_per_key_group() -> None:

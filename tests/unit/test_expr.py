@@ -1,22 +1,24 @@
-"""Expression tree building."""
+"""Native expressions: building, printing and pickling."""
 
 from __future__ import annotations
 
+import pickle
+from typing import Any
+
+import cloudpickle
 import numpy as np
 import pytest
 
 import eddyline as ed
-from eddyline import col, lit
+from eddyline import _core, col, lit
 
 
-def test_column_and_literal_trees() -> None:
-    assert col("a")._tree() == ("col", "a")
-    assert lit(1)._tree() == ("lit", 1)
-    assert lit(None)._tree() == ("lit", None)
-    assert lit("x")._tree() == ("lit", "x")
-    assert lit(True)._tree() == ("lit", True)
-    assert lit(np.int64(3))._tree() == ("lit", 3)
-    assert isinstance(lit(np.float32(0.5))._tree()[1], float)
+def test_column_and_literal_expressions() -> None:
+    assert repr(col("a")) == "col('a')"
+    assert [repr(lit(v)) for v in (1, None, "x", True, 2.5)] == ["1", "None", "'x'", "True", "2.5"]
+    assert repr(lit(np.int64(3))) == "3"
+    assert repr(lit(np.float32(0.5))) == "0.5"
+    assert isinstance(col("a"), _core.Expr) and ed.Expr is _core.Expr
 
 
 @pytest.mark.parametrize(
@@ -38,55 +40,57 @@ def test_column_and_literal_trees() -> None:
         (col("a") | False, "|"),
     ],
 )
-def test_binary_operators_build_bin_nodes(expr: ed.Expr, op: str) -> None:
-    tree = expr._tree()
-    assert tree[0] == "bin" and tree[1] == op
-    assert tree[2] == ("col", "a")
+def test_binary_operators_build_binary_expressions(expr: ed.Expr, op: str) -> None:
+    assert repr(expr).startswith(f"(col('a') {op} ")
 
 
 @pytest.mark.parametrize(
-    ("expr", "op"),
+    ("expr", "text"),
     [
-        (1 + col("a"), "+"),
-        (1 - col("a"), "-"),
-        (2 * col("a"), "*"),
-        (1 / col("a"), "/"),
-        (1 // col("a"), "//"),
-        (1 % col("a"), "%"),
-        (True & col("a"), "&"),
-        (False | col("a"), "|"),
+        (1 + col("a"), "(1 + col('a'))"),
+        (1 - col("a"), "(1 - col('a'))"),
+        (2 * col("a"), "(2 * col('a'))"),
+        (1 / col("a"), "(1 / col('a'))"),
+        (1 // col("a"), "(1 // col('a'))"),
+        (1 % col("a"), "(1 % col('a'))"),
+        (True & col("a"), "(True & col('a'))"),
+        (False | col("a"), "(False | col('a'))"),
     ],
 )
-def test_reversed_operators_keep_operand_order(expr: ed.Expr, op: str) -> None:
-    assert expr._tree() == ("bin", op, ("lit", expr._tree()[2][1]), ("col", "a"))
+def test_reversed_operators_keep_operand_order(expr: ed.Expr, text: str) -> None:
+    assert repr(expr) == text
 
 
 def test_reflected_comparison_flips_operator() -> None:
     # Python turns `1 < col("a")` into `col("a") > 1`.
-    assert (1 < col("a"))._tree()  # noqa: SIM300 == ("bin", ">", ("col", "a"), ("lit", 1))
+    assert repr(1 < col("a")) == "(col('a') > 1)"  # noqa: SIM300
 
 
 def test_unary_and_null_checks() -> None:
-    assert (~col("f"))._tree() == ("not", ("col", "f"))
-    assert (-col("x"))._tree() == ("neg", ("col", "x"))
-    assert col("x").is_null()._tree() == ("is_null", ("col", "x"))
-    assert col("x").is_not_null()._tree() == ("is_not_null", ("col", "x"))
+    assert repr(~col("f")) == "~col('f')"
+    assert repr(-col("x")) == "-col('x')"
+    assert repr(col("x").is_null()) == "col('x').is_null()"
+    assert repr(col("x").is_not_null()) == "col('x').is_not_null()"
 
 
-def test_nested_expression_tree() -> None:
+def test_nested_expression() -> None:
     e = ((col("a") + col("b")) * 2 > 10) & ~col("c").is_null()
-    assert e._tree() == (
-        "bin",
-        "&",
-        (
-            "bin",
-            ">",
-            ("bin", "*", ("bin", "+", ("col", "a"), ("col", "b")), ("lit", 2)),
-            ("lit", 10),
-        ),
-        ("not", ("is_null", ("col", "c"))),
-    )
+    assert repr(e) == "((((col('a') + col('b')) * 2) > 10) & ~col('c').is_null())"
     assert e.columns() == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps])
+def test_expressions_survive_pickling(dumps: Any) -> None:
+    """Worker processes receive the plan pickled, expressions included."""
+    for e in (
+        ((col("a") + col("b")) * 2 > 10) & ~col("c").is_null(),
+        (1 - col("a")).alias("b"),
+        -col("x") / 2.5,
+        lit(None) | (col("s") == "it's"),
+    ):
+        back = pickle.loads(dumps(e))
+        assert repr(back) == repr(e)
+        assert back.columns() == e.columns() and back.output_name == e.output_name
 
 
 def test_bool_raises_type_error_pointing_to_operators() -> None:
@@ -103,7 +107,7 @@ def test_alias_and_output_name() -> None:
     assert (col("a") + 1).output_name is None
     named = (col("a") + 1).alias("b")
     assert named.output_name == "b"
-    assert named._tree() == ("bin", "+", ("col", "a"), ("lit", 1))
+    assert named.columns() == ["a"]
     assert repr(named) == "(col('a') + 1).alias('b')"
 
 
@@ -121,6 +125,6 @@ def test_bad_literals_and_names_raise_type_error() -> None:
 def test_expressions_are_immutable_and_unhashable() -> None:
     e = col("a")
     with pytest.raises(AttributeError):
-        e._node = ("col", "b")  # type: ignore[misc]
+        e.name = "b"  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
         hash(e)

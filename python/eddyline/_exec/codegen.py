@@ -13,14 +13,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from types import CodeType, TracebackType
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal
 
 import pyarrow as pa
 
 from ..process_functions import Row
 
 StageKind = Literal["map", "flat_map", "filter"]
-Stage: TypeAlias = tuple[StageKind, Callable[..., Any], str]
 """One per-record stage: its kind, the user function and the operator name."""
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from .._registry import Stage, register_record_chain
 from ..errors import EddylineError, SchemaError
 from ..process_functions import Row
 from .base import Runner, RunnerOutput
-from .codegen import FlatMapDict, Stage, compile_chain, frame_of
+from .codegen import FlatMapDict, compile_chain, frame_of
+from .factory import RunnerFactory
 from .output import RowWriter, one_or_many
 from .pool import (
     BATCH,
@@ -215,3 +217,11 @@ class ConnectedRecordRunner(Runner):
             detail=f"input {input}, row: {short(row)}",
             tb=(tb.tb_next or tb) if tb is not None else None,
         )
+
+
+# The plan fuses per-record stages and makes their runner factory here.
+register_record_chain(
+    lambda name, stages, schema, batch_size: RunnerFactory(
+        RecordChainRunner, name, stages, schema, batch_size
+    )
+)

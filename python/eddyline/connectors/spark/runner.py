@@ -244,7 +244,7 @@ class SparkRunner:
 
     # ---- used by execute_async ----------------------------------------------
 
-    def _check_reachable(self, nodes: list[Any], config: dict[str, Any]) -> None:
+    def _check_reachable(self, nodes: list[Any], config: Any) -> None:
         """On a cluster, every path must be a URI all hosts reach.
 
         A local path would name a directory on each host separately: checkpoints
@@ -254,17 +254,16 @@ class SparkRunner:
         if _is_local(sc) or self.allow_local_paths:
             return
         named: list[tuple[str, str]] = []
-        checkpoint = config.get("checkpoint") or {}
-        if checkpoint.get("dir"):
-            named.append(("the checkpoint dir", str(checkpoint["dir"])))
-        restore = config.get("restore_from")
+        if config.checkpoint is not None:
+            named.append(("the checkpoint dir", str(config.checkpoint.dir)))
+        restore = config.restore_from
         if restore and restore != "latest":
             named.append(("restore_from", str(restore)))
         for node in nodes:
-            if node.get("kind") == "source_parquet":
-                named += [(f"source '{node['name']}'", str(p)) for p in node.get("paths", [])]
-            elif node.get("kind") == "sink_parquet":
-                named.append((f"sink '{node['name']}'", str(node["dir"])))
+            if node.kind == "source_parquet":
+                named += [(f"source '{node.name}'", str(p)) for p in node.op.paths]
+            elif node.kind == "sink_parquet":
+                named.append((f"sink '{node.name}'", str(node.op.dir)))
         for what, path in named:
             if not is_object_store_uri(path):
                 raise GraphError(
@@ -274,10 +273,10 @@ class SparkRunner:
                     "when every host mounts the same shared filesystem at that path"
                 )
 
-    def _start(self, core: Any, nodes: list[Any], config: dict[str, Any], spec: bytes) -> Any:
+    def _start(self, core: Any, nodes: list[Any], config: Any, spec: bytes) -> Any:
         self._check_reachable(nodes, config)
         host = self._driver_host()
-        self._launcher = _SparkLauncher(self.spark, str(config.get("name", "job")), host)
+        self._launcher = _SparkLauncher(self.spark, config.name, host)
         listen = self._driver_bind()
         bind = f"[{listen}]:0" if ":" in listen else f"{listen}:0"
         return core.start_job(

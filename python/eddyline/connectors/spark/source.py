@@ -50,6 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..._graph import native
+from ..._specs import SourceParquetSpec
 from ..._storage import is_object_store_uri
 from ...errors import CheckpointError, GraphError, SchemaError
 from ...sources import Source
@@ -307,7 +308,7 @@ def _event_time_column(env: StreamEnvironment, node: LogicalNode) -> str | None:
                 continue
             seen.add(nid)
             if nodes[nid].kind == "assign_timestamps":
-                return str(nodes[nid].params["column"])
+                return str(nodes[nid].spec.column)  # type: ignore[union-attr]
             todo.append(nid)
     return None
 
@@ -442,7 +443,7 @@ class _SparkPin:
         checkpoint = self.env.checkpoint
         if checkpoint is None:
             paths = self.files or self._snapshot(os.path.join(_temp_dir(), "snapshot"))
-            node.params["paths"] = paths
+            node.update_spec(paths=paths)
             return
         if is_object_store_uri(checkpoint.dir):
             self._resolve_on_object_store(restore_from)
@@ -461,7 +462,7 @@ class _SparkPin:
                             f"{path!r} (recorded in {manifest!r}) is gone",
                             operator=operator,
                         )
-                node.params["paths"] = paths
+                node.update_spec(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(checkpoint.dir)
             if not fresh:
@@ -478,7 +479,7 @@ class _SparkPin:
             snapshot = os.path.join(base, f"snapshot-{uuid.uuid4().hex[:12]}")
             paths = self._snapshot(snapshot)
         _write_json(manifest, {"operator": operator, "files": paths, "snapshot": snapshot})
-        node.params["paths"] = paths
+        node.update_spec(paths=paths)
 
     def _resolve_on_object_store(self, restore_from: str | None) -> None:
         """:meth:`resolve` with the checkpoint dir on an object store (S3)."""
@@ -493,7 +494,7 @@ class _SparkPin:
         base = f"{eddyline_uri(chk)}/{PINS_DIR}/{_safe(node.uid or operator)}"
         pins = StoreDir(base, options or None)
         manifest = f"{base}/pin.json"
-        node.params["storage_options"] = options
+        node.update_spec(storage_options=options)
         if restore_from is not None:
             recorded = pins.read("pin.json")
             if recorded is not None:
@@ -506,7 +507,7 @@ class _SparkPin:
                             f"{path!r} (recorded in {manifest!r}) is gone",
                             operator=operator,
                         )
-                node.params["paths"] = paths
+                node.update_spec(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(chk, options)
             if not fresh:
@@ -521,7 +522,7 @@ class _SparkPin:
         paths = _write_object_snapshot(self.df, snapshot, operator, options)
         body = {"operator": operator, "files": paths, "snapshot": snapshot}
         pins.put("pin.json", json.dumps(body, indent=1).encode())
-        node.params["paths"] = paths
+        node.update_spec(paths=paths)
 
 
 def from_spark(env: StreamEnvironment, df: Any) -> DataStream:
@@ -547,7 +548,7 @@ def from_spark(env: StreamEnvironment, df: Any) -> DataStream:
         # The schema the snapshot will have, from an empty snapshot written the same way.
         probe = _write_snapshot(df.limit(0), os.path.join(_temp_dir(), "schema"), operator)
     schema = pq.read_schema(probe[0]).remove_metadata()
-    stream = env._source(operator, "source_parquet", schema, {"paths": probe})
+    stream = env._source(operator, SourceParquetSpec(probe), schema)
     env._before_run.append(_SparkPin(env, stream._node, df, files).resolve)
     return stream
 

@@ -1,0 +1,45 @@
+"""Where the plan finds its runners: a registry below the DSL and the plan.
+
+The plan (``_graph``) fuses per-record Python stages into one node at
+compile time and needs a runner factory for the fused chain; the execution
+layer (``_exec``) knows how to make one. The plan asks this module, which
+the execution layer fills when it is imported (``_exec/records.py``), so
+the layers point one way: DSL -> plan -> execution, never back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, TypeAlias
+
+import pyarrow as pa
+
+__all__ = ["Stage", "record_chain_factory", "register_record_chain"]
+
+Stage: TypeAlias = tuple[Literal["map", "flat_map", "filter"], Callable[..., Any], str]
+"""One per-record stage of a fused chain: its kind, the user's function, its name."""
+
+RecordChainMaker: TypeAlias = Callable[[str, list[Stage], pa.Schema | None, int], Any]
+"""``(name, stages, output schema, batch size) -> runner factory``."""
+
+_record_chain: list[RecordChainMaker] = []
+
+
+def register_record_chain(make: RecordChainMaker) -> None:
+    """Registers how fused per-record stages become a runner factory (the
+    execution layer's, called once when it is imported)."""
+    _record_chain[:] = [make]
+
+
+def record_chain_factory(
+    name: str, stages: list[Stage], schema: pa.Schema | None, batch_size: int
+) -> Any:
+    """The runner factory of the fused per-record stages ``stages``.
+
+    Raises:
+        RuntimeError: If no execution layer registered one (``eddyline._exec``
+            was not imported).
+    """
+    if not _record_chain:
+        raise RuntimeError("eddyline's execution layer is not loaded (import eddyline)")
+    return _record_chain[0](name, stages, schema, batch_size)

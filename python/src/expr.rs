@@ -1,0 +1,362 @@
+//! `eddyline._core.Expr`: a native column expression, a thin Python handle on
+//! core's `Expr` (`core/src/expr`), built by `ed.col`, `ed.lit` and the
+//! Python operators, and read by the plan as it is (no tree to parse).
+//!
+//! One constructor per core variant (`_col`, `_lit`, `_binary`, `_unary`);
+//! a new core variant gets its own and its arm in `render` and `__reduce__`.
+
+use eddyline_core::expr::{BinaryOp, Expr, ScalarValue, UnaryOp};
+use pyo3::basic::CompareOp;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+
+/// A native column expression (immutable); see `eddyline/expr.py`.
+#[pyclass(name = "Expr", module = "eddyline._core", frozen, skip_from_py_object)]
+#[derive(Clone)]
+pub struct PyExpr {
+    pub expr: Expr,
+    pub alias: Option<String>,
+}
+
+impl PyExpr {
+    fn new(expr: Expr) -> Self {
+        PyExpr { expr, alias: None }
+    }
+
+    fn binary(&self, op: BinaryOp, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<Self> {
+        let other = to_expr(other)?;
+        let (left, right) = if reflected {
+            (other, self.expr.clone())
+        } else {
+            (self.expr.clone(), other)
+        };
+        Ok(PyExpr::new(Expr::binary(op, left, right)))
+    }
+
+    fn unary(&self, op: UnaryOp) -> Self {
+        PyExpr::new(Expr::unary(op, self.expr.clone()))
+    }
+}
+
+/// A Python literal as a core scalar: None, bool, int (64-bit), float or
+/// str; a NumPy scalar as the Python value it holds.
+fn scalar(value: &Bound<'_, PyAny>) -> PyResult<ScalarValue> {
+    if value.is_none() {
+        return Ok(ScalarValue::Null);
+    }
+    if value.is_instance_of::<PyBool>() {
+        return Ok(ScalarValue::Boolean(value.extract()?));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return Ok(ScalarValue::Int64(value.extract()?));
+    }
+    if value.is_instance_of::<PyFloat>() {
+        return Ok(ScalarValue::Float64(value.extract()?));
+    }
+    if value.is_instance_of::<PyString>() {
+        return Ok(ScalarValue::Utf8(value.extract()?));
+    }
+    let module: String = value.get_type().getattr("__module__")?.extract()?;
+    if module == "numpy" && value.hasattr("item")? {
+        let item = value.call_method0("item")?;
+        if !item.get_type().is(value.get_type()) {
+            return scalar(&item);
+        }
+    }
+    let type_name = value.get_type().name()?;
+    Err(PyTypeError::new_err(format!(
+        "unsupported literal {} of type {type_name}: expected None, bool, int, float or str",
+        value.repr()?
+    )))
+}
+
+/// An operand: an expression, or a literal made one.
+fn to_expr(value: &Bound<'_, PyAny>) -> PyResult<Expr> {
+    match value.cast::<PyExpr>() {
+        Ok(e) => Ok(e.get().expr.clone()),
+        Err(_) => Ok(Expr::lit(scalar(value)?)),
+    }
+}
+
+fn scalar_to_py<'py>(py: Python<'py>, value: &ScalarValue) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        ScalarValue::Null => py.None().into_bound(py),
+        ScalarValue::Boolean(b) => PyBool::new(py, *b).to_owned().into_any(),
+        ScalarValue::Int64(v) => v.into_pyobject(py)?.into_any(),
+        ScalarValue::Float64(v) => v.into_pyobject(py)?.into_any(),
+        ScalarValue::Utf8(s) => PyString::new(py, s).into_any(),
+    })
+}
+
+fn binary_op(symbol: &str) -> PyResult<BinaryOp> {
+    Ok(match symbol {
+        "+" => BinaryOp::Add,
+        "-" => BinaryOp::Sub,
+        "*" => BinaryOp::Mul,
+        "/" => BinaryOp::Div,
+        "//" => BinaryOp::FloorDiv,
+        "%" => BinaryOp::Mod,
+        "==" => BinaryOp::Eq,
+        "!=" => BinaryOp::NotEq,
+        "<" => BinaryOp::Lt,
+        "<=" => BinaryOp::LtEq,
+        ">" => BinaryOp::Gt,
+        ">=" => BinaryOp::GtEq,
+        "&" => BinaryOp::And,
+        "|" => BinaryOp::Or,
+        other => return Err(PyValueError::new_err(format!("unknown operator '{other}'"))),
+    })
+}
+
+fn unary_name(op: UnaryOp) -> &'static str {
+    match op {
+        UnaryOp::Not => "not",
+        UnaryOp::Neg => "neg",
+        UnaryOp::IsNull => "is_null",
+        UnaryOp::IsNotNull => "is_not_null",
+    }
+}
+
+fn unary_op(name: &str) -> PyResult<UnaryOp> {
+    Ok(match name {
+        "not" => UnaryOp::Not,
+        "neg" => UnaryOp::Neg,
+        "is_null" => UnaryOp::IsNull,
+        "is_not_null" => UnaryOp::IsNotNull,
+        other => return Err(PyValueError::new_err(format!("unknown operator '{other}'"))),
+    })
+}
+
+/// The expression spelled as the Python DSL builds it, e.g. `(col('x') * 2)`.
+fn render(py: Python<'_>, expr: &Expr) -> PyResult<String> {
+    Ok(match expr {
+        Expr::Column(name) => format!("col({})", PyString::new(py, name).repr()?),
+        Expr::Literal(value) => scalar_to_py(py, value)?.repr()?.to_string(),
+        Expr::Binary { op, left, right } => format!(
+            "({} {} {})",
+            render(py, left)?,
+            op.symbol(),
+            render(py, right)?
+        ),
+        Expr::Unary { op, expr } => {
+            let inner = render(py, expr)?;
+            match op {
+                UnaryOp::Not => format!("~{inner}"),
+                UnaryOp::Neg => format!("-{inner}"),
+                UnaryOp::IsNull => format!("{inner}.is_null()"),
+                UnaryOp::IsNotNull => format!("{inner}.is_not_null()"),
+            }
+        }
+    })
+}
+
+#[pymethods]
+impl PyExpr {
+    /// A reference to column `name` (`ed.col` checks the name first).
+    #[staticmethod]
+    fn _col(name: String) -> Self {
+        PyExpr::new(Expr::col(name))
+    }
+
+    /// A literal (None, bool, int, float, str or a NumPy scalar of one).
+    #[staticmethod]
+    fn _lit(value: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PyExpr::new(Expr::lit(scalar(value)?)))
+    }
+
+    /// `left op right`, `op` spelled as in Python (`"+"`, `"<="`, `"&"`, ...).
+    #[staticmethod]
+    fn _binary(op: &str, left: PyRef<'_, PyExpr>, right: PyRef<'_, PyExpr>) -> PyResult<Self> {
+        let op = binary_op(op)?;
+        Ok(PyExpr::new(Expr::binary(
+            op,
+            left.expr.clone(),
+            right.expr.clone(),
+        )))
+    }
+
+    /// `op expr` (`"not"`, `"neg"`, `"is_null"`, `"is_not_null"`).
+    #[staticmethod]
+    fn _unary(op: &str, expr: PyRef<'_, PyExpr>) -> PyResult<Self> {
+        Ok(PyExpr::new(Expr::unary(unary_op(op)?, expr.expr.clone())))
+    }
+
+    /// How pickle rebuilds the expression (for worker processes): from its
+    /// parts, through the constructors above.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let this = slf.get();
+        let class = slf.get_type();
+        if let Some(alias) = &this.alias {
+            let bare = PyExpr::new(this.expr.clone()).into_pyobject(py)?;
+            let method = class.getattr("alias")?;
+            return PyTuple::new(
+                py,
+                [
+                    method,
+                    PyTuple::new(py, [bare.into_any(), PyString::new(py, alias).into_any()])?
+                        .into_any(),
+                ],
+            );
+        }
+        let child = |e: &Expr| {
+            PyExpr::new(e.clone())
+                .into_pyobject(py)
+                .map(Bound::into_any)
+        };
+        let (ctor, args) = match &this.expr {
+            Expr::Column(name) => ("_col", vec![PyString::new(py, name).into_any()]),
+            Expr::Literal(value) => ("_lit", vec![scalar_to_py(py, value)?]),
+            Expr::Binary { op, left, right } => (
+                "_binary",
+                vec![
+                    PyString::new(py, op.symbol()).into_any(),
+                    child(left)?,
+                    child(right)?,
+                ],
+            ),
+            Expr::Unary { op, expr } => (
+                "_unary",
+                vec![PyString::new(py, unary_name(*op)).into_any(), child(expr)?],
+            ),
+        };
+        PyTuple::new(
+            py,
+            [class.getattr(ctor)?, PyTuple::new(py, args)?.into_any()],
+        )
+    }
+
+    /// The name of the column this expression produces: its alias, or the
+    /// name of a bare column; None otherwise.
+    #[getter]
+    fn output_name(&self) -> Option<String> {
+        match (&self.alias, &self.expr) {
+            (Some(alias), _) => Some(alias.clone()),
+            (None, Expr::Column(name)) => Some(name.clone()),
+            _ => None,
+        }
+    }
+
+    /// The names of the columns the expression reads, in first-use order.
+    fn columns(&self) -> Vec<String> {
+        self.expr.columns().into_iter().map(String::from).collect()
+    }
+
+    /// The same expression, naming the column it produces (for `select`).
+    fn alias(&self, name: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let text: Option<String> = match name.cast::<PyString>() {
+            Ok(s) => Some(s.to_str()?.to_string()).filter(|n| !n.is_empty()),
+            Err(_) => None,
+        };
+        let Some(text) = text else {
+            return Err(PyTypeError::new_err(format!(
+                "alias name must be a non-empty str, got {}",
+                name.repr()?
+            )));
+        };
+        Ok(PyExpr {
+            expr: self.expr.clone(),
+            alias: Some(text),
+        })
+    }
+
+    /// True where the value is null.
+    fn is_null(&self) -> Self {
+        self.unary(UnaryOp::IsNull)
+    }
+
+    /// True where the value is not null.
+    fn is_not_null(&self) -> Self {
+        self.unary(UnaryOp::IsNotNull)
+    }
+
+    fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Add, other, false)
+    }
+    fn __radd__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Add, other, true)
+    }
+    fn __sub__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Sub, other, false)
+    }
+    fn __rsub__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Sub, other, true)
+    }
+    fn __mul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Mul, other, false)
+    }
+    fn __rmul__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Mul, other, true)
+    }
+    fn __truediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Div, other, false)
+    }
+    fn __rtruediv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Div, other, true)
+    }
+    fn __floordiv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::FloorDiv, other, false)
+    }
+    fn __rfloordiv__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::FloorDiv, other, true)
+    }
+    fn __mod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Mod, other, false)
+    }
+    fn __rmod__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Mod, other, true)
+    }
+    fn __and__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::And, other, false)
+    }
+    fn __rand__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::And, other, true)
+    }
+    fn __or__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Or, other, false)
+    }
+    fn __ror__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.binary(BinaryOp::Or, other, true)
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Self> {
+        let op = match op {
+            CompareOp::Eq => BinaryOp::Eq,
+            CompareOp::Ne => BinaryOp::NotEq,
+            CompareOp::Lt => BinaryOp::Lt,
+            CompareOp::Le => BinaryOp::LtEq,
+            CompareOp::Gt => BinaryOp::Gt,
+            CompareOp::Ge => BinaryOp::GtEq,
+        };
+        self.binary(op, other, false)
+    }
+
+    fn __invert__(&self) -> Self {
+        self.unary(UnaryOp::Not)
+    }
+
+    fn __neg__(&self) -> Self {
+        self.unary(UnaryOp::Neg)
+    }
+
+    fn __pos__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __bool__(&self) -> PyResult<bool> {
+        Err(PyTypeError::new_err(
+            "the truth value of an eddyline expression is undefined: use & (and), | (or) and \
+             ~ (not) instead of 'and', 'or', 'not', put comparisons in parentheses, and avoid \
+             chained comparisons such as 'a < col(\"x\") < b'",
+        ))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let text = render(py, &self.expr)?;
+        Ok(match &self.alias {
+            Some(alias) => format!("{text}.alias({})", PyString::new(py, alias).repr()?),
+            None => text,
+        })
+    }
+}
