@@ -33,6 +33,7 @@
 //! [`Expr::Case`] evaluates each branch only on the rows that reach it, as
 //! Spark does (see `case.rs`).
 
+mod aggregate;
 mod case;
 mod cast;
 mod eval;
@@ -46,6 +47,7 @@ mod value;
 #[cfg(test)]
 mod spark_tests;
 
+pub use aggregate::{Aggregate, AggregateState, BoundAggregate};
 pub use cast::SparkType;
 pub use function::Function;
 pub(crate) use value::Value;
