@@ -95,6 +95,12 @@ impl Expr {
                 let v = expr.eval(batch)?;
                 self.eval_unary(*op, &v)
             }
+            Expr::Call { function, args } => function.eval(args, batch, self),
+            Expr::Cast { expr, to } => super::cast::eval(expr.eval(batch)?, to, self),
+            Expr::Case {
+                branches,
+                otherwise,
+            } => super::case::eval(branches, otherwise.as_deref(), batch, self),
         }
     }
 

@@ -23,12 +23,33 @@
 //!   `false`); every other operator propagates nulls. A `None` literal adopts
 //!   the type of the other operand.
 //! * Errors raised for a row only count when that row's inputs are not null.
+//!
+//! Library functions (`lower`, `sha2`, `round`...), casts and `CASE WHEN`
+//! follow Spark's non-ANSI semantics instead (DESIGN.md "Expressions"):
+//! a [`Expr::Call`] is resolved by name to one of DataFusion's scalar
+//! functions, Spark's own version from `datafusion-spark` where Spark
+//! differs (see `function.rs`); [`Expr::Cast`] takes a Spark type name and
+//! gives null where a value does not convert (see `cast.rs`);
+//! [`Expr::Case`] evaluates each branch only on the rows that reach it, as
+//! Spark does (see `case.rs`).
 
+mod aggregate;
+mod case;
+mod cast;
 mod eval;
+mod function;
 mod kernels;
+mod spark_functions;
+mod type_class;
 mod types;
 mod value;
 
+#[cfg(test)]
+mod spark_tests;
+
+pub use aggregate::{Aggregate, AggregateState, BoundAggregate};
+pub use cast::SparkType;
+pub use function::Function;
 pub(crate) use value::Value;
 
 use std::fmt;
@@ -201,6 +222,24 @@ pub enum Expr {
         op: UnaryOp,
         expr: Box<Expr>,
     },
+    /// A call of a library function, resolved by name when it is built
+    /// ([`Expr::call`]).
+    Call {
+        function: Function,
+        args: Vec<Expr>,
+    },
+    /// `CAST(expr AS to)`, null where a value does not convert.
+    Cast {
+        expr: Box<Expr>,
+        to: SparkType,
+    },
+    /// `CASE WHEN c1 THEN v1 WHEN c2 THEN v2 ... ELSE otherwise END`: the
+    /// value of the first branch whose condition is true, else `otherwise`
+    /// (null without one).
+    Case {
+        branches: Vec<(Expr, Expr)>,
+        otherwise: Option<Box<Expr>>,
+    },
 }
 
 impl Expr {
@@ -231,6 +270,33 @@ impl Expr {
         }
     }
 
+    /// A call of library function `name` (Spark's name, case-insensitive)
+    /// with `args`.
+    ///
+    /// An unknown name is an [`ExprError::Graph`]; argument types are
+    /// checked by [`Expr::data_type`].
+    pub fn call(name: &str, args: Vec<Expr>) -> ExprResult<Self> {
+        function::resolve(name, args)
+    }
+
+    /// `CAST(expr AS to)` with `to` a Spark type name (`"int"`, `"bigint"`,
+    /// `"double"`, `"string"`, `"decimal(10,2)"`...); an unknown name is an
+    /// [`ExprError::Schema`].
+    pub fn cast(expr: Expr, to: &str) -> ExprResult<Self> {
+        Ok(Expr::Cast {
+            expr: Box::new(expr),
+            to: SparkType::parse(to)?,
+        })
+    }
+
+    /// `CASE WHEN ... THEN ... ELSE otherwise END`.
+    pub fn case(branches: Vec<(Expr, Expr)>, otherwise: Option<Expr>) -> Self {
+        Expr::Case {
+            branches,
+            otherwise: otherwise.map(Box::new),
+        }
+    }
+
     /// The columns the expression references, each once, in order of first
     /// appearance.
     pub fn columns(&self) -> Vec<&str> {
@@ -251,7 +317,24 @@ impl Expr {
                 left.collect_columns(out);
                 right.collect_columns(out);
             }
-            Expr::Unary { expr, .. } => expr.collect_columns(out),
+            Expr::Unary { expr, .. } | Expr::Cast { expr, .. } => expr.collect_columns(out),
+            Expr::Call { args, .. } => {
+                for arg in args {
+                    arg.collect_columns(out);
+                }
+            }
+            Expr::Case {
+                branches,
+                otherwise,
+            } => {
+                for (when, then) in branches {
+                    when.collect_columns(out);
+                    then.collect_columns(out);
+                }
+                if let Some(otherwise) = otherwise {
+                    otherwise.collect_columns(out);
+                }
+            }
         }
     }
 
@@ -287,6 +370,36 @@ impl fmt::Display for Expr {
                 UnaryOp::IsNull => write!(f, "{expr}.is_null()"),
                 UnaryOp::IsNotNull => write!(f, "{expr}.is_not_null()"),
             },
+            Expr::Call { function, args } => {
+                write!(f, "{}(", function.name())?;
+                for (i, arg) in args.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{arg}")?;
+                }
+                f.write_str(")")
+            }
+            Expr::Cast { expr, to } => write!(f, "{expr}.cast({:?})", to.name()),
+            Expr::Case {
+                branches,
+                otherwise,
+            } => {
+                for (i, (when, then)) in branches.iter().enumerate() {
+                    if i == 0 {
+                        write!(f, "when({when}, {then})")?;
+                    } else {
+                        write!(f, ".when({when}, {then})")?;
+                    }
+                }
+                if branches.is_empty() {
+                    f.write_str("case()")?;
+                }
+                match otherwise {
+                    Some(otherwise) => write!(f, ".otherwise({otherwise})"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }

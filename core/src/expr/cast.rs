@@ -1,0 +1,250 @@
+//! `CAST(expr AS type)` ([`Expr::Cast`]) with Spark type names and Spark's
+//! non-ANSI semantics (DESIGN.md "Expressions"): a value that does not
+//! convert is null, never a failed job.
+//!
+//! Arrow's safe cast does most of the work; where Spark's rules differ from
+//! it, this module does what Spark does first:
+//!
+//! * strings are trimmed of leading and trailing whitespace and control
+//!   characters (code points up to U+0020) before they are parsed as a
+//!   number, boolean, date or timestamp (`cast(' 7 ' as int)` is 7);
+//! * a string cast to an integer type may have a fraction, which is
+//!   dropped (`cast('1.5' as int)` is 1), but no exponent (`'1e3'` is
+//!   null); a value out of the type's range is null;
+//! * a number narrowed to a smaller integer type wraps like a JVM primitive
+//!   cast (`cast(3000000000L as int)` is -1294967296), and a floating-point
+//!   value converts by truncation toward zero, saturating at the bounds of
+//!   `int`/`bigint`, with NaN giving 0 (`tinyint` and `smallint` go through
+//!   `int` and wrap from there, as on the JVM).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, StringArray};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::{
+    ArrowPrimitiveType, DataType, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit,
+};
+use arrow::error::ArrowError;
+
+use super::type_class::{is_string, numeric_class, NumClass};
+use super::value::Value;
+use super::{Expr, ExprError, ExprResult};
+
+/// A Spark SQL type, by name, and the Arrow type eddyline represents it
+/// with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SparkType {
+    name: String,
+    data_type: DataType,
+}
+
+impl SparkType {
+    /// Parses a Spark type name (case-insensitive): `boolean`, `tinyint`
+    /// (`byte`), `smallint` (`short`), `int` (`integer`), `bigint` (`long`),
+    /// `float` (`real`), `double`, `string` (`varchar(n)`, `char(n)`),
+    /// `binary`, `date`, `timestamp` (microseconds, UTC), `timestamp_ntz`,
+    /// `decimal[(p[,s])]` (`dec`, `numeric`; default precision 10, scale
+    /// 0).
+    pub fn parse(name: &str) -> ExprResult<Self> {
+        let spelled = name.trim().to_ascii_lowercase();
+        let unknown = || {
+            ExprError::schema(format!(
+                "unknown type '{name}' in a cast; expected a Spark type name such as \
+                 int, bigint, double, string, boolean, date, timestamp or decimal(10,2)"
+            ))
+        };
+        let (base, params) = match spelled.split_once('(') {
+            Some((base, rest)) => {
+                let params = rest.strip_suffix(')').ok_or_else(unknown)?;
+                let params = params
+                    .split(',')
+                    .map(|p| p.trim().parse::<u8>().map_err(|_| unknown()))
+                    .collect::<ExprResult<Vec<u8>>>()?;
+                (base.trim(), params)
+            }
+            None => (spelled.as_str(), Vec::new()),
+        };
+        let data_type = match (base, params.as_slice()) {
+            ("boolean", []) => DataType::Boolean,
+            ("tinyint" | "byte", []) => DataType::Int8,
+            ("smallint" | "short", []) => DataType::Int16,
+            ("int" | "integer", []) => DataType::Int32,
+            ("bigint" | "long", []) => DataType::Int64,
+            ("float" | "real", []) => DataType::Float32,
+            ("double", []) => DataType::Float64,
+            ("string", []) | ("varchar" | "char", [_]) => DataType::Utf8,
+            ("binary", []) => DataType::Binary,
+            ("date", []) => DataType::Date32,
+            ("timestamp", []) => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            ("timestamp_ntz", []) => DataType::Timestamp(TimeUnit::Microsecond, None),
+            ("decimal" | "dec" | "numeric", []) => DataType::Decimal128(10, 0),
+            ("decimal" | "dec" | "numeric", [p]) => decimal(*p, 0).ok_or_else(unknown)?,
+            ("decimal" | "dec" | "numeric", [p, s]) => decimal(*p, *s).ok_or_else(unknown)?,
+            _ => return Err(unknown()),
+        };
+        Ok(SparkType {
+            name: spelled,
+            data_type,
+        })
+    }
+
+    /// The type name as it was spelled (lower case).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The Arrow type of the cast's result.
+    pub fn data_type(&self) -> &DataType {
+        &self.data_type
+    }
+}
+
+fn decimal(precision: u8, scale: u8) -> Option<DataType> {
+    (1..=38)
+        .contains(&precision)
+        .then_some(())
+        .filter(|()| scale <= precision)
+        .map(|()| DataType::Decimal128(precision, scale as i8))
+}
+
+/// Whether a value of type `from` can be cast to `to` at all.
+pub(super) fn check(from: &DataType, to: &SparkType, cast: &Expr) -> ExprResult<DataType> {
+    if matches!(from, DataType::Null) || arrow::compute::can_cast_types(from, to.data_type()) {
+        Ok(to.data_type().clone())
+    } else {
+        Err(ExprError::schema(format!(
+            "cannot cast a value of type {from} to {} in {cast}",
+            to.name()
+        )))
+    }
+}
+
+/// Evaluates `CAST(value AS to)`.
+pub(super) fn eval(value: Value, to: &SparkType, cast: &Expr) -> ExprResult<Value> {
+    check(value.data_type(), to, cast)?;
+    let failed = |e: ArrowError| ExprError::operator(format!("failed to evaluate {cast}: {e}"));
+    let (array, single) = match value {
+        Value::Array(a) => (a, false),
+        Value::Scalar(a) => (a, true),
+    };
+    let out = spark_cast(&array, to.data_type()).map_err(failed)?;
+    Ok(if single {
+        Value::Scalar(out)
+    } else {
+        Value::Array(out)
+    })
+}
+
+fn spark_cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> {
+    let from = array.data_type();
+    if from == to {
+        return Ok(Arc::clone(array));
+    }
+    let safe = CastOptions::default();
+    let int_target = matches!(
+        to,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    );
+    if is_string(from) && int_target {
+        let strings = cast_with_options(array, &DataType::Utf8, &safe)?;
+        let parsed: PrimitiveArray<Int64Type> = strings
+            .as_string::<i32>()
+            .iter()
+            .map(|s| s.and_then(parse_spark_integer))
+            .collect();
+        // Out of the target's range is null, like Spark's UTF8String.toInt.
+        return cast_with_options(&parsed, to, &safe);
+    }
+    if is_string(from) && !is_string(to) && !matches!(to, DataType::Binary) {
+        let trimmed = trim_controls(array)?;
+        return cast_with_options(&trimmed, to, &safe);
+    }
+    match numeric_class(from) {
+        Some(NumClass::Int) if int_target && !matches!(from, DataType::UInt64) => {
+            let wide = cast_with_options(array, &DataType::Int64, &safe)?;
+            let wide = wide.as_primitive::<Int64Type>();
+            Ok(match to {
+                DataType::Int8 => wrap::<Int64Type, Int8Type>(wide, |v| v as i8),
+                DataType::Int16 => wrap::<Int64Type, Int16Type>(wide, |v| v as i16),
+                DataType::Int32 => wrap::<Int64Type, Int32Type>(wide, |v| v as i32),
+                _ => Arc::new(wide.clone()),
+            })
+        }
+        Some(NumClass::Float) if int_target => {
+            let wide = cast_with_options(array, &DataType::Float64, &safe)?;
+            let wide = wide.as_primitive::<Float64Type>();
+            // Rust's float-to-int `as` truncates, saturates and maps NaN to
+            // 0, exactly like the JVM's d2i/d2l.
+            Ok(match to {
+                DataType::Int8 => wrap::<Float64Type, Int8Type>(wide, |v| (v as i32) as i8),
+                DataType::Int16 => wrap::<Float64Type, Int16Type>(wide, |v| (v as i32) as i16),
+                DataType::Int32 => wrap::<Float64Type, Int32Type>(wide, |v| v as i32),
+                _ => wrap::<Float64Type, Int64Type>(wide, |v| v as i64),
+            })
+        }
+        _ => cast_with_options(array, to, &safe),
+    }
+}
+
+fn wrap<I: ArrowPrimitiveType, O: ArrowPrimitiveType>(
+    array: &PrimitiveArray<I>,
+    op: impl Fn(I::Native) -> O::Native,
+) -> ArrayRef {
+    Arc::new(array.unary::<_, O>(op))
+}
+
+/// Parses an integer the way Spark's non-ANSI cast does
+/// (`UTF8String.toLong`): surrounding characters up to U+0020 trimmed, an
+/// optional sign, at least one digit, optionally a `.` and more digits
+/// (dropped); `None` when malformed or out of the `bigint` range.
+fn parse_spark_integer(s: &str) -> Option<i64> {
+    let s = s.trim_matches(|c: char| c <= ' ');
+    let (negative, digits) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let (whole, fraction) = match digits.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (digits, None),
+    };
+    if !fraction.is_none_or(|f| f.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    if whole.is_empty() && fraction.is_none_or(str::is_empty) {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for b in whole.bytes() {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        // Accumulate negatively so i64::MIN parses.
+        value = value.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
+}
+
+/// The strings of `array` without leading and trailing characters up to
+/// U+0020, as Spark trims before parsing (`UTF8String.trimAll`).
+fn trim_controls(array: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    let strings = cast_with_options(array, &DataType::Utf8, &CastOptions::default())?;
+    let strings = strings.as_string::<i32>();
+    let is_space = |c: char| c <= ' ';
+    if strings
+        .iter()
+        .flatten()
+        .all(|s| !s.starts_with(is_space) && !s.ends_with(is_space))
+    {
+        return Ok(Arc::new(strings.clone()));
+    }
+    let trimmed: StringArray = strings
+        .iter()
+        .map(|s| s.map(|s| s.trim_matches(is_space)))
+        .collect();
+    Ok(Arc::new(trimmed))
+}
