@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
+import os
 import random
 import shutil
 import sys
@@ -22,11 +25,33 @@ from .render import render
 from .shrink import shrink
 
 _ERROR = "the job failed: "
+_BROKER = contextlib.ExitStack()
+atexit.register(_BROKER.close)
+
+
+def uses_kafka(case: Case) -> bool:
+    return "kafka" in case.sinks or any(s.kind == "kafka" for s in case.sources)
+
+
+def kafka_ready() -> bool:
+    """Whether a Kafka broker serves this run (``CHAOS_KAFKA``), starting a
+    tansu broker once when the tool cache has one (tests/kafka)."""
+    if os.environ.get("CHAOS_KAFKA"):
+        return True
+    from eddyline.kafka_testing import tansu_broker, tansu_path
+
+    if not tansu_path().exists():
+        return False
+    log = Path(tempfile.mkdtemp(prefix="eddyline-chaos-tansu-")) / "broker.log"
+    os.environ["CHAOS_KAFKA"] = _BROKER.enter_context(tansu_broker(log))
+    return True
 
 
 def check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
     """Runs ``case`` once in ``workdir``: its problems (empty: it matched),
     whether its fault fired, and how many rows its late output committed."""
+    if uses_kafka(case) and not kafka_ready():
+        return ["the job failed: no Kafka broker (tansu) for a Kafka case"], False, 0
     outcome = run_case(case, workdir)
     if outcome.error is not None:
         return [_ERROR + outcome.error], outcome.fired, 0
@@ -113,7 +138,7 @@ def run(
             break
         case_seed = seed if cases == 1 else master.randrange(2**31)
         case = generate(case_seed)
-        if _excluded(case, without):
+        if _excluded(case, without) or (uses_kafka(case) and not kafka_ready()):
             skipped += 1
             if cases == 1:
                 break

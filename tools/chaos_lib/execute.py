@@ -17,6 +17,7 @@ import os
 import random
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -141,16 +142,47 @@ def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
                 if (path / "_delta_log").is_dir()
                 else pd.DataFrame()
             )
+        elif name == "kafka":
+            outputs[name] = _read_topic(os.environ["CHAOS_TOPIC"] + "out")
         elif name == "collect":
             path = out / "collect.parquet"
             outputs[name] = pq.read_table(path).to_pandas() if path.exists() else pd.DataFrame()
     return outputs
 
 
+def _read_topic(topic: str) -> pd.DataFrame:
+    """Every message of ``topic`` (JSON rows), read until a second passes with none."""
+    import time
+
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": os.environ["CHAOS_KAFKA"],
+            "group.id": f"chaos-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+        }
+    )
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts])
+    rows: list[dict[str, Any]] = []
+    quiet = time.monotonic()
+    while time.monotonic() - quiet < 1.0:
+        got = consumer.consume(num_messages=1000, timeout=0.2)
+        for message in got:
+            if message.error() is None:
+                rows.append(json.loads(message.value()))
+        if got:
+            quiet = time.monotonic()
+    consumer.close()
+    return pd.DataFrame(rows)
+
+
 def run_case(case: Case, workdir: Path) -> Outcome:
     """Writes the inputs and the job script under ``workdir`` and runs it."""
     from eddyline.testing import kill_after_checkpoints
 
+    os.environ["CHAOS_TOPIC"] = f"chaos-{case.seed}-{uuid.uuid4().hex[:8]}-"
     write_inputs(case, workdir / "in")
     (workdir / "out").mkdir(parents=True, exist_ok=True)
     script = workdir / "job.py"

@@ -206,6 +206,22 @@ def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
         st.gap_ms = rng.choice([200, 500, 1_000])
     if st.kind != "ujoin" and rng.random() < 0.35:
         _new_stage(rng, case, scale)
+    for source in case.sources:
+        pick = rng.random()
+        if source.kind == "parquet" and pick < 0.25:
+            # Kafka: one partition per file; each message is produced on its own
+            source.kind = "kafka"
+            source.rows = min(source.rows, 600)
+        elif source.kind == "parquet" and pick > 0.96:
+            source.kind = "spark"
+    if st.kind not in ("running", "ujoin") and rng.random() < 0.1:
+        case.sinks.append("kafka")
+    if case.stage.kind == "sliding" and case.stage.late and rng.random() < 0.6:
+        # late candidates before a sliding window: counted (docs/CHAOS.md)
+        case.stage.agg = "count"
+        for source in case.sources:
+            if source.kind != "sequence":
+                source.late_rows = rng.randint(1, 5)
     if rng.random() < 0.15:
         at = rng.randint(0, len(case.ops))
         case.ops.insert(at, Op("loop", a=rng.randint(1, 3), b=rng.randint(5, 25)))
@@ -214,6 +230,10 @@ def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
         ex.aligned_timeout_ms = rng.choice([5, 20, 100])
     if not ex.unaligned and rng.random() < 0.25:
         ex.recompute = True
+        if case.fault.kind == "cancel":
+            # a recompute restore re-injects barriers at each source subtask's
+            # offsets: it refuses another source parallelism (CheckpointError)
+            ex.restore_parallelism = ex.parallelism
     fault = case.fault
     main_rows = case.source(case.main).rows
     batches = max(1, main_rows // ex.batch_size)

@@ -153,6 +153,28 @@ def session_join(case: Case) -> pd.DataFrame:
     return a.merge(b, on=keys)
 
 
+def sliding_bounds(case: Case, late_ids: set[int]) -> pd.DataFrame:
+    """Per key and sliding window: the fewest (``lo``) and most (``hi``) rows it
+    may count when late candidates came. A candidate whose windows were all
+    over is late (in the late output); one some of whose windows were over is
+    counted in the others only, and those are the later ones (windows are over
+    in the order of their ends), so it is always counted in its last window:
+    ``lo`` counts the on-time rows and each such candidate in its last window,
+    ``hi`` every row not in the late output in every window."""
+    st = case.stage
+    df = main_stream(case)
+    maybe = candidates(case) - late_ids
+    df = df[~df["id"].isin(late_ids)]
+    every = _windows(df, st.size_ms, st.slide_ms)
+    keys = ["k", "window_start", "window_end"]
+    hi = every.groupby(keys).size().rename("hi")
+    sure = every[~every["id"].isin(maybe)]
+    last = every[every["id"].isin(maybe)]
+    last = last[last["window_start"] == last["ts"] - last["ts"] % st.slide_ms]
+    lo = pd.concat([sure, last]).groupby(keys).size().rename("lo")
+    return pd.concat([lo, hi], axis=1).fillna(0).astype("int64").reset_index()
+
+
 def candidates(case: Case) -> set[int]:
     """Ids of the rows that may be late (``data.late_candidates``)."""
     return set().union(*(late_candidates(case.source(n)) for n in [case.main, *case.union]))
@@ -203,6 +225,8 @@ def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataF
     groups = assigned.groupby(["k", "window_start", "window_end"])
     out = _aggregate(groups, st.agg).rename(col).reset_index()
     result = {"main": out[["k", "window_start", "window_end", col]]}
+    if st.kind == "sliding" and candidates(case):
+        result["bounds"] = sliding_bounds(case, late_ids or set())
     if st.late:
         result["late"] = late
     return result

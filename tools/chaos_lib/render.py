@@ -30,9 +30,27 @@ import pyarrow.parquet as pq
 import eddyline as ed
 from eddyline.testing import FailOnce, SleepPerBatch, wait_until
 
+KAFKA, TOPIC = os.environ.get("CHAOS_KAFKA", ""), os.environ.get("CHAOS_TOPIC", "")
 HERE = {here!r}
 IN, OUT, CHK = HERE + "/in", HERE + "/out", HERE + "/chk"
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
+
+
+def spark():
+    """One local Spark session per job run (from_spark sources)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", HERE + "/spark-warehouse")
+        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + HERE)
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 class AddV:
@@ -196,6 +214,17 @@ def _source_lines(src: Source) -> list[str]:
     n, bound = src.name, f'"{src.bound_ms}ms"'
     if src.kind == "parquet":
         head = f'env.from_parquet(IN + "/{n}")'
+    elif src.kind == "spark":
+        head = f'env.from_spark(spark().read.parquet(IN + "/{n}"))'
+    elif src.kind == "kafka":
+        from .data import splits_of
+
+        ends = {p: len(split) for p, split in enumerate(splits_of(src))}
+        stops = ", ".join(f'(TOPIC + "{n}", {p}): {end}' for p, end in ends.items())
+        head = (
+            f'env.from_kafka(KAFKA, TOPIC + "{n}", schema=SCHEMA, stopping_offsets={{{stops}}})'
+            f'.name("{n}_read").uid("{n}_read").select("id", "k", "ts", "v")'
+        )
     elif src.kind == "arrow":
         head = f'env.from_arrow(pq.read_table(IN + "/{n}.parquet"))'
     elif src.kind == "collection":
@@ -314,6 +343,8 @@ def _sink_lines(case: Case) -> list[str]:
             lines.append(
                 f'    out.sink_to(ed.DeltaSink(OUT + "/upsert", mode="upsert", key=["k"])){tag}'
             )
+        elif sink == "kafka":
+            lines.append(f'    out.sink_to(ed.KafkaSink(KAFKA, TOPIC + "out")){tag}')
         elif sink == "collect":
             lines.append(f'    collects["collect"] = out.collect(){tag}')
     return lines
