@@ -182,6 +182,8 @@ def _new_stage(rng: random.Random, case: Case, scale: float) -> None:
         stage.a, stage.b = rng.randint(1, 3), rng.randint(1, 3)
     if kind == "tjoin":
         stage.how = rng.choice(["inner", "left"])
+        for op in case.ops:
+            op.schema = True  # a join's inputs have schemas known while the graph is built
         versions = case.source(stage.right)
         # one split without jitter: a key's versions have distinct times, so
         # "the newest version at or before" is one row (ties would be arrival order)
