@@ -714,6 +714,9 @@ impl Coordinator {
                         state: None,
                         reused: Vec::new(),
                         source_offsets: f.offsets.get(&(node.id, s)).cloned().unwrap_or_default(),
+                        finished: node_tasks
+                            .iter()
+                            .any(|t| tasks[*t].subtask == s && f.finished_at_ack[*t]),
                     })
                     .collect(),
             });
