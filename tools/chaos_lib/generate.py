@@ -242,7 +242,9 @@ def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
     main_rows = case.source(case.main).rows
     batches = max(1, main_rows // ex.batch_size)
     pick = rng.random()
-    if (ex.workers or ex.python_workers) and pick < 0.4:
+    # a Spark source's JVM is a child of the job too: only workers may be killed
+    spark = any(s.kind == "spark" for s in case.sources)
+    if (ex.workers or ex.python_workers) and pick < 0.4 and not spark:
         fault.kind = "wkill"
     elif pick > 0.92:
         fault.kind = "corrupt"
