@@ -81,6 +81,7 @@ fn info() -> CheckpointInfo {
                             split: format!("part-{s}"),
                             offset: 100 + u64::from(s),
                         }],
+                        finished: true,
                     })
                     .collect(),
             },
@@ -97,6 +98,7 @@ fn info() -> CheckpointInfo {
                         state: None,
                         reused: vec![],
                         source_offsets: vec![],
+                        finished: false,
                     })
                     .collect(),
             },
@@ -112,6 +114,7 @@ fn info() -> CheckpointInfo {
                     state: None,
                     reused: vec![],
                     source_offsets: vec![],
+                    finished: false,
                 }],
             },
         ],

@@ -179,8 +179,10 @@ class CheckpointConfig:
             from a bounded stretch of input and replays that input instead
             (FLINK-4120). Replay must reproduce the run: user functions must be
             deterministic, sources must return the same batches from the same
-            offsets, and ``batch_size`` must not change (a replayed barrier not
-            met at its recorded offset is a ``CheckpointError``). Needs
+            offsets, and ``batch_size`` and the sources' parallelism must not
+            change (a replayed barrier not met at its recorded offset, or a
+            checkpoint without an offset for a source subtask, is a
+            ``CheckpointError``). Needs
             ``mode="exactly_once"`` and ``unaligned=False``.
         timeout: How long one checkpoint may take before it is aborted (its
             transactions then never commit); must be positive.

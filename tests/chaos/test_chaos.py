@@ -198,4 +198,119 @@ def test_a_seed_gives_one_case_whose_script_compiles(tmp_path: Path) -> None:
         assert Case.from_json(text).to_json() == text
         compile(render(case, tmp_path), f"case-{seed}.py", "exec")
         kinds.add(case.stage.kind)
-    assert kinds == {"none", "running", "tumbling", "sliding", "session", "ijoin", "wjoin", "ujoin"}
+    assert kinds == {
+        "none",
+        "running",
+        "tumbling",
+        "sliding",
+        "session",
+        "ijoin",
+        "wjoin",
+        "ujoin",
+        "process",
+        "coprocess",
+        "comap",
+        "tjoin",
+    }
+
+
+def _hand(stage: Stage, left: dict[str, list[int]], right: dict[str, list[int]] | None = None):
+    """The reference of ``stage`` over hand-made rows (no ops, no union)."""
+    from chaos_lib import reference
+
+    case = dataclasses.replace(_case(stage), ops=[], union=[])
+    frames = {case.main: pd.DataFrame(left), stage.right: pd.DataFrame(right or left)}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(reference, "_frame", lambda _c, name: frames[name].astype("int64"))
+        return case, expected(case)["main"]
+
+
+def _sorted_rows(df: pd.DataFrame, columns: list[str]) -> list[tuple[int, ...]]:
+    return sorted(tuple(-1 if pd.isna(x) else int(x) for x in r) for r in df[columns].values)
+
+
+def test_the_new_references_on_hand_made_examples() -> None:
+    """Process-function windows (timers fire per key in time order), a
+    temporal join (the newest version at or before, inclusive), an outer
+    interval join (unmatched rows with nulls) and a session window join
+    (sessions formed from both sides) on rows whose answer is known."""
+    left = {"id": [1, 2, 3, 4], "k": [0, 0, 0, 1], "ts": [0, 999, 2_500, 1_000], "v": [1, 2, 3, 4]}
+    right = {"id": [11, 12, 13], "k": [0, 0, 1], "ts": [500, 2_500, 5_000], "v": [5, 6, 7]}
+    _, got = _hand(Stage("process", size_ms=1_000), left)
+    cols = ["k", "window_start", "window_end", "v", "n", "fired"]
+    assert _sorted_rows(got, cols) == [
+        (0, 0, 1_000, 3, 2, 1),
+        (0, 2_000, 3_000, 3, 1, 2),
+        (1, 1_000, 2_000, 4, 1, 1),
+    ]
+    _, got = _hand(Stage("coprocess", size_ms=1_000, right="s9"), left, right)
+    assert _sorted_rows(got, cols) == [
+        (0, 0, 1_000, 3, 1, 1),
+        (0, 2_000, 3_000, 3, 1, 2),
+        (1, 1_000, 2_000, 4, 0, 1),
+        (1, 5_000, 6_000, 0, 1, 2),
+    ]
+    joined = ["id", "id_right"]
+    _, got = _hand(Stage("tjoin", how="left", right="s9"), left, right)
+    assert _sorted_rows(got, joined) == [(1, -1), (2, 11), (3, 12), (4, -1)]
+    _, got = _hand(Stage("tjoin", how="inner", right="s9"), left, right)
+    assert _sorted_rows(got, joined) == [(2, 11), (3, 12)]
+    stage = Stage("ijoin", right="s9", lower_ms=0, upper_ms=500, how="outer")
+    _, got = _hand(stage, left, right)
+    assert _sorted_rows(got, joined) == [(-1, 13), (1, 11), (2, -1), (3, 12), (4, -1)]
+    stage = Stage("wjoin", right="s9", gap_ms=600)
+    _, got = _hand(stage, left, right)
+    assert _sorted_rows(got, [*joined, "window_start", "window_end"]) == [
+        (1, 11, 0, 1_599),
+        (2, 11, 0, 1_599),
+        (3, 12, 2_500, 3_100),
+    ]
+
+
+def test_a_refused_restore_may_lose_rows_but_not_commit_twice() -> None:
+    from chaos_lib.check import compare_partial
+
+    case = _case(Stage("tumbling", "sum", size_ms=2_000))
+    want = expected(case)
+    main = want["main"]
+    assert compare_partial(case, {"parquet": main.iloc[3:]}, want) == []
+    twice = compare_partial(case, {"parquet": pd.concat([main, main.iloc[:1]])}, want)
+    assert len(twice) == 1 and "1 row(s) committed" in twice[0]
+
+
+def test_the_loop_reference() -> None:
+    from chaos_lib.case import Op
+    from chaos_lib.reference import _apply
+
+    df = pd.DataFrame({"id": [1, 2, 3], "k": [0, 0, 0], "ts": [0, 0, 0], "v": [1, 9, 20]})
+    assert _apply(df, Op("loop", a=3, b=10))["v"].tolist() == [10, 12, 20]
+
+
+def test_a_sliding_window_count_outside_its_bounds_is_a_mismatch() -> None:
+    """Late candidates before a sliding window: a candidate some of whose
+    windows were over counts in its last window at least; a count above
+    every row of the window, or a window emitted twice, is a mismatch."""
+    case = _case(Stage("sliding", "count", size_ms=4_000, slide_ms=2_000, late=True))
+    source = case.source(case.main)
+    source.late_rows = 2
+    from chaos_lib.reference import candidates
+
+    maybe = sorted(candidates(case))
+    want = expected(case, {maybe[0]})
+    bounds = want["bounds"]
+    assert (bounds["lo"] < bounds["hi"]).any()
+    at_hi = bounds.rename(columns={"hi": "count"})[["k", "window_start", "window_end", "count"]]
+    at_lo = bounds.rename(columns={"lo": "count"})[["k", "window_start", "window_end", "count"]]
+    at_lo = at_lo[at_lo["count"] > 0]
+    assert compare(case, {"parquet": at_hi}, want) == []
+    assert compare(case, {"parquet": at_lo}, want) == []
+    over = at_hi.assign(count=at_hi["count"] + (at_hi.index == 0))
+    assert "outside their bounds" in compare(case, {"parquet": over}, want)[0]
+    twice = pd.concat([at_hi, at_hi.iloc[:1]])
+    assert "emitted twice" in compare(case, {"parquet": twice}, want)[0]
+    # the first candidate's last window always counts it: one less is a mismatch
+    first = main_stream(case).set_index("id").loc[maybe[1]]
+    last = (first["k"], first["ts"] - first["ts"] % 2_000)
+    row = (at_lo["k"] == last[0]) & (at_lo["window_start"] == last[1])
+    under = at_lo.assign(count=at_lo["count"] - row.astype("int64"))
+    assert "outside their bounds" in compare(case, {"parquet": under}, want)[0]

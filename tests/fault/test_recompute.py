@@ -339,3 +339,52 @@ def test_recompute_dedup_with_ttl_after_a_failure_is_exact(tmp_path: Path) -> No
     checkpoints = [c for c in result.checkpoints if c.kind == "checkpoint"]
     assert all(c.operators["dedup"].recomputes for c in checkpoints)
     assert any(c.null_state_checkpoint < c.id for c in checkpoints)
+
+
+def test_a_source_subtask_finished_before_a_checkpoint_replays_its_end_before_it(
+    tmp_path: Path,
+) -> None:
+    """A source subtask that had finished when a checkpoint was taken sent its
+    final watermark before that checkpoint (FLIP-147: its channels carried no
+    barrier). The recompute replay must re-inject that checkpoint's barrier
+    after the final watermark: before it, the windows that fired ahead of the
+    checkpoint fire after its barrier in the replay, pass the sink's
+    drop-until-barrier, and are committed twice (chaos case seed 6: a session
+    window under ProcessRunner lost a worker)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, chk, out = tmp_path / "in", tmp_path / "chk", tmp_path / "out"
+    data.mkdir()
+    schema = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64())])
+    # file 0: five rows, read and finished at once; file 1: 3000 rows, read slowly
+    short = [{"id": i, "k": 0, "ts": i} for i in range(5)]
+    long = [{"id": 100 + i, "k": i % 5, "ts": i * 10} for i in range(3_000)]
+    for index, rows in enumerate([short, long]):
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), data / f"part-{index}.parquet")
+    env = ed.StreamEnvironment(
+        2,
+        checkpoint=ed.CheckpointConfig(chk, interval="50ms", recovery="recompute"),
+        restart=ed.RestartStrategy.fixed_delay(attempts=2, delay="10ms"),
+        batch_size=50,
+    )
+    fail = FailOnce(None, tmp_path, column="id", at=2_600, armed_by=chk)
+    stream = (
+        env.from_parquet(data)
+        .uid("src")
+        .assign_timestamps("ts")
+        .uid("ts")
+        .map_batches(SleepPerBatch(0.02))
+        .uid("slow")
+        .map_batches(fail)
+        .uid("fail")
+    )
+    windows = stream.key_by("k").window(ed.Tumbling("1s")).sum("id").uid("windows")
+    windows.sink_to(ed.ParquetSink(out)).uid("sink")
+    result = env.execute("finished-source")
+    assert fail.fired_info() is not None and result.restarts == 1
+    got = Counter((r["k"], r["window_start"], r["id"]) for r in read_parquet_dir(out).to_pylist())
+    want: Counter[tuple[int, int, int]] = Counter()
+    for row in short + long:
+        want[(row["k"], row["ts"] - row["ts"] % 1_000)] += row["id"]
+    assert got == Counter((k, start, total) for (k, start), total in want.items())

@@ -45,11 +45,12 @@ class Source:
 
 @dataclasses.dataclass
 class Op:
-    """One stateless operator of the chain. ``kind``: nfilter (native
+    """One operator of the chain. ``kind``: nfilter (native
     ``v % a != b``), nwith (native ``v = v * a + b``), nselect (native
     ``with_columns(w=...)`` then ``select`` of the four columns), pmap
     (Python per-record ``v + a``), pfilter (Python ``v % a != b``), pbatch
-    (Python ``map_batches`` ``v + a``). ``schema``: pass ``schema=`` to a
+    (Python ``map_batches`` ``v + a``), loop (``iterate``: a row with
+    ``v < b`` is fed back with ``v + a`` until ``v >= b``). ``schema``: pass ``schema=`` to a
     Python map (always before a join)."""
 
     kind: str
@@ -65,7 +66,15 @@ class Stage:
     ``slide_ms``, ``gap_ms``, ``late`` (a late output, expected empty). ijoin:
     the main stream joined on ``k`` with source ``right`` within
     ``(lower_ms, upper_ms)``; wjoin: a window join on ``k`` in sliding windows
-    (``size_ms``, ``slide_ms``; equal: tumbling); ujoin: an unbounded join on ``k``."""
+    (``size_ms``, ``slide_ms``; equal: tumbling; ``gap_ms`` > 0: session windows
+    formed from both sides' rows); ujoin: an unbounded join on ``k``; ``how``:
+    inner | left | right | outer (ijoin), inner | left (tjoin). tjoin: a
+    temporal join of the main stream with the versions of source ``right``.
+    process: a keyed ``ProcessFunction`` with value, list and map state that
+    sums ``v`` per key in tumbling windows of ``size_ms`` with event-time
+    timers; coprocess: the same over ``main.connect(right)`` keyed on both
+    (left sum, right count per window); comap: ``main.connect(right).map``
+    (``v + a`` on the main stream, ``v + b`` on the right)."""
 
     kind: str
     agg: str = "sum"
@@ -76,6 +85,9 @@ class Stage:
     right: str = ""
     lower_ms: int = 0
     upper_ms: int = 0
+    how: str = "inner"
+    a: int = 0
+    b: int = 0
 
 
 @dataclasses.dataclass
@@ -85,7 +97,9 @@ class Execution:
     faults land mid-run; ``workers`` > 0 runs it under
     ``ed.ProcessRunner(workers=...)`` (0: the default in-process runner);
     ``python_workers`` > 0 moves per-record Python operators to that many
-    worker processes per subtask after a few batches (0: the default, auto)."""
+    worker processes per subtask after a few batches (0: the default, auto);
+    ``aligned_timeout_ms`` > 0 (with ``unaligned``) starts checkpoints aligned
+    and switches after that long; ``recompute``: ``recovery="recompute"``."""
 
     parallelism: int
     restore_parallelism: int
@@ -96,6 +110,8 @@ class Execution:
     sleep_s: float
     workers: int = 0
     python_workers: int = 0
+    aligned_timeout_ms: int = 0
+    recompute: bool = False
 
 
 @dataclasses.dataclass
@@ -106,7 +122,13 @@ class Fault:
     checkpoint, then restarts with ``restore_from="latest"``) | savepoint
     (``stop_with_savepoint`` once ``fraction`` of the input is read, restore at
     ``restore_parallelism``) | cancel (``cancel`` after one more checkpoint,
-    restore ``"latest"`` at ``restore_parallelism``)."""
+    restore ``"latest"`` at ``restore_parallelism``) | wkill (SIGKILL of a
+    worker process of ``ed.ProcessRunner`` ``delay_s`` after a new checkpoint;
+    the restart strategy recovers inside the run) | corrupt (a SIGKILL after a
+    second checkpoint, then the newest checkpoint's largest file is damaged
+    before the run with ``restore_from="latest"``: docs/DESIGN.md
+    "Checkpoints" allows a fallback only where it commits nothing twice, else
+    a ``CheckpointError``)."""
 
     kind: str
     at: int = 0
@@ -157,6 +179,10 @@ class Case:
         stage = self.stage.kind
         if stage in ("running", "tumbling", "sliding", "session"):
             stage += f":{self.stage.agg}"
+        if stage == "wjoin" and self.stage.gap_ms:
+            stage += ":session"
+        if stage in ("ijoin", "tjoin") and self.stage.how != "inner":
+            stage += f":{self.stage.how}"
         if self.stage.late:
             stage += ":late"
         out.append(f"stage:{stage}")
@@ -171,6 +197,12 @@ class Case:
         if self.fault.kind in ("savepoint", "cancel"):
             out.append(f"rescale:{ex.parallelism}->{ex.restore_parallelism}")
         out.append("checkpoint:" + ("unaligned" if ex.unaligned else "aligned"))
+        if ex.aligned_timeout_ms:
+            out.append("checkpoint:aligned_timeout")
+        if ex.recompute:
+            out.append("checkpoint:recompute")
+        if any(s.late_rows for s in self.sources):
+            out.append("late_rows")
         if ex.incremental:
             out.append("checkpoint:incremental")
         out.append(f"fault:{self.fault.kind}")

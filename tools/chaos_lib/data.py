@@ -14,6 +14,8 @@ splits, or a restore: the reference needs no arrival order.
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from .case import Case, Source
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
 Row = dict[str, int]
+# kinds whose rows come in ``files`` splits (files, Kafka partitions)
+FILE_KINDS = ("parquet", "spark", "kafka")
 
 
 def sequence_step(source: Source) -> int:
@@ -42,7 +46,7 @@ def splits_of(source: Source) -> list[list[Row]]:
             ]
         ]
     rng = random.Random(source.seed)
-    files = source.files if source.kind == "parquet" else 1
+    files = source.files if source.kind in FILE_KINDS else 1
     per_file = [source.rows // files + (1 if f < source.rows % files else 0) for f in range(files)]
     out: list[list[Row]] = []
     next_id = source.id_base
@@ -83,11 +87,18 @@ def write_inputs(case: Case, directory: Path) -> None:
     in-memory source's rows to ``directory/<name>.parquet`` (the job script
     loads those into memory and hands them to ``from_arrow``/``from_collection``)."""
     directory.mkdir(parents=True, exist_ok=True)
+    if "kafka" in case.sinks:
+        from eddyline.kafka_testing import new_topic
+
+        new_topic(os.environ["CHAOS_KAFKA"], 2, os.environ["CHAOS_TOPIC"] + "out")
     for source in case.sources:
         if source.kind == "sequence":
             continue
         splits = splits_of(source)
-        if source.kind == "parquet":
+        if source.kind == "kafka":
+            _produce(source, splits)
+            continue
+        if source.kind in ("parquet", "spark"):
             folder = directory / source.name
             folder.mkdir(exist_ok=True)
             for index, split in enumerate(splits):
@@ -101,3 +112,22 @@ def write_inputs(case: Case, directory: Path) -> None:
             pq.write_table(
                 pa.Table.from_pylist(splits[0], schema=SCHEMA), directory / f"{source.name}.parquet"
             )
+
+
+def topic_of(source: Source) -> str:
+    """A Kafka source's topic: the run's prefix (``CHAOS_TOPIC``, fresh per
+    run of a case) and the source's name."""
+    return os.environ["CHAOS_TOPIC"] + source.name
+
+
+def _produce(source: Source, splits: list[list[Row]]) -> None:
+    """Each split to its own partition of a new topic, in order, one message a batch."""
+    from eddyline.kafka_testing import new_topic, produce_each
+
+    broker = os.environ["CHAOS_KAFKA"]
+    topic = new_topic(broker, len(splits), topic_of(source))
+    produce_each(
+        broker,
+        topic,
+        ((p, None, json.dumps(row).encode()) for p, split in enumerate(splits) for row in split),
+    )

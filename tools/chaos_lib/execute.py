@@ -17,6 +17,7 @@ import os
 import random
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,79 @@ class Outcome:
     notes: list[dict[str, Any]]
     error: str | None
     fired: bool
+    refused: bool = False
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux /proc), oldest first."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def _kill_a_worker(command: list[str], case: Case, chk: Path, env: dict[str, str]) -> bool:
+    """Runs the job and SIGKILLs one of its worker processes (chosen and timed
+    from the seed) once a checkpoint completed and a worker runs; the restart
+    strategy must recover inside the run. Returns whether the kill landed."""
+    import signal
+    import time
+
+    from eddyline.testing import completed_checkpoints
+
+    rng = random.Random(case.seed)
+    delay = rng.uniform(0.0, case.fault.delay_s)
+    fired = False
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
+        deadline = time.monotonic() + TIMEOUT_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            workers = _children(proc.pid)
+            if workers and completed_checkpoints(chk):
+                time.sleep(delay)
+                workers = _children(proc.pid)
+                if workers and proc.poll() is None:
+                    try:
+                        os.kill(rng.choice(workers), signal.SIGKILL)
+                        fired = True
+                    except ProcessLookupError:
+                        pass
+                break
+            time.sleep(0.01)
+        try:
+            stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    if proc.returncode != 0:
+        raise AssertionError(f"the run with a killed worker failed:\n{stderr[-4000:]}")
+    _ = stdout
+    return fired
+
+
+def _damage_newest(chk: Path) -> bool:
+    """Flips bytes in the middle of the newest completed checkpoint's largest
+    file (its manifest when it has nothing else)."""
+    from eddyline.testing import completed_checkpoints
+
+    ids = completed_checkpoints(chk)
+    if not ids:
+        return False
+    folder = chk / f"chk-{max(ids)}"
+    files = sorted((f for f in folder.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    if not files:
+        return False
+    target = files[-1]
+    data = bytearray(target.read_bytes())
+    middle = len(data) // 2
+    for i in range(middle, min(len(data), middle + 8)):
+        data[i] ^= 0xFF
+    target.write_bytes(bytes(data))
+    return True
 
 
 def _last_json(stdout: str) -> dict[str, Any]:
@@ -68,16 +142,47 @@ def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
                 if (path / "_delta_log").is_dir()
                 else pd.DataFrame()
             )
+        elif name == "kafka":
+            outputs[name] = _read_topic(os.environ["CHAOS_TOPIC"] + "out")
         elif name == "collect":
             path = out / "collect.parquet"
             outputs[name] = pq.read_table(path).to_pandas() if path.exists() else pd.DataFrame()
     return outputs
 
 
+def _read_topic(topic: str) -> pd.DataFrame:
+    """Every message of ``topic`` (JSON rows), read until a second passes with none."""
+    import time
+
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": os.environ["CHAOS_KAFKA"],
+            "group.id": f"chaos-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+        }
+    )
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts])
+    rows: list[dict[str, Any]] = []
+    quiet = time.monotonic()
+    while time.monotonic() - quiet < 1.0:
+        got = consumer.consume(num_messages=1000, timeout=0.2)
+        for message in got:
+            if message.error() is None:
+                rows.append(json.loads(message.value()))
+        if got:
+            quiet = time.monotonic()
+    consumer.close()
+    return pd.DataFrame(rows)
+
+
 def run_case(case: Case, workdir: Path) -> Outcome:
     """Writes the inputs and the job script under ``workdir`` and runs it."""
     from eddyline.testing import kill_after_checkpoints
 
+    os.environ["CHAOS_TOPIC"] = f"chaos-{case.seed}-{uuid.uuid4().hex[:8]}-"
     write_inputs(case, workdir / "in")
     (workdir / "out").mkdir(parents=True, exist_ok=True)
     script = workdir / "job.py"
@@ -88,6 +193,38 @@ def run_case(case: Case, workdir: Path) -> Outcome:
     notes: list[dict[str, Any]] = []
     fired = kind == "none"
     try:
+        if kind == "wkill":
+            fired = _kill_a_worker([*python, "run"], case, workdir / "chk", env)
+            return Outcome(_read_outputs(case, workdir / "out"), notes, None, fired)
+        if kind == "corrupt":
+            from eddyline.testing import completed_checkpoints, sigkill_when
+
+            chk = workdir / "chk"
+            killed = sigkill_when(
+                [*python, "run", "latest"],
+                lambda: len(completed_checkpoints(chk)) >= 2,
+                timeout=TIMEOUT_S,
+                what="two checkpoints",
+                delay=random.Random(case.seed).uniform(0.0, case.fault.delay_s),
+                allow_early_end=True,
+            )
+            # a run that ended before its kill is run once more (restoring its final
+            # checkpoint, which replays nothing), so that its failure is seen too
+            fired = killed is not None and _damage_newest(chk)
+            done = subprocess.run(
+                [*python, "run", "latest"],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT_S,
+                env=env,
+            )
+            if done.returncode != 0:
+                if "CheckpointError" not in done.stderr:
+                    return Outcome({}, [], done.stderr[-4000:], fired)
+                # refused, as docs/DESIGN.md "Checkpoints" allows: nothing may be committed twice
+                return Outcome(_read_outputs(case, workdir / "out"), [], None, fired, True)
+            outputs = _read_outputs(case, workdir / "out")
+            return Outcome(outputs, [_last_json(done.stdout)], None, fired)
         if kind == "sigkill":
             stdouts = kill_after_checkpoints(
                 [*python, "run", "latest"],

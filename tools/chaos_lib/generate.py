@@ -148,4 +148,109 @@ def generate(seed: int, scale: float = 1.0) -> Case:
         execution.python_workers = 1
     if stage.kind == "ijoin":
         _other_join(rng, stage, sources, execution)
-    return Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)
+    case = Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)
+    widen(rng, case, scale)
+    return case
+
+
+NEW_STAGES = ["process", "coprocess", "comap", "tjoin"]
+
+
+def _right_source(rng: random.Random, case: Case, scale: float) -> str:
+    """The stage's second input: the current one, or a new source."""
+    if case.stage.right:
+        return case.stage.right
+    index = 1 + max(int(s.name[1:]) for s in case.sources)
+    source = _source(rng, index, scale, case.sources[0].span_ms)
+    case.sources.append(source)
+    return source.name
+
+
+def _new_stage(rng: random.Random, case: Case, scale: float) -> None:
+    """Replaces the terminal stage with a process function, connect or a
+    temporal join (late candidates go: a timer or a version does not follow
+    them exactly; the upsert sink goes with the running aggregate)."""
+    kind = rng.choice(NEW_STAGES)
+    stage = Stage(kind, size_ms=rng.choice([500, 2_000, 10_000, 60_000]))
+    if kind == "process":
+        if case.stage.right and case.stage.right not in case.union:
+            case.sources = [s for s in case.sources if s.name != case.stage.right]
+    else:
+        stage.right = _right_source(rng, case, scale)
+        case.union = [n for n in case.union if n != stage.right]
+    if kind == "comap":
+        stage.a, stage.b = rng.randint(1, 3), rng.randint(1, 3)
+    if kind == "tjoin":
+        stage.how = rng.choice(["inner", "left"])
+        for op in case.ops:
+            op.schema = True  # a join's inputs have schemas known while the graph is built
+        versions = case.source(stage.right)
+        # one split without jitter: a key's versions have distinct times, so
+        # "the newest version at or before" is one row (ties would be arrival order)
+        versions.jitter_ms, versions.files = 0, 1
+        versions.rows = min(versions.rows, versions.span_ms)
+    for source in case.sources:
+        source.late_rows = 0
+    case.sinks = [s for s in case.sinks if s != "upsert"] or ["parquet"]
+    case.stage = stage
+
+
+def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
+    """The features added after the first generator (drawn after all of its
+    draws, so the cases of earlier seeds keep their sources and operators):
+    outer interval joins, session window joins, process functions, connect,
+    temporal joins, loops, ``aligned_timeout``, recompute recovery, a worker
+    process SIGKILL and a corrupt newest checkpoint."""
+    st = case.stage
+    if st.kind == "ijoin" and rng.random() < 0.5:
+        st.how = rng.choice(["left", "right", "outer"])
+    if st.kind == "wjoin" and rng.random() < 0.35:
+        st.gap_ms = rng.choice([200, 500, 1_000])
+    if st.kind != "ujoin" and rng.random() < 0.35:
+        _new_stage(rng, case, scale)
+    for source in case.sources:
+        pick = rng.random()
+        if source.kind == "parquet" and pick < 0.25:
+            # Kafka: one partition per file; each message is produced on its own
+            source.kind = "kafka"
+            source.rows = min(source.rows, 600)
+        elif source.kind == "parquet" and pick > 0.96:
+            source.kind = "spark"
+    if st.kind not in ("running", "ujoin") and rng.random() < 0.1:
+        case.sinks.append("kafka")
+    if case.stage.kind == "sliding" and case.stage.late and rng.random() < 0.6:
+        # late candidates before a sliding window: counted (docs/CHAOS.md)
+        case.stage.agg = "count"
+        for source in case.sources:
+            if source.kind != "sequence":
+                source.late_rows = rng.randint(1, 5)
+    if rng.random() < 0.15:
+        at = rng.randint(0, len(case.ops))
+        case.ops.insert(at, Op("loop", a=rng.randint(1, 3), b=rng.randint(5, 25)))
+    ex = case.execution
+    if ex.unaligned and rng.random() < 0.4:
+        ex.aligned_timeout_ms = rng.choice([5, 20, 100])
+    loops = any(op.kind == "loop" for op in case.ops)
+    # recompute refuses loops (GraphError: in-flight loop records cannot be replayed)
+    # nor Kafka: a replay must read the same batches, and Kafka's depend on fetch timing
+    kafka = any(s.kind == "kafka" for s in case.sources)
+    if not ex.unaligned and rng.random() < 0.25 and not loops and not kafka:
+        ex.recompute = True
+        if case.fault.kind == "cancel":
+            # a recompute restore re-injects barriers at each source subtask's
+            # offsets: it refuses another source parallelism (CheckpointError)
+            ex.restore_parallelism = ex.parallelism
+    fault = case.fault
+    main_rows = case.source(case.main).rows
+    batches = max(1, main_rows // ex.batch_size)
+    pick = rng.random()
+    # a Spark source's JVM is a child of the job too: only workers may be killed
+    spark = any(s.kind == "spark" for s in case.sources)
+    if (ex.workers or ex.python_workers) and pick < 0.4 and not spark:
+        fault.kind = "wkill"
+    elif pick > 0.92:
+        fault.kind = "corrupt"
+    if fault.kind in ("wkill", "corrupt"):
+        case.sinks = [s for s in case.sinks if s != "collect"] or ["parquet"]
+        if not ex.sleep_s:
+            ex.sleep_s = round(min(0.08, max(0.002, 3.0 * ex.parallelism / batches)), 4)

@@ -25,6 +25,10 @@ def _apply(df: pd.DataFrame, op: Op) -> pd.DataFrame:
         return df.assign(v=df["v"] + op.a)
     if op.kind == "nselect":
         return df
+    if op.kind == "loop":
+        # v + a until v >= b: ceil((b - v) / a) more rounds for a row below b
+        rounds = ((op.b - df["v"] + op.a - 1) // op.a).clip(lower=0)
+        return df.assign(v=df["v"] + op.a * rounds)
     raise ValueError(f"no reference for operator kind {op.kind!r}")
 
 
@@ -77,6 +81,100 @@ def _sessions(df: pd.DataFrame, gap: int) -> pd.DataFrame:
     return df.assign(window_start=df["min"], window_end=df["max"] + gap)
 
 
+def _tumbling_sums(df: pd.DataFrame, size: int, column: str, count: bool) -> pd.DataFrame:
+    df = df.assign(window_start=df["ts"] - df["ts"] % size)
+    groups = df.groupby(["k", "window_start"])
+    out = (groups.size() if count else groups["v"].sum()).rename(column).reset_index()
+    return out
+
+
+def process_windows(case: Case) -> pd.DataFrame:
+    """The process function's timer output: per key and tumbling window the sum
+    of ``v`` and the row count (coprocess: the left's sum, the right's count,
+    0 for a side without rows), and which of the key's windows it is (timers
+    of a key fire in time order)."""
+    size = case.stage.size_ms
+    left = _tumbling_sums(main_stream(case), size, "v", count=False)
+    if case.stage.kind == "process":
+        counts = _tumbling_sums(main_stream(case), size, "n", count=True)
+    else:
+        counts = _tumbling_sums(_frame(case, case.stage.right), size, "n", count=True)
+    out = left.merge(counts, on=["k", "window_start"], how="outer").fillna(0)
+    out = out.astype("int64").sort_values(["k", "window_start"])
+    out["fired"] = out.groupby("k").cumcount() + 1
+    return out.assign(window_end=out["window_start"] + size).reset_index(drop=True)
+
+
+def _suffixed(df: pd.DataFrame) -> pd.DataFrame:
+    return df.rename(columns={c: f"{c}_right" for c in ("id", "ts", "v")})
+
+
+def temporal(case: Case) -> pd.DataFrame:
+    """Each main row with the newest version of its key at or before its time."""
+    left = main_stream(case).sort_values("ts", kind="stable")
+    versions = _suffixed(_frame(case, case.stage.right)).sort_values("ts_right", kind="stable")
+    out = pd.merge_asof(
+        left, versions, left_on="ts", right_on="ts_right", by="k", direction="backward"
+    )
+    if case.stage.how == "inner":
+        out = out.dropna(subset=["id_right"])
+    return out.reset_index(drop=True)
+
+
+def interval(case: Case) -> pd.DataFrame:
+    """An interval join's pairs, and with ``how`` the unmatched rows of the
+    outer side(s) with nulls for the other's columns."""
+    st = case.stage
+    left = main_stream(case)
+    right = _suffixed(_frame(case, st.right))
+    pairs = left.merge(right, on="k")
+    keep = (pairs["ts"] + st.lower_ms <= pairs["ts_right"]) & (
+        pairs["ts_right"] <= pairs["ts"] + st.upper_ms
+    )
+    parts = [pairs[keep]]
+    if st.how in ("left", "outer"):
+        parts.append(left[~left["id"].isin(pairs[keep]["id"])])
+    if st.how in ("right", "outer"):
+        parts.append(right[~right["id_right"].isin(pairs[keep]["id_right"])])
+    return pd.concat(parts, ignore_index=True)
+
+
+def session_join(case: Case) -> pd.DataFrame:
+    """Session windows over both sides' rows of a key together, then every
+    left-right pair of a session."""
+    gap = case.stage.gap_ms
+    left = main_stream(case).assign(side=0)
+    right = _frame(case, case.stage.right).assign(side=1)
+    both = _sessions(pd.concat([left, right], ignore_index=True), gap)
+    keys = ["k", "window_start", "window_end"]
+    cols = ["id", "ts", "v", *keys]
+    a = both[both["side"] == 0][cols]
+    b = _suffixed(both[both["side"] == 1][cols])
+    return a.merge(b, on=keys)
+
+
+def sliding_bounds(case: Case, late_ids: set[int]) -> pd.DataFrame:
+    """Per key and sliding window: the fewest (``lo``) and most (``hi``) rows it
+    may count when late candidates came. A candidate whose windows were all
+    over is late (in the late output); one some of whose windows were over is
+    counted in the others only, and those are the later ones (windows are over
+    in the order of their ends), so it is always counted in its last window:
+    ``lo`` counts the on-time rows and each such candidate in its last window,
+    ``hi`` every row not in the late output in every window."""
+    st = case.stage
+    df = main_stream(case)
+    maybe = candidates(case) - late_ids
+    df = df[~df["id"].isin(late_ids)]
+    every = _windows(df, st.size_ms, st.slide_ms)
+    keys = ["k", "window_start", "window_end"]
+    hi = every.groupby(keys).size().rename("hi")
+    sure = every[~every["id"].isin(maybe)]
+    last = every[every["id"].isin(maybe)]
+    last = last[last["window_start"] == last["ts"] - last["ts"] % st.slide_ms]
+    lo = pd.concat([sure, last]).groupby(keys).size().rename("lo")
+    return pd.concat([lo, hi], axis=1).fillna(0).astype("int64").reset_index()
+
+
 def candidates(case: Case) -> set[int]:
     """Ids of the rows that may be late (``data.late_candidates``)."""
     return set().union(*(late_candidates(case.source(n)) for n in [case.main, *case.union]))
@@ -98,19 +196,23 @@ def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataF
     if st.kind == "ujoin":
         pairs = main_stream(case).merge(_frame(case, st.right), on="k", suffixes=("", "_right"))
         return {"main": pairs}
+    if st.kind in ("process", "coprocess"):
+        return {"main": process_windows(case)}
+    if st.kind == "comap":
+        main = main_stream(case).assign(v=lambda d: d["v"] + st.a)
+        right = _frame(case, st.right).assign(v=lambda d: d["v"] + st.b)
+        return {"main": pd.concat([main, right], ignore_index=True)}
+    if st.kind == "tjoin":
+        return {"main": temporal(case)}
+    if st.kind == "wjoin" and st.gap_ms:
+        return {"main": session_join(case)}
     if st.kind == "wjoin":
         keys = ["k", "window_start", "window_end"]
         left = _windows(main_stream(case), st.size_ms, st.slide_ms)
         right = _windows(_frame(case, st.right), st.size_ms, st.slide_ms)
         return {"main": left.merge(right, on=keys, suffixes=("", "_right"))}
     if st.kind == "ijoin":
-        left = main_stream(case)
-        right = _frame(case, st.right)
-        pairs = left.merge(right, on="k", suffixes=("", "_right"))
-        keep = (pairs["ts"] + st.lower_ms <= pairs["ts_right"]) & (
-            pairs["ts_right"] <= pairs["ts"] + st.upper_ms
-        )
-        return {"main": pairs[keep].reset_index(drop=True)}
+        return {"main": interval(case)}
     df = main_stream(case)
     late = df[df["id"].isin((late_ids or set()) & candidates(case))]
     df = df[~df["id"].isin(late["id"])]
@@ -123,6 +225,8 @@ def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataF
     groups = assigned.groupby(["k", "window_start", "window_end"])
     out = _aggregate(groups, st.agg).rename(col).reset_index()
     result = {"main": out[["k", "window_start", "window_end", col]]}
+    if st.kind == "sliding" and candidates(case):
+        result["bounds"] = sliding_bounds(case, late_ids or set())
     if st.late:
         result["late"] = late
     return result

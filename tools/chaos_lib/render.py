@@ -30,9 +30,27 @@ import pyarrow.parquet as pq
 import eddyline as ed
 from eddyline.testing import FailOnce, SleepPerBatch, wait_until
 
+KAFKA, TOPIC = os.environ.get("CHAOS_KAFKA", ""), os.environ.get("CHAOS_TOPIC", "")
 HERE = {here!r}
 IN, OUT, CHK = HERE + "/in", HERE + "/out", HERE + "/chk"
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
+
+
+def spark():
+    """One local Spark session per job run (from_spark sources)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", HERE + "/spark-warehouse")
+        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + HERE)
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 class AddV:
@@ -66,6 +84,78 @@ class AddVBatch:
         return pa.RecordBatch.from_arrays(
             [batch.column("id"), batch.column("k"), batch.column("ts"), v], schema=SCHEMA
         )
+
+
+class LoopUntil:
+    """A bounded loop: a row with v < b goes around again with v + a."""
+
+    def __init__(self, a, b, tag):
+        self.a, self.b, self.tag = a, b, tag
+
+    def __call__(self, s):
+        feedback = (
+            s.filter(ed.col("v") < self.b).name(self.tag + "_low").uid(self.tag + "_low")
+            .with_columns(v=ed.col("v") + self.a).name(self.tag + "_add").uid(self.tag + "_add")
+        )
+        done = s.filter(ed.col("v") >= self.b).name(self.tag + "_done").uid(self.tag + "_done")
+        return feedback, done
+
+
+WINDOW_SCHEMA = pa.schema(
+    [(c, pa.int64()) for c in ("k", "window_start", "window_end", "v", "n", "fired")]
+)
+
+
+class Windowed:
+    """Per key: value, list and map state; a timer per tumbling window emits it."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def add(self, row, ctx, state, amount):
+        start = row["ts"] - row["ts"] % self.size
+        sums = ctx.get_map_state(state)
+        sums.put(start, sums.get(start, 0) + amount)
+        ctx.get_list_state("times").add(row["ts"])
+        ctx.timer_service.register_event_time_timer(start + self.size - 1)
+
+    def on_timer(self, timestamp, ctx):
+        start = timestamp + 1 - self.size
+        out = {{"k": ctx.key, "window_start": start, "window_end": start + self.size}}
+        for state, column in (("left", "v"), ("right", "n")):
+            sums = ctx.get_map_state(state)
+            out[column] = sums.get(start, 0)
+            sums.remove(start)
+        times = ctx.get_list_state("times")
+        kept = [t for t in times.get() if not start <= t < start + self.size]
+        if self.count_rows:
+            out["n"] = len(times.get()) - len(kept)
+        times.update(kept)
+        fired = ctx.get_state("fired")
+        out["fired"] = (fired.value() or 0) + 1
+        fired.update(out["fired"])
+        return [out]
+
+
+class WindowSums(Windowed, ed.ProcessFunction):
+    """Per key and tumbling window: the sum of v and the number of rows."""
+
+    count_rows = True
+
+    def process_element(self, row, ctx):
+        self.add(row, ctx, "left", row["v"])
+
+
+class CoWindowSums(Windowed, ed.CoProcessFunction):
+    """Per key and tumbling window: the left's sum of v, the right's row count."""
+
+    count_rows = False
+
+    def process_element1(self, row, ctx):
+        self.add(row, ctx, "left", row["v"])
+
+    def process_element2(self, row, ctx):
+        self.add(row, ctx, "right", 1)
 
 '''
 
@@ -124,6 +214,17 @@ def _source_lines(src: Source) -> list[str]:
     n, bound = src.name, f'"{src.bound_ms}ms"'
     if src.kind == "parquet":
         head = f'env.from_parquet(IN + "/{n}")'
+    elif src.kind == "spark":
+        head = f'env.from_spark(spark().read.parquet(IN + "/{n}"))'
+    elif src.kind == "kafka":
+        from .data import splits_of
+
+        ends = {p: len(split) for p, split in enumerate(splits_of(src))}
+        stops = ", ".join(f'(TOPIC + "{n}", {p}): {end}' for p, end in ends.items())
+        head = (
+            f'env.from_kafka(KAFKA, TOPIC + "{n}", schema=SCHEMA, stopping_offsets={{{stops}}})'
+            f'.name("{n}_read").uid("{n}_read").select("id", "k", "ts", "v")'
+        )
     elif src.kind == "arrow":
         head = f'env.from_arrow(pq.read_table(IN + "/{n}.parquet"))'
     elif src.kind == "collection":
@@ -166,6 +267,7 @@ def _op_line(i: int, op: Op) -> str:
         "pmap": f"map(AddV({op.a}){schema})",
         "pfilter": f"filter(VModNot({op.a}, {op.b}))",
         "pbatch": f"map_batches(AddVBatch({op.a}){schema})",
+        "loop": f'iterate(LoopUntil({op.a}, {op.b}, "op{i}"))',
     }[op.kind]
     return f"    main = main.{call}{tag}"
 
@@ -177,8 +279,31 @@ def _stage_lines(case: Case) -> list[str]:
         return ["    out = main"]
     if st.kind == "running":
         return [f'    out = main.key_by("k").{agg}.name("agg").uid("agg")']
+    if st.kind == "process":
+        return [
+            f'    out = main.key_by("k").process(WindowSums({st.size_ms}), schema=WINDOW_SCHEMA)'
+            '.name("process").uid("process")'
+        ]
+    if st.kind == "coprocess":
+        return [
+            f'    out = main.connect({st.right}).key_by("k", "k")'
+            f".process(CoWindowSums({st.size_ms}), schema=WINDOW_SCHEMA)"
+            '.name("coprocess").uid("coprocess")'
+        ]
+    if st.kind == "comap":
+        return [
+            f"    out = main.connect({st.right}).map(AddV({st.a}), AddV({st.b}), schema=SCHEMA)"
+            '.name("comap").uid("comap")'
+        ]
+    if st.kind == "tjoin":
+        return [
+            f'    out = main.temporal_join({st.right}, on="k", how="{st.how}")'
+            '.name("tjoin").uid("tjoin")'
+        ]
     if st.kind == "wjoin":
         window = f'ed.Sliding("{st.size_ms}ms", "{st.slide_ms}ms")'
+        if st.gap_ms:
+            window = f'ed.Session("{st.gap_ms}ms")'
         return [
             f'    out = main.window_join({st.right}, on="k", window={window})'
             '.name("wjoin").uid("wjoin")'
@@ -188,7 +313,8 @@ def _stage_lines(case: Case) -> list[str]:
     if st.kind == "ijoin":
         return [
             f'    out = main.join({st.right}, on="k", '
-            f'within=("{st.lower_ms}ms", "{st.upper_ms}ms")).name("join").uid("join")'
+            f'within=("{st.lower_ms}ms", "{st.upper_ms}ms"), how="{st.how}")'
+            '.name("join").uid("join")'
         ]
     assigner = {
         "tumbling": f'ed.Tumbling("{st.size_ms}ms")',
@@ -217,6 +343,8 @@ def _sink_lines(case: Case) -> list[str]:
             lines.append(
                 f'    out.sink_to(ed.DeltaSink(OUT + "/upsert", mode="upsert", key=["k"])){tag}'
             )
+        elif sink == "kafka":
+            lines.append(f'    out.sink_to(ed.KafkaSink(KAFKA, TOPIC + "out")){tag}')
         elif sink == "collect":
             lines.append(f'    collects["collect"] = out.collect(){tag}')
     return lines
@@ -252,7 +380,10 @@ def render(case: Case, here: Path) -> str:
         "    env = ed.StreamEnvironment(",
         "        parallelism,",
         f'        checkpoint=ed.CheckpointConfig(CHK, interval="{ex.interval_ms}ms", '
-        f"unaligned={ex.unaligned}, incremental={ex.incremental}),",
+        f"unaligned={ex.unaligned}, incremental={ex.incremental}"
+        + (f', aligned_timeout="{ex.aligned_timeout_ms}ms"' if ex.aligned_timeout_ms else "")
+        + (', recovery="recompute"' if ex.recompute else "")
+        + "),",
         '        restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),',
         f"        batch_size={ex.batch_size},",
         "    )",

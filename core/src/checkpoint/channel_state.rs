@@ -73,6 +73,7 @@ pub(crate) fn manifest_entry(node: &crate::graph::Node) -> crate::checkpoint::Op
                 state: None,
                 reused: Vec::new(),
                 source_offsets: Vec::new(),
+                finished: false,
             })
             .collect(),
     }

@@ -410,6 +410,7 @@ mod tests {
                         state: None,
                         reused: vec![],
                         source_offsets: vec![],
+                        finished: false,
                     })
                     .collect(),
             }],

@@ -123,6 +123,11 @@ impl Fields {
         }
     }
 
+    /// Whether the object has member `key` (for optional members).
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.members.iter().any(|(k, _)| k == key)
+    }
+
     pub(crate) fn finish(self) -> Result<(), String> {
         match self.members.first() {
             None => Ok(()),

@@ -208,6 +208,11 @@ pub struct SubtaskEntry {
     pub reused: Vec<ReusedState>,
     /// The read positions of a source subtask.
     pub source_offsets: Vec<SourceOffset>,
+    /// The subtask's task had finished when it answered this checkpoint
+    /// (FLIP-147: it sent no barrier, its channels had ended): a recompute
+    /// replay re-injects the barrier after the end of the input, where the
+    /// consumers saw it (written only when true).
+    pub finished: bool,
 }
 
 /// A state file as the manifest records it.
@@ -563,7 +568,12 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
                 )
             })
             .collect();
-        let _ = write!(out, ", \"source_offsets\": [{}]}}", offsets.join(", "));
+        let _ = write!(out, ", \"source_offsets\": [{}]", offsets.join(", "));
+        out.push_str(if s.finished {
+            ", \"finished\": true}"
+        } else {
+            "}"
+        });
     }
     out.push_str(if op.subtasks.is_empty() {
         "]}"
@@ -719,12 +729,14 @@ fn decode_subtask(v: Value, what: &str, version: u64) -> Result<SubtaskEntry, St
             Ok(off)
         })
         .collect::<Result<_, String>>()?;
+    let finished = f.has("finished") && f.bool("finished")?;
     f.finish()?;
     Ok(SubtaskEntry {
         subtask,
         state,
         reused,
         source_offsets,
+        finished,
     })
 }
 
@@ -849,12 +861,14 @@ mod tests {
                                 split: "p0".into(),
                                 offset: 17,
                             }],
+                            finished: true,
                         },
                         SubtaskEntry {
                             subtask: 1,
                             state: None,
                             reused: vec![],
                             source_offsets: vec![],
+                            finished: false,
                         },
                     ],
                 },

@@ -274,6 +274,7 @@ mod tests {
                     state: None,
                     reused: vec![],
                     source_offsets: vec![],
+                    finished: false,
                 })
                 .collect(),
         }

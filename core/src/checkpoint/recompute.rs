@@ -45,6 +45,11 @@
 //! it, is an error: the replay is not the run that was checkpointed.
 //! Recomputed operators start empty; persisted operators and sinks restore
 //! `n` and drop their input until barrier `n` passed them.
+//! A source subtask that had finished when a later checkpoint was taken
+//! (the manifest's per-subtask `finished`) had sent its final watermark
+//! before that checkpoint and no barrier: its replay re-injects such
+//! barriers right after its final watermark, so the operators behind it fire
+//! on either side of each barrier what they fired in the run.
 //!
 //! [`OperatorFactory::recomputable`]: crate::operator::OperatorFactory::recomputable
 //! [`Operator::null_state_watermark`]: crate::operator::Operator::null_state_watermark
@@ -278,6 +283,10 @@ pub struct SourceReplay {
     pub start: Option<Vec<u8>>,
     /// Barriers still to inject, oldest first, with their recorded offsets.
     pub barriers: VecDeque<(Barrier, Vec<u8>)>,
+    /// Barriers of checkpoints taken after the subtask had finished (the
+    /// manifest's `finished`): its consumers saw its end of input (the
+    /// final watermark) before them, so the replay injects them after it.
+    pub after_end: Vec<Barrier>,
 }
 
 /// `[1200, 3]` for messages.
@@ -316,6 +325,11 @@ impl SourceReplay {
             break;
         }
         Ok(due)
+    }
+
+    /// The barriers to inject after the end of the input (`after_end`).
+    pub fn take_after_end(&mut self) -> Vec<Barrier> {
+        std::mem::take(&mut self.after_end)
     }
 
     /// The input ended: every barrier must have been injected.
@@ -438,6 +452,7 @@ impl ReplayPlan {
                 let mut replay = SourceReplay {
                     start: start.map(offset_in).transpose()?,
                     barriers: VecDeque::new(),
+                    after_end: Vec::new(),
                 };
                 for rc in &later {
                     let barrier = Barrier {
@@ -446,7 +461,18 @@ impl ReplayPlan {
                         aligned: true,
                         timestamp_ms: rc.manifest().trigger_ms,
                     };
-                    replay.barriers.push_back((barrier, offset_in(rc)?));
+                    let finished = rc
+                        .manifest()
+                        .operators
+                        .iter()
+                        .find(|o| o.uid == node.uid)
+                        .and_then(|o| o.subtasks.iter().find(|e| e.subtask == subtask))
+                        .is_some_and(|e| e.finished);
+                    if finished {
+                        replay.after_end.push(barrier);
+                    } else {
+                        replay.barriers.push_back((barrier, offset_in(rc)?));
+                    }
                 }
                 sources.insert((node.uid.clone(), subtask), replay);
             }
@@ -484,6 +510,7 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            after_end: vec![],
         };
         assert!(r
             .due(&encode_positions(&[0]), "s")

@@ -232,6 +232,15 @@ impl TaskRecompute {
         }
     }
 
+    /// A source's barriers of checkpoints taken after it had finished: they
+    /// go after its final watermark.
+    pub fn take_after_end(&mut self) -> Vec<Barrier> {
+        self.source
+            .as_mut()
+            .map(SourceReplay::take_after_end)
+            .unwrap_or_default()
+    }
+
     /// A source's input ended: every replayed barrier must have been met.
     pub fn check_end(&self, offset: &[u8], source: &str) -> Result<()> {
         match &self.source {

@@ -107,11 +107,13 @@ impl Coordinator {
     ) -> Vec<OperatorEntry> {
         let mut operators = Vec::new();
         for node in &graph.nodes {
-            let finished = tasks
+            let node_tasks: Vec<usize> = tasks
                 .iter()
                 .enumerate()
                 .filter(|(_, t)| t.nodes.contains(&node.id))
-                .all(|(i, _)| f.finished_at_ack[i]);
+                .map(|(i, _)| i)
+                .collect();
+            let finished = node_tasks.iter().all(|t| f.finished_at_ack[*t]);
             operators.push(OperatorEntry {
                 uid: node.uid.clone(),
                 name: node.name.clone(),
@@ -125,6 +127,9 @@ impl Coordinator {
                         state: None,
                         reused: Vec::new(),
                         source_offsets: f.offsets.get(&(node.id, s)).cloned().unwrap_or_default(),
+                        finished: node_tasks
+                            .iter()
+                            .any(|t| tasks[*t].subtask == s && f.finished_at_ack[*t]),
                     })
                     .collect(),
             });

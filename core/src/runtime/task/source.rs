@@ -176,6 +176,11 @@ impl Task {
                         tail: &mut self.output,
                     };
                     out.emit_watermark(MAX_WATERMARK)?;
+                    // Checkpoints the subtask answered after it had finished
+                    // saw its final watermark first (recompute replay).
+                    for b in self.recompute.take_after_end() {
+                        self.snapshot(b, Duration::ZERO, false)?;
+                    }
                     return Ok(InputEnd::Drained);
                 }
             }
