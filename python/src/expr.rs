@@ -2,14 +2,15 @@
 //! core's `Expr` (`core/src/expr`), built by `ed.col`, `ed.lit` and the
 //! Python operators, and read by the plan as it is (no tree to parse).
 //!
-//! One constructor per core variant (`_col`, `_lit`, `_binary`, `_unary`);
-//! a new core variant gets its own and its arm in `render` and `__reduce__`.
+//! One constructor per core variant (`_col`, `_lit`, `_binary`, `_unary`,
+//! `_call`, `_cast`, `_case`); a new core variant gets its own and its arm
+//! in `render` and `__reduce__`.
 
-use eddyline_core::expr::{BinaryOp, Expr, ScalarValue, UnaryOp};
+use eddyline_core::expr::{BinaryOp, Expr, ExprError, ScalarValue, UnaryOp};
 use pyo3::basic::CompareOp;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// A native column expression (immutable); see `eddyline/expr.py`.
 #[pyclass(name = "Expr", module = "eddyline._core", frozen, skip_from_py_object)]
@@ -148,7 +149,44 @@ fn render(py: Python<'_>, expr: &Expr) -> PyResult<String> {
                 UnaryOp::IsNotNull => format!("{inner}.is_not_null()"),
             }
         }
+        Expr::Call { function, args } => {
+            let args = args
+                .iter()
+                .map(|a| render(py, a))
+                .collect::<PyResult<Vec<_>>>()?;
+            format!("{}({})", function.name(), args.join(", "))
+        }
+        Expr::Cast { expr, to } => format!(
+            "{}.cast({})",
+            render(py, expr)?,
+            PyString::new(py, to.name()).repr()?
+        ),
+        Expr::Case {
+            branches,
+            otherwise,
+        } => {
+            let mut text = String::new();
+            for (i, (when, then)) in branches.iter().enumerate() {
+                let dot = if i == 0 { "" } else { "." };
+                text.push_str(&format!(
+                    "{dot}when({}, {})",
+                    render(py, when)?,
+                    render(py, then)?
+                ));
+            }
+            if let Some(otherwise) = otherwise {
+                text.push_str(&format!(".otherwise({})", render(py, otherwise)?));
+            }
+            text
+        }
     })
+}
+
+/// A core expression error as the `eddyline.errors` class it maps to
+/// (`GraphError` for an unknown function, `SchemaError` for a wrong type),
+/// naming the function's expression as the operator until a plan node owns it.
+fn expr_err(py: Python<'_>, err: ExprError, what: &str) -> PyErr {
+    crate::errors::to_py(py, &err.at(what))
 }
 
 #[pymethods]
@@ -180,6 +218,39 @@ impl PyExpr {
     #[staticmethod]
     fn _unary(op: &str, expr: PyRef<'_, PyExpr>) -> PyResult<Self> {
         Ok(PyExpr::new(Expr::unary(unary_op(op)?, expr.expr.clone())))
+    }
+
+    /// A call of library function `name` (Spark's name) on `args`; an
+    /// unknown name is a `GraphError` naming it.
+    #[staticmethod]
+    fn _call(py: Python<'_>, name: &str, args: Vec<PyRef<'_, PyExpr>>) -> PyResult<Self> {
+        let args = args.iter().map(|a| a.expr.clone()).collect();
+        Expr::call(name, args)
+            .map(PyExpr::new)
+            .map_err(|e| expr_err(py, e, name))
+    }
+
+    /// `CAST(expr AS to)`, `to` a Spark type name; an unknown one is a
+    /// `SchemaError` naming it.
+    #[staticmethod]
+    fn _cast(py: Python<'_>, expr: PyRef<'_, PyExpr>, to: &str) -> PyResult<Self> {
+        Expr::cast(expr.expr.clone(), to)
+            .map(PyExpr::new)
+            .map_err(|e| expr_err(py, e, "cast"))
+    }
+
+    /// `CASE WHEN c THEN v ... ELSE otherwise END` from `(c, v)` pairs.
+    #[staticmethod]
+    #[pyo3(signature = (branches, otherwise=None))]
+    fn _case(
+        branches: Vec<(PyRef<'_, PyExpr>, PyRef<'_, PyExpr>)>,
+        otherwise: Option<PyRef<'_, PyExpr>>,
+    ) -> Self {
+        let branches = branches
+            .iter()
+            .map(|(w, t)| (w.expr.clone(), t.expr.clone()))
+            .collect();
+        PyExpr::new(Expr::case(branches, otherwise.map(|o| o.expr.clone())))
     }
 
     /// How pickle rebuilds the expression (for worker processes): from its
@@ -220,6 +291,34 @@ impl PyExpr {
                 "_unary",
                 vec![PyString::new(py, unary_name(*op)).into_any(), child(expr)?],
             ),
+            Expr::Call { function, args } => {
+                let args = args.iter().map(child).collect::<PyResult<Vec<_>>>()?;
+                (
+                    "_call",
+                    vec![
+                        PyString::new(py, function.name()).into_any(),
+                        PyList::new(py, args)?.into_any(),
+                    ],
+                )
+            }
+            Expr::Cast { expr, to } => (
+                "_cast",
+                vec![child(expr)?, PyString::new(py, to.name()).into_any()],
+            ),
+            Expr::Case {
+                branches,
+                otherwise,
+            } => {
+                let pairs = branches
+                    .iter()
+                    .map(|(w, t)| Ok(PyTuple::new(py, [child(w)?, child(t)?])?.into_any()))
+                    .collect::<PyResult<Vec<_>>>()?;
+                let otherwise = match otherwise {
+                    Some(o) => child(o)?,
+                    None => py.None().into_bound(py),
+                };
+                ("_case", vec![PyList::new(py, pairs)?.into_any(), otherwise])
+            }
         };
         PyTuple::new(
             py,
