@@ -393,32 +393,7 @@ impl ReplayPlan {
                 ),
             ));
         };
-        let ids: BTreeSet<u64> = storage
-            .list()?
-            .into_iter()
-            .filter(|s| {
-                s.id >= from
-                    && s.id < until
-                    && s.info
-                        .as_ref()
-                        .is_ok_and(|i| i.kind == BarrierKind::Checkpoint)
-            })
-            .map(|s| s.id)
-            .collect();
-        if from > 0 && !ids.contains(&from) {
-            return Err(Error::checkpoint(
-                Some(storage.checkpoint_dir(from)),
-                format!(
-                    "checkpoint {until} is recovered by recomputation from its null-state \
-                     checkpoint {from}, but checkpoint {from} is missing from '{}'",
-                    storage.dir().display()
-                ),
-            ));
-        }
-        let mut loaded: Vec<RestoredCheckpoint> = Vec::new();
-        for id in &ids {
-            loaded.push(storage.load(*id)?);
-        }
+        let loaded = load_between(&storage, from, until)?;
         let start = loaded.iter().find(|rc| rc.id() == from);
         let later: Vec<&RestoredCheckpoint> = loaded
             .iter()
@@ -483,6 +458,42 @@ impl ReplayPlan {
             sources,
         }))
     }
+}
+
+/// The checkpoints from `from` (the null-state checkpoint, which must exist
+/// unless it is the job start) up to before `until`, loaded in id order.
+fn load_between(
+    storage: &CheckpointStorage,
+    from: u64,
+    until: u64,
+) -> Result<Vec<RestoredCheckpoint>> {
+    let ids: BTreeSet<u64> = storage
+        .list()?
+        .into_iter()
+        .filter(|s| {
+            s.id >= from
+                && s.id < until
+                && s.info
+                    .as_ref()
+                    .is_ok_and(|i| i.kind == BarrierKind::Checkpoint)
+        })
+        .map(|s| s.id)
+        .collect();
+    if from > 0 && !ids.contains(&from) {
+        return Err(Error::checkpoint(
+            Some(storage.checkpoint_dir(from)),
+            format!(
+                "checkpoint {until} is recovered by recomputation from its null-state \
+                 checkpoint {from}, but checkpoint {from} is missing from '{}'",
+                storage.dir().display()
+            ),
+        ));
+    }
+    let mut loaded: Vec<RestoredCheckpoint> = Vec::new();
+    for id in &ids {
+        loaded.push(storage.load(*id)?);
+    }
+    Ok(loaded)
 }
 
 #[cfg(test)]

@@ -504,6 +504,12 @@ fn test_cast_follows_spark_non_ansi_rules() {
         run_strings(&cast(Expr::lit(ScalarValue::Boolean(true)), "string"), &b)[0].as_deref(),
         Some("true")
     );
+}
+
+#[test]
+fn test_cast_to_boolean_date_and_decimal_follows_spark() {
+    let b = batch(vec![("s", strings(&[Some("  12 ")]))]);
+    let cast = |e: Expr, to: &str| Expr::cast(e, to).expect("known type");
     let bools = run(
         &cast(Expr::col("s"), "boolean"),
         &batch(vec![(
