@@ -7,24 +7,5 @@ until then ``from eddyline.functions import ProcessFunction`` keeps working.
 
 from __future__ import annotations
 
-from .process_functions import (
-    CoProcessFunction,
-    ListState,
-    MapState,
-    ProcessContext,
-    ProcessFunction,
-    Row,
-    TimerService,
-    ValueState,
-)
-
-__all__ = [
-    "CoProcessFunction",
-    "ListState",
-    "MapState",
-    "ProcessContext",
-    "ProcessFunction",
-    "Row",
-    "TimerService",
-    "ValueState",
-]
+from .process_functions import *  # noqa: F403  (the public names, listed once, there)
+from .process_functions import __all__ as __all__

@@ -6,26 +6,5 @@ public names (``from eddyline.spark import SparkRunner, SparkTableSink``).
 
 from __future__ import annotations
 
-from .connectors.spark import (
-    SparkFilesSource,
-    SparkNotInstalledError,
-    SparkRunner,
-    SparkTableSink,
-    UnorderedInputWarning,
-    from_spark_files,
-    read_state,
-    register,
-    s3a_settings,
-)
-
-__all__ = [
-    "SparkFilesSource",
-    "SparkNotInstalledError",
-    "SparkRunner",
-    "SparkTableSink",
-    "UnorderedInputWarning",
-    "from_spark_files",
-    "read_state",
-    "register",
-    "s3a_settings",
-]
+from .connectors.spark import *  # noqa: F403  (the public names, listed once, there)
+from .connectors.spark import __all__ as __all__
