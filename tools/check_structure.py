@@ -153,7 +153,8 @@ def python_modules(pkg: Path) -> dict[str, Path]:
 PYTHON_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundations", ("eddyline.errors", "eddyline.config", "eddyline._storage",
                      "eddyline._checks", "eddyline.scope", "eddyline._registry")),
-    ("user-function API", ("eddyline.process_functions", "eddyline.broadcast_functions")),
+    ("user-function API", ("eddyline.process_functions", "eddyline.broadcast_functions",
+                           "eddyline.user_api")),
     ("execution", ("eddyline._exec.*",)),
     ("plan", ("eddyline.expr", "eddyline._specs", "eddyline._graph", "eddyline._explain",
               "eddyline._runner")),
@@ -173,12 +174,6 @@ places it."""
 ALLOWED_PYTHON_EDGES: dict[tuple[str, str], str] = {
     # (importer, imported): why it is still there. Each is a layer pointing up
     # or an edge that closes an import cycle; remove the entry with the edge.
-    ("eddyline._exec.two_phase", "eddyline.sinks"):
-        "the executor checks the user's sink is a TwoPhaseCommitSink",
-    ("eddyline._exec.window", "eddyline.windows"):
-        "the window executor hands the user TimeWindow values",
-    ("eddyline.process_functions", "eddyline.windows"):
-        "ProcessContext.output takes an OutputTag",
     ("eddyline.environment", "eddyline.client"):
         "execute() returns a JobResult (importing client.job runs the package)",
     ("eddyline.environment", "eddyline.client.job"):

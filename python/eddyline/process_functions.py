@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from .config import Duration, parse_duration
 from .errors import EddylineError
-
-if TYPE_CHECKING:
-    from .windows import OutputTag
+from .user_api import OutputTag
 
 __all__ = [
     "CoProcessFunction",
@@ -641,8 +639,6 @@ class ProcessContext:
             >>> sorted(r["value"] for r in large.to_pylist())
             [3, 4]
         """
-        from .windows import OutputTag
-
         if not isinstance(tag, OutputTag):
             raise TypeError(
                 f"operator '{self.name}': ctx.output() needs an ed.OutputTag, got {tag!r}"

@@ -19,15 +19,12 @@ from typing import TYPE_CHECKING, Any, Self
 import pyarrow as pa
 
 from .errors import EddylineError
+from .user_api import Sink, TwoPhaseCommitSink
 
 if TYPE_CHECKING:
     from .stream import DataStreamSink
 
 __all__ = ["CollectHandle", "DiscardSink", "Sink", "TwoPhaseCommitSink"]
-
-
-class Sink:
-    """Marker base class of everything :meth:`DataStream.sink_to` accepts."""
 
 
 class CollectHandle:
@@ -130,74 +127,3 @@ class DiscardSink:
 
     def __repr__(self) -> str:
         return "DiscardSink()"
-
-
-class TwoPhaseCommitSink(Sink):
-    """Base class of exactly-once sinks with transactions.
-
-    Subclass it and implement the five methods. Each parallel instance of the
-    sink gets its own copy of the object. The engine begins a transaction,
-    writes batches into it, pre-commits it when a checkpoint is taken (or the
-    input ends) and commits it when that checkpoint completes. ``commit``
-    must be idempotent: after a failure a pre-committed transaction may be
-    committed again. Transactions must be picklable (they are checkpointed).
-    Large read-only buffers a transaction holds (the Arrow buffers of batches,
-    read-only numpy views of them) are written to the checkpoint by reference,
-    without a copy, shortly after the snapshot; writable ones are copied.
-
-    Example:
-        >>> class ListSink(TwoPhaseCommitSink):
-        ...     def __init__(self):
-        ...         self.committed = []
-        ...     def begin_transaction(self):
-        ...         return []
-        ...     def write(self, txn, batch):
-        ...         txn.append(batch)
-        ...     def pre_commit(self, txn):
-        ...         pass
-        ...     def commit(self, txn):
-        ...         self.committed.extend(txn)
-        ...     def abort(self, txn):
-        ...         txn.clear()
-    """
-
-    def open(self, ctx: dict[str, Any]) -> None:
-        """Optional hook: called once per parallel instance before anything else.
-
-        After a failure, the transactions of the checkpoint the job restarts
-        from are committed again only after ``open`` returned.
-
-        Args:
-            ctx: ``{"name", "subtask_index", "parallelism", "max_parallelism", "attempt"}``.
-        """
-
-    def begin_transaction(self) -> Any:
-        """Starts a transaction and returns it."""
-        raise NotImplementedError
-
-    def write(self, txn: Any, batch: pa.RecordBatch) -> None:
-        """Writes one batch into the transaction."""
-        raise NotImplementedError
-
-    def on_checkpoint(self, txn: Any, checkpoint_id: int) -> None:
-        """Optional hook: ``txn`` is about to be pre-committed for ``checkpoint_id``.
-
-        Called right before :meth:`pre_commit`; the transaction commits when
-        that checkpoint completes. Without checkpointing, the id is the
-        end-of-job pseudo-checkpoint ``2**64 - 1``.
-        """
-
-    def pre_commit(self, txn: Any) -> None:
-        """Makes the transaction durable so that it can be committed later."""
-        raise NotImplementedError
-
-    def commit(self, txn: Any) -> None:
-        """Makes the transaction visible. Must be idempotent."""
-        raise NotImplementedError
-
-    def abort(self, txn: Any) -> None:
-        """Discards the transaction."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Optional hook: called once per parallel instance at the end."""

@@ -18,10 +18,11 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 from ._specs import WindowAssignerSpec
 from .config import Duration, parse_duration
+from .user_api import OutputTag, TimeWindow
 
 __all__ = ["OutputTag", "Sliding", "TimeWindow", "Tumbling", "WindowAssigner"]
 
@@ -44,30 +45,6 @@ def duration_ms(value: Duration, what: str) -> int:
             "milliseconds"
         )
     return whole
-
-
-class TimeWindow(NamedTuple):
-    """One event-time window ``[start, end)`` in milliseconds since the epoch.
-
-    Example:
-        >>> w = TimeWindow(0, 10)
-        >>> w.max_timestamp, 9 in w, 10 in w
-        (9, True, False)
-    """
-
-    start: int
-    end: int
-
-    @property
-    def max_timestamp(self) -> int:
-        """The window's last millisecond (it fires once the watermark reaches it)."""
-        return self.end - 1
-
-    def __contains__(self, timestamp: object) -> bool:
-        return isinstance(timestamp, int) and self.start <= timestamp < self.end
-
-    def __repr__(self) -> str:
-        return f"TimeWindow(start={self.start}, end={self.end})"
 
 
 class WindowAssigner:
@@ -224,54 +201,3 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session(gap_ms={self.gap_ms})"
-
-
-class OutputTag:
-    """Names a side output of an operator (Flink's ``OutputTag``).
-
-    Give it to :meth:`KeyedStream.window` as ``late_output`` to receive the
-    window's late records, or emit rows to it from a keyed
-    :class:`~eddyline.ProcessFunction` with ``ctx.output(tag, row)``; read them
-    with :meth:`DataStream.side_output`. ``schema`` is the rows' schema for a
-    process function's side output (inferred from the first rows when not
-    given). Tags are equal when their names are.
-
-    Example:
-        >>> import eddyline as ed
-        >>> ed.OutputTag("late")
-        OutputTag('late')
-    """
-
-    __slots__ = ("_name", "_schema")
-
-    def __init__(self, name: str, schema: Any = None) -> None:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"OutputTag() needs a non-empty str name, got {name!r}")
-        self._name = name
-        if schema is not None:
-            import pyarrow as pa
-
-            from ._checks import as_schema
-
-            schema = as_schema(schema, f"OutputTag({name!r})")
-            assert isinstance(schema, pa.Schema)
-        self._schema = schema
-
-    @property
-    def name(self) -> str:
-        """The tag's name."""
-        return self._name
-
-    @property
-    def schema(self) -> Any:
-        """The side output's ``pyarrow.Schema`` if given, else ``None``."""
-        return self._schema
-
-    def __repr__(self) -> str:
-        return f"OutputTag({self._name!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, OutputTag) and other._name == self._name
-
-    def __hash__(self) -> int:
-        return hash((OutputTag, self._name))

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from ..errors import CheckpointError
-from ..sinks import TwoPhaseCommitSink
+from ..user_api import TwoPhaseCommitSink
 from .base import Runner, RunnerOutput, State
 from .user_code import call_user
 

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from ..errors import EddylineError, SchemaError
 from ..process_functions import MIN_WATERMARK, Row
-from ..windows import TimeWindow
+from ..user_api import TimeWindow
 from .base import RunnerOutput, State
 from .event_time import event_times, key_group_range, millis_to_value
 from .keyed import KeyedRunner
