@@ -178,18 +178,6 @@ ALLOWED_PYTHON_EDGES: dict[tuple[str, str], str] = {
         "execute() returns a JobResult (importing client.job runs the package)",
     ("eddyline.environment", "eddyline.client.job"):
         "execute() returns a JobResult, execute_async() a JobClient",
-    ("eddyline.environment", "eddyline.connectors"):
-        "from_kafka and from_spark (importing a connector runs the package)",
-    ("eddyline.environment", "eddyline.connectors.kafka"):
-        "env.from_kafka builds a KafkaSource",
-    ("eddyline.environment", "eddyline.connectors.spark"):
-        "env.from_spark (importing spark.source runs the package)",
-    ("eddyline.environment", "eddyline.connectors.spark.source"):
-        "env.from_spark builds a Spark DataFrame source",
-    ("eddyline.stream", "eddyline.connectors"):
-        "sink_to() recognizes ParquetSink (importing it runs the package)",
-    ("eddyline.stream", "eddyline.connectors.files"):
-        "sink_to() recognizes ParquetSink and builds the native sink",
     ("eddyline.connected", "eddyline.stream"): "type-only: the streams it connects",
     ("eddyline.joins", "eddyline.stream"): "type-only: the streams it joins",
     ("eddyline.keyed", "eddyline.stream"): "type-only: the stream it keys",

@@ -14,7 +14,13 @@ from typing import Any, Literal, TypeAlias
 
 import pyarrow as pa
 
-__all__ = ["Stage", "record_chain_factory", "register_record_chain"]
+__all__ = [
+    "Stage",
+    "connector",
+    "record_chain_factory",
+    "register_connector",
+    "register_record_chain",
+]
 
 Stage: TypeAlias = tuple[Literal["map", "flat_map", "filter"], Callable[..., Any], str]
 """One per-record stage of a fused chain: its kind, the user's function, its name."""
@@ -43,3 +49,27 @@ def record_chain_factory(
     if not _record_chain:
         raise RuntimeError("eddyline's execution layer is not loaded (import eddyline)")
     return _record_chain[0](name, stages, schema, batch_size)
+
+
+_connectors: dict[str, Callable[..., Any]] = {}
+
+
+def register_connector(name: str, build: Callable[..., Any]) -> None:
+    """Registers a connector's entry the DSL calls by name (``"kafka"``: the
+    ``KafkaSource`` class, ``"spark"``: ``from_spark(env, df)``); each
+    connector module registers itself when imported, and ``import eddyline``
+    imports them all, so the DSL never imports the connectors above it
+    (docs/ARCHITECTURE.md, "Keeping the layers apart")."""
+    _connectors[name] = build
+
+
+def connector(name: str) -> Callable[..., Any]:
+    """The entry connector ``name`` registered.
+
+    Raises:
+        RuntimeError: If no connector of that name was imported.
+    """
+    try:
+        return _connectors[name]
+    except KeyError:
+        raise RuntimeError(f"eddyline's {name} connector is not loaded (import eddyline)") from None

@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -29,6 +29,7 @@ from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
 from ._explain import explain
 from ._graph import LogicalGraph, native
+from ._registry import connector
 from ._runner import Runner
 from ._specs import (
     CheckpointSpec,
@@ -439,10 +440,8 @@ class StreamEnvironment:
         Every row also has ``_topic``, ``_partition``, ``_offset`` and
         ``_timestamp`` (the message timestamp, milliseconds).
         """
-        from .connectors.kafka import KafkaSource
-
         return self.from_source(
-            KafkaSource(
+            connector("kafka")(
                 bootstrap_servers,
                 topics,
                 schema=schema,
@@ -466,9 +465,7 @@ class StreamEnvironment:
         the same rows. Needs pyspark (``pip install "eddyline[spark]"``); see
         :func:`eddyline.spark.from_spark`.
         """
-        from .connectors.spark.source import from_spark
-
-        return from_spark(self, df)
+        return cast(DataStream, connector("spark")(self, df))
 
     # ---- execution ----------------------------------------------------------
 

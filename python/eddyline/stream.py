@@ -46,14 +46,11 @@ from ._specs import (
     SelectSpec,
     SinkCollectSpec,
     SinkDiscardSpec,
-    SinkParquetSpec,
     UnionSpec,
     WithColumnsSpec,
 )
-from ._storage import is_object_store_uri, probe_writable
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
-from .connectors.files import ParquetSink
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, col, lit
 from .joins import JoinType, build_join, build_window_join
@@ -61,7 +58,7 @@ from .keyed import KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
 from .process_functions import Row
 from .scope import StreamScope
-from .sinks import CollectHandle, DiscardSink, TwoPhaseCommitSink
+from .sinks import CollectHandle, DiscardSink, Sink, TwoPhaseCommitSink
 from .windows import OutputTag, WindowAssigner
 
 if TYPE_CHECKING:
@@ -776,20 +773,19 @@ class DataStream(_Operators):
         self._env._collects[stream._node.id] = handle
         return handle
 
-    def sink_to(self, sink: ParquetSink | TwoPhaseCommitSink | DiscardSink) -> DataStreamSink:
+    def sink_to(self, sink: Sink) -> DataStreamSink:
         """Writes the stream to ``sink`` (``ParquetSink``, a ``TwoPhaseCommitSink``, or
         ``DiscardSink`` to drop it)."""
         if isinstance(sink, DiscardSink):
             stream = self._add("discard_sink", SinkDiscardSpec())
-        elif isinstance(sink, ParquetSink):
-            options = {**self._env.storage_options, **sink.storage_options}
-            stream = self._add("parquet_sink", SinkParquetSpec(sink.dir, options))
-            if is_object_store_uri(sink.dir):
-                node, location = stream._node, sink.dir
+        elif (native_sink := getattr(sink, "_native_sink", None)) is not None:
+            # A sink the engine writes itself (ParquetSink): it plans its own node.
+            default_name, spec, probe_native = native_sink(self._env.storage_options)
+            stream = self._add(default_name, spec)
+            if probe_native is not None:
+                native_node = stream._node
                 self._env._before_run.append(
-                    lambda _restore: probe_writable(
-                        location, options, what="ParquetSink", operator=node.display_name
-                    )
+                    lambda _restore: probe_native(native_node.display_name)
                 )
         elif isinstance(sink, TwoPhaseCommitSink):
             # A sink with one committer per checkpoint (DeltaSink) runs on its own

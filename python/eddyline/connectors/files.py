@@ -12,9 +12,15 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from .._storage import checked_storage_options, storage_location
+from .._specs import SinkParquetSpec
+from .._storage import (
+    checked_storage_options,
+    is_object_store_uri,
+    probe_writable,
+    storage_location,
+)
 from ..sinks import Sink
 
 __all__ = ["ParquetSink"]
@@ -50,6 +56,23 @@ class ParquetSink(Sink):
         path = storage_location(path, what="ParquetSink")
         self.dir = path
         self.storage_options = checked_storage_options(storage_options)
+
+    def _native_sink(
+        self, env_storage_options: Mapping[str, str]
+    ) -> tuple[str, SinkParquetSpec, Callable[[str], None] | None]:
+        """What ``stream.sink_to`` plans for this sink: the node's default
+        name, its spec (the engine writes the files) and, on an object store, a
+        check that the directory is writable, run before the job with the
+        operator's name."""
+        options = {**env_storage_options, **self.storage_options}
+        probe = None
+        if is_object_store_uri(self.dir):
+            location = self.dir
+
+            def probe(operator: str) -> None:
+                probe_writable(location, options, what="ParquetSink", operator=operator)
+
+        return "parquet_sink", SinkParquetSpec(self.dir, options), probe
 
     def __repr__(self) -> str:
         return f"ParquetSink({self.dir!r})"
