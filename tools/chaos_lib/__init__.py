@@ -7,3 +7,12 @@ pandas from the input rows alone), ``execute`` (a run under its fault schedule,
 in subprocesses), ``check`` (multiset comparison), ``shrink`` (a smaller failing
 case) and ``driver`` (the loop over cases and the JSON summary).
 """
+
+import sys
+from pathlib import Path
+
+# The tansu broker helpers the Kafka cases use live with the tests
+# (tests/support, not shipped with eddyline).
+_TESTS = str(Path(__file__).resolve().parents[2] / "tests")
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)

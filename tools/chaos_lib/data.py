@@ -88,7 +88,7 @@ def write_inputs(case: Case, directory: Path) -> None:
     loads those into memory and hands them to ``from_arrow``/``from_collection``)."""
     directory.mkdir(parents=True, exist_ok=True)
     if "kafka" in case.sinks:
-        from eddyline.kafka_testing import new_topic
+        from support.kafka_broker import new_topic
 
         new_topic(os.environ["CHAOS_KAFKA"], 2, os.environ["CHAOS_TOPIC"] + "out")
     for source in case.sources:
@@ -122,7 +122,7 @@ def topic_of(source: Source) -> str:
 
 def _produce(source: Source, splits: list[list[Row]]) -> None:
     """Each split to its own partition of a new topic, in order, one message a batch."""
-    from eddyline.kafka_testing import new_topic, produce_each
+    from support.kafka_broker import new_topic, produce_each
 
     broker = os.environ["CHAOS_KAFKA"]
     topic = new_topic(broker, len(splits), topic_of(source))

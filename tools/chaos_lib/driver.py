@@ -38,7 +38,7 @@ def kafka_ready() -> bool:
     tansu broker once when the tool cache has one (tests/kafka)."""
     if os.environ.get("CHAOS_KAFKA"):
         return True
-    from eddyline.kafka_testing import tansu_broker, tansu_path
+    from support.kafka_broker import tansu_broker, tansu_path
 
     if not tansu_path().exists():
         return False
