@@ -4,7 +4,9 @@
 //!
 //! One constructor per core variant (`_col`, `_lit`, `_binary`, `_unary`,
 //! `_call`, `_cast`, `_case`); a new core variant gets its own and its arm
-//! in `render` and `__reduce__`.
+//! in `render` and `__reduce__`. Spark's Column methods (`cast`, `isin`,
+//! `between`, `like`, `when`/`otherwise`, ...) build on the same variants;
+//! `eddyline/functions.py` holds Spark's function names.
 
 use eddyline_core::expr::{BinaryOp, Expr, ExprError, ScalarValue, UnaryOp};
 use pyo3::basic::CompareOp;
@@ -33,6 +35,13 @@ impl PyExpr {
             (self.expr.clone(), other)
         };
         Ok(PyExpr::new(Expr::binary(op, left, right)))
+    }
+
+    /// `name(self, other)`, a library call with one more operand.
+    fn call2(&self, py: Python<'_>, name: &str, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Expr::call(name, vec![self.expr.clone(), to_expr(other)?])
+            .map(PyExpr::new)
+            .map_err(|e| expr_err(py, e, name))
     }
 
     fn unary(&self, op: UnaryOp) -> Self {
@@ -187,6 +196,11 @@ fn render(py: Python<'_>, expr: &Expr) -> PyResult<String> {
 /// naming the function's expression as the operator until a plan node owns it.
 fn expr_err(py: Python<'_>, err: ExprError, what: &str) -> PyErr {
     crate::errors::to_py(py, &err.at(what))
+}
+
+/// A misuse of `when`/`otherwise` as a `GraphError` naming the method.
+fn case_err(py: Python<'_>, method: &str, message: &str) -> PyErr {
+    expr_err(py, ExprError::Graph(message.to_string()), method)
 }
 
 #[pymethods]
@@ -368,6 +382,137 @@ impl PyExpr {
     /// True where the value is not null.
     fn is_not_null(&self) -> Self {
         self.unary(UnaryOp::IsNotNull)
+    }
+
+    /// Spark's `isNull`: the same as [`is_null`](Self::is_null).
+    #[pyo3(name = "isNull")]
+    fn is_null_spark(&self) -> Self {
+        self.unary(UnaryOp::IsNull)
+    }
+
+    /// Spark's `isNotNull`: the same as [`is_not_null`](Self::is_not_null).
+    #[pyo3(name = "isNotNull")]
+    fn is_not_null_spark(&self) -> Self {
+        self.unary(UnaryOp::IsNotNull)
+    }
+
+    /// `CAST(self AS to)`, `to` a Spark type name (`"int"`, `"string"`,
+    /// `"double"`, ...); an unknown one is a `SchemaError` naming it.
+    fn cast(&self, py: Python<'_>, to: &str) -> PyResult<Self> {
+        Expr::cast(self.expr.clone(), to)
+            .map(PyExpr::new)
+            .map_err(|e| expr_err(py, e, "cast"))
+    }
+
+    /// Spark's `isin`: `self = v1 OR self = v2 ...`, so null where `self`
+    /// is null, or where nothing matches and a value is null; false for no
+    /// values. The values may be given as one list or tuple.
+    #[pyo3(signature = (*values))]
+    fn isin(&self, values: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let mut items: Vec<Bound<'_, PyAny>> = values.iter().collect();
+        if items.len() == 1
+            && (items[0].is_instance_of::<PyList>() || items[0].is_instance_of::<PyTuple>())
+        {
+            let only = items.remove(0);
+            items = only.try_iter()?.collect::<PyResult<Vec<_>>>()?;
+        }
+        let mut result: Option<Expr> = None;
+        for item in &items {
+            let eq = Expr::binary(BinaryOp::Eq, self.expr.clone(), to_expr(item)?);
+            result = Some(match result {
+                None => eq,
+                Some(acc) => Expr::binary(BinaryOp::Or, acc, eq),
+            });
+        }
+        Ok(PyExpr::new(
+            result.unwrap_or_else(|| Expr::lit(ScalarValue::Boolean(false))),
+        ))
+    }
+
+    /// Spark's `between`: `lo <= self AND self <= hi` (both ends included).
+    fn between(&self, lo: &Bound<'_, PyAny>, hi: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let low = Expr::binary(BinaryOp::GtEq, self.expr.clone(), to_expr(lo)?);
+        let high = Expr::binary(BinaryOp::LtEq, self.expr.clone(), to_expr(hi)?);
+        Ok(PyExpr::new(Expr::binary(BinaryOp::And, low, high)))
+    }
+
+    /// SQL `LIKE` (`%` any run, `_` one character).
+    fn like(&self, py: Python<'_>, pattern: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.call2(py, "like", pattern)
+    }
+
+    /// True where a Java-style regular expression matches somewhere.
+    fn rlike(&self, py: Python<'_>, pattern: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.call2(py, "rlike", pattern)
+    }
+
+    /// True where the string starts with `other`.
+    fn startswith(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.call2(py, "startswith", other)
+    }
+
+    /// True where the string ends with `other`.
+    fn endswith(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.call2(py, "endswith", other)
+    }
+
+    /// True where the string contains `other`.
+    fn contains(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.call2(py, "contains", other)
+    }
+
+    /// Another branch of a `when(...)` chain: `F.when(c, v).when(c2, v2)`.
+    /// Only a `CASE` without an `otherwise` takes one.
+    fn when(
+        &self,
+        py: Python<'_>,
+        condition: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        match &self.expr {
+            Expr::Case {
+                branches,
+                otherwise: None,
+            } => {
+                let mut branches = branches.clone();
+                branches.push((to_expr(condition)?, to_expr(value)?));
+                Ok(PyExpr::new(Expr::case(branches, None)))
+            }
+            Expr::Case { .. } => Err(case_err(
+                py,
+                "when",
+                "when() cannot follow otherwise(): the CASE is complete",
+            )),
+            _ => Err(case_err(
+                py,
+                "when",
+                "when() applies only to a CASE started by functions.when(condition, value)",
+            )),
+        }
+    }
+
+    /// The value of a `when(...)` chain where no condition holds (null
+    /// without one); given once, on a `CASE` only.
+    fn otherwise(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Self> {
+        match &self.expr {
+            Expr::Case {
+                branches,
+                otherwise: None,
+            } => Ok(PyExpr::new(Expr::case(
+                branches.clone(),
+                Some(to_expr(value)?),
+            ))),
+            Expr::Case { .. } => Err(case_err(
+                py,
+                "otherwise",
+                "otherwise() given twice: the CASE already has a default value",
+            )),
+            _ => Err(case_err(
+                py,
+                "otherwise",
+                "otherwise() applies only to a CASE started by functions.when(condition, value)",
+            )),
+        }
     }
 
     fn __add__(&self, other: &Bound<'_, PyAny>) -> PyResult<Self> {
