@@ -111,7 +111,7 @@ class CollectHandle:
         return f"CollectHandle({self._operator!r}, {state})"
 
 
-class DiscardSink:
+class DiscardSink(Sink):
     """Drops every row (Flink's ``DiscardingSink``, Spark's ``noop`` format).
 
     For measuring a pipeline without the cost of keeping or writing its
