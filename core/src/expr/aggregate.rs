@@ -26,7 +26,7 @@ use datafusion_expr::{Accumulator, AggregateUDF};
 use datafusion_physical_expr::expressions::{Column, Literal};
 use datafusion_physical_expr::PhysicalExpr;
 
-use super::{Expr, ExprError, ExprResult, ScalarValue};
+use super::{Expr, ExprError, ExprResult};
 
 /// An aggregate call before it is bound to a schema: `avg(col("x"))`.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,7 +133,7 @@ impl Aggregate {
         for (i, (arg, field)) in self.args.iter().zip(&arg_fields).enumerate() {
             exprs.push(match arg {
                 Expr::Literal(v) => {
-                    let value = literal(v)
+                    let value = super::function::df_scalar(v)
                         .cast_to(field.data_type())
                         .map_err(|e| wrong(&e))?;
                     Arc::new(Literal::new(value))
@@ -163,16 +163,6 @@ impl Aggregate {
         // percentile outside [0, 1]) when the graph is built.
         bound.new_accumulator().map_err(|e| wrong(&e))?;
         Ok(bound)
-    }
-}
-
-fn literal(value: &ScalarValue) -> DfScalar {
-    match value {
-        ScalarValue::Null => DfScalar::Null,
-        ScalarValue::Boolean(v) => DfScalar::Boolean(Some(*v)),
-        ScalarValue::Int64(v) => DfScalar::Int64(Some(*v)),
-        ScalarValue::Float64(v) => DfScalar::Float64(Some(*v)),
-        ScalarValue::Utf8(v) => DfScalar::Utf8(Some(v.clone())),
     }
 }
 
@@ -322,6 +312,7 @@ impl AggregateState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::expr::ScalarValue;
     use arrow::array::{BooleanArray, Int32Array, StringArray};
 
     fn batch(n: Vec<Option<i32>>, s: Vec<Option<&str>>) -> RecordBatch {

@@ -133,7 +133,7 @@ fn coalesce(name: &str, mut args: Vec<Expr>) -> ExprResult<Expr> {
 }
 
 /// A literal as DataFusion's scalar.
-fn df_scalar(value: &ScalarValue) -> DfScalar {
+pub(super) fn df_scalar(value: &ScalarValue) -> DfScalar {
     match value {
         ScalarValue::Null => DfScalar::Null,
         ScalarValue::Boolean(v) => DfScalar::Boolean(Some(*v)),
