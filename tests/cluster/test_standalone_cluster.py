@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eddyline.testing import wait_until
 from storage.conftest import S3
+from support.faults import wait_until
 
 from .conftest import Cluster, spark_home
 
@@ -38,7 +38,7 @@ SLOWED = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     plain_from_parquet = ed.StreamEnvironment.from_parquet
 

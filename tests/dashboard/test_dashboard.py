@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import eddyline as ed
-from eddyline.testing import wait_until
+from support.faults import wait_until
 
 
 def _get(url: str) -> Any:
@@ -208,7 +208,7 @@ def test_eddyline_run_dashboard_serves_the_scripts_jobs(tmp_path: Any) -> None:
 
 
 def test_a_restart_is_listed_with_its_cause(tmp_path: Any) -> None:
-    from eddyline.testing import FailOnce
+    from support.faults import FailOnce
 
     env = ed.StreamEnvironment(
         1, batch_size=100, restart=ed.RestartStrategy.fixed_delay(attempts=1, delay="10ms")

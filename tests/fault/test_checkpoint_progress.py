@@ -33,7 +33,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import completed_checkpoints, sigkill_when
+from support.faults import completed_checkpoints, sigkill_when
 
 INTERVAL_S = 0.25
 SECONDS_PER_ROW = 50e-6
@@ -146,7 +146,7 @@ NESTED = textwrap.dedent(
     import time
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(

@@ -23,7 +23,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import SleepPerBatch, assert_exact_ids, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, assert_exact_ids, wait_until
 from support.sinks import RecordingTwoPhaseSink
 
 SHORT_ROWS = 200

@@ -32,8 +32,9 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import int_key_group
+from support.faults import SleepPerBatch, wait_until
 
 KEYS = 5
 RULES = [{"k": k, "factor": k + 1} for k in range(KEYS)]

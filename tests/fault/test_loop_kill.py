@@ -23,13 +23,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import (
-    SleepPerBatch,
-    completed_checkpoints,
-    kill_after_checkpoints,
-    read_parquet_dir,
-    wait_until,
-)
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, completed_checkpoints, kill_after_checkpoints, wait_until
 from support.loops import collatz_steps
 
 N = 6000
@@ -41,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(

@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent(
     import time
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk = sys.argv[1:3]
     env = ed.StreamEnvironment(

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, assert_exact_ids
+from support.faults import SleepPerBatch, assert_exact_ids
 
 deltalake = pytest.importorskip("deltalake")
 

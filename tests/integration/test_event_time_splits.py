@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
-from eddyline.testing import read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import wait_until
 
 WINDOW_MS = 1_000
 TIMEOUT_S = 30.0

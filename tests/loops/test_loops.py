@@ -186,7 +186,7 @@ def test_loop_output_feeds_windows_after_the_loop() -> None:
 
 def test_nested_loops_restart_from_a_checkpoint_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A failure inside the inner loop after a checkpoint: both loops' logs restore."""
-    from eddyline.testing import FailOnce, SleepPerBatch
+    from support.faults import FailOnce, SleepPerBatch
 
     chk = tmp_path / "chk"
     markers = tmp_path / "markers"

@@ -12,7 +12,7 @@ import pytest
 import eddyline as ed
 from eddyline.connectors.spark.source import PINS_DIR
 from eddyline.spark import SparkTableSink
-from eddyline.testing import FailOnce, SleepPerBatch, completed_checkpoints
+from support.faults import FailOnce, SleepPerBatch, completed_checkpoints
 
 N = 12_000
 

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 import eddyline as ed
 from eddyline.spark import SparkRunner, SparkTableSink
-from eddyline.testing import completed_checkpoints
 from support.checkpoints import channel_state_rows
+from support.faults import completed_checkpoints
 
 KeyedSumInput = Callable[[int], tuple[Any, dict[int, int]]]
 

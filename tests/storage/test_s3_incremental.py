@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import kill_after_checkpoints
 
 from .conftest import S3
 

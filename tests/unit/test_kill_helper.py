@@ -1,4 +1,4 @@
-"""The fault tests' kill helper (``eddyline.testing.kill_after_checkpoints``) itself."""
+"""The fault tests' kill helper (``support.faults.kill_after_checkpoints``) itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import kill_after_checkpoints, sigkill_when
+from support.faults import kill_after_checkpoints, sigkill_when
 
 
 def test_a_run_that_ends_before_its_kill_leaves_no_open_pipe(tmp_path: Path) -> None:
