@@ -47,13 +47,13 @@ class SleepPerRow:
         self.seconds = seconds
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(self.seconds * batch.num_rows)
+        time.sleep(self.seconds * batch.num_rows)  # slow operators are the thing under test
         return batch
 
 
 def slow_keyed(row: dict[str, Any], ctx: Any) -> list[dict[str, Any]]:
     """A keyed process function that needs about 60 us per row."""
-    time.sleep(SECONDS_PER_ROW)
+    time.sleep(SECONDS_PER_ROW)  # slow operators are the thing under test
     return [row]
 
 

@@ -51,7 +51,9 @@ class HotKeys:
         v = batch.column("value").to_numpy()
         k = np.where(v < KEYS, v, self.hot[(v - KEYS) % len(self.hot)])
         if len(v) and v[-1] >= KEYS:
-            time.sleep(self.sleep)
+            time.sleep(
+                self.sleep
+            )  # throttle, not a wait: checkpoints complete while hot keys change
         return batch.append_column("k", pa.array(k, pa.int64()))
 
 

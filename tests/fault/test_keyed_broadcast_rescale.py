@@ -292,7 +292,7 @@ def _hot_keys(batch: pa.RecordBatch) -> pa.RecordBatch:
     v = batch.column("value").to_numpy()
     k = np.where(v < INCR_KEYS, v, np.array(HOT, dtype=np.int64)[(v - INCR_KEYS) % len(HOT)])
     if len(v) and v[-1] >= INCR_KEYS:
-        time.sleep(0.01)
+        time.sleep(0.01)  # throttle, not a wait: checkpoints complete while hot keys change
     return batch.append_column("k", pa.array(k, pa.int64()))
 
 

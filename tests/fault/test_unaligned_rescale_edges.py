@@ -66,7 +66,7 @@ SCRIPT = textwrap.dedent(
             return [{"value": row["value"], "side": 0}]
 
         def process_broadcast_element(self, row, ctx):
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # throttle, not a wait: barriers overtake buffered broadcast rows
             key = str(row["value"])
             # side 2: this subtask saw the broadcast row before (duplicated).
             dup = ctx.broadcast_state.get(key) is not None

@@ -14,7 +14,9 @@ import pytest
 import eddyline as ed
 from support.faults import SleepPerBatch, assert_exact_ids
 
-deltalake = pytest.importorskip("deltalake")
+deltalake = pytest.importorskip(
+    "deltalake", reason="the compaction tests read tables back with deltalake (test extra)"
+)
 
 
 def _table(uri: Path) -> deltalake.DeltaTable:

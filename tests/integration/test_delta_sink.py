@@ -18,7 +18,9 @@ import pytest
 import eddyline as ed
 from support.faults import assert_exact_ids, completed_checkpoints, kill_after_checkpoints
 
-deltalake = pytest.importorskip("deltalake")
+deltalake = pytest.importorskip(
+    "deltalake", reason="DeltaSink tests read tables back with deltalake (test extra)"
+)
 
 
 def _rows(uri: str | Path, **options: str) -> pa.Table:

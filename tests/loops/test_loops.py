@@ -131,7 +131,7 @@ class SlowOnce:
     def __call__(self, row: dict) -> dict:
         if row["value"] == 7 and row["n"] == 1 and not self.held.is_set():
             self.held.set()
-            time.sleep(self.hold)
+            time.sleep(self.hold)  # the record held inside the loop is the thing under test
         return row
 
 

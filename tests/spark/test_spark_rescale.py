@@ -42,7 +42,7 @@ def _crash_once(
     (``unaligned``) or is the second one; never once ``marker`` exists."""
 
     def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(0.01)
+        time.sleep(0.01)  # throttle, not a wait: checkpoints complete before the crash
         if os.path.exists(marker):
             return batch
         newest = max(completed_checkpoints(chk), default=0)

@@ -31,7 +31,7 @@ def _crash_after_channel_state(chk: str, marker: str) -> Callable[[pa.RecordBatc
     time it runs after the newest completed checkpoint holds channel state."""
 
     def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(0.01)
+        time.sleep(0.01)  # throttle, not a wait: checkpoints complete before the crash
         if os.path.exists(marker):
             return batch
         newest = max(completed_checkpoints(chk), default=0)

@@ -16,7 +16,9 @@ from support.faults import assert_exact_ids, kill_after_checkpoints
 
 from .conftest import S3
 
-deltalake = pytest.importorskip("deltalake")
+deltalake = pytest.importorskip(
+    "deltalake", reason="the S3 Delta tests need deltalake (test extra)"
+)
 
 
 def _delta_options(s3: S3) -> dict[str, str]:
