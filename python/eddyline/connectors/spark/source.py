@@ -43,6 +43,7 @@ import tempfile
 import threading
 import uuid
 import warnings
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -455,23 +456,12 @@ class _SparkPin:
                 with open(manifest, encoding="utf-8") as fh:
                     pinned = json.load(fh)
                 paths = list(pinned["files"])
-                for path in paths:
-                    if not os.path.exists(path):
-                        raise CheckpointError(
-                            f"from_spark source '{operator}' cannot replay its pinned input: "
-                            f"{path!r} (recorded in {manifest!r}) is gone",
-                            operator=operator,
-                        )
+                _check_pinned_input(operator, manifest, paths, os.path.exists)
                 node.update_spec(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(checkpoint.dir)
             if not fresh:
-                raise CheckpointError(
-                    f"from_spark source '{operator}' has no pinned input recorded at "
-                    f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
-                    "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
-                    operator=operator,
-                )
+                raise _no_pinned_input(operator, manifest, restore_from)
         os.makedirs(base, exist_ok=True)
         if self.files is not None:
             paths, snapshot = self.files, None
@@ -499,30 +489,46 @@ class _SparkPin:
             recorded = pins.read("pin.json")
             if recorded is not None:
                 paths = list(json.loads(recorded)["files"])
-                for path in paths:
+
+                def exists(path: str) -> bool:
                     folder, _, name = path.rpartition("/")
-                    if StoreDir(folder, options or None).stat(name) is None:
-                        raise CheckpointError(
-                            f"from_spark source '{operator}' cannot replay its pinned input: "
-                            f"{path!r} (recorded in {manifest!r}) is gone",
-                            operator=operator,
-                        )
+                    return StoreDir(folder, options or None).stat(name) is not None
+
+                _check_pinned_input(operator, manifest, paths, exists)
                 node.update_spec(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(chk, options)
             if not fresh:
-                raise CheckpointError(
-                    f"from_spark source '{operator}' has no pinned input recorded at "
-                    f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
-                    "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
-                    operator=operator,
-                )
+                raise _no_pinned_input(operator, manifest, restore_from)
         # Local input files are only on this host: snapshot them onto the store too.
         snapshot = f"{base}/snapshot-{uuid.uuid4().hex[:12]}"
         paths = _write_object_snapshot(self.df, snapshot, operator, options)
         body = {"operator": operator, "files": paths, "snapshot": snapshot}
         pins.put("pin.json", json.dumps(body, indent=1).encode())
         node.update_spec(paths=paths)
+
+
+def _check_pinned_input(
+    operator: str, manifest: str, paths: list[str], exists: Callable[[str], bool]
+) -> None:
+    """Raises if a pinned input file recorded in ``manifest`` is gone."""
+    for path in paths:
+        if not exists(path):
+            raise CheckpointError(
+                f"from_spark source '{operator}' cannot replay its pinned input: "
+                f"{path!r} (recorded in {manifest!r}) is gone",
+                operator=operator,
+            )
+
+
+def _no_pinned_input(operator: str, manifest: str, restore_from: str) -> CheckpointError:
+    """The error of a restore that finds no pinned input recorded for the source."""
+    return CheckpointError(
+        f"from_spark source '{operator}' has no pinned input recorded at "
+        f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
+        "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
+        operator=operator,
+    )
 
 
 def from_spark(env: StreamEnvironment, df: Any) -> DataStream:
