@@ -401,23 +401,13 @@ class SparkTableSink(TwoPhaseCommitSink):
         # this job (restored from) or earlier attempts of this run. The
         # restored checkpoint was committed by restore() before open().
         with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(staging):
-                owner = _owner(name)
-                if owner is None:
-                    continue
-                name_run, name_attempt = owner
-                if name_run in lineage and (name_run != run or name_attempt < attempt):
-                    shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
+            for name in filter(stale, os.listdir(staging)):
+                shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
         inprogress = os.path.join(staging, INPROGRESS)
         with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(inprogress):
-                owner = _owner(name)
-                if owner is None:
-                    continue
-                name_run, name_attempt = owner
-                if name_run in lineage and (name_run != run or name_attempt < attempt):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(inprogress, name))
+            for name in filter(stale, os.listdir(inprogress)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(inprogress, name))
 
     def _run(self) -> str:
         return str(self._ctx.get("run_tag") or self._token[:12])
