@@ -316,27 +316,40 @@ def _event_time_column(env: StreamEnvironment, node: LogicalNode) -> str | None:
 
 def _write_snapshot(df: Any, directory: str, operator: str) -> list[str]:
     try:
-        _write_split_per_file(df, directory)
-    except Exception as exc:
+        _spark_writes_snapshot(df, directory, directory, operator)
+    except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
+        raise
+    success = os.path.exists(os.path.join(directory, "_SUCCESS"))
+    return _snapshot_files(success, _data_files(directory), directory, operator)
+
+
+def _spark_writes_snapshot(df: Any, target: str, directory: str, operator: str) -> None:
+    """Spark writes ``df`` to ``target`` (``directory`` as Spark names it), one
+    file per split; a failure is the source's ``GraphError`` with its cause."""
+    try:
+        _write_split_per_file(df, target)
+    except Exception as exc:
         s3a = missing_s3a(exc, directory, f"operator '{operator}'")
         if s3a is not None:
             raise s3a from exc
         raise GraphError(
             f"operator '{operator}': cannot read the Spark DataFrame (writing its snapshot to "
-            f"{directory!r} failed): {_first_line(exc)}",
+            f"{target!r} failed): {_first_line(exc)}",
             operator=operator,
         ) from exc
-    if not os.path.exists(os.path.join(directory, "_SUCCESS")):
+
+
+def _snapshot_files(success: bool, files: list[str], shown: str, operator: str) -> list[str]:
+    """``files``, the snapshot's data files, once Spark marked it complete."""
+    if not success:
         raise GraphError(
-            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot "
-            f"{directory!r}",
+            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot {shown!r}",
             operator=operator,
         )
-    files = _data_files(directory)
     if not files:
         raise GraphError(
-            f"operator '{operator}': the snapshot {directory!r} holds no Parquet file",
+            f"operator '{operator}': the snapshot {shown!r} holds no Parquet file",
             operator=operator,
         )
     return files
@@ -351,33 +364,12 @@ def _write_object_snapshot(
 
     target = spark_location(directory, what=f"operator '{operator}'")
     assert target is not None
-    try:
-        _write_split_per_file(df, target)
-    except Exception as exc:
-        s3a = missing_s3a(exc, directory, f"operator '{operator}'")
-        if s3a is not None:
-            raise s3a from exc
-        raise GraphError(
-            f"operator '{operator}': cannot read the Spark DataFrame (writing its snapshot to "
-            f"{target!r} failed): {_first_line(exc)}",
-            operator=operator,
-        ) from exc
-    store = StoreDir(directory, options or None)
-    names = store.files()
-    if "_SUCCESS" not in names:
-        raise GraphError(
-            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot {target!r}",
-            operator=operator,
-        )
+    _spark_writes_snapshot(df, target, directory, operator)
+    names = StoreDir(directory, options or None).files()
     files = sorted(
         f"{directory}/{n}" for n in names if not n.startswith(("_", ".")) and n.endswith(".parquet")
     )
-    if not files:
-        raise GraphError(
-            f"operator '{operator}': the snapshot {target!r} holds no Parquet file",
-            operator=operator,
-        )
-    return files
+    return _snapshot_files("_SUCCESS" in names, files, target, operator)
 
 
 def _first_line(exc: BaseException) -> str:
