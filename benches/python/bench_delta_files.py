@@ -10,12 +10,16 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import deltalake
 import pyarrow as pa
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch
+
+# the fault helpers the tests use (tests/support, not shipped with eddyline)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from support.faults import SleepPerBatch
 
 
 def main(root: str) -> None:

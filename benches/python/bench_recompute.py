@@ -47,13 +47,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 import pyarrow as pa
 
 import eddyline as ed
-from eddyline.testing import completed_checkpoints
+
+# the fault helpers the tests use (tests/support, not shipped with eddyline)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from support.faults import completed_checkpoints
 
 SOURCE_UID = "numbers"
 WINDOWS_UID = "windows"

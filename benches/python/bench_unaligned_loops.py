@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch
+
+# the fault helpers the tests use (tests/support, not shipped with eddyline)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from support.faults import SleepPerBatch
 
 
 def run(

@@ -9,7 +9,7 @@ the layers point one way: DSL -> plan -> execution, never back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 import pyarrow as pa
@@ -17,8 +17,10 @@ import pyarrow as pa
 __all__ = [
     "Stage",
     "connector",
+    "dashboard_server",
     "record_chain_factory",
     "register_connector",
+    "register_dashboard",
     "register_record_chain",
 ]
 
@@ -73,3 +75,29 @@ def connector(name: str) -> Callable[..., Any]:
         return _connectors[name]
     except KeyError:
         raise RuntimeError(f"eddyline's {name} connector is not loaded (import eddyline)") from None
+
+
+DashboardServer: TypeAlias = Callable[[Any, Sequence[Mapping[str, Any]], int, str], Any]
+"""``(job client, node summaries, port, host) -> a running dashboard`` (with
+``url`` and ``close()``)."""
+
+_dashboard: list[DashboardServer] = []
+
+
+def register_dashboard(serve: DashboardServer) -> None:
+    """Registers how a job's dashboard is served (the client's, registered
+    when ``eddyline.client`` is imported), so the job handle below the DSL
+    (``_job``) starts one without importing the client above it."""
+    _dashboard[:] = [serve]
+
+
+def dashboard_server() -> DashboardServer:
+    """How a job's dashboard is served.
+
+    Raises:
+        RuntimeError: If the client did not register one (``eddyline.client``
+            was not imported).
+    """
+    if not _dashboard:
+        raise RuntimeError("eddyline's dashboard is not loaded (import eddyline)")
+    return _dashboard[0]

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 import pyarrow as pa
 
@@ -28,11 +28,9 @@ from ._exec.factory import RunnerFactory
 from ._exec.process import KeyedCoProcessRunner
 from ._exec.records import ConnectedRecordRunner
 from ._graph import LogicalEdge
+from ._stream_core import S
 from .broadcast_functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from .process_functions import CoProcessFunction, Row
-
-if TYPE_CHECKING:
-    from .stream import DataStream
 
 __all__ = [
     "BroadcastConnectedStreams",
@@ -42,24 +40,24 @@ __all__ = [
 ]
 
 
-class BroadcastStream:
+class BroadcastStream(Generic[S]):
     """A stream every consumer subtask reads whole (``stream.broadcast()``), for
     ``other.connect(broadcast_stream).process(ed.BroadcastProcessFunction)``."""
 
-    def __init__(self, stream: DataStream) -> None:
+    def __init__(self, stream: S) -> None:
         self.stream = stream
 
     def __repr__(self) -> str:
         return f"BroadcastStream({self.stream.operator_name!r})"
 
 
-class BroadcastConnectedStreams:
+class BroadcastConnectedStreams(Generic[S]):
     """A stream connected with a broadcast stream (``a.connect(rules.broadcast())``),
     or a keyed stream connected with one (``keyed.connect(rules.broadcast())``:
     ``keys`` are its key columns)."""
 
     def __init__(
-        self, first: DataStream, broadcast: BroadcastStream, keys: list[str] | None = None
+        self, first: S, broadcast: BroadcastStream[S], keys: list[str] | None = None
     ) -> None:
         self.first = first
         self.broadcast = broadcast
@@ -74,7 +72,7 @@ class BroadcastConnectedStreams:
         fn: BroadcastProcessFunction | type[BroadcastProcessFunction],
         *,
         schema: SchemaLike | None = None,
-    ) -> DataStream:
+    ) -> S:
         """Runs ``fn`` with broadcast state (see :class:`~eddyline.BroadcastProcessFunction`).
 
         On a keyed stream ``fn`` also gets the key's state and timers in
@@ -119,7 +117,7 @@ class BroadcastConnectedStreams:
         declared: pa.Schema | None,
         inputs: list[LogicalEdge],
         keys: list[str],
-    ) -> DataStream:
+    ) -> S:
         """The keyed form: input 0 hashed on ``keys``, input 1 broadcast."""
         first = self.first
         schema_in = first.schema
@@ -151,11 +149,11 @@ class BroadcastConnectedStreams:
         return out
 
 
-class KeyedConnectedStreams:
+class KeyedConnectedStreams(Generic[S]):
     """Two connected streams keyed on their own columns (``a.connect(b).key_by(ka, kb)``)."""
 
     def __init__(
-        self, connected: ConnectedStreams, first_keys: list[str], second_keys: list[str]
+        self, connected: ConnectedStreams[S], first_keys: list[str], second_keys: list[str]
     ) -> None:
         self._connected = connected
         self.keys = (first_keys, second_keys)
@@ -165,7 +163,7 @@ class KeyedConnectedStreams:
 
     def process(
         self, fn: CoProcessFunction | type[CoProcessFunction], *, schema: SchemaLike | None = None
-    ) -> DataStream:
+    ) -> S:
         """Runs a :class:`~eddyline.CoProcessFunction` with one keyed state and one
         timer service per key, shared by both inputs.
 
@@ -211,10 +209,10 @@ class KeyedConnectedStreams:
         return out
 
 
-class ConnectedStreams:
+class ConnectedStreams(Generic[S]):
     """Two streams feeding one two-input operator (``stream.connect(other)``)."""
 
-    def __init__(self, first: DataStream, second: DataStream) -> None:
+    def __init__(self, first: S, second: S) -> None:
         self.first = first
         self.second = second
 
@@ -223,7 +221,7 @@ class ConnectedStreams:
 
     def key_by(
         self, first_keys: str | list[str], second_keys: str | list[str]
-    ) -> KeyedConnectedStreams:
+    ) -> KeyedConnectedStreams[S]:
         """Keys both inputs (each on its own columns) for a :class:`~eddyline.CoProcessFunction`."""
         a = [first_keys] if isinstance(first_keys, str) else list(first_keys)
         b = [second_keys] if isinstance(second_keys, str) else list(second_keys)
@@ -243,7 +241,7 @@ class ConnectedStreams:
         runner: type[Runner],
         fns: tuple[Callable[..., Any], Callable[..., Any]],
         schema: SchemaLike | None,
-    ) -> DataStream:
+    ) -> S:
         """Adds a two-input Python operator running ``fns[i]`` on input ``i``."""
         for fn in fns:
             require_callable(fn, what)
@@ -261,7 +259,7 @@ class ConnectedStreams:
         fn2: Callable[[Row], Row],
         *,
         schema: SchemaLike | None = None,
-    ) -> DataStream:
+    ) -> S:
         """Maps rows of the first stream with ``fn1`` and of the second with ``fn2``.
 
         Both must return rows of the same schema.
@@ -274,7 +272,7 @@ class ConnectedStreams:
         fn2: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table | None],
         *,
         schema: SchemaLike | None = None,
-    ) -> DataStream:
+    ) -> S:
         """Maps batches of the first stream with ``fn1`` and of the second with ``fn2``.
 
         Both must return batches of the same schema.

@@ -29,6 +29,7 @@ from ._checks import SchemaLike, as_schema
 from ._exec.output import exact_array
 from ._explain import explain
 from ._graph import LogicalGraph, native
+from ._job import JobClient, JobResult
 from ._registry import connector
 from ._runner import Runner
 from ._specs import (
@@ -48,7 +49,6 @@ from ._storage import (
     local_path,
     storage_location,
 )
-from .client.job import JobClient, JobResult
 from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
 from .scope import StreamScope

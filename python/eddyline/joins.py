@@ -56,11 +56,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from ._specs import JoinSpec
+from ._stream_core import S
 from .config import Duration, parse_duration
 from .errors import GraphError
 
 if TYPE_CHECKING:
-    from .stream import DataStream
     from .windows import WindowAssigner
 
 __all__ = ["JOIN_TYPES", "JoinType", "build_join", "build_window_join", "signed_duration_ms"]
@@ -98,8 +98,8 @@ def _columns(value: str | Sequence[str] | None, what: str) -> list[str] | None:
 
 
 def build_join(
-    left: DataStream,
-    right: DataStream,
+    left: S,
+    right: S,
     *,
     on: str | Sequence[str] | None,
     left_on: str | Sequence[str] | None,
@@ -111,7 +111,7 @@ def build_join(
     window_ms: int | None = None,
     window_slide_ms: int | None = None,
     session_gap_ms: int | None = None,
-) -> DataStream:
+) -> S:
     """Adds a join node reading ``left`` (input 0) and ``right`` (input 1);
     ``temporal``: an event-time "as of" join against ``right``'s versions;
     ``window_ms``: a join within tumbling windows of that size."""
@@ -173,15 +173,15 @@ def build_join(
 
 
 def build_window_join(
-    left: DataStream,
-    right: DataStream,
+    left: S,
+    right: S,
     *,
     on: str | Sequence[str] | None,
     left_on: str | Sequence[str] | None,
     right_on: str | Sequence[str] | None,
     window: WindowAssigner,
     how: JoinType,
-) -> DataStream:
+) -> S:
     """Adds a window join of ``left`` and ``right`` (see the module docs)."""
     from .windows import Session, WindowAssigner
 

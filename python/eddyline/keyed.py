@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias
 
 import pyarrow as pa
 
@@ -28,6 +28,7 @@ from ._exec.process import KeyedProcessRunner
 from ._exec.session import PythonSessionRunner
 from ._exec.window import LATE_PORT, PythonWindowRunner, WindowTime, window_output_schema
 from ._specs import KeyedAggSpec, SessionWindowSpec, WindowSpec
+from ._stream_core import S
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .expr import col
@@ -36,7 +37,6 @@ from .windows import OutputTag, Session, TimeWindow, WindowAssigner
 
 if TYPE_CHECKING:
     from .connected import BroadcastConnectedStreams, BroadcastStream
-    from .stream import DataStream
 
 __all__ = ["KeyedStream", "WindowedStream"]
 
@@ -47,14 +47,14 @@ WindowFn: TypeAlias = Callable[[Any, TimeWindow, list[Row]], Iterable[Row] | Non
 """``fn(key, window, rows) -> iterable of rows`` for :meth:`WindowedStream.apply`."""
 
 
-class KeyedStream:
+class KeyedStream(Generic[S]):
     """A stream partitioned by key; every key is handled by one parallel instance.
 
     Aggregates are running: after each input batch they emit one updated row
     per key seen in that batch, holding the key columns and the aggregate.
     """
 
-    def __init__(self, stream: DataStream, keys: list[str]) -> None:
+    def __init__(self, stream: S, keys: list[str]) -> None:
         self._stream = stream
         self._keys = keys
 
@@ -66,7 +66,7 @@ class KeyedStream:
     def __repr__(self) -> str:
         return f"KeyedStream({self._stream.operator_name!r}, keys={self._keys!r})"
 
-    def _agg(self, agg: str, column: str | None) -> DataStream:
+    def _agg(self, agg: str, column: str | None) -> S:
         if column is not None and not isinstance(column, str):
             raise TypeError(f"{agg}() needs a column name, got {column!r}")
         return self._stream._native(
@@ -76,23 +76,23 @@ class KeyedStream:
             columns=[column] if column is not None else [],
         )
 
-    def sum(self, column: str) -> DataStream:
+    def sum(self, column: str) -> S:
         """Running sum of ``column`` per key."""
         return self._agg("sum", column)
 
-    def count(self) -> DataStream:
+    def count(self) -> S:
         """Running row count per key, in column ``count``."""
         return self._agg("count", None)
 
-    def min(self, column: str) -> DataStream:
+    def min(self, column: str) -> S:
         """Running minimum of ``column`` per key."""
         return self._agg("min", column)
 
-    def max(self, column: str) -> DataStream:
+    def max(self, column: str) -> S:
         """Running maximum of ``column`` per key."""
         return self._agg("max", column)
 
-    def connect(self, other: BroadcastStream) -> BroadcastConnectedStreams:
+    def connect(self, other: BroadcastStream[S]) -> BroadcastConnectedStreams[S]:
         """Connects a broadcast stream (``rules.broadcast()``) for a
         :class:`~eddyline.BroadcastProcessFunction` (or
         :class:`~eddyline.KeyedBroadcastProcessFunction`) with keyed state and
@@ -112,7 +112,7 @@ class KeyedStream:
         self._stream._same_env(other.stream, "connect()")
         return BroadcastConnectedStreams(self._stream, other, self._keys)
 
-    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
+    def reduce(self, fn: Callable[[Row, Row], Row]) -> S:
         """Running reduction per key: ``fn(acc_row, row) -> row`` (rows keep the input schema).
 
         After each input batch, emits the accumulated row of every key seen in
@@ -127,7 +127,7 @@ class KeyedStream:
             keys=keys,
         )
 
-    def process(self, fn: ProcessFn, *, schema: SchemaLike | None = None) -> DataStream:
+    def process(self, fn: ProcessFn, *, schema: SchemaLike | None = None) -> S:
         """Runs a keyed function with per-key state.
 
         Args:
@@ -167,7 +167,7 @@ class KeyedStream:
         stream._node.side_outputs = ports
         return stream
 
-    def dedup(self, ttl: Duration) -> DataStream:
+    def dedup(self, ttl: Duration) -> S:
         """Drops duplicate records per key within ``ttl`` of event time.
 
         The first record of a key is emitted; later records of that key are
@@ -206,7 +206,7 @@ class KeyedStream:
 
     def window(
         self, assigner: WindowAssigner | Session, *, late_output: OutputTag | None = None
-    ) -> WindowedStream:
+    ) -> WindowedStream[S]:
         """Groups each key's records into event-time windows (``ed.Tumbling``,
         ``ed.Sliding``, ``ed.Session``).
 
@@ -260,7 +260,7 @@ WINDOW_TIME = "window_time"
 """The column a window's result gets when another window reads it: its event time."""
 
 
-def _with_window_time(stream: DataStream) -> DataStream:
+def _with_window_time(stream: S) -> S:
     """``stream`` (rows derived from a window's results) with column ``window_time``,
     their event time: the window's end minus 1 ms, Flink's timestamp of a window
     result (docs/API.md "Chaining windows"), as its event-time column. Integer
@@ -295,7 +295,7 @@ def _with_window_time(stream: DataStream) -> DataStream:
     return timed
 
 
-class WindowedStream:
+class WindowedStream(Generic[S]):
     """A keyed stream grouped into event-time windows (``keyed.window(assigner)``).
 
     Each window emits one row per key when the watermark passes its end:
@@ -308,7 +308,7 @@ class WindowedStream:
 
     def __init__(
         self,
-        keyed: KeyedStream,
+        keyed: KeyedStream[S],
         assigner: WindowAssigner | Session,
         time_column: str,
         late_output: OutputTag | None = None,
@@ -319,7 +319,7 @@ class WindowedStream:
         self._time_column = time_column
         self._late_output = late_output
 
-    def _declare_late_output(self, stream: DataStream) -> DataStream:
+    def _declare_late_output(self, stream: S) -> S:
         """Registers the late-record side output on the window's node; its results'
         event time is ``window_end`` minus 1 ms (read by a window downstream)."""
         stream._node.time_column = None
@@ -344,7 +344,7 @@ class WindowedStream:
             f"time_column={self._time_column!r})"
         )
 
-    def _agg(self, agg: str, column: str | None) -> DataStream:
+    def _agg(self, agg: str, column: str | None) -> S:
         if column is not None and not isinstance(column, str):
             raise TypeError(f"{agg}() needs a column name, got {column!r}")
         keys = self._keyed.keys
@@ -369,25 +369,23 @@ class WindowedStream:
         stream = self._stream._native(f"window_{agg}", spec, keys=keys, columns=columns)
         return self._declare_late_output(stream)
 
-    def sum(self, column: str) -> DataStream:
+    def sum(self, column: str) -> S:
         """The sum of ``column`` per key and window (nulls ignored)."""
         return self._agg("sum", column)
 
-    def count(self) -> DataStream:
+    def count(self) -> S:
         """The number of records per key and window, in column ``count``."""
         return self._agg("count", None)
 
-    def min(self, column: str) -> DataStream:
+    def min(self, column: str) -> S:
         """The minimum of ``column`` per key and window (nulls ignored)."""
         return self._agg("min", column)
 
-    def max(self, column: str) -> DataStream:
+    def max(self, column: str) -> S:
         """The maximum of ``column`` per key and window (nulls ignored)."""
         return self._agg("max", column)
 
-    def _python(
-        self, op: str, mode: str, fn: Callable[..., Any], schema: pa.Schema | None
-    ) -> DataStream:
+    def _python(self, op: str, mode: str, fn: Callable[..., Any], schema: pa.Schema | None) -> S:
         keys = self._keyed.keys
         if isinstance(self._assigner, Session):
             gap, column, late = self._assigner.gap_ms, self._time_column, self._late_output
@@ -422,7 +420,7 @@ class WindowedStream:
         )
         return self._declare_late_output(stream)
 
-    def reduce(self, fn: Callable[[Row, Row], Row]) -> DataStream:
+    def reduce(self, fn: Callable[[Row, Row], Row]) -> S:
         """Reduces each key's records per window: ``fn(acc_row, row) -> row``.
 
         The first record of a window is its accumulator; each output row holds
@@ -438,7 +436,7 @@ class WindowedStream:
         )
         return self._python("window_reduce", "reduce", fn, declared)
 
-    def apply(self, fn: WindowFn, *, schema: SchemaLike | None = None) -> DataStream:
+    def apply(self, fn: WindowFn, *, schema: SchemaLike | None = None) -> S:
         """Evaluates ``fn(key, window, rows)`` once per key and window when the window fires.
 
         ``key`` is the key value (a tuple for several key columns), ``window``

@@ -28,29 +28,29 @@ loop with its exit; a loop function that fails leaves nothing in the graph.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import pyarrow as pa
 
 from ._specs import LoopExitSpec, LoopHeadSpec
+from ._stream_core import S
 from .config import parse_size
 from .connected import ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 
 if TYPE_CHECKING:
     from ._graph import LogicalNode
-    from .stream import DataStream
 
 __all__ = ["CoLoopFunction", "LoopFunction", "build_loop"]
 
 
-class LoopFunction:
+class LoopFunction(Generic[S]):
     """The body of ``stream.iterate(...)``. Subclass and implement :meth:`loop`.
 
     A plain callable ``fn(stream) -> (feedback, output)`` is accepted too.
     """
 
-    def loop(self, stream: DataStream) -> tuple[DataStream, DataStream]:
+    def loop(self, stream: S) -> tuple[S, S]:
         """Builds the loop body on ``stream`` (the loop input plus the feedback).
 
         Returns:
@@ -60,7 +60,7 @@ class LoopFunction:
         raise NotImplementedError(f"{type(self).__name__} must implement loop(stream)")
 
 
-class CoLoopFunction:
+class CoLoopFunction(Generic[S]):
     """The body of ``stream.iterate_with_feedback(...)``. Subclass and implement :meth:`loop`.
 
     The body sees the loop input and the feedback apart, as the first and
@@ -68,7 +68,7 @@ class CoLoopFunction:
     may have its own schema (declared with ``feedback_schema``).
     """
 
-    def loop(self, connected: ConnectedStreams) -> tuple[DataStream, DataStream]:
+    def loop(self, connected: ConnectedStreams[S]) -> tuple[S, S]:
         """Builds the loop body on ``connected`` = (loop input, feedback).
 
         Returns:
@@ -96,7 +96,7 @@ def _call_loop_function(fn: Any, arg: Any, what: str) -> tuple[Any, Any]:
 
 
 def build_loop(
-    outer: DataStream,
+    outer: S,
     what: str,
     fn: Any,
     *,
@@ -105,7 +105,7 @@ def build_loop(
     priority: str,
     spill_dir: str | os.PathLike[str] | None,
     feedback_schema: pa.Schema | None,
-) -> DataStream:
+) -> S:
     """Opens a loop on ``outer``, builds its body with ``fn`` and closes it; returns
     the loop's output. A failing body leaves nothing behind in the graph.
 
@@ -151,18 +151,18 @@ def build_loop(
 
 
 def _close_loop(
-    outer: DataStream,
+    outer: S,
     what: str,
     head: LogicalNode,
     result: tuple[Any, Any],
     expected: pa.Schema | None,
-) -> DataStream:
+) -> S:
     """Checks the loop function's ``(feedback, output)``, wires the feedback to the
     head and adds the loop's exit (back in ``outer``'s scope)."""
     feedback, output = result
     for role, stream in (("feedback", feedback), ("output", output)):
-        # type(outer) is DataStream: this module names the class for type checks only
-        # (stream.py imports it, not the other way round).
+        # type(outer) is DataStream: this module never names the class
+        # (stream.py imports this module, not the other way round).
         if not isinstance(stream, type(outer)):
             raise TypeError(
                 f"{what}: the loop function must return (feedback, output) DataStreams; "

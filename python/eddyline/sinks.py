@@ -14,17 +14,23 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Protocol, Self
 
 import pyarrow as pa
 
 from .errors import EddylineError
 from .user_api import Sink, TwoPhaseCommitSink
 
-if TYPE_CHECKING:
-    from .stream import DataStreamSink
-
 __all__ = ["CollectHandle", "DiscardSink", "Sink", "TwoPhaseCommitSink"]
+
+
+class _SinkOperators(Protocol):
+    """The sink node a :class:`CollectHandle` names (``stream.py``'s
+    ``DataStreamSink``, which imports this module, so it is not named here)."""
+
+    def uid(self, uid: str) -> Any: ...
+
+    def name(self, name: str) -> Any: ...
 
 
 class CollectHandle:
@@ -42,14 +48,14 @@ class CollectHandle:
     """
 
     def __init__(
-        self, operator: str, schema: pa.Schema | None, sink: DataStreamSink | None = None
+        self, operator: str, schema: pa.Schema | None, sink: _SinkOperators | None = None
     ) -> None:
         self._operator = operator
         self._schema = schema
         self._sink = sink
         self._batches: list[pa.RecordBatch] | None = None
 
-    def _operators(self) -> DataStreamSink:
+    def _operators(self) -> _SinkOperators:
         if self._sink is None:
             raise EddylineError(
                 f"collect sink '{self._operator}' is not part of a job graph",

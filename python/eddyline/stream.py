@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Self, overload
+from typing import Any, Self, overload
 
 import pyarrow as pa
 
@@ -49,6 +49,7 @@ from ._specs import (
     UnionSpec,
     WithColumnsSpec,
 )
+from ._stream_core import StreamEnv
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
@@ -61,16 +62,13 @@ from .scope import StreamScope
 from .sinks import CollectHandle, DiscardSink, Sink, TwoPhaseCommitSink
 from .windows import OutputTag, WindowAssigner
 
-if TYPE_CHECKING:
-    from .environment import StreamEnvironment
-
 __all__ = ["DataStream", "DataStreamSink"]
 
 
 class _Operators:
     """Behaviour shared by streams and sink handles: naming and parallelism."""
 
-    _env: StreamEnvironment
+    _env: StreamEnv
     _node: LogicalNode
 
     def name(self, name: str) -> Self:
@@ -120,7 +118,7 @@ class DataStream(_Operators):
     Streams are created by the sources of a :class:`~eddyline.StreamEnvironment`.
     """
 
-    def __init__(self, env: StreamEnvironment, node: LogicalNode, port: int = 0) -> None:
+    def __init__(self, env: StreamEnv, node: LogicalNode, port: int = 0) -> None:
         self._env = env
         self._node = node
         self._port = port
@@ -460,7 +458,7 @@ class DataStream(_Operators):
 
     # ---- keyed, binary ------------------------------------------------------
 
-    def key_by(self, keys: str | Sequence[str]) -> KeyedStream:
+    def key_by(self, keys: str | Sequence[str]) -> KeyedStream[DataStream]:
         """Partitions the stream by the value of one or more key columns.
 
         Rows with null keys form their own group.
@@ -579,14 +577,16 @@ class DataStream(_Operators):
         )
 
     @overload
-    def connect(self, other: DataStream) -> ConnectedStreams: ...
+    def connect(self, other: DataStream) -> ConnectedStreams[DataStream]: ...
 
     @overload
-    def connect(self, other: BroadcastStream) -> BroadcastConnectedStreams: ...
+    def connect(
+        self, other: BroadcastStream[DataStream]
+    ) -> BroadcastConnectedStreams[DataStream]: ...
 
     def connect(
         self, other: DataStream | BroadcastStream
-    ) -> ConnectedStreams | BroadcastConnectedStreams:
+    ) -> ConnectedStreams[DataStream] | BroadcastConnectedStreams[DataStream]:
         """Connects two streams (possibly of different schemas) for a two-input operator;
         with ``other.broadcast()``, for a :class:`~eddyline.BroadcastProcessFunction`."""
         if isinstance(other, BroadcastStream):
@@ -595,7 +595,7 @@ class DataStream(_Operators):
         self._same_env(other, "connect()")
         return ConnectedStreams(self, other)
 
-    def broadcast(self) -> BroadcastStream:
+    def broadcast(self) -> BroadcastStream[DataStream]:
         """This stream, read whole by every subtask of the operator it is connected to."""
         return BroadcastStream(self)
 
@@ -825,7 +825,7 @@ class DataStream(_Operators):
 class DataStreamSink(_Operators):
     """The handle :meth:`DataStream.sink_to` returns: name, uid and parallelism of the sink."""
 
-    def __init__(self, env: StreamEnvironment, node: LogicalNode) -> None:
+    def __init__(self, env: StreamEnv, node: LogicalNode) -> None:
         self._env = env
         self._node = node
 

@@ -6,21 +6,24 @@ clash with the local[2] session of tests/spark. Marked ``cluster``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("moto")
+from support.faults import wait_until
+
+pytest.importorskip("pyspark", reason="the cluster tests run a standalone Spark (test extra)")
+pytest.importorskip("moto", reason="the cluster tests need moto[server] for S3 (test extra)")
 
 # The S3 server fixtures are shared with the storage suite.
+
 from storage.conftest import S3, s3, s3_endpoint  # noqa: F401
 
 
@@ -67,14 +70,19 @@ class Cluster:
 
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and text in path.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    raise RuntimeError(f"the Spark process did not report {text!r}:\n{path.read_text()[-3000:]}")
+    def reported() -> bool:
+        return path.exists() and text in path.read_text(errors="replace")
+
+    with contextlib.suppress(TimeoutError):
+        wait_until(
+            lambda: reported() or proc.poll() is not None,
+            timeout=timeout,
+            what=f"the Spark process to report {text!r}",
+            interval=0.2,
+        )
+    if not reported():
+        log = path.read_text()[-3000:] if path.exists() else "(no log)"
+        raise RuntimeError(f"the Spark process did not report {text!r}:\n{log}")
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eddyline.testing import wait_until
 from storage.conftest import S3
+from support.faults import wait_until
 
 from .conftest import Cluster, spark_home
 
@@ -38,7 +38,7 @@ SLOWED = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     plain_from_parquet = ed.StreamEnvironment.from_parquet
 
@@ -93,11 +93,13 @@ def _manifests(s3: S3, prefix: str) -> set[str]:
 
 def _await_checkpoint(proc: subprocess.Popen[str], s3: S3, prefix: str) -> None:
     """Waits until the running job completed a checkpoint under ``prefix``."""
-    deadline = time.monotonic() + 180
-    while not _manifests(s3, prefix):
-        assert proc.poll() is None, _errors(proc.communicate()[1])
-        assert time.monotonic() < deadline, "no checkpoint completed"
-        time.sleep(0.2)
+    wait_until(
+        lambda: _manifests(s3, prefix) or proc.poll() is not None,
+        timeout=180,
+        what=f"a completed checkpoint under {prefix}",
+        interval=0.2,
+    )
+    assert proc.poll() is None, _errors(proc.communicate()[1])
 
 
 def _errors(stderr: str) -> str:
@@ -176,8 +178,12 @@ def test_cluster_executor_sigkill_restores_exactly(
         killed_at = time.monotonic()
         # Figure for benches/RESULTS.md: from the kill to the first checkpoint
         # the restarted job completes (the job is running again by then).
-        while _manifests(s3, "killed/chk/") <= before and proc.poll() is None:
-            time.sleep(0.05)
+        wait_until(
+            lambda: _manifests(s3, "killed/chk/") - before or proc.poll() is not None,
+            timeout=240,
+            what="a checkpoint of the restarted job",
+            interval=0.05,
+        )
         print(f"kill -> next completed checkpoint: {time.monotonic() - killed_at:.2f} s")
         out, err = proc.communicate(timeout=240)
     finally:

@@ -71,7 +71,7 @@ def test_readme_has_examples() -> None:
 )
 def test_readme_example_runs_as_written(name: str, code: str, tmp_path: Path) -> None:
     if _needs_spark(code):
-        pytest.importorskip("pyspark")
+        pytest.importorskip("pyspark", reason="this README example runs on Spark")
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             pytest.skip("Spark needs Java")
     if "events/" in code:

@@ -37,12 +37,12 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import (
+from eddyline.testing import read_parquet_dir
+from support.faults import (
     SleepPerBatch,
     assert_exact_ids,
     completed_checkpoints,
     kill_after_checkpoints,
-    read_parquet_dir,
     wait_until,
 )
 from support.loops import collatz_body, collatz_steps, nested_steps
@@ -143,7 +143,7 @@ SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
     from support.loops import collatz_body, nested_body
 
     out, chk, spill = sys.argv[1], sys.argv[2], sys.argv[3]

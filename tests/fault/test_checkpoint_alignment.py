@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import FailOnce, SleepPerBatch, assert_exact_ids, last_by_key
+from eddyline.testing import last_by_key
+from support.faults import FailOnce, SleepPerBatch, assert_exact_ids
 
 FAST_N = 60_000
 SLOW_N = 30_000

@@ -9,7 +9,7 @@ import pytest
 
 import eddyline as ed
 from eddyline.client.cli import main
-from eddyline.testing import SleepPerBatch, completed_checkpoints
+from support.faults import SleepPerBatch, completed_checkpoints
 
 
 @pytest.fixture

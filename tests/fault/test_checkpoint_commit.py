@@ -16,13 +16,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
-    InjectedFailure,
-    SleepPerBatch,
-    assert_exact_ids,
-    completed_checkpoints,
-    read_parquet_dir,
-)
+from eddyline.testing import read_parquet_dir
+from support.faults import InjectedFailure, SleepPerBatch, assert_exact_ids, completed_checkpoints
 from support.sinks import RecordingTwoPhaseSink
 
 N = 60_000

@@ -19,7 +19,8 @@ import pytest
 import eddyline as ed
 from eddyline import _core
 from eddyline.client.cli import main
-from eddyline.testing import SleepPerBatch, completed_checkpoints, last_by_key
+from eddyline.testing import last_by_key
+from support.faults import SleepPerBatch, completed_checkpoints
 from support.sinks import RecordingTwoPhaseSink
 
 N = 30_000

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_exact_ids, kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import assert_exact_ids, kill_after_checkpoints
 
 N = 200_000
 KILLS = 3
@@ -27,7 +28,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import completed_checkpoints, sigkill_when
+from support.faults import completed_checkpoints, sigkill_when
 
 INTERVAL_S = 0.25
 SECONDS_PER_ROW = 50e-6
@@ -47,13 +47,13 @@ class SleepPerRow:
         self.seconds = seconds
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(self.seconds * batch.num_rows)
+        time.sleep(self.seconds * batch.num_rows)  # slow operators are the thing under test
         return batch
 
 
 def slow_keyed(row: dict[str, Any], ctx: Any) -> list[dict[str, Any]]:
     """A keyed process function that needs about 60 us per row."""
-    time.sleep(SECONDS_PER_ROW)
+    time.sleep(SECONDS_PER_ROW)  # slow operators are the thing under test
     return [row]
 
 
@@ -146,7 +146,7 @@ NESTED = textwrap.dedent(
     import time
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(

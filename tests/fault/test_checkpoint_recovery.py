@@ -13,14 +13,13 @@ import numpy as np
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
+from eddyline.testing import last_by_key, read_parquet_dir
+from support.faults import (
     FailOnce,
     SleepPerBatch,
     assert_exact_ids,
     completed_checkpoints,
     id_report,
-    last_by_key,
-    read_parquet_dir,
     wait_until,
 )
 

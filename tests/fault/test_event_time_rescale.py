@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, wait_until
 
 N = 20_000
 KEYS = 5

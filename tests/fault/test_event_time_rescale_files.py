@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, wait_until
 
 FILES = 6
 ROWS = 3_000

@@ -15,7 +15,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import assert_exact_ids, completed_checkpoints
 from support.sinks import RecordingTwoPhaseSink
 
 N = 20_000

@@ -24,12 +24,8 @@ from typing import Any
 import pytest
 
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import (
-    assert_exact_ids,
-    completed_checkpoints,
-    read_parquet_dir,
-    sigkill_when,
-)
+from eddyline.testing import read_parquet_dir
+from support.faults import assert_exact_ids, completed_checkpoints, sigkill_when
 
 N_SHORT = 2_000
 N_LONG = 200_000
@@ -40,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     ids, sums, chk = sys.argv[1], sys.argv[2], sys.argv[3]
     n_short, n_long = int(sys.argv[4]), int(sys.argv[5])

@@ -23,7 +23,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import SleepPerBatch, assert_exact_ids, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, assert_exact_ids, wait_until
 from support.sinks import RecordingTwoPhaseSink
 
 SHORT_ROWS = 200
@@ -55,7 +56,7 @@ class Lanes(ed.Source):
                 Path(self.markers, f"done-{split}").touch()
             return None
         if rows == LONG_ROWS and self.delay:
-            time.sleep(self.delay)
+            time.sleep(self.delay)  # throttle, not a wait: the long splits outlast the short ones
         end = min(rows, offset + max_rows)
         ids = pa.array(range(split * 1_000_000 + offset, split * 1_000_000 + end), pa.int64())
         return pa.record_batch([ids], schema=self.schema()), end

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, assert_exact_ids, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, assert_exact_ids, wait_until
 
 N = 20_000
 TIMEOUT_S = 30.0

@@ -16,7 +16,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import SleepPerBatch, assert_exact_ids, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, assert_exact_ids, wait_until
 
 N = 30_000
 KEYS = 5

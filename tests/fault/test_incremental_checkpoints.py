@@ -29,8 +29,9 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import int_key_group
+from support.faults import kill_after_checkpoints
 
 MAX_PARALLELISM = 128
 KEYS = 20_000
@@ -50,7 +51,9 @@ class HotKeys:
         v = batch.column("value").to_numpy()
         k = np.where(v < KEYS, v, self.hot[(v - KEYS) % len(self.hot)])
         if len(v) and v[-1] >= KEYS:
-            time.sleep(self.sleep)
+            time.sleep(
+                self.sleep
+            )  # throttle, not a wait: checkpoints complete while hot keys change
         return batch.append_column("k", pa.array(k, pa.int64()))
 
 
@@ -196,7 +199,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import completed_checkpoints
+    from support.faults import completed_checkpoints
     from test_incremental_checkpoints import MAX_PARALLELISM, _sums_job
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

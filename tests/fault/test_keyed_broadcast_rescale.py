@@ -32,8 +32,9 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import int_key_group
+from support.faults import SleepPerBatch, wait_until
 
 KEYS = 5
 RULES = [{"k": k, "factor": k + 1} for k in range(KEYS)]
@@ -291,7 +292,7 @@ def _hot_keys(batch: pa.RecordBatch) -> pa.RecordBatch:
     v = batch.column("value").to_numpy()
     k = np.where(v < INCR_KEYS, v, np.array(HOT, dtype=np.int64)[(v - INCR_KEYS) % len(HOT)])
     if len(v) and v[-1] >= INCR_KEYS:
-        time.sleep(0.01)
+        time.sleep(0.01)  # throttle, not a wait: checkpoints complete while hot keys change
     return batch.append_column("k", pa.array(k, pa.int64()))
 
 

@@ -20,13 +20,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
-    FailOnce,
-    SleepPerBatch,
-    assert_exact_ids,
-    assert_same_rows,
-    read_parquet_dir,
-)
+from eddyline.testing import assert_same_rows, read_parquet_dir
+from support.faults import FailOnce, SleepPerBatch, assert_exact_ids
 
 N = 4000
 BOUND_MS = 100

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import FailOnce, kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import FailOnce, kill_after_checkpoints
 
 KEYS = 7
 BUCKETS = 5
@@ -109,7 +110,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
     from test_list_map_state import ListAndMap, KEYS
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

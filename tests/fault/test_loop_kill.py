@@ -23,13 +23,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
-from eddyline.testing import (
-    SleepPerBatch,
-    completed_checkpoints,
-    kill_after_checkpoints,
-    read_parquet_dir,
-    wait_until,
-)
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, completed_checkpoints, kill_after_checkpoints, wait_until
 from support.loops import collatz_steps
 
 N = 6000
@@ -41,7 +36,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(
@@ -146,7 +141,7 @@ def test_loop_logs_are_in_checkpoints_and_restore_exactly(tmp_path: Path) -> Non
         def stop_when_told(batch):  # type: ignore[no-untyped-def]
             if fail and go.exists():
                 raise RuntimeError("stop here")
-            time.sleep(0.005)
+            time.sleep(0.005)  # throttle, not a wait: the loop still runs when the kill comes
             return batch
 
         def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:

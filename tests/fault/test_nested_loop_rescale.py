@@ -26,8 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import completed_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import channel_state_rows
+from support.faults import completed_checkpoints
 from support.loops import nested_steps
 
 N = 400
@@ -42,7 +43,7 @@ SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     from eddyline._core import inspect_checkpoint
-    from eddyline.testing import completed_checkpoints
+    from support.faults import completed_checkpoints
     from support.checkpoints import channel_state_rows
     from support.loops import nested_body
 

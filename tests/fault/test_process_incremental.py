@@ -42,7 +42,7 @@ class HotKeys:
         v = batch.column("value").to_numpy()
         k = np.where(v < KEYS, v, np.array(HOT, dtype=np.int64)[(v - KEYS) % len(HOT)])
         if len(v) and v[-1] >= KEYS:
-            time.sleep(0.01)
+            time.sleep(0.01)  # throttle, not a wait: checkpoints complete while hot keys change
         return batch.append_column("k", pa.array(k, pa.int64()))
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from support.faults import wait_until
+
 SCRIPT = textwrap.dedent(
     """
     import os
@@ -28,7 +30,7 @@ SCRIPT = textwrap.dedent(
     import time
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch, wait_until
 
     out, chk = sys.argv[1:3]
     env = ed.StreamEnvironment(
@@ -39,9 +41,8 @@ SCRIPT = textwrap.dedent(
     keyed = env.from_sequence(0, 100_000).key_by("value").reduce(lambda x, y: x)
     keyed.map_batches(SleepPerBatch(0.01)).sink_to(ed.ParquetSink(out))
     client = env.execute_async("driver-death", runner=ed.ProcessRunner(workers=2))
-    deadline = time.monotonic() + 60
-    while not client.checkpoints and time.monotonic() < deadline:
-        time.sleep(0.05)  # the workers run and ack checkpoints
+    # the workers run and ack checkpoints
+    wait_until(lambda: client.checkpoints, timeout=60, what="a completed checkpoint")
     children = []
     for task in os.listdir("/proc/self/task"):
         with open(f"/proc/self/task/{task}/children") as f:
@@ -78,10 +79,11 @@ def test_process_runner_workers_exit_when_the_driver_is_killed(tmp_path: Path) -
     assert words[:2] == ["driver", "running"] and int(words[2]) > 0, proc.stdout
     workers = [int(w) for w in words[3:]]
     assert len(workers) == 2, proc.stdout
-    deadline = time.monotonic() + 10
-    while any(map(_alive, workers)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(map(_alive, workers)), "workers outlived their driver"
+    wait_until(
+        lambda: not any(map(_alive, workers)),
+        timeout=10,
+        what="the workers to exit after their driver was killed (they outlived it)",
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -99,7 +101,7 @@ def test_driver_watch_exits_a_process_whose_parent_is_gone() -> None:
             print(pid, flush=True)
             os._exit(0)
         _exit_with_driver(parent, interval_s=0.02)
-        time.sleep(30)
+        time.sleep(30)  # the orphan idles: the watcher must end it (the thing under test)
         os._exit(0)
         """
     )
@@ -107,10 +109,7 @@ def test_driver_watch_exits_a_process_whose_parent_is_gone() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
     assert time.monotonic() - t0 < 15, "the orphan held the pipe"
     child = int(proc.stdout.split()[0])
-    deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not _alive(child), "the orphan kept running"
+    wait_until(lambda: not _alive(child), timeout=10, what="the orphan to end (it kept running)")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a shell wrapper")

@@ -25,7 +25,8 @@ import pytest
 
 import eddyline as ed
 from eddyline._exec.process import KeyedProcessRunner
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, wait_until
 
 N = 6_000
 KEYS = 5

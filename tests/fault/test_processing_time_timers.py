@@ -13,7 +13,8 @@ from typing import Any
 import pyarrow as pa
 
 import eddyline as ed
-from eddyline.testing import ManualClock, wait_until
+from eddyline.testing import ManualClock
+from support.faults import wait_until
 
 START = 1_000_000
 DELAY = 40

@@ -24,12 +24,12 @@ import pytest
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
 from eddyline.client.cli import main as cli_main
-from eddyline.testing import (
+from eddyline.testing import read_parquet_dir
+from support.faults import (
     FailOnce,
     SleepPerBatch,
     completed_checkpoints,
     kill_after_checkpoints,
-    read_parquet_dir,
     wait_until,
 )
 
@@ -44,7 +44,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     with_sum, incremental = mode.startswith("sum"), mode.endswith("incremental")

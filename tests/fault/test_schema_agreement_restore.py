@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eddyline.testing import completed_checkpoints, kill_after_checkpoints
+from support.faults import completed_checkpoints, kill_after_checkpoints
 
 N = 30_000
 
@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch, completed_checkpoints
+    from support.faults import SleepPerBatch, completed_checkpoints
 
     out, chk, n, runner = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     restored = bool(completed_checkpoints(chk))

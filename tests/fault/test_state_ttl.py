@@ -17,7 +17,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import ManualClock, SleepPerBatch, wait_until
+from eddyline.testing import ManualClock
+from support.faults import SleepPerBatch, wait_until
 
 CLOCK = ManualClock(0)
 """The clock of the test running; a row's ``now`` sets it (this module is

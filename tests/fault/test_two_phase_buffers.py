@@ -26,7 +26,7 @@ import pytest
 
 import eddyline as ed
 from eddyline._exec.two_phase import decode_pending, encode_pending
-from eddyline.testing import assert_exact_ids, kill_after_checkpoints
+from support.faults import assert_exact_ids, kill_after_checkpoints
 
 N = 300_000
 KILLS = 2
@@ -83,7 +83,7 @@ SCRIPT = textwrap.dedent(
     import pyarrow.ipc as ipc
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
 
     class BufferingSink(ed.TwoPhaseCommitSink):

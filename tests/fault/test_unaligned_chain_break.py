@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import channel_state_rows
+from support.faults import assert_exact_ids, completed_checkpoints
 
 N = 6000
 RUN_TIMEOUT_S = 120.0
@@ -33,7 +34,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch, completed_checkpoints
+    from support.faults import SleepPerBatch, completed_checkpoints
     from support.checkpoints import channel_state_rows
 
     out, chk, n, p, mode = sys.argv[1:6]

@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
+from eddyline.testing import read_parquet_dir
+from support.faults import (
     SleepPerBatch,
     assert_exact_ids,
     completed_checkpoints,
     kill_after_checkpoints,
-    read_parquet_dir,
     wait_until,
 )
 
@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, shape = sys.argv[1], sys.argv[2], sys.argv[5]
     n, p = int(sys.argv[3]), int(sys.argv[4])

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import completed_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import channel_state_rows
+from support.faults import completed_checkpoints
 from support.loops import collatz_steps
 
 N = 1200
@@ -40,7 +41,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import completed_checkpoints
+    from support.faults import completed_checkpoints
     from support.checkpoints import channel_state_rows
     from support.loops import collatz_body
 

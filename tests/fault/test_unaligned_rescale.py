@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import channel_state_rows
+from support.faults import assert_exact_ids, completed_checkpoints
 
 N = 6_000
 RUN_TIMEOUT_S = 90.0
@@ -36,7 +37,7 @@ SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch, completed_checkpoints
+    from support.faults import SleepPerBatch, completed_checkpoints
 
     out, chk, n, p, shape, mode, checkpoints, runner = sys.argv[1:9]
     n, p, unaligned = int(n), int(p), checkpoints == "unaligned"

@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_exact_ids, completed_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
 from support.checkpoints import channel_state_rows
+from support.faults import assert_exact_ids, completed_checkpoints
 
 N = 6000
 RUN_TIMEOUT_S = 90.0
@@ -47,7 +48,7 @@ SCRIPT = textwrap.dedent(
     import pyarrow as pa
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch, completed_checkpoints
+    from support.faults import SleepPerBatch, completed_checkpoints
     from support.checkpoints import channel_state_rows
 
     out, chk, n, p, shape, mode = sys.argv[1:7]
@@ -65,7 +66,7 @@ SCRIPT = textwrap.dedent(
             return [{"value": row["value"], "side": 0}]
 
         def process_broadcast_element(self, row, ctx):
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # throttle, not a wait: barriers overtake buffered broadcast rows
             key = str(row["value"])
             # side 2: this subtask saw the broadcast row before (duplicated).
             dup = ctx.broadcast_state.get(key) is not None

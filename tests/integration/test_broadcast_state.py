@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, wait_until
 
 N = 4_000
 RULES = [{"word": w, "factor": f} for w, f in (("a", 2), ("b", 3), ("c", 5))]

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import FailOnce, SleepPerBatch, assert_same_rows
+from eddyline.testing import assert_same_rows
+from support.faults import FailOnce, SleepPerBatch
 
 TIMEOUT_MS = 50
 

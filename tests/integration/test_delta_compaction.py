@@ -12,9 +12,11 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, assert_exact_ids
+from support.faults import SleepPerBatch, assert_exact_ids
 
-deltalake = pytest.importorskip("deltalake")
+deltalake = pytest.importorskip(
+    "deltalake", reason="the compaction tests read tables back with deltalake (test extra)"
+)
 
 
 def _table(uri: Path) -> deltalake.DeltaTable:

@@ -16,9 +16,11 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import assert_exact_ids, completed_checkpoints, kill_after_checkpoints
+from support.faults import assert_exact_ids, completed_checkpoints, kill_after_checkpoints
 
-deltalake = pytest.importorskip("deltalake")
+deltalake = pytest.importorskip(
+    "deltalake", reason="DeltaSink tests read tables back with deltalake (test extra)"
+)
 
 
 def _rows(uri: str | Path, **options: str) -> pa.Table:
@@ -125,7 +127,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     table, chk, n, interval = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     compact_every = int(sys.argv[5]) or None
@@ -173,7 +175,7 @@ KILL_AFTER_COMMIT_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     table, chk, n, marker = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 

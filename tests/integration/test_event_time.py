@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import eddyline as ed
-from eddyline.testing import FailOnce, SleepPerBatch, assert_same_rows
+from eddyline.testing import assert_same_rows
+from support.faults import FailOnce, SleepPerBatch
 
 MIN_WM = -(2**63)
 MAX_WM = 2**63 - 1

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
-from eddyline.testing import read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import wait_until
 
 WINDOW_MS = 1_000
 TIMEOUT_S = 30.0
@@ -109,9 +110,9 @@ class Ticks(ed.Source):
 
     def read(self, split: str, offset: int, max_rows: int) -> tuple[pa.RecordBatch | None, int]:
         if split in self.quiet and offset >= self.quiet_after:
-            time.sleep(0.001)
+            time.sleep(0.001)  # an idle split is the thing under test
             return None, offset
-        time.sleep(0.0005)
+        time.sleep(0.0005)  # throttle, not a wait: the splits' batches interleave
         batch = pa.record_batch(
             [
                 pa.array([split]),

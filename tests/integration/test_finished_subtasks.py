@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import wait_until
+from support.faults import wait_until
 
 SHORT = 300
 

@@ -27,13 +27,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
-    FailOnce,
-    SleepPerBatch,
-    kill_after_checkpoints,
-    read_parquet_dir,
-    wait_until,
-)
+from eddyline.testing import read_parquet_dir
+from support.faults import FailOnce, SleepPerBatch, kill_after_checkpoints, wait_until
 
 KEYS = 11
 RULES = [{"k": k, "factor": k + 1} for k in range(KEYS)]

@@ -21,7 +21,8 @@ import pytest
 
 import eddyline as ed
 import eddyline._exec.pool as pool
-from eddyline.testing import completed_checkpoints, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import completed_checkpoints, wait_until
 
 N = 30_000
 KEYS = 41
@@ -190,7 +191,7 @@ KILL_SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     import eddyline._exec.pool as pool
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
     from test_process_workers import Tally, KEYS
 
     pool.START_AFTER_ROWS = 2000

@@ -21,7 +21,8 @@ import pytest
 
 import eddyline as ed
 import eddyline._exec.pool as pool
-from eddyline.testing import completed_checkpoints, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import completed_checkpoints, wait_until
 
 N = 40_000
 KEYS = 37

@@ -22,7 +22,8 @@ import pytest
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
 from eddyline.client.cli import main
-from eddyline.testing import ManualClock, SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import ManualClock, read_parquet_dir
+from support.faults import SleepPerBatch, wait_until
 
 N = 3_000
 KEYS = 7

@@ -26,7 +26,8 @@ import pytest
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
 from eddyline.client.cli import main
-from eddyline.testing import SleepPerBatch, read_parquet_dir, wait_until
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, wait_until
 
 N = 2_000
 KEYS = 7

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import FailOnce, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import FailOnce
 
 ODD = ed.OutputTag("odd", schema=pa.schema([("value", pa.int64()), ("k", pa.int64())]))
 BIG = ed.OutputTag("big")

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import FailOnce, SleepPerBatch, assert_exact_ids, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import FailOnce, SleepPerBatch, assert_exact_ids
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

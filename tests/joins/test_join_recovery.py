@@ -17,12 +17,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
-    SleepPerBatch,
-    kill_after_checkpoints,
-    read_parquet_dir,
-    wait_until,
-)
+from eddyline.testing import read_parquet_dir
+from support.faults import SleepPerBatch, kill_after_checkpoints, wait_until
 
 N = 30_000
 KEYS = 13

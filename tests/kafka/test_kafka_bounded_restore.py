@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
-from eddyline.testing import wait_until
+from support.faults import wait_until
 from support.kafka_broker import new_topic, produce_each
 
 from .test_kafka_source import SCHEMA

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_exact_ids, kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import assert_exact_ids, kill_after_checkpoints
 from support.kafka_broker import new_topic, produce_each
 
 pytestmark = pytest.mark.kafka
@@ -27,7 +28,7 @@ SCRIPT = textwrap.dedent(
 
     import pyarrow as pa
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     broker, topic, ends, out, chk = sys.argv[1:6]
     stop = {(topic, int(p)): n for p, n in json.loads(ends).items()}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import eddyline as ed
-from eddyline.testing import FailOnce, SleepPerBatch
+from support.faults import FailOnce, SleepPerBatch
 from support.kafka_broker import new_topic
 
 from .conftest import consume_all

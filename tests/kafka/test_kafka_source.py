@@ -14,7 +14,7 @@ import pytest
 
 import eddyline as ed
 from eddyline.kafka import KafkaSource
-from eddyline.testing import wait_until
+from support.faults import wait_until
 from support.kafka_broker import _free_port, new_topic, produce_each
 
 pytestmark = pytest.mark.kafka

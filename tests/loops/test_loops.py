@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -127,11 +128,15 @@ class SlowOnce:
     def __init__(self, hold: float) -> None:
         self.hold = hold
         self.held = threading.Event()
+        self.window_ms: tuple[int, int] | None = None
+        """When the record was held: (from, to), wall-clock milliseconds."""
 
     def __call__(self, row: dict) -> dict:
         if row["value"] == 7 and row["n"] == 1 and not self.held.is_set():
             self.held.set()
-            time.sleep(self.hold)
+            start = time.time_ns() // 1_000_000
+            time.sleep(self.hold)  # the record held inside the loop is the thing under test
+            self.window_ms = (start, time.time_ns() // 1_000_000)
         return row
 
 
@@ -151,18 +156,46 @@ def test_termination_idle_busy_and_late_feedback(parallelism: int) -> None:
     # not end before it came back and left.
     env = ed.StreamEnvironment(parallelism, batch_size=16)
     slow = SlowOnce(hold=0.5)
+    out = _loop_holding_a_record(env, slow)
+    env.execute("late")
+    assert slow.held.is_set()
+    _assert_every_record_left_after_three_trips(out)
+
+
+def _loop_holding_a_record(env: ed.StreamEnvironment, slow: SlowOnce) -> ed.CollectHandle:
+    """200 records three times round a loop whose body holds one record with ``slow``."""
     src = env.from_sequence(0, 200).with_columns(n=ed.lit(0))
 
     def body(s: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
         nxt = s.with_columns(n=ed.col("n") + 1).map(slow)
         return nxt.filter(ed.col("n") < 3), nxt.filter(ed.col("n") >= 3)
 
-    out = src.key_by("value").process(lambda row, ctx: [row]).iterate(body).collect()
-    env.execute("late")
-    assert slow.held.is_set()
+    return src.key_by("value").process(lambda row, ctx: [row]).iterate(body).collect()
+
+
+def _assert_every_record_left_after_three_trips(out: ed.CollectHandle) -> None:
     rows = out.to_pylist()
     assert sorted(r["value"] for r in rows) == list(range(200))
     assert {r["n"] for r in rows} == {3}
+
+
+def test_loop_with_aligned_timeout_ends_only_when_its_body_is_empty(tmp_path: Path) -> None:
+    # Loop termination has no timeout (DESIGN.md "Loops"): with checkpoints
+    # whose aligned timeout (1 ms) passes again and again at the loop head while
+    # one record is held in the body, the loop still ends only after that
+    # record came back and left.
+    config = ed.CheckpointConfig(
+        tmp_path / "chk", interval="50ms", unaligned=True, aligned_timeout="1ms"
+    )
+    env = ed.StreamEnvironment(2, batch_size=16, checkpoint=config)
+    slow = SlowOnce(hold=0.5)
+    out = _loop_holding_a_record(env, slow)
+    result = env.execute("aligned-timeout-loop")
+    assert slow.window_ms is not None
+    start, end = slow.window_ms
+    during = [c.id for c in result.checkpoints if start <= c.trigger_time_ms <= end]
+    assert during, ("no checkpoint was triggered while the record was held", slow.window_ms)
+    _assert_every_record_left_after_three_trips(out)
 
 
 def test_loop_output_feeds_windows_after_the_loop() -> None:
@@ -186,7 +219,7 @@ def test_loop_output_feeds_windows_after_the_loop() -> None:
 
 def test_nested_loops_restart_from_a_checkpoint_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A failure inside the inner loop after a checkpoint: both loops' logs restore."""
-    from eddyline.testing import FailOnce, SleepPerBatch
+    from support.faults import FailOnce, SleepPerBatch
 
     chk = tmp_path / "chk"
     markers = tmp_path / "markers"

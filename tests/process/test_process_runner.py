@@ -20,13 +20,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
-    FailOnce,
-    SleepPerBatch,
-    completed_checkpoints,
-    read_parquet_dir,
-    wait_until,
-)
+from eddyline.testing import read_parquet_dir
+from support.faults import FailOnce, SleepPerBatch, completed_checkpoints, wait_until
 from support.loops import collatz_body, collatz_steps
 
 RUN_TIMEOUT_S = 120.0

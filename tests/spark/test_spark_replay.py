@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import eddyline as ed
 from eddyline.connectors.spark.source import PINS_DIR
 from eddyline.spark import SparkTableSink
-from eddyline.testing import FailOnce, SleepPerBatch, completed_checkpoints
+from support.faults import FailOnce, SleepPerBatch, completed_checkpoints
 
 N = 12_000
 
@@ -93,3 +94,27 @@ def test_from_spark_replay_after_failure_commits_exactly_once(spark: Any, tmp_pa
     got = _rows(spark, "replay_out")
     assert max(got.values()) == 1, f"a running sum was committed twice: {got.most_common(3)}"
     assert _final_sums(got) == _final_sums(expected)
+
+
+def test_from_spark_restore_without_its_pinned_input_is_refused(spark: Any, tmp_path: Any) -> None:
+    source = str(tmp_path / "in")
+    spark.range(2_000).selectExpr("id", "id % 11 AS k", "id % 7 + 1 AS amount").write.parquet(
+        source
+    )
+    df = spark.read.parquet(source).filter("id >= 0")
+    chk, location = str(tmp_path / "chk"), str(tmp_path / "out")
+    _job(spark, df, "pins_gone", location, chk, None).execute("first")
+    assert completed_checkpoints(chk), "no checkpoint to restore"
+    manifest = os.path.join(chk, PINS_DIR, "orders", "pin.json")
+    with open(manifest, encoding="utf-8") as fh:
+        gone = json.load(fh)["files"][0]
+    os.remove(gone)
+    with pytest.raises(
+        ed.CheckpointError, match=rf"cannot replay its pinned input: '{re.escape(gone)}' \(recorded"
+    ):
+        _job(spark, df, "pins_gone", location, chk, None).execute("again", restore_from="latest")
+    os.remove(manifest)
+    with pytest.raises(
+        ed.CheckpointError, match=r"has no pinned input recorded at .*restoring from 'latest'"
+    ):
+        _job(spark, df, "pins_gone", location, chk, None).execute("again", restore_from="latest")

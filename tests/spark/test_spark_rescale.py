@@ -28,8 +28,8 @@ import pytest
 
 import eddyline as ed
 from eddyline.spark import SparkRunner, SparkTableSink
-from eddyline.testing import completed_checkpoints
 from support.checkpoints import channel_state_rows
+from support.faults import completed_checkpoints
 
 KeyedSumInput = Callable[[int], tuple[Any, dict[int, int]]]
 
@@ -42,7 +42,7 @@ def _crash_once(
     (``unaligned``) or is the second one; never once ``marker`` exists."""
 
     def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(0.01)
+        time.sleep(0.01)  # throttle, not a wait: checkpoints complete before the crash
         if os.path.exists(marker):
             return batch
         newest = max(completed_checkpoints(chk), default=0)

@@ -12,7 +12,7 @@ import pytest
 import eddyline as ed
 from eddyline.connectors.spark._filelog import SinkLog
 from eddyline.spark import SparkRunner, SparkTableSink
-from eddyline.testing import FailOnce, SleepPerBatch
+from support.faults import FailOnce, SleepPerBatch
 
 KeyedSumInput = Callable[[int], tuple[Any, dict[int, int]]]
 

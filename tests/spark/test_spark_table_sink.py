@@ -17,7 +17,7 @@ import eddyline as ed
 from eddyline.connectors.spark.sink import STAGING
 from eddyline.connectors.spark.source import PINS_DIR
 from eddyline.spark import SparkTableSink
-from eddyline.testing import SleepPerBatch
+from support.faults import SleepPerBatch
 
 
 def _final_sums(rows: list[dict[str, Any]]) -> dict[int, int]:

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 import eddyline as ed
 from eddyline.spark import SparkRunner, SparkTableSink
-from eddyline.testing import completed_checkpoints
 from support.checkpoints import channel_state_rows
+from support.faults import completed_checkpoints
 
 KeyedSumInput = Callable[[int], tuple[Any, dict[int, int]]]
 
@@ -31,7 +31,7 @@ def _crash_after_channel_state(chk: str, marker: str) -> Callable[[pa.RecordBatc
     time it runs after the newest completed checkpoint holds channel state."""
 
     def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(0.01)
+        time.sleep(0.01)  # throttle, not a wait: checkpoints complete before the crash
         if os.path.exists(marker):
             return batch
         newest = max(completed_checkpoints(chk), default=0)

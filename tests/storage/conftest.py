@@ -10,12 +10,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from support.faults import wait_until
 
 boto3 = pytest.importorskip("boto3", reason="the storage tests need moto[server] (test extra)")
 pytest.importorskip("moto", reason="the storage tests need moto[server] (test extra)")
@@ -62,6 +63,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _accepts(port: int) -> bool:
+    """True once something accepts TCP connections on the loopback ``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
     """A ``moto_server`` on a free loopback port (with ``env`` added to its
@@ -75,16 +85,19 @@ def moto_server(env: dict[str, str] | None = None) -> Iterator[str]:
         env={**os.environ, **(env or {})},
     )
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("moto_server did not start") from None
-            time.sleep(0.1)
+    try:
+        wait_until(
+            lambda: _accepts(port) or proc.poll() is not None,
+            timeout=30,
+            what=f"moto_server to accept connections on port {port}",
+            interval=0.1,
+        )
+        if proc.poll() is not None:
+            raise RuntimeError(f"moto_server exited with {proc.returncode} before it started")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     try:
         yield endpoint
     finally:

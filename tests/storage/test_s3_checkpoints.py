@@ -18,11 +18,11 @@ import pyarrow.compute as pc
 import pytest
 
 import eddyline as ed
-from eddyline.testing import (
+from eddyline.testing import read_parquet_dir
+from support.faults import (
     assert_exact_ids,
     completed_checkpoints,
     kill_after_checkpoints,
-    read_parquet_dir,
     wait_until,
 )
 
@@ -36,7 +36,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(

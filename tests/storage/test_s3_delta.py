@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_exact_ids, kill_after_checkpoints
+from support.faults import assert_exact_ids, kill_after_checkpoints
 
 from .conftest import S3
 
-deltalake = pytest.importorskip("deltalake")
+deltalake = pytest.importorskip(
+    "deltalake", reason="the S3 Delta tests need deltalake (test extra)"
+)
 
 
 def _delta_options(s3: S3) -> dict[str, str]:
@@ -31,7 +33,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     table, chk, n, options = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
     env = ed.StreamEnvironment(

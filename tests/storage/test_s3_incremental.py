@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import eddyline as ed
-from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import kill_after_checkpoints
 
 from .conftest import S3
 
@@ -40,7 +41,7 @@ SCRIPT = textwrap.dedent(
             v = batch.column("value").to_numpy()
             k = np.where(v < KEYS, v, v % 3)
             if len(v) and v[-1] >= KEYS:
-                time.sleep(0.004)
+                time.sleep(0.004)  # throttle, not a wait: checkpoints complete mid-run
             return batch.append_column("k", pa.array(k, pa.int64()))
 
 

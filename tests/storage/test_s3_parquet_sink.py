@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
-from eddyline.testing import assert_exact_ids, kill_after_checkpoints
+from support.faults import assert_exact_ids, kill_after_checkpoints
 
 from .conftest import S3
 
@@ -64,7 +64,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(

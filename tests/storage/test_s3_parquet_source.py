@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
-from eddyline.testing import assert_exact_ids, kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import assert_exact_ids, kill_after_checkpoints
 
 from .conftest import S3
 
@@ -95,7 +96,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     src, out, chk = sys.argv[1], sys.argv[2], sys.argv[3]
     env = ed.StreamEnvironment(

@@ -9,7 +9,7 @@ import pytest
 
 import eddyline as ed
 from eddyline.client.cli import main
-from eddyline.testing import SleepPerBatch, wait_until
+from support.faults import SleepPerBatch, wait_until
 
 from .conftest import S3
 

@@ -19,7 +19,7 @@ import eddyline as ed
 
 from .conftest import S3, moto_server
 
-pytest.importorskip("deltalake")
+pytest.importorskip("deltalake", reason="the DeltaSink S3 errors need deltalake (test extra)")
 
 SinkFactory = Callable[[str], Any]
 SINKS: dict[str, SinkFactory] = {

@@ -25,7 +25,7 @@ import pytest
 
 import eddyline as ed
 from eddyline.spark import SparkTableSink
-from eddyline.testing import (
+from support.faults import (
     FailOnce,
     SleepPerBatch,
     assert_exact_ids,
@@ -291,7 +291,7 @@ JOB = textwrap.dedent(
 
     import eddyline as ed
     from eddyline.spark import SparkTableSink
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
 
     def run_job(spark, location, chk, n):

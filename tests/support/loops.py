@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eddyline.testing import SleepPerBatch
+from support.faults import SleepPerBatch
 
 if TYPE_CHECKING:
     from eddyline.stream import DataStream

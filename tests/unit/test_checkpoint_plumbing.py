@@ -14,13 +14,13 @@ from eddyline._exec.keyed import KeyedReduceRunner
 from eddyline._exec.two_phase import TwoPhaseCommitRunner
 from eddyline.client.cli import main
 from eddyline.client.job import JobClient
-from eddyline.testing import (
+from eddyline.testing import read_parquet_dir
+from support.faults import (
     FailOnce,
     InjectedFailure,
     assert_exact_ids,
     completed_checkpoints,
     id_report,
-    read_parquet_dir,
 )
 from support.sinks import RecordingTwoPhaseSink
 

@@ -1,4 +1,4 @@
-"""The fault tests' kill helper (``eddyline.testing.kill_after_checkpoints``) itself."""
+"""The fault tests' kill helper (``support.faults.kill_after_checkpoints``) itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import kill_after_checkpoints, sigkill_when
+from support.faults import kill_after_checkpoints, sigkill_when
 
 
 def test_a_run_that_ends_before_its_kill_leaves_no_open_pipe(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_sigkill_when_kills_once_ready_and_returns_what_ready_said(tmp_path: Pat
     started = tmp_path / "started"
     script = (
         "import pathlib, time; print('up', flush=True); "
-        f"pathlib.Path({str(started)!r}).touch(); time.sleep(60)"
+        f"pathlib.Path({str(started)!r}).touch(); time.sleep(60)"  # a run to kill
     )
     run = sigkill_when(
         [sys.executable, "-c", script],
@@ -60,6 +60,6 @@ def test_sigkill_when_a_run_ends_before_its_kill(tmp_path: Path) -> None:
 
 
 def test_sigkill_when_ready_never_comes_is_a_timeout_naming_it() -> None:
-    command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    command = [sys.executable, "-c", "import time; time.sleep(60)"]  # a run to kill
     with pytest.raises(TimeoutError, match="the marker"):
         sigkill_when(command, lambda: False, timeout=0.5, what="the marker")

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-mypy_api = pytest.importorskip("mypy.api")
+mypy_api = pytest.importorskip(
+    "mypy.api", reason="the public types are checked with mypy (dev extra)"
+)
 
 SNIPPET = textwrap.dedent(
     """

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-py4j_protocol = pytest.importorskip("py4j.protocol")
+py4j_protocol = pytest.importorskip(
+    "py4j.protocol", reason="Spark errors are py4j errors (pyspark, test extra)"
+)
 
 from eddyline.connectors.spark.source import _plain_parquet_files  # noqa: E402
 

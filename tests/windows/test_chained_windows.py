@@ -16,7 +16,8 @@ import pyarrow as pa
 import pytest
 
 import eddyline as ed
-from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import kill_after_checkpoints
 
 MINUTE, HOUR = 60_000, 3_600_000
 
@@ -150,7 +151,7 @@ CHAINED_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(

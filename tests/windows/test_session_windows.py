@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import eddyline as ed
-from eddyline.testing import SleepPerBatch, assert_same_rows, read_parquet_dir, wait_until
+from eddyline.testing import assert_same_rows, read_parquet_dir
+from support.faults import SleepPerBatch, wait_until
 
 SCHEMA = pa.schema([("k", pa.int64()), ("t", pa.int64()), ("v", pa.int64())])
 

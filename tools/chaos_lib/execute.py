@@ -4,7 +4,7 @@ and reads back every sink's committed output.
 Faults (case.Fault): ``none`` and ``exception`` run once (a restart strategy
 recovers the injected failure inside the run); ``sigkill`` SIGKILLs the job
 process a random moment after a new checkpoint completes, ``kills`` times, and
-each new run restores ``"latest"`` (``eddyline.testing.kill_after_checkpoints``);
+each new run restores ``"latest"`` (``kill_after_checkpoints`` of tests/support/faults.py);
 ``savepoint`` and ``cancel`` stop the job mid-run in the script itself and
 restore it at the other parallelism.
 """
@@ -62,7 +62,7 @@ def _kill_a_worker(command: list[str], case: Case, chk: Path, env: dict[str, str
     import signal
     import time
 
-    from eddyline.testing import completed_checkpoints
+    from support.faults import completed_checkpoints
 
     rng = random.Random(case.seed)
     delay = rng.uniform(0.0, case.fault.delay_s)
@@ -98,7 +98,7 @@ def _kill_a_worker(command: list[str], case: Case, chk: Path, env: dict[str, str
 def _damage_newest(chk: Path) -> bool:
     """Flips bytes in the middle of the newest completed checkpoint's largest
     file (its manifest when it has nothing else)."""
-    from eddyline.testing import completed_checkpoints
+    from support.faults import completed_checkpoints
 
     ids = completed_checkpoints(chk)
     if not ids:
@@ -180,7 +180,7 @@ def _read_topic(topic: str) -> pd.DataFrame:
 
 def run_case(case: Case, workdir: Path) -> Outcome:
     """Writes the inputs and the job script under ``workdir`` and runs it."""
-    from eddyline.testing import kill_after_checkpoints
+    from support.faults import kill_after_checkpoints
 
     os.environ["CHAOS_TOPIC"] = f"chaos-{case.seed}-{uuid.uuid4().hex[:8]}-"
     write_inputs(case, workdir / "in")
@@ -197,7 +197,7 @@ def run_case(case: Case, workdir: Path) -> Outcome:
             fired = _kill_a_worker([*python, "run"], case, workdir / "chk", env)
             return Outcome(_read_outputs(case, workdir / "out"), notes, None, fired)
         if kind == "corrupt":
-            from eddyline.testing import completed_checkpoints, sigkill_when
+            from support.faults import completed_checkpoints, sigkill_when
 
             chk = workdir / "chk"
             killed = sigkill_when(

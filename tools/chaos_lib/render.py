@@ -28,7 +28,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import eddyline as ed
-from eddyline.testing import FailOnce, SleepPerBatch, wait_until
+
+# the fault helpers of eddyline's tests (tests/support), here and in worker processes
+TESTS = {tests!r}
+sys.path.insert(0, TESTS)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
+from support.faults import FailOnce, SleepPerBatch, wait_until  # noqa: E402
 
 KAFKA, TOPIC = os.environ.get("CHAOS_KAFKA", ""), os.environ.get("CHAOS_TOPIC", "")
 HERE = {here!r}
@@ -370,6 +375,7 @@ def render(case: Case, here: Path) -> str:
         fault=fault,
         here=str(here),
         prelude=prelude,
+        tests=str(Path(__file__).resolve().parents[2] / "tests"),
     )
     text += f"PARALLELISM, RESTORE_PARALLELISM = {ex.parallelism}, {ex.restore_parallelism}\n"
     text += f"SLEEP_S = {ex.sleep_s}\n"

@@ -228,6 +228,7 @@ impl Coordinator {
         self.final_done = false;
         if let Some(stop) = self.stopping.take() {
             if let Some(w) = stop.waiter {
+                // No receiver: whoever asked stopped waiting for the answer.
                 let _ = w.send(Err(Error::checkpoint(
                     Some(stop.path),
                     "the job failed and restarted before the stop-with-savepoint completed",
@@ -320,6 +321,7 @@ impl Coordinator {
     ) {
         if self.stopping.is_some() {
             if let Some(w) = waiter {
+                // No receiver: whoever asked stopped waiting for the answer.
                 let _ = w.send(Err(Error::checkpoint(None, "the job is stopping")));
             }
             return;
@@ -443,6 +445,7 @@ impl Coordinator {
                     reason: format!("it could not begin: {e}"),
                 });
                 if let Some(w) = waiter {
+                    // No receiver: whoever asked stopped waiting for the answer.
                     let _ = w.send(Err(e.clone()));
                 }
                 if stop {
@@ -700,6 +703,7 @@ impl Coordinator {
             out.push(Outgoing::Abort { checkpoint: id });
             let err = Error::checkpoint(None, format!("checkpoint {id} was aborted: {reason}"));
             for w in f.waiters {
+                // No receiver: whoever asked stopped waiting for the answer.
                 let _ = w.send(Err(err.clone()));
             }
         }

@@ -4,8 +4,6 @@
 //! and nesting deeper than needed are refused. Written and read by hand (no
 //! serde) so the format cannot drift with a dependency.
 
-use std::fmt::Write as _;
-
 /// Parses exactly 16 hex digits.
 pub(crate) fn parse_hex16(s: &str) -> Option<u64> {
     if s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -27,7 +25,12 @@ pub(crate) fn quote(s: &str) -> String {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+                // A control character: `\u00XX` (all are below 0x80).
+                const DIGITS: &[u8; 16] = b"0123456789abcdef";
+                let code = c as u32;
+                out.push_str("\\u00");
+                out.push(char::from(DIGITS[(code >> 4) as usize & 0xf]));
+                out.push(char::from(DIGITS[(code & 0xf) as usize]));
             }
             c => out.push(c),
         }
@@ -347,6 +350,21 @@ impl<'a> Parser<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn test_quote_escapes_control_characters_as_json_does() {
+        for code in (0u32..0x20).chain([0x7f]) {
+            let c = char::from_u32(code).expect("an ASCII code");
+            let expected = match c {
+                '\n' => "\"\\n\"".to_string(),
+                '\r' => "\"\\r\"".to_string(),
+                '\t' => "\"\\t\"".to_string(),
+                _ => format!("\"\\u{code:04x}\""),
+            };
+            assert_eq!(quote(&c.to_string()), expected, "code {code:#x}");
+        }
+        assert_eq!(quote("a\"b\\c\u{1f}é"), "\"a\\\"b\\\\c\\u001fé\"");
+    }
 
     #[test]
     fn test_parser_is_strict() {

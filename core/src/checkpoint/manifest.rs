@@ -76,7 +76,7 @@
 //! none was agreed yet or the graph declares it. A restore keeps it, so the
 //! restored job writes what the checkpointed one wrote.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::ops::Range;
 
 use super::json::{parse_hex16, quote, Fields, Parser, Value};
@@ -296,25 +296,31 @@ impl Manifest {
     /// Encodes the manifest (see the module docs for the format).
     pub fn encode(&self) -> String {
         let mut out = String::with_capacity(512);
+        self.write_json(&mut out)
+            .expect("invariant: formatting into a String never fails");
+        out
+    }
+
+    fn write_json(&self, out: &mut String) -> fmt::Result {
         out.push_str("{\n");
-        let _ = writeln!(out, "  \"format\": {},", quote(FORMAT_NAME));
-        let _ = writeln!(out, "  \"version\": {MANIFEST_VERSION},");
-        let _ = writeln!(out, "  \"id\": {},", self.id);
-        let _ = writeln!(out, "  \"kind\": {},", quote(kind_name(self.kind)));
-        let _ = writeln!(out, "  \"trigger_ms\": {},", self.trigger_ms);
-        let _ = writeln!(out, "  \"completion_ms\": {},", self.completion_ms);
-        let _ = writeln!(out, "  \"duration_ms\": {},", self.duration_ms);
-        let _ = writeln!(out, "  \"final\": {},", self.final_state);
+        writeln!(out, "  \"format\": {},", quote(FORMAT_NAME))?;
+        writeln!(out, "  \"version\": {MANIFEST_VERSION},")?;
+        writeln!(out, "  \"id\": {},", self.id)?;
+        writeln!(out, "  \"kind\": {},", quote(kind_name(self.kind)))?;
+        writeln!(out, "  \"trigger_ms\": {},", self.trigger_ms)?;
+        writeln!(out, "  \"completion_ms\": {},", self.completion_ms)?;
+        writeln!(out, "  \"duration_ms\": {},", self.duration_ms)?;
+        writeln!(out, "  \"final\": {},", self.final_state)?;
         out.push_str("  \"alignments\": [");
         for (i, a) in self.alignments.iter().enumerate() {
             out.push_str(if i == 0 { "\n    " } else { ",\n    " });
-            let _ = write!(
+            write!(
                 out,
                 "{{\"task\": {}, \"subtask\": {}, \"alignment_us\": {}}}",
                 quote(&a.task),
                 a.subtask,
                 a.alignment_us
-            );
+            )?;
         }
         out.push_str(if self.alignments.is_empty() {
             "],\n"
@@ -324,7 +330,7 @@ impl Manifest {
         out.push_str("  \"operators\": [");
         for (i, op) in self.operators.iter().enumerate() {
             out.push_str(if i == 0 { "\n    " } else { ",\n    " });
-            encode_operator(&mut out, op);
+            encode_operator(out, op)?;
         }
         out.push_str(if self.operators.is_empty() {
             "]"
@@ -332,8 +338,7 @@ impl Manifest {
             "\n  ]"
         });
         let sum = xxhash_rust::xxh3::xxh3_64(out.as_bytes());
-        let _ = write!(out, ",{CHECKSUM_LINE}{sum:016x}\"\n}}\n");
-        out
+        write!(out, ",{CHECKSUM_LINE}{sum:016x}\"\n}}\n")
     }
 
     /// Decodes and verifies a manifest. The error is a sentence fragment
@@ -484,8 +489,10 @@ fn encode_schema_member(schema: Option<&arrow::datatypes::SchemaRef>) -> String 
     };
     let mut hex = String::with_capacity(2 * bytes.len() + 2);
     hex.push('"');
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
-        let _ = write!(hex, "{b:02x}");
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
     hex.push('"');
     hex
@@ -521,8 +528,8 @@ fn decode_schema_member(
         .map_err(|_| bad())
 }
 
-fn encode_operator(out: &mut String, op: &OperatorEntry) {
-    let _ = write!(
+fn encode_operator(out: &mut String, op: &OperatorEntry) -> fmt::Result {
+    write!(
         out,
         "{{\"uid\": {}, \"name\": {}, \"finished\": {}, \"null_state_checkpoint\": {},\n     \"key\": {},\n     \"schema\": {},\n     \"subtasks\": [",
         quote(&op.uid),
@@ -532,14 +539,14 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
             .map_or_else(|| "null".to_string(), |id| id.to_string()),
         encode_key(op.key.as_ref()),
         encode_schema_member(op.schema.as_ref())
-    );
+    )?;
     for (i, s) in op.subtasks.iter().enumerate() {
         out.push_str(if i == 0 { "\n      " } else { ",\n      " });
-        let _ = write!(out, "{{\"subtask\": {}, \"state\": ", s.subtask);
+        write!(out, "{{\"subtask\": {}, \"state\": ", s.subtask)?;
         match &s.state {
             None => out.push_str("null"),
             Some(f) => {
-                encode_file(out, f);
+                encode_file(out, f)?;
                 out.push('}');
             }
         }
@@ -548,13 +555,13 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
             if j > 0 {
                 out.push_str(", ");
             }
-            encode_file(out, &r.file);
-            let _ = write!(
+            encode_file(out, &r.file)?;
+            write!(
                 out,
                 ", \"use\": {}, \"use_bytes\": {}}}",
                 encode_ranges(&r.key_groups),
                 r.bytes
-            );
+            )?;
         }
         out.push(']');
         let offsets: Vec<String> = s
@@ -568,7 +575,7 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
                 )
             })
             .collect();
-        let _ = write!(out, ", \"source_offsets\": [{}]", offsets.join(", "));
+        write!(out, ", \"source_offsets\": [{}]", offsets.join(", "))?;
         out.push_str(if s.finished {
             ", \"finished\": true}"
         } else {
@@ -580,11 +587,12 @@ fn encode_operator(out: &mut String, op: &OperatorEntry) {
     } else {
         "\n     ]}"
     });
+    Ok(())
 }
 
 /// Writes a file entry's members, leaving its object open.
-fn encode_file(out: &mut String, f: &StateFileEntry) {
-    let _ = write!(
+fn encode_file(out: &mut String, f: &StateFileEntry) -> fmt::Result {
+    write!(
         out,
         "{{\"file\": {}, \"size\": {}, \"xxh3\": \"{:016x}\", \"key_groups\": {}, \"shared\": {}",
         quote(&f.file),
@@ -592,7 +600,7 @@ fn encode_file(out: &mut String, f: &StateFileEntry) {
         f.checksum,
         encode_ranges(&f.key_groups),
         f.shared
-    );
+    )
 }
 
 fn encode_ranges(ranges: &[Range<u32>]) -> String {

@@ -547,6 +547,7 @@ fn start_attempt(
         let cancelled = || match job.driver_rx.try_recv() {
             Ok(DriverMsg::Cancel) => true,
             Ok(DriverMsg::Request(_, reply)) => {
+                // No receiver: the caller stopped waiting for the answer.
                 let _ = reply.send(Err(Error::checkpoint(
                     None,
                     "the job is still starting its workers; try again",
@@ -614,6 +615,7 @@ fn supervise(
                 Ok(DriverMsg::Request(req, reply)) => match coordinator.as_deref_mut() {
                     Some(c) => c.request(req, Some(reply), &run.tasks, &finished, &mut out),
                     None => {
+                        // No receiver: the caller stopped waiting for the answer.
                         let _ = reply.send(Err(Error::checkpoint(
                             None,
                             "checkpointing is not enabled for this job",

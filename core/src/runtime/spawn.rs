@@ -51,6 +51,7 @@ impl ControlPort {
     pub(crate) fn send(&self, c: Control) {
         match self {
             ControlPort::Local(s) => {
+                // Err: the task ended already; a control for it is moot.
                 let _ = s.send(c);
             }
             ControlPort::Remote(link, task) => link.send_control(*task, &c),
@@ -188,7 +189,10 @@ impl Attempt {
         for c in &self.controls {
             c.send(Control::Cancel);
         }
-        let _ = self.join_local();
+        if let Err(e) = self.join_local() {
+            // The attempt ends with its own cause; this one is only logged.
+            eprintln!("eddyline: closing the loops' feedback queues after a cancel failed: {e}");
+        }
     }
 
     /// The control senders of this process's tasks, by task id.
@@ -206,6 +210,8 @@ impl Attempt {
     pub(crate) fn join_local(self) -> Result<()> {
         drop(self.controls);
         for t in self.threads {
+            // A task catches its own panics and reports them as its failure
+            // (`Task::run`): a join error has no cause left to report.
             let _ = t.join();
         }
         let mut result = Ok(());

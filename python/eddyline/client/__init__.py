@@ -10,3 +10,21 @@
 The names users need are re-exported at the top of the package
 (``ed.JobClient``, ``ed.ProcessRunner``, ...).
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._registry import register_dashboard
+
+
+def _serve_dashboard(job: Any, nodes: Sequence[Mapping[str, Any]], port: int, host: str) -> Any:
+    """Serves ``job``'s dashboard; the dashboard (and its HTTP server) is
+    imported only when a job asks for one."""
+    from .dashboard import graph_nodes, serve
+
+    return serve(job, graph_nodes(nodes), port, host)
+
+
+register_dashboard(_serve_dashboard)

@@ -189,6 +189,7 @@ impl Coordinator {
         }
         let done = CheckpointDone { id, path };
         for w in f.waiters {
+            // No receiver: whoever asked stopped waiting for the answer.
             let _ = w.send(Ok(done.clone()));
         }
     }
@@ -205,6 +206,7 @@ impl Coordinator {
         });
         out.push(Outgoing::Abort { checkpoint: id });
         for w in f.waiters {
+            // No receiver: whoever asked stopped waiting for the answer.
             let _ = w.send(Err(e.clone()));
         }
     }

@@ -49,6 +49,8 @@ impl WorkerLink {
     fn cancel(&self) {
         self.ending.store(true, Ordering::SeqCst);
         let mut w = self.writer.lock();
+        // The worker may be dead already (its loss is why the attempt ends);
+        // closing the link ends it either way, and its reader reports a loss.
         let _ = write_frame(&mut *w, TAG_CANCEL, 0, &[]);
         let _ = w.shutdown(Shutdown::Both);
     }
@@ -238,6 +240,8 @@ impl DistDriver {
                         let i = hello.index;
                         joined[i] = Some((hello, stream));
                     } else {
+                        // A stray or late worker: turned away; a socket that
+                        // cannot be shut down is closed when dropped anyway.
                         let _ = stream.shutdown(Shutdown::Both);
                     }
                 }
@@ -262,11 +266,14 @@ impl DistDriver {
         if !cancel {
             // The workers send their last metrics and `done`, then exit.
             for r in remote.readers {
+                // A reader reports every loss it sees through `reports`; a
+                // panic in it was printed by the panic hook. The join only waits.
                 let _ = r.join();
             }
         }
         self.dist.launcher.stop();
         for l in &remote.links {
+            // Teardown: a link already broken or closed has nothing to shut.
             let _ = l.writer.lock().shutdown(Shutdown::Both);
         }
     }
@@ -275,6 +282,8 @@ impl DistDriver {
 impl Drop for DistDriver {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::SeqCst);
+        // Wakes the acceptor to see `closed`; if it cannot connect, the
+        // acceptor is gone already.
         let _ = TcpStream::connect_timeout(&self.local_addr, Duration::from_millis(200));
         self.dist.launcher.stop();
     }
@@ -295,7 +304,7 @@ fn accept_workers(
         let tx = tx.clone();
         // Handshakes run on their own thread: a silent peer cannot hold up
         // the workers behind it.
-        let _ = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("eddyline-driver-hello".into())
             .spawn(move || {
                 if server_handshake(&mut stream, &secret).is_err() {
@@ -308,10 +317,18 @@ fn accept_workers(
                     return;
                 }
                 if let Ok(h) = Hello::decode(&f.payload) {
+                    // Latency only: a socket without it still carries every frame.
                     let _ = stream.set_nodelay(true);
+                    // No receiver: the workers were all joined or the attempt
+                    // ended; this late worker is turned away by the drop.
                     let _ = tx.send((h, stream));
                 }
             });
+        if let Err(e) = spawned {
+            // The connection is dropped with the closure: that worker is not
+            // joined, and the attempt fails naming the workers that are missing.
+            eprintln!("eddyline: cannot start a thread for a worker's handshake: {e}");
+        }
     }
 }
 
@@ -363,9 +380,11 @@ fn read_worker(mut stream: TcpStream, side: WorkerSide) {
                         "a task of worker {i} stopped because a connection to another \
                              worker broke (that worker probably died)"
                     ));
+                    // No receiver: the attempt ended, its outcome is decided.
                     let _ = reports.send(TaskReport::Failed { task, error });
                 }
                 Ok(r) => {
+                    // No receiver: the attempt ended, its outcome is decided.
                     let _ = reports.send(r);
                 }
                 Err(e) => break format!("it sent a malformed report ({e})"),
@@ -397,6 +416,7 @@ fn read_worker(mut stream: TcpStream, side: WorkerSide) {
         }
     };
     if !link.ending.load(Ordering::SeqCst) {
+        // No receiver: the attempt ended already, with its own cause.
         let _ = reports.send(TaskReport::Failed {
             task: first_task,
             error: Error::runtime(format!("worker {i} was lost: {why}")),

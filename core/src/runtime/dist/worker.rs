@@ -81,6 +81,7 @@ impl WorkerSession {
         let mut control = TcpStream::connect_timeout(&addr, Duration::from_secs(30))
             .map_err(|e| net_err(&format!("cannot reach the driver at {driver}"), e))?;
         client_handshake(&mut control, &secret)?;
+        // Latency only: a socket without it still carries every frame.
         let _ = control.set_nodelay(true);
         let hello = Hello {
             index,
@@ -112,6 +113,8 @@ impl WorkerSession {
         let bytes = encode_report(&TaskReport::Failed { task: 0, error })?;
         write_frame(&mut self.control, TAG_REPORT, 0, &[&bytes])
             .map_err(|e| net_err("the driver connection broke", e))?;
+        // The report is written; the driver reads it whether or not the
+        // write half closes cleanly (dropping the socket closes it too).
         let _ = self.control.shutdown(Shutdown::Write);
         Ok(())
     }
@@ -139,6 +142,9 @@ impl WorkerSession {
                 task: 0,
                 error: error.clone(),
             }) {
+                // `result` below returns the error in this process too; a
+                // broken driver link loses only the copy sent to the driver,
+                // which then reports this worker as lost.
                 let _ = write_frame(&mut stream, TAG_REPORT, 0, &[&bytes]);
             }
         }
@@ -218,6 +224,7 @@ impl WorkerSession {
         let failure = relay(&run, &send, &node_metrics, &mut sent);
         if failure.is_some() || driver_gone.load(Ordering::SeqCst) {
             for c in locals.iter().flatten() {
+                // Err: that task ended already; there is nothing to cancel.
                 let _ = c.send(Control::Cancel);
             }
         }
@@ -233,6 +240,7 @@ impl WorkerSession {
         queues_ok?;
         send(TAG_METRICS, &metric_deltas(&node_metrics, &mut sent))?;
         send(TAG_DONE, &[])?;
+        // `done` is written; closing the write half only hurries the driver.
         let _ = control.shutdown(Shutdown::Write);
         Ok(())
     }
@@ -398,6 +406,7 @@ fn read_driver(
                 if let (Ok(c), Some(Some(tx))) =
                     (decode_control(&f.payload), locals.get(f.channel as usize))
                 {
+                    // Err: that task ended already; the control is moot.
                     let _ = tx.send(c);
                 }
             }
@@ -422,6 +431,7 @@ fn read_driver(
     }
     schemas.close("the connection to the driver closed");
     for tx in locals.iter().flatten() {
+        // Err: that task ended already; there is nothing to cancel.
         let _ = tx.send(Control::Cancel);
     }
 }

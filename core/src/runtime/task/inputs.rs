@@ -165,6 +165,8 @@ impl Task {
             };
         }
         if k > control_op {
+            // A wake-up token: its value carries nothing, and a waker whose
+            // sender is gone only means no more wake-ups; the caller polls again.
             let _ = op.recv(wakers[k - control_op - 1]);
             return Ok(None);
         }

@@ -432,6 +432,7 @@ impl Task {
         let drain = skip || end == InputEnd::Drained;
         self.output.broadcast(Event::EndOfData { drain })?;
         self.output.timer.set_finished(true);
+        // No receiver: the job's driver is gone (the job is ending), nobody to tell.
         let _ = self.reports.send(TaskReport::Finished { task: self.id });
         self.await_finalize()?;
         for c in &mut self.chain {
@@ -440,6 +441,7 @@ impl Task {
         // Consumers that already closed no longer listen: best effort.
         for edge in &self.output.edges {
             for s in &edge.senders {
+                // Err: that consumer closed already; it needs no end marker.
                 let _ = s.send(Event::EndOfPartition);
             }
         }

@@ -216,8 +216,7 @@ class SinkLog:
         """Writes batch ``latest + 1`` with ``files_now(latest)``; when another writer
         took that id first, reads the log again and retries. The files are worked
         out against the same ``latest`` the new batch follows: a batch another writer
-        added in between makes the link fail, so no file is ever listed twice."""
-        os.makedirs(self.dir, exist_ok=True)
+        added in between makes the write fail, so no file is ever listed twice."""
         while True:
             latest = self.latest()
             files = files_now(latest)
@@ -225,23 +224,35 @@ class SinkLog:
                 return None
             batch = latest + 1
             compact = (batch + 1) % COMPACT_INTERVAL == 0
-            listed = (self.files_upto(batch - 1) if compact else []) + files
-            body = [_entry(p) for p in listed]
             name = f"{batch}.compact" if compact else str(batch)
-            tmp = os.path.join(self.dir, f".{name}.{uuid.uuid4().hex}.tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write("\n".join([VERSION_LINE, *body]))
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, os.path.join(self.dir, name))
-            except FileExistsError:
-                time.sleep(0.001)
-                continue
-            finally:
-                os.unlink(tmp)
-            fsync_dir(self.dir)
-            return batch
+            text = "\n".join([VERSION_LINE, *self._batch_lines(batch, compact, files)])
+            if self._put_if_absent(name, text):
+                return batch
+            time.sleep(0.001)  # another writer took batch ``batch``: read the log again
+
+    def _batch_lines(self, batch: int, compact: bool, files: list[str]) -> list[str]:
+        """The entries of batch ``batch``: ``files``, after those of every earlier
+        batch when it is a compaction."""
+        listed = (self.files_upto(batch - 1) if compact else []) + files
+        return [_entry(p) for p in listed]
+
+    def _put_if_absent(self, name: str, text: str) -> bool:
+        """Writes log file ``name`` whole (a hard link of a synced temporary
+        file); False if it exists already."""
+        os.makedirs(self.dir, exist_ok=True)
+        tmp = os.path.join(self.dir, f".{name}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, os.path.join(self.dir, name))
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+        fsync_dir(self.dir)
+        return True
 
 
 def spark_uri(uri: str) -> str:
@@ -336,31 +347,23 @@ class ObjectSinkLog(SinkLog):
             separators=(",", ":"),
         )
 
-    def _append(self, files_now: Callable[[int], list[str]], *, allow_empty: bool) -> int | None:
-        while True:
-            latest = self.latest()
-            files = files_now(latest)
-            if not files and not allow_empty:
-                return None
-            batch = latest + 1
-            compact = (batch + 1) % COMPACT_INTERVAL == 0
-            earlier: list[str] = []
-            if compact:
-                # The entries of batches 0..batch-1 as written, back to the last compaction.
-                start = batch - 1
-                chain: list[list[str]] = []
-                while start >= 0:
-                    lines, compacted = self._lines(start)
-                    chain.append(lines)
-                    if compacted:
-                        break
-                    start -= 1
-                earlier = [line for lines in reversed(chain) for line in lines]
-            body = [*earlier, *(self._file_entry(f) for f in files)]
-            name = f"{batch}.compact" if compact else str(batch)
-            if self._store.put_if_absent(name, "\n".join([VERSION_LINE, *body]).encode()):
-                return batch
-            time.sleep(0.001)  # another writer took batch ``batch``: read the log again
+    def _batch_lines(self, batch: int, compact: bool, files: list[str]) -> list[str]:
+        earlier: list[str] = []
+        if compact:
+            # The entries of batches 0..batch-1 as written, back to the last compaction.
+            start = batch - 1
+            chain: list[list[str]] = []
+            while start >= 0:
+                lines, compacted = self._lines(start)
+                chain.append(lines)
+                if compacted:
+                    break
+                start -= 1
+            earlier = [line for lines in reversed(chain) for line in lines]
+        return [*earlier, *(self._file_entry(f) for f in files)]
+
+    def _put_if_absent(self, name: str, text: str) -> bool:
+        return bool(self._store.put_if_absent(name, text.encode()))
 
 
 def sink_log(root: str, storage_options: dict[str, str] | None = None) -> SinkLog:

@@ -13,11 +13,9 @@ downstream query with an exactly-once sink sees every row once.
   the first time any reader sees it. Files are committed by an atomic rename,
   so a listed file is always complete.
 
-Register it once per session with :func:`register`::
-
-    from eddyline.spark import register
-    register(spark)
-    stream = spark.readStream.format("eddyline").load("/out/dir")
+Register it once per session with :func:`eddyline.spark.register` (it takes
+the ``SparkSession``); then ``spark.readStream.format("eddyline").load(dir)``
+is a stream of the committed rows under ``dir``.
 """
 
 from __future__ import annotations

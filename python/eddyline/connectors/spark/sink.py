@@ -401,23 +401,13 @@ class SparkTableSink(TwoPhaseCommitSink):
         # this job (restored from) or earlier attempts of this run. The
         # restored checkpoint was committed by restore() before open().
         with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(staging):
-                owner = _owner(name)
-                if owner is None:
-                    continue
-                name_run, name_attempt = owner
-                if name_run in lineage and (name_run != run or name_attempt < attempt):
-                    shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
+            for name in filter(stale, os.listdir(staging)):
+                shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
         inprogress = os.path.join(staging, INPROGRESS)
         with contextlib.suppress(FileNotFoundError):
-            for name in os.listdir(inprogress):
-                owner = _owner(name)
-                if owner is None:
-                    continue
-                name_run, name_attempt = owner
-                if name_run in lineage and (name_run != run or name_attempt < attempt):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(inprogress, name))
+            for name in filter(stale, os.listdir(inprogress)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(inprogress, name))
 
     def _run(self) -> str:
         return str(self._ctx.get("run_tag") or self._token[:12])
@@ -519,13 +509,7 @@ class SparkTableSink(TwoPhaseCommitSink):
                         present.append(name)
                 assert isinstance(log, ObjectSinkLog)
                 published = log.append_missing(log.file_uri(n) for n in present)
-                logged = self._logged_files(log)
-                unlisted = [n for n in names if n not in logged]
-                if unlisted:
-                    raise EddylineError(
-                        f"SparkTableSink({self.table!r}) cannot commit checkpoint "
-                        f"{txn.checkpoint}: {unlisted[0]!r} is not in the log after publishing",
-                    )
+                self._check_logged(log, names, txn.checkpoint)
             for name in staged:
                 staged_dir.remove(name)
         if not self._swept and self._opened and txn.run == self._run() and txn.subtask == 0:
@@ -590,19 +574,23 @@ class SparkTableSink(TwoPhaseCommitSink):
                 # One batch lists the whole checkpoint; a committer in another
                 # process that got there first leaves nothing missing.
                 published = log.append_missing(f for f in final if os.path.exists(f))
-                logged = self._logged_files(log)
-                unlisted = [n for n in names if n not in logged]
-                if unlisted:
-                    raise EddylineError(
-                        f"SparkTableSink({self.table!r}) cannot commit checkpoint "
-                        f"{txn.checkpoint}: {unlisted[0]!r} is not in the log after publishing",
-                    )
+                self._check_logged(log, names, txn.checkpoint)
             for name in staged:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(staged_dir, name))
             with contextlib.suppress(OSError):
                 os.rmdir(staged_dir)
         return published
+
+    def _check_logged(self, log: SinkLog, names: list[str], checkpoint: int) -> None:
+        """Raises unless every file of checkpoint ``checkpoint`` is in the log now."""
+        logged = self._logged_files(log)
+        unlisted = [n for n in names if n not in logged]
+        if unlisted:
+            raise EddylineError(
+                f"SparkTableSink({self.table!r}) cannot commit checkpoint "
+                f"{checkpoint}: {unlisted[0]!r} is not in the log after publishing",
+            )
 
     def _logged_files(self, log: SinkLog) -> set[str]:
         """Names of the files the log lists, read incrementally (batches are immutable)."""

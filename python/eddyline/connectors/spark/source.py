@@ -43,6 +43,7 @@ import tempfile
 import threading
 import uuid
 import warnings
+from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -315,27 +316,40 @@ def _event_time_column(env: StreamEnvironment, node: LogicalNode) -> str | None:
 
 def _write_snapshot(df: Any, directory: str, operator: str) -> list[str]:
     try:
-        _write_split_per_file(df, directory)
-    except Exception as exc:
+        _spark_writes_snapshot(df, directory, directory, operator)
+    except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
+        raise
+    success = os.path.exists(os.path.join(directory, "_SUCCESS"))
+    return _snapshot_files(success, _data_files(directory), directory, operator)
+
+
+def _spark_writes_snapshot(df: Any, target: str, directory: str, operator: str) -> None:
+    """Spark writes ``df`` to ``target`` (``directory`` as Spark names it), one
+    file per split; a failure is the source's ``GraphError`` with its cause."""
+    try:
+        _write_split_per_file(df, target)
+    except Exception as exc:
         s3a = missing_s3a(exc, directory, f"operator '{operator}'")
         if s3a is not None:
             raise s3a from exc
         raise GraphError(
             f"operator '{operator}': cannot read the Spark DataFrame (writing its snapshot to "
-            f"{directory!r} failed): {_first_line(exc)}",
+            f"{target!r} failed): {_first_line(exc)}",
             operator=operator,
         ) from exc
-    if not os.path.exists(os.path.join(directory, "_SUCCESS")):
+
+
+def _snapshot_files(success: bool, files: list[str], shown: str, operator: str) -> list[str]:
+    """``files``, the snapshot's data files, once Spark marked it complete."""
+    if not success:
         raise GraphError(
-            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot "
-            f"{directory!r}",
+            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot {shown!r}",
             operator=operator,
         )
-    files = _data_files(directory)
     if not files:
         raise GraphError(
-            f"operator '{operator}': the snapshot {directory!r} holds no Parquet file",
+            f"operator '{operator}': the snapshot {shown!r} holds no Parquet file",
             operator=operator,
         )
     return files
@@ -350,33 +364,12 @@ def _write_object_snapshot(
 
     target = spark_location(directory, what=f"operator '{operator}'")
     assert target is not None
-    try:
-        _write_split_per_file(df, target)
-    except Exception as exc:
-        s3a = missing_s3a(exc, directory, f"operator '{operator}'")
-        if s3a is not None:
-            raise s3a from exc
-        raise GraphError(
-            f"operator '{operator}': cannot read the Spark DataFrame (writing its snapshot to "
-            f"{target!r} failed): {_first_line(exc)}",
-            operator=operator,
-        ) from exc
-    store = StoreDir(directory, options or None)
-    names = store.files()
-    if "_SUCCESS" not in names:
-        raise GraphError(
-            f"operator '{operator}': Spark wrote no _SUCCESS marker into the snapshot {target!r}",
-            operator=operator,
-        )
+    _spark_writes_snapshot(df, target, directory, operator)
+    names = StoreDir(directory, options or None).files()
     files = sorted(
         f"{directory}/{n}" for n in names if not n.startswith(("_", ".")) and n.endswith(".parquet")
     )
-    if not files:
-        raise GraphError(
-            f"operator '{operator}': the snapshot {target!r} holds no Parquet file",
-            operator=operator,
-        )
-    return files
+    return _snapshot_files("_SUCCESS" in names, files, target, operator)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -455,23 +448,12 @@ class _SparkPin:
                 with open(manifest, encoding="utf-8") as fh:
                     pinned = json.load(fh)
                 paths = list(pinned["files"])
-                for path in paths:
-                    if not os.path.exists(path):
-                        raise CheckpointError(
-                            f"from_spark source '{operator}' cannot replay its pinned input: "
-                            f"{path!r} (recorded in {manifest!r}) is gone",
-                            operator=operator,
-                        )
+                _check_pinned_input(operator, manifest, paths, os.path.exists)
                 node.update_spec(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(checkpoint.dir)
             if not fresh:
-                raise CheckpointError(
-                    f"from_spark source '{operator}' has no pinned input recorded at "
-                    f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
-                    "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
-                    operator=operator,
-                )
+                raise _no_pinned_input(operator, manifest, restore_from)
         os.makedirs(base, exist_ok=True)
         if self.files is not None:
             paths, snapshot = self.files, None
@@ -499,30 +481,46 @@ class _SparkPin:
             recorded = pins.read("pin.json")
             if recorded is not None:
                 paths = list(json.loads(recorded)["files"])
-                for path in paths:
+
+                def exists(path: str) -> bool:
                     folder, _, name = path.rpartition("/")
-                    if StoreDir(folder, options or None).stat(name) is None:
-                        raise CheckpointError(
-                            f"from_spark source '{operator}' cannot replay its pinned input: "
-                            f"{path!r} (recorded in {manifest!r}) is gone",
-                            operator=operator,
-                        )
+                    return StoreDir(folder, options or None).stat(name) is not None
+
+                _check_pinned_input(operator, manifest, paths, exists)
                 node.update_spec(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(chk, options)
             if not fresh:
-                raise CheckpointError(
-                    f"from_spark source '{operator}' has no pinned input recorded at "
-                    f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
-                    "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
-                    operator=operator,
-                )
+                raise _no_pinned_input(operator, manifest, restore_from)
         # Local input files are only on this host: snapshot them onto the store too.
         snapshot = f"{base}/snapshot-{uuid.uuid4().hex[:12]}"
         paths = _write_object_snapshot(self.df, snapshot, operator, options)
         body = {"operator": operator, "files": paths, "snapshot": snapshot}
         pins.put("pin.json", json.dumps(body, indent=1).encode())
         node.update_spec(paths=paths)
+
+
+def _check_pinned_input(
+    operator: str, manifest: str, paths: list[str], exists: Callable[[str], bool]
+) -> None:
+    """Raises if a pinned input file recorded in ``manifest`` is gone."""
+    for path in paths:
+        if not exists(path):
+            raise CheckpointError(
+                f"from_spark source '{operator}' cannot replay its pinned input: "
+                f"{path!r} (recorded in {manifest!r}) is gone",
+                operator=operator,
+            )
+
+
+def _no_pinned_input(operator: str, manifest: str, restore_from: str) -> CheckpointError:
+    """The error of a restore that finds no pinned input recorded for the source."""
+    return CheckpointError(
+        f"from_spark source '{operator}' has no pinned input recorded at "
+        f"{manifest!r}, so restoring from {restore_from!r} could not replay the same "
+        "rows; give the source the uid it had (.uid(...)) and the same checkpoint dir",
+        operator=operator,
+    )
 
 
 def from_spark(env: StreamEnvironment, df: Any) -> DataStream:
