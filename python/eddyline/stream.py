@@ -492,6 +492,12 @@ class DataStream(_Operators):
         stream._node.time_column = column
         return stream
 
+    def with_watermark(self, column: str, delay: Duration) -> DataStream:
+        """Spark's spelling of :meth:`assign_timestamps`: event time from
+        ``column``, watermarks trailing the largest time by ``delay`` (a
+        duration such as ``"10 seconds"``)."""
+        return self.assign_timestamps(column, max_out_of_orderness=delay)
+
     # ---- keyed, binary ------------------------------------------------------
 
     def key_by(self, keys: str | Sequence[str]) -> KeyedStream[DataStream]:
