@@ -429,6 +429,67 @@ mod tests {
     }
 
     #[test]
+    fn test_field_of_a_null_struct_is_null() {
+        use crate::expr::{Expr, ScalarValue};
+        use arrow::array::{Int64Array, StructArray};
+        use arrow::record_batch::RecordBatch;
+
+        let a: ArrayRef = Arc::new(Int64Array::from(vec![1, 0, 3]));
+        let fields = vec![Arc::new(Field::new("a", DataType::Int64, true))];
+        let nulls = NullBuffer::from(vec![true, false, true]);
+        let st = StructArray::new(fields.into(), vec![a], Some(nulls));
+        let batch =
+            RecordBatch::try_from_iter(vec![("st", Arc::new(st) as ArrayRef)]).expect("batch");
+        let field = Expr::call(
+            "get_field",
+            vec![Expr::col("st"), Expr::lit(ScalarValue::Utf8("a".into()))],
+        )
+        .expect("resolves");
+        let out = field.evaluate(&batch).expect("evaluates");
+        let values: Vec<Option<i64>> = out.as_primitive::<Int64Type>().iter().collect();
+        assert_eq!(values, vec![Some(1), None, Some(3)]);
+    }
+
+    #[test]
+    fn test_element_at_and_get_item() {
+        use crate::expr::{Expr, ScalarValue};
+        use arrow::array::ListArray;
+        use arrow::record_batch::RecordBatch;
+
+        let xs = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2), Some(3)]),
+            None,
+            Some(vec![]),
+        ]);
+        let batch =
+            RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)]).expect("batch");
+        let at = |name: &str, i: i64| -> Vec<Option<i64>> {
+            let e = Expr::call(
+                name,
+                vec![Expr::col("xs"), Expr::lit(ScalarValue::Int64(i))],
+            )
+            .expect("resolves");
+            let out = e.evaluate(&batch).expect("evaluates");
+            out.as_primitive::<Int64Type>().iter().collect()
+        };
+        assert_eq!(at("element_at", 1), vec![Some(1), None, None]);
+        assert_eq!(at("element_at", -1), vec![Some(3), None, None]);
+        assert_eq!(at("element_at", 4), vec![None, None, None]);
+        assert_eq!(at("get_item", 0), vec![Some(1), None, None]);
+        assert_eq!(at("get_item", -1), vec![None, None, None]);
+        let zero = Expr::call(
+            "element_at",
+            vec![Expr::col("xs"), Expr::lit(ScalarValue::Int64(0))],
+        )
+        .expect("resolves");
+        let err = zero.evaluate(&batch).expect_err("index 0");
+        assert!(
+            err.to_string().contains("SQL array indices start at 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn test_split_follows_java() {
         assert_eq!(split("a,b,,c,,", ",", -1), ["a", "b", "", "c", "", ""]);
         assert_eq!(split("a,b,,c,,", ",", 0), ["a", "b", "", "c", "", ""]);
