@@ -28,6 +28,7 @@ __all__ = [
     "AssignTimestampsSpec",
     "CheckpointSpec",
     "EdgeSpec",
+    "ExplodeSpec",
     "FilterSpec",
     "JobConfigSpec",
     "JoinSpec",
@@ -155,6 +156,22 @@ class SelectSpec:
 
     kind: ClassVar[str] = "select"
     columns: list[tuple[str, Expr]]
+    reads: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ExplodeSpec:
+    """``explode``: one row per element of ``columns[generator]`` (an array
+    expression), the other columns repeated; ``outer`` keeps null and empty
+    arrays as a null element; ``keep_input`` keeps the input columns
+    (``stream.explode``) rather than only ``columns`` (``select``);
+    ``reads``: the columns the expressions read."""
+
+    kind: ClassVar[str] = "explode"
+    columns: list[tuple[str, Expr]]
+    generator: int
+    outer: bool
+    keep_input: bool
     reads: list[str]
 
 
@@ -346,6 +363,7 @@ OperatorSpec: TypeAlias = (
     | FilterSpec
     | WithColumnsSpec
     | SelectSpec
+    | ExplodeSpec
     | AssignTimestampsSpec
     | KeyedAggSpec
     | WindowSpec

@@ -33,13 +33,57 @@ ExprLike: TypeAlias = Union["Expr", Literal]
 def col(name: str) -> Expr:
     """A reference to the column ``name`` of the input.
 
+    As in Spark, ``col("a.b")`` is field ``b`` of the struct column ``a``;
+    a name with a dot in it is written in backticks, ``col("`a.b`")``.
+
     Example:
         >>> col("price")
         col('price')
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"col() needs a non-empty column name (str), got {name!r}")
-    return Expr._col(name)
+    if "." not in name and "`" not in name:
+        return Expr._col(name)
+    first, *fields = _name_parts(name)
+    expr = Expr._col(first)
+    for field in fields:
+        expr = expr.getField(field)
+    return expr
+
+
+def _name_parts(name: str) -> list[str]:
+    """Spark's reading of a column name: parts separated by dots (a struct's
+    fields), a part in backticks taken as it is (`` `a.b` `` is the column
+    ``a.b``; a doubled backtick inside is one backtick)."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
+    i = 0
+    while i < len(name):
+        c = name[i]
+        if quoted:
+            if c == "`" and name[i + 1 : i + 2] == "`":
+                current.append("`")
+                i += 1
+            elif c == "`":
+                quoted = False
+            else:
+                current.append(c)
+        elif c == "`":
+            quoted = True
+        elif c == ".":
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(c)
+        i += 1
+    parts.append("".join(current))
+    if quoted or not all(parts):
+        raise ValueError(
+            f"invalid column name {name!r}: an empty part or an unclosed backtick (a name "
+            "with a dot is a struct field access; quote a dotted name in backticks)"
+        )
+    return parts
 
 
 def lit(value: ExprLike) -> Expr:

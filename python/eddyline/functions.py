@@ -17,8 +17,14 @@ naming the function; an argument column of the wrong type is a
 :class:`~eddyline.errors.SchemaError` naming the operator and the function
 when the stream is built.
 
-Not here yet: aggregates through ``F`` (``F.sum``, ``F.avg``, ...), time,
-JSON, struct and array functions, ``split`` and ``expr``.
+Structs and arrays: ``struct``, ``col("a.b")`` / ``col["b"]`` field
+access, ``array``, ``size``, ``element_at``, ``array_contains``, ``split``
+and the generators ``explode`` / ``explode_outer`` (whole columns of
+``select``, or ``stream.explode``); ``expr("<Spark SQL>")`` parses an
+expression.
+
+Not here yet: aggregates through ``F`` (``F.sum``, ``F.avg``, ...), time and
+JSON functions.
 
 The module also re-exports the user-function base classes of
 :mod:`eddyline.process_functions` (``from eddyline.functions import
@@ -41,6 +47,8 @@ ColumnOrName = Expr | str
 __all__ = [
     *_process_names,
     "abs",
+    "array",
+    "array_contains",
     "ascii",
     "cbrt",
     "ceil",
@@ -48,7 +56,11 @@ __all__ = [
     "col",
     "concat",
     "concat_ws",
+    "element_at",
     "exp",
+    "explode",
+    "explode_outer",
+    "expr",
     "floor",
     "greatest",
     "hash",
@@ -79,7 +91,10 @@ __all__ = [
     "sha1",
     "sha2",
     "signum",
+    "size",
+    "split",
     "sqrt",
+    "struct",
     "substring",
     "trim",
     "upper",
@@ -93,7 +108,7 @@ def _column(function: str, value: object) -> Expr:
     if isinstance(value, Expr):
         return value
     if isinstance(value, str) and value:
-        return Expr._col(value)
+        return col(value)
     raise SchemaError(
         f"function '{function}' takes a column (an expression or a column name), got {value!r}",
         operator=function,
@@ -400,3 +415,75 @@ def sha1(column: ColumnOrName) -> Expr:
 def sha2(column: ColumnOrName, numBits: int) -> Expr:
     """The SHA-2 digest (``numBits`` 224, 256, 384, 512 or 0 for 256) in hex."""
     return _call("sha2", _column("sha2", column), _literal("sha2", numBits, int))
+
+
+# -- structs, arrays and generators -------------------------------------------
+
+
+def struct(*cols: ColumnOrName) -> Expr:
+    """A struct of the columns; a field is named by its alias, its column's
+    (or field's) name, else ``col1``, ``col2``... as in Spark."""
+    return Expr._struct(_columns("struct", cols))
+
+
+def array(*cols: ColumnOrName) -> Expr:
+    """An array of the columns' values (of their common type)."""
+    return _call("array", *_columns("array", cols, 0))
+
+
+def size(column: ColumnOrName) -> Expr:
+    """The number of elements of an array (-1 for null, Spark's non-ANSI
+    behaviour)."""
+    return _unary("size", column)
+
+
+def element_at(column: ColumnOrName, extraction: int | Expr) -> Expr:
+    """The array's element at a 1-based position (negative counts from the
+    end); null beyond the array; position 0 is an error, as in Spark."""
+    return _call(
+        "element_at",
+        _column("element_at", column),
+        _literal("element_at", extraction, int),
+    )
+
+
+def array_contains(column: ColumnOrName, value: ExprLike) -> Expr:
+    """True where the array holds ``value``; null where the array is null,
+    or where it does not hold it but holds a null."""
+    return _call("array_contains", _column("array_contains", column), lit(value))
+
+
+def split(column: ColumnOrName, pattern: str, limit: int = -1) -> Expr:
+    """The string split around matches of the regular expression
+    ``pattern``: at most ``limit`` parts when it is positive (the last holds
+    the rest), else every part, trailing empty strings kept (Spark's
+    ``split``)."""
+    return _call(
+        "split",
+        _column("split", column),
+        _literal("split", pattern, str),
+        _literal("split", limit, int),
+    )
+
+
+def explode(column: ColumnOrName) -> Expr:
+    """One row per element of the array (rows with null or empty arrays
+    dropped): a whole column of ``select`` (one per select) or the
+    argument of ``stream.explode``."""
+    return _unary("explode", column)
+
+
+def explode_outer(column: ColumnOrName) -> Expr:
+    """``explode`` that keeps a row with a null element for a null or empty
+    array."""
+    return _unary("explode_outer", column)
+
+
+def expr(text: str) -> Expr:
+    """A Spark SQL expression, such as ``"lower(name) || '!' AS shout"``
+    (``AS`` names it). Text that does not parse, an unknown function or an
+    aggregate is a :class:`~eddyline.errors.GraphError` naming the text and
+    the position."""
+    if not isinstance(text, str):
+        raise SchemaError(f"function 'expr' takes a str, got {text!r}", operator="expr")
+    return Expr._parse(text)

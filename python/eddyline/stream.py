@@ -36,6 +36,7 @@ from ._exec.factory import RunnerFactory
 from ._exec.global_commit import GlobalCommitRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
 from ._explain import explain
+from ._generators import explode_spec, generator_of, select_explode_spec
 from ._graph import LogicalEdge, LogicalGraph, LogicalNode
 from ._specs import (
     AssignTimestampsSpec,
@@ -340,6 +341,10 @@ class DataStream(_Operators):
         """
         if not exprs:
             raise TypeError("with_columns() needs at least one name=expression")
+        [(only, first), *rest] = exprs.items()
+        generator = generator_of(first) if isinstance(first, Expr) and not rest else None
+        if generator is not None:
+            return self.explode(generator[1], alias=only, outer=generator[0])
         columns = [(name, lit(value)) for name, value in exprs.items()]
         used: dict[str, None] = {}
         for value in exprs.values():
@@ -364,13 +369,44 @@ class DataStream(_Operators):
             if not isinstance(expr, Expr):
                 raise TypeError(f"select() takes column names or expressions, got {item!r}")
             name = expr.output_name
+            if name is None and generator_of(expr) is not None:
+                name = "col"  # Spark's name for an unnamed generator's column
             if name is None:
                 raise TypeError(f"select(): expression {expr!r} needs a name: use .alias('name')")
             if any(existing == name for existing, _ in columns):
                 raise GraphError(f"select(): column '{name}' is selected twice")
             columns.append((name, expr))
             used.update(dict.fromkeys(expr.columns()))
+        exploded = select_explode_spec(columns, self.operator_name)
+        if exploded is not None:
+            return self._native("explode", exploded, columns=exploded.reads)
         return self._native("select", SelectSpec(columns, list(used)), columns=used)
+
+    def explode(
+        self, column: str | Expr, *, alias: str | None = None, outer: bool = False
+    ) -> DataStream:
+        """One row per element of an array column, the other columns repeated
+        (a native flat-map, Spark's ``withColumn(alias, explode(column))``).
+
+        Args:
+            column: An array column's name, an array expression, or
+                ``F.explode(...)`` / ``F.explode_outer(...)``.
+            alias: The elements' column (replaced in place if it exists);
+                default the column's name, else ``"col"`` as in Spark.
+            outer: Keep rows whose array is null or empty, with a null
+                element (``explode_outer``); otherwise they are dropped.
+        """
+        array = col(column) if isinstance(column, str) else column
+        if not isinstance(array, Expr):
+            raise TypeError(f"explode() takes a column name or an expression, got {column!r}")
+        generator = generator_of(array)
+        if generator is not None:
+            outer, array = outer or generator[0], generator[1]
+        name = alias if alias is not None else (array.output_name or "col")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"explode() needs a non-empty alias (str), got {alias!r}")
+        spec = explode_spec(array, name, outer)
+        return self._native("explode", spec, columns=spec.reads)
 
     # ---- event time ---------------------------------------------------------
 
@@ -455,6 +491,12 @@ class DataStream(_Operators):
         stream = self._native("assign_timestamps", spec, columns=[column])
         stream._node.time_column = column
         return stream
+
+    def with_watermark(self, column: str, delay: Duration) -> DataStream:
+        """Spark's spelling of :meth:`assign_timestamps`: event time from
+        ``column``, watermarks trailing the largest time by ``delay`` (a
+        duration such as ``"10 seconds"``)."""
+        return self.assign_timestamps(column, max_out_of_orderness=delay)
 
     # ---- keyed, binary ------------------------------------------------------
 

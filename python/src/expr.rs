@@ -8,7 +8,9 @@
 //! `between`, `like`, `when`/`otherwise`, ...) build on the same variants;
 //! `eddyline/functions.py` holds Spark's function names.
 
-use eddyline_core::expr::{BinaryOp, Expr, ExprError, ScalarValue, UnaryOp};
+use eddyline_core::expr::{
+    parse_sql, struct_field_name, BinaryOp, Expr, ExprError, ScalarValue, UnaryOp, GENERATORS,
+};
 use pyo3::basic::CompareOp;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -347,6 +349,13 @@ impl PyExpr {
         match (&self.alias, &self.expr) {
             (Some(alias), _) => Some(alias.clone()),
             (None, Expr::Column(name)) => Some(name.clone()),
+            // Spark names a field access after the field.
+            (None, Expr::Call { function, args }) if function.name() == "get_field" => {
+                match args.get(1) {
+                    Some(Expr::Literal(ScalarValue::Utf8(field))) => Some(field.clone()),
+                    _ => None,
+                }
+            }
             _ => None,
         }
     }
@@ -512,6 +521,92 @@ impl PyExpr {
                 "otherwise",
                 "otherwise() applies only to a CASE started by functions.when(condition, value)",
             )),
+        }
+    }
+
+    /// `F.expr(text)`: a Spark SQL expression, named by its `AS` if it has
+    /// one; text that does not parse or uses an unknown function is a
+    /// `GraphError` naming the text and the position.
+    #[staticmethod]
+    fn _parse(py: Python<'_>, text: &str) -> PyResult<Self> {
+        let parsed = parse_sql(text).map_err(|e| expr_err(py, e, "expr"))?;
+        Ok(PyExpr {
+            expr: parsed.expr,
+            alias: parsed.alias,
+        })
+    }
+
+    /// `F.struct(*cols)`: a struct whose fields are named as Spark names
+    /// them (an alias, a column's or field's name, else `col1`, `col2`...).
+    #[staticmethod]
+    fn _struct(py: Python<'_>, values: Vec<PyRef<'_, PyExpr>>) -> PyResult<Self> {
+        let mut args = Vec::with_capacity(values.len() * 2);
+        for (i, value) in values.iter().enumerate() {
+            let name = match &value.alias {
+                Some(alias) => alias.clone(),
+                None => struct_field_name(&value.expr, i),
+            };
+            args.push(Expr::lit(ScalarValue::Utf8(name)));
+            args.push(value.expr.clone());
+        }
+        Expr::call("named_struct", args)
+            .map(PyExpr::new)
+            .map_err(|e| expr_err(py, e, "struct"))
+    }
+
+    /// `col["field"]` is a struct's field, `col[i]` an array's item
+    /// (0-based, null out of range), as in PySpark.
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Self> {
+        self.get_item(py, key)
+    }
+
+    /// Not iterable (indexing is field and item access).
+    fn __iter__(&self) -> PyResult<()> {
+        Err(PyTypeError::new_err(
+            "an eddyline expression is not iterable",
+        ))
+    }
+
+    /// The struct's field `name`.
+    #[pyo3(name = "getField")]
+    fn get_field(&self, py: Python<'_>, name: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let Ok(name) = name.extract::<String>() else {
+            return Err(PyTypeError::new_err(format!(
+                "getField() takes a field name (str), got {}",
+                name.repr()?
+            )));
+        };
+        self.call2(py, "get_field", &PyString::new(py, &name).into_any())
+    }
+
+    /// A struct's field (a str key) or an array's item (0-based).
+    #[pyo3(name = "getItem")]
+    fn get_item(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if key.is_instance_of::<PyString>() {
+            return self.get_field(py, key);
+        }
+        if key.is_instance_of::<PyBool>()
+            || !(key.is_instance_of::<PyInt>() || key.cast::<PyExpr>().is_ok())
+        {
+            return Err(PyTypeError::new_err(format!(
+                "an expression is indexed by a field name (str) or an array index (int), got {}",
+                key.repr()?
+            )));
+        }
+        self.call2(py, "get_item", key)
+    }
+
+    /// `(name, array)` when the expression is a generator call
+    /// (`F.explode(array)`, `F.explode_outer(array)`), else None.
+    #[getter]
+    fn _generator(&self) -> Option<(String, PyExpr)> {
+        match &self.expr {
+            Expr::Call { function, args }
+                if GENERATORS.contains(&function.name()) && args.len() == 1 =>
+            {
+                Some((function.name().to_string(), PyExpr::new(args[0].clone())))
+            }
+            _ => None,
         }
     }
 

@@ -15,6 +15,7 @@ use eddyline_core::expr::Expr;
 use eddyline_core::graph::{
     all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
 };
+use eddyline_core::operator::explode::{ExplodeFactory, ExplodeMode};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::join::{JoinBounds, JoinFactory, JoinSpec, JoinType};
 use eddyline_core::operator::keyed_agg::KeyedAggFactory;
@@ -161,6 +162,15 @@ struct FilterSpec<'py> {
 #[derive(FromPyObject)]
 struct ProjectSpec<'py> {
     columns: Vec<(String, Bound<'py, PyExpr>)>,
+}
+
+/// `explode`: one row per element of an array column.
+#[derive(FromPyObject)]
+struct ExplodeSpec<'py> {
+    columns: Vec<(String, Bound<'py, PyExpr>)>,
+    generator: usize,
+    outer: bool,
+    keep_input: bool,
 }
 
 /// `assign_timestamps`: event time from a column, and watermarks.
@@ -338,6 +348,26 @@ fn project_node(cx: &Ctx<'_>, spec: ProjectSpec<'_>, select: bool) -> Result<Nod
     } else {
         ProjectFactory::with_columns(cols)
     };
+    let s = match known(cx.inputs) {
+        Some(s) => {
+            f = f.with_input_schema(name, s)?;
+            Some(f.output_schema(name, s)?)
+        }
+        None => None,
+    };
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `explode`: a native flat-map of an array column (`select` with
+/// `F.explode`, or `stream.explode`).
+fn explode_node(cx: &Ctx<'_>, spec: ExplodeSpec<'_>) -> Result<NodeParts, NodeError> {
+    let name = cx.name;
+    let mode = if spec.keep_input {
+        ExplodeMode::WithColumn
+    } else {
+        ExplodeMode::Select
+    };
+    let mut f = ExplodeFactory::new(mode, exprs(&spec.columns), spec.generator, spec.outer)?;
     let s = match known(cx.inputs) {
         Some(s) => {
             f = f.with_input_schema(name, s)?;
@@ -584,6 +614,7 @@ impl GraphReader<'_> {
             "filter" => filter_node(cx, op.extract()?)?,
             "with_columns" => project_node(cx, op.extract()?, false)?,
             "select" => project_node(cx, op.extract()?, true)?,
+            "explode" => explode_node(cx, op.extract()?)?,
             "assign_timestamps" => timestamps_node(cx, op.extract()?)?,
             "keyed_agg" => keyed_agg_node(cx, op.extract()?)?,
             "window" => window_node(cx, op.extract()?, late_output)?,

@@ -39,7 +39,9 @@ mod cast;
 mod eval;
 mod function;
 mod kernels;
+mod parse;
 mod spark_functions;
+mod spark_nested;
 mod type_class;
 mod types;
 mod value;
@@ -50,6 +52,8 @@ mod spark_tests;
 pub use aggregate::{Aggregate, AggregateState, BoundAggregate};
 pub use cast::SparkType;
 pub use function::Function;
+pub use parse::{parse as parse_sql, struct_args, struct_field_name, Parsed};
+pub use spark_nested::GENERATORS;
 pub(crate) use value::Value;
 
 use std::fmt;

@@ -7,6 +7,7 @@
 //! `restore_state`, `notify_checkpoint_complete`) are what asynchronous
 //! barrier snapshotting drives.
 
+pub mod explode;
 pub mod filter;
 pub mod join;
 pub mod keyed_agg;
