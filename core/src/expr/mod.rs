@@ -49,6 +49,7 @@ mod spark_tests;
 
 pub use aggregate::{Aggregate, AggregateState, BoundAggregate};
 pub use cast::SparkType;
+pub(crate) use function::library_function;
 pub use function::Function;
 pub(crate) use value::Value;
 
