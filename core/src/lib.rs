@@ -11,6 +11,7 @@ pub mod error;
 pub mod event;
 pub mod expr;
 pub mod feedback;
+pub mod sql;
 
 pub mod keygroup;
 pub(crate) mod message;

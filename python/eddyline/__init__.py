@@ -50,6 +50,7 @@ from .errors import (
     KafkaError,
     SchemaError,
     ScopeError,
+    SqlError,
     StorageError,
 )
 from .expr import Expr, col, lit
@@ -115,6 +116,7 @@ __all__ = [
     "RestartStrategy",
     "SchemaError",
     "ScopeError",
+    "SqlError",
     "Session",
     "Sliding",
     "Source",

@@ -16,6 +16,12 @@ from eddyline._specs import JobConfigSpec, NodeSpec
 __all__ = [
     "Expr",
     "JobHandle",
+    "SqlAggregate",
+    "SqlFilter",
+    "SqlProject",
+    "SqlScan",
+    "SqlUnion",
+    "SqlWindow",
     "StoreDir",
     "WorkerSession",
     "__version__",
@@ -24,6 +30,7 @@ __all__ = [
     "list_checkpoints",
     "parquet_files",
     "plan_graph",
+    "plan_sql",
     "read_keyed_state",
     "start_job",
     "worker_connect",
@@ -263,3 +270,82 @@ class WorkerSession:
         """Tells the driver this worker cannot run the job."""
     def run(self, nodes: list[NodeSpec], config: JobConfigSpec) -> None:
         """Runs this worker's subtasks until the attempt ends (GIL released)."""
+
+# ---- SQL (python/src/sql.rs; lowered by eddyline/sql.py) ---------------------------
+
+def plan_sql(query: str, views: list[tuple[str, pa.Schema, str | None]]) -> _SqlStep:
+    """Plans ``query`` over the views ``(name, schema, time column)``; raises ``SqlError``."""
+
+@final
+class SqlScan:
+    """A view's stream."""
+
+    @property
+    def view(self) -> str: ...
+    @property
+    def columns(self) -> list[str]: ...
+
+@final
+class SqlWindow:
+    """A windowing table function (``kind``: ``"tumble"``, ``"hop"``, ``"session"``)."""
+
+    @property
+    def input(self) -> _SqlStep: ...
+    @property
+    def time_column(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def size_ms(self) -> int | None: ...
+    @property
+    def slide_ms(self) -> int | None: ...
+    @property
+    def gap_ms(self) -> int | None: ...
+    @property
+    def columns(self) -> list[str]: ...
+
+@final
+class SqlFilter:
+    """Rows where ``predicate`` holds."""
+
+    @property
+    def input(self) -> _SqlStep: ...
+    @property
+    def predicate(self) -> Expr: ...
+    @property
+    def columns(self) -> list[str]: ...
+
+@final
+class SqlProject:
+    """Named expressions ``(name, Expr)``, in order."""
+
+    @property
+    def input(self) -> _SqlStep: ...
+    @property
+    def exprs(self) -> list[tuple[str, Expr]]: ...
+    @property
+    def columns(self) -> list[str]: ...
+
+@final
+class SqlUnion:
+    """``UNION ALL`` of ``inputs``."""
+
+    @property
+    def inputs(self) -> list[_SqlStep]: ...
+    @property
+    def columns(self) -> list[str]: ...
+
+@final
+class SqlAggregate:
+    """``GROUP BY keys`` with ``aggregates`` ``(function, column or None, name)``."""
+
+    @property
+    def input(self) -> _SqlStep: ...
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def aggregates(self) -> list[tuple[str, str | None, str]]: ...
+    @property
+    def columns(self) -> list[str]: ...
+
+_SqlStep: TypeAlias = SqlScan | SqlWindow | SqlFilter | SqlProject | SqlUnion | SqlAggregate

@@ -53,6 +53,7 @@ from .config import CheckpointConfig, RestartStrategy
 from .errors import GraphError, SchemaError
 from .scope import StreamScope
 from .sources import Source, SourceReaderFactory
+from .sql import plan_query
 from .stream import DataStream
 
 __all__ = ["StreamEnvironment"]
@@ -158,6 +159,8 @@ class StreamEnvironment:
         # Called with ``restore_from`` right before a job starts (from_spark pins its input).
         self._before_run: list[Callable[[str | None], None]] = []
         self._scope = StreamScope.top()
+        # The streams SQL queries read, by view name (create_temporary_view).
+        self._views: dict[str, DataStream] = {}
 
     def __repr__(self) -> str:
         return (
@@ -491,6 +494,59 @@ class StreamEnvironment:
             allow_non_restored_state=allow_non_restored_state,
             allow_duplicate_output=allow_duplicate_output,
         )
+
+    # ---- SQL ----------------------------------------------------------------
+
+    def create_temporary_view(self, name: str, stream: DataStream) -> None:
+        """Registers ``stream`` as the view ``name`` that :meth:`sql` queries read.
+
+        The view's columns are the stream's (its schema must be known before
+        running); its event time is the stream's ``assign_timestamps`` /
+        ``with_watermark`` column (docs/API.md "SQL").
+
+        Raises:
+            GraphError: ``name`` is already a view, or the stream belongs to
+                another environment.
+
+        Example:
+            >>> import eddyline as ed
+            >>> env = ed.StreamEnvironment()
+            >>> env.create_temporary_view("t", env.from_collection([{"v": 1}]))
+            >>> env.sql("SELECT v + 1 AS w FROM t").schema.names
+            ['w']
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"create_temporary_view() needs a non-empty name, got {name!r}")
+        if not isinstance(stream, DataStream):
+            raise TypeError(
+                f"create_temporary_view() needs a DataStream, got {type(stream).__name__}"
+            )
+        if stream._env is not self:
+            raise GraphError(
+                f"create_temporary_view({name!r}): the stream belongs to another StreamEnvironment"
+            )
+        if name in self._views:
+            raise GraphError(
+                f"create_temporary_view({name!r}): a view of that name already exists "
+                f"(stream '{self._views[name].operator_name}')"
+            )
+        self._views[name] = stream
+
+    def sql(self, query: str) -> DataStream:
+        """The stream of a SQL query over the registered views.
+
+        ``SELECT`` with the function library, ``WHERE``, ``GROUP BY`` (running:
+        an updated row per key per batch; or over Flink's windowing table
+        functions ``TUMBLE``/``HOP``/``SESSION``), ``HAVING``, ``UNION ALL``,
+        ``WITH`` and subqueries in ``FROM`` (docs/API.md "SQL"). The result is a
+        :class:`DataStream` like any other: it takes DSL operators and sinks.
+
+        Raises:
+            SqlError: The query names an unknown table or column, or uses a
+                construct a stream cannot run (a global ``ORDER BY``, ``LIMIT``,
+                ...); the message names the construct.
+        """
+        return plan_query(self._views, query)
 
     def build(self) -> list[NodeSpec]:
         """Validates the job graph and returns the node specs the native layer runs.

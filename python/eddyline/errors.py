@@ -24,6 +24,7 @@ __all__ = [
     "KafkaError",
     "SchemaError",
     "ScopeError",
+    "SqlError",
     "StorageError",
 ]
 
@@ -84,6 +85,31 @@ class GraphError(EddylineError):
 
     Raised while the graph is built, before anything runs.
     """
+
+
+class SqlError(GraphError):
+    """SQL that a stream cannot run, or that does not plan (``env.sql``).
+
+    Raised by ``env.sql`` before any operator exists; the message names the
+    construct (``ORDER BY``, ``LIMIT``, ``JOIN``, an unknown ``table`` or
+    ``column``, ...) and why.
+
+    Attributes:
+        construct: The SQL construct refused (``"ORDER BY"``, ``"column"``, ...).
+    """
+
+    construct: str
+
+    def __init__(
+        self,
+        message: str,
+        construct: str = "query",
+        *,
+        operator: str | None = None,
+        user_traceback: str | None = None,
+    ) -> None:
+        super().__init__(message, operator=operator or "sql", user_traceback=user_traceback)
+        self.construct = construct
 
 
 class ScopeError(EddylineError):

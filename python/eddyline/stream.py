@@ -764,6 +764,13 @@ class DataStream(_Operators):
             )
         return DataStream(self._env, self._node, entry[0])
 
+    # ---- SQL ----------------------------------------------------------------
+
+    def create_temporary_view(self, name: str) -> None:
+        """Registers this stream as the view ``name`` of its environment's
+        ``env.sql`` queries (``env.create_temporary_view(name, self)``)."""
+        self._env.create_temporary_view(name, self)
+
     # ---- plan ---------------------------------------------------------------
 
     def explain(self) -> str:

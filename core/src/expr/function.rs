@@ -67,6 +67,14 @@ fn registry() -> &'static HashMap<String, Arc<ScalarUDF>> {
     })
 }
 
+/// The library's function called `name` (case-insensitive, Spark's
+/// spelling), as the SQL planner looks it up.
+pub(crate) fn library_function(name: &str) -> Option<Arc<ScalarUDF>> {
+    let lower = name.to_ascii_lowercase();
+    let (library_name, _) = spark_spelling(&lower, Vec::new());
+    registry().get(library_name).cloned()
+}
+
 /// The options every call runs with: DataFusion's defaults, which are
 /// Spark's non-ANSI behaviour.
 fn config() -> Arc<ConfigOptions> {

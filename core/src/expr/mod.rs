@@ -51,6 +51,7 @@ mod spark_tests;
 
 pub use aggregate::{Aggregate, AggregateState, BoundAggregate};
 pub use cast::SparkType;
+pub(crate) use function::library_function;
 pub use function::Function;
 pub use parse::{parse as parse_sql, struct_args, struct_field_name, Parsed};
 pub use spark_nested::GENERATORS;

@@ -1,0 +1,142 @@
+//! The SQL front-end (docs/DESIGN.md "SQL"): a query over registered views is
+//! parsed and planned by DataFusion (`datafusion-sql`) and the logical plan is
+//! lowered to a small tree of streaming steps, [`SqlNode`], whose expressions
+//! are eddyline's own [`Expr`]. The Python layer builds the job from that tree
+//! by calling the same DSL methods a hand-written job calls, so a query and
+//! its DSL twin give the same graph: DataFusion plans, eddyline executes.
+//!
+//! What a stream cannot run (a global `ORDER BY`, a `LIMIT`, an unknown table
+//! or column) is a [`SqlError`] naming the construct, raised here, before any
+//! operator exists.
+
+mod convert;
+mod lower;
+mod provider;
+mod tvf;
+
+use std::fmt;
+
+use arrow::datatypes::SchemaRef;
+
+use crate::expr::Expr;
+
+pub use tvf::interval_ms;
+
+/// A view a query may read: its name, schema and event-time column.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub time_column: Option<String>,
+}
+
+/// Event-time windows: Flink's windowing table functions or Spark's
+/// `window()` / `session_window()` grouping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowKind {
+    /// `TUMBLE(..., size)` / `window(ts, size)`.
+    Tumble { size_ms: i64 },
+    /// `HOP(..., slide, size)` / `window(ts, size, slide)`.
+    Hop { size_ms: i64, slide_ms: i64 },
+    /// `SESSION(..., gap)` / `session_window(ts, gap)`.
+    Session { gap_ms: i64 },
+}
+
+/// One aggregate of a `GROUP BY`: the function (lower case), the column it
+/// reads (None: `count(*)`) and the name of its output column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateCall {
+    pub function: String,
+    pub column: Option<String>,
+    pub name: String,
+}
+
+/// A lowered query: one streaming step per node, children first.
+#[derive(Debug, Clone)]
+pub enum SqlNode {
+    /// The stream of a registered view.
+    Scan { view: String, columns: Vec<String> },
+    /// A windowing table function over a view: the view's rows, each to be
+    /// grouped into windows of `kind` on `time_column`; the node adds the
+    /// `window_start` and `window_end` columns (valid only in a `GROUP BY`).
+    Window {
+        input: Box<SqlNode>,
+        time_column: String,
+        kind: WindowKind,
+        columns: Vec<String>,
+    },
+    /// Rows where `predicate` holds.
+    Filter {
+        input: Box<SqlNode>,
+        predicate: Expr,
+        columns: Vec<String>,
+    },
+    /// Named expressions, in order.
+    Project {
+        input: Box<SqlNode>,
+        exprs: Vec<(String, Expr)>,
+    },
+    /// `UNION ALL` of inputs with the same column names.
+    Union { inputs: Vec<SqlNode> },
+    /// `GROUP BY` the key columns with aggregates; `window` is Spark's
+    /// `window(time_column, ...)` grouping (its output column names are in
+    /// `window_columns`), None otherwise.
+    Aggregate {
+        input: Box<SqlNode>,
+        keys: Vec<String>,
+        aggregates: Vec<AggregateCall>,
+        window: Option<(String, WindowKind)>,
+        columns: Vec<String>,
+    },
+}
+
+impl SqlNode {
+    /// The node's output column names.
+    pub fn columns(&self) -> Vec<String> {
+        match self {
+            SqlNode::Scan { columns, .. }
+            | SqlNode::Window { columns, .. }
+            | SqlNode::Filter { columns, .. }
+            | SqlNode::Aggregate { columns, .. } => columns.clone(),
+            SqlNode::Project { exprs, .. } => exprs.iter().map(|(n, _)| n.clone()).collect(),
+            SqlNode::Union { inputs } => inputs.first().map(SqlNode::columns).unwrap_or_default(),
+        }
+    }
+}
+
+/// SQL that eddyline cannot run as a stream, or that does not plan: the
+/// construct (`ORDER BY`, `LIMIT`, `table`, `column`, `syntax`, ...) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlError {
+    pub construct: String,
+    pub message: String,
+}
+
+impl SqlError {
+    pub(crate) fn new(construct: impl Into<String>, message: impl Into<String>) -> Self {
+        SqlError {
+            construct: construct.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for SqlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SQL {}: {}", self.construct, self.message)
+    }
+}
+
+impl std::error::Error for SqlError {}
+
+/// Plans `query` (one `SELECT`, `WITH` or `UNION ALL` query) over `views`.
+pub fn plan(query: &str, views: &[View]) -> Result<SqlNode, SqlError> {
+    let rewritten = tvf::rewrite(query, views)?;
+    let provider = provider::Provider::new(views, &rewritten.windows);
+    let plan = provider.plan(&rewritten.statement)?;
+    lower::Lowering {
+        views,
+        windows: &rewritten.windows,
+    }
+    .lower(&plan)
+}

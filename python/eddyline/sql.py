@@ -1,0 +1,210 @@
+"""SQL on streams: ``env.sql(query)`` over views registered with
+``env.create_temporary_view(name, stream)`` (docs/API.md "SQL").
+
+DataFusion parses and plans the query in Rust (``eddyline._core.plan_sql``,
+docs/DESIGN.md "SQL") and hands back a small tree of steps whose expressions
+are native :class:`~eddyline.expr.Expr` objects; this module lowers that tree
+by calling the same DSL methods a hand-written job calls (``filter``,
+``select``, ``union``, ``key_by(...).sum(...)``, ``window(...)``), so a query
+and its DSL twin build the same graph, run at the same speed and checkpoint
+the same state.
+
+Example:
+    >>> import eddyline as ed
+    >>> env = ed.StreamEnvironment()
+    >>> env.from_collection([{"k": "a", "v": 1}]).create_temporary_view("t")
+    >>> env.sql("SELECT k, v * 2 AS w FROM t WHERE v > 0").schema.names
+    ['k', 'w']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import _core
+from .errors import SqlError
+from .expr import Expr, lit
+from .windows import Session, Sliding, Tumbling
+
+if TYPE_CHECKING:
+    from .keyed import KeyedStream, WindowedStream
+    from .stream import DataStream
+
+__all__ = ["plan_query"]
+
+_WINDOW_BOUNDS = ("window_start", "window_end")
+_ALL = "__sql_group"
+"""The constant key column of a GROUP BY without keys."""
+
+
+@dataclass(frozen=True)
+class _Windowing:
+    """The windows of a windowing table function, waiting for the ``GROUP BY``
+    that aggregates them."""
+
+    function: str
+    assigner: Tumbling | Sliding | Session
+
+
+@dataclass(frozen=True)
+class _Lowered:
+    """A lowered step: its stream and, above a windowing table function, the
+    windows its rows belong to."""
+
+    stream: DataStream
+    window: _Windowing | None = None
+
+
+def plan_query(views: dict[str, DataStream], query: str) -> DataStream:
+    """The stream of ``query`` over ``views`` (``env.sql``)."""
+    if not isinstance(query, str) or not query.strip():
+        raise TypeError(f"sql() needs a query string, got {query!r}")
+    catalog: list[tuple[str, Any, str | None]] = []
+    for name, stream in views.items():
+        if stream.schema is None:
+            raise SqlError(
+                f"SQL table: the schema of view '{name}' is not known before running (a "
+                "Python function without schema=...); give the function its schema",
+                "table",
+            )
+        catalog.append((name, stream.schema, stream.time_column))
+    root = _core.plan_sql(query, catalog)
+    lowered = _Lowering(views).lower(root)
+    if lowered.window is not None:
+        raise SqlError(
+            f"SQL {lowered.window.function}: the rows of a windowing table function are "
+            "only aggregated yet: GROUP BY window_start, window_end (and keys)",
+            lowered.window.function,
+        )
+    stream = lowered.stream
+    if stream.schema is not None and stream.schema.names != list(root.columns):
+        # Only the query's columns, in its order (a GROUP BY without keys groups
+        # by a constant column of its own).
+        stream = stream.select(*root.columns)
+    return stream
+
+
+class _Lowering:
+    def __init__(self, views: dict[str, DataStream]) -> None:
+        self._views = views
+
+    def lower(self, node: Any) -> _Lowered:
+        kind = type(node).__name__
+        if kind == "SqlScan":
+            return _Lowered(self._views[node.view])
+        if kind == "SqlWindow":
+            return self._window(node)
+        if kind == "SqlFilter":
+            below = self.lower(node.input)
+            _no_window_bounds(below, [node.predicate], "WHERE")
+            return _Lowered(below.stream.filter(node.predicate), below.window)
+        if kind == "SqlProject":
+            below = self.lower(node.input)
+            exprs: list[tuple[str, Expr]] = list(node.exprs)
+            _no_window_bounds(below, [e for _, e in exprs], "SELECT")
+            columns = [e if e.output_name == name else e.alias(name) for name, e in exprs]
+            return _Lowered(below.stream.select(*columns), below.window)
+        if kind == "SqlUnion":
+            inputs = [self.lower(i) for i in node.inputs]
+            for item in inputs:
+                _no_window_bounds(item, [], "UNION ALL")
+            first, *rest = (i.stream for i in inputs)
+            return _Lowered(first.union(*rest))
+        if kind == "SqlAggregate":
+            return _Lowered(_group(self.lower(node.input), list(node.keys), node.aggregates))
+        raise AssertionError(f"unknown SQL step {node!r}")  # invariant: plan_sql's classes
+
+    def _window(self, node: Any) -> _Lowered:
+        function = node.kind.upper()
+        stream = self.lower(node.input).stream
+        if stream.time_column != node.time_column:
+            has = (
+                f"its event time is column '{stream.time_column}'"
+                if stream.time_column is not None
+                else "it has no event time"
+            )
+            raise SqlError(
+                f"SQL {function}: DESCRIPTOR({node.time_column}) must name the view's event-time "
+                f"column, but {has}; call assign_timestamps('{node.time_column}') (or "
+                "with_watermark) on the stream before registering the view",
+                function,
+            )
+        assigner: Tumbling | Sliding | Session
+        if node.kind == "tumble":
+            assigner = Tumbling(node.size_ms / 1000)
+        elif node.kind == "hop":
+            assigner = Sliding(node.size_ms / 1000, node.slide_ms / 1000)
+        else:
+            assigner = Session(node.gap_ms / 1000)
+        return _Lowered(stream, _Windowing(function, assigner))
+
+
+def _no_window_bounds(below: _Lowered, exprs: list[Expr], clause: str) -> None:
+    """Refuses reading ``window_start``/``window_end`` before the ``GROUP BY``
+    (the bounds exist only once rows are grouped into windows)."""
+    if below.window is None:
+        return
+    if clause == "UNION ALL" or any(c in _WINDOW_BOUNDS for e in exprs for c in e.columns()):
+        raise SqlError(
+            f"SQL {below.window.function}: {clause} reads window_start/window_end before the "
+            "rows are grouped; only GROUP BY window_start, window_end (and keys) and what "
+            "follows it can",
+            below.window.function,
+        )
+
+
+def _group(
+    below: _Lowered, keys: list[str], aggregates: list[tuple[str, str | None, str]]
+) -> DataStream:
+    """``GROUP BY keys`` (with a windowing table function's windows when the keys
+    hold ``window_start`` and ``window_end``) with ``aggregates``."""
+    window = below.window
+    if window is not None:
+        bounds = [k for k in keys if k in _WINDOW_BOUNDS]
+        if sorted(bounds) != sorted(_WINDOW_BOUNDS):
+            raise SqlError(
+                f"SQL {window.function}: GROUP BY over a windowing table function must "
+                "include window_start and window_end",
+                window.function,
+            )
+        keys = [k for k in keys if k not in _WINDOW_BOUNDS]
+    stream = below.stream
+    if not keys:
+        # One group: a constant key, so one subtask aggregates every row (as
+        # Flink's global aggregates); the final select drops it.
+        if stream.schema is not None and _ALL in stream.schema.names:
+            raise SqlError(f"SQL GROUP BY: the input has a column named {_ALL}", "GROUP BY")
+        stream = stream.with_columns(**{_ALL: lit(0)})
+        keys = [_ALL]
+    keyed = stream.key_by(keys)
+    grouped = keyed.window(window.assigner) if window is not None else keyed
+    return aggregate(grouped, aggregates)
+
+
+def aggregate(
+    grouped: KeyedStream | WindowedStream, aggregates: list[tuple[str, str | None, str]]
+) -> DataStream:
+    """The aggregates of a ``GROUP BY`` on a keyed or windowed stream: the one
+    place SQL meets the DSL's aggregates.
+
+    ``aggregates``: ``(function, column or None for count(*), output name)``.
+    Today a single ``sum(col)``, ``count(*)``, ``min(col)`` or ``max(col)``
+    (named as the DSL names it: the column, or ``count``); several aggregates
+    and the others (``avg``, ``count(col)``, ...) become ``grouped.agg(...)``
+    with each aggregate aliased to its output name once that exists.
+    """
+    if len(aggregates) == 1:
+        function, column, _ = aggregates[0]
+        if function == "count" and column is None:
+            return grouped.count()
+        if function in ("sum", "min", "max") and column is not None:
+            result: DataStream = getattr(grouped, function)(column)
+            return result
+    listed = ", ".join(f"{f}({c or '*'})" for f, c, _ in aggregates) or "none"
+    raise SqlError(
+        f"SQL aggregate: {listed}: a GROUP BY takes one aggregate yet, sum(col), count(*), "
+        "min(col) or max(col); several aggregates and avg, count(col) and the others are "
+        "not supported yet",
+        "aggregate",
+    )

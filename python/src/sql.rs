@@ -1,0 +1,238 @@
+//! `eddyline._core.plan_sql`: the SQL front-end's plan (core's `sql`
+//! module) as a tree of frozen Python objects, expressions as `Expr`, which
+//! `eddyline/sql.py` lowers by calling the DSL (docs/DESIGN.md "SQL").
+//! Glue only: conversions and the error class.
+
+use eddyline_core::sql::{self, AggregateCall, SqlError, SqlNode, View, WindowKind};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::arrow::schema_from_py;
+use crate::expr::PyExpr;
+
+/// A view's stream (`eddyline.sql` maps the name to it).
+#[pyclass(name = "SqlScan", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlScan {
+    view: String,
+    columns: Vec<String>,
+}
+
+/// A windowing table function over `input`: `kind` is `"tumble"`, `"hop"`
+/// or `"session"`; the sizes are in milliseconds.
+#[pyclass(name = "SqlWindow", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlWindow {
+    input: Py<PyAny>,
+    time_column: String,
+    kind: String,
+    size_ms: Option<i64>,
+    slide_ms: Option<i64>,
+    gap_ms: Option<i64>,
+    columns: Vec<String>,
+}
+
+/// Rows of `input` where `predicate` holds.
+#[pyclass(name = "SqlFilter", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlFilter {
+    input: Py<PyAny>,
+    predicate: Py<PyExpr>,
+    columns: Vec<String>,
+}
+
+/// `exprs`: a list of `(name, Expr)`.
+#[pyclass(name = "SqlProject", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlProject {
+    input: Py<PyAny>,
+    exprs: Py<PyList>,
+    columns: Vec<String>,
+}
+
+/// `UNION ALL` of `inputs` (a list), all with the same column names.
+#[pyclass(name = "SqlUnion", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlUnion {
+    inputs: Py<PyList>,
+    columns: Vec<String>,
+}
+
+/// `GROUP BY keys` with `aggregates`: a list of `(function, column or None,
+/// output name)`.
+#[pyclass(name = "SqlAggregate", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlAggregate {
+    input: Py<PyAny>,
+    keys: Vec<String>,
+    aggregates: Py<PyList>,
+    columns: Vec<String>,
+}
+
+fn window_fields(kind: &WindowKind) -> (&'static str, Option<i64>, Option<i64>, Option<i64>) {
+    match kind {
+        WindowKind::Tumble { size_ms } => ("tumble", Some(*size_ms), None, None),
+        WindowKind::Hop { size_ms, slide_ms } => ("hop", Some(*size_ms), Some(*slide_ms), None),
+        WindowKind::Session { gap_ms } => ("session", None, None, Some(*gap_ms)),
+    }
+}
+
+fn expr(py: Python<'_>, e: &eddyline_core::expr::Expr) -> PyResult<Py<PyExpr>> {
+    Py::new(
+        py,
+        PyExpr {
+            expr: e.clone(),
+            alias: None,
+        },
+    )
+}
+
+fn to_py(py: Python<'_>, node: &SqlNode) -> PyResult<Py<PyAny>> {
+    let columns = node.columns();
+    Ok(match node {
+        SqlNode::Scan { view, .. } => Py::new(
+            py,
+            PySqlScan {
+                view: view.clone(),
+                columns,
+            },
+        )?
+        .into_any(),
+        SqlNode::Window {
+            input,
+            time_column,
+            kind,
+            ..
+        } => {
+            let (kind, size_ms, slide_ms, gap_ms) = window_fields(kind);
+            Py::new(
+                py,
+                PySqlWindow {
+                    input: to_py(py, input)?,
+                    time_column: time_column.clone(),
+                    kind: kind.to_string(),
+                    size_ms,
+                    slide_ms,
+                    gap_ms,
+                    columns,
+                },
+            )?
+            .into_any()
+        }
+        SqlNode::Filter {
+            input, predicate, ..
+        } => Py::new(
+            py,
+            PySqlFilter {
+                input: to_py(py, input)?,
+                predicate: expr(py, predicate)?,
+                columns,
+            },
+        )?
+        .into_any(),
+        SqlNode::Project { input, exprs } => project_to_py(py, input, exprs, columns)?,
+        SqlNode::Union { inputs } => {
+            let items = inputs
+                .iter()
+                .map(|i| to_py(py, i))
+                .collect::<PyResult<Vec<_>>>()?;
+            Py::new(
+                py,
+                PySqlUnion {
+                    inputs: PyList::new(py, items)?.unbind(),
+                    columns,
+                },
+            )?
+            .into_any()
+        }
+        SqlNode::Aggregate {
+            input,
+            keys,
+            aggregates,
+            ..
+        } => aggregate_to_py(py, input, keys, aggregates, columns)?,
+    })
+}
+
+fn project_to_py(
+    py: Python<'_>,
+    input: &SqlNode,
+    exprs: &[(String, eddyline_core::expr::Expr)],
+    columns: Vec<String>,
+) -> PyResult<Py<PyAny>> {
+    let items = exprs
+        .iter()
+        .map(|(name, e)| {
+            PyTuple::new(
+                py,
+                [
+                    name.clone().into_pyobject(py)?.into_any(),
+                    expr(py, e)?.into_bound(py).into_any(),
+                ],
+            )
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Py::new(
+        py,
+        PySqlProject {
+            input: to_py(py, input)?,
+            exprs: PyList::new(py, items)?.unbind(),
+            columns,
+        },
+    )
+    .map(Py::into_any)
+}
+
+fn aggregate_to_py(
+    py: Python<'_>,
+    input: &SqlNode,
+    keys: &[String],
+    aggregates: &[AggregateCall],
+    columns: Vec<String>,
+) -> PyResult<Py<PyAny>> {
+    let items = aggregates
+        .iter()
+        .map(
+            |AggregateCall {
+                 function,
+                 column,
+                 name,
+             }| { (function.clone(), column.clone(), name.clone()).into_pyobject(py) },
+        )
+        .collect::<PyResult<Vec<_>>>()?;
+    Py::new(
+        py,
+        PySqlAggregate {
+            input: to_py(py, input)?,
+            keys: keys.to_vec(),
+            aggregates: PyList::new(py, items)?.unbind(),
+            columns,
+        },
+    )
+    .map(Py::into_any)
+}
+
+fn sql_error(py: Python<'_>, err: &SqlError) -> PyErr {
+    let raise = || -> PyResult<PyErr> {
+        let class = py.import("eddyline.errors")?.getattr("SqlError")?;
+        let exc = class.call1((err.to_string(), err.construct.clone()))?;
+        Ok(PyErr::from_value(exc))
+    };
+    raise().unwrap_or_else(|e| e)
+}
+
+/// Plans `query` over `views` (`(name, pyarrow.Schema, time column or
+/// None)`); a construct a stream cannot run raises `eddyline.SqlError`.
+#[pyfunction]
+pub fn plan_sql(
+    py: Python<'_>,
+    query: &str,
+    views: Vec<(String, Bound<'_, PyAny>, Option<String>)>,
+) -> PyResult<Py<PyAny>> {
+    let views = views
+        .into_iter()
+        .map(|(name, schema, time_column)| {
+            Ok(View {
+                name,
+                schema: schema_from_py(&schema)?,
+                time_column,
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let node = sql::plan(query, &views).map_err(|e| sql_error(py, &e))?;
+    to_py(py, &node)
+}
