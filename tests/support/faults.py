@@ -69,12 +69,13 @@ class CheckpointGatedSequence(Source):
     whatever the timing (a fixed sleep per batch leaves it to chance).
 
     Rows at or past ``gates[k]`` (a fraction of each split) are read only once
-    ``k + 1`` checkpoints completed in ``checkpoint_dir``; until then
-    :meth:`read` answers ``(None, offset)``, which keeps the subtask free to
-    pass barriers (a function that blocks on the data path would hold the
-    barrier it waits for). Checkpoints come from the interval or from
-    ``trigger_checkpoint``; a restore into a directory that has enough
-    checkpoints already is not held back.
+    checkpoint ``k + 1`` or a later one completed in ``checkpoint_dir`` (ids
+    count from 1 in a fresh directory; retention may have deleted the older
+    ones). Until then :meth:`read` answers ``(None, offset)``, which keeps the
+    subtask free to pass barriers (a function that blocks on the data path
+    would hold the barrier it waits for). Checkpoints come from the interval
+    or from ``trigger_checkpoint``; a restored run, whose directory has them
+    already, is not held back.
 
     Example:
         >>> import tempfile
@@ -118,7 +119,7 @@ class CheckpointGatedSequence(Source):
         if offset >= end:
             return None
         needed = sum(1 for g in self.gates if offset - start >= g)
-        if needed and len(completed_checkpoints(self.checkpoint_dir)) < needed:
+        if needed and max(completed_checkpoints(self.checkpoint_dir), default=0) < needed:
             return None, offset
         stop = min([end, offset + max_rows, *(start + g for g in self.gates if start + g > offset)])
         return pa.record_batch([pa.array(range(offset, stop), pa.int64())], names=["value"]), stop
