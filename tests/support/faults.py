@@ -75,7 +75,8 @@ class CheckpointGatedSequence(Source):
     subtask free to pass barriers (a function that blocks on the data path
     would hold the barrier it waits for). Checkpoints come from the interval
     or from ``trigger_checkpoint``; a restored run, whose directory has them
-    already, is not held back.
+    already, is not held back. Rows at or past ``hold`` (a fraction) are never
+    read: the job runs until the test cancels it.
 
     Example:
         >>> import tempfile
@@ -93,6 +94,7 @@ class CheckpointGatedSequence(Source):
         *,
         splits: int = 2,
         gates: Sequence[float] = (1 / 3, 2 / 3),
+        hold: float | None = None,
     ) -> None:
         if n % splits:
             raise ValueError(f"{n} rows do not split evenly into {splits}")
@@ -100,6 +102,7 @@ class CheckpointGatedSequence(Source):
         self.per_split = n // splits
         self.n_splits = splits
         self.gates = sorted(int(g * self.per_split) for g in gates)
+        self.hold = None if hold is None else int(hold * self.per_split)
 
     def schema(self) -> pa.Schema:
         return pa.schema([("value", pa.int64())])
@@ -118,10 +121,13 @@ class CheckpointGatedSequence(Source):
         start, end = split * self.per_split, (split + 1) * self.per_split
         if offset >= end:
             return None
+        if self.hold is not None and offset - start >= self.hold:
+            return None, offset
         needed = sum(1 for g in self.gates if offset - start >= g)
         if needed and max(completed_checkpoints(self.checkpoint_dir), default=0) < needed:
             return None, offset
-        stop = min([end, offset + max_rows, *(start + g for g in self.gates if start + g > offset)])
+        cuts = [*self.gates, *([] if self.hold is None else [self.hold])]
+        stop = min([end, offset + max_rows, *(start + g for g in cuts if start + g > offset)])
         return pa.record_batch([pa.array(range(offset, stop), pa.int64())], names=["value"]), stop
 
 
