@@ -78,6 +78,12 @@ class CheckpointGatedSequence(Source):
     already, is not held back. Rows at or past ``hold`` (a fraction) are never
     read: the job runs until the test cancels it.
 
+    With ``fresh``, each gate waits instead for a checkpoint *triggered after*
+    the split reached it (an id two above the newest completed on arrival:
+    one checkpoint is in flight at a time), so a barrier separates the rows
+    before every gate from those after it, however many checkpoints came
+    earlier. A run with ``fresh`` needs periodic checkpoints, also when restored.
+
     Example:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as tmp:
@@ -95,6 +101,7 @@ class CheckpointGatedSequence(Source):
         splits: int = 2,
         gates: Sequence[float] = (1 / 3, 2 / 3),
         hold: float | None = None,
+        fresh: bool = False,
     ) -> None:
         if n % splits:
             raise ValueError(f"{n} rows do not split evenly into {splits}")
@@ -103,6 +110,8 @@ class CheckpointGatedSequence(Source):
         self.n_splits = splits
         self.gates = sorted(int(g * self.per_split) for g in gates)
         self.hold = None if hold is None else int(hold * self.per_split)
+        self.fresh = fresh
+        self._arrived: dict[tuple[int, int], int] = {}
 
     def schema(self) -> pa.Schema:
         return pa.schema([("value", pa.int64())])
@@ -124,8 +133,14 @@ class CheckpointGatedSequence(Source):
         if self.hold is not None and offset - start >= self.hold:
             return None, offset
         needed = sum(1 for g in self.gates if offset - start >= g)
-        if needed and max(completed_checkpoints(self.checkpoint_dir), default=0) < needed:
-            return None, offset
+        if needed:
+            newest = max(completed_checkpoints(self.checkpoint_dir), default=0)
+            if self.fresh:
+                arrived = self._arrived.setdefault((split, needed), newest)
+                if newest < arrived + 2:
+                    return None, offset
+            elif newest < needed:
+                return None, offset
         cuts = [*self.gates, *([] if self.hold is None else [self.hold])]
         stop = min([end, offset + max_rows, *(start + g for g in cuts if start + g > offset)])
         return pa.record_batch([pa.array(range(offset, stop), pa.int64())], names=["value"]), stop
