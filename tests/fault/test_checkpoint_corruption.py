@@ -238,8 +238,10 @@ def test_checkpoint_damaged_shows_invalid_in_cli(
     assert main(["checkpoints", str(chk_copy)]) == 0
     out = capsys.readouterr().out
     newest_id = int(newest.name.removeprefix("chk-"))
-    row = next(line for line in out.splitlines() if line.split()[:1] == [str(newest_id)])
-    assert row.split()[-1] == "NO", out
+    # (the header "3 checkpoints in ..." starts with a number too)
+    rows = [line.split() for line in out.splitlines()]
+    row = next(r for r in rows if r[:2] == [str(newest_id), "checkpoint"])
+    assert row[-1] == "NO", out
     assert victim.name in out
     assert main(["checkpoints", str(newest)]) == 2
     assert victim.name in capsys.readouterr().err
