@@ -9,7 +9,7 @@ import pytest
 
 import eddyline as ed
 from eddyline.client.cli import main
-from support.faults import SleepPerBatch, completed_checkpoints
+from support.faults import CheckpointGatedSequence, completed_checkpoints
 
 
 @pytest.fixture
@@ -18,7 +18,9 @@ def finished(tmp_path: Path) -> tuple[Path, ed.JobResult]:
     env = ed.StreamEnvironment(
         2, checkpoint=ed.CheckpointConfig(chk, interval="20ms", retained=3), batch_size=100
     )
-    env.from_sequence(0, 10_000).map_batches(SleepPerBatch(0.002)).with_columns(
+    # The source waits for two periodic checkpoints during its input; with the
+    # final one, three are retained whatever the timing.
+    env.from_source(CheckpointGatedSequence(chk, 10_000)).with_columns(
         k=ed.col("value") % 5
     ).key_by("k").sum("value").name("sums").uid("sums").collect()
     return chk, env.execute("cli")

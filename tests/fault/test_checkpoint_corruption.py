@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import re
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import eddyline as ed
 from eddyline import _core
 from eddyline.client.cli import main
 from eddyline.testing import last_by_key
-from support.faults import SleepPerBatch, completed_checkpoints
+from support.faults import CheckpointGatedSequence, completed_checkpoints
 from support.sinks import RecordingTwoPhaseSink
 
 N = 30_000
@@ -32,20 +33,22 @@ EXPECTED_COUNTS = dict(enumerate(np.bincount(np.arange(N) % KEYS).tolist()))
 
 
 def _job(
-    chk_dir: Path, parquet_dir: Path | None = None
+    chk_dir: Path, parquet_dir: Path | None = None, interval: str = "30ms"
 ) -> tuple[ed.StreamEnvironment, ed.CollectHandle, ed.CollectHandle]:
+    """The job of every test. A fresh run completes at least three checkpoints
+    whatever the timing: two while its source holds back input (periodic ones,
+    or with ``interval="1h"`` the ones the test triggers), then the final one."""
     env = ed.StreamEnvironment(
         2,
-        checkpoint=ed.CheckpointConfig(chk_dir, interval="30ms", retained=3),
+        checkpoint=ed.CheckpointConfig(chk_dir, interval=interval, retained=3),
         batch_size=200,
     )
-    numbers = env.from_sequence(0, N).name("numbers").uid("numbers")
-    slow = numbers.map_batches(SleepPerBatch(0.002)).name("slow").uid("slow")
-    keyed = slow.with_columns(k=ed.col("value") % KEYS).name("tag").uid("tag").key_by("k")
+    numbers = env.from_source(CheckpointGatedSequence(chk_dir, N)).name("numbers").uid("numbers")
+    keyed = numbers.with_columns(k=ed.col("value") % KEYS).name("tag").uid("tag").key_by("k")
     sums = keyed.sum("value").name("sums").uid("sums").collect()
     counts = keyed.count().name("counts").uid("counts").collect()
     if parquet_dir is not None:
-        slow.sink_to(ed.ParquetSink(str(parquet_dir))).name("files").uid("files")
+        numbers.sink_to(ed.ParquetSink(str(parquet_dir))).name("files").uid("files")
     return env, sums, counts
 
 
@@ -138,48 +141,74 @@ def _rows(parquet_dir: Path) -> int:
     return sum(pq.read_metadata(f).num_rows for f in parquet_dir.glob("**/part-*.parquet"))
 
 
+def _value_counts(parquet_dir: Path) -> Counter[int]:
+    return Counter(
+        v
+        for f in sorted(parquet_dir.glob("**/part-*.parquet"))
+        for v in pq.read_table(f, columns=["value"]).column("value").to_pylist()
+    )
+
+
 def test_checkpoint_older_restore_refused_when_later_checkpoints_committed(
     tmp_path: Path, seed: int
 ) -> None:
     """Restoring an older checkpoint of a directory whose later checkpoints
     committed files would commit those rows again; the refusal of "latest"
     must not advise it, and the explicit restore is refused too, naming the
-    later checkpoints and the sink."""
+    later checkpoints and the sink.
+
+    Exactly three checkpoints complete, each with rows after it: two triggered
+    while the source holds back the rest of its input, and the final one (a
+    periodic interval left it to chance whether the fallback checkpoint came
+    after the last row, and the forced restore then duplicated nothing)."""
     rng = random.Random(seed)
     chk, files = tmp_path / "chk", tmp_path / "files"
-    env, _, _ = _job(chk, files)
-    env.execute("first")
-    assert _rows(files) == N
+    client = _job(chk, files, "1h")[0].execute_async("first")
+    triggered = [client.trigger_checkpoint(), client.trigger_checkpoint()]
+    result = client.wait(timeout=120)
+    assert result.checkpoint_ids[:2] == triggered
+    assert len(result.checkpoint_ids) == 3, result.checkpoint_ids
+    assert _value_counts(files) == Counter(range(N))
     older, *later = completed_checkpoints(chk)
-    assert later, "the run retained at least two checkpoints"
+    assert [older, *later] == result.checkpoint_ids
     _truncate(_state_file(_newest(chk), rng), rng)
     with pytest.raises(ed.CheckpointError, match="a second time through sink") as info:
-        _restore(chk, "latest", files)
+        _job(chk, files, "1h")[0].execute("restore", restore_from="latest")
     advice = str(info.value)
     assert "restore_from='" not in advice, advice
     assert "allow_duplicate_output=True" in advice
-    shown = (
-        " and ".join([", ".join(map(str, later[:-1])), str(later[-1])])
-        if len(later) > 1
-        else str(later[0])
-    )
     with pytest.raises(ed.CheckpointError) as info:
-        _restore(chk, str(chk / f"chk-{older}"), files)
+        _job(chk, files, "1h")[0].execute("restore", restore_from=str(chk / f"chk-{older}"))
     message = str(info.value)
     assert f"checkpoint {older} is not the newest" in message
-    assert f"the later checkpoint(s) {shown} completed" in message
+    assert f"the later checkpoint(s) {later[0]} and {later[1]} completed" in message
     assert "through sink(s) 'files'" in message
-    assert _rows(files) == N, "a refused restore commits nothing"
-    # Knowingly, both restores run (and commit the later rows again).
-    for restore_from in ("latest", f"chk-{older}"):
+    assert _value_counts(files) == Counter(range(N)), "a refused restore commits nothing"
+    # Knowingly, both restores run and commit the rows after the restored
+    # checkpoint again: "latest" falls back to the second checkpoint (taken
+    # before the last third of each split was read), the explicit one is the
+    # first (taken before the second third).
+    source, per_split = CheckpointGatedSequence(chk, N), N // 2
+    for restore_from, held_back in (
+        ("latest", source.gate_values(1)),
+        (f"chk-{older}", source.gate_values(0)),
+    ):
         copy, out = tmp_path / f"chk-{restore_from}", tmp_path / f"files-{restore_from}"
         shutil.copytree(chk, copy)
         shutil.copytree(files, out)
-        env, _, _ = _job(copy, out)
         where = restore_from if restore_from == "latest" else str(copy / restore_from)
-        result = env.execute("again", restore_from=where, allow_duplicate_output=True)
-        assert min(result.checkpoint_ids) > later[-1]
-        assert _rows(out) > N
+        env, _, _ = _job(copy, out, "1h")
+        again = env.execute("again", restore_from=where, allow_duplicate_output=True)
+        assert min(again.checkpoint_ids) > later[-1]
+        counts = _value_counts(out)
+        assert set(counts) == set(range(N)) and set(counts.values()) <= {1, 2}, restore_from
+        # what is committed twice is a tail of each split, at least the held-back part
+        for split in (0, 1):
+            start, end = split * per_split, (split + 1) * per_split
+            twice = [v for v in range(start, end) if counts[v] == 2]
+            assert twice, (restore_from, split)
+            assert twice == list(range(twice[0], end)), (restore_from, split)
+            assert twice[0] <= held_back[split], (restore_from, split, twice[0])
 
 
 def test_checkpoint_latest_fallback_refused_with_a_python_two_phase_sink(
@@ -209,8 +238,10 @@ def test_checkpoint_damaged_shows_invalid_in_cli(
     assert main(["checkpoints", str(chk_copy)]) == 0
     out = capsys.readouterr().out
     newest_id = int(newest.name.removeprefix("chk-"))
-    row = next(line for line in out.splitlines() if line.split()[:1] == [str(newest_id)])
-    assert row.split()[-1] == "NO", out
+    # (the header "3 checkpoints in ..." starts with a number too)
+    rows = [line.split() for line in out.splitlines()]
+    row = next(r for r in rows if r[:2] == [str(newest_id), "checkpoint"])
+    assert row[-1] == "NO", out
     assert victim.name in out
     assert main(["checkpoints", str(newest)]) == 2
     assert victim.name in capsys.readouterr().err

@@ -15,6 +15,7 @@ import pytest
 import eddyline as ed
 from eddyline.testing import last_by_key, read_parquet_dir
 from support.faults import (
+    CheckpointGatedSequence,
     FailOnce,
     SleepPerBatch,
     assert_exact_ids,
@@ -145,9 +146,10 @@ def test_checkpoint_at_least_once_loses_nothing(
 def test_checkpoint_trigger_returns_completed_id(tmp_path: Path, chk_dir: Path) -> None:
     env = _env(1, chk_dir, interval="1h")
     n = 40_000
+    # The source holds its last two thirds back until the triggered checkpoints
+    # completed: the job is still running at each trigger, whatever the timing.
     out = (
-        env.from_sequence(0, n)
-        .map_batches(SleepPerBatch(0.005))
+        env.from_source(CheckpointGatedSequence(chk_dir, n, splits=1))
         .with_columns(k=ed.col("value") % 7)
         .key_by("k")
         .count()
@@ -176,7 +178,9 @@ def test_checkpoint_trigger_returns_completed_id(tmp_path: Path, chk_dir: Path) 
 
 def test_checkpoint_retained_keeps_the_newest(tmp_path: Path, chk_dir: Path) -> None:
     env = _env(2, chk_dir, interval="20ms", retained=2)
-    env.from_sequence(0, 20_000).map_batches(SleepPerBatch(SLOW_S)).with_columns(
+    # Two periodic checkpoints complete during the input (the source waits for
+    # them), then the final one: three, one more than are retained.
+    env.from_source(CheckpointGatedSequence(chk_dir, 20_000)).with_columns(
         k=ed.col("value") % 5
     ).key_by("k").sum("value").collect()
     result = env.execute("retained")

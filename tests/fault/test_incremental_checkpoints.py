@@ -31,7 +31,7 @@ import pytest
 import eddyline as ed
 from eddyline.testing import read_parquet_dir
 from support.checkpoints import int_key_group
-from support.faults import kill_after_checkpoints
+from support.faults import CheckpointGatedSequence, kill_after_checkpoints
 
 MAX_PARALLELISM = 128
 KEYS = 20_000
@@ -73,9 +73,26 @@ def _final_sums(table: pa.Table) -> dict[int, int]:
     return last
 
 
-def _sums_job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream:
-    numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
-    keyed = numbers.map_batches(HotKeys(sleep)).name("keys").uid("keys").key_by("k")
+def _hot_gated(chk: Path, n: int) -> CheckpointGatedSequence:
+    """``0..n`` in one split; three gates in the hot phase each wait for a
+    checkpoint triggered after the source reached it, so at least three
+    checkpoints fall inside the hot phase with hot rows before each."""
+    hot = [(KEYS + i * (n - KEYS) // 4) / n for i in (1, 2, 3)]
+    return CheckpointGatedSequence(chk, n, splits=1, gates=hot, fresh=True)
+
+
+def _sums_job(
+    env: ed.StreamEnvironment, n: int, sleep: float, source: ed.Source | None = None
+) -> ed.DataStream:
+    numbers = env.from_sequence(0, n) if source is None else env.from_source(source)
+    keyed = (
+        numbers.name("numbers")
+        .uid("numbers")
+        .map_batches(HotKeys(sleep))
+        .name("keys")
+        .uid("keys")
+        .key_by("k")
+    )
     return keyed.sum("value").name("sum").uid("sum")
 
 
@@ -90,7 +107,7 @@ def _run(
         batch_size=1000,
         max_parallelism=MAX_PARALLELISM,
     )
-    handle = _sums_job(env, n, 0.01).collect()
+    handle = _sums_job(env, n, 0.01, _hot_gated(chk, n)).collect()
     result = env.execute("incremental" if incremental else "full")
     return result, _final_sums(handle.to_arrow())
 
@@ -172,8 +189,8 @@ def test_retention_deletes_only_unreferenced_shared_files(
 
 
 def test_a_corrupt_shared_file_is_named_when_restoring(tmp_path: Path) -> None:
-    chk = tmp_path / "chk"
-    result, _ = _run(chk, KEYS + 30_000, incremental=True)
+    chk, n = tmp_path / "chk", KEYS + 30_000
+    result, _ = _run(chk, n, incremental=True)
     latest = result.checkpoints[-1]
     inspected = ed._core.inspect_checkpoint(latest.path)  # type: ignore[attr-defined]
     (sub,) = next(o for o in inspected["operators"] if o["uid"] == "sum")["subtasks"]
@@ -184,7 +201,7 @@ def test_a_corrupt_shared_file_is_named_when_restoring(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
 
     env = ed.StreamEnvironment(1, max_parallelism=MAX_PARALLELISM)
-    _sums_job(env, 10, 0.0).collect()
+    _sums_job(env, n, 0.0, _hot_gated(chk, n)).collect()
     with pytest.raises(ed.CheckpointError) as info:
         env.execute("restore-corrupt", restore_from=latest.path)
     assert victim in str(info.value) and "xxh3" in str(info.value), info.value

@@ -34,7 +34,7 @@ import pytest
 import eddyline as ed
 from eddyline.testing import read_parquet_dir
 from support.checkpoints import int_key_group
-from support.faults import SleepPerBatch, wait_until
+from support.faults import CheckpointGatedSequence, SleepPerBatch, wait_until
 
 KEYS = 5
 RULES = [{"k": k, "factor": k + 1} for k in range(KEYS)]
@@ -310,17 +310,21 @@ def test_a_watermark_alone_does_not_rewrite_key_groups(tmp_path: Path) -> None:
     key group 0 and reuses the other 127 (with format v4 every one changed with
     the watermark; tests/fault/test_process_incremental.py shows the contrast
     for keyed process functions)."""
+    chk, n = tmp_path / "chk", INCR_KEYS + HOT_ROWS
+    # Three gates in the hot phase, each waiting for a checkpoint triggered
+    # after the source reached it: at least two checkpoints of that phase have
+    # hot rows before them, whatever the timing.
+    hot_phase = [(INCR_KEYS + i * HOT_ROWS // 4) / n for i in (1, 2, 3)]
+    source = CheckpointGatedSequence(chk, n, splits=1, gates=hot_phase, fresh=True)
     env = ed.StreamEnvironment(
         1,
-        checkpoint=ed.CheckpointConfig(
-            str(tmp_path / "chk"), interval="40ms", incremental=True, retained=1000
-        ),
+        checkpoint=ed.CheckpointConfig(str(chk), interval="40ms", incremental=True, retained=1000),
         batch_size=1000,
         max_parallelism=MAX_PARALLELISM,
     )
     rules = env.from_collection([{"step": 1}]).name("rules").uid("rules")
     (
-        env.from_sequence(0, INCR_KEYS + HOT_ROWS)
+        env.from_source(source)
         .map_batches(_hot_keys)
         .assign_timestamps("value")
         .key_by("k")

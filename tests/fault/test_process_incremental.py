@@ -23,6 +23,7 @@ import pytest
 import eddyline as ed
 from eddyline._exec.process import KeyedProcessRunner
 from support.checkpoints import int_key_group
+from support.faults import CheckpointGatedSequence
 
 MAX_PARALLELISM = 128
 KEYS = 3_000
@@ -58,16 +59,20 @@ def test_a_watermark_alone_does_not_rewrite_key_groups(
     if writer == "v4":
         monkeypatch.setattr(KeyedProcessRunner, "_watermark_per_key_group", True)
         monkeypatch.setattr(KeyedProcessRunner, "union_state", False)
+    chk, n = tmp_path / "chk", KEYS + HOT_ROWS
+    # Three gates in the hot phase, each waiting for a checkpoint triggered
+    # after the source reached it: at least two checkpoints of that phase have
+    # hot rows before them, whatever the timing.
+    hot_phase = [(KEYS + i * HOT_ROWS // 4) / n for i in (1, 2, 3)]
+    source = CheckpointGatedSequence(chk, n, splits=1, gates=hot_phase, fresh=True)
     env = ed.StreamEnvironment(
         1,
-        checkpoint=ed.CheckpointConfig(
-            str(tmp_path / "chk"), interval="40ms", incremental=True, retained=1000
-        ),
+        checkpoint=ed.CheckpointConfig(str(chk), interval="40ms", incremental=True, retained=1000),
         batch_size=1000,
         max_parallelism=MAX_PARALLELISM,
     )
     (
-        env.from_sequence(0, KEYS + HOT_ROWS)
+        env.from_source(source)
         .map_batches(HotKeys())
         .assign_timestamps("value")
         .key_by("k")

@@ -26,6 +26,7 @@ from eddyline._core import inspect_checkpoint
 from eddyline.client.cli import main as cli_main
 from eddyline.testing import read_parquet_dir
 from support.faults import (
+    CheckpointGatedSequence,
     FailOnce,
     SleepPerBatch,
     completed_checkpoints,
@@ -204,7 +205,13 @@ def test_recompute_persisted_running_sum_and_recomputed_windows_sigkill_exact(
     assert ed.read_state(chk, "windows").num_rows == 0
 
 
-def windowed_env(chk: Path, recovery: str, batch_size: int = 100, **extra: object) -> tuple:
+def windowed_env(
+    chk: Path, recovery: str, batch_size: int = 100, *, hold: bool = False, **extra: object
+) -> tuple:
+    """A sliding-window job over ``0..30_000``. Its source waits for checkpoints
+    1 to 4 during the input (with the final one, at least five whatever the
+    timing); with ``hold`` it stops before the end of its input and runs
+    until cancelled (a test that cancels it then never races the end)."""
     env = ed.StreamEnvironment(
         2,
         checkpoint=ed.CheckpointConfig(
@@ -212,7 +219,10 @@ def windowed_env(chk: Path, recovery: str, batch_size: int = 100, **extra: objec
         ),
         batch_size=batch_size,
     )
-    numbers = env.from_sequence(0, 30_000).uid("numbers").set_parallelism(1)
+    source = CheckpointGatedSequence(
+        chk, 30_000, splits=1, gates=(0.15, 0.3, 0.45, 0.6), hold=0.9 if hold else None
+    )
+    numbers = env.from_source(source).uid("numbers").set_parallelism(1)
     slow = numbers.map_batches(SleepPerBatch(0.002)).uid("slow").set_parallelism(1)
     keyed = slow.with_columns(key=ed.col("value") % KEYS, ts=ed.col("value")).set_parallelism(1)
     windows = (
@@ -254,7 +264,7 @@ def test_recompute_retention_keeps_exactly_the_checkpoints_back_to_the_null_stat
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     chk = tmp_path / "chk"
-    env, _ = windowed_env(chk, "recompute")
+    env, _ = windowed_env(chk, "recompute", hold=True)
     client = env.execute_async("retention")
     wait_until(lambda: len(client.checkpoints) >= 8, timeout=60, what="8 checkpoints")
     client.cancel()
@@ -279,7 +289,7 @@ def test_recompute_retention_keeps_exactly_the_checkpoints_back_to_the_null_stat
 @pytest.mark.timeout(120)
 def test_recompute_replay_that_differs_is_refused(tmp_path: Path) -> None:
     chk = tmp_path / "chk"
-    env, _ = windowed_env(chk, "recompute")
+    env, _ = windowed_env(chk, "recompute", hold=True)
     client = env.execute_async("original")
     wait_until(
         lambda: any(c.null_state_checkpoint < c.id for c in client.checkpoints[3:]),

@@ -1,7 +1,8 @@
 """Fault injection and checkers for eddyline's own tests, benches and chaos tester.
 
-What a job is slowed, failed or killed with (``SleepPerBatch``, ``FailOnce``,
-``sigkill_when``, ``kill_after_checkpoints``), what it is waited on with
+What a job is slowed, held back, failed or killed with (``SleepPerBatch``,
+``CheckpointGatedSequence``, ``FailOnce``, ``sigkill_when``,
+``kill_after_checkpoints``), what it is waited on with
 (``wait_until``, ``completed_checkpoints``) and how its ids are checked
 (``assert_exact_ids``, docs/TESTING.md "structured input"). Users test their jobs
 with :mod:`eddyline.testing`; these helpers serve eddyline's own suites.
@@ -26,8 +27,10 @@ import pyarrow as pa
 
 from eddyline import _core
 from eddyline._storage import is_object_store_uri
+from eddyline.sources import Source
 
 __all__ = [
+    "CheckpointGatedSequence",
     "FailOnce",
     "InjectedFailure",
     "KilledRun",
@@ -58,6 +61,89 @@ class SleepPerBatch:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         time.sleep(self.seconds)
         return batch
+
+
+class CheckpointGatedSequence(Source):
+    """``value`` = ``0..n`` in ``splits`` equal splits, holding rows back until
+    checkpoints complete, so that a test gets checkpoints *during* the input
+    whatever the timing (a fixed sleep per batch leaves it to chance).
+
+    Rows at or past ``gates[k]`` (a fraction of each split) are read only once
+    checkpoint ``k + 1`` or a later one completed in ``checkpoint_dir`` (ids
+    count from 1 in a fresh directory; retention may have deleted the older
+    ones). Until then :meth:`read` answers ``(None, offset)``, which keeps the
+    subtask free to pass barriers (a function that blocks on the data path
+    would hold the barrier it waits for). Checkpoints come from the interval
+    or from ``trigger_checkpoint``; a restored run, whose directory has them
+    already, is not held back. Rows at or past ``hold`` (a fraction) are never
+    read: the job runs until the test cancels it.
+
+    With ``fresh``, each gate waits instead for a checkpoint *triggered after*
+    the split reached it (an id two above the newest completed on arrival:
+    one checkpoint is in flight at a time), so a barrier separates the rows
+    before every gate from those after it, however many checkpoints came
+    earlier. A run with ``fresh`` needs periodic checkpoints, also when restored.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     src = CheckpointGatedSequence(tmp, 10, splits=2, gates=(0.4,))
+        ...     batch, offset = src.read(1, 5, 100)
+        ...     batch.column(0).to_pylist(), offset, src.read(1, offset, 100)
+        ([5, 6], 7, (None, 7))
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: str | os.PathLike[str],
+        n: int,
+        *,
+        splits: int = 2,
+        gates: Sequence[float] = (1 / 3, 2 / 3),
+        hold: float | None = None,
+        fresh: bool = False,
+    ) -> None:
+        if n % splits:
+            raise ValueError(f"{n} rows do not split evenly into {splits}")
+        self.checkpoint_dir = os.fspath(checkpoint_dir)
+        self.per_split = n // splits
+        self.n_splits = splits
+        self.gates = sorted(int(g * self.per_split) for g in gates)
+        self.hold = None if hold is None else int(hold * self.per_split)
+        self.fresh = fresh
+        self._arrived: dict[tuple[int, int], int] = {}
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([("value", pa.int64())])
+
+    def splits(self) -> list[int]:
+        return list(range(self.n_splits))
+
+    def initial_offset(self, split: int) -> int:
+        return split * self.per_split
+
+    def gate_values(self, k: int) -> list[int]:
+        """The first value of each split that waits for ``k + 1`` checkpoints."""
+        return [s * self.per_split + self.gates[k] for s in range(self.n_splits)]
+
+    def read(self, split: int, offset: int, max_rows: int) -> Any:
+        start, end = split * self.per_split, (split + 1) * self.per_split
+        if offset >= end:
+            return None
+        if self.hold is not None and offset - start >= self.hold:
+            return None, offset
+        needed = sum(1 for g in self.gates if offset - start >= g)
+        if needed:
+            newest = max(completed_checkpoints(self.checkpoint_dir), default=0)
+            if self.fresh:
+                arrived = self._arrived.setdefault((split, needed), newest)
+                if newest < arrived + 2:
+                    return None, offset
+            elif newest < needed:
+                return None, offset
+        cuts = [*self.gates, *([] if self.hold is None else [self.hold])]
+        stop = min([end, offset + max_rows, *(start + g for g in cuts if start + g > offset)])
+        return pa.record_batch([pa.array(range(offset, stop), pa.int64())], names=["value"]), stop
 
 
 def id_report(ids: Iterable[int], expected: Iterable[int]) -> tuple[int, int, str]:
