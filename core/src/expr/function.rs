@@ -55,7 +55,9 @@ fn registry() -> &'static HashMap<String, Arc<ScalarUDF>> {
         let all = datafusion_functions::all_default_functions()
             .into_iter()
             .chain(datafusion_spark::all_default_scalar_functions())
-            .chain(super::spark_functions::functions());
+            .chain(super::spark_functions::functions())
+            .chain(super::spark_time::functions())
+            .chain(super::spark_json::functions());
         for udf in all {
             for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(String::as_str))
             {
