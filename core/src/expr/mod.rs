@@ -301,6 +301,43 @@ impl Expr {
         }
     }
 
+    /// The expression in Spark's ANSI mode (`spark.sql.ansi.enabled`) or
+    /// out of it: in ANSI mode its casts and library calls fail on values
+    /// they would otherwise turn into null (DESIGN.md "Expressions").
+    pub fn with_ansi(self, ansi: bool) -> Expr {
+        let map = |e: Box<Expr>| Box::new(e.with_ansi(ansi));
+        match self {
+            Expr::Column(_) | Expr::Literal(_) => self,
+            Expr::Binary { op, left, right } => Expr::Binary {
+                op,
+                left: map(left),
+                right: map(right),
+            },
+            Expr::Unary { op, expr } => Expr::Unary {
+                op,
+                expr: map(expr),
+            },
+            Expr::Call { function, args } => Expr::Call {
+                function: function.with_ansi(ansi),
+                args: args.into_iter().map(|a| a.with_ansi(ansi)).collect(),
+            },
+            Expr::Cast { expr, to } => Expr::Cast {
+                expr: map(expr),
+                to: to.with_ansi(ansi),
+            },
+            Expr::Case {
+                branches,
+                otherwise,
+            } => Expr::Case {
+                branches: branches
+                    .into_iter()
+                    .map(|(when, then)| (when.with_ansi(ansi), then.with_ansi(ansi)))
+                    .collect(),
+                otherwise: otherwise.map(map),
+            },
+        }
+    }
+
     /// The columns the expression references, each once, in order of first
     /// appearance.
     pub fn columns(&self) -> Vec<&str> {
