@@ -59,7 +59,7 @@ impl Json {
             Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
             Json::Int(digits) => out.push_str(digits),
             Json::Float(v) => out.push_str(&java_double(*v)),
-            Json::Str(s) => write_string(out, s),
+            Json::Str(s) => write_escaped(out, s, true),
             Json::Array(items) => {
                 out.push('[');
                 for (i, item) in items.iter().enumerate() {
@@ -76,7 +76,7 @@ impl Json {
                     if i > 0 {
                         out.push(',');
                     }
-                    write_string(out, key);
+                    write_escaped(out, key, true);
                     out.push(':');
                     value.write(out);
                 }
@@ -86,8 +86,16 @@ impl Json {
     }
 }
 
-/// `s` as a JSON string literal, escaped as Jackson escapes it.
+/// `s` as a JSON string literal, escaped as Jackson escapes it (Spark's
+/// `to_json` writer keeps characters outside the BMP as they are).
 pub(super) fn write_string(out: &mut String, s: &str) {
+    write_escaped(out, s, false);
+}
+
+/// `s` as a JSON string literal; with `astral` characters outside the BMP
+/// as escaped surrogate pairs, as the generator of `get_json_object`
+/// writes them.
+fn write_escaped(out: &mut String, s: &str, astral: bool) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -103,7 +111,7 @@ pub(super) fn write_string(out: &mut String, s: &str) {
             }
             // Jackson writes characters outside the BMP as escaped
             // surrogate pairs.
-            c if (c as u32) > 0xFFFF => {
+            c if astral && (c as u32) > 0xFFFF => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     let _ = write!(out, "\\u{:04X}", unit);

@@ -412,18 +412,7 @@ impl Parsed {
                 Some(rest)
             }
             'X' | 'x' | 'Z' => self.parse_offset(c, n, s),
-            'z' | 'V' => {
-                let end = s
-                    .find(|ch: char| !(ch.is_ascii_alphanumeric() || "/_+-".contains(ch)))
-                    .unwrap_or(s.len());
-                let (name, rest) = s.split_at(end);
-                let zone = match name.to_ascii_uppercase().as_str() {
-                    "Z" | "UTC" | "GMT" | "UT" => Tz::UTC,
-                    _ => name.parse::<Tz>().ok()?,
-                };
-                self.zone = Some(zone);
-                Some(rest)
-            }
+            'z' | 'V' => self.parse_zone(s),
             _ => {
                 let (value, rest) = number(s, 19)?;
                 let slot = match c {
@@ -451,6 +440,20 @@ impl Parsed {
                 Some(rest)
             }
         }
+    }
+
+    /// `z` and `VV`: `UTC`, `GMT`, `UT`, `Z` or a region id.
+    fn parse_zone<'a>(&mut self, s: &'a str) -> Option<&'a str> {
+        let end = s
+            .find(|ch: char| !(ch.is_ascii_alphanumeric() || "/_+-".contains(ch)))
+            .unwrap_or(s.len());
+        let (name, rest) = s.split_at(end);
+        let zone = match name.to_ascii_uppercase().as_str() {
+            "Z" | "UTC" | "GMT" | "UT" => Tz::UTC,
+            _ => name.parse::<Tz>().ok()?,
+        };
+        self.zone = Some(zone);
+        Some(rest)
     }
 
     /// `X` (`Z` for zero), `x` and `Z`: `+HH`, `+HHmm` or `+HH:mm` by the

@@ -461,36 +461,7 @@ fn read_column(t: &DataType, values: &[Option<&Json>]) -> Result<ArrayRef> {
                 .collect();
             cast_with_options(&texts, t, &CastOptions::default())?
         }
-        DataType::List(element) => {
-            let mut offsets = vec![0usize];
-            let mut children = Vec::new();
-            let mut valid = Vec::with_capacity(values.len());
-            for v in values {
-                if let Some(Json::Array(items)) = v {
-                    children.extend(items.iter().map(Some));
-                    valid.push(true);
-                } else {
-                    valid.push(false);
-                }
-                offsets.push(children.len());
-            }
-            let child = read_column(element.data_type(), &children)?;
-            // An element that does not fit the element type (a null one
-            // does) makes the whole array null, as in Spark.
-            for (row, window) in offsets.windows(2).enumerate() {
-                let misfit = (window[0]..window[1])
-                    .any(|i| !matches!(children[i], Some(Json::Null)) && child.is_null(i));
-                if misfit {
-                    valid[row] = false;
-                }
-            }
-            Arc::new(ListArray::try_new(
-                Arc::clone(element),
-                OffsetBuffer::from_lengths(offsets.windows(2).map(|w| w[1] - w[0])),
-                child,
-                Some(NullBuffer::from(valid)),
-            )?)
-        }
+        DataType::List(element) => read_list(element, values)?,
         DataType::Struct(fields) => {
             let objects: Vec<Option<&Json>> = values
                 .iter()
@@ -500,6 +471,39 @@ fn read_column(t: &DataType, values: &[Option<&Json>]) -> Result<ArrayRef> {
         }
         other => return exec_err!("from_json does not read type {other}"),
     })
+}
+
+/// An array of `element`s; an element that does not fit the element type
+/// (a null one does) makes the whole array null, as in Spark.
+fn read_list(element: &FieldRef, values: &[Option<&Json>]) -> Result<ArrayRef> {
+    let mut offsets = vec![0usize];
+    let mut children = Vec::new();
+    let mut valid = Vec::with_capacity(values.len());
+    for v in values {
+        if let Some(Json::Array(items)) = v {
+            children.extend(items.iter().map(Some));
+            valid.push(true);
+        } else {
+            valid.push(false);
+        }
+        offsets.push(children.len());
+    }
+    let child = read_column(element.data_type(), &children)?;
+    // An element that does not fit the element type (a null one
+    // does) makes the whole array null, as in Spark.
+    for (row, window) in offsets.windows(2).enumerate() {
+        let misfit = (window[0]..window[1])
+            .any(|i| !matches!(children[i], Some(Json::Null)) && child.is_null(i));
+        if misfit {
+            valid[row] = false;
+        }
+    }
+    Ok(Arc::new(ListArray::try_new(
+        Arc::clone(element),
+        OffsetBuffer::from_lengths(offsets.windows(2).map(|w| w[1] - w[0])),
+        child,
+        Some(NullBuffer::from(valid)),
+    )?))
 }
 
 // -- to_json --------------------------------------------------------------------
@@ -603,25 +607,7 @@ fn write_value(out: &mut String, array: &dyn Array, row: usize) -> Result<()> {
         DataType::Decimal128(_, _) => {
             out.push_str(&array.as_primitive::<Decimal128Type>().value_as_string(row));
         }
-        DataType::Struct(_) => {
-            let s = array.as_struct();
-            out.push('{');
-            let mut first = true;
-            for (field, column) in s.fields().iter().zip(s.columns()) {
-                // Spark leaves null fields out (ignoreNullFields).
-                if column.is_null(row) {
-                    continue;
-                }
-                if !first {
-                    out.push(',');
-                }
-                first = false;
-                write_string(out, field.name());
-                out.push(':');
-                write_value(out, column.as_ref(), row)?;
-            }
-            out.push('}');
-        }
+        DataType::Struct(_) => write_struct(out, array.as_struct(), row)?,
         DataType::List(_) => {
             let items = array.as_list::<i32>().value(row);
             write_items(out, items.as_ref())?;
@@ -630,31 +616,56 @@ fn write_value(out: &mut String, array: &dyn Array, row: usize) -> Result<()> {
             let items = array.as_list::<i64>().value(row);
             write_items(out, items.as_ref())?;
         }
-        DataType::Map(_, _) => {
-            let entries = array.as_map().value(row);
-            let (keys, values) = (entries.column(0), entries.column(1));
-            out.push('{');
-            for i in 0..entries.len() {
-                if i > 0 {
-                    out.push(',');
-                }
-                let mut key = String::new();
-                write_value(&mut key, keys.as_ref(), i)?;
-                match key.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
-                    Some(_) => out.push_str(&key),
-                    None => write_string(out, &key),
-                }
-                out.push(':');
-                if values.is_null(i) {
-                    out.push_str("null");
-                } else {
-                    write_value(out, values.as_ref(), i)?;
-                }
-            }
-            out.push('}');
-        }
+        DataType::Map(_, _) => write_map(out, &array.as_map().value(row))?,
         other => return exec_err!("to_json cannot write values of type {other}"),
     }
+    Ok(())
+}
+
+/// Writes row `row` of a struct as a JSON object; Spark leaves null fields
+/// out (`ignoreNullFields`).
+fn write_struct(out: &mut String, s: &StructArray, row: usize) -> Result<()> {
+    out.push('{');
+    let mut first = true;
+    for (field, column) in s.fields().iter().zip(s.columns()) {
+        // Spark leaves null fields out (ignoreNullFields).
+        if column.is_null(row) {
+            continue;
+        }
+        if !first {
+            out.push(',');
+        }
+        first = false;
+        write_string(out, field.name());
+        out.push(':');
+        write_value(out, column.as_ref(), row)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// Writes one map (its entries) as a JSON object, keys as strings.
+fn write_map(out: &mut String, entries: &StructArray) -> Result<()> {
+    let (keys, values) = (entries.column(0), entries.column(1));
+    out.push('{');
+    for i in 0..entries.len() {
+        if i > 0 {
+            out.push(',');
+        }
+        let mut key = String::new();
+        write_value(&mut key, keys.as_ref(), i)?;
+        match key.strip_prefix('"').and_then(|k| k.strip_suffix('"')) {
+            Some(_) => out.push_str(&key),
+            None => write_string(out, &key),
+        }
+        out.push(':');
+        if values.is_null(i) {
+            out.push_str("null");
+        } else {
+            write_value(out, values.as_ref(), i)?;
+        }
+    }
+    out.push('}');
     Ok(())
 }
 

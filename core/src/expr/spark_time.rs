@@ -334,35 +334,41 @@ impl ScalarUDFImpl for TimeFunction {
                     .collect();
                 Arc::new(out.with_timezone("UTC"))
             }
-            Kind::Field(part) => {
-                let out: Int32Array = if part.of_date() {
-                    let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
-                    dates(&value, ansi, &parse_error)?
-                        .iter()
-                        .map(|d| {
-                            let date =
-                                epoch.checked_add_signed(chrono::Duration::days(d?.into()))?;
-                            Some(date_part(part, date))
-                        })
-                        .collect()
-                } else {
-                    instants(&value, None, ansi, &parse_error)?
-                        .iter()
-                        .map(|m| {
-                            let t = utc(m?)?;
-                            Some(match part {
-                                Part::Hour => t.hour(),
-                                Part::Minute => t.minute(),
-                                _ => t.second(),
-                            } as i32)
-                        })
-                        .collect()
-                };
-                Arc::new(out)
-            }
+            Kind::Field(part) => Arc::new(field(part, &value, ansi, &parse_error)?),
         };
         Ok(ColumnarValue::Array(out))
     }
+}
+
+/// Field `part` of each value, in UTC.
+fn field(
+    part: Part,
+    value: &ArrayRef,
+    ansi: bool,
+    parse_error: &dyn Fn(&str, &str) -> Result<Option<i64>>,
+) -> Result<Int32Array> {
+    Ok(if part.of_date() {
+        let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).unwrap_or_default();
+        dates(value, ansi, parse_error)?
+            .iter()
+            .map(|d| {
+                let date = epoch.checked_add_signed(chrono::Duration::days(d?.into()))?;
+                Some(date_part(part, date))
+            })
+            .collect()
+    } else {
+        instants(value, None, ansi, parse_error)?
+            .iter()
+            .map(|m| {
+                let t = utc(m?)?;
+                Some(match part {
+                    Part::Hour => t.hour(),
+                    Part::Minute => t.minute(),
+                    _ => t.second(),
+                } as i32)
+            })
+            .collect()
+    })
 }
 
 fn pattern(format: &str) -> Result<Pattern> {
