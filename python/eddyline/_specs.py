@@ -471,3 +471,5 @@ class JobConfigSpec:
     allow_duplicate_output: bool = False
     run_tag: str | None = None
     channel_capacity: int | None = None
+    # Spark's ANSI mode for native expressions (spark.sql.ansi.enabled).
+    ansi: bool = False

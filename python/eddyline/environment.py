@@ -118,6 +118,12 @@ class StreamEnvironment:
             e.g. ``aws_endpoint_url``, ``aws_access_key_id``, ``aws_secret_access_key``,
             ``aws_region``, ``aws_allow_http``); unset keys come from the standard
             environment variables (``AWS_ENDPOINT_URL``, ...).
+        ansi: Spark's ANSI mode (``spark.sql.ansi.enabled``) for the native
+            expressions of ``eddyline.functions``: a cast of a value that does
+            not convert, an integer cast that overflows or a time string that
+            does not parse fails the job with an ``ed.JobFailedError`` naming the
+            operator and the function, instead of giving null (the default,
+            Spark's non-ANSI behaviour).
     """
 
     def __init__(
@@ -129,7 +135,11 @@ class StreamEnvironment:
         batch_size: int = 8192,
         max_parallelism: int = 128,
         storage_options: Mapping[str, str] | None = None,
+        ansi: bool = False,
     ) -> None:
+        if not isinstance(ansi, bool):
+            raise TypeError(f"ansi must be a bool, got {ansi!r}")
+        self.ansi = ansi
         if not _is_int(max_parallelism) or not 1 <= max_parallelism <= _MAX_PARALLELISM_LIMIT:
             raise ValueError(
                 f"max_parallelism must be an int in [1, {_MAX_PARALLELISM_LIMIT}], "
@@ -493,6 +503,7 @@ class StreamEnvironment:
             restore_from=restore_from,
             allow_non_restored_state=allow_non_restored_state,
             allow_duplicate_output=allow_duplicate_output,
+            ansi=self.ansi,
         )
 
     # ---- SQL ----------------------------------------------------------------

@@ -23,8 +23,9 @@ and the generators ``explode`` / ``explode_outer`` (whole columns of
 ``select``, or ``stream.explode``); ``expr("<Spark SQL>")`` parses an
 expression.
 
-Not here yet: aggregates through ``F`` (``F.sum``, ``F.avg``, ...), time and
-JSON functions.
+Not here yet: aggregates through ``F`` (``F.sum``, ``F.avg``, ...).
+``current_timestamp`` and ``current_date`` are left out on purpose (not
+deterministic: a replay after a restore would differ).
 
 The module also re-exports the user-function base classes of
 :mod:`eddyline.process_functions` (``from eddyline.functions import
@@ -32,6 +33,8 @@ ProcessFunction`` keeps working).
 """
 
 from __future__ import annotations
+
+import pyarrow as pa
 
 from ._core import Expr
 from .errors import SchemaError
@@ -100,6 +103,25 @@ __all__ = [
     "upper",
     "when",
     "xxhash64",
+    # time and JSON
+    "to_timestamp",
+    "to_date",
+    "unix_timestamp",
+    "from_unixtime",
+    "date_format",
+    "date_trunc",
+    "year",
+    "quarter",
+    "month",
+    "dayofmonth",
+    "dayofyear",
+    "dayofweek",
+    "hour",
+    "minute",
+    "second",
+    "get_json_object",
+    "from_json",
+    "to_json",
 ]
 
 
@@ -487,3 +509,234 @@ def expr(text: str) -> Expr:
     if not isinstance(text, str):
         raise SchemaError(f"function 'expr' takes a str, got {text!r}", operator="expr")
     return Expr._parse(text)
+
+
+# -- time (UTC is the session time zone) -------------------------------------
+#
+# ``current_timestamp`` / ``current_date`` / ``unix_timestamp()`` without a
+# column are left out on purpose: they are not deterministic, so a replay
+# after a restore would compute other values than the first run did. Put the
+# time into the data at the source instead.
+
+_DEFAULT_TIME_FORMAT = "yyyy-MM-dd HH:mm:ss"
+
+
+def _format(function: str, format: str) -> Expr:
+    if not isinstance(format, str):
+        raise SchemaError(
+            f"function '{function}' takes a Spark datetime pattern (a str), got {format!r}",
+            operator=function,
+        )
+    return Expr._lit(format)
+
+
+def to_timestamp(col: ColumnOrName, format: str | None = None) -> Expr:
+    """The string parsed as a ``timestamp`` with the Spark datetime pattern
+    ``format`` (``"yyyy-MM-dd HH:mm:ss"``), or as ``cast(col as timestamp)``
+    without one; null where it does not parse (an error under ``ansi=True``).
+    A date or timestamp column converts as it is.
+
+    Example:
+        >>> to_timestamp("s", "dd/MM/yyyy HH:mm")
+        to_timestamp(col('s'), 'dd/MM/yyyy HH:mm')
+    """
+    args = [_column("to_timestamp", col)]
+    if format is not None:
+        args.append(_format("to_timestamp", format))
+    return _call("to_timestamp", *args)
+
+
+def to_date(col: ColumnOrName, format: str | None = None) -> Expr:
+    """The string parsed as a ``date`` with the pattern ``format``, or as
+    ``cast(col as date)`` without one; a timestamp's UTC date."""
+    args = [_column("to_date", col)]
+    if format is not None:
+        args.append(_format("to_date", format))
+    return _call("to_date", *args)
+
+
+def unix_timestamp(
+    timestamp: ColumnOrName | None = None, format: str = _DEFAULT_TIME_FORMAT
+) -> Expr:
+    """Seconds since the epoch (a ``bigint``) of a timestamp or date, or of
+    a string parsed with ``format``. The column is required: the current
+    time is not deterministic (see the note above)."""
+    if timestamp is None:
+        raise SchemaError(
+            "function 'unix_timestamp' needs a column: the current time is not "
+            "deterministic, so eddyline does not offer it (put the time in the data)",
+            operator="unix_timestamp",
+        )
+    return _call(
+        "unix_timestamp",
+        _column("unix_timestamp", timestamp),
+        _format("unix_timestamp", format),
+    )
+
+
+def from_unixtime(timestamp: ColumnOrName, format: str = _DEFAULT_TIME_FORMAT) -> Expr:
+    """Seconds since the epoch formatted with the pattern ``format`` in UTC."""
+    return _call(
+        "from_unixtime",
+        _column("from_unixtime", timestamp),
+        _format("from_unixtime", format),
+    )
+
+
+def date_format(date: ColumnOrName, format: str) -> Expr:
+    """A timestamp, date or timestamp string formatted with the Spark
+    datetime pattern ``format`` in UTC."""
+    return _call("date_format", _column("date_format", date), _format("date_format", format))
+
+
+def date_trunc(format: str, timestamp: ColumnOrName) -> Expr:
+    """The timestamp truncated to the unit ``format``: ``year`` (``yyyy``,
+    ``yy``), ``quarter``, ``month`` (``mon``, ``mm``), ``week`` (to Monday),
+    ``day`` (``dd``), ``hour``, ``minute``, ``second``, ``millisecond`` or
+    ``microsecond``; null for another unit, as Spark."""
+    if not isinstance(format, str):
+        raise SchemaError(
+            f"function 'date_trunc' takes a unit (a str) first, got {format!r}",
+            operator="date_trunc",
+        )
+    return _call("date_trunc", Expr._lit(format), _column("date_trunc", timestamp))
+
+
+def year(col: ColumnOrName) -> Expr:
+    """The year of a date, timestamp or date string (an ``int``)."""
+    return _unary("year", col)
+
+
+def quarter(col: ColumnOrName) -> Expr:
+    """The quarter of the year, 1 to 4."""
+    return _unary("quarter", col)
+
+
+def month(col: ColumnOrName) -> Expr:
+    """The month, 1 to 12."""
+    return _unary("month", col)
+
+
+def dayofmonth(col: ColumnOrName) -> Expr:
+    """The day of the month, 1 to 31."""
+    return _unary("dayofmonth", col)
+
+
+def dayofyear(col: ColumnOrName) -> Expr:
+    """The day of the year, 1 to 366."""
+    return _unary("dayofyear", col)
+
+
+def dayofweek(col: ColumnOrName) -> Expr:
+    """The day of the week, 1 (Sunday) to 7 (Saturday), as Spark's."""
+    return _unary("dayofweek", col)
+
+
+def hour(col: ColumnOrName) -> Expr:
+    """The hour of a timestamp (or timestamp string) in UTC, 0 to 23."""
+    return _unary("hour", col)
+
+
+def minute(col: ColumnOrName) -> Expr:
+    """The minute, 0 to 59."""
+    return _unary("minute", col)
+
+
+def second(col: ColumnOrName) -> Expr:
+    """The second, 0 to 59 (an ``int``, without the fraction)."""
+    return _unary("second", col)
+
+
+# -- JSON --------------------------------------------------------------------
+
+
+def get_json_object(col: ColumnOrName, path: str) -> Expr:
+    """The value at JSONPath ``path`` (``$.a.b``, ``$.a[0]``, ``$['a b']``)
+    of a JSON string: a string's contents, other values as JSON text; null
+    where the JSON is malformed or the path finds nothing.
+
+    Example:
+        >>> get_json_object("j", "$.user.id")
+        get_json_object(col('j'), '$.user.id')
+    """
+    if not isinstance(path, str):
+        raise SchemaError(
+            f"function 'get_json_object' takes a JSONPath (a str), got {path!r}",
+            operator="get_json_object",
+        )
+    return _call("get_json_object", _column("get_json_object", col), Expr._lit(path))
+
+
+def _ddl_type(t: pa.DataType) -> str:
+    """A pyarrow type in Spark's DDL."""
+    simple = {
+        pa.bool_(): "boolean",
+        pa.int8(): "tinyint",
+        pa.int16(): "smallint",
+        pa.int32(): "int",
+        pa.int64(): "bigint",
+        pa.float32(): "float",
+        pa.float64(): "double",
+        pa.string(): "string",
+        pa.large_string(): "string",
+        pa.date32(): "date",
+    }
+    if t in simple:
+        return simple[t]
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"array<{_ddl_type(t.value_type)}>"
+    if pa.types.is_struct(t):
+        fields = ",".join(f"`{f.name}`:{_ddl_type(f.type)}" for f in t)
+        return f"struct<{fields}>"
+    raise SchemaError(f"function 'from_json' cannot read JSON into type {t}", operator="from_json")
+
+
+def _ddl(schema: object) -> str:
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, pa.StructType | pa.Schema):
+        fields = list(schema)
+    elif isinstance(schema, list | tuple) and schema:
+        fields = [
+            f if isinstance(f, pa.Field) else pa.field(f[0], f[1])  # type: ignore[index]
+            for f in schema
+        ]
+    else:
+        raise SchemaError(
+            "function 'from_json' takes a schema: a DDL string ('a INT, b STRING'), "
+            f"a pyarrow schema or struct type, or a list of fields; got {schema!r}",
+            operator="from_json",
+        )
+    return ", ".join(f"`{f.name}` {_ddl_type(f.type)}" for f in fields)
+
+
+def from_json(col: ColumnOrName, schema: object, options: dict[str, str] | None = None) -> Expr:
+    """The JSON string read into a struct of ``schema``: Spark's DDL
+    (``"a INT, b STRING"``), a pyarrow schema or struct type, or a list of
+    fields. As Spark's default (PERMISSIVE) mode: null for null input, a
+    struct of nulls for malformed JSON, null for a field whose value does
+    not fit its type. ``options`` are not supported yet (pass none).
+
+    Example:
+        >>> from_json("j", "a INT, b STRING")
+        from_json(col('j'), 'a INT, b STRING')
+    """
+    if options:
+        raise SchemaError(
+            f"function 'from_json' takes no options yet, got {options!r}", operator="from_json"
+        )
+    return _call("from_json", _column("from_json", col), Expr._lit(_ddl(schema)))
+
+
+def to_json(col: ColumnOrName, options: dict[str, str] | None = None) -> Expr:
+    """A struct, array or map as a JSON string, as Spark writes it (null
+    fields left out, timestamps as ``2024-01-01T00:00:00.000Z``)."""
+    if options:
+        raise SchemaError(
+            f"function 'to_json' takes no options yet, got {options!r}", operator="to_json"
+        )
+    return _unary("to_json", col)

@@ -62,6 +62,14 @@ fn exprs(columns: &[(String, Bound<'_, PyExpr>)]) -> Vec<(String, Expr)> {
         .collect()
 }
 
+/// `exprs` in or out of Spark's ANSI mode.
+fn exprs_in(columns: &[(String, Bound<'_, PyExpr>)], ansi: bool) -> Vec<(String, Expr)> {
+    exprs(columns)
+        .into_iter()
+        .map(|(name, e)| (name, e.with_ansi(ansi)))
+        .collect()
+}
+
 fn parse_partitioning(kind: &str, keys: Vec<String>) -> PyResult<Partitioning> {
     Ok(match kind {
         "forward" => Partitioning::Forward,
@@ -266,6 +274,8 @@ struct Ctx<'a> {
     id: usize,
     name: &'a str,
     inputs: &'a [Option<SchemaRef>],
+    /// Spark's ANSI mode for the node's expressions.
+    ansi: bool,
 }
 
 impl Ctx<'_> {
@@ -334,7 +344,7 @@ fn python_source(cx: &Ctx<'_>, spec: SourcePythonSpec<'_>) -> Result<NodeParts, 
 
 /// `filter`: keeps the rows where a boolean expression holds.
 fn filter_node(cx: &Ctx<'_>, spec: FilterSpec<'_>) -> Result<NodeParts, NodeError> {
-    let f = FilterFactory::new(spec.expr.get().expr.clone());
+    let f = FilterFactory::new(spec.expr.get().expr.clone().with_ansi(cx.ansi));
     let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
@@ -342,7 +352,7 @@ fn filter_node(cx: &Ctx<'_>, spec: FilterSpec<'_>) -> Result<NodeParts, NodeErro
 /// `with_columns` (adds or replaces columns) and `select` (keeps only the named ones).
 fn project_node(cx: &Ctx<'_>, spec: ProjectSpec<'_>, select: bool) -> Result<NodeParts, NodeError> {
     let name = cx.name;
-    let cols = exprs(&spec.columns);
+    let cols = exprs_in(&spec.columns, cx.ansi);
     let mut f = if select {
         ProjectFactory::select(cols)
     } else {
@@ -506,6 +516,8 @@ fn python_node(
 /// the collect stores and the external sinks.
 struct GraphReader<'a> {
     run_tag: &'a str,
+    /// Spark's ANSI mode for every native expression (`JobConfigSpec.ansi`).
+    ansi: bool,
     nodes: Vec<Node>,
     schemas: Vec<Option<SchemaRef>>,
     /// The schema of each (node, port >= 1): a co-loop head's feedback, a
@@ -558,6 +570,7 @@ impl GraphReader<'_> {
             id,
             name: &name,
             inputs: &input_schemas,
+            ansi: self.ansi,
         };
         let (node_kind, role, schema) = match self.build(py, &kind, &op, &cx, late_output) {
             Ok(b) => b,
@@ -708,8 +721,21 @@ pub fn parse_graph(
     max_parallelism: usize,
     run_tag: &str,
 ) -> PyResult<BuiltGraph> {
+    parse_job_graph(py, nodes, max_parallelism, run_tag, false)
+}
+
+/// [`parse_graph`] for a run: `ansi` puts the native expressions in Spark's
+/// ANSI mode (`spark.sql.ansi.enabled`).
+pub fn parse_job_graph(
+    py: Python<'_>,
+    nodes: &Bound<'_, PyList>,
+    max_parallelism: usize,
+    run_tag: &str,
+    ansi: bool,
+) -> PyResult<BuiltGraph> {
     let mut reader = GraphReader {
         run_tag,
+        ansi,
         nodes: Vec::new(),
         schemas: Vec::new(),
         port_schemas: HashMap::new(),

@@ -22,7 +22,7 @@ use eddyline_core::store::StorageOptions;
 use crate::arrow::batch_to_py;
 use crate::errors::{from_py, to_py};
 use crate::gil::detached;
-use crate::graph::parse_graph;
+use crate::graph::parse_job_graph;
 
 /// A Python object that starts and stops the worker processes of a job:
 /// `launch(attempt, workers, driver, secret)`, `check()` (raises once the
@@ -150,6 +150,8 @@ pub(crate) struct JobConfigSpec {
     allow_duplicate_output: bool,
     pub run_tag: Option<String>,
     channel_capacity: Option<usize>,
+    /// Spark's ANSI mode for the native expressions (`spark.sql.ansi.enabled`).
+    pub ansi: bool,
 }
 
 impl CheckpointSpec {
@@ -249,7 +251,7 @@ pub fn start_job(
         .run_tag
         .clone()
         .unwrap_or_else(|| format!("{millis:x}"));
-    let built = parse_graph(py, nodes, max_p, &run_tag)?;
+    let built = parse_job_graph(py, nodes, max_p, &run_tag, config.ansi)?;
     let mut cfg = config.into_config()?;
     cfg.external_sinks = built.external_sinks.clone();
     let handle = match launcher {

@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyList};
 
 use crate::errors::to_py;
 use crate::gil::detached;
-use crate::graph::parse_graph;
+use crate::graph::parse_job_graph;
 use crate::job::JobConfigSpec;
 
 /// A worker connected to its driver, holding the job it was given.
@@ -109,7 +109,7 @@ impl PyWorkerSession {
             .run_tag
             .clone()
             .unwrap_or_else(|| "worker".to_string());
-        let built = parse_graph(py, nodes, max_p, &run_tag)?;
+        let built = parse_job_graph(py, nodes, max_p, &run_tag, config.ansi)?;
         let mut cfg = config.into_config()?;
         cfg.external_sinks = built.external_sinks.clone();
         let stores = built.collect_stores;

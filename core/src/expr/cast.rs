@@ -1,6 +1,8 @@
 //! `CAST(expr AS type)` ([`Expr::Cast`]) with Spark type names and Spark's
 //! non-ANSI semantics (DESIGN.md "Expressions"): a value that does not
-//! convert is null, never a failed job.
+//! convert is null, never a failed job. In ANSI mode (`Expr::with_ansi`,
+//! Spark's `spark.sql.ansi.enabled`) such a value, a string with a fraction
+//! cast to an integer, and an integer that would wrap fail instead.
 //!
 //! Arrow's safe cast does most of the work; where Spark's rules differ from
 //! it, this module does what Spark does first:
@@ -36,6 +38,9 @@ use super::{Expr, ExprError, ExprResult};
 pub struct SparkType {
     name: String,
     data_type: DataType,
+    /// Whether a cast to the type is ANSI (`spark.sql.ansi.enabled`): a
+    /// value that does not convert fails instead of becoming null.
+    ansi: bool,
 }
 
 impl SparkType {
@@ -85,6 +90,7 @@ impl SparkType {
         Ok(SparkType {
             name: spelled,
             data_type,
+            ansi: false,
         })
     }
 
@@ -96,6 +102,11 @@ impl SparkType {
     /// The Arrow type of the cast's result.
     pub fn data_type(&self) -> &DataType {
         &self.data_type
+    }
+
+    /// The type cast to in ANSI mode or not.
+    pub(super) fn with_ansi(self, ansi: bool) -> Self {
+        SparkType { ansi, ..self }
     }
 }
 
@@ -128,6 +139,9 @@ pub(super) fn eval(value: Value, to: &SparkType, cast: &Expr) -> ExprResult<Valu
         Value::Scalar(a) => (a, true),
     };
     let out = spark_cast(&array, to.data_type()).map_err(failed)?;
+    if to.ansi {
+        ansi_check(&array, &out, to, cast)?;
+    }
     Ok(if single {
         Value::Scalar(out)
     } else {
@@ -247,4 +261,53 @@ fn trim_controls(array: &ArrayRef) -> Result<ArrayRef, ArrowError> {
         .map(|s| s.map(|s| s.trim_matches(is_space)))
         .collect();
     Ok(Arc::new(trimmed))
+}
+
+/// ANSI mode (`spark.sql.ansi.enabled`): fails where the non-ANSI cast
+/// `output` of `input` lost a value (null for a value that is not) or where
+/// an integer target wrapped or saturated, as Spark's ANSI cast fails there.
+fn ansi_check(input: &ArrayRef, output: &ArrayRef, to: &SparkType, cast: &Expr) -> ExprResult<()> {
+    let from = input.data_type();
+    let error = |row: usize| {
+        let value = arrow::util::display::array_value_to_string(input, row)
+            .unwrap_or_else(|_| "?".to_string());
+        ExprError::operator(format!(
+            "cannot cast {value:?} ({from}) to {} in {cast} under ANSI mode \
+             (spark.sql.ansi.enabled); without it the value would be null",
+            to.name()
+        ))
+    };
+    let int_target = matches!(
+        to.data_type(),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64
+    );
+    if int_target && numeric_class(from).is_some() {
+        // Arrow's unsafe cast fails exactly where a value is out of range.
+        let unsafe_cast = CastOptions {
+            safe: false,
+            ..CastOptions::default()
+        };
+        if cast_with_options(input, to.data_type(), &unsafe_cast).is_err() {
+            let wrapped = (0..input.len()).find(|&row| {
+                input.is_valid(row)
+                    && cast_with_options(&input.slice(row, 1), to.data_type(), &unsafe_cast)
+                        .is_err()
+            });
+            return Err(error(wrapped.unwrap_or(0)));
+        }
+    }
+    let strings = (is_string(from) && int_target)
+        .then(|| cast_with_options(input, &DataType::Utf8, &CastOptions::default()))
+        .transpose()
+        .map_err(|e| ExprError::operator(format!("failed to evaluate {cast}: {e}")))?;
+    for row in 0..input.len() {
+        // Spark's ANSI string-to-integer cast takes no fraction.
+        let fraction = strings
+            .as_ref()
+            .is_some_and(|s| s.is_valid(row) && s.as_string::<i32>().value(row).contains('.'));
+        if input.is_valid(row) && (output.is_null(row) || fraction) {
+            return Err(error(row));
+        }
+    }
+    Ok(())
 }

@@ -10,7 +10,8 @@
 //! `round` rounds half up, `floor`/`ceil` give `bigint`. A few Spark names
 //! are spelled differently in DataFusion or take another argument there; the
 //! table in [`spark_spelling`] maps them. The session time zone is UTC and
-//! ANSI mode is off (a value that does not convert is null, not an error).
+//! ANSI mode is off (a value that does not convert is null, not an error)
+//! unless the expression was put in ANSI mode ([`Expr::with_ansi`]).
 //!
 //! A call is resolved when it is built (an unknown name fails then) and its
 //! argument types are checked against the input schema with
@@ -37,12 +38,20 @@ use super::{Expr, ExprError, ExprResult, ScalarValue};
 pub struct Function {
     name: String,
     udf: Arc<ScalarUDF>,
+    /// Spark's ANSI mode (`spark.sql.ansi.enabled`): the function fails on
+    /// input it would otherwise turn into null ([`Expr::with_ansi`]).
+    ansi: bool,
 }
 
 impl Function {
     /// The function's name as the expression spells it (lower case).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The same function in or out of ANSI mode.
+    pub(super) fn with_ansi(self, ansi: bool) -> Self {
+        Function { ansi, ..self }
     }
 }
 
@@ -56,7 +65,9 @@ fn registry() -> &'static HashMap<String, Arc<ScalarUDF>> {
             .into_iter()
             .chain(datafusion_spark::all_default_scalar_functions())
             .chain(super::spark_functions::functions())
-            .chain(super::spark_nested::functions());
+            .chain(super::spark_nested::functions())
+            .chain(super::spark_time::functions())
+            .chain(super::spark_json::functions());
         for udf in all {
             for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(String::as_str))
             {
@@ -75,16 +86,19 @@ pub(crate) fn library_function(name: &str) -> Option<Arc<ScalarUDF>> {
     registry().get(library_name).cloned()
 }
 
-/// The options every call runs with: DataFusion's defaults, which are
-/// Spark's non-ANSI behaviour.
-fn config() -> Arc<ConfigOptions> {
-    static CONFIG: OnceLock<Arc<ConfigOptions>> = OnceLock::new();
-    Arc::clone(CONFIG.get_or_init(|| {
-        let mut options = ConfigOptions::new();
-        options.execution.time_zone = Some("UTC".to_string());
-        options.execution.enable_ansi_mode = false;
-        Arc::new(options)
-    }))
+/// The options every call runs with: the session time zone UTC and
+/// Spark's non-ANSI behaviour, or with `ansi` its ANSI mode.
+fn config(ansi: bool) -> Arc<ConfigOptions> {
+    static CONFIG: OnceLock<[Arc<ConfigOptions>; 2]> = OnceLock::new();
+    let configs = CONFIG.get_or_init(|| {
+        [false, true].map(|ansi| {
+            let mut options = ConfigOptions::new();
+            options.execution.time_zone = Some("UTC".to_string());
+            options.execution.enable_ansi_mode = ansi;
+            Arc::new(options)
+        })
+    });
+    Arc::clone(&configs[usize::from(ansi)])
 }
 
 /// Spark's spelling of a call lowered to the library's: the registry name
@@ -116,6 +130,7 @@ pub(super) fn resolve(name: &str, args: Vec<Expr>) -> ExprResult<Expr> {
             function: Function {
                 name: lower,
                 udf: Arc::clone(udf),
+                ansi: false,
             },
             args,
         }),
@@ -285,7 +300,7 @@ impl Function {
                 arg_fields: signature.arg_fields,
                 number_rows,
                 return_field: signature.return_field,
-                config_options: config(),
+                config_options: config(self.ansi),
             })
             .map_err(|e| failed(&e))?;
         Ok(match result {

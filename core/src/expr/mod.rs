@@ -38,10 +38,14 @@ mod case;
 mod cast;
 mod eval;
 mod function;
+mod json;
 mod kernels;
 mod parse;
+mod spark_datetime;
 mod spark_functions;
+mod spark_json;
 mod spark_nested;
+mod spark_time;
 mod type_class;
 mod types;
 mod value;
@@ -299,6 +303,43 @@ impl Expr {
         Expr::Case {
             branches,
             otherwise: otherwise.map(Box::new),
+        }
+    }
+
+    /// The expression in Spark's ANSI mode (`spark.sql.ansi.enabled`) or
+    /// out of it: in ANSI mode its casts and library calls fail on values
+    /// they would otherwise turn into null (DESIGN.md "Expressions").
+    pub fn with_ansi(self, ansi: bool) -> Expr {
+        let map = |e: Box<Expr>| Box::new(e.with_ansi(ansi));
+        match self {
+            Expr::Column(_) | Expr::Literal(_) => self,
+            Expr::Binary { op, left, right } => Expr::Binary {
+                op,
+                left: map(left),
+                right: map(right),
+            },
+            Expr::Unary { op, expr } => Expr::Unary {
+                op,
+                expr: map(expr),
+            },
+            Expr::Call { function, args } => Expr::Call {
+                function: function.with_ansi(ansi),
+                args: args.into_iter().map(|a| a.with_ansi(ansi)).collect(),
+            },
+            Expr::Cast { expr, to } => Expr::Cast {
+                expr: map(expr),
+                to: to.with_ansi(ansi),
+            },
+            Expr::Case {
+                branches,
+                otherwise,
+            } => Expr::Case {
+                branches: branches
+                    .into_iter()
+                    .map(|(when, then)| (when.with_ansi(ansi), then.with_ansi(ansi)))
+                    .collect(),
+                otherwise: otherwise.map(map),
+            },
         }
     }
 

@@ -206,6 +206,9 @@ impl ScalarUDFImpl for RegexpExtract {
         // A pattern is compiled once and reused while rows repeat it (a
         // literal pattern: once per batch).
         let mut compiled: Option<(String, Regex)> = None;
+        // The group positions of the last match, reused from row to row
+        // (`captures` allocates them per call).
+        let mut locations = None;
         for row in 0..rows {
             let group = match groups {
                 Some(g) if g.is_null(row) => None,
@@ -226,8 +229,12 @@ impl ScalarUDFImpl for RegexpExtract {
                             "regexp_extract: invalid pattern '{pattern}': {e}"
                         ))
                     })?;
+                    locations = Some(regex.capture_locations());
                     &compiled.insert((pattern.to_string(), regex)).1
                 }
+            };
+            let Some(locations) = locations.as_mut() else {
+                return exec_err!("regexp_extract: no compiled pattern");
             };
             let group_count = regex.captures_len() - 1;
             let index = usize::try_from(group).ok().filter(|g| *g <= group_count);
@@ -237,10 +244,11 @@ impl ScalarUDFImpl for RegexpExtract {
                      but group {group} was asked for"
                 );
             };
+            let value = strings.value(row);
             let found = regex
-                .captures(strings.value(row))
-                .and_then(|c| c.get(index))
-                .map_or("", |m| m.as_str());
+                .captures_read(locations, value)
+                .and_then(|_| locations.get(index))
+                .map_or("", |(start, end)| &value[start..end]);
             out.append_value(found);
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
