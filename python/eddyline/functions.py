@@ -400,3 +400,12 @@ def sha1(column: ColumnOrName) -> Expr:
 def sha2(column: ColumnOrName, numBits: int) -> Expr:
     """The SHA-2 digest (``numBits`` 224, 256, 384, 512 or 0 for 256) in hex."""
     return _call("sha2", _column("sha2", column), _literal("sha2", numBits, int))
+
+
+# -- aggregates (for keyed.agg / windowed.agg; eddyline/aggregates.py) --------
+# Imported last: they shadow the builtins sum/min/max in this module's
+# namespace, as pyspark.sql.functions does.
+from .aggregates import *  # noqa: E402, F403
+from .aggregates import __all__ as _aggregate_names  # noqa: E402
+
+__all__ += [n for n in _aggregate_names if n != "AggregateColumn"]

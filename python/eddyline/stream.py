@@ -49,6 +49,7 @@ from ._specs import (
     UnionSpec,
     WithColumnsSpec,
 )
+from .aggregates import reject_aggregate
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
@@ -298,6 +299,7 @@ class DataStream(_Operators):
             predicate: A native boolean expression such as ``ed.col("x") > 0``
                 (run in Rust), or a function ``fn(row) -> bool``.
         """
+        reject_aggregate(predicate, "filter()")
         if isinstance(predicate, Expr):
             reads = list(predicate.columns())
             return self._native("filter", FilterSpec(predicate, reads), columns=reads)
@@ -342,6 +344,8 @@ class DataStream(_Operators):
         """
         if not exprs:
             raise TypeError("with_columns() needs at least one name=expression")
+        for value in exprs.values():
+            reject_aggregate(value, "with_columns()")
         columns = [(name, lit(value)) for name, value in exprs.items()]
         used: dict[str, None] = {}
         for value in exprs.values():
@@ -362,6 +366,7 @@ class DataStream(_Operators):
         columns: list[tuple[str, Expr]] = []
         used: dict[str, None] = {}
         for item in cols:
+            reject_aggregate(item, "select()")
             expr = col(item) if isinstance(item, str) else item
             if not isinstance(expr, Expr):
                 raise TypeError(f"select() takes column names or expressions, got {item!r}")
