@@ -25,6 +25,7 @@ from .expr import Expr
 
 __all__ = [
     "AggName",
+    "AggregateSpec",
     "AssignTimestampsSpec",
     "CheckpointSpec",
     "EdgeSpec",
@@ -33,6 +34,7 @@ __all__ = [
     "JobConfigSpec",
     "JoinSpec",
     "KeyedAggSpec",
+    "KeyedAggsSpec",
     "LoopExitSpec",
     "LoopHeadSpec",
     "NodeSpec",
@@ -52,6 +54,7 @@ __all__ = [
     "SourceSequenceSpec",
     "UnionSpec",
     "WindowAssignerSpec",
+    "WindowAggsSpec",
     "WindowSpec",
     "WithColumnsSpec",
 ]
@@ -196,11 +199,41 @@ class KeyedAggSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class AggregateSpec:
+    """One aggregate of ``.agg(...)``: Spark's function name, its argument
+    expressions and its output column."""
+
+    function: str
+    args: list[Expr]
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedAggsSpec:
+    """``keyed.agg(...)``: running aggregates (DataFusion accumulators) per key."""
+
+    kind: ClassVar[str] = "keyed_aggs"
+    keys: list[str]
+    aggregates: list[AggregateSpec]
+
+
+@dataclass(frozen=True, slots=True)
 class WindowAssignerSpec:
     """Tumbling (``slide_ms`` None) or sliding windows of ``size_ms``."""
 
     size_ms: int
     slide_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAggsSpec:
+    """``keyed.window(Tumbling|Sliding).agg(...)``: aggregates per key and window."""
+
+    kind: ClassVar[str] = "window_aggs"
+    keys: list[str]
+    time_column: str
+    assigner: WindowAssignerSpec
+    aggregates: list[AggregateSpec]
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,6 +399,8 @@ OperatorSpec: TypeAlias = (
     | ExplodeSpec
     | AssignTimestampsSpec
     | KeyedAggSpec
+    | KeyedAggsSpec
+    | WindowAggsSpec
     | WindowSpec
     | SessionWindowSpec
     | JoinSpec

@@ -13,7 +13,7 @@ same way a stream reaches its environment through :class:`StreamEnv`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 import pyarrow as pa
 
@@ -38,6 +38,9 @@ class StreamEnv(Protocol):
     storage_options: dict[str, str]
 
     def _check_parallelism(self, parallelism: object, what: str) -> None: ...
+
+    # ``stream`` is a DataStream, which this module cannot name.
+    def create_temporary_view(self, name: str, stream: Any) -> None: ...
 
 
 class StreamCore(Protocol):

@@ -740,3 +740,12 @@ def to_json(col: ColumnOrName, options: dict[str, str] | None = None) -> Expr:
             f"function 'to_json' takes no options yet, got {options!r}", operator="to_json"
         )
     return _unary("to_json", col)
+
+
+# -- aggregates (for keyed.agg / windowed.agg; eddyline/aggregates.py) --------
+# Imported last: they shadow the builtins sum/min/max in this module's
+# namespace, as pyspark.sql.functions does.
+from .aggregates import *  # noqa: E402, F403
+from .aggregates import __all__ as _aggregate_names  # noqa: E402
+
+__all__ += [n for n in _aggregate_names if n != "AggregateColumn"]

@@ -27,8 +27,16 @@ from ._exec.keyed import KeyedReduceRunner
 from ._exec.process import KeyedProcessRunner
 from ._exec.session import PythonSessionRunner
 from ._exec.window import LATE_PORT, PythonWindowRunner, WindowTime, window_output_schema
-from ._specs import KeyedAggSpec, SessionWindowSpec, WindowSpec
+from ._specs import (
+    AggregateSpec,
+    KeyedAggSpec,
+    KeyedAggsSpec,
+    SessionWindowSpec,
+    WindowAggsSpec,
+    WindowSpec,
+)
 from ._stream_core import S
+from .aggregates import AggregateColumn
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .expr import col
@@ -91,6 +99,46 @@ class KeyedStream(Generic[S]):
     def max(self, column: str) -> S:
         """Running maximum of ``column`` per key."""
         return self._agg("max", column)
+
+    def agg(self, *aggregates: AggregateColumn) -> S:
+        """Running aggregates per key, natively: ``F.sum``, ``F.count`` (``"*"``
+        for rows), ``F.avg``, ``F.min``, ``F.max``, ``F.count_distinct``,
+        ``F.approx_count_distinct``, ``F.approx_percentile``, ``F.first``,
+        ``F.last``, ``F.collect_list``, ``F.collect_set``, ``F.stddev``,
+        ``F.variance`` and their Spark synonyms (``import eddyline.functions as F``).
+
+        After each input batch, emits one row per key seen in that batch, in
+        first-occurrence order: the key columns, then every aggregate's
+        current value under its ``.alias`` or Spark's default name
+        (``avg(y)``, ``count(1)``): an upsert stream of the current values
+        per key. The accumulators' states are checkpointed per key group
+        (incrementally), restore at another parallelism and are read by
+        :func:`~eddyline.read_state` (the keys and current values).
+
+        Raises:
+            TypeError: An argument is not an aggregate of ``eddyline.functions``.
+            GraphError: No aggregate, two of one name, or a name of a key column.
+            SchemaError: An aggregate's column has a type it does not take
+                (the message names the aggregate and the column).
+
+        Example:
+            >>> import eddyline as ed
+            >>> import eddyline.functions as F
+            >>> env = ed.StreamEnvironment()
+            >>> s = env.from_collection([{"k": "a", "y": 1.0}, {"k": "a", "y": 3.0}])
+            >>> out = s.key_by("k").agg(F.count("*"), F.avg("y")).collect()
+            >>> _ = env.execute()
+            >>> out.to_pylist()
+            [{'k': 'a', 'count(1)': 2, 'avg(y)': 2.0}]
+        """
+        specs = _aggregate_specs("agg()", aggregates)
+        keys = list(self._keys)
+        reads: dict[str, None] = dict.fromkeys(keys)
+        for a in aggregates:
+            reads.update(dict.fromkeys(a.columns()))
+        return self._stream._native(
+            "agg", KeyedAggsSpec(keys, specs), keys=keys, columns=list(reads)
+        )
 
     def connect(self, other: BroadcastStream[S]) -> BroadcastConnectedStreams[S]:
         """Connects a broadcast stream (``rules.broadcast()``) for a
@@ -256,6 +304,21 @@ class KeyedStream(Generic[S]):
         return WindowedStream(keyed, assigner, time_column, late_output)
 
 
+def _aggregate_specs(where: str, aggregates: tuple[AggregateColumn, ...]) -> list[AggregateSpec]:
+    """The specs of ``.agg(...)``'s aggregates, checked to be ``F``'s aggregates."""
+    if not aggregates:
+        raise GraphError(f"{where} needs at least one aggregate, such as F.count('*')")
+    specs = []
+    for a in aggregates:
+        if not isinstance(a, AggregateColumn):
+            raise TypeError(
+                f"{where} takes aggregates of eddyline.functions (F.sum('x'), F.count('*'), "
+                f"...), got {a!r}"
+            )
+        specs.append(AggregateSpec(a.function, list(a.args), a.name))
+    return specs
+
+
 WINDOW_TIME = "window_time"
 """The column a window's result gets when another window reads it: its event time."""
 
@@ -384,6 +447,49 @@ class WindowedStream(Generic[S]):
     def max(self, column: str) -> S:
         """The maximum of ``column`` per key and window (nulls ignored)."""
         return self._agg("max", column)
+
+    def agg(self, *aggregates: AggregateColumn) -> S:
+        """Aggregates of ``eddyline.functions`` (``F.count("*")``, ``F.avg``,
+        ``F.approx_percentile``... as :meth:`KeyedStream.agg`) per key and
+        tumbling or sliding window, natively.
+
+        When the watermark passes a window's end, emits one row per key: the
+        key columns, ``window_start``, ``window_end``, then every aggregate
+        under its ``.alias`` or Spark's default name. Late records as for the
+        other window aggregates. Session windows take ``sum``/``count``/``min``/
+        ``max`` only, for now.
+
+        Raises:
+            TypeError: An argument is not an aggregate of ``eddyline.functions``.
+            GraphError: Session windows; no aggregate; a name clash.
+            SchemaError: An aggregate's column has a type it does not take.
+
+        Example:
+            >>> import eddyline as ed
+            >>> import eddyline.functions as F
+            >>> env = ed.StreamEnvironment()
+            >>> rows = [{"k": "a", "t": 1000, "v": 1.0}, {"k": "a", "t": 2000, "v": 3.0}]
+            >>> s = env.from_collection(rows)
+            >>> w = s.assign_timestamps("t").key_by("k").window(ed.Tumbling("10s"))
+            >>> out = w.agg(F.count("*"), F.avg("v")).collect()
+            >>> _ = env.execute()
+            >>> out.to_pylist()
+            [{'k': 'a', 'window_start': 0, 'window_end': 10000, 'count(1)': 2, 'avg(v)': 2.0}]
+        """
+        specs = _aggregate_specs("agg()", aggregates)
+        if isinstance(self._assigner, Session):
+            raise GraphError(
+                f"agg() after '{self._stream.operator_name}': session windows take "
+                ".sum/.count/.min/.max for now, not aggregates of eddyline.functions",
+                operator=self._stream.operator_name,
+            )
+        keys = self._keyed.keys
+        reads: dict[str, None] = dict.fromkeys([*keys, self._time_column])
+        for a in aggregates:
+            reads.update(dict.fromkeys(a.columns()))
+        spec = WindowAggsSpec(keys, self._time_column, self._assigner._to_spec(), specs)
+        stream = self._stream._native("window_agg", spec, keys=keys, columns=list(reads))
+        return self._declare_late_output(stream)
 
     def _python(self, op: str, mode: str, fn: Callable[..., Any], schema: pa.Schema | None) -> S:
         keys = self._keyed.keys

@@ -51,6 +51,7 @@ from ._specs import (
     WithColumnsSpec,
 )
 from ._stream_core import StreamEnv
+from .aggregates import reject_aggregate
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
@@ -297,6 +298,7 @@ class DataStream(_Operators):
             predicate: A native boolean expression such as ``ed.col("x") > 0``
                 (run in Rust), or a function ``fn(row) -> bool``.
         """
+        reject_aggregate(predicate, "filter()")
         if isinstance(predicate, Expr):
             reads = list(predicate.columns())
             return self._native("filter", FilterSpec(predicate, reads), columns=reads)
@@ -335,12 +337,13 @@ class DataStream(_Operators):
 
         Example:
             >>> import eddyline as ed
-            >>> env = ed.StreamEnvironment()
-            >>> s = env.from_sequence(0, 10)
+            >>> s = ed.StreamEnvironment().from_sequence(0, 10)
             >>> s.with_columns(double=ed.col("value") * 2)  # doctest: +SKIP
         """
         if not exprs:
             raise TypeError("with_columns() needs at least one name=expression")
+        for value in exprs.values():
+            reject_aggregate(value, "with_columns()")
         [(only, first), *rest] = exprs.items()
         generator = generator_of(first) if isinstance(first, Expr) and not rest else None
         if generator is not None:
@@ -365,6 +368,7 @@ class DataStream(_Operators):
         columns: list[tuple[str, Expr]] = []
         used: dict[str, None] = {}
         for item in cols:
+            reject_aggregate(item, "select()")
             expr = col(item) if isinstance(item, str) else item
             if not isinstance(expr, Expr):
                 raise TypeError(f"select() takes column names or expressions, got {item!r}")

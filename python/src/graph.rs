@@ -11,18 +11,20 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use eddyline_core::error::Error;
-use eddyline_core::expr::Expr;
+use eddyline_core::expr::{Aggregate, Expr};
 use eddyline_core::graph::{
     all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
 };
 use eddyline_core::operator::explode::{ExplodeFactory, ExplodeMode};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::join::{JoinBounds, JoinFactory, JoinSpec, JoinType};
+use eddyline_core::operator::keyed_agg::multi::MultiAggFactory;
 use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
 use eddyline_core::operator::session::SessionFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
+use eddyline_core::operator::window::multi::WindowAggsFactory;
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
 use eddyline_core::operator::OperatorFactory;
 use eddyline_core::partition::Partitioning;
@@ -197,6 +199,35 @@ struct KeyedAggSpec {
     column: Option<String>,
 }
 
+/// One aggregate of `.agg(...)` (`AggregateSpec`): Spark's function name,
+/// its arguments and its output column.
+#[derive(FromPyObject)]
+struct AggregateSpec<'py> {
+    function: String,
+    args: Vec<Bound<'py, PyExpr>>,
+    name: String,
+}
+
+/// `keyed_aggs`: running DataFusion aggregates per key.
+#[derive(FromPyObject)]
+struct KeyedAggsSpec<'py> {
+    keys: Vec<String>,
+    aggregates: Vec<AggregateSpec<'py>>,
+}
+
+/// The core aggregates of `.agg(...)`; an unknown function is a graph
+/// error of `node` naming it.
+fn aggregates(node: &str, specs: &[AggregateSpec<'_>]) -> Result<Vec<(String, Aggregate)>, Error> {
+    specs
+        .iter()
+        .map(|a| {
+            let args = a.args.iter().map(|e| e.get().expr.clone()).collect();
+            let aggregate = Aggregate::new(&a.function, args).map_err(|e| e.at(node))?;
+            Ok((a.name.clone(), aggregate))
+        })
+        .collect()
+}
+
 /// A window assigner: tumbling (`slide_ms` None) or sliding.
 #[derive(FromPyObject)]
 struct WindowAssignerSpec {
@@ -212,6 +243,15 @@ struct WindowSpec {
     assigner: WindowAssignerSpec,
     agg: String,
     column: Option<String>,
+}
+
+/// `window_aggs`: DataFusion aggregates per key and window.
+#[derive(FromPyObject)]
+struct WindowAggsSpec<'py> {
+    keys: Vec<String>,
+    time_column: String,
+    assigner: WindowAssignerSpec,
+    aggregates: Vec<AggregateSpec<'py>>,
 }
 
 /// `session_window`: native session windows with an aggregate per key.
@@ -404,6 +444,13 @@ fn keyed_agg_node(cx: &Ctx<'_>, spec: KeyedAggSpec) -> Result<NodeParts, NodeErr
     Ok(operator(Arc::new(f), s))
 }
 
+/// `keyed_aggs`: running DataFusion aggregates per key.
+fn keyed_aggs_node(cx: &Ctx<'_>, spec: KeyedAggsSpec<'_>) -> Result<NodeParts, NodeError> {
+    let f = MultiAggFactory::new(spec.keys, aggregates(cx.name, &spec.aggregates)?);
+    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
 /// `window`: a native event-time window aggregate per key.
 fn window_node(cx: &Ctx<'_>, spec: WindowSpec, late: bool) -> Result<NodeParts, NodeError> {
     let name = cx.name;
@@ -427,6 +474,33 @@ fn window_node(cx: &Ctx<'_>, spec: WindowSpec, late: bool) -> Result<NodeParts, 
         f = f.with_late_output();
     }
     let s = cx.output_of(|s| f.output_schema(name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `window_aggs`: DataFusion aggregates per key and window.
+fn window_aggs_node(
+    cx: &Ctx<'_>,
+    spec: WindowAggsSpec<'_>,
+    late_output: bool,
+) -> Result<NodeParts, NodeError> {
+    let assigner = match spec.assigner.slide_ms {
+        None => WindowAssigner::Tumbling {
+            size_ms: spec.assigner.size_ms,
+        },
+        Some(slide_ms) => WindowAssigner::Sliding {
+            size_ms: spec.assigner.size_ms,
+            slide_ms,
+        },
+    };
+    let f = WindowAggsFactory {
+        keys: spec.keys,
+        time_column: spec.time_column,
+        assigner,
+        aggregates: aggregates(cx.name, &spec.aggregates)?,
+        late_output,
+        input: cx.first_input(),
+    };
+    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
 
@@ -630,6 +704,8 @@ impl GraphReader<'_> {
             "explode" => explode_node(cx, op.extract()?)?,
             "assign_timestamps" => timestamps_node(cx, op.extract()?)?,
             "keyed_agg" => keyed_agg_node(cx, op.extract()?)?,
+            "keyed_aggs" => keyed_aggs_node(cx, op.extract()?)?,
+            "window_aggs" => window_aggs_node(cx, op.extract()?, late_output)?,
             "window" => window_node(cx, op.extract()?, late_output)?,
             "join" => join_node(cx, op.extract()?)?,
             "session_window" => session_node(cx, op.extract()?, late_output)?,

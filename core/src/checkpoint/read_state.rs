@@ -43,7 +43,17 @@ const NATIVE_FORMATS: &[(&str, Recognizer, Decoder)] = &[
         keyed_agg::is_state_schema,
         keyed_agg::state_table,
     ),
+    (
+        "keyed aggregates",
+        keyed_agg::multi::is_state_schema,
+        keyed_agg::multi::state_table,
+    ),
     ("window", window::is_state_schema, window::state_table),
+    (
+        "window aggregates",
+        window::multi::is_state_schema,
+        window::multi::state_table,
+    ),
     (
         "session window",
         session::is_state_schema,

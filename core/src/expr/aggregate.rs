@@ -35,6 +35,9 @@ pub struct Aggregate {
     udaf: Arc<AggregateUDF>,
     args: Vec<Expr>,
     distinct: bool,
+    /// Rows whose argument is null are skipped (Spark's `collect_list` and
+    /// `collect_set` never collect a null).
+    ignore_nulls: bool,
 }
 
 /// Spark's aggregate name to the library's, and whether it is the distinct
@@ -84,12 +87,27 @@ impl Aggregate {
                 "unknown aggregate function '{name}'; it is not in eddyline's function library"
             ))
         })?;
+        let ignore_nulls = matches!(lower.as_str(), "collect_list" | "collect_set");
         Ok(Aggregate {
             name: lower,
             udaf,
             args,
             distinct,
+            ignore_nulls,
         })
+    }
+
+    /// The type an argument of type `t` is handed to the accumulator in:
+    /// DataFusion's `approx_distinct` takes integers and strings only, so
+    /// other values (floats, booleans, dates...) are counted by their text,
+    /// which is distinct exactly where the values are (Spark hashes any
+    /// type).
+    fn input_type(&self, t: &DataType) -> DataType {
+        if self.name == "approx_count_distinct" && !(t.is_integer() || t == &DataType::Utf8) {
+            DataType::Utf8
+        } else {
+            t.clone()
+        }
     }
 
     /// Type-checks the arguments against `schema`: an aggregate ready to
@@ -104,7 +122,10 @@ impl Aggregate {
         let fields: Vec<FieldRef> = arg_types
             .iter()
             .enumerate()
-            .map(|(i, t)| Arc::new(Field::new(format!("arg{i}"), t.clone(), true)))
+            .map(|(i, t)| {
+                let t = self.input_type(t);
+                Arc::new(Field::new(format!("arg{i}"), t, true))
+            })
             .collect();
         let wrong = |e: &dyn std::fmt::Display| {
             let columns: Vec<String> = self
@@ -183,11 +204,44 @@ impl BoundAggregate {
         self.return_field.data_type()
     }
 
+    /// The aggregate's (lower-case, Spark) name.
+    pub fn name(&self) -> &str {
+        &self.aggregate.name
+    }
+
+    /// The fields of the accumulator's intermediate state (what a snapshot
+    /// holds).
+    pub fn state_schema(&self) -> &Arc<Schema> {
+        &self.state_schema
+    }
+
+    /// A new, empty accumulator (errors name the aggregate).
+    pub(crate) fn accumulator(&self) -> ExprResult<Box<dyn Accumulator>> {
+        self.new_accumulator().map_err(|e| self.failed("start", &e))
+    }
+
+    /// The aggregate's arguments evaluated over `batch`, in the types the
+    /// accumulator takes.
+    pub(crate) fn arguments(&self, batch: &RecordBatch) -> ExprResult<Vec<ArrayRef>> {
+        let mut values: Vec<ArrayRef> = Vec::with_capacity(self.arg_fields.len());
+        for (arg, field) in self.aggregate.args.iter().zip(&self.arg_fields) {
+            let array = arg.evaluate(batch)?;
+            let array = if array.data_type() == field.data_type() {
+                array
+            } else {
+                arrow::compute::cast(&array, field.data_type())
+                    .map_err(|e| self.failed("convert its input", &e))?
+            };
+            values.push(array);
+        }
+        Ok(values)
+    }
+
     fn new_accumulator(&self) -> datafusion_common::Result<Box<dyn Accumulator>> {
         self.aggregate.udaf.accumulator(AccumulatorArgs {
             return_field: Arc::clone(&self.return_field),
             schema: &self.input_schema,
-            ignore_nulls: false,
+            ignore_nulls: self.aggregate.ignore_nulls,
             order_bys: &[],
             is_reversed: false,
             name: &self.aggregate.name,
@@ -197,7 +251,7 @@ impl BoundAggregate {
         })
     }
 
-    fn failed(&self, what: &str, e: &dyn std::fmt::Display) -> ExprError {
+    pub(crate) fn failed(&self, what: &str, e: &dyn std::fmt::Display) -> ExprError {
         ExprError::operator(format!(
             "aggregate '{}' failed to {what}: {e}",
             self.aggregate.name
@@ -235,18 +289,7 @@ pub struct AggregateState {
 impl AggregateState {
     /// Adds the rows of `batch` (of the schema the aggregate was bound to).
     pub fn update(&mut self, batch: &RecordBatch) -> ExprResult<()> {
-        let bound = &self.bound;
-        let mut values: Vec<ArrayRef> = Vec::with_capacity(bound.arg_fields.len());
-        for (arg, field) in bound.aggregate.args.iter().zip(&bound.arg_fields) {
-            let array = arg.evaluate(batch)?;
-            let array = if array.data_type() == field.data_type() {
-                array
-            } else {
-                arrow::compute::cast(&array, field.data_type())
-                    .map_err(|e| bound.failed("convert its input", &e))?
-            };
-            values.push(array);
-        }
+        let values = self.bound.arguments(batch)?;
         self.accumulator
             .update_batch(&values)
             .map_err(|e| self.bound.failed("add rows", &e))

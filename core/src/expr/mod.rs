@@ -34,6 +34,7 @@
 //! Spark does (see `case.rs`).
 
 mod aggregate;
+mod aggregate_set;
 mod case;
 mod cast;
 mod eval;
@@ -54,6 +55,7 @@ mod value;
 mod spark_tests;
 
 pub use aggregate::{Aggregate, AggregateState, BoundAggregate};
+pub use aggregate_set::{AggregateSet, AggregateSlots, STATE_COLUMN_PREFIX};
 pub use cast::SparkType;
 pub(crate) use function::library_function;
 pub use function::Function;

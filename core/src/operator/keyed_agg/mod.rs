@@ -83,6 +83,7 @@ use crate::state::keyed::{
 };
 use crate::state::{OperatorState, StateBlob};
 
+pub mod multi;
 mod snapshot;
 #[cfg(test)]
 pub(crate) use snapshot::encode_state;

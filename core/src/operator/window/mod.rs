@@ -110,6 +110,7 @@ use arrow::datatypes::{
 use crate::error::{Error, Result};
 
 mod keys;
+pub mod multi;
 mod snapshot;
 /// `read_state`'s view of this operator's blobs.
 pub(crate) use snapshot::{is_state_schema, state_table};

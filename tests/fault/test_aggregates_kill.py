@@ -1,0 +1,213 @@
+"""``keyed.agg(...)`` under SIGKILL and ``restore_from="latest"`` (TESTING.md
+"Faults to inject"): the accumulators' states are restored from the latest
+checkpoint, at the same or at another parallelism (2 -> 3, 3 -> 1), and the
+exactly-once Parquet output holds every key's final values exactly, with no
+running row committed twice."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import eddyline as ed
+import eddyline.functions as F
+from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+
+KEYS = 50
+
+
+class Columns:
+    """``value`` -> key ``k``, a float ``y`` (null every 13th, integral so sums
+    are exact) and ``u`` for a distinct count; ``sleep`` seconds per batch."""
+
+    def __init__(self, sleep: float) -> None:
+        self.sleep = sleep
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        import time
+
+        v = batch.column("value").to_numpy()
+        y = pa.array((v % 97).astype(np.float64), mask=(v % 13 == 0))
+        time.sleep(self.sleep)
+        return pa.RecordBatch.from_arrays(
+            [batch.column("value"), pa.array(v % KEYS), y, pa.array(v % 31)],
+            names=["value", "k", "y", "u"],
+        )
+
+
+def aggs_job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream:
+    numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
+    keyed = numbers.map_batches(Columns(sleep)).name("columns").uid("columns").key_by("k")
+    return (
+        keyed.agg(
+            F.sum("value").alias("total"),
+            F.count("*"),
+            F.count("y"),
+            F.avg("y"),
+            F.min("y"),
+            F.max("value"),
+            F.count_distinct("u"),
+            F.stddev("y"),
+        )
+        .name("aggs")
+        .uid("aggs")
+    )
+
+
+WINDOW_MS = 1000
+
+
+def window_job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream:
+    """Tumbling windows of ``WINDOW_MS`` over event time ``value`` (ms)."""
+    numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
+    columns = numbers.map_batches(Columns(sleep)).name("columns").uid("columns")
+    windowed = columns.assign_timestamps("value").key_by("k").window(ed.Tumbling("1s"))
+    return (
+        windowed.agg(F.count("*"), F.sum("value"), F.max("y"), F.count_distinct("u"))
+        .name("window_aggs")
+        .uid("window_aggs")
+    )
+
+
+def expected_windows(n: int) -> dict[tuple[int, int], dict[str, Any]]:
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for v in range(n):
+        groups[(v % KEYS, v - v % WINDOW_MS)].append(v)
+    out = {}
+    for key, vs in groups.items():
+        ys = [float(v % 97) for v in vs if v % 13 != 0]
+        out[key] = {
+            "count(1)": len(vs),
+            "sum(value)": sum(vs),
+            "max(y)": max(ys) if ys else None,
+            "count(DISTINCT u)": len({v % 31 for v in vs}),
+        }
+    return out
+
+
+def expected(n: int) -> dict[int, dict[str, Any]]:
+    groups: dict[int, list[int]] = defaultdict(list)
+    for v in range(n):
+        groups[v % KEYS].append(v)
+    out = {}
+    for k, vs in groups.items():
+        ys = [float(v % 97) for v in vs if v % 13 != 0]
+        mean = sum(ys) / len(ys)
+        out[k] = {
+            "total": sum(vs),
+            "count(1)": len(vs),
+            "count(y)": len(ys),
+            "avg(y)": mean,
+            "min(y)": min(ys),
+            "max(value)": max(vs),
+            "count(DISTINCT u)": len({v % 31 for v in vs}),
+            "stddev(y)": math.sqrt(sum((y - mean) ** 2 for y in ys) / (len(ys) - 1)),
+        }
+    return out
+
+
+KILL_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    import eddyline as ed
+    from eddyline.testing import completed_checkpoints
+    from test_aggregates_kill import aggs_job, window_job
+
+    out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    first, later = int(sys.argv[4]), int(sys.argv[5])
+    job = window_job if sys.argv[6] == "window" else aggs_job
+    parallelism = later if completed_checkpoints(chk) else first
+    env = ed.StreamEnvironment(
+        parallelism,
+        checkpoint=ed.CheckpointConfig(chk, interval="80ms", incremental=True),
+        batch_size=400,
+        max_parallelism=16,
+    )
+    job(env, n, 0.01).sink_to(ed.ParquetSink(out)).name("files").uid("files")
+    env.execute("aggs-kill", restore_from="latest")
+    print(f"parallelism {parallelism}", flush=True)
+    print("finished", flush=True)
+    """
+)
+
+
+def _run_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, args: list[str]
+) -> list[dict[str, Any]]:
+    here = str(Path(__file__).parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [here, os.getenv("PYTHONPATH")])))
+    script = tmp_path / "job.py"
+    script.write_text(KILL_SCRIPT)
+    out, chk = tmp_path / "out", tmp_path / "chk"
+    command = [sys.executable, str(script), str(out), str(chk), *args]
+    outputs = kill_after_checkpoints(
+        command, chk, kills=2, rng=random.Random(seed), timeout=200, max_delay=0.3
+    )
+    assert len(outputs) == 3 and "finished" in outputs[-1]
+    assert f"parallelism {args[2]}" in outputs[-1]
+    rows: list[dict[str, Any]] = read_parquet_dir(out).to_pylist()
+    return rows
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
+def test_sigkill_and_restore_at_another_parallelism_is_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
+) -> None:
+    n = 60_000
+    rows = _run_killed(tmp_path, monkeypatch, seed, [str(n), str(first), str(later), "keyed"])
+    # Exactly once: no running value of a key is committed twice.
+    seen = [(r["k"], r["count(1)"]) for r in rows]
+    assert len(seen) == len(set(seen))
+    final: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        if r["count(1)"] > final.get(r["k"], {}).get("count(1)", -1):
+            final[r["k"]] = r
+    want = expected(n)
+    assert set(final) == set(want)
+    for k, row in final.items():
+        for name, value in want[k].items():
+            if name == "stddev(y)":
+                assert math.isclose(row[name], value, rel_tol=1e-9), (k, name, row[name], value)
+            else:
+                assert row[name] == value, (k, name, row[name], value)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [
+        (2, 3),
+        pytest.param(
+            3,
+            1,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="open defect: windows are missing after SIGKILL and a restore from "
+                "3 subtasks into 1 (under investigation)",
+            ),
+        ),
+    ],
+)
+def test_window_aggregates_after_sigkill_and_rescale_are_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
+) -> None:
+    n = 60_000
+    rows = _run_killed(tmp_path, monkeypatch, seed, [str(n), str(first), str(later), "window"])
+    got = {(r["k"], r["window_start"]): r for r in rows}
+    assert len(got) == len(rows), "a window fired twice"
+    want = expected_windows(n)
+    assert set(got) == set(want)
+    for key, values in want.items():
+        assert {name: got[key][name] for name in values} == values, key
