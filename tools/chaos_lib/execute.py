@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import uuid
@@ -124,6 +125,23 @@ def _last_json(stdout: str) -> dict[str, Any]:
     return {}
 
 
+_DELTA_COMMIT = re.compile(r"\d{20}\.(json|checkpoint(\..+)?\.(parquet|json))")
+
+
+def has_delta_commit(table: Path) -> bool:
+    """Whether ``table``'s ``_delta_log`` holds a commit (or a checkpoint of commits).
+
+    A job killed inside delta-rs's create of the table leaves ``_delta_log``
+    without one: delta-rs makes the folder, writes ``00000000000000000000.json#1``
+    and only then links it to ``00000000000000000000.json``. By the Delta protocol
+    such a folder is no table: nothing was committed (delta-rs reads it as
+    ``TableNotFoundError: No files in log segment``), and DeltaSink's next
+    commit creates the table over it. Any other log, even a broken one, is read
+    (and its error reported)."""
+    log = table / "_delta_log"
+    return log.is_dir() and any(_DELTA_COMMIT.fullmatch(f.name) for f in log.iterdir())
+
+
 def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
     from deltalake import DeltaTable
 
@@ -139,7 +157,7 @@ def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
             path = out / name
             outputs[name] = (
                 DeltaTable(str(path)).to_pyarrow_table().to_pandas()
-                if (path / "_delta_log").is_dir()
+                if has_delta_commit(path)
                 else pd.DataFrame()
             )
         elif name == "kafka":
