@@ -28,6 +28,8 @@ SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), (
 Row = dict[str, int]
 # kinds whose rows come in ``files`` splits (files, Kafka partitions)
 FILE_KINDS = ("parquet", "spark", "kafka")
+LATE_KEY = 1_000_000_000
+"""Above every generated key: a late candidate's own key is this plus its id."""
 
 
 def sequence_step(source: Source) -> int:
@@ -65,7 +67,15 @@ def splits_of(source: Source) -> list[list[Row]]:
             next_id += 1
             for _ in range(source.late_rows):
                 ts = rng.randrange(0, max(1, source.span_ms // 2))
-                split.append({"id": next_id, "k": rng.randrange(source.keys), "ts": ts, "v": 1})
+                k = rng.randrange(source.keys)
+                split.append(
+                    {
+                        "id": next_id,
+                        "k": LATE_KEY + next_id if source.late_keys else k,
+                        "ts": ts,
+                        "v": 1,
+                    }
+                )
                 next_id += 1
         out.append(split)
     return out
