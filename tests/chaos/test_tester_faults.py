@@ -110,3 +110,16 @@ def test_deltasink_creates_its_table_over_a_log_without_a_commit(
     env.execute("over-an-empty-log")
     got = DeltaTable(str(table)).to_pyarrow_table()
     assert sorted(got.column(got.column_names[0]).to_pylist()) == list(range(100))
+
+
+def test_rows_compare_nulls_as_minus_one_and_floats_as_ints() -> None:
+    """An outer join's missing side comes back as NaN (float columns) from
+    Parquet and as None from Kafka's JSON; both are -1 (no generated value
+    is negative), and 3.0 is the row's 3."""
+    import pandas as pd
+    from chaos_lib.check import _rows
+
+    parquet = pd.DataFrame({"id": [1, 2], "id_right": [float("nan"), 3.0]})
+    kafka = pd.DataFrame({"id": [2, 1], "id_right": [3, None]})
+    assert _rows(parquet, ["id", "id_right"]) == _rows(kafka, ["id", "id_right"])
+    assert sorted(_rows(parquet, ["id", "id_right"])) == [(1, -1), (2, 3)]

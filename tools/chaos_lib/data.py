@@ -14,6 +14,7 @@ splits, or a restore: the reference needs no arrival order.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -37,8 +38,24 @@ def sequence_step(source: Source) -> int:
     return max(1, source.span_ms // max(1, source.rows))
 
 
+_SPLITS: dict[tuple[object, ...], list[list[Row]]] = {}
+
+
 def splits_of(source: Source) -> list[list[Row]]:
-    """The rows of ``source``, one list per split (a file; one list for the others)."""
+    """The rows of ``source``, one list per split (a file; one list for the others).
+
+    Cached by the source's fields (the inputs, the job script, the reference
+    and the late candidates of a case all ask for them); callers must not
+    change the lists."""
+    key = dataclasses.astuple(source)
+    if key not in _SPLITS:
+        if len(_SPLITS) >= 16:
+            _SPLITS.clear()
+        _SPLITS[key] = _make_splits(source)
+    return _SPLITS[key]
+
+
+def _make_splits(source: Source) -> list[list[Row]]:
     if source.kind == "sequence":
         step = sequence_step(source)
         return [

@@ -169,7 +169,8 @@ def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
 
 
 def _read_topic(topic: str) -> pd.DataFrame:
-    """Every message of ``topic`` (JSON rows), read until a second passes with none."""
+    """Every message of ``topic`` (JSON rows): read from the start until each
+    partition reports its end (the job has ended, so nothing more comes)."""
     import time
 
     import confluent_kafka as ck
@@ -179,19 +180,27 @@ def _read_topic(topic: str) -> pd.DataFrame:
             "bootstrap.servers": os.environ["CHAOS_KAFKA"],
             "group.id": f"chaos-{uuid.uuid4().hex[:6]}",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
         }
     )
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts])
     rows: list[dict[str, Any]] = []
-    quiet = time.monotonic()
-    while time.monotonic() - quiet < 1.0:
-        got = consumer.consume(num_messages=1000, timeout=0.2)
-        for message in got:
-            if message.error() is None:
+    open_parts = set(parts)
+    deadline = time.monotonic() + TIMEOUT_S
+    while open_parts:
+        if time.monotonic() > deadline:
+            consumer.close()
+            raise TimeoutError(f"topic {topic}: partitions {sorted(open_parts)} never ended")
+        for message in consumer.consume(num_messages=1000, timeout=0.2):
+            error = message.error()
+            if error is None:
                 rows.append(json.loads(message.value()))
-        if got:
-            quiet = time.monotonic()
+            elif error.code() == ck.KafkaError._PARTITION_EOF:
+                open_parts.discard(message.partition())
+            else:
+                consumer.close()
+                raise RuntimeError(f"reading topic {topic}: {error}")
     consumer.close()
     return pd.DataFrame(rows)
 
