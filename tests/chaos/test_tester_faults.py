@@ -123,3 +123,22 @@ def test_rows_compare_nulls_as_minus_one_and_floats_as_ints() -> None:
     kafka = pd.DataFrame({"id": [2, 1], "id_right": [3, None]})
     assert _rows(parquet, ["id", "id_right"]) == _rows(kafka, ["id", "id_right"])
     assert sorted(_rows(parquet, ["id", "id_right"])) == [(1, -1), (2, 3)]
+
+
+def test_an_interrupted_run_still_prints_its_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM, which the CLI turns into the same) ends a long run
+    cleanly: the finished cases are counted, the one in progress is not."""
+    calls: list[int] = []
+
+    def second_interrupts(case: object, workdir: Path) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        raise RuntimeError("a tester error, to finish the first case fast")
+
+    monkeypatch.setattr(driver, "run_case", second_interrupts)
+    summary = driver.run(5, 5, None, do_shrink=False, keep=tmp_path, without=NO_KAFKA)
+    assert summary["interrupted"] is True
+    assert summary["cases"] == 1 and len(summary["mismatch_seeds"]) == 1

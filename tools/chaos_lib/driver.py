@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -160,49 +161,60 @@ def run(
     done = 0
     position = 0  # the index of the next case drawn and not skipped
     root = keep or Path(tempfile.mkdtemp(prefix="eddyline-chaos-"))
-    while done < cases:
-        if minutes is not None and time.monotonic() - started > minutes * 60:
-            break
-        case_seed = seed if cases == 1 and not first else master.randrange(2**31)
-        case = generate(case_seed)
-        if _excluded(case, without) or (uses_kafka(case) and not kafka_ready()):
-            skipped += 1
-            if cases == 1 and not first:
+    interrupted = False
+    try:
+        while done < cases:
+            if minutes is not None and time.monotonic() - started > minutes * 60:
                 break
-            continue
-        index, position = position, position + 1
-        if index < first:
-            continue
-        workdir = root / f"case-{case_seed}"
-        t0 = time.monotonic()
-        problems, fired, late_rows = check_case(case, workdir)
-        done += 1
-        late_seen += late_rows
-        mix.update(case.features())
-        unfired += 0 if fired else 1
-        status = (
-            ("TESTER-ERROR" if kind_of(problems[0]) == "tester" else "MISMATCH")
-            if problems
-            else "ok"
-        )
-        print(
-            f"case {index} seed={case_seed} {status} {time.monotonic() - t0:.1f}s "
-            f"fault={case.fault.kind}"
-            f"{'' if fired else ' (fault did not fire)'} {' '.join(case.features())}",
-            flush=True,
-        )
-        if problems:
-            mismatches.append(case_seed)
-            if kind_of(problems[0]) == "tester":
-                tester_errors.append(case_seed)
-            small = None
-            if do_shrink:
-                fails = _Fails(root / f"shrink-{case_seed}")
-                fails.kind = kind_of(problems[0])
-                small = shrink(case, fails)
-            _report(case, problems, small, workdir)
-        elif keep is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+            case_seed = seed if cases == 1 and not first else master.randrange(2**31)
+            case = generate(case_seed)
+            if _excluded(case, without) or (uses_kafka(case) and not kafka_ready()):
+                skipped += 1
+                if cases == 1 and not first:
+                    break
+                continue
+            index, position = position, position + 1
+            if index < first:
+                continue
+            workdir = root / f"case-{case_seed}"
+            t0 = time.monotonic()
+            problems, fired, late_rows = check_case(case, workdir)
+            done += 1
+            late_seen += late_rows
+            mix.update(case.features())
+            unfired += 0 if fired else 1
+            status = (
+                ("TESTER-ERROR" if kind_of(problems[0]) == "tester" else "MISMATCH")
+                if problems
+                else "ok"
+            )
+            print(
+                f"case {index} seed={case_seed} {status} {time.monotonic() - t0:.1f}s "
+                f"fault={case.fault.kind}"
+                f"{'' if fired else ' (fault did not fire)'} {' '.join(case.features())}",
+                flush=True,
+            )
+            if problems:
+                mismatches.append(case_seed)
+                if kind_of(problems[0]) == "tester":
+                    tester_errors.append(case_seed)
+                small = None
+                if do_shrink:
+                    fails = _Fails(root / f"shrink-{case_seed}")
+                    fails.kind = kind_of(problems[0])
+                    small = shrink(case, fails)
+                try:
+                    _report(case, problems, small, workdir)
+                except Exception:  # its seed and status are on its line above
+                    print(f"chaos: reporting case {case_seed} failed:", file=sys.stderr)
+                    traceback.print_exc()
+            elif keep is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM (main): the case in progress is dropped, the
+        # summary of the finished ones is still printed
+        interrupted = True
+        print("chaos: interrupted, the case in progress is not counted", flush=True)
     if keep is None and not mismatches:
         shutil.rmtree(root, ignore_errors=True)
     return {
@@ -218,7 +230,12 @@ def run(
         "without": list(without),
         "mix": dict(sorted(mix.items())),
         "workdir": str(root) if (keep or mismatches) else None,
+        "interrupted": interrupted,
     }
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         "--case", type=Path, default=None, help="run one case from its JSON (a shrunk case)"
     )
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.case is not None:
         case = Case.from_json(args.case.read_text())
         workdir = Path(tempfile.mkdtemp(prefix="eddyline-chaos-case-"))
