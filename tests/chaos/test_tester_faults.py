@@ -142,3 +142,24 @@ def test_an_interrupted_run_still_prints_its_summary(
     summary = driver.run(5, 5, None, do_shrink=False, keep=tmp_path, without=NO_KAFKA)
     assert summary["interrupted"] is True
     assert summary["cases"] == 1 and len(summary["mismatch_seeds"]) == 1
+
+
+def test_a_topic_is_read_to_the_end_of_every_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KafkaSink output is read until each partition reports its end (an empty
+    one too), not until a quiet second passes: every message, no waiting."""
+    import json
+
+    from support.kafka_broker import new_topic, produce_each, tansu_broker, tansu_path
+
+    if not tansu_path().exists():
+        pytest.skip(f"no tansu broker at {tansu_path()} (.ci/run builds it)")
+    with tansu_broker(tmp_path / "broker.log") as broker:
+        monkeypatch.setenv("CHAOS_KAFKA", broker)
+        new_topic(broker, 2, "half")
+        produce_each(broker, "half", [(0, None, json.dumps({"id": i}).encode()) for i in range(50)])
+        got = execute._read_topic("half")
+        assert sorted(got["id"]) == list(range(50))
+        new_topic(broker, 2, "empty")
+        assert execute._read_topic("empty").empty
