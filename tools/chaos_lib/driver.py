@@ -124,6 +124,21 @@ def _report(case: Case, problems: list[str], small: Case | None, workdir: Path) 
         print(render(small, workdir / "shrunk"), file=out)
 
 
+def _shrink_and_report(
+    case: Case, problems: list[str], root: Path, workdir: Path, do_shrink: bool
+) -> None:
+    small = None
+    if do_shrink:
+        fails = _Fails(root / f"shrink-{case.seed}")
+        fails.kind = kind_of(problems[0])
+        small = shrink(case, fails)
+    try:
+        _report(case, problems, small, workdir)
+    except Exception:  # its seed and status are on its line above
+        print(f"chaos: reporting case {case.seed} failed:", file=sys.stderr)
+        traceback.print_exc()
+
+
 def _excluded(case: Case, without: Sequence[str]) -> bool:
     features = set(case.features())
     return any(set(combo.split("+")) <= features for combo in without)
@@ -198,16 +213,7 @@ def run(
                 mismatches.append(case_seed)
                 if kind_of(problems[0]) == "tester":
                     tester_errors.append(case_seed)
-                small = None
-                if do_shrink:
-                    fails = _Fails(root / f"shrink-{case_seed}")
-                    fails.kind = kind_of(problems[0])
-                    small = shrink(case, fails)
-                try:
-                    _report(case, problems, small, workdir)
-                except Exception:  # its seed and status are on its line above
-                    print(f"chaos: reporting case {case_seed} failed:", file=sys.stderr)
-                    traceback.print_exc()
+                _shrink_and_report(case, problems, root, workdir, do_shrink)
             elif keep is None:
                 shutil.rmtree(workdir, ignore_errors=True)
     except KeyboardInterrupt:
