@@ -80,6 +80,8 @@ def test_a_case_that_once_failed_matches_the_reference(path: Path, tmp_path: Pat
     shrinking worked), rerun here with its fault: a failing seed becomes a
     regression test (docs/TESTING.md, "Seeds")."""
     case = Case.from_json(path.read_text())
+    if driver.uses_kafka(case) and not driver.kafka_ready():
+        pytest.skip("a Kafka case and no tansu broker (.ci/run builds it)")
     problems, fired, _ = driver.check_case(case, tmp_path)
     assert fired, f"{path.name}: the fault did not fire, the case proves nothing"
     assert problems == [], f"{path.name}: {problems}"
@@ -314,3 +316,45 @@ def test_a_sliding_window_count_outside_its_bounds_is_a_mismatch() -> None:
     row = (at_lo["k"] == last[0]) & (at_lo["window_start"] == last[1])
     under = at_lo.assign(count=at_lo["count"] - row.astype("int64"))
     assert "outside their bounds" in compare(case, {"parquet": under}, want)[0]
+
+
+def test_session_late_candidates_have_keys_of_their_own() -> None:
+    """Before a session window a late candidate has a key no other row has:
+    its session is the candidate alone whether or not it came late, so the
+    batch sessions of every row but the late output's are exact (a candidate
+    sharing a key could bridge, or miss, a session that had already fired).
+    One in the late output must not be in a session too, and an on-time one
+    is a session of its own."""
+    case = _case(Stage("session", "count", gap_ms=1_000, late=True))
+    source = case.source(case.main)
+    source.late_rows, source.late_keys = 3, True
+    from chaos_lib.reference import candidates
+
+    maybe = candidates(case)
+    rows = main_stream(case)
+    keys = rows[rows["id"].isin(maybe)]["k"]
+    assert len(maybe) == 3 * source.files and keys.is_unique
+    assert not rows[~rows["id"].isin(maybe)]["k"].isin(keys).any()
+    late = min(maybe)
+    want = expected(case, {late})
+    assert list(want["late"]["id"]) == [late]
+    sessions = want["main"]
+    alone = sessions[sessions["k"].isin(keys)]
+    assert len(alone) == len(maybe) - 1 and (alone["count"] == 1).all()
+    good = {"parquet": sessions, "late": want["late"]}
+    assert compare(case, good, want) == []
+    # the late candidate counted in a session of its own as well
+    both = expected(case)["main"]
+    problems = compare(case, {"parquet": both, "late": want["late"]}, want)
+    assert problems and "0 row(s) lost, 1 extra" in problems[0]
+
+
+def test_session_late_candidates_are_drawn() -> None:
+    drawn = [generate(seed) for seed in range(400)]
+    assert any(
+        c.stage.kind == "session" and any(s.late_rows and s.late_keys for s in c.sources)
+        for c in drawn
+    )
+    for case in drawn:
+        for source in case.sources:
+            assert not source.late_keys or case.stage.kind == "session"

@@ -25,8 +25,10 @@ class Source:
     ``2 * jitter_ms < bound_ms`` so no row is ever late (docs/CHAOS.md).
     ``late_rows``: each split ends with a row far ahead in event time, then
     that many rows from the first half of the span: late candidates, late or
-    not depending on the other splits (only before a tumbling window with a
-    late output, where the reference can follow either).
+    not depending on the other splits (only before a tumbling, sliding or
+    session window with a late output, where the reference can follow
+    either). ``late_keys``: each candidate has a key of its own, which no other
+    row has (before a session window: docs/CHAOS.md).
     """
 
     name: str
@@ -41,6 +43,7 @@ class Source:
     row_groups: int = 1
     seed: int = 0
     late_rows: int = 0
+    late_keys: bool = False
 
 
 @dataclasses.dataclass

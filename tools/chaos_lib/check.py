@@ -27,10 +27,8 @@ def _rows(df: pd.DataFrame, columns: list[str]) -> Counter[tuple[Any, ...]]:
     if missing:
         return Counter({("<missing columns>", *missing): 1})
     # a null (an outer join's missing side) is -1: every generated value is >= 0
-    return Counter(
-        tuple(-1 if pd.isna(x) else int(x) for x in row)
-        for row in df[columns].itertuples(index=False)
-    )
+    values = [df[c].fillna(-1).astype("int64").tolist() for c in columns]
+    return Counter(zip(*values, strict=True))
 
 
 def _diff(name: str, got: Counter[tuple[Any, ...]], want: Counter[tuple[Any, ...]]) -> str | None:

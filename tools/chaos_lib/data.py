@@ -14,6 +14,7 @@ splits, or a restore: the reference needs no arrival order.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -28,6 +29,8 @@ SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), (
 Row = dict[str, int]
 # kinds whose rows come in ``files`` splits (files, Kafka partitions)
 FILE_KINDS = ("parquet", "spark", "kafka")
+LATE_KEY = 1_000_000_000
+"""Above every generated key: a late candidate's own key is this plus its id."""
 
 
 def sequence_step(source: Source) -> int:
@@ -35,8 +38,24 @@ def sequence_step(source: Source) -> int:
     return max(1, source.span_ms // max(1, source.rows))
 
 
+_SPLITS: dict[tuple[object, ...], list[list[Row]]] = {}
+
+
 def splits_of(source: Source) -> list[list[Row]]:
-    """The rows of ``source``, one list per split (a file; one list for the others)."""
+    """The rows of ``source``, one list per split (a file; one list for the others).
+
+    Cached by the source's fields (the inputs, the job script, the reference
+    and the late candidates of a case all ask for them); callers must not
+    change the lists."""
+    key = dataclasses.astuple(source)
+    if key not in _SPLITS:
+        if len(_SPLITS) >= 16:
+            _SPLITS.clear()
+        _SPLITS[key] = _make_splits(source)
+    return _SPLITS[key]
+
+
+def _make_splits(source: Source) -> list[list[Row]]:
     if source.kind == "sequence":
         step = sequence_step(source)
         return [
@@ -65,7 +84,15 @@ def splits_of(source: Source) -> list[list[Row]]:
             next_id += 1
             for _ in range(source.late_rows):
                 ts = rng.randrange(0, max(1, source.span_ms // 2))
-                split.append({"id": next_id, "k": rng.randrange(source.keys), "ts": ts, "v": 1})
+                k = rng.randrange(source.keys)
+                split.append(
+                    {
+                        "id": next_id,
+                        "k": LATE_KEY + next_id if source.late_keys else k,
+                        "ts": ts,
+                        "v": 1,
+                    }
+                )
                 next_id += 1
         out.append(split)
     return out

@@ -8,9 +8,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +27,7 @@ from .render import render
 from .shrink import shrink
 
 _ERROR = "the job failed: "
+_TESTER = "the tester failed: "
 _BROKER = contextlib.ExitStack()
 atexit.register(_BROKER.close)
 
@@ -49,7 +52,25 @@ def kafka_ready() -> bool:
 
 def check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
     """Runs ``case`` once in ``workdir``: its problems (empty: it matched),
-    whether its fault fired, and how many rows its late output committed."""
+    whether its fault fired, and how many rows its late output committed.
+
+    An exception of the tester itself (reading an output, the reference, the
+    comparison) is a problem of the case too, with its traceback: it fails
+    the case, reported with its seed and reproducer, and the run goes on."""
+    try:
+        return _check_case(case, workdir)
+    except Exception:  # reported as the case's problem, never dropped
+        return [_TESTER + traceback.format_exc()], False, 0
+
+
+def kind_of(problem: str) -> str:
+    """What failed: ``job`` (the job or its harness), ``tester`` or ``output``."""
+    if problem.startswith(_ERROR):
+        return "job"
+    return "tester" if problem.startswith(_TESTER) else "output"
+
+
+def _check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
     if uses_kafka(case) and not kafka_ready():
         return ["the job failed: no Kafka broker (tansu) for a Kafka case"], False, 0
     outcome = run_case(case, workdir)
@@ -76,15 +97,16 @@ class _Fails:
         found, _, _ = check_case(candidate, where)
         shutil.rmtree(where, ignore_errors=True)
         # the same kind of failure: a wrong output stays a wrong output, not a job error
-        return bool(found) and found[0].startswith(_ERROR) == self.error
+        return bool(found) and kind_of(found[0]) == self.kind
 
-    error = False
+    kind = "output"
 
 
 def _report(case: Case, problems: list[str], small: Case | None, workdir: Path) -> None:
     out = sys.stderr
+    what = "TESTER ERROR" if kind_of(problems[0]) == "tester" else "MISMATCH"
     print(
-        f"\n=== MISMATCH seed={case.seed} "
+        f"\n=== {what} seed={case.seed} "
         f"(rerun: python tools/chaos.py --seed {case.seed} --cases 1)",
         file=out,
     )
@@ -102,6 +124,21 @@ def _report(case: Case, problems: list[str], small: Case | None, workdir: Path) 
         print(render(small, workdir / "shrunk"), file=out)
 
 
+def _shrink_and_report(
+    case: Case, problems: list[str], root: Path, workdir: Path, do_shrink: bool
+) -> None:
+    small = None
+    if do_shrink:
+        fails = _Fails(root / f"shrink-{case.seed}")
+        fails.kind = kind_of(problems[0])
+        small = shrink(case, fails)
+    try:
+        _report(case, problems, small, workdir)
+    except Exception:  # its seed and status are on its line above
+        print(f"chaos: reporting case {case.seed} failed:", file=sys.stderr)
+        traceback.print_exc()
+
+
 def _excluded(case: Case, without: Sequence[str]) -> bool:
     features = set(case.features())
     return any(set(combo.split("+")) <= features for combo in without)
@@ -115,12 +152,16 @@ def run(
     do_shrink: bool = True,
     keep: Path | None = None,
     without: Sequence[str] = (),
+    first: int = 0,
 ) -> dict[str, Any]:
     """Runs up to ``cases`` cases (fewer if ``minutes`` run out) from ``seed``
     (fresh when ``None``); returns the summary printed as the last line.
 
     ``without``: feature combinations (``"sink:delta+fault:sigkill"``) whose cases
-    are skipped (counted in ``skipped``), to look past a known open defect."""
+    are skipped (counted in ``skipped``), to look past a known open defect.
+    ``first``: the index (as printed) of the first case to run; the cases
+    before it are drawn but not run, so ``--seed S --from-case 197 --cases 1``
+    reruns case 197 of run ``S`` alone."""
     if seed is None:
         seed = random.SystemRandom().randrange(2**31)
     print(f"chaos: seed {seed}", flush=True)
@@ -128,52 +169,65 @@ def run(
     started = time.monotonic()
     mix: Counter[str] = Counter()
     mismatches: list[int] = []
+    tester_errors: list[int] = []  # of mismatches: the tester failed, not the engine
     unfired = 0
     late_seen = 0
     skipped = 0
     done = 0
+    position = 0  # the index of the next case drawn and not skipped
     root = keep or Path(tempfile.mkdtemp(prefix="eddyline-chaos-"))
-    while done < cases:
-        if minutes is not None and time.monotonic() - started > minutes * 60:
-            break
-        case_seed = seed if cases == 1 else master.randrange(2**31)
-        case = generate(case_seed)
-        if _excluded(case, without) or (uses_kafka(case) and not kafka_ready()):
-            skipped += 1
-            if cases == 1:
+    interrupted = False
+    try:
+        while done < cases:
+            if minutes is not None and time.monotonic() - started > minutes * 60:
                 break
-            continue
-        index = done
-        workdir = root / f"case-{case_seed}"
-        t0 = time.monotonic()
-        problems, fired, late_rows = check_case(case, workdir)
-        done += 1
-        late_seen += late_rows
-        mix.update(case.features())
-        unfired += 0 if fired else 1
-        status = "MISMATCH" if problems else "ok"
-        print(
-            f"case {index} seed={case_seed} {status} {time.monotonic() - t0:.1f}s "
-            f"fault={case.fault.kind}"
-            f"{'' if fired else ' (fault did not fire)'} {' '.join(case.features())}",
-            flush=True,
-        )
-        if problems:
-            mismatches.append(case_seed)
-            small = None
-            if do_shrink:
-                fails = _Fails(root / f"shrink-{case_seed}")
-                fails.error = problems[0].startswith(_ERROR)
-                small = shrink(case, fails)
-            _report(case, problems, small, workdir)
-        elif keep is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+            case_seed = seed if cases == 1 and not first else master.randrange(2**31)
+            case = generate(case_seed)
+            if _excluded(case, without) or (uses_kafka(case) and not kafka_ready()):
+                skipped += 1
+                if cases == 1 and not first:
+                    break
+                continue
+            index, position = position, position + 1
+            if index < first:
+                continue
+            workdir = root / f"case-{case_seed}"
+            t0 = time.monotonic()
+            problems, fired, late_rows = check_case(case, workdir)
+            done += 1
+            late_seen += late_rows
+            mix.update(case.features())
+            unfired += 0 if fired else 1
+            status = (
+                ("TESTER-ERROR" if kind_of(problems[0]) == "tester" else "MISMATCH")
+                if problems
+                else "ok"
+            )
+            print(
+                f"case {index} seed={case_seed} {status} {time.monotonic() - t0:.1f}s "
+                f"fault={case.fault.kind}"
+                f"{'' if fired else ' (fault did not fire)'} {' '.join(case.features())}",
+                flush=True,
+            )
+            if problems:
+                mismatches.append(case_seed)
+                if kind_of(problems[0]) == "tester":
+                    tester_errors.append(case_seed)
+                _shrink_and_report(case, problems, root, workdir, do_shrink)
+            elif keep is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM (main): the case in progress is dropped, the
+        # summary of the finished ones is still printed
+        interrupted = True
+        print("chaos: interrupted, the case in progress is not counted", flush=True)
     if keep is None and not mismatches:
         shutil.rmtree(root, ignore_errors=True)
     return {
         "cases": done,
         "mismatches": len(mismatches),
         "mismatch_seeds": mismatches,
+        "tester_errors": tester_errors,
         "seed": seed,
         "seconds": round(time.monotonic() - started, 1),
         "faults_not_fired": unfired,
@@ -182,7 +236,12 @@ def run(
         "without": list(without),
         "mix": dict(sorted(mix.items())),
         "workdir": str(root) if (keep or mismatches) else None,
+        "interrupted": interrupted,
     }
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--minutes", type=float, default=None, help="stop starting cases after this long"
+    )
+    parser.add_argument(
+        "--from-case",
+        type=int,
+        default=0,
+        metavar="INDEX",
+        help="start at the case of this index (as printed) of the run's seed",
     )
     parser.add_argument("--no-shrink", action="store_true")
     parser.add_argument("--keep", type=Path, default=None, help="keep every case's directory here")
@@ -209,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "--case", type=Path, default=None, help="run one case from its JSON (a shrunk case)"
     )
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.case is not None:
         case = Case.from_json(args.case.read_text())
         workdir = Path(tempfile.mkdtemp(prefix="eddyline-chaos-case-"))
@@ -236,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         do_shrink=not args.no_shrink,
         keep=args.keep,
         without=args.without,
+        first=args.from_case,
     )
     print(json.dumps(summary, sort_keys=True), flush=True)
     return 1 if summary["mismatches"] else 0

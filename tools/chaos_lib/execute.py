@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import uuid
@@ -124,6 +125,23 @@ def _last_json(stdout: str) -> dict[str, Any]:
     return {}
 
 
+_DELTA_COMMIT = re.compile(r"\d{20}\.(json|checkpoint(\..+)?\.(parquet|json))")
+
+
+def has_delta_commit(table: Path) -> bool:
+    """Whether ``table``'s ``_delta_log`` holds a commit (or a checkpoint of commits).
+
+    A job killed inside delta-rs's create of the table leaves ``_delta_log``
+    without one: delta-rs makes the folder, writes ``00000000000000000000.json#1``
+    and only then links it to ``00000000000000000000.json``. By the Delta protocol
+    such a folder is no table: nothing was committed (delta-rs reads it as
+    ``TableNotFoundError: No files in log segment``), and DeltaSink's next
+    commit creates the table over it. Any other log, even a broken one, is read
+    (and its error reported)."""
+    log = table / "_delta_log"
+    return log.is_dir() and any(_DELTA_COMMIT.fullmatch(f.name) for f in log.iterdir())
+
+
 def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
     from deltalake import DeltaTable
 
@@ -139,7 +157,7 @@ def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
             path = out / name
             outputs[name] = (
                 DeltaTable(str(path)).to_pyarrow_table().to_pandas()
-                if (path / "_delta_log").is_dir()
+                if has_delta_commit(path)
                 else pd.DataFrame()
             )
         elif name == "kafka":
@@ -151,7 +169,8 @@ def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
 
 
 def _read_topic(topic: str) -> pd.DataFrame:
-    """Every message of ``topic`` (JSON rows), read until a second passes with none."""
+    """Every message of ``topic`` (JSON rows): read from the start until each
+    partition reports its end (the job has ended, so nothing more comes)."""
     import time
 
     import confluent_kafka as ck
@@ -161,19 +180,27 @@ def _read_topic(topic: str) -> pd.DataFrame:
             "bootstrap.servers": os.environ["CHAOS_KAFKA"],
             "group.id": f"chaos-{uuid.uuid4().hex[:6]}",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
         }
     )
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts])
     rows: list[dict[str, Any]] = []
-    quiet = time.monotonic()
-    while time.monotonic() - quiet < 1.0:
-        got = consumer.consume(num_messages=1000, timeout=0.2)
-        for message in got:
-            if message.error() is None:
+    open_parts = set(parts)
+    deadline = time.monotonic() + TIMEOUT_S
+    while open_parts:
+        if time.monotonic() > deadline:
+            consumer.close()
+            raise TimeoutError(f"topic {topic}: partitions {sorted(open_parts)} never ended")
+        for message in consumer.consume(num_messages=1000, timeout=0.2):
+            error = message.error()
+            if error is None:
                 rows.append(json.loads(message.value()))
-        if got:
-            quiet = time.monotonic()
+            elif error.code() == ck.KafkaError._PARTITION_EOF:
+                open_parts.discard(message.partition())
+            else:
+                consumer.close()
+                raise RuntimeError(f"reading topic {topic}: {error}")
     consumer.close()
     return pd.DataFrame(rows)
 

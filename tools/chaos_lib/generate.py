@@ -254,3 +254,9 @@ def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
         case.sinks = [s for s in case.sinks if s != "collect"] or ["parquet"]
         if not ex.sleep_s:
             ex.sleep_s = round(min(0.08, max(0.002, 3.0 * ex.parallelism / batches)), 4)
+    if case.stage.kind == "session" and case.stage.late and rng.random() < 0.6:
+        # late candidates before a session window, each with a key of its own
+        # (docs/CHAOS.md): its session is itself, late or not
+        for source in case.sources:
+            if source.kind != "sequence":
+                source.late_rows, source.late_keys = rng.randint(1, 5), True
