@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eddyline.testing import assert_same_rows, kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import assert_same_rows, read_parquet_dir
+from support.faults import kill_after_checkpoints
 
 N = 60_000
 WINDOW_MS = 1_000
@@ -24,7 +25,7 @@ SCRIPT = textwrap.dedent(
     import pyarrow as pa
 
     import eddyline as ed
-    from eddyline.testing import SleepPerBatch
+    from support.faults import SleepPerBatch
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     env = ed.StreamEnvironment(
