@@ -21,7 +21,8 @@ import pytest
 
 import eddyline as ed
 import eddyline.functions as F
-from eddyline.testing import kill_after_checkpoints, read_parquet_dir
+from eddyline.testing import read_parquet_dir
+from support.faults import kill_after_checkpoints
 
 KEYS = 50
 
@@ -121,7 +122,7 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
 
     import eddyline as ed
-    from eddyline.testing import completed_checkpoints
+    from support.faults import completed_checkpoints
     from test_aggregates_kill import aggs_job, window_job
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
