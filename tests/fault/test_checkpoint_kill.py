@@ -10,32 +10,19 @@ from __future__ import annotations
 
 import random
 import re
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from eddyline.testing import read_parquet_dir
-from support.faults import assert_exact_ids, kill_after_checkpoints
+from support.faults import assert_exact_ids, killable_script, run_killed, source_records
 
 N = 200_000
 KILLS = 3
 RUN_TIMEOUT_S = 60.0
 
-SCRIPT = textwrap.dedent(
+SCRIPT = killable_script(
     """
-    import sys
-
-    import eddyline as ed
-    from support.faults import SleepPerBatch
-
-    out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    env = ed.StreamEnvironment(
-        2,
-        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3),
-        batch_size=200,
-    )
     numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
     slow = numbers.map_batches(SleepPerBatch(0.005)).name("slow").uid("slow")
     slow.sink_to(ed.ParquetSink(out)).name("files").uid("files")
@@ -67,13 +54,8 @@ def _checkpoint_ids(output: str) -> list[int]:
 
 @pytest.mark.timeout(120)
 def test_checkpoint_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Path) -> None:
-    rng = random.Random(seed)
-    script = tmp_path / "job.py"
-    script.write_text(SCRIPT)
-    out, chk = tmp_path / "out", tmp_path / "chk"
-    command = [sys.executable, str(script), str(out), str(chk), str(N)]
-    outputs = kill_after_checkpoints(
-        command, chk, kills=KILLS, rng=rng, timeout=RUN_TIMEOUT_S, max_delay=0.25
+    outputs, out = run_killed(
+        SCRIPT, tmp_path, N, kills=KILLS, rng=random.Random(seed), timeout=RUN_TIMEOUT_S
     )
     final = outputs[-1]
     assert "finished" in final
@@ -87,5 +69,5 @@ def test_checkpoint_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Pat
     assert flat == sorted(set(flat)), f"checkpoint ids per run: {per_run}"
     assert per_run[-1], "the last run completed no checkpoint (not even the final one)"
     # ... and the last run did not start from scratch
-    records = int(re.search(r"^source records (\d+)$", final, re.M).group(1))  # type: ignore[union-attr]
+    records = source_records(final)
     assert records < N, f"the last run re-read all {N} records: it did not restore"

@@ -14,8 +14,6 @@ triggers the loop head directly once its input tasks finished) and terminates.
 from __future__ import annotations
 
 import random
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -24,27 +22,21 @@ import pytest
 import eddyline as ed
 from eddyline._core import inspect_checkpoint
 from eddyline.testing import read_parquet_dir
-from support.faults import SleepPerBatch, completed_checkpoints, kill_after_checkpoints, wait_until
+from support.faults import (
+    SleepPerBatch,
+    completed_checkpoints,
+    killable_script,
+    run_killed,
+    wait_until,
+)
 from support.loops import collatz_steps
 
 N = 6000
 KILLS = 3
 RUN_TIMEOUT_S = 90.0
 
-SCRIPT = textwrap.dedent(
+SCRIPT = killable_script(
     """
-    import sys
-
-    import eddyline as ed
-    from support.faults import SleepPerBatch
-
-    out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    env = ed.StreamEnvironment(
-        2,
-        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3),
-        batch_size=100,
-    )
-
     def body(s):
         done = s.filter(ed.col("x") == 1)
         odd = ed.col("x") % 2
@@ -67,22 +59,19 @@ SCRIPT = textwrap.dedent(
     result = client.wait()
     print(f"checkpoints {result.checkpoint_ids}", flush=True)
     print("finished", flush=True)
-    """
+    """,
+    batch_size=100,
 )
 
 
 @pytest.mark.timeout(300)
 def test_loop_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Path) -> None:
-    rng = random.Random(seed)
-    script = tmp_path / "job.py"
-    script.write_text(SCRIPT)
-    out, chk = tmp_path / "out", tmp_path / "chk"
-    command = [sys.executable, str(script), str(out), str(chk), str(N)]
-    outputs = kill_after_checkpoints(
-        command,
-        chk,
+    outputs, out = run_killed(
+        SCRIPT,
+        tmp_path,
+        N,
         kills=KILLS,
-        rng=rng,
+        rng=random.Random(seed),
         timeout=RUN_TIMEOUT_S,
         max_delay=0.3,
         allow_early_end=True,

@@ -7,8 +7,6 @@ operators."""
 from __future__ import annotations
 
 import random
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import pytest
 import eddyline as ed
 import eddyline.functions as F
 from eddyline.testing import read_parquet_dir
-from support.faults import assert_exact_ids, kill_after_checkpoints
+from support.faults import assert_exact_ids, killable_script, run_killed
 
 ROWS: list[dict[str, Any]] = [
     {"id": 0, "xs": [1, 2], "name": "a"},
@@ -96,20 +94,8 @@ def test_explode_of_structs_then_field_access() -> None:
 N = 60_000
 KILLS = 2
 
-SCRIPT = textwrap.dedent(
+SCRIPT = killable_script(
     """
-    import sys
-
-    import eddyline as ed
-    import eddyline.functions as F
-    from support.faults import SleepPerBatch
-
-    out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    env = ed.StreamEnvironment(
-        2,
-        checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3),
-        batch_size=200,
-    )
     numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
     slow = numbers.map_batches(SleepPerBatch(0.005)).name("slow").uid("slow")
     pairs = slow.with_columns(
@@ -122,7 +108,8 @@ SCRIPT = textwrap.dedent(
     print("started", flush=True)
     result = client.wait()
     print("finished", flush=True)
-    """
+    """,
+    imports=["import eddyline.functions as F"],
 )
 
 
@@ -143,13 +130,8 @@ def _expected(n: int) -> tuple[list[int], int]:
 
 @pytest.mark.timeout(120)
 def test_explode_sigkill_and_restore_latest_is_exact(seed: int, tmp_path: Path) -> None:
-    rng = random.Random(seed)
-    script = tmp_path / "job.py"
-    script.write_text(SCRIPT)
-    out, chk = tmp_path / "out", tmp_path / "chk"
-    command = [sys.executable, str(script), str(out), str(chk), str(N)]
-    outputs = kill_after_checkpoints(
-        command, chk, kills=KILLS, rng=rng, timeout=60.0, max_delay=0.25
+    outputs, out = run_killed(
+        SCRIPT, tmp_path, N, kills=KILLS, rng=random.Random(seed), timeout=60.0
     )
     assert len(outputs) == KILLS + 1 and "finished" in outputs[-1]
     table = read_parquet_dir(out)

@@ -13,8 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import eddyline as ed
-import eddyline.functions as EF
+from .conftest import eddyline_cases, spark_settings
 
 BIG = 9223372036854775807
 SMALL = -9223372036854775808
@@ -134,11 +133,7 @@ def results(spark: Any) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     from pyspark.sql import functions as SF
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-    env = ed.StreamEnvironment()
-    source = env.from_arrow(pa.Table.from_pylist(ROWS, schema=SCHEMA))
-    out = source.select("id", *(case(EF).alias(name) for name, case in CASES.items())).collect()
-    env.execute()
-    ours = sorted(out.to_pylist(), key=lambda r: r["id"])
+    ours = eddyline_cases(ROWS, SCHEMA, CASES)
 
     spark_schema = StructType(
         [
@@ -152,16 +147,14 @@ def results(spark: Any) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     )
     # eddyline is Spark's non-ANSI mode (docs/DESIGN.md "Expressions"); Spark 4
     # defaults to ANSI, so the comparison runs with it off.
-    ansi = spark.conf.get("spark.sql.ansi.enabled")
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    frame = spark.createDataFrame([tuple(r.values()) for r in ROWS], spark_schema)
-    theirs = [
-        r.asDict()
-        for r in frame.select(
-            "id", *(case(SF).alias(name) for name, case in CASES.items())
-        ).collect()
-    ]
-    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    with spark_settings(spark, {"spark.sql.ansi.enabled": "false"}):
+        frame = spark.createDataFrame([tuple(r.values()) for r in ROWS], spark_schema)
+        theirs = [
+            r.asDict()
+            for r in frame.select(
+                "id", *(case(SF).alias(name) for name, case in CASES.items())
+            ).collect()
+        ]
     theirs.sort(key=lambda r: r["id"])
     columns = lambda rows: {name: [r[name] for r in rows] for name in CASES}  # noqa: E731
     return columns(ours), columns(theirs)

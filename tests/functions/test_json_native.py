@@ -12,6 +12,8 @@ import pytest
 import eddyline as ed
 import eddyline.functions as F
 
+from .conftest import assert_fails_at_build
+
 ROWS = [
     {"id": 0, "j": '{"user": {"id": 7, "tags": ["a", "b"]}, "ms": 1.5}'},
     {"id": 1, "j": None},
@@ -70,11 +72,7 @@ def test_get_json_object_and_to_json() -> None:
     ],
 )
 def test_bad_schemas_and_arguments_fail_at_build(expr: Any, needle: str) -> None:
-    env = ed.StreamEnvironment()
-    source = env.from_arrow(pa.Table.from_pylist(ROWS, schema=SCHEMA))
-    with pytest.raises(ed.SchemaError, match=needle) as info:
-        source.select(expr().alias("y"))
-    assert info.value.operator == "select_1"
+    assert_fails_at_build(ROWS, SCHEMA, expr(), needle)
 
 
 def test_from_json_refuses_a_bad_schema_object() -> None:

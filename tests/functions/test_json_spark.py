@@ -12,8 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import eddyline as ed
-import eddyline.functions as EF
+from .conftest import NON_ANSI_UTC, eddyline_cases, spark_settings
 
 JSON = [
     '{"a": 1.50, "b": "x", "c": {"z": 1, "a": [1, 2.0, "s", null]}, "d": null}',
@@ -110,16 +109,9 @@ KNOWN_DIFFERENCES: dict[str, list[tuple[int, Any, Any]]] = {}
 def results(spark: Any) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     from pyspark.sql import functions as SF
 
-    env = ed.StreamEnvironment()
-    source = env.from_arrow(pa.Table.from_pylist(ROWS, schema=SCHEMA))
-    out = source.select("id", *(case(EF).alias(name) for name, case in CASES.items())).collect()
-    env.execute()
-    ours = sorted(out.to_pylist(), key=lambda r: r["id"])
+    ours = eddyline_cases(ROWS, SCHEMA, CASES)
 
-    saved = {k: spark.conf.get(k) for k in ("spark.sql.ansi.enabled", "spark.sql.session.timeZone")}
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    try:
+    with spark_settings(spark, NON_ANSI_UTC):
         frame = spark.createDataFrame(pa.Table.from_pylist(ROWS, schema=SCHEMA))
         theirs = [
             r.asDict()
@@ -127,9 +119,6 @@ def results(spark: Any) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
                 "id", *(case(SF).alias(name) for name, case in CASES.items())
             ).collect()
         ]
-    finally:
-        for key, value in saved.items():
-            spark.conf.set(key, value)
     theirs.sort(key=lambda r: r["id"])
     by_case = lambda rows: {n: [_plain(r[n]) for r in rows] for n in CASES}  # noqa: E731
     return by_case(ours), by_case(theirs)

@@ -14,8 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import eddyline as ed
-import eddyline.functions as EF
+from .conftest import NON_ANSI_UTC, eddyline_cases, spark_settings
 
 UTC = dt.UTC
 
@@ -191,11 +190,7 @@ def results(spark: Any) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
     from pyspark.sql import functions as SF
     from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-    env = ed.StreamEnvironment()
-    source = env.from_arrow(pa.Table.from_pylist(ROWS, schema=SCHEMA))
-    out = source.select("id", *(case(EF).alias(name) for name, case in CASES.items())).collect()
-    env.execute()
-    ours = sorted(out.to_pylist(), key=lambda r: r["id"])
+    ours = eddyline_cases(ROWS, SCHEMA, CASES)
     ours = [{k: _micros(v) if k in TIMESTAMPS else v for k, v in r.items()} for r in ours]
 
     spark_schema = StructType(
@@ -207,19 +202,13 @@ def results(spark: Any) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
             StructField("ts", TimestampType()),
         ]
     )
-    saved = {k: spark.conf.get(k) for k in ("spark.sql.ansi.enabled", "spark.sql.session.timeZone")}
-    spark.conf.set("spark.sql.ansi.enabled", "false")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    try:
+    with spark_settings(spark, NON_ANSI_UTC):
         frame = spark.createDataFrame([tuple(r.values()) for r in ROWS], spark_schema)
         columns = [
             (SF.unix_micros(case(SF)) if name in TIMESTAMPS else case(SF)).alias(name)
             for name, case in CASES.items()
         ]
         theirs = [r.asDict() for r in frame.select("id", *columns).collect()]
-    finally:
-        for key, value in saved.items():
-            spark.conf.set(key, value)
     theirs.sort(key=lambda r: r["id"])
     by_case = lambda rows: {name: [r[name] for r in rows] for name in CASES}  # noqa: E731
     return by_case(ours), by_case(theirs)

@@ -2,7 +2,7 @@
 
 What a job is slowed, held back, failed or killed with (``SleepPerBatch``,
 ``CheckpointGatedSequence``, ``FailOnce``, ``sigkill_when``,
-``kill_after_checkpoints``), what it is waited on with
+``kill_after_checkpoints``, ``killable_script``, ``run_killed``), what it is waited on with
 (``wait_until``, ``completed_checkpoints``) and how its ids are checked
 (``assert_exact_ids``, docs/TESTING.md "structured input"). Users test their jobs
 with :mod:`eddyline.testing`; these helpers serve eddyline's own suites.
@@ -19,8 +19,11 @@ import json
 import os
 import random
 import re
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -39,7 +42,10 @@ __all__ = [
     "completed_checkpoints",
     "id_report",
     "kill_after_checkpoints",
+    "killable_script",
+    "run_killed",
     "sigkill_when",
+    "source_records",
     "wait_until",
 ]
 
@@ -354,6 +360,79 @@ def kill_after_checkpoints(
         raise AssertionError(f"the final run failed:\n{final.stderr}")
     outputs.append(final.stdout)
     return outputs
+
+
+_KILLABLE_PROLOGUE = """\
+import sys
+
+{imports}import eddyline as ed
+from support.faults import SleepPerBatch
+
+out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+env = ed.StreamEnvironment(
+    2,
+    checkpoint=ed.CheckpointConfig(chk, interval="100ms", retained=3),
+    batch_size={batch_size},
+)
+"""
+
+
+def killable_script(body: str, *, imports: Sequence[str] = (), batch_size: int = 200) -> str:
+    """A job script for :func:`run_killed`: it reads ``out chk n`` from its
+    arguments and builds ``env`` (two subtasks, a checkpoint every 100 ms into
+    ``chk``, three retained) before ``body`` (dedented) builds and runs the job.
+
+    ``imports`` are extra import lines put before eddyline's
+    (``SleepPerBatch`` is always imported).
+    """
+    lines = "".join(f"{line}\n" for line in imports)
+    prologue = _KILLABLE_PROLOGUE.format(
+        imports=f"{lines}\n" if lines else "", batch_size=batch_size
+    )
+    return prologue + textwrap.dedent(body)
+
+
+def run_killed(
+    script: str,
+    directory: Path,
+    n: int,
+    *,
+    kills: int,
+    rng: random.Random,
+    timeout: float,
+    max_delay: float = 0.25,
+    allow_early_end: bool = False,
+) -> tuple[list[str], Path]:
+    """Writes ``script`` (see :func:`killable_script`) into ``directory`` and
+    runs it with ``directory/out directory/chk n`` through
+    :func:`kill_after_checkpoints` (same ``kills``, ``rng``, ``timeout``,
+    ``max_delay`` and ``allow_early_end``).
+
+    Returns:
+        The stdout of every run, and the output directory ``directory/out``.
+    """
+    path = directory / "job.py"
+    path.write_text(script)
+    out, chk = directory / "out", directory / "chk"
+    command = [sys.executable, str(path), str(out), str(chk), str(n)]
+    outputs = kill_after_checkpoints(
+        command,
+        chk,
+        kills=kills,
+        rng=rng,
+        timeout=timeout,
+        max_delay=max_delay,
+        allow_early_end=allow_early_end,
+    )
+    return outputs, out
+
+
+def source_records(output: str) -> int:
+    """The ``source records N`` a job script printed at its end."""
+    found = re.search(r"^source records (\d+)$", output, re.M)
+    if found is None:
+        raise AssertionError(f"no 'source records' line in the run's output:\n{output}")
+    return int(found.group(1))
 
 
 class FailOnce:
