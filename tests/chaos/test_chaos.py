@@ -82,8 +82,15 @@ def test_a_case_that_once_failed_matches_the_reference(path: Path, tmp_path: Pat
     case = Case.from_json(path.read_text())
     if driver.uses_kafka(case) and not driver.kafka_ready():
         pytest.skip("a Kafka case and no tansu broker (.ci/run builds it)")
-    problems, fired, _ = driver.check_case(case, tmp_path)
-    assert fired, f"{path.name}: the fault did not fire, the case proves nothing"
+    # A fault lands at a moment of the run; on a loaded machine the job may
+    # end before it (the run then reports that it was not killed). Such a
+    # run proves nothing either way, so it is run again.
+    for attempt in range(3):
+        problems, fired, _ = driver.check_case(case, tmp_path / f"run-{attempt}")
+        if fired:
+            break
+    assert fired, f"{path.name}: the fault did not fire in 3 runs, the case proves nothing"
+    assert problems == [], f"{path.name}: {problems}"
     assert problems == [], f"{path.name}: {problems}"
 
 

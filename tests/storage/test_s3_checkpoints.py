@@ -20,6 +20,7 @@ import pytest
 import eddyline as ed
 from eddyline.testing import read_parquet_dir
 from support.faults import (
+    SleepPerBatch,
     assert_exact_ids,
     completed_checkpoints,
     kill_after_checkpoints,
@@ -145,7 +146,7 @@ def test_savepoint_to_s3_and_resume_from_it_is_exact(s3: S3, tmp_path: Path) -> 
             batch_size=200,
         )
         numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
-        slow = numbers.map_batches(ed.testing.SleepPerBatch(0.01)).uid("slow")
+        slow = numbers.map_batches(SleepPerBatch(0.01)).uid("slow")
         slow.sink_to(ed.ParquetSink(str(out))).uid("files")
         return env
 
