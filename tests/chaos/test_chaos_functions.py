@@ -264,3 +264,16 @@ def test_the_new_features_are_drawn_and_shrink(tmp_path: Path) -> None:
         "tumble",
         "hop",
     }
+
+
+def test_a_float_on_a_rounding_boundary_matches_its_neighbour() -> None:
+    """Seed 1033408623: a var_pop of 20.80859375 exactly, computed as
+    20.808593749999996, rounds to 20.8085938 on one side and 20.8085937 on the
+    other; the comparison pairs such rows within the tolerance."""
+    case, want = _hand(Stage("fagg", form="tumbling", size_ms=1_000, exprs=[["var_pop"]]))
+    main = want["main"]
+    exact = main.assign(a_var_pop=[20.80859375] * len(main))
+    computed = main.assign(a_var_pop=[20.808593749999996] * len(main))
+    assert compare(case, {"parquet": computed}, {"main": exact}) == []
+    far = main.assign(a_var_pop=[20.8086] * len(main))
+    assert compare(case, {"parquet": far}, {"main": exact})
