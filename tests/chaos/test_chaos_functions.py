@@ -277,3 +277,16 @@ def test_a_float_on_a_rounding_boundary_matches_its_neighbour() -> None:
     assert compare(case, {"parquet": computed}, {"main": exact}) == []
     far = main.assign(a_var_pop=[20.8086] * len(main))
     assert compare(case, {"parquet": far}, {"main": exact})
+
+
+def test_a_running_sql_group_by_gets_no_kafka_sink() -> None:
+    """Seed 293228250: KafkaSink is at-least-once, so after a SIGKILL a
+    running update may come twice, which the running check reads as committed
+    twice; like the DSL's running aggregates, a running GROUP BY gets none."""
+    case = generate(293228250)
+    assert (case.stage.kind, case.stage.form) == ("sql", "group")
+    assert "kafka" not in case.sinks
+    for seed in range(400):
+        case = generate(seed)
+        if case.stage.kind in ("running", "fagg", "fn") or case.stage.form in ("group", "select"):
+            assert "kafka" not in case.sinks, seed
