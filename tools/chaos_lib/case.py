@@ -28,7 +28,9 @@ class Source:
     not depending on the other splits (only before a tumbling, sliding or
     session window with a late output, where the reference can follow
     either). ``late_keys``: each candidate has a key of its own, which no other
-    row has (before a session window: docs/CHAOS.md).
+    row has (before a session window: docs/CHAOS.md). ``watermark``: event
+    time spelled ``with_watermark("ts", "<bound> milliseconds")`` instead of
+    ``assign_timestamps`` (the same operator, docs/API.md).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Source:
     seed: int = 0
     late_rows: int = 0
     late_keys: bool = False
+    watermark: bool = False
 
 
 @dataclasses.dataclass
@@ -53,7 +56,11 @@ class Op:
     ``with_columns(w=...)`` then ``select`` of the four columns), pmap
     (Python per-record ``v + a``), pfilter (Python ``v % a != b``), pbatch
     (Python ``map_batches`` ``v + a``), loop (``iterate``: a row with
-    ``v < b`` is fed back with ``v + a`` until ``v >= b``). ``schema``: pass ``schema=`` to a
+    ``v < b`` is fed back with ``v + a`` until ``v >= b``), explode (native:
+    each row becomes ``a`` rows, the ``j``-th with id ``4 * id + j`` and
+    ``v + j``, from an array built with ``F.array`` and ``stream.explode`` when
+    ``b`` is 0, with ``F.split`` of a ``concat_ws`` string and ``F.explode`` in
+    ``with_columns`` when ``b`` is 1). ``schema``: pass ``schema=`` to a
     Python map (always before a join)."""
 
     kind: str
@@ -77,7 +84,16 @@ class Stage:
     sums ``v`` per key in tumbling windows of ``size_ms`` with event-time
     timers; coprocess: the same over ``main.connect(right)`` keyed on both
     (left sum, right count per window); comap: ``main.connect(right).map``
-    (``v + a`` on the main stream, ``v + b`` on the right)."""
+    (``v + a`` on the main stream, ``v + b`` on the right).
+
+    fn: the native function library (``fnlib.py``): base columns with nulls,
+    a filter and the expressions ``exprs`` (``[name, *params]`` each), output
+    as ``id, c0, c1, ...``. fagg: ``keyed.agg`` of ``F`` aggregates (``exprs``:
+    their names; ``count("*")`` as ``n`` always) running (``form`` "") or in
+    ``form`` tumbling or sliding windows. sql: ``env.sql`` over a temporary view
+    of the main stream; ``form`` select (``exprs``: ``sqlgen.py`` templates),
+    group (running ``GROUP BY k`` with ``agg``), tumble or hop (the windowing
+    table functions with ``agg``)."""
 
     kind: str
     agg: str = "sum"
@@ -91,6 +107,8 @@ class Stage:
     how: str = "inner"
     a: int = 0
     b: int = 0
+    exprs: list[list[Any]] = dataclasses.field(default_factory=list)
+    form: str = ""
 
 
 @dataclasses.dataclass
@@ -182,6 +200,12 @@ class Case:
         stage = self.stage.kind
         if stage in ("running", "tumbling", "sliding", "session"):
             stage += f":{self.stage.agg}"
+        if stage == "fagg":
+            stage += f":{self.stage.form or 'running'}"
+        if stage == "sql":
+            stage += f":{self.stage.form}"
+            if self.stage.form != "select":
+                stage += f":{self.stage.agg}"
         if stage == "wjoin" and self.stage.gap_ms:
             stage += ":session"
         if stage in ("ijoin", "tjoin") and self.stage.how != "inner":
@@ -189,6 +213,12 @@ class Case:
         if self.stage.late:
             stage += ":late"
         out.append(f"stage:{stage}")
+        if self.stage.kind == "fn":
+            out += sorted({f"fn:{e[0]}" for e in self.stage.exprs})
+        if self.stage.kind == "fagg":
+            out += [f"fagg:{e[0]}" for e in self.stage.exprs]
+        if any(s.watermark for s in self.sources):
+            out.append("with_watermark")
         if self.union:
             out.append("union")
         out += [f"sink:{s}" for s in self.sinks]

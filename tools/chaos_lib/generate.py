@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from . import fnlib, sqlgen
 from .case import Case, Execution, Fault, Op, Source, Stage
 
 SOURCE_KINDS = ["parquet", "parquet", "sequence", "arrow", "collection"]
@@ -150,6 +151,7 @@ def generate(seed: int, scale: float = 1.0) -> Case:
         _other_join(rng, stage, sources, execution)
     case = Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)
     widen(rng, case, scale)
+    widen_functions(rng, case)
     return case
 
 
@@ -260,3 +262,81 @@ def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
         for source in case.sources:
             if source.kind != "sequence":
                 source.late_rows, source.late_keys = rng.randint(1, 5), True
+
+
+FAGGS = [
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "count_distinct",
+    "first",
+    "last",
+    "collect_list",
+    "stddev",
+    "variance",
+    "stddev_pop",
+    "var_pop",
+]
+
+
+def _function_stage(rng: random.Random, case: Case) -> None:
+    """Replaces the terminal stage with the function library (``fn``), ``F``
+    aggregates (``fagg``) or SQL (``sql``). The second input of a join or a
+    connect goes (unless a union reads it), late candidates go (these stages
+    have no late output), and the upsert sink stays only before a running
+    aggregate; KafkaSink only after integer outputs of windows (its rows are
+    JSON, and at-least-once)."""
+    kind = rng.choice(["fn", "fagg", "sql"])
+    stage = Stage(kind)
+    if kind == "fn":
+        stage.exprs = fnlib.draw(rng)
+    elif kind == "fagg":
+        stage.form = rng.choice(["", "tumbling", "sliding"])
+        stage.exprs = [[n] for n in rng.sample(FAGGS, rng.randint(2, 6))]
+    else:
+        stage.form = rng.choice(["select", "group", "tumble", "hop"])
+        stage.agg = rng.choice(["sum", "count", "min", "max"])
+        stage.exprs = sqlgen.draw(rng)
+        if stage.form != "select":  # aggregates: a WHERE only
+            stage.exprs = [e for e in stage.exprs if e[0] == "where"]
+        for op in case.ops:
+            op.schema = True  # a view's schema is known while the graph is built
+    if stage.form in ("tumbling", "tumble"):
+        stage.size_ms = rng.choice([1_000, 2_000, 10_000, 60_000])
+    if stage.form in ("sliding", "hop"):
+        stage.slide_ms = rng.choice([1_000, 2_000, 5_000])
+        stage.size_ms = stage.slide_ms * rng.randint(1, 3)
+    right = case.stage.right
+    if right and right not in case.union:
+        case.sources = [s for s in case.sources if s.name != right]
+    for source in case.sources:
+        source.late_rows, source.late_keys = 0, False
+    running = stage.form in ("", "group") and kind != "fn"
+    sinks = [s for s in case.sinks if s != "upsert" or running]
+    if kind in ("fn", "fagg") or stage.form in ("select", "group"):
+        # KafkaSink is at-least-once: after a fault a running update may come
+        # twice, which the running check counts as committed twice (as for
+        # the DSL's running aggregates, which never get a KafkaSink)
+        sinks = [s for s in sinks if s != "kafka"]
+    if running and "upsert" not in sinks and rng.random() < 0.5:
+        sinks.append("upsert")
+    case.sinks = sinks or ["parquet"]
+    case.stage = stage
+
+
+def _explode(rng: random.Random) -> Op:
+    return Op("explode", a=rng.randint(1, 3), b=rng.randint(0, 1))
+
+
+def widen_functions(rng: random.Random, case: Case) -> None:
+    """The function library, explode, ``F`` aggregates, ``with_watermark`` and
+    SQL (drawn after every older draw: the cases of earlier seeds stay)."""
+    if case.stage.kind not in ("ujoin",) and rng.random() < 0.3:
+        _function_stage(rng, case)
+    for source in case.sources:
+        source.watermark = rng.random() < 0.3
+    late = any(s.late_rows for s in case.sources)
+    # explode gives rows new ids: not before late candidates (known by their ids)
+    if not late and rng.random() < 0.15:
+        case.ops.insert(rng.randint(0, len(case.ops)), _explode(rng))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from . import fnlib, sqlgen
 from .case import Case, Op
 from .data import late_candidates, rows_of
 
@@ -25,6 +26,9 @@ def _apply(df: pd.DataFrame, op: Op) -> pd.DataFrame:
         return df.assign(v=df["v"] + op.a)
     if op.kind == "nselect":
         return df
+    if op.kind == "explode":
+        parts = [df.assign(id=df["id"] * 4 + j, v=df["v"] + j) for j in range(op.a)]
+        return pd.concat(parts, ignore_index=True)
     if op.kind == "loop":
         # v + a until v >= b: ceil((b - v) / a) more rounds for a row below b
         rounds = ((op.b - df["v"] + op.a - 1) // op.a).clip(lower=0)
@@ -180,6 +184,68 @@ def candidates(case: Case) -> set[int]:
     return set().union(*(late_candidates(case.source(n)) for n in [case.main, *case.union]))
 
 
+def functions(case: Case) -> pd.DataFrame:
+    """A ``fn`` stage: the base columns, the filter (null drops a row, as
+    Spark's) and each expression, per row in plain Python (``fnlib``)."""
+    where, exprs = fnlib.split(case.stage.exprs)
+    rows = []
+    for row in main_stream(case).to_dict("records"):
+        full = fnlib.base({c: int(row[c]) for c in COLUMNS})
+        if where is not None and fnlib.value(full, where) is not True:
+            continue
+        out = {"id": full["id"]}
+        out.update({f"c{i}": fnlib.value(full, e) for i, e in enumerate(exprs)})
+        rows.append(out)
+    return pd.DataFrame(rows, columns=["id", *(f"c{i}" for i in range(len(exprs)))], dtype=object)
+
+
+FAGG = {
+    "sum": lambda g: g["v"].sum(),
+    "avg": lambda g: g["v"].mean(),
+    "min": lambda g: g["v"].min(),
+    "max": lambda g: g["v"].max(),
+    "count_distinct": lambda g: g["v"].nunique(),
+    "first": lambda g: g["k"].iloc[0],
+    "last": lambda g: g["k"].iloc[-1],
+    "collect_list": lambda g: sorted(g["v"].tolist()),
+    "stddev": lambda g: g["v"].std(ddof=1),
+    "variance": lambda g: g["v"].var(ddof=1),
+    "stddev_pop": lambda g: g["v"].std(ddof=0),
+    "var_pop": lambda g: g["v"].var(ddof=0),
+}
+
+
+def aggregates(case: Case) -> pd.DataFrame:
+    """An ``fagg`` stage: per key (and window) the row count ``n`` and each
+    aggregate (a sample deviation of one value is null, as Spark's)."""
+    st = case.stage
+    df = main_stream(case)
+    keys = ["k"]
+    if st.form:
+        slide = st.slide_ms if st.form == "sliding" else st.size_ms
+        df = _windows(df, st.size_ms, slide)
+        keys = ["k", "window_start", "window_end"]
+    rows = []
+    for key, group in df.groupby(keys, sort=False):
+        out = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        out["n"] = len(group)
+        for (name,) in st.exprs:
+            out[f"a_{name}"] = FAGG[name](group)
+        rows.append(out)
+    columns = [*keys, "n", *(f"a_{e[0]}" for e in st.exprs)]
+    return pd.DataFrame(rows, columns=columns, dtype=object)
+
+
+def sql(case: Case) -> pd.DataFrame:
+    """A ``sql`` stage: DuckDB runs the query over the main stream's rows."""
+    import duckdb
+
+    t = main_stream(case)
+    with duckdb.connect() as con:
+        con.register("t", t)
+        return con.execute(sqlgen.reference_query(case.stage)).df()
+
+
 def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataFrame]:
     """Expected rows per output (``main``; ``late`` for a window's late
     output); for a running aggregate, ``main`` holds the final value per key.
@@ -193,6 +259,12 @@ def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataF
         return {"main": main_stream(case)}
     if st.kind == "running":
         return {"main": running_final(case)}
+    if st.kind == "fn":
+        return {"main": functions(case)}
+    if st.kind == "fagg":
+        return {"main": aggregates(case)}
+    if st.kind == "sql":
+        return {"main": sql(case)}
     if st.kind == "ujoin":
         pairs = main_stream(case).merge(_frame(case, st.right), on="k", suffixes=("", "_right"))
         return {"main": pairs}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import fnlib, sqlgen
 from .case import Case, Op, Source
 
 HEADER = '''\
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import eddyline as ed
+import eddyline.functions as F
 
 # the fault helpers of eddyline's tests (tests/support), here and in worker processes
 TESTS = {tests!r}
@@ -227,8 +229,15 @@ if __name__ == "__main__":
 """
 
 
+def _event_time(src: Source) -> str:
+    """``assign_timestamps``, or its other spelling ``with_watermark``."""
+    if src.watermark:
+        return f'.with_watermark("ts", "{src.bound_ms} milliseconds")'
+    return f'.assign_timestamps("ts", max_out_of_orderness="{src.bound_ms}ms")'
+
+
 def _source_lines(src: Source) -> list[str]:
-    n, bound = src.name, f'"{src.bound_ms}ms"'
+    n = src.name
     if src.kind == "parquet":
         head = f'env.from_parquet(IN + "/{n}")'
     elif src.kind == "spark":
@@ -261,7 +270,7 @@ def _source_lines(src: Source) -> list[str]:
             "        )",
             f'        .name("{n}_cols").uid("{n}_cols")',
             f'        .select("id", "k", "ts", "v").name("{n}_sel").uid("{n}_sel")',
-            f'        .assign_timestamps("ts", max_out_of_orderness={bound})',
+            f"        {_event_time(src)}",
             f'        .name("{n}_ts").uid("{n}_ts")',
             "    )",
         ]
@@ -269,13 +278,42 @@ def _source_lines(src: Source) -> list[str]:
     return [
         f"    {n} = (",
         f"        {head}.name({n!r}).uid({n!r})",
-        f'        .assign_timestamps("ts", max_out_of_orderness={bound})',
+        f"        {_event_time(src)}",
         f'        .name("{n}_ts").uid("{n}_ts")',
         "    )",
     ]
 
 
+def _explode_lines(i: int, op: Op) -> list[str]:
+    """Each row as ``a`` rows: id ``4 * id + j``, ``v + j`` (``b`` 0: ``F.array``
+    and ``stream.explode``; 1: ``F.split`` of a string and ``F.explode``)."""
+    ids = [f'F.col("id") * 4 + {j}' for j in range(op.a)]
+    tag = f"op{i}_explode"
+    if op.b == 0:
+        array = f"F.array({', '.join(ids)})"
+        made = f'with_columns(e={array}).name("{tag}_array").uid("{tag}_array")'
+        exploded = f'explode("e").name("{tag}").uid("{tag}")'
+        element = 'F.col("e")'
+    else:
+        text = ", ".join(f'({x}).cast("string")' for x in ids)
+        made = f'with_columns(e=F.split(F.concat_ws(",", {text}), ",")).name("{tag}_split")'
+        made += f'.uid("{tag}_split")'
+        exploded = f'with_columns(e=F.explode("e")).name("{tag}").uid("{tag}")'
+        element = 'F.col("e").cast("bigint")'
+    return [
+        "    main = (",
+        f"        main.{made}",
+        f"        .{exploded}",
+        f'        .with_columns(id={element}, v=F.col("v") + {element} % 4)',
+        f'        .name("{tag}_ids").uid("{tag}_ids")',
+        f'        .select("id", "k", "ts", "v").name("{tag}_sel").uid("{tag}_sel")',
+        "    )",
+    ]
+
+
 def _op_line(i: int, op: Op) -> str:
+    if op.kind == "explode":
+        return "\n".join(_explode_lines(i, op))
     tag = f'.name("op{i}_{op.kind}").uid("op{i}_{op.kind}")'
     schema = ", schema=SCHEMA" if op.schema else ""
     call = {
@@ -290,8 +328,65 @@ def _op_line(i: int, op: Op) -> str:
     return f"    main = main.{call}{tag}"
 
 
+def _fn_lines(case: Case) -> list[str]:
+    """The function library: base columns, a filter, half the expressions in
+    ``with_columns`` and the rest in ``select`` (docs/CHAOS.md)."""
+    where, exprs = fnlib.split(case.stage.exprs)
+    first, second = fnlib.BASE
+    lines = [
+        "    out = (",
+        f"        main.{first}",
+        '        .name("fn_base").uid("fn_base")',
+        f'        .{second}.name("fn_f").uid("fn_f")',
+    ]
+    if where is not None:
+        lines.append(f'        .filter({fnlib.dsl(where)}).name("fn_filter").uid("fn_filter")')
+    half = len(exprs) // 2
+    if half:
+        lines.append("        .with_columns(")
+        lines += [f"            c{i}={fnlib.dsl(e)}," for i, e in enumerate(exprs[:half])]
+        lines.append('        ).name("fn_with").uid("fn_with")')
+    cols = ['"id"', *(f'"c{i}"' for i in range(half))]
+    cols += [f'{fnlib.dsl(e)}.alias("c{half + i}")' for i, e in enumerate(exprs[half:])]
+    lines.append("        .select(")
+    lines += [f"            {c}," for c in cols]
+    lines += ['        ).name("fn_select").uid("fn_select")', "    )"]
+    return lines
+
+
+def _fagg_lines(case: Case) -> list[str]:
+    st = case.stage
+    calls = ['F.count("*").alias("n")']
+    for (name,) in st.exprs:
+        column = '"k"' if name in ("first", "last") else '"v"'  # first/last: deterministic
+        calls.append(f'F.{name}({column}).alias("a_{name}")')
+    keyed = 'main.key_by("k")'
+    if st.form == "tumbling":
+        keyed += f'.window(ed.Tumbling("{st.size_ms}ms"))'
+    elif st.form == "sliding":
+        keyed += f'.window(ed.Sliding("{st.size_ms}ms", "{st.slide_ms}ms"))'
+    return [
+        f"    out = {keyed}.agg(",
+        *(f"        {c}," for c in calls),
+        '    ).name("fagg").uid("fagg")',
+    ]
+
+
+def _sql_lines(case: Case) -> list[str]:
+    return [
+        '    main.create_temporary_view("t")',
+        f'    out = env.sql("{sqlgen.query(case.stage)}").name("sql").uid("sql")',
+    ]
+
+
 def _stage_lines(case: Case) -> list[str]:
     st = case.stage
+    if st.kind == "fn":
+        return _fn_lines(case)
+    if st.kind == "fagg":
+        return _fagg_lines(case)
+    if st.kind == "sql":
+        return _sql_lines(case)
     agg = {"sum": 'sum("v")', "count": "count()", "min": 'min("v")', "max": 'max("v")'}[st.agg]
     if st.kind == "none":
         return ["    out = main"]

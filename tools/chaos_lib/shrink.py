@@ -1,5 +1,7 @@
 """A smaller failing case: fewer rows, then fewer operators, then fewer
-sources in the union, keeping each step that still fails. Each try is a full
+sources in the union, sinks, expressions of a function, aggregate or SQL
+stage, and ``assign_timestamps`` for ``with_watermark``, keeping each step
+that still fails. Each try is a full
 run, so the number of tries is capped."""
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ def _smaller(case: Case) -> list[Case]:
         )
     if len(case.sinks) > 1:
         out += [dataclasses.replace(case, sinks=[s]) for s in case.sinks]
+    exprs = case.stage.exprs
+    for i in range(len(exprs) if len(exprs) > 1 else 0):
+        # one expression, aggregate, filter or WHERE fewer (functions, agg, SQL)
+        stage = dataclasses.replace(case.stage, exprs=exprs[:i] + exprs[i + 1 :])
+        out.append(dataclasses.replace(case, stage=stage))
+    if any(s.watermark for s in case.sources):
+        plain = [dataclasses.replace(s, watermark=False) for s in case.sources]
+        out.append(dataclasses.replace(case, sources=plain))
     return out
 
 
