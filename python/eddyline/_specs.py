@@ -35,6 +35,7 @@ __all__ = [
     "JoinSpec",
     "KeyedAggSpec",
     "KeyedAggsSpec",
+    "KeyedWindowSpec",
     "LoopExitSpec",
     "LoopHeadSpec",
     "NodeSpec",
@@ -226,24 +227,30 @@ class WindowAssignerSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class WindowAggsSpec:
-    """``keyed.window(Tumbling|Sliding).agg(...)``: aggregates per key and window."""
+class KeyedWindowSpec:
+    """What both kinds of ``keyed.window(Tumbling|Sliding)`` aggregate share:
+    the key columns, the event-time column and the assigner. Not an
+    operator of its own: :class:`WindowSpec` adds a native aggregate,
+    :class:`WindowAggsSpec` the aggregates of ``.agg(...)``."""
 
-    kind: ClassVar[str] = "window_aggs"
     keys: list[str]
     time_column: str
     assigner: WindowAssignerSpec
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAggsSpec(KeyedWindowSpec):
+    """``keyed.window(Tumbling|Sliding).agg(...)``: aggregates per key and window."""
+
+    kind: ClassVar[str] = "window_aggs"
     aggregates: list[AggregateSpec]
 
 
 @dataclass(frozen=True, slots=True)
-class WindowSpec:
-    """A native event-time window aggregate per key."""
+class WindowSpec(KeyedWindowSpec):
+    """A native event-time window aggregate per key (``column`` is None for ``count``)."""
 
     kind: ClassVar[str] = "window"
-    keys: list[str]
-    time_column: str
-    assigner: WindowAssignerSpec
     agg: AggName
     column: str | None
 

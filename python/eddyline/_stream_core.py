@@ -17,10 +17,10 @@ from typing import Any, Protocol, Self, TypeVar
 
 import pyarrow as pa
 
-from ._checks import SchemaLike
+from ._checks import SchemaLike, missing_columns_error
 from ._exec.factory import RunnerFactory
 from ._graph import LogicalEdge, LogicalGraph, LogicalNode
-from ._specs import OperatorSpec
+from ._specs import OperatorSpec, PythonPlanSpec
 from .expr import ExprLike
 from .scope import StreamScope
 from .sinks import CollectHandle
@@ -46,13 +46,15 @@ class StreamEnv(Protocol):
 class StreamCore(Protocol):
     """What ``keyed``, ``joins``, ``loops`` and ``connected`` call on a stream
     (:class:`~eddyline.DataStream` is the one implementation): its internals
-    and the few public operators they compose."""
+    and the few public operators they compose.
 
+    The three methods that add a node to the plan (``_add``, ``_python``,
+    ``_native``) are written here once, in terms of the other members;
+    :class:`~eddyline.DataStream` inherits them."""
+
+    _env: StreamEnv
     _node: LogicalNode
     _port: int
-
-    @property
-    def _env(self) -> StreamEnv: ...
 
     @property
     def _plan(self) -> LogicalGraph: ...
@@ -92,7 +94,24 @@ class StreamCore(Protocol):
         schema: pa.Schema | None = None,
         keys: list[str] | None = None,
         inputs: list[LogicalEdge] | None = None,
-    ) -> Self: ...
+    ) -> Self:
+        """Adds a node reading ``inputs`` (this stream, by default); the
+        event-time and window-end columns carry over when the inputs agree."""
+        edges = inputs if inputs is not None else [self._edge()]
+        graph = self._env._graph
+        inherited = {graph.nodes[edge.node].time_column for edge in edges}
+        window_ends = {graph.nodes[edge.node].window_end for edge in edges}
+        node = graph.add(
+            op,
+            spec,
+            edges,
+            scope=self._node.scope,
+            schema=schema,
+            keys=keys,
+            time_column=inherited.pop() if len(inherited) == 1 else None,
+            window_end=window_ends.pop() if len(window_ends) == 1 else None,
+        )
+        return self._on(node)
 
     def _python(
         self,
@@ -105,7 +124,17 @@ class StreamCore(Protocol):
         is_sink: bool = False,
         declares_side_outputs: bool = False,
         input_keys: list[list[str]] | None = None,
-    ) -> Self: ...
+    ) -> Self:
+        """Adds Python code whose runner factory ``make_factory`` makes from
+        the node's final name."""
+        spec = PythonPlanSpec(
+            make_factory,
+            schema,
+            is_sink=is_sink,
+            declares_side_outputs=declares_side_outputs,
+            input_keys=input_keys,
+        )
+        return self._add(op, spec, schema=schema, keys=keys, inputs=inputs)
 
     def _native(
         self,
@@ -115,7 +144,21 @@ class StreamCore(Protocol):
         keys: list[str] | None = None,
         columns: Iterable[str] = (),
         inputs: list[LogicalEdge] | None = None,
-    ) -> Self: ...
+    ) -> Self:
+        """Adds a native operator; checks it at once when the input schema is known."""
+        stream = self._add(op, spec, keys=keys, inputs=inputs)
+        node = stream._node
+        if self.schema is not None:
+            graph = self._env._graph
+            try:
+                for name in columns:
+                    if name not in self.schema.names:
+                        raise missing_columns_error(node.display_name, name, self.schema)
+                node.schema = graph.output_schema(node, self._env.max_parallelism)
+            except BaseException:
+                graph.discard_last(node)
+                raise
+        return stream
 
     def _same_env(self, other: Self, what: str) -> None: ...
 

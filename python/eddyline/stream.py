@@ -41,8 +41,6 @@ from ._graph import LogicalEdge, LogicalGraph, LogicalNode
 from ._specs import (
     AssignTimestampsSpec,
     FilterSpec,
-    OperatorSpec,
-    PythonPlanSpec,
     RecordStageSpec,
     SelectSpec,
     SinkCollectSpec,
@@ -50,7 +48,7 @@ from ._specs import (
     UnionSpec,
     WithColumnsSpec,
 )
-from ._stream_core import StreamEnv
+from ._stream_core import StreamCore, StreamEnv
 from .aggregates import reject_aggregate
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
@@ -114,7 +112,7 @@ class _Operators:
         return self._env._graph
 
 
-class DataStream(_Operators):
+class DataStream(_Operators, StreamCore):
     """A stream of Arrow record batches; build on it with operator methods.
 
     Streams are created by the sources of a :class:`~eddyline.StreamEnvironment`.
@@ -178,79 +176,9 @@ class DataStream(_Operators):
 
     # ---- helpers ------------------------------------------------------------
 
-    def _add(
-        self,
-        op: str,
-        spec: OperatorSpec,
-        *,
-        schema: pa.Schema | None = None,
-        keys: list[str] | None = None,
-        inputs: list[LogicalEdge] | None = None,
-    ) -> DataStream:
-        edges = inputs if inputs is not None else [self._edge()]
-        graph = self._env._graph
-        inherited = {graph.nodes[edge.node].time_column for edge in edges}
-        window_ends = {graph.nodes[edge.node].window_end for edge in edges}
-        node = graph.add(
-            op,
-            spec,
-            edges,
-            scope=self._node.scope,
-            schema=schema,
-            keys=keys,
-            time_column=inherited.pop() if len(inherited) == 1 else None,
-            window_end=window_ends.pop() if len(window_ends) == 1 else None,
-        )
-        return DataStream(self._env, node)
-
-    def _python(
-        self,
-        op: str,
-        make_factory: Callable[[str], RunnerFactory],
-        *,
-        schema: pa.Schema | None,
-        keys: list[str] | None = None,
-        inputs: list[LogicalEdge] | None = None,
-        is_sink: bool = False,
-        declares_side_outputs: bool = False,
-        input_keys: list[list[str]] | None = None,
-    ) -> DataStream:
-        spec = PythonPlanSpec(
-            make_factory,
-            schema,
-            is_sink=is_sink,
-            declares_side_outputs=declares_side_outputs,
-            input_keys=input_keys,
-        )
-        return self._add(op, spec, schema=schema, keys=keys, inputs=inputs)
-
     def _record(self, op: str, stage: RecordStageSpec) -> DataStream:
         """Adds a per-record Python stage (fused with its neighbours when compiled)."""
         return self._add(op, stage, schema=stage.output_schema)
-
-    def _native(
-        self,
-        op: str,
-        spec: OperatorSpec,
-        *,
-        keys: list[str] | None = None,
-        columns: Iterable[str] = (),
-        inputs: list[LogicalEdge] | None = None,
-    ) -> DataStream:
-        """Adds a native operator; checks it at once when the input schema is known."""
-        stream = self._add(op, spec, keys=keys, inputs=inputs)
-        node = stream._node
-        if self.schema is not None:
-            graph = self._env._graph
-            try:
-                for name in columns:
-                    if name not in self.schema.names:
-                        raise missing_columns_error(node.display_name, name, self.schema)
-                node.schema = graph.output_schema(node, self._env.max_parallelism)
-            except BaseException:
-                graph.discard_last(node)
-                raise
-        return stream
 
     def _same_env(self, other: DataStream, what: str) -> None:
         if not isinstance(other, DataStream):

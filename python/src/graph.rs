@@ -235,6 +235,16 @@ struct WindowAssignerSpec {
     slide_ms: Option<i64>,
 }
 
+impl WindowAssignerSpec {
+    fn assigner(&self) -> WindowAssigner {
+        let size_ms = self.size_ms;
+        match self.slide_ms {
+            None => WindowAssigner::Tumbling { size_ms },
+            Some(slide_ms) => WindowAssigner::Sliding { size_ms, slide_ms },
+        }
+    }
+}
+
 /// `window`: a native event-time window aggregate per key.
 #[derive(FromPyObject)]
 struct WindowSpec {
@@ -382,6 +392,24 @@ fn python_source(cx: &Ctx<'_>, spec: SourcePythonSpec<'_>) -> Result<NodeParts, 
     })))
 }
 
+/// The node of a factory that binds its expressions to its input's schema
+/// (`select`, `with_columns`, `explode`): when that schema is known at build
+/// time, `f` is bound to it (`bind`) and then asked its output schema
+/// (`output`); otherwise both wait for the first batch.
+fn bound_operator<F: OperatorFactory + 'static>(
+    cx: &Ctx<'_>,
+    f: F,
+    bind: fn(F, &str, &SchemaRef) -> Result<F, Error>,
+    output: fn(&F, &str, &SchemaRef) -> Result<SchemaRef, Error>,
+) -> Result<NodeParts, NodeError> {
+    let Some(input) = known(cx.inputs) else {
+        return Ok(operator(Arc::new(f), None));
+    };
+    let f = bind(f, cx.name, input)?;
+    let s = output(&f, cx.name, input)?;
+    Ok(operator(Arc::new(f), Some(s)))
+}
+
 /// `filter`: keeps the rows where a boolean expression holds.
 fn filter_node(cx: &Ctx<'_>, spec: FilterSpec<'_>) -> Result<NodeParts, NodeError> {
     let f = FilterFactory::new(spec.expr.get().expr.clone().with_ansi(cx.ansi));
@@ -391,41 +419,33 @@ fn filter_node(cx: &Ctx<'_>, spec: FilterSpec<'_>) -> Result<NodeParts, NodeErro
 
 /// `with_columns` (adds or replaces columns) and `select` (keeps only the named ones).
 fn project_node(cx: &Ctx<'_>, spec: ProjectSpec<'_>, select: bool) -> Result<NodeParts, NodeError> {
-    let name = cx.name;
     let cols = exprs_in(&spec.columns, cx.ansi);
-    let mut f = if select {
+    let f = if select {
         ProjectFactory::select(cols)
     } else {
         ProjectFactory::with_columns(cols)
     };
-    let s = match known(cx.inputs) {
-        Some(s) => {
-            f = f.with_input_schema(name, s)?;
-            Some(f.output_schema(name, s)?)
-        }
-        None => None,
-    };
-    Ok(operator(Arc::new(f), s))
+    let (bind, output) = (
+        ProjectFactory::with_input_schema,
+        ProjectFactory::output_schema,
+    );
+    bound_operator(cx, f, bind, output)
 }
 
 /// `explode`: a native flat-map of an array column (`select` with
 /// `F.explode`, or `stream.explode`).
 fn explode_node(cx: &Ctx<'_>, spec: ExplodeSpec<'_>) -> Result<NodeParts, NodeError> {
-    let name = cx.name;
     let mode = if spec.keep_input {
         ExplodeMode::WithColumn
     } else {
         ExplodeMode::Select
     };
-    let mut f = ExplodeFactory::new(mode, exprs(&spec.columns), spec.generator, spec.outer)?;
-    let s = match known(cx.inputs) {
-        Some(s) => {
-            f = f.with_input_schema(name, s)?;
-            Some(f.output_schema(name, s)?)
-        }
-        None => None,
-    };
-    Ok(operator(Arc::new(f), s))
+    let f = ExplodeFactory::new(mode, exprs(&spec.columns), spec.generator, spec.outer)?;
+    let (bind, output) = (
+        ExplodeFactory::with_input_schema,
+        ExplodeFactory::output_schema,
+    );
+    bound_operator(cx, f, bind, output)
 }
 
 /// `assign_timestamps`: event time from a column, and watermarks.
@@ -454,20 +474,11 @@ fn keyed_aggs_node(cx: &Ctx<'_>, spec: KeyedAggsSpec<'_>) -> Result<NodeParts, N
 /// `window`: a native event-time window aggregate per key.
 fn window_node(cx: &Ctx<'_>, spec: WindowSpec, late: bool) -> Result<NodeParts, NodeError> {
     let name = cx.name;
-    let assigner = match spec.assigner.slide_ms {
-        None => WindowAssigner::Tumbling {
-            size_ms: spec.assigner.size_ms,
-        },
-        Some(slide_ms) => WindowAssigner::Sliding {
-            size_ms: spec.assigner.size_ms,
-            slide_ms,
-        },
-    };
     let agg = parse_agg(name, &spec.agg)?;
     let mut f = WindowFactory::new(
         spec.keys,
         spec.time_column,
-        assigner,
+        spec.assigner.assigner(),
         WindowAgg::Native(agg, spec.column),
     );
     if late {
@@ -483,19 +494,10 @@ fn window_aggs_node(
     spec: WindowAggsSpec<'_>,
     late_output: bool,
 ) -> Result<NodeParts, NodeError> {
-    let assigner = match spec.assigner.slide_ms {
-        None => WindowAssigner::Tumbling {
-            size_ms: spec.assigner.size_ms,
-        },
-        Some(slide_ms) => WindowAssigner::Sliding {
-            size_ms: spec.assigner.size_ms,
-            slide_ms,
-        },
-    };
     let f = WindowAggsFactory {
         keys: spec.keys,
         time_column: spec.time_column,
-        assigner,
+        assigner: spec.assigner.assigner(),
         aggregates: aggregates(cx.name, &spec.aggregates)?,
         late_output,
         input: cx.first_input(),
