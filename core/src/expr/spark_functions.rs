@@ -43,10 +43,34 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
 }
 
 /// The arguments as arrays of `rows` values.
-fn arrays(args: &[ColumnarValue], rows: usize) -> Result<Vec<ArrayRef>> {
+pub(super) fn arrays(args: &[ColumnarValue], rows: usize) -> Result<Vec<ArrayRef>> {
     args.iter()
         .map(|a| a.to_array(rows))
         .collect::<Result<Vec<_>>>()
+}
+
+/// A regular expression compiled once and reused while rows repeat its
+/// pattern (a literal pattern: compiled once per batch).
+#[derive(Debug, Default)]
+pub(super) struct PatternCache(Option<(String, Regex)>);
+
+impl PatternCache {
+    /// `pattern` compiled, and whether this call compiled it (the row before
+    /// had another pattern, or there was none). `function` names the
+    /// function in the error of a pattern that does not compile.
+    pub(super) fn get(&mut self, function: &str, pattern: &str) -> Result<(&Regex, bool)> {
+        let fresh = !matches!(&self.0, Some((p, _)) if p == pattern);
+        if fresh {
+            let regex = Regex::new(pattern).map_err(|e| {
+                DataFusionError::Execution(format!("{function}: invalid pattern '{pattern}': {e}"))
+            })?;
+            self.0 = Some((pattern.to_string(), regex));
+        }
+        match &self.0 {
+            Some((_, regex)) => Ok((regex, fresh)),
+            None => exec_err!("{function}: no compiled pattern"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -203,9 +227,7 @@ impl ScalarUDFImpl for RegexpExtract {
         let (strings, patterns) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
         let groups = arrays.get(2).map(|g| g.as_primitive::<Int64Type>());
         let mut out = StringBuilder::with_capacity(rows, strings.value_data().len());
-        // A pattern is compiled once and reused while rows repeat it (a
-        // literal pattern: once per batch).
-        let mut compiled: Option<(String, Regex)> = None;
+        let mut compiled = PatternCache::default();
         // The group positions of the last match, reused from row to row
         // (`captures` allocates them per call).
         let mut locations = None;
@@ -221,18 +243,10 @@ impl ScalarUDFImpl for RegexpExtract {
                 continue;
             };
             let pattern = patterns.value(row);
-            let regex = match &compiled {
-                Some((p, regex)) if p == pattern => regex,
-                _ => {
-                    let regex = Regex::new(pattern).map_err(|e| {
-                        DataFusionError::Execution(format!(
-                            "regexp_extract: invalid pattern '{pattern}': {e}"
-                        ))
-                    })?;
-                    locations = Some(regex.capture_locations());
-                    &compiled.insert((pattern.to_string(), regex)).1
-                }
-            };
+            let (regex, fresh) = compiled.get("regexp_extract", pattern)?;
+            if fresh {
+                locations = Some(regex.capture_locations());
+            }
             let Some(locations) = locations.as_mut() else {
                 return exec_err!("regexp_extract: no compiled pattern");
             };
