@@ -39,7 +39,8 @@ use datafusion_expr::{
 };
 use regex::Regex;
 
-use super::spark_functions::{arrays, PatternCache};
+use super::spark_functions::arrays;
+use super::spark_regex::PatternCache;
 
 /// The functions of this module.
 pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
@@ -281,7 +282,7 @@ impl ScalarUDFImpl for Split {
             let (regex, _) = compiled.get("split", pattern)?;
             java_split(
                 strings.value(row),
-                regex,
+                regex.regex(),
                 pattern.is_empty(),
                 limit,
                 &mut Parts(&mut out),
