@@ -103,9 +103,9 @@ pub(super) fn eval(
     let row_count = u32::try_from(n)
         .map_err(|_| ExprError::operator(format!("a batch of {n} rows is too large for {case}")))?;
     // The rows no branch has taken yet: their original positions and the
-    // batch of just those rows.
+    // batch of just those rows, with just the columns the branches read.
     let mut open_rows = UInt32Array::from_iter_values(0..row_count);
-    let mut open = batch.clone();
+    let mut open = read_columns(batch, case);
     // Each branch's result over the rows it took, with those rows.
     let mut parts: Vec<(UInt32Array, ArrayRef)> = Vec::with_capacity(branches.len() + 1);
     for (when, then) in branches {
@@ -160,6 +160,25 @@ pub(super) fn eval(
     interleave(&values, &order)
         .map(Value::Array)
         .map_err(failed)
+}
+
+/// `batch` cut to the columns `case` reads, so that the filters between
+/// branches copy only those (a wide string column the `CASE` does not read
+/// would be copied once per branch). The whole batch where a column is
+/// missing (evaluation then names it) or none is read.
+fn read_columns(batch: &RecordBatch, case: &Expr) -> RecordBatch {
+    let schema = batch.schema_ref();
+    let indices: Option<Vec<usize>> = case
+        .columns()
+        .iter()
+        .map(|name| schema.index_of(name).ok())
+        .collect();
+    match indices {
+        Some(indices) if !indices.is_empty() && indices.len() < batch.num_columns() => {
+            batch.project(&indices).unwrap_or_else(|_| batch.clone())
+        }
+        _ => batch.clone(),
+    }
 }
 
 fn cast_value(array: ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> {

@@ -46,6 +46,7 @@ mod spark_datetime;
 mod spark_functions;
 mod spark_json;
 mod spark_nested;
+mod spark_regex;
 mod spark_time;
 mod type_class;
 mod types;

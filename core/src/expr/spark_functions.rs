@@ -12,20 +12,24 @@
 //! * `hash(...)`: Spark's Murmur3 x86 32-bit row hash with seed 42, null
 //!   arguments skipped, so results equal Spark's for the same values.
 //!
-//! Patterns use the Rust `regex` syntax, which agrees with Java's for the
+//! Patterns (compiled once per task thread, `spark_regex.rs`) use the Rust
+//! `regex` syntax, which agrees with Java's for the
 //! common constructs (classes, groups, anchors, quantifiers) but has no
 //! look-around or back-references: such a pattern is an error naming it.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int32Array, StringBuilder};
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, Float64Array, Int32Array, StringArray, StringBuilder,
+};
 use arrow::datatypes::{DataType, Float64Type, Int64Type};
-use datafusion_common::{exec_err, DataFusionError, Result};
+use datafusion_common::{exec_err, Result, ScalarValue};
 use datafusion_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
 };
-use regex::Regex;
+
+use super::spark_regex::{Pattern, PatternCache};
 
 /// The functions of this module.
 pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
@@ -43,7 +47,7 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
 }
 
 /// The arguments as arrays of `rows` values.
-fn arrays(args: &[ColumnarValue], rows: usize) -> Result<Vec<ArrayRef>> {
+pub(super) fn arrays(args: &[ColumnarValue], rows: usize) -> Result<Vec<ArrayRef>> {
     args.iter()
         .map(|a| a.to_array(rows))
         .collect::<Result<Vec<_>>>()
@@ -199,60 +203,103 @@ impl ScalarUDFImpl for RegexpExtract {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let arrays = arrays(&args.args, rows)?;
-        let (strings, patterns) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
-        let groups = arrays.get(2).map(|g| g.as_primitive::<Int64Type>());
-        let mut out = StringBuilder::with_capacity(rows, strings.value_data().len());
-        // A pattern is compiled once and reused while rows repeat it (a
-        // literal pattern: once per batch).
-        let mut compiled: Option<(String, Regex)> = None;
-        // The group positions of the last match, reused from row to row
-        // (`captures` allocates them per call).
-        let mut locations = None;
-        for row in 0..rows {
-            let group = match groups {
-                Some(g) if g.is_null(row) => None,
-                Some(g) => Some(g.value(row)),
-                None => Some(1),
-            };
-            let (Some(group), false, false) = (group, strings.is_null(row), patterns.is_null(row))
-            else {
-                out.append_null();
-                continue;
-            };
-            let pattern = patterns.value(row);
-            let regex = match &compiled {
-                Some((p, regex)) if p == pattern => regex,
-                _ => {
-                    let regex = Regex::new(pattern).map_err(|e| {
-                        DataFusionError::Execution(format!(
-                            "regexp_extract: invalid pattern '{pattern}': {e}"
-                        ))
-                    })?;
-                    locations = Some(regex.capture_locations());
-                    &compiled.insert((pattern.to_string(), regex)).1
-                }
-            };
-            let Some(locations) = locations.as_mut() else {
-                return exec_err!("regexp_extract: no compiled pattern");
-            };
-            let group_count = regex.captures_len() - 1;
-            let index = usize::try_from(group).ok().filter(|g| *g <= group_count);
-            let Some(index) = index else {
-                return exec_err!(
-                    "regexp_extract: the pattern '{pattern}' has {group_count} groups, \
-                     but group {group} was asked for"
-                );
-            };
-            let value = strings.value(row);
-            let found = regex
-                .captures_read(locations, value)
-                .and_then(|_| locations.get(index))
-                .map_or("", |(start, end)| &value[start..end]);
-            out.append_value(found);
+        // The usual call: a literal pattern and group over a column, matched
+        // with one compiled pattern and no per-row lookups.
+        match args.args.as_slice() {
+            [ColumnarValue::Array(strings), ColumnarValue::Scalar(pattern), rest @ ..]
+                if rest.iter().all(|g| matches!(g, ColumnarValue::Scalar(_))) =>
+            {
+                let group = match rest.first() {
+                    Some(ColumnarValue::Scalar(ScalarValue::Int64(g))) => *g,
+                    None => Some(1),
+                    Some(other) => {
+                        return exec_err!("regexp_extract: group {other:?} is not a bigint")
+                    }
+                };
+                let ScalarValue::Utf8(pattern) = pattern else {
+                    return exec_err!("regexp_extract: pattern {pattern:?} is not a string");
+                };
+                let out = match (pattern, group) {
+                    (Some(pattern), Some(group)) => {
+                        extract_column(strings.as_string::<i32>(), pattern, group)?
+                    }
+                    _ => new_null_array(&DataType::Utf8, strings.len()),
+                };
+                Ok(ColumnarValue::Array(out))
+            }
+            _ => extract_rows(&arrays(&args.args, rows)?, rows),
         }
-        Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }
+}
+
+/// The index of group `group` of `pattern`, or the error Spark gives for a
+/// group the pattern does not have.
+fn group_index(compiled: &Pattern, pattern: &str, group: i64) -> Result<usize> {
+    let group_count = compiled.groups();
+    match usize::try_from(group).ok().filter(|g| *g <= group_count) {
+        Some(index) => Ok(index),
+        None => exec_err!(
+            "regexp_extract: the pattern '{pattern}' has {group_count} groups, \
+             but group {group} was asked for"
+        ),
+    }
+}
+
+/// `regexp_extract` of every value of `strings` with one pattern and group.
+fn extract_column(strings: &StringArray, pattern: &str, group: i64) -> Result<ArrayRef> {
+    // As row by row: the pattern and the group are checked on the first
+    // value that is not null.
+    if strings.null_count() == strings.len() {
+        return Ok(new_null_array(&DataType::Utf8, strings.len()));
+    }
+    let compiled = Pattern::get("regexp_extract", pattern)?;
+    let index = group_index(&compiled, pattern, group)?;
+    let mut searcher = compiled.searcher();
+    // The extracts are parts of the values: the values' size bounds theirs.
+    let mut out = StringBuilder::with_capacity(strings.len(), strings.value_data().len());
+    for value in strings.iter() {
+        match value {
+            Some(value) => {
+                let found = compiled.extract(&mut searcher, value, index);
+                out.append_value(found.unwrap_or(""));
+            }
+            None => out.append_null(),
+        }
+    }
+    Ok(Arc::new(out.finish()))
+}
+
+/// `regexp_extract` with a pattern or group that may change from row to row.
+fn extract_rows(arrays: &[ArrayRef], rows: usize) -> Result<ColumnarValue> {
+    let (strings, patterns) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
+    let groups = arrays.get(2).map(|g| g.as_primitive::<Int64Type>());
+    let mut out = StringBuilder::with_capacity(rows, strings.value_data().len());
+    let mut compiled = PatternCache::default();
+    let mut searcher = None;
+    for row in 0..rows {
+        let group = match groups {
+            Some(g) if g.is_null(row) => None,
+            Some(g) => Some(g.value(row)),
+            None => Some(1),
+        };
+        let (Some(group), false, false) = (group, strings.is_null(row), patterns.is_null(row))
+        else {
+            out.append_null();
+            continue;
+        };
+        let pattern = patterns.value(row);
+        let (regex, fresh) = compiled.get("regexp_extract", pattern)?;
+        if fresh {
+            searcher = Some(regex.searcher());
+        }
+        let Some(searcher) = searcher.as_mut() else {
+            return exec_err!("regexp_extract: no compiled pattern");
+        };
+        let index = group_index(regex, pattern, group)?;
+        let found = regex.extract(searcher, strings.value(row), index);
+        out.append_value(found.unwrap_or(""));
+    }
+    Ok(ColumnarValue::Array(Arc::new(out.finish())))
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]

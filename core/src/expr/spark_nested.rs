@@ -32,12 +32,15 @@ use arrow::array::{
 use arrow::buffer::NullBuffer;
 use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType, Field, FieldRef, Int64Type};
-use datafusion_common::{exec_err, plan_err, DataFusionError, Result};
+use datafusion_common::{exec_err, plan_err, Result};
 use datafusion_expr::{
     ColumnarValue, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature,
     TypeSignature, Volatility,
 };
 use regex::Regex;
+
+use super::spark_functions::arrays;
+use super::spark_regex::PatternCache;
 
 /// The functions of this module.
 pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
@@ -163,11 +166,7 @@ impl ScalarUDFImpl for ElementAt {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<Result<Vec<_>>>()?;
+        let arrays = arrays(&args.args, rows)?;
         let index = cast(&arrays[1], &DataType::Int64)?;
         let out = match arrays[0].data_type() {
             DataType::List(_) => self.pick(arrays[0].as_list::<i32>(), &index)?,
@@ -261,19 +260,13 @@ impl ScalarUDFImpl for Split {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let arrays = args
-            .args
-            .iter()
-            .map(|a| a.to_array(rows))
-            .collect::<Result<Vec<_>>>()?;
+        let arrays = arrays(&args.args, rows)?;
         let (strings, patterns) = (arrays[0].as_string::<i32>(), arrays[1].as_string::<i32>());
         let limits = arrays.get(2).map(|l| l.as_primitive::<Int64Type>());
         let values = StringBuilder::with_capacity(rows, strings.value_data().len());
         let mut out =
             ListBuilder::new(values).with_field(Arc::new(Field::new("item", DataType::Utf8, true)));
-        // A pattern is compiled once and reused while rows repeat it (a
-        // literal pattern: once per batch).
-        let mut compiled: Option<(String, Regex)> = None;
+        let mut compiled = PatternCache::default();
         for row in 0..rows {
             let limit = match limits {
                 Some(l) if l.is_null(row) => None,
@@ -286,20 +279,10 @@ impl ScalarUDFImpl for Split {
                 continue;
             };
             let pattern = patterns.value(row);
-            let regex = match &compiled {
-                Some((p, regex)) if p == pattern => regex,
-                _ => {
-                    let regex = Regex::new(pattern).map_err(|e| {
-                        DataFusionError::Execution(format!(
-                            "split: invalid pattern '{pattern}': {e}"
-                        ))
-                    })?;
-                    &compiled.insert((pattern.to_string(), regex)).1
-                }
-            };
+            let (regex, _) = compiled.get("split", pattern)?;
             java_split(
                 strings.value(row),
-                regex,
+                regex.regex(),
                 pattern.is_empty(),
                 limit,
                 &mut Parts(&mut out),
