@@ -49,7 +49,7 @@ from ._storage import (
     local_path,
     storage_location,
 )
-from .config import CheckpointConfig, RestartStrategy
+from .config import CheckpointConfig, Duration, RestartStrategy, parse_duration
 from .errors import GraphError, SchemaError
 from .scope import StreamScope
 from .sources import Source, SourceReaderFactory
@@ -171,6 +171,8 @@ class StreamEnvironment:
         self._scope = StreamScope.top()
         # The streams SQL queries read, by view name (create_temporary_view).
         self._views: dict[str, DataStream] = {}
+        # The views' state_ttl for SQL joins without a time bound.
+        self._view_ttls: dict[str, Duration] = {}
 
     def __repr__(self) -> str:
         return (
@@ -508,12 +510,16 @@ class StreamEnvironment:
 
     # ---- SQL ----------------------------------------------------------------
 
-    def create_temporary_view(self, name: str, stream: DataStream) -> None:
+    def create_temporary_view(
+        self, name: str, stream: DataStream, *, state_ttl: Duration | None = None
+    ) -> None:
         """Registers ``stream`` as the view ``name`` that :meth:`sql` queries read.
 
         The view's columns are the stream's (its schema must be known before
         running); its event time is the stream's ``assign_timestamps`` /
-        ``with_watermark`` column (docs/API.md "SQL").
+        ``with_watermark`` column (docs/API.md "SQL"). ``state_ttl`` bounds how
+        long a SQL join without a time bound keeps this view's rows (event time,
+        against the watermark; it overrides the query's ``state_ttl``).
 
         Raises:
             GraphError: ``name`` is already a view, or the stream belongs to
@@ -541,23 +547,31 @@ class StreamEnvironment:
                 f"create_temporary_view({name!r}): a view of that name already exists "
                 f"(stream '{self._views[name].operator_name}')"
             )
+        if state_ttl is not None:
+            parse_duration(state_ttl, what=f"state_ttl of view '{name}'")
+            self._view_ttls[name] = state_ttl
         self._views[name] = stream
 
-    def sql(self, query: str) -> DataStream:
+    def sql(self, query: str, *, state_ttl: Duration | None = None) -> DataStream:
         """The stream of a SQL query over the registered views.
 
         ``SELECT`` with the function library, ``WHERE``, ``GROUP BY`` (running:
         an updated row per key per batch; or over Flink's windowing table
         functions ``TUMBLE``/``HOP``/``SESSION``), ``HAVING``, ``UNION ALL``,
-        ``WITH`` and subqueries in ``FROM`` (docs/API.md "SQL"). The result is a
-        :class:`DataStream` like any other: it takes DSL operators and sinks.
+        ``WITH`` and subqueries in ``FROM``, joins (equi, interval, window and
+        temporal; docs/API.md "SQL"). The result is a :class:`DataStream` like
+        any other: it takes DSL operators and sinks. ``state_ttl`` bounds the
+        state of the query's joins without a time bound, for views registered
+        without one.
 
         Raises:
             SqlError: The query names an unknown table or column, or uses a
                 construct a stream cannot run (a global ``ORDER BY``, ``LIMIT``,
                 ...); the message names the construct.
         """
-        return plan_query(self._views, query)
+        if state_ttl is not None:
+            parse_duration(state_ttl, what="state_ttl")
+        return plan_query(self._views, query, state_ttl=state_ttl, view_ttls=self._view_ttls)
 
     def build(self) -> list[NodeSpec]:
         """Validates the job graph and returns the node specs the native layer runs.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _core
+from .config import Duration, parse_duration
 from .errors import SqlError
 from .expr import Expr, lit
 from .windows import Session, Sliding, Tumbling
@@ -56,8 +57,16 @@ class _Lowered:
     window: _Windowing | None = None
 
 
-def plan_query(views: dict[str, DataStream], query: str) -> DataStream:
-    """The stream of ``query`` over ``views`` (``env.sql``)."""
+def plan_query(
+    views: dict[str, DataStream],
+    query: str,
+    *,
+    state_ttl: Duration | None = None,
+    view_ttls: dict[str, Duration] | None = None,
+) -> DataStream:
+    """The stream of ``query`` over ``views`` (``env.sql``); ``state_ttl`` and
+    ``view_ttls`` bound the state of its joins without a time bound (see
+    :func:`_join_ttl`)."""
     if not isinstance(query, str) or not query.strip():
         raise TypeError(f"sql() needs a query string, got {query!r}")
     catalog: list[tuple[str, Any, str | None]] = []
@@ -70,7 +79,7 @@ def plan_query(views: dict[str, DataStream], query: str) -> DataStream:
             )
         catalog.append((name, stream.schema, stream.time_column))
     root = _core.plan_sql(query, catalog)
-    lowered = _Lowering(views).lower(root)
+    lowered = _Lowering(views, state_ttl, view_ttls or {}).lower(root)
     if lowered.window is not None:
         raise SqlError(
             f"SQL {lowered.window.function}: the rows of a windowing table function are "
@@ -86,8 +95,15 @@ def plan_query(views: dict[str, DataStream], query: str) -> DataStream:
 
 
 class _Lowering:
-    def __init__(self, views: dict[str, DataStream]) -> None:
+    def __init__(
+        self,
+        views: dict[str, DataStream],
+        state_ttl: Duration | None,
+        view_ttls: dict[str, Duration],
+    ) -> None:
         self._views = views
+        self._state_ttl = state_ttl
+        self._view_ttls = view_ttls
 
     def lower(self, node: Any) -> _Lowered:
         kind = type(node).__name__
@@ -113,6 +129,8 @@ class _Lowering:
             return _Lowered(first.union(*rest))
         if kind == "SqlAggregate":
             return _Lowered(_group(self.lower(node.input), list(node.keys), node.aggregates))
+        if kind == "SqlJoin":
+            return _Lowered(self._join(node))
         raise AssertionError(f"unknown SQL step {node!r}")  # invariant: plan_sql's classes
 
     def _window(self, node: Any) -> _Lowered:
@@ -130,14 +148,83 @@ class _Lowering:
                 "with_watermark) on the stream before registering the view",
                 function,
             )
-        assigner: Tumbling | Sliding | Session
-        if node.kind == "tumble":
-            assigner = Tumbling(node.size_ms / 1000)
-        elif node.kind == "hop":
-            assigner = Sliding(node.size_ms / 1000, node.slide_ms / 1000)
+        return _Lowered(stream, _Windowing(function, _assigner(node.kind, node)))
+
+    def _join(self, node: Any) -> DataStream:
+        """A join (core's sql/join.rs sorted the condition): the DSL's join,
+        interval join, window join or temporal join of the two inputs."""
+        left, right = self.lower(node.left), self.lower(node.right)
+        # invariant: the planner took the windowing table functions out of a join's inputs
+        assert left.window is None and right.window is None
+        ls, rs = left.stream, right.stream
+        if node.time_columns is not None:
+            for side, stream, column in zip(
+                ("left", "right"), (ls, rs), node.time_columns, strict=True
+            ):
+                if stream.time_column != column:
+                    has = (
+                        f"its event time is '{stream.time_column}'"
+                        if stream.time_column is not None
+                        else "it has no event time (call assign_timestamps before registering "
+                        "the view)"
+                    )
+                    raise SqlError(
+                        f"SQL JOIN: the {node.kind} join's time condition reads the {side} "
+                        f"input's column '{column}', but {has}",
+                        "JOIN",
+                    )
+        keys: dict[str, Any] = {"left_on": list(node.left_on), "right_on": list(node.right_on)}
+        if node.kind == "regular":
+            ttl = self._join_ttl(node)
+            stream = ls.join(rs, how=node.how, state_ttl=ttl, **keys)
+        elif node.kind == "interval":
+            within = (f"{node.lower_ms}ms", f"{node.upper_ms}ms")
+            stream = ls.join(rs, how=node.how, within=within, **keys)
+        elif node.kind == "window":
+            # window_join takes a Session too (its windows form from both sides' rows).
+            window: Any = _assigner(node.window, node)
+            stream = ls.window_join(rs, window=window, **keys)
         else:
-            assigner = Session(node.gap_ms / 1000)
-        return _Lowered(stream, _Windowing(function, assigner))
+            stream = ls.temporal_join(rs, how=node.how, **keys)
+        if stream.schema is not None and stream.schema.names != list(node.columns):
+            raise AssertionError(  # invariant: join.rs predicts the join's output names
+                f"SQL JOIN: the join gave columns {stream.schema.names}, the plan expected "
+                f"{list(node.columns)}"
+            )
+        return stream
+
+    def _join_ttl(self, node: Any) -> Duration | None:
+        """The ``state_ttl`` of a join without a time bound: the largest of its
+        views' (a view without one takes the query's), so every view's rows are
+        kept at least as long as it asks; none when a view has neither."""
+        ttls: list[float] = []
+        for view in sorted(_views_read(node)):
+            ttl = self._view_ttls.get(view, self._state_ttl)
+            if ttl is None:
+                return None
+            ttls.append(parse_duration(ttl, what=f"state_ttl of view '{view}'"))
+        return max(ttls) if ttls else None
+
+
+def _views_read(node: Any) -> set[str]:
+    """The views a lowered step reads."""
+    if type(node).__name__ == "SqlScan":
+        return {node.view}
+    children: list[Any] = []
+    for attr in ("input", "left", "right"):
+        if hasattr(node, attr):
+            children.append(getattr(node, attr))
+    children.extend(getattr(node, "inputs", []))
+    return set().union(*(_views_read(c) for c in children)) if children else set()
+
+
+def _assigner(kind: str, node: Any) -> Tumbling | Sliding | Session:
+    """The DSL's window of a windowing table function (sizes in ms)."""
+    if kind == "tumble":
+        return Tumbling(node.size_ms / 1000)
+    if kind == "hop":
+        return Sliding(node.size_ms / 1000, node.slide_ms / 1000)
+    return Session(node.gap_ms / 1000)
 
 
 def _no_window_bounds(below: _Lowered, exprs: list[Expr], clause: str) -> None:

@@ -698,10 +698,10 @@ class DataStream(_Operators, StreamCore):
 
     # ---- SQL ----------------------------------------------------------------
 
-    def create_temporary_view(self, name: str) -> None:
+    def create_temporary_view(self, name: str, *, state_ttl: Duration | None = None) -> None:
         """Registers this stream as the view ``name`` of its environment's
-        ``env.sql`` queries (``env.create_temporary_view(name, self)``)."""
-        self._env.create_temporary_view(name, self)
+        ``env.sql`` queries (``env.create_temporary_view(name, self, state_ttl=...)``)."""
+        self._env.create_temporary_view(name, self, state_ttl=state_ttl)
 
     # ---- plan ---------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 //! `eddyline/sql.py` lowers by calling the DSL (docs/DESIGN.md "SQL").
 //! Glue only: conversions and the error class.
 
-use eddyline_core::sql::{self, AggregateCall, SqlError, SqlNode, View, WindowKind};
+use eddyline_core::sql::{self, AggregateCall, JoinKind, SqlError, SqlNode, View, WindowKind};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
@@ -60,6 +60,29 @@ pub struct PySqlAggregate {
     input: Py<PyAny>,
     keys: Vec<String>,
     aggregates: Py<PyList>,
+    columns: Vec<String>,
+}
+
+/// A join of `left` and `right` on `left_on[i] = right_on[i]`: `how` is
+/// `"inner"`, `"left"`, `"right"` or `"outer"`; `kind` is `"regular"`,
+/// `"interval"` (`lower_ms <= right.ts - left.ts <= upper_ms`), `"window"`
+/// (the window's fields as `SqlWindow`'s) or `"temporal"`; `time_columns` the
+/// inputs' event-time columns its bound reads; `columns` the join's output.
+#[pyclass(name = "SqlJoin", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlJoin {
+    left: Py<PyAny>,
+    right: Py<PyAny>,
+    how: String,
+    left_on: Vec<String>,
+    right_on: Vec<String>,
+    kind: String,
+    lower_ms: Option<i64>,
+    upper_ms: Option<i64>,
+    window: Option<String>,
+    size_ms: Option<i64>,
+    slide_ms: Option<i64>,
+    gap_ms: Option<i64>,
+    time_columns: Option<(String, String)>,
     columns: Vec<String>,
 }
 
@@ -145,7 +168,64 @@ fn to_py(py: Python<'_>, node: &SqlNode) -> PyResult<Py<PyAny>> {
             aggregates,
             ..
         } => aggregate_to_py(py, input, keys, aggregates, columns)?,
+        SqlNode::Join { .. } => join_to_py(py, node, columns)?,
     })
+}
+
+fn join_to_py(py: Python<'_>, node: &SqlNode, columns: Vec<String>) -> PyResult<Py<PyAny>> {
+    let SqlNode::Join {
+        left,
+        right,
+        how,
+        left_on,
+        right_on,
+        kind,
+        time_columns,
+        ..
+    } = node
+    else {
+        return Err(pyo3::exceptions::PyAssertionError::new_err(
+            "invariant: join_to_py is called with a join",
+        ));
+    };
+    let (mut lower_ms, mut upper_ms) = (None, None);
+    let (mut window, mut size_ms, mut slide_ms, mut gap_ms) = (None, None, None, None);
+    let kind = match kind {
+        JoinKind::Regular => "regular",
+        JoinKind::Interval {
+            lower_ms: l,
+            upper_ms: u,
+        } => {
+            (lower_ms, upper_ms) = (Some(*l), Some(*u));
+            "interval"
+        }
+        JoinKind::Window(w) => {
+            let (name, size, slide, gap) = window_fields(w);
+            (window, size_ms, slide_ms, gap_ms) = (Some(name.to_string()), size, slide, gap);
+            "window"
+        }
+        JoinKind::Temporal => "temporal",
+    };
+    Py::new(
+        py,
+        PySqlJoin {
+            left: to_py(py, left)?,
+            right: to_py(py, right)?,
+            how: how.clone(),
+            left_on: left_on.clone(),
+            right_on: right_on.clone(),
+            kind: kind.to_string(),
+            lower_ms,
+            upper_ms,
+            window,
+            size_ms,
+            slide_ms,
+            gap_ms,
+            time_columns: time_columns.clone(),
+            columns,
+        },
+    )
+    .map(Py::into_any)
 }
 
 fn project_to_py(

@@ -13,13 +13,15 @@
 use datafusion_expr::{Expr as DfExpr, LogicalPlan};
 
 use super::convert::{to_expr, Columns};
-use super::tvf::WindowTable;
+use super::rename::{filter, project};
+use super::tvf::{TemporalTable, WindowTable};
 use super::{AggregateCall, SqlError, SqlNode, View};
 use crate::expr::Expr;
 
 pub(crate) struct Lowering<'a> {
     pub views: &'a [View],
     pub windows: &'a [WindowTable],
+    pub temporals: &'a [TemporalTable],
 }
 
 fn refused(construct: &str, why: &str) -> SqlError {
@@ -31,6 +33,9 @@ impl Lowering<'_> {
         match plan {
             LogicalPlan::Projection(p) => self.projection(p),
             LogicalPlan::Filter(f) => {
+                if let LogicalPlan::Join(j) = f.input.as_ref() {
+                    return self.join(j, Some(&f.predicate));
+                }
                 let input = self.lower(&f.input)?;
                 let names = input.columns();
                 let predicate = to_expr(
@@ -40,11 +45,7 @@ impl Lowering<'_> {
                         names: &names,
                     },
                 )?;
-                Ok(SqlNode::Filter {
-                    input: Box::new(input),
-                    predicate,
-                    columns: names,
-                })
+                Ok(filter(input, predicate))
             }
             LogicalPlan::SubqueryAlias(s) => self.lower(&s.input),
             LogicalPlan::TableScan(scan) => {
@@ -55,6 +56,7 @@ impl Lowering<'_> {
             }
             LogicalPlan::Union(u) => self.union(u),
             LogicalPlan::Aggregate(a) => self.aggregate(a),
+            LogicalPlan::Join(j) => self.join(j, None),
             other => Err(refusal(other)),
         }
     }
@@ -89,10 +91,7 @@ impl Lowering<'_> {
         if identity {
             return Ok(input);
         }
-        Ok(SqlNode::Project {
-            input: Box::new(input),
-            exprs,
-        })
+        Ok(project(input, exprs))
     }
 
     fn union(&self, u: &datafusion_expr::logical_plan::Union) -> Result<SqlNode, SqlError> {
@@ -122,6 +121,9 @@ impl Lowering<'_> {
     }
 
     fn scan(&self, table: &str) -> Result<SqlNode, SqlError> {
+        if let Some(versioned) = self.temporals.iter().find(|t| t.name == table) {
+            return self.scan(&versioned.view);
+        }
         if let Some(window) = self.windows.iter().find(|w| w.name == table) {
             let input = self.scan(&window.view)?;
             let mut columns = input.columns();
@@ -257,12 +259,6 @@ fn refusal(plan: &LogicalPlan) -> SqlError {
             "LIMIT",
             "a LIMIT without a window would stop the stream after a few rows; it is \
              not supported",
-        ),
-        LogicalPlan::Join(_) => refused(
-            "JOIN",
-            "joins in SQL are not supported yet (and a join without an equality on \
-             keys needs unbounded state); join the streams with stream.join() and \
-             register the result as a view",
         ),
         LogicalPlan::Distinct(_) => refused(
             "DISTINCT",

@@ -10,8 +10,10 @@
 //! operator exists.
 
 mod convert;
+mod join;
 mod lower;
 mod provider;
+mod rename;
 mod tvf;
 
 use std::fmt;
@@ -51,6 +53,20 @@ pub struct AggregateCall {
     pub name: String,
 }
 
+/// How a join bounds the rows it keeps (docs/API.md "SQL", joins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinKind {
+    /// An equi-join without a time bound (`state_ttl` may bound its state).
+    Regular,
+    /// `lower_ms <= right.ts - left.ts <= upper_ms` on the inputs' event time.
+    Interval { lower_ms: i64, upper_ms: i64 },
+    /// Both inputs through the same windowing table function, joined on
+    /// `window_start` and `window_end`.
+    Window(WindowKind),
+    /// `FOR SYSTEM_TIME AS OF left.ts`: the right input is versioned.
+    Temporal,
+}
+
 /// A lowered query: one streaming step per node, children first.
 #[derive(Debug, Clone)]
 pub enum SqlNode {
@@ -88,6 +104,21 @@ pub enum SqlNode {
         window: Option<(String, WindowKind)>,
         columns: Vec<String>,
     },
+    /// A join of two streams on key columns (`left_on[i] = right_on[i]`),
+    /// `how` one of `inner`, `left`, `right`, `outer`; `columns` are the
+    /// join operator's output (keys, window bounds, the left's other columns,
+    /// the right's with `_right` on a clash). `time_columns`: the inputs'
+    /// event-time columns the join's time bound reads.
+    Join {
+        left: Box<SqlNode>,
+        right: Box<SqlNode>,
+        how: String,
+        left_on: Vec<String>,
+        right_on: Vec<String>,
+        kind: JoinKind,
+        time_columns: Option<(String, String)>,
+        columns: Vec<String>,
+    },
 }
 
 impl SqlNode {
@@ -97,7 +128,8 @@ impl SqlNode {
             SqlNode::Scan { columns, .. }
             | SqlNode::Window { columns, .. }
             | SqlNode::Filter { columns, .. }
-            | SqlNode::Aggregate { columns, .. } => columns.clone(),
+            | SqlNode::Aggregate { columns, .. }
+            | SqlNode::Join { columns, .. } => columns.clone(),
             SqlNode::Project { exprs, .. } => exprs.iter().map(|(n, _)| n.clone()).collect(),
             SqlNode::Union { inputs } => inputs.first().map(SqlNode::columns).unwrap_or_default(),
         }
@@ -132,11 +164,21 @@ impl std::error::Error for SqlError {}
 /// Plans `query` (one `SELECT`, `WITH` or `UNION ALL` query) over `views`.
 pub fn plan(query: &str, views: &[View]) -> Result<SqlNode, SqlError> {
     let rewritten = tvf::rewrite(query, views)?;
-    let provider = provider::Provider::new(views, &rewritten.windows);
+    // A versioned table (`v FOR SYSTEM_TIME AS OF ...`) plans as a copy of its view.
+    let mut catalog = views.to_vec();
+    catalog.extend(rewritten.temporals.iter().filter_map(|t| {
+        let view = views.iter().find(|v| v.name == t.view)?;
+        Some(View {
+            name: t.name.clone(),
+            ..view.clone()
+        })
+    }));
+    let provider = provider::Provider::new(&catalog, &rewritten.windows);
     let plan = provider.plan(&rewritten.statement)?;
     lower::Lowering {
         views,
         windows: &rewritten.windows,
+        temporals: &rewritten.temporals,
     }
     .lower(&plan)
 }

@@ -5,6 +5,13 @@
 //! `__window_<n>`, whose schema is the view's plus `window_start` and
 //! `window_end` (docs/DESIGN.md "SQL"). The lowering turns a scan of that
 //! table into a [`SqlNode::Window`](super::SqlNode::Window).
+//!
+//! Flink's temporal join, `JOIN v FOR SYSTEM_TIME AS OF o.ts [AS r]`, is cut
+//! out the same way: the versioned table becomes a synthetic table
+//! `__temporal_<n>` (aliased as the view unless the query aliases it), with
+//! the view's schema, and the `AS OF` column is kept for the join's lowering
+//! (sqlparser reads `FOR SYSTEM_TIME AS OF` only in some dialects and
+//! DataFusion's planner refuses table versions).
 
 use datafusion_sql::sqlparser::ast::{
     Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr,
@@ -27,10 +34,21 @@ pub(crate) struct WindowTable {
     pub kind: WindowKind,
 }
 
-/// The query as one parsed statement, with its windowing table functions.
+/// A versioned table of a temporal join: the synthetic table's name, the
+/// view, and the `AS OF` column as written (`o.ts`: `["o", "ts"]`).
+#[derive(Debug, Clone)]
+pub(crate) struct TemporalTable {
+    pub name: String,
+    pub view: String,
+    pub as_of: Vec<String>,
+}
+
+/// The query as one parsed statement, with its windowing table functions
+/// and versioned tables.
 pub(crate) struct Rewritten {
     pub statement: Statement,
     pub windows: Vec<WindowTable>,
+    pub temporals: Vec<TemporalTable>,
 }
 
 const WINDOW_FUNCTIONS: [&str; 3] = ["TUMBLE", "HOP", "SESSION"];
@@ -77,11 +95,20 @@ pub(crate) fn rewrite(query: &str, views: &[View]) -> Result<Rewritten, SqlError
         .map_err(|e| syntax(e.to_string()))?;
     let mut text = String::with_capacity(query.len());
     let mut windows = Vec::new();
+    let mut temporals = Vec::new();
     let mut i = 0;
     while i < tokens.len() {
         if let Some((window, end)) = window_call(&tokens, i, windows.len(), views)? {
             text.push_str(&window.name);
             windows.push(window);
+            i = end + 1;
+        } else if let Some((temporal, end, aliased)) = versioned_table(&tokens, i, temporals.len())?
+        {
+            text.push_str(&temporal.name);
+            if !aliased {
+                text.push_str(&format!(" AS {}", tokens[i]));
+            }
+            temporals.push(temporal);
             i = end + 1;
         } else {
             text.push_str(&tokens[i].to_string());
@@ -106,7 +133,73 @@ pub(crate) fn rewrite(query: &str, views: &[View]) -> Result<Rewritten, SqlError
              create_temporary_view instead of CREATE or INSERT",
         ));
     }
-    Ok(Rewritten { statement, windows })
+    Ok(Rewritten {
+        statement,
+        windows,
+        temporals,
+    })
+}
+
+/// `v FOR SYSTEM_TIME AS OF t.ts` starting at token `start`: the versioned
+/// table, the index of its last token and whether an alias follows.
+fn versioned_table(
+    tokens: &[Token],
+    start: usize,
+    index: usize,
+) -> Result<Option<(TemporalTable, usize, bool)>, SqlError> {
+    let Token::Word(view) = &tokens[start] else {
+        return Ok(None);
+    };
+    let mut at = start;
+    for keyword in [Keyword::FOR, Keyword::SYSTEM_TIME, Keyword::AS, Keyword::OF] {
+        at = next_token(tokens, at + 1);
+        match tokens.get(at) {
+            Some(t) if is_keyword(t, keyword) => {}
+            _ => return Ok(None),
+        }
+    }
+    // The AS OF column: `ts` or `o.ts` (Flink takes the left table's time column).
+    let mut as_of = Vec::new();
+    loop {
+        at = next_token(tokens, at + 1);
+        match tokens.get(at) {
+            Some(Token::Word(w)) => as_of.push(w.value.clone()),
+            _ => {
+                return Err(SqlError::new(
+                    "FOR SYSTEM_TIME AS OF",
+                    format!(
+                        "{} FOR SYSTEM_TIME AS OF needs a column of the left table (its \
+                         event-time column, e.g. o.ts)",
+                        view.value
+                    ),
+                ))
+            }
+        }
+        let dot = next_token(tokens, at + 1);
+        if !matches!(tokens.get(dot), Some(Token::Period)) {
+            break;
+        }
+        at = dot;
+    }
+    let follower = next_token(tokens, at + 1);
+    let aliased = match tokens.get(follower) {
+        Some(Token::Word(w)) if w.quote_style.is_some() => true,
+        Some(Token::Word(w)) => {
+            w.keyword == Keyword::AS
+                || !datafusion_sql::sqlparser::keywords::RESERVED_FOR_TABLE_ALIAS
+                    .contains(&w.keyword)
+        }
+        _ => false,
+    };
+    Ok(Some((
+        TemporalTable {
+            name: format!("__temporal_{index}"),
+            view: view.value.clone(),
+            as_of,
+        },
+        at,
+        aliased,
+    )))
 }
 
 /// A `TABLE(TUMBLE|HOP|SESSION(...))` call starting at token `start`: the
