@@ -14,7 +14,9 @@ use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
-use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
+use super::{
+    decode_positions, encode_positions, next_split, SourceFactory, SourcePoll, SourceReader,
+};
 use crate::error::{Error, Result};
 use crate::operator::OperatorContext;
 use crate::state::{decode_entries, encode_entries, Redistribution};
@@ -53,7 +55,6 @@ impl SourceFactory for ArrowBatchesSource {
             batches: self.batches.clone(),
             strides: Vec::new(),
             open: Vec::new(),
-            cursor: 0,
             last: None,
             own: Stride {
                 first: ctx.subtask_index as u64,
@@ -104,8 +105,6 @@ pub struct ArrowBatchesReader {
     strides: Vec<Stride>,
     /// `open[i]` is the split id (`first`) of `strides[i]`.
     open: Vec<u64>,
-    /// The position in `strides` of the stride to read next.
-    cursor: usize,
     /// The stride of the last batch.
     last: Option<u64>,
     /// The subtask's own stride of a fresh start (for older offsets).
@@ -140,15 +139,15 @@ impl ArrowBatchesReader {
             .filter(|s| s.emitted < s.len(len))
             .collect();
         self.open = self.strides.iter().map(|s| s.first).collect();
-        self.cursor = 0;
     }
 }
 
 impl SourceReader for ArrowBatchesReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
         let len = self.batches.len();
-        while !self.strides.is_empty() {
-            let pos = self.cursor % self.strides.len();
+        // The stride that has emitted the fewest batches reads next (a
+        // batch of each in turn), chosen from the offset alone.
+        while let Some(pos) = next_split(self.strides.iter().map(|s| (s.emitted, s.first))) {
             let s = &mut self.strides[pos];
             let batch = usize::try_from(s.next())
                 .ok()
@@ -156,7 +155,6 @@ impl SourceReader for ArrowBatchesReader {
             let Some(b) = batch else {
                 self.strides.remove(pos);
                 self.open.remove(pos);
-                self.cursor = pos;
                 continue;
             };
             s.emitted += 1;
@@ -164,9 +162,6 @@ impl SourceReader for ArrowBatchesReader {
             if s.emitted >= s.len(len) {
                 self.strides.remove(pos);
                 self.open.remove(pos);
-                self.cursor = pos;
-            } else {
-                self.cursor = pos + 1;
             }
             return Ok(SourcePoll::Batch(b.clone()));
         }
@@ -302,6 +297,19 @@ mod tests {
             err.to_string()
                 .contains("fewer than its checkpointed offset 6"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn test_a_seek_reads_on_in_the_order_the_writer_of_the_offset_did() {
+        let src = source(20);
+        let stride =
+            |first: u64, step: u64, emitted: u64| encode_positions(&[first, step, emitted]);
+        let start =
+            crate::state::encode_entries(&[stride(0, 3, 1), stride(1, 3, 0), stride(2, 3, 2)]);
+        crate::source::assert_seek_replays_the_same_batches(
+            &|| src.create(&ctx(0, 1), 1).unwrap(),
+            Some(&start),
         );
     }
 }

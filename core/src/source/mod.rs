@@ -49,8 +49,8 @@ pub trait SourceReader: Send {
 
     /// The ids (as [`SourceReader::last_split`]) of the splits this reader
     /// has not read to their end. A reader with several splits reads them
-    /// interleaved, a batch of each in turn, so that every split makes
-    /// progress and no split's event time runs far ahead of another's.
+    /// interleaved ([`next_split`]), so that every split makes progress and
+    /// no split's event time runs far ahead of another's.
     fn open_splits(&self) -> &[u64] {
         &[]
     }
@@ -105,3 +105,61 @@ pub trait SourceFactory: Send + Sync {
 
 // Offsets and state entries share the u64 position encoding (state.rs).
 pub use crate::state::{decode_positions, encode_positions};
+
+/// The position of the split a reader with several splits reads next,
+/// given each open split's `(progress, id)` in the reader's order: the one
+/// that has emitted the least (rows or batches of the part it reads now),
+/// the smallest id on a tie. With equal batches that is a batch of each in
+/// turn. The choice depends on nothing but what the offset records (no
+/// rotation cursor beside it), so a reader seeked to an offset reads on in
+/// the order the reader that wrote it did: a recompute recovery replays
+/// exactly the batches of the original run (DESIGN.md "Recovery by
+/// recomputation"), whichever checkpoint it rewinds to.
+pub fn next_split(splits: impl Iterator<Item = (u64, u64)>) -> Option<usize> {
+    splits
+        .enumerate()
+        .min_by_key(|&(_, (progress, id))| (progress, id))
+        .map(|(pos, _)| pos)
+}
+
+/// Checks for every reader: a reader seeked to the offset it had after
+/// `k` batches returns the same batches, in the same order, as it did
+/// after them (recompute recovery relies on it).
+#[cfg(test)]
+pub(crate) fn assert_seek_replays_the_same_batches(
+    make: &dyn Fn() -> Box<dyn SourceReader>,
+    start: Option<&[u8]>,
+) {
+    let fresh = || {
+        let mut r = make();
+        if let Some(offset) = start {
+            r.seek(offset).unwrap();
+        }
+        r
+    };
+    let mut original = fresh();
+    let mut offsets = vec![original.offset()];
+    let mut batches = Vec::new();
+    while let SourcePoll::Batch(b) = original.poll_next().unwrap() {
+        batches.push((original.last_split(), b));
+        offsets.push(original.offset());
+    }
+    assert!(batches.len() > 2, "too few batches to check an order");
+    for (k, offset) in offsets.iter().enumerate() {
+        let mut replay = make();
+        replay.seek(offset).unwrap();
+        for (n, (split, batch)) in batches[k..].iter().enumerate() {
+            let SourcePoll::Batch(got) = replay.poll_next().unwrap() else {
+                panic!("the replay from batch {k} ended early");
+            };
+            assert_eq!(
+                (replay.last_split(), &got),
+                (*split, batch),
+                "the replay from batch {k} differs at batch {}",
+                k + n
+            );
+            assert_eq!(replay.offset(), offsets[k + n + 1]);
+        }
+        assert!(matches!(replay.poll_next().unwrap(), SourcePoll::End));
+    }
+}

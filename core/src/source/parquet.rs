@@ -9,9 +9,9 @@
 //! parallelism. Offsets of older checkpoints (files as splits: `(file index,
 //! rows of the file)` entries, or the position among the subtask's files)
 //! still restore. A subtask reads its files interleaved, a batch of each in
-//! turn, and the row groups of one file in order (DESIGN.md "Event time per
-//! split"): a file stays the unit of event time, so one file's event time
-//! never runs ahead of another's.
+//! turn (`super::next_split`), and the row groups of one file in order
+//! (DESIGN.md "Event time per split"): a file stays the unit of event time,
+//! so one file's event time never runs ahead of another's.
 //!
 //! Files are local paths or object store URIs (DESIGN.md "Where the data
 //! lives"): an object is read by byte ranges through [`ObjectFile`] (the
@@ -36,7 +36,9 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{ChunkReader, Length};
 
-use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
+use super::{
+    decode_positions, encode_positions, next_split, SourceFactory, SourcePoll, SourceReader,
+};
 use crate::error::{Error, Result};
 use crate::operator::OperatorContext;
 use crate::state::{decode_entries, encode_entries, Redistribution};
@@ -342,7 +344,6 @@ impl SourceFactory for ParquetSource {
             projection: self.projection.clone(),
             open_files: Vec::new(),
             open: Vec::new(),
-            cursor: 0,
             last: None,
             batch_size: batch_size.max(1),
             limit: batch_size.max(1),
@@ -400,8 +401,6 @@ pub struct ParquetReader {
     open_files: Vec<FileSplits>,
     /// `open[i]` is the index of `open_files[i]`.
     open: Vec<u64>,
-    /// The position in `open_files` of the file to read next.
-    cursor: usize,
     /// The file of the last batch.
     last: Option<u64>,
     batch_size: usize,
@@ -448,7 +447,6 @@ impl ParquetReader {
         }
         self.open = files.iter().map(|f| f.index as u64).collect();
         self.open_files = files;
-        self.cursor = 0;
     }
 
     /// The row groups of file `index` after the first `rows` of the file.
@@ -539,8 +537,7 @@ impl ParquetReader {
     }
 
     /// The first row group of the file at `pos` was read to its end: the
-    /// next one opens on its turn, or the file is dropped and the next
-    /// file moves up.
+    /// next one opens on its turn, or the file is dropped.
     fn next_group(&mut self, pos: usize) {
         let f = &mut self.open_files[pos];
         f.groups.pop_front();
@@ -550,17 +547,18 @@ impl ParquetReader {
         if f.groups.is_empty() {
             self.open_files.remove(pos);
             self.open.remove(pos);
-            self.cursor = pos;
-        } else {
-            self.cursor = pos + 1;
         }
     }
 }
 
 impl SourceReader for ParquetReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        while !self.open_files.is_empty() {
-            let pos = self.cursor % self.open_files.len();
+        // The file whose row group has emitted the fewest rows reads next
+        // (a batch of each in turn), chosen from the offset alone.
+        while let Some(pos) = next_split(self.open_files.iter().map(|f| {
+            let rows = f.groups.front().map_or(0, |g| g.rows);
+            (rows, f.index as u64)
+        })) {
             let f = &mut self.open_files[pos];
             if f.reader.is_none() {
                 Self::open_group(
@@ -594,8 +592,6 @@ impl SourceReader for ParquetReader {
                     self.last = Some(f.index as u64);
                     if split.rows >= f.total {
                         self.next_group(pos);
-                    } else {
-                        self.cursor = pos + 1;
                     }
                     return Ok(SourcePoll::Batch(batch));
                 }
@@ -896,6 +892,24 @@ mod tests {
             rest,
             (130..200).collect::<Vec<i64>>(),
             "column w after its first 30 rows"
+        );
+    }
+
+    #[test]
+    fn test_a_seek_reads_on_in_the_order_the_writer_of_the_offset_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (
+            dir.path().join("a.parquet"),
+            dir.path().join("b.parquet"),
+            dir.path().join("c.parquet"),
+        );
+        write(&a, 0..50);
+        write_groups(&b, 100..170, 30);
+        write(&c, 200..230);
+        let src = ParquetSource::new("files", vec![a, b, c]).unwrap();
+        crate::source::assert_seek_replays_the_same_batches(
+            &|| src.create(&ctx(), 8).unwrap(),
+            None,
         );
     }
 }

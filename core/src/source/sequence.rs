@@ -15,7 +15,9 @@ use arrow::array::{ArrayRef, Int64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
-use super::{decode_positions, encode_positions, SourceFactory, SourcePoll, SourceReader};
+use super::{
+    decode_positions, encode_positions, next_split, SourceFactory, SourcePoll, SourceReader,
+};
 use crate::error::{Error, Result};
 use crate::operator::OperatorContext;
 use crate::state::{decode_entries, encode_entries, Redistribution};
@@ -57,7 +59,6 @@ impl SourceFactory for SequenceSource {
         let mut reader = SequenceReader {
             ranges: Vec::new(),
             open: Vec::new(),
-            cursor: 0,
             last: None,
             own,
             bounds: (self.start, self.end),
@@ -102,8 +103,6 @@ pub struct SequenceReader {
     ranges: Vec<Range>,
     /// `open[i]` is the id of `ranges[i]`.
     open: Vec<u64>,
-    /// The position in `ranges` of the range to read next.
-    cursor: usize,
     /// The range of the last batch.
     last: Option<u64>,
     /// The subtask's own range of a fresh start (for older offsets).
@@ -146,19 +145,22 @@ impl SequenceReader {
     fn set_ranges(&mut self, ranges: Vec<Range>) {
         self.ranges = ranges.into_iter().filter(|r| r.next < r.end).collect();
         self.open = self.ranges.iter().map(Range::id).collect();
-        self.cursor = 0;
     }
 }
 
 impl SourceReader for SequenceReader {
     fn poll_next(&mut self) -> Result<SourcePoll> {
-        while !self.ranges.is_empty() {
-            let pos = self.cursor % self.ranges.len();
+        // The range that has emitted the fewest values reads next (a batch
+        // of each in turn), chosen from the offset alone.
+        while let Some(pos) = next_split(
+            self.ranges
+                .iter()
+                .map(|r| (r.next.abs_diff(r.start), r.id())),
+        ) {
             let r = &mut self.ranges[pos];
             if r.next >= r.end {
                 self.ranges.remove(pos);
                 self.open.remove(pos);
-                self.cursor = pos;
                 continue;
             }
             let hi = r.next.saturating_add(self.limit).min(r.end);
@@ -168,9 +170,6 @@ impl SourceReader for SequenceReader {
             if hi >= r.end {
                 self.ranges.remove(pos);
                 self.open.remove(pos);
-                self.cursor = pos;
-            } else {
-                self.cursor = pos + 1;
             }
             let batch = RecordBatch::try_new(self.schema.clone(), vec![values])
                 .map_err(|e| Error::arrow(&self.name, &e))?;
@@ -337,5 +336,16 @@ mod tests {
         r.seek(&encode_positions(&[8])).unwrap();
         assert_eq!(drain(r.as_mut()), vec![8, 9]);
         assert!(r.seek(&encode_positions(&[3])).is_err());
+    }
+
+    #[test]
+    fn test_a_seek_reads_on_in_the_order_the_writer_of_the_offset_did() {
+        let src = SequenceSource::new(0, 30);
+        let split = |start: u64, end: u64, next: u64| encode_positions(&[start, end, next]);
+        let start = encode_entries(&[split(0, 10, 0), split(10, 20, 13), split(20, 30, 20)]);
+        crate::source::assert_seek_replays_the_same_batches(
+            &|| src.create(&ctx(0, 1), 3).unwrap(),
+            Some(&start),
+        );
     }
 }
