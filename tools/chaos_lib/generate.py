@@ -260,3 +260,8 @@ def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
         for source in case.sources:
             if source.kind != "sequence":
                 source.late_rows, source.late_keys = rng.randint(1, 5), True
+    lead = next((i for i, op in enumerate(case.ops) if op.kind == "loop"), len(case.ops))
+    if not case.union and rng.random() < 0.3:
+        # the main source's event time assigned behind Python operators: still one
+        # watermark per split (docs/DESIGN.md "Event time per split")
+        case.assign_after = rng.randint(0, lead)
