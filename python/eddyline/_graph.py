@@ -11,6 +11,7 @@ parallelism are fused into one ``python`` node there.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from types import ModuleType
@@ -37,6 +38,12 @@ from ._specs import (
 )
 from .errors import GraphError
 from .scope import StreamScope
+
+_log = logging.getLogger(__name__)
+
+PASSES_SOURCE_PROGRESS = frozenset({"filter", "select", "with_columns", "explode", "record"})
+"""Kinds of the operators that pass a source's progress on to an ``assign_timestamps``
+chained behind them (with the Python ``map_batches``; docs/DESIGN.md "Event time per split")."""
 
 __all__ = ["LogicalEdge", "LogicalGraph", "LogicalNode", "native"]
 
@@ -234,6 +241,7 @@ class LogicalGraph:
             GraphError: If two operators share a uid, or a loop has no feedback.
         """
         needed, view = self._event_time_at_sources(self._ancestors(targets))
+        self._warn_unchained_assigners(needed, view)
         consumers: dict[int, int] = dict.fromkeys(needed, 0)
         for nid in needed:
             node = view[nid]
@@ -385,6 +393,63 @@ class LogicalGraph:
             if nid in promoted:
                 order.append(promoted[nid])
         return order, view
+
+    def _warn_unchained_assigners(self, needed: list[int], view: dict[int, LogicalNode]) -> None:
+        """Logs a warning for each ``assign_timestamps`` that reads a source through
+        operators that would pass the source's progress on, but not in the source's
+        task (a branch, another parallelism or scope on the way): it keeps one
+        watermark per subtask, not per split (docs/DESIGN.md "Event time per split").
+        A warning, not an error: such a job is valid (Flink's stream-level assigner)
+        and exact where a subtask reads one split."""
+        readers: dict[int, int] = dict.fromkeys(needed, 0)
+        for nid in needed:
+            for edge in view[nid].inputs:
+                readers[edge.node] += 1
+        for nid in needed:
+            if view[nid].kind != "assign_timestamps":
+                continue
+            path = [view[nid]]
+            while len(path[-1].inputs) == 1:
+                edge = path[-1].inputs[0]
+                if edge.port != 0 or edge.broadcast:
+                    break
+                path.append(view[edge.node])
+                if not (path[-1].kind in PASSES_SOURCE_PROGRESS or path[-1].op == "map_batches"):
+                    break
+            source = path[-1]
+            if source.inputs or source.kind == "record" or len(path) < 2:
+                continue
+            reason = self._chain_break(path, readers)
+            if reason is not None:
+                _log.warning(
+                    "operator '%s' (assign_timestamps) does not run in the task of source "
+                    "'%s' (%s): it keeps one watermark per subtask, not per split, so a "
+                    "subtask's rows may be late by its other splits' progress; assign "
+                    "timestamps right after the source, or behind operators in its task "
+                    '(docs/DESIGN.md "Event time per split")',
+                    path[0].display_name,
+                    source.display_name,
+                    reason,
+                )
+
+    def _chain_break(self, path: list[LogicalNode], readers: dict[int, int]) -> str | None:
+        """Why ``path`` (an assigner, the operators above it, its source) is not one
+        chain of the source's task, or ``None`` when it is."""
+        source = path[-1]
+        between = path[1:-1]
+        for node in between + ([source] if between else []):
+            if readers[node.id] > 1:
+                return f"'{node.display_name}' is read by another operator too"
+        parallelism = self.parallelism_of(source)
+        for node in path[:-1]:
+            if self.parallelism_of(node) != parallelism:
+                return (
+                    f"'{node.display_name}' runs at parallelism {self.parallelism_of(node)}, "
+                    f"the source at {parallelism}"
+                )
+            if node.scope != source.scope:
+                return f"'{node.display_name}' is in another loop scope"
+        return None
 
     def _assigns_at_source(self, node: LogicalNode, source: LogicalNode) -> bool:
         """Whether ``node`` is an ``assign_timestamps`` that runs chained right

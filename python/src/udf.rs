@@ -55,6 +55,10 @@ struct Hooks {
     /// Its runners have processing-time timers (`processing_timer()` and
     /// `on_processing_time()`).
     processing_time: bool,
+    /// Its runners emit what they make of a batch in the call that got it,
+    /// and only there (`passes_source_progress`): the source's progress goes
+    /// on through them (DESIGN.md "Event time per split").
+    source_progress: bool,
 }
 
 impl PyRunnerFactory {
@@ -64,9 +68,10 @@ impl PyRunnerFactory {
     /// entries that may be dealt to the subtasks of another parallelism)
     /// properties, `broadcast_state` and `union_state` (how its operator state
     /// is redistributed), and which optional hooks its runners have
-    /// (`handles_watermarks`, `handles_end_input`, `counts_late_records`).
-    /// A property that raises (or is not a bool) is an error naming the
-    /// operator, with the Python exception as its cause.
+    /// (`handles_watermarks`, `handles_end_input`, `counts_late_records`,
+    /// `passes_source_progress`: false for a factory without it). A property
+    /// that raises (or is not a bool) is an error naming the operator, with
+    /// the Python exception as its cause.
     pub fn new(
         py: Python<'_>,
         operator: &str,
@@ -91,6 +96,11 @@ impl PyRunnerFactory {
                 end_input: read("handles_end_input")?,
                 late_records: read("counts_late_records")?,
                 processing_time: read("handles_processing_time")?,
+                source_progress: factory
+                    .bind(py)
+                    .hasattr("passes_source_progress")
+                    .map_err(|e| from_py(py, operator, e))?
+                    && read("passes_source_progress")?,
             },
             factory,
             keys,
@@ -439,6 +449,25 @@ impl Operator for PyRunner {
 
     fn late_records(&self) -> u64 {
         self.late
+    }
+
+    /// A runner that emits each batch's rows in the call that got it
+    /// (`passes_source_progress`: map, filter, flat_map, map_batches) passes
+    /// the source's progress on, as the native filters and projections do,
+    /// so an `assign_timestamps` chained behind it keeps one watermark per
+    /// split (DESIGN.md "Event time per split"). The worker processes of
+    /// per-record functions keep this: a call waits for all of a batch's
+    /// slices and returns their outputs in order.
+    fn on_source_progress(
+        &mut self,
+        split: Option<u64>,
+        open: &[u64],
+        out: &mut dyn Collector,
+    ) -> Result<()> {
+        if self.hooks.source_progress {
+            out.source_progress(split, open)?;
+        }
+        Ok(())
     }
 
     fn finish(&mut self, out: &mut dyn Collector) -> Result<()> {

@@ -368,3 +368,27 @@ def test_session_late_candidates_are_drawn() -> None:
     for case in drawn:
         for source in case.sources:
             assert not source.late_keys or case.stage.kind == "session"
+
+
+def test_the_main_event_time_can_be_assigned_behind_python_operators(tmp_path: Path) -> None:
+    """``assign_after``: the main source's assignment behind the slow ``map_batches``
+    and the first ops (docs/DESIGN.md "Event time per split"); a saved case without the
+    field assigns at the source, as before."""
+    from chaos_lib.render import render
+
+    case = next(
+        c
+        for c in map(generate, range(1_000))
+        if c.assign_after >= 1 and len(c.ops) > c.assign_after
+    )
+    lines = render(case, tmp_path).splitlines()
+    stamp = next(i for i, line in enumerate(lines) if f'.name("{case.main}_ts")' in line)
+    ops = [
+        next(i for i, line in enumerate(lines) if f'"op{n}_' in line) for n in range(len(case.ops))
+    ]
+    slow = next(i for i, line in enumerate(lines) if '.name("slow")' in line)
+    assert slow < stamp and all(at < stamp for at in ops[: case.assign_after])
+    assert all(at > stamp for at in ops[case.assign_after :])
+    raw = json.loads(case.to_json())
+    del raw["assign_after"]
+    assert Case.from_json(json.dumps(raw)).assign_after == -1

@@ -12,6 +12,7 @@ Two assignments on one source are refused before the job runs.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -210,3 +211,38 @@ def test_an_assignment_behind_filters_and_projections_keeps_watermarks_per_split
     assert late_rows.to_arrow().num_rows == 0, "rows were made late by another split's time"
     kept = [{**r, "v": r["v"] * 2} for r in rows if r["v"] != 3]
     assert window_sums(got.to_arrow(), "w") == reference(kept)
+
+
+def _warnings(env: ed.StreamEnvironment, caplog: pytest.LogCaptureFixture) -> list[str]:
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="eddyline._graph"):
+        env._graph.compile(env._graph.sinks(), complete=True)
+    return [r.getMessage() for r in caplog.records if "assign_timestamps" in r.getMessage()]
+
+
+def test_an_assignment_the_source_task_does_not_run_is_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Behind Python operators in the source's task the assignment keeps watermarks
+    per split, silently; where a branch or another parallelism takes it out of that
+    task it keeps one per subtask, and compiling the job says so, naming the assigner,
+    the source and what breaks the chain."""
+    write_files(tmp_path / "in", seed=1)
+    env = ed.StreamEnvironment(2)
+    src = env.from_parquet(str(tmp_path / "in")).name("src")
+    mapped = src.map(lambda r: r).name("m").map_batches(lambda b: b).name("mb")
+    mapped.assign_timestamps("ts").name("stamps").key_by("k").sum("v").collect()
+    assert _warnings(env, caplog) == []
+
+    src.select("id").name("ids").sink_to(ed.DiscardSink())
+    [message] = _warnings(env, caplog)
+    assert "operator 'stamps' (assign_timestamps)" in message, message
+    assert "source 'src' ('src' is read by another operator too)" in message, message
+    assert "assign timestamps right after the source" in message, message
+
+    env = ed.StreamEnvironment(2)
+    src = env.from_parquet(str(tmp_path / "in")).name("src")
+    wide = src.filter(lambda r: r["v"] > 1).name("odd").set_parallelism(3)
+    wide.assign_timestamps("ts").name("stamps").key_by("k").sum("v").collect()
+    [message] = _warnings(env, caplog)
+    assert "('odd' runs at parallelism 3, the source at 2)" in message, message

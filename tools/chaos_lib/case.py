@@ -160,7 +160,10 @@ class Fault:
 
 @dataclasses.dataclass
 class Case:
-    """One generated case."""
+    """One generated case. ``assign_after``: -1 assigns the main source's event time
+    right after it (as every other source's); ``n >= 0`` assigns it behind the slow
+    Python ``map_batches`` and the first ``n`` ops (no union, no loop among them), as
+    docs/DESIGN.md "Event time per split" allows."""
 
     seed: int
     sources: list[Source]
@@ -171,6 +174,7 @@ class Case:
     sinks: list[str]
     execution: Execution
     fault: Fault
+    assign_after: int = -1
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -188,6 +192,7 @@ class Case:
             sinks=list(raw["sinks"]),
             execution=Execution(**raw["execution"]),
             fault=Fault(**raw["fault"]),
+            assign_after=raw.get("assign_after", -1),
         )
 
     def source(self, name: str) -> Source:
@@ -221,6 +226,8 @@ class Case:
             out.append("with_watermark")
         if self.union:
             out.append("union")
+        if self.assign_after >= 0:
+            out.append("assign:after_python")
         out += [f"sink:{s}" for s in self.sinks]
         ex = self.execution
         out.append(f"p:{ex.parallelism}")

@@ -262,6 +262,11 @@ def widen(rng: random.Random, case: Case, scale: float = 1.0) -> None:
         for source in case.sources:
             if source.kind != "sequence":
                 source.late_rows, source.late_keys = rng.randint(1, 5), True
+    lead = next((i for i, op in enumerate(case.ops) if op.kind == "loop"), len(case.ops))
+    if not case.union and rng.random() < 0.3:
+        # the main source's event time assigned behind Python operators: still one
+        # watermark per split (docs/DESIGN.md "Event time per split")
+        case.assign_after = rng.randint(0, lead)
 
 
 FAGGS = [
@@ -339,4 +344,7 @@ def widen_functions(rng: random.Random, case: Case) -> None:
     late = any(s.late_rows for s in case.sources)
     # explode gives rows new ids: not before late candidates (known by their ids)
     if not late and rng.random() < 0.15:
-        case.ops.insert(rng.randint(0, len(case.ops)), _explode(rng))
+        # behind the main source's event time when that is assigned in the chain
+        # (explode makes several rows of one: it does not pass split progress on)
+        lo = min(max(0, case.assign_after), len(case.ops))
+        case.ops.insert(rng.randint(lo, len(case.ops)), _explode(rng))

@@ -236,7 +236,13 @@ def _event_time(src: Source) -> str:
     return f'.assign_timestamps("ts", max_out_of_orderness="{src.bound_ms}ms")'
 
 
-def _source_lines(src: Source) -> list[str]:
+def _assign_line(src: Source) -> str:
+    return f'        {_event_time(src)}.name("{src.name}_ts").uid("{src.name}_ts")'
+
+
+def _source_lines(src: Source, assign: bool = True) -> list[str]:
+    """The lines making source ``src`` (as a stream named after it), with its event
+    time assigned unless not ``assign``."""
     n = src.name
     if src.kind == "parquet":
         head = f'env.from_parquet(IN + "/{n}")'
@@ -270,16 +276,14 @@ def _source_lines(src: Source) -> list[str]:
             "        )",
             f'        .name("{n}_cols").uid("{n}_cols")',
             f'        .select("id", "k", "ts", "v").name("{n}_sel").uid("{n}_sel")',
-            f"        {_event_time(src)}",
-            f'        .name("{n}_ts").uid("{n}_ts")',
+            *([_assign_line(src)] if assign else []),
             "    )",
         ]
         return lines
     return [
         f"    {n} = (",
         f"        {head}.name({n!r}).uid({n!r})",
-        f"        {_event_time(src)}",
-        f'        .name("{n}_ts").uid("{n}_ts")',
+        *([_assign_line(src)] if assign else []),
         "    )",
     ]
 
@@ -502,12 +506,17 @@ def render(case: Case, here: Path) -> str:
         f"        batch_size={ex.batch_size},",
         "    )",
     ]
+    late = case.assign_after >= 0  # the main source's event time behind Python operators
     for src in case.sources:
-        body += _source_lines(src)
+        body += _source_lines(src, assign=not (late and src.name == case.main))
     body.append(
         f"    main = {case.main}.map_batches(SleepPerBatch(sleep_s), schema=SCHEMA)"
         '.name("slow").uid("slow")'
     )
+    first = max(0, case.assign_after)
+    if late:
+        body += [_op_line(i, op) for i, op in enumerate(case.ops[:first])]
+        body.append("    main = main" + _assign_line(case.source(case.main)).strip())
     if case.union:
         body.append(f'    main = main.union({", ".join(case.union)}).name("union").uid("union")')
     if fault.kind == "exception":
@@ -516,7 +525,7 @@ def render(case: Case, here: Path) -> str:
             f'FailOnce(None, HERE, column="id", at={fault.at}, armed_by=CHK), '
             'schema=SCHEMA).name("fail").uid("fail")'
         )
-    body += [_op_line(i, op) for i, op in enumerate(case.ops)]
+    body += [_op_line(i, op) for i, op in enumerate(case.ops) if i >= first]
     body += _stage_lines(case)
     body += _sink_lines(case)
     body.append("    return env, collects")

@@ -22,10 +22,13 @@
 //!
 //! # Per-split watermarks (FLIP-27, DESIGN.md "Event time per split")
 //!
-//! Chained after a source (right after it, or behind filters and
-//! projections, which pass the source's progress on: [`Collector::
-//! source_progress`]), the operator learns the split of every batch and the
-//! source's open splits ([`Operator::on_source_progress`]). It then keeps the largest timestamp
+//! Chained after a source (right after it, or behind filters, projections
+//! and the Python operators that emit each batch's rows at once and in order
+//! (map, filter, flat_map, map_batches), which pass the source's progress
+//! on: [`Collector::source_progress`]), the operator learns the split of
+//! every batch and the source's open splits
+//! ([`Operator::on_source_progress`]); every batch up to the next progress
+//! is of that split (an operator in between may make several of one). It then keeps the largest timestamp
 //! per split and emits the smallest of the splits' watermarks: records are
 //! late only by their own split's order. An open split without records yet
 //! holds the watermark back; a finished split no longer does. With an
@@ -318,12 +321,15 @@ pub struct AssignTimestampsOperator {
     per_split: bool,
     /// The source's open splits, in its order.
     splits: Vec<SplitClock>,
-    /// The split of the batch about to arrive.
+    /// The split of the batches arriving now: set by the source's progress
+    /// before each of its batches and kept until the next, so every batch an
+    /// operator in between makes of the source's batch (a Python `flat_map`
+    /// may make several) counts for that split.
     current: Option<u64>,
-    /// That batch is the last of its split (the source no longer lists
-    /// it): the split counts for the watermark after the batch, then
-    /// leaves.
-    finishing: bool,
+    /// A split the source no longer lists whose last batch is arriving
+    /// now: it counts for the watermark after its batches, then leaves with
+    /// the next progress (and is not checkpointed: the source finished it).
+    finishing: Option<u64>,
     /// Every split is idle and the consumers were told (FLIP-27): the
     /// subtask does not hold back their watermark until its next batch.
     idle_announced: bool,
@@ -351,7 +357,7 @@ impl AssignTimestampsOperator {
             per_split: false,
             splits: Vec::new(),
             current: None,
-            finishing: false,
+            finishing: None,
             idle_announced: false,
             restored_splits: Vec::new(),
         })
@@ -497,8 +503,7 @@ impl Operator for AssignTimestampsOperator {
         }
         let now = Instant::now();
         self.idle_announced = false;
-        let current = self.current.take();
-        if let Some(id) = current {
+        if let Some(id) = self.current {
             let epoch = self.epoch;
             if let Some(split) = self.splits.iter_mut().find(|s| s.id == id) {
                 if max_ms > split.max_timestamp {
@@ -509,11 +514,7 @@ impl Operator for AssignTimestampsOperator {
             }
         }
         out.emit(batch)?;
-        self.advance(now, out)?;
-        if std::mem::take(&mut self.finishing) {
-            self.splits.retain(|s| Some(s.id) != current);
-        }
-        Ok(())
+        self.advance(now, out)
     }
 
     fn on_source_progress(
@@ -529,12 +530,13 @@ impl Operator for AssignTimestampsOperator {
         self.per_split = true;
         let now = Instant::now();
         // The batch of a split the source already retired (its last one)
-        // still counts for the watermark after it.
+        // still counts for the watermark after it; a split retired before
+        // leaves now (`sync_splits`: the source no longer lists it).
         let finishing = split
             .filter(|id| !open.contains(id))
             .map(|id| self.clock_of(id, now));
         self.sync_splits(open, now);
-        self.finishing = finishing.is_some();
+        self.finishing = finishing.map(|clock| clock.id);
         if let Some(clock) = finishing {
             self.splits.push(clock);
         }
@@ -567,7 +569,7 @@ impl CheckpointedState for AssignTimestampsOperator {
         let word = |ts: i64| ts as u64;
         let mut entries = Vec::with_capacity(1 + self.splits.len() + self.restored_splits.len());
         entries.push(encode_positions(&[SUBTASK_ENTRY, word(self.max_timestamp)]));
-        for s in &self.splits {
+        for s in self.splits.iter().filter(|s| Some(s.id) != self.finishing) {
             entries.push(encode_positions(&[
                 SPLIT_ENTRY,
                 s.id,
@@ -873,6 +875,49 @@ mod tests {
         op.process_batch(0, batch(vec![Some(2001)]), &mut out)
             .unwrap();
         assert_eq!(out.watermarks, vec![9, 19, 29, 2000]);
+    }
+
+    #[test]
+    fn test_every_batch_up_to_the_next_progress_counts_for_its_split() {
+        // An operator in between (a Python flat_map) makes two batches of
+        // one source batch: both are of the split the progress named.
+        let f = AssignTimestampsFactory::new("t".into(), 0);
+        let mut op = AssignTimestampsOperator::new(&f, &ctx()).unwrap();
+        let mut out = Recorder::default();
+        progress(&mut op, Some(3), &[3, 7]);
+        op.process_batch(0, batch(vec![Some(10)]), &mut out)
+            .unwrap();
+        op.process_batch(0, batch(vec![Some(50)]), &mut out)
+            .unwrap();
+        progress(&mut op, Some(7), &[3, 7]);
+        op.process_batch(0, batch(vec![Some(100)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![49], "split 3's clock is at 50");
+        // The last source batch of split 3, made into two: both count, and
+        // the finished split is not checkpointed.
+        progress(&mut op, Some(3), &[7]);
+        op.process_batch(0, batch(vec![Some(60)]), &mut out)
+            .unwrap();
+        op.process_batch(0, batch(vec![Some(70)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![49, 59, 69]);
+        let state = op.snapshot_state(1).unwrap();
+        let Some(StateBlob::Bytes(bytes)) = state.operator else {
+            panic!("no operator state");
+        };
+        let splits: Vec<u64> = decode_entries(&bytes)
+            .unwrap()
+            .iter()
+            .map(|e| decode_positions(e, e.len() / 8).unwrap())
+            .filter(|w| w[0] == SPLIT_ENTRY)
+            .map(|w| w[1])
+            .collect();
+        assert_eq!(splits, vec![7]);
+        // Then it no longer holds the watermark back.
+        progress(&mut op, Some(7), &[7]);
+        op.process_batch(0, batch(vec![Some(200)]), &mut out)
+            .unwrap();
+        assert_eq!(out.watermarks, vec![49, 59, 69, 199]);
     }
 
     #[test]

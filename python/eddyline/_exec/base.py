@@ -85,6 +85,13 @@ class Runner:
     union_state: ClassVar[bool] = False
     counts_late_records: ClassVar[bool] = False
     """Whether :attr:`late_records` is kept (read by the binding after each batch)."""
+    passes_source_progress: ClassVar[bool] = False
+    """Whether the runner emits what it makes of a batch in the :meth:`process` call
+    that got it, and only there (nothing from :meth:`on_watermark`, timers,
+    :meth:`end_input` or :meth:`finish`): the rows of one batch, in batch order. The
+    binding then passes the source's progress on, so an ``assign_timestamps`` chained
+    behind the runner still knows the split of every batch and keeps one watermark per
+    split (docs/DESIGN.md "Event time per split")."""
     handles_watermarks: ClassVar[bool] = False
     """Whether the class overrides :meth:`on_watermark` (set for every subclass)."""
     handles_end_input: ClassVar[bool] = False

@@ -21,6 +21,8 @@ class BatchRunner(Runner):
     """``map_batches(fn)`` and ``connect(...).map_batches(fn1, fn2)``."""
 
     recomputable = True  # stateless; user functions must be deterministic
+    # what fn makes of a batch is returned by the call that got it
+    passes_source_progress = True
 
     def __init__(
         self,

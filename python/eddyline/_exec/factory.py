@@ -117,6 +117,12 @@ class RunnerFactory:
         return self.cls.counts_late_records
 
     @property
+    def passes_source_progress(self) -> bool:
+        """Whether its runners emit each batch's output in the call that got it, so the
+        engine passes the source's progress through them (read by the engine)."""
+        return self.cls.passes_source_progress
+
+    @property
     def replayable_from_earlier(self) -> bool:
         """Whether a replay from before the null-state watermark also rebuilds the state."""
         return self.cls.recomputable and self.recomputable

@@ -36,6 +36,9 @@ class RecordChainRunner(Runner, PoolUser):
     """Runs rows through fused per-record stages (map, flat_map, filter)."""
 
     recomputable = True  # stateless; user functions must be deterministic
+    # A batch's output rows are returned by the call that got it, in order, also
+    # from the worker processes (pool.py waits for every slice before it returns).
+    passes_source_progress = True
 
     def __init__(
         self,
