@@ -73,9 +73,12 @@ class LogicalEdge:
     """Every consumer subtask gets every row (``stream.broadcast()``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogicalNode:
-    """One operator as the user declared it.
+    """One operator as the user declared it; frozen: the graph holds the
+    current version of each node, a stream or sink handle holds its id, and
+    a change (``name``, ``uid``, a schema checked, a loop closed) replaces
+    the node in the graph (:meth:`LogicalGraph.update`).
 
     ``spec`` is the operator's spec as the DSL method built it: a native
     kind's is what the binding reads; a per-record Python stage
@@ -84,6 +87,10 @@ class LogicalNode:
     runner factory from the node's final name; a loop head's
     ``feedback_from`` is the logical id of the loop's feedback, set when the
     loop closes.
+
+    ``side_outputs`` of a process function is the one dict its runner
+    factory reads: ``stream.side_output(tag)`` adds its tags to that dict in
+    place until the job is compiled (a replaced node keeps the same dict).
     """
 
     id: int
@@ -131,10 +138,6 @@ class LogicalNode:
         if isinstance(self.spec, PythonPlanSpec):
             return self.spec.input_keys
         return None
-
-    def update_spec(self, **changes: Any) -> None:
-        """Replaces fields of the node's spec (a source's inputs pinned before a run)."""
-        self.spec = replace(self.spec, **changes)  # type: ignore[type-var]
 
 
 @dataclass
@@ -196,9 +199,21 @@ class LogicalGraph:
         """The id the next node added gets (default names are ``<op>_<id>``)."""
         return len(self.nodes)
 
+    def update(self, node_id: int, **changes: Any) -> LogicalNode:
+        """Replaces node ``node_id`` by a copy with ``changes``; returns the copy."""
+        node = replace(self.nodes[node_id], **changes)
+        self.nodes[node_id] = node
+        return node
+
+    def update_spec(self, node_id: int, **changes: Any) -> LogicalNode:
+        """Replaces fields of node ``node_id``'s spec (a source's inputs pinned
+        before a run, a loop's feedback); returns the new node."""
+        spec = replace(self.nodes[node_id].spec, **changes)  # type: ignore[type-var]
+        return self.update(node_id, spec=spec)
+
     def close_loop(self, head: LogicalNode, feedback: LogicalNode) -> None:
         """Wires ``feedback`` back to the loop ``head`` (its loop function returned)."""
-        head.update_spec(feedback_from=feedback.id)
+        self.update_spec(head.id, feedback_from=feedback.id)
 
     def discard_from(self, node: LogicalNode) -> None:
         """Removes ``node`` and every node added after it (a loop whose function failed)."""
@@ -206,7 +221,7 @@ class LogicalGraph:
 
     def discard_last(self, node: LogicalNode) -> None:
         """Removes ``node`` if it is the last one (after a failed build-time check)."""
-        if self.nodes and self.nodes[-1] is node:
+        if self.nodes and self.nodes[-1].id == node.id:
             self.nodes.pop()
 
     def parallelism_of(self, node: LogicalNode) -> int:

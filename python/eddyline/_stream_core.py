@@ -53,8 +53,10 @@ class StreamCore(Protocol):
     :class:`~eddyline.DataStream` inherits them."""
 
     _env: StreamEnv
-    _node: LogicalNode
     _port: int
+
+    @property
+    def _node(self) -> LogicalNode: ...
 
     @property
     def _plan(self) -> LogicalGraph: ...
@@ -154,13 +156,17 @@ class StreamCore(Protocol):
                 for name in columns:
                     if name not in self.schema.names:
                         raise missing_columns_error(node.display_name, name, self.schema)
-                node.schema = graph.output_schema(node, self._env.max_parallelism)
+                graph.update(node.id, schema=graph.output_schema(node, self._env.max_parallelism))
             except BaseException:
                 graph.discard_last(node)
                 raise
         return stream
 
     def _same_env(self, other: Self, what: str) -> None: ...
+
+    def _update_node(self, **changes: Any) -> None:
+        """Replaces the node this stream reads by a copy with ``changes``."""
+        self._plan.update(self._node.id, **changes)
 
 
 S = TypeVar("S", bound=StreamCore)

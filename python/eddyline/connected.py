@@ -145,7 +145,7 @@ class BroadcastConnectedStreams(Generic[S]):
             # The broadcast input has no key: its rows belong to no key group.
             input_keys=[list(keys), []],
         )
-        out._node.side_outputs = ports
+        out._update_node(side_outputs=ports)
         return out
 
 
@@ -205,7 +205,7 @@ class KeyedConnectedStreams(Generic[S]):
             declares_side_outputs=True,
             input_keys=input_keys,
         )
-        out._node.side_outputs = ports
+        out._update_node(side_outputs=ports)
         return out
 
 

@@ -212,7 +212,7 @@ class KeyedStream(Generic[S]):
             keys=keys,
             declares_side_outputs=True,
         )
-        stream._node.side_outputs = ports
+        stream._update_node(side_outputs=ports)
         return stream
 
     def dedup(self, ttl: Duration) -> S:
@@ -354,7 +354,7 @@ def _with_window_time(stream: S) -> S:
         )
         timed = stream.map_batches(WindowTime(end), schema=declared)
     timed = timed.name(WINDOW_TIME)
-    timed._node.time_column = WINDOW_TIME
+    timed._update_node(time_column=WINDOW_TIME)
     return timed
 
 
@@ -385,10 +385,9 @@ class WindowedStream(Generic[S]):
     def _declare_late_output(self, stream: S) -> S:
         """Registers the late-record side output on the window's node; its results'
         event time is ``window_end`` minus 1 ms (read by a window downstream)."""
-        stream._node.time_column = None
-        stream._node.window_end = "window_end"
-        if self._late_output is not None:
-            stream._node.side_outputs[self._late_output.name] = (LATE_PORT, self._stream.schema)
+        late = self._late_output
+        side_outputs = {late.name: (LATE_PORT, self._stream.schema)} if late is not None else {}
+        stream._update_node(time_column=None, window_end="window_end", side_outputs=side_outputs)
         return stream
 
     @property

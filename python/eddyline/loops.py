@@ -145,7 +145,8 @@ def build_loop(
         expected = feedback_schema if co else outer.schema
         return _close_loop(outer, what, head, result, expected)
     except BaseException:
-        if head.spec.feedback_from is None:  # type: ignore[union-attr]
+        # The graph's current head: closing the loop replaces the node.
+        if outer._plan.nodes[head.id].spec.feedback_from is None:  # type: ignore[union-attr]
             outer._plan.discard_from(head)
         raise
 

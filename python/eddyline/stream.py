@@ -69,13 +69,19 @@ class _Operators:
     """Behaviour shared by streams and sink handles: naming and parallelism."""
 
     _env: StreamEnv
-    _node: LogicalNode
+    _node_id: int
+
+    @property
+    def _node(self) -> LogicalNode:
+        """The current version of the node this handle names (nodes are
+        frozen; the graph holds the latest)."""
+        return self._env._graph.nodes[self._node_id]
 
     def name(self, name: str) -> Self:
         """Names the last operator (used in metrics, errors and logs); returns ``self``."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"name() needs a non-empty str, got {name!r}")
-        self._node.name = name
+        self._env._graph.update(self._node_id, name=name)
         handle = self._env._collects.get(self._node.id)
         if handle is not None:
             handle._operator = name
@@ -86,18 +92,18 @@ class _Operators:
         if not isinstance(uid, str) or not uid:
             raise TypeError(f"uid() needs a non-empty str, got {uid!r}")
         for other in self._env._graph.nodes:
-            if other is not self._node and other.uid == uid:
+            if other.id != self._node_id and other.uid == uid:
                 raise GraphError(
                     f"uid {uid!r} is already used by operator '{other.display_name}'",
                     operator=self._node.display_name,
                 )
-        self._node.uid = uid
+        self._env._graph.update(self._node_id, uid=uid)
         return self
 
     def set_parallelism(self, parallelism: int) -> Self:
         """Sets the last operator's parallelism; returns ``self``."""
         self._env._check_parallelism(parallelism, f"operator '{self._node.display_name}'")
-        self._node.parallelism = parallelism
+        self._env._graph.update(self._node_id, parallelism=parallelism)
         return self
 
     @property
@@ -120,7 +126,7 @@ class DataStream(_Operators, StreamCore):
 
     def __init__(self, env: StreamEnv, node: LogicalNode, port: int = 0) -> None:
         self._env = env
-        self._node = node
+        self._node_id = node.id
         self._port = port
 
     def __repr__(self) -> str:
@@ -421,7 +427,7 @@ class DataStream(_Operators, StreamCore):
                 )
         spec = AssignTimestampsSpec(column, bound_ms, idle_timeout_ms)
         stream = self._native("assign_timestamps", spec, columns=[column])
-        stream._node.time_column = column
+        stream._update_node(time_column=column)
         return stream
 
     def with_watermark(self, column: str, delay: Duration) -> DataStream:
@@ -764,9 +770,9 @@ class DataStream(_Operators, StreamCore):
             default_name, spec, probe_native = native_sink(self._env.storage_options)
             stream = self._add(default_name, spec)
             if probe_native is not None:
-                native_node = stream._node
+                sink_stream = stream
                 self._env._before_run.append(
-                    lambda _restore: probe_native(native_node.display_name)
+                    lambda _restore: probe_native(sink_stream.operator_name)
                 )
         elif isinstance(sink, TwoPhaseCommitSink):
             # A sink with one committer per checkpoint (DeltaSink) runs on its own
@@ -785,8 +791,8 @@ class DataStream(_Operators, StreamCore):
             )
             probe = getattr(sink, "_probe_storage", None)  # built-in sinks on an object store
             if probe is not None:
-                node = stream._node
-                self._env._before_run.append(lambda _restore: probe(node.display_name))
+                sink_stream = stream
+                self._env._before_run.append(lambda _restore: probe(sink_stream.operator_name))
             bind = getattr(sink, "_bind", None)  # sinks that check their target when attached
             if bind is not None:
                 try:
@@ -808,7 +814,7 @@ class DataStreamSink(_Operators):
 
     def __init__(self, env: StreamEnv, node: LogicalNode) -> None:
         self._env = env
-        self._node = node
+        self._node_id = node.id
 
     def __repr__(self) -> str:
         return f"DataStreamSink({self._node.display_name!r})"

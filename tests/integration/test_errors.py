@@ -174,11 +174,22 @@ def test_union_across_scopes_raises_scope_error() -> None:
     env = ed.StreamEnvironment()
     a = env.from_collection(ROWS)
     b = env.from_collection(ROWS)
-    b._node.scope = ed.StreamScope.top().nest()
-    with pytest.raises(ed.ScopeError):
-        a.union(b)
-    with pytest.raises(ed.ScopeError):
-        a.connect(b)
+    raised: list[str] = []
+
+    def body(inner: ed.DataStream) -> tuple[ed.DataStream, ed.DataStream]:
+        # ``inner`` is in the loop's scope, ``a`` outside it: neither may be
+        # combined with the other; the body itself stays a valid loop.
+        assert inner.scope.level == 1 and a.scope.level == 0
+        with pytest.raises(ed.ScopeError, match="same loop scope"):
+            a.union(inner)
+        raised.append("union")
+        with pytest.raises(ed.ScopeError, match="same loop scope"):
+            a.connect(inner)
+        raised.append("connect")
+        return inner.filter(ed.col("id") < 0), inner
+
+    b.iterate(body)
+    assert raised == ["union", "connect"]
 
 
 def test_restart_strategy_is_accepted(make_env: MakeEnv) -> None:

@@ -417,12 +417,21 @@ class _SparkPin:
     """Pins the input of one ``from_spark`` source when its job starts."""
 
     def __init__(
-        self, env: StreamEnvironment, node: LogicalNode, df: Any, files: list[str] | None
+        self, env: StreamEnvironment, stream: DataStream, df: Any, files: list[str] | None
     ) -> None:
         self.env = env
-        self.node = node
+        self.stream = stream
         self.df = df
         self.files = files
+
+    @property
+    def node(self) -> LogicalNode:
+        """The source's node as the job starts (named and given its uid by then)."""
+        return self.stream._node
+
+    def _pin(self, **changes: Any) -> None:
+        """Replaces fields of the source's spec (its files, its storage options)."""
+        self.env._graph.update_spec(self.node.id, **changes)
 
     def _snapshot(self, directory: str) -> list[str]:
         return _write_snapshot(self.df, directory, self.node.display_name)
@@ -436,7 +445,7 @@ class _SparkPin:
         checkpoint = self.env.checkpoint
         if checkpoint is None:
             paths = self.files or self._snapshot(os.path.join(_temp_dir(), "snapshot"))
-            node.update_spec(paths=paths)
+            self._pin(paths=paths)
             return
         if is_object_store_uri(checkpoint.dir):
             self._resolve_on_object_store(restore_from)
@@ -449,7 +458,7 @@ class _SparkPin:
                     pinned = json.load(fh)
                 paths = list(pinned["files"])
                 _check_pinned_input(operator, manifest, paths, os.path.exists)
-                node.update_spec(paths=paths)
+                self._pin(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(checkpoint.dir)
             if not fresh:
@@ -461,7 +470,7 @@ class _SparkPin:
             snapshot = os.path.join(base, f"snapshot-{uuid.uuid4().hex[:12]}")
             paths = self._snapshot(snapshot)
         _write_json(manifest, {"operator": operator, "files": paths, "snapshot": snapshot})
-        node.update_spec(paths=paths)
+        self._pin(paths=paths)
 
     def _resolve_on_object_store(self, restore_from: str | None) -> None:
         """:meth:`resolve` with the checkpoint dir on an object store (S3)."""
@@ -476,7 +485,7 @@ class _SparkPin:
         base = f"{eddyline_uri(chk)}/{PINS_DIR}/{_safe(node.uid or operator)}"
         pins = StoreDir(base, options or None)
         manifest = f"{base}/pin.json"
-        node.update_spec(storage_options=options)
+        self._pin(storage_options=options)
         if restore_from is not None:
             recorded = pins.read("pin.json")
             if recorded is not None:
@@ -487,7 +496,7 @@ class _SparkPin:
                     return StoreDir(folder, options or None).stat(name) is not None
 
                 _check_pinned_input(operator, manifest, paths, exists)
-                node.update_spec(paths=paths)
+                self._pin(paths=paths)
                 return
             fresh = restore_from == "latest" and not _has_completed_checkpoint(chk, options)
             if not fresh:
@@ -497,7 +506,7 @@ class _SparkPin:
         paths = _write_object_snapshot(self.df, snapshot, operator, options)
         body = {"operator": operator, "files": paths, "snapshot": snapshot}
         pins.put("pin.json", json.dumps(body, indent=1).encode())
-        node.update_spec(paths=paths)
+        self._pin(paths=paths)
 
 
 def _check_pinned_input(
@@ -547,7 +556,7 @@ def from_spark(env: StreamEnvironment, df: Any) -> DataStream:
         probe = _write_snapshot(df.limit(0), os.path.join(_temp_dir(), "schema"), operator)
     schema = pq.read_schema(probe[0]).remove_metadata()
     stream = env._source(operator, SourceParquetSpec(probe), schema)
-    env._before_run.append(_SparkPin(env, stream._node, df, files).resolve)
+    env._before_run.append(_SparkPin(env, stream, df, files).resolve)
     return stream
 
 
