@@ -54,6 +54,7 @@ __all__ = [
     "SourceSequenceSpec",
     "UnionSpec",
     "WindowAssignerSpec",
+    "SessionAggsSpec",
     "WindowAggsSpec",
     "WindowSpec",
     "WithColumnsSpec",
@@ -237,6 +238,17 @@ class WindowAggsSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionAggsSpec:
+    """``keyed.window(Session(gap)).agg(...)``: aggregates per key and session."""
+
+    kind: ClassVar[str] = "session_aggs"
+    keys: list[str]
+    time_column: str
+    gap_ms: int
+    aggregates: list[AggregateSpec]
+
+
+@dataclass(frozen=True, slots=True)
 class WindowSpec:
     """A native event-time window aggregate per key."""
 
@@ -401,6 +413,7 @@ OperatorSpec: TypeAlias = (
     | KeyedAggSpec
     | KeyedAggsSpec
     | WindowAggsSpec
+    | SessionAggsSpec
     | WindowSpec
     | SessionWindowSpec
     | JoinSpec

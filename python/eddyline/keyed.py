@@ -31,6 +31,7 @@ from ._specs import (
     AggregateSpec,
     KeyedAggSpec,
     KeyedAggsSpec,
+    SessionAggsSpec,
     SessionWindowSpec,
     WindowAggsSpec,
     WindowSpec,
@@ -451,17 +452,19 @@ class WindowedStream(Generic[S]):
     def agg(self, *aggregates: AggregateColumn) -> S:
         """Aggregates of ``eddyline.functions`` (``F.count("*")``, ``F.avg``,
         ``F.approx_percentile``... as :meth:`KeyedStream.agg`) per key and
-        tumbling or sliding window, natively.
+        tumbling, sliding or session window, natively.
 
         When the watermark passes a window's end, emits one row per key: the
         key columns, ``window_start``, ``window_end``, then every aggregate
         under its ``.alias`` or Spark's default name. Late records as for the
-        other window aggregates. Session windows take ``sum``/``count``/``min``/
-        ``max`` only, for now.
+        other window aggregates. Sessions that a record bridges merge their
+        accumulators' states (``first``/``last``/``collect_list`` then see
+        the merged sessions' rows in order of their start, each in arrival
+        order, before the rows of the batch that merged them).
 
         Raises:
             TypeError: An argument is not an aggregate of ``eddyline.functions``.
-            GraphError: Session windows; no aggregate; a name clash.
+            GraphError: No aggregate; a name clash.
             SchemaError: An aggregate's column has a type it does not take.
 
         Example:
@@ -477,16 +480,14 @@ class WindowedStream(Generic[S]):
             [{'k': 'a', 'window_start': 0, 'window_end': 10000, 'count(1)': 2, 'avg(v)': 2.0}]
         """
         specs = _aggregate_specs("agg()", aggregates)
-        if isinstance(self._assigner, Session):
-            raise GraphError(
-                f"agg() after '{self._stream.operator_name}': session windows take "
-                ".sum/.count/.min/.max for now, not aggregates of eddyline.functions",
-                operator=self._stream.operator_name,
-            )
         keys = self._keyed.keys
         reads: dict[str, None] = dict.fromkeys([*keys, self._time_column])
         for a in aggregates:
             reads.update(dict.fromkeys(a.columns()))
+        if isinstance(self._assigner, Session):
+            session = SessionAggsSpec(keys, self._time_column, self._assigner.gap_ms, specs)
+            stream = self._stream._native("session_agg", session, keys=keys, columns=list(reads))
+            return self._declare_late_output(stream)
         spec = WindowAggsSpec(keys, self._time_column, self._assigner._to_spec(), specs)
         stream = self._stream._native("window_agg", spec, keys=keys, columns=list(reads))
         return self._declare_late_output(stream)
