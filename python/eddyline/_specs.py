@@ -55,6 +55,7 @@ __all__ = [
     "SourceSequenceSpec",
     "UnionSpec",
     "WindowAssignerSpec",
+    "SessionAggsSpec",
     "WindowAggsSpec",
     "WindowSpec",
     "WithColumnsSpec",
@@ -247,6 +248,17 @@ class WindowAggsSpec(KeyedWindowSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class SessionAggsSpec:
+    """``keyed.window(Session(gap)).agg(...)``: aggregates per key and session."""
+
+    kind: ClassVar[str] = "session_aggs"
+    keys: list[str]
+    time_column: str
+    gap_ms: int
+    aggregates: list[AggregateSpec]
+
+
+@dataclass(frozen=True, slots=True)
 class WindowSpec(KeyedWindowSpec):
     """A native event-time window aggregate per key (``column`` is None for ``count``)."""
 
@@ -408,6 +420,7 @@ OperatorSpec: TypeAlias = (
     | KeyedAggSpec
     | KeyedAggsSpec
     | WindowAggsSpec
+    | SessionAggsSpec
     | WindowSpec
     | SessionWindowSpec
     | JoinSpec

@@ -25,13 +25,17 @@ Example:
 
 from __future__ import annotations
 
+import math
+import re
 from typing import NoReturn
 
 from ._core import Expr
+from .config import Duration, parse_duration
 from .errors import GraphError, SchemaError
 
 __all__ = [
     "AggregateColumn",
+    "GroupingWindow",
     "approx_count_distinct",
     "approx_percentile",
     "avg",
@@ -46,6 +50,7 @@ __all__ = [
     "mean",
     "min",
     "percentile_approx",
+    "session_window",
     "stddev",
     "stddev_pop",
     "stddev_samp",
@@ -53,6 +58,7 @@ __all__ = [
     "var_pop",
     "var_samp",
     "variance",
+    "window",
 ]
 
 ColumnOrName = Expr | str
@@ -120,11 +126,21 @@ def _arg(function: str, value: object) -> tuple[Expr, str]:
     if isinstance(value, str) and value:
         return Expr._col(value), value
     if isinstance(value, Expr):
-        return value, value.output_name or repr(value)
+        return value, value.output_name or _spark_text(value)
     raise SchemaError(
         f"aggregate '{function}' takes a column (an expression or a column name), got {value!r}",
         operator=function,
     )
+
+
+_COLUMN_REF = re.compile(r"col\('((?:[^'\\]|\\.)*)'\)")
+
+
+def _spark_text(expr: Expr) -> str:
+    """An expression as Spark writes it in a default column name, where the
+    two agree: column references by their name (``sum((a * 2))``,
+    ``avg(length(s))``); other forms keep their ``repr``."""
+    return _COLUMN_REF.sub(lambda m: m.group(1), repr(expr))
 
 
 def _simple(function: str, column: ColumnOrName, spark_name: str | None = None) -> AggregateColumn:
@@ -215,17 +231,28 @@ def _percentile(
 
 
 def first(col: ColumnOrName, ignorenulls: bool = False) -> AggregateColumn:
-    """The first value of the key in arrival order (null if it is null)."""
-    if ignorenulls:
-        raise SchemaError("aggregate 'first' does not take ignorenulls=True yet", operator="first")
-    return _simple("first", col)
+    """The first value of the key in arrival order (null if it is null);
+    with ``ignorenulls=True`` the first non-null value (null if there is
+    none). Named ``first(col)`` either way, as in Spark."""
+    return _ordered("first", col, ignorenulls)
 
 
 def last(col: ColumnOrName, ignorenulls: bool = False) -> AggregateColumn:
-    """The last value of the key in arrival order (null if it is null)."""
-    if ignorenulls:
-        raise SchemaError("aggregate 'last' does not take ignorenulls=True yet", operator="last")
-    return _simple("last", col)
+    """The last value of the key in arrival order (null if it is null);
+    with ``ignorenulls=True`` the last non-null value (null if there is
+    none). Named ``last(col)`` either way, as in Spark."""
+    return _ordered("last", col, ignorenulls)
+
+
+def _ordered(function: str, col: ColumnOrName, ignorenulls: bool) -> AggregateColumn:
+    if not isinstance(ignorenulls, bool):
+        raise SchemaError(
+            f"aggregate '{function}' takes ignorenulls=True or False, got {ignorenulls!r}",
+            operator=function,
+        )
+    expr, shown = _arg(function, col)
+    native = f"{function}_ignore_nulls" if ignorenulls else function
+    return AggregateColumn(native, [expr], f"{function}({shown})")
 
 
 def collect_list(col: ColumnOrName) -> AggregateColumn:
@@ -266,3 +293,107 @@ def var_samp(col: ColumnOrName) -> AggregateColumn:
 def var_pop(col: ColumnOrName) -> AggregateColumn:
     """The population variance."""
     return _simple("var_pop", col)
+
+
+class GroupingWindow:
+    """A window to group by, ``stream.group_by(F.window(...), "user")``: Spark's
+    ``window`` (tumbling when ``slide_ms`` equals ``size_ms``, else sliding)
+    or ``session_window`` (``gap_ms`` set). ``name`` is its output column, a
+    struct of ``start`` and ``end``."""
+
+    __slots__ = ("column", "gap_ms", "name", "size_ms", "slide_ms")
+
+    def __init__(
+        self, name: str, column: str, size_ms: int = 0, slide_ms: int = 0, gap_ms: int = 0
+    ) -> None:
+        self.name = name
+        self.column = column
+        self.size_ms = size_ms
+        self.slide_ms = slide_ms
+        self.gap_ms = gap_ms
+
+    def __repr__(self) -> str:
+        if self.gap_ms:
+            return f"session_window({self.column!r}, gap_ms={self.gap_ms})"
+        return f"window({self.column!r}, size_ms={self.size_ms}, slide_ms={self.slide_ms})"
+
+
+def _time_column(function: str, value: object) -> str:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, Expr) and value.output_name and value.columns() == [value.output_name]:
+        return value.output_name
+    raise SchemaError(
+        f"function '{function}' takes the event-time column (a name or F.col(name)), got {value!r}",
+        operator=function,
+    )
+
+
+def _window_ms(function: str, value: object, what: str) -> int:
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise SchemaError(
+            f"function '{function}' takes its {what} as a duration such as '10 seconds', "
+            f"got {value!r}",
+            operator=function,
+        )
+    try:
+        ms = parse_duration(value, what=f"{function} {what}") * 1000.0
+    except ValueError as e:
+        raise SchemaError(f"function '{function}': {e}", operator=function) from e
+    whole = round(ms)
+    if whole < 1 or not math.isclose(ms, whole, rel_tol=0.0, abs_tol=1e-6):
+        raise SchemaError(
+            f"function '{function}': the {what} {value!r} is not a positive whole number of "
+            "milliseconds",
+            operator=function,
+        )
+    return whole
+
+
+def window(
+    timeColumn: ColumnOrName,
+    windowDuration: Duration,
+    slideDuration: Duration | None = None,
+    startTime: Duration | None = None,
+) -> GroupingWindow:
+    """Spark's ``window`` for ``stream.group_by(F.window("ts", "1 minute"), "user")``:
+    tumbling windows of ``windowDuration`` aligned to the epoch, or sliding
+    ones starting every ``slideDuration``. ``timeColumn`` must be the
+    stream's event-time column (``with_watermark``). The output column
+    ``window`` is a struct of ``start`` and ``end``. ``startTime`` (an
+    offset) is not supported.
+
+    Example:
+        >>> window("ts", "1 minute", "30 seconds")
+        window('ts', size_ms=60000, slide_ms=30000)
+    """
+    column = _time_column("window", timeColumn)
+    if startTime not in (None, 0, "0 seconds", "0s"):
+        raise SchemaError(
+            f"function 'window' does not take a startTime offset yet, got {startTime!r}",
+            operator="window",
+        )
+    size = _window_ms("window", windowDuration, "windowDuration")
+    slide = size if slideDuration is None else _window_ms("window", slideDuration, "slideDuration")
+    if slide > size:
+        raise SchemaError(
+            f"function 'window': the slideDuration ({slide} ms) must not exceed the "
+            f"windowDuration ({size} ms)",
+            operator="window",
+        )
+    return GroupingWindow("window", column, size_ms=size, slide_ms=slide)
+
+
+def session_window(timeColumn: ColumnOrName, gapDuration: Duration) -> GroupingWindow:
+    """Spark's ``session_window`` for ``stream.group_by(F.session_window("ts",
+    "5 minutes"), "user")``: per key, rows closer than ``gapDuration`` form one
+    session. The output column ``session_window`` is a struct of ``start``
+    (the first row's time) and ``end`` (the last row's time + the gap).
+
+    Example:
+        >>> session_window("ts", "5 minutes")
+        session_window('ts', gap_ms=300000)
+    """
+    column = _time_column("session_window", timeColumn)
+    gap = _window_ms("session_window", gapDuration, "gapDuration")
+    return GroupingWindow("session_window", column, gap_ms=gap)

@@ -23,7 +23,9 @@ and the generators ``explode`` / ``explode_outer`` (whole columns of
 ``select``, or ``stream.explode``); ``expr("<Spark SQL>")`` parses an
 expression.
 
-Not here yet: aggregates through ``F`` (``F.sum``, ``F.avg``, ...).
+Aggregates (``F.sum``, ``F.avg``, ``F.first(col, ignorenulls=True)``...)
+and the groupings ``F.window`` / ``F.session_window`` are those of
+:mod:`eddyline.aggregates`, for ``.agg(...)`` and ``stream.group_by(...)``.
 ``current_timestamp`` and ``current_date`` are left out on purpose (not
 deterministic: a replay after a restore would differ).
 
@@ -748,4 +750,4 @@ def to_json(col: ColumnOrName, options: dict[str, str] | None = None) -> Expr:
 from .aggregates import *  # noqa: E402, F403
 from .aggregates import __all__ as _aggregate_names  # noqa: E402
 
-__all__ += [n for n in _aggregate_names if n != "AggregateColumn"]
+__all__ += [n for n in _aggregate_names if n not in ("AggregateColumn", "GroupingWindow")]

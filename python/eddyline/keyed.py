@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias
 import pyarrow as pa
 
 from ._checks import SchemaLike, as_schema, missing_columns_error, require_callable
+from ._core import Expr
 from ._exec.dedup import Deduplicate
 from ._exec.factory import RunnerFactory
 from ._exec.keyed import KeyedReduceRunner
@@ -31,22 +32,25 @@ from ._specs import (
     AggregateSpec,
     KeyedAggSpec,
     KeyedAggsSpec,
+    SelectSpec,
+    SessionAggsSpec,
     SessionWindowSpec,
     WindowAggsSpec,
     WindowSpec,
 )
 from ._stream_core import S
-from .aggregates import AggregateColumn
+from .aggregates import AggregateColumn, GroupingWindow
+from .aggregates import count as count_rows
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .expr import col
 from .process_functions import ProcessContext, ProcessFunction, Row
-from .windows import OutputTag, Session, TimeWindow, WindowAssigner
+from .windows import OutputTag, Session, Sliding, TimeWindow, Tumbling, WindowAssigner
 
 if TYPE_CHECKING:
     from .connected import BroadcastConnectedStreams, BroadcastStream
 
-__all__ = ["KeyedStream", "WindowedStream"]
+__all__ = ["GroupedData", "KeyedStream", "WindowedStream"]
 
 ProcessFn: TypeAlias = (
     ProcessFunction | type[ProcessFunction] | Callable[[Row, ProcessContext], Any]
@@ -450,17 +454,19 @@ class WindowedStream(Generic[S]):
     def agg(self, *aggregates: AggregateColumn) -> S:
         """Aggregates of ``eddyline.functions`` (``F.count("*")``, ``F.avg``,
         ``F.approx_percentile``... as :meth:`KeyedStream.agg`) per key and
-        tumbling or sliding window, natively.
+        tumbling, sliding or session window, natively.
 
         When the watermark passes a window's end, emits one row per key: the
         key columns, ``window_start``, ``window_end``, then every aggregate
         under its ``.alias`` or Spark's default name. Late records as for the
-        other window aggregates. Session windows take ``sum``/``count``/``min``/
-        ``max`` only, for now.
+        other window aggregates. Sessions that a record bridges merge their
+        accumulators' states (``first``/``last``/``collect_list`` then see
+        the merged sessions' rows in order of their start, each in arrival
+        order, before the rows of the batch that merged them).
 
         Raises:
             TypeError: An argument is not an aggregate of ``eddyline.functions``.
-            GraphError: Session windows; no aggregate; a name clash.
+            GraphError: No aggregate; a name clash.
             SchemaError: An aggregate's column has a type it does not take.
 
         Example:
@@ -476,16 +482,14 @@ class WindowedStream(Generic[S]):
             [{'k': 'a', 'window_start': 0, 'window_end': 10000, 'count(1)': 2, 'avg(v)': 2.0}]
         """
         specs = _aggregate_specs("agg()", aggregates)
-        if isinstance(self._assigner, Session):
-            raise GraphError(
-                f"agg() after '{self._stream.operator_name}': session windows take "
-                ".sum/.count/.min/.max for now, not aggregates of eddyline.functions",
-                operator=self._stream.operator_name,
-            )
         keys = self._keyed.keys
         reads: dict[str, None] = dict.fromkeys([*keys, self._time_column])
         for a in aggregates:
             reads.update(dict.fromkeys(a.columns()))
+        if isinstance(self._assigner, Session):
+            session = SessionAggsSpec(keys, self._time_column, self._assigner.gap_ms, specs)
+            stream = self._stream._native("session_agg", session, keys=keys, columns=list(reads))
+            return self._declare_late_output(stream)
         spec = WindowAggsSpec(keys, self._time_column, self._assigner._to_spec(), specs)
         stream = self._stream._native("window_agg", spec, keys=keys, columns=list(reads))
         return self._declare_late_output(stream)
@@ -558,3 +562,123 @@ class WindowedStream(Generic[S]):
         """
         require_callable(fn, "apply()")
         return self._python("window_apply", "apply", fn, as_schema(schema, "apply()"))
+
+
+GROUP_ALL = "__eddyline_group"
+"""The constant key of a grouping by a window alone (one group per window)."""
+
+
+class GroupedData(Generic[S]):
+    """Spark's spelling of a grouping, ``stream.group_by(*cols)``: key
+    columns, and at most one :func:`~eddyline.functions.window` or
+    :func:`~eddyline.functions.session_window`. ``.agg(...)`` runs
+    ``key_by(keys).agg(...)``, or with a window
+    ``key_by(keys).window(...).agg(...)``, with the output columns in
+    Spark's order: the grouping columns as given (the window as a struct of
+    ``start`` and ``end``, of the event-time column's type), then the
+    aggregates.
+
+    Example:
+        >>> import eddyline as ed
+        >>> import eddyline.functions as F
+        >>> env = ed.StreamEnvironment()
+        >>> rows = [{"user": "a", "ts": 1000, "v": 1}, {"user": "a", "ts": 4000, "v": 2}]
+        >>> s = env.from_collection(rows).with_watermark("ts", "1 second")
+        >>> out = s.group_by(F.window("ts", "10 seconds"), "user").agg(F.sum("v")).collect()
+        >>> _ = env.execute()
+        >>> out.to_pylist()
+        [{'window': {'start': 0, 'end': 10000}, 'user': 'a', 'sum(v)': 3}]
+    """
+
+    def __init__(self, stream: S, cols: tuple[str | Expr | GroupingWindow, ...]) -> None:
+        self._stream = stream
+        self._order: list[str | GroupingWindow] = []
+        self._window: GroupingWindow | None = None
+        where = f"group_by() after '{stream.operator_name}'"
+        for c in cols:
+            if isinstance(c, GroupingWindow):
+                if self._window is not None:
+                    raise GraphError(
+                        f"{where}: one window per grouping, got {self._window!r} and {c!r}",
+                        operator=stream.operator_name,
+                    )
+                self._window = c
+                self._order.append(c)
+            elif isinstance(c, Expr) and c.output_name and c.columns() == [c.output_name]:
+                self._order.append(c.output_name)
+            elif isinstance(c, str) and c:
+                self._order.append(c)
+            else:
+                raise TypeError(
+                    f"{where}: takes column names, F.col(name), F.window(...) or "
+                    f"F.session_window(...), got {c!r}"
+                )
+        self._keys = [c for c in self._order if isinstance(c, str)]
+        if not self._order:
+            raise TypeError(f"{where}: needs at least one column or window")
+        if self._window is not None:
+            self._check_event_time(self._window, where)
+
+    def _check_event_time(self, window: GroupingWindow, where: str) -> None:
+        time_column = self._stream.time_column
+        if time_column is None:
+            raise GraphError(
+                f"{where}: {window!r} needs event time; call "
+                f".with_watermark({window.column!r}, delay) upstream first",
+                operator=self._stream.operator_name,
+            )
+        if time_column != window.column:
+            raise GraphError(
+                f"{where}: {window!r} groups by column {window.column!r}, but the stream's "
+                f"event time (with_watermark / assign_timestamps) is column {time_column!r}",
+                operator=self._stream.operator_name,
+            )
+
+    def __repr__(self) -> str:
+        return f"GroupedData({self._stream.operator_name!r}, {self._order!r})"
+
+    def agg(self, *aggregates: AggregateColumn) -> S:
+        """The aggregates per group (see the class documentation); without a
+        window, an upsert stream of the current values per key, as
+        :meth:`KeyedStream.agg`."""
+        window = self._window
+        if window is None:
+            return KeyedStream(self._stream, self._keys).agg(*aggregates)
+        stream, keys = self._stream, self._keys
+        if not keys:
+            stream = stream.with_columns(**{GROUP_ALL: Expr._lit(True)})
+            keys = [GROUP_ALL]
+        assigner: WindowAssigner | Session
+        if window.gap_ms:
+            assigner = Session(window.gap_ms / 1000.0)
+        elif window.slide_ms == window.size_ms:
+            assigner = Tumbling(window.size_ms / 1000.0)
+        else:
+            assigner = Sliding(window.size_ms / 1000.0, window.slide_ms / 1000.0)
+        windowed = KeyedStream(stream, keys).window(assigner).agg(*aggregates)
+        columns: list[tuple[str, Expr]] = []
+        for c in self._order:
+            if isinstance(c, str):
+                columns.append((c, Expr._col(c)))
+            else:
+                bounds = [
+                    Expr._col("window_start").alias("start"),
+                    Expr._col("window_end").alias("end"),
+                ]
+                columns.append((c.name, Expr._struct(bounds)))
+        columns += [(a.name, Expr._col(a.name)) for a in aggregates]
+        names = [name for name, _ in columns]
+        if len(set(names)) != len(names):
+            raise GraphError(
+                f"group_by(...).agg(): an output column is named twice in {names}; give the "
+                "aggregate another name with .alias(...)",
+                operator=self._stream.operator_name,
+            )
+        reads = [*keys, "window_start", "window_end", *(a.name for a in aggregates)]
+        spec = SelectSpec(columns, [r for r in reads if r != GROUP_ALL])
+        return windowed._native("select", spec, columns=spec.reads).name(window.name)
+
+    def count(self) -> S:
+        """The number of rows per group, in column ``count`` (Spark's
+        ``groupBy(...).count()``)."""
+        return self.agg(count_rows("*").alias("count"))

@@ -6,12 +6,8 @@ batch functions (``map_batches``) see ``pyarrow.RecordBatch`` objects; native
 expressions (``filter(expr)``, ``with_columns``, ``select``) and keyed
 aggregates run in Rust without the GIL.
 
-The DSL's modules depend one way: ``environment`` builds :class:`DataStream`
-objects; this module builds on ``keyed`` (:class:`~eddyline.KeyedStream`,
-:class:`~eddyline.WindowedStream`), ``connected``
-(:class:`~eddyline.ConnectedStreams`) and ``loops`` (the loop plumbing),
-which name :class:`DataStream` in annotations only; all of them add nodes to
-the ``_graph`` module's logical graph.
+The DSL's modules depend one way (docs/ARCHITECTURE.md): ``environment`` builds streams;
+this module builds on ``keyed``, ``connected`` and ``loops``, generic in the stream type.
 
 Example:
     >>> import eddyline as ed
@@ -49,13 +45,13 @@ from ._specs import (
     WithColumnsSpec,
 )
 from ._stream_core import StreamCore, StreamEnv
-from .aggregates import reject_aggregate
+from .aggregates import GroupingWindow, reject_aggregate
 from .config import Duration, parse_duration
 from .connected import BroadcastConnectedStreams, BroadcastStream, ConnectedStreams
 from .errors import GraphError, SchemaError, ScopeError
 from .expr import Expr, ExprLike, col, lit
 from .joins import JoinType, build_join, build_window_join
-from .keyed import KeyedStream
+from .keyed import GroupedData, KeyedStream
 from .loops import CoLoopFunction, LoopFunction, build_loop
 from .process_functions import Row
 from .scope import StreamScope
@@ -431,10 +427,14 @@ class DataStream(_Operators, StreamCore):
         return stream
 
     def with_watermark(self, column: str, delay: Duration) -> DataStream:
-        """Spark's spelling of :meth:`assign_timestamps`: event time from
-        ``column``, watermarks trailing the largest time by ``delay`` (a
-        duration such as ``"10 seconds"``)."""
+        """Spark's spelling of :meth:`assign_timestamps` (``delay`` such as ``"10 seconds"``)."""
         return self.assign_timestamps(column, max_out_of_orderness=delay)
+
+    def group_by(self, *cols: str | Expr | GroupingWindow) -> GroupedData[DataStream]:
+        """Spark's ``groupBy``: key columns and at most one ``F.window``/``F.session_window``."""
+        return GroupedData(self, cols)
+
+    groupBy = group_by
 
     # ---- keyed, binary ------------------------------------------------------
 

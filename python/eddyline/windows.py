@@ -168,7 +168,8 @@ class Session:
     sessions merges them. ``window_start`` is the session's first row time,
     ``window_end`` its last row time + ``gap``; a session fires when the
     watermark passes its last millisecond (``window_end - 1``). Runs natively
-    with ``.sum``/``.count``/``.min``/``.max``; ``.reduce``/``.apply`` run in
+    with ``.sum``/``.count``/``.min``/``.max`` and ``.agg(F...)`` (merged
+    sessions merge their accumulators' states); ``.reduce``/``.apply`` run in
     Python (merged sessions fold in start order); ``late_output`` works with all.
 
     Args:

@@ -25,6 +25,7 @@ use eddyline_core::operator::session::SessionFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
 use eddyline_core::operator::window::multi::WindowAggsFactory;
+use eddyline_core::operator::window::session_multi::SessionAggsFactory;
 use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
 use eddyline_core::operator::OperatorFactory;
 use eddyline_core::partition::Partitioning;
@@ -217,11 +218,21 @@ struct KeyedAggsSpec<'py> {
 
 /// The core aggregates of `.agg(...)`; an unknown function is a graph
 /// error of `node` naming it.
-fn aggregates(node: &str, specs: &[AggregateSpec<'_>]) -> Result<Vec<(String, Aggregate)>, Error> {
+fn aggregates(
+    cx: &Ctx<'_>,
+    specs: &[AggregateSpec<'_>],
+) -> Result<Vec<(String, Aggregate)>, Error> {
+    let node = cx.name;
     specs
         .iter()
         .map(|a| {
-            let args = a.args.iter().map(|e| e.get().expr.clone()).collect();
+            // The arguments are native expressions like any other: in ANSI
+            // mode an invalid cast inside an aggregate fails the job.
+            let args = a
+                .args
+                .iter()
+                .map(|e| e.get().expr.clone().with_ansi(cx.ansi))
+                .collect();
             let aggregate = Aggregate::new(&a.function, args).map_err(|e| e.at(node))?;
             Ok((a.name.clone(), aggregate))
         })
@@ -261,6 +272,15 @@ struct WindowAggsSpec<'py> {
     keys: Vec<String>,
     time_column: String,
     assigner: WindowAssignerSpec,
+    aggregates: Vec<AggregateSpec<'py>>,
+}
+
+/// `session_aggs`: DataFusion aggregates per key and session window.
+#[derive(FromPyObject)]
+struct SessionAggsSpec<'py> {
+    keys: Vec<String>,
+    time_column: String,
+    gap_ms: i64,
     aggregates: Vec<AggregateSpec<'py>>,
 }
 
@@ -466,7 +486,7 @@ fn keyed_agg_node(cx: &Ctx<'_>, spec: KeyedAggSpec) -> Result<NodeParts, NodeErr
 
 /// `keyed_aggs`: running DataFusion aggregates per key.
 fn keyed_aggs_node(cx: &Ctx<'_>, spec: KeyedAggsSpec<'_>) -> Result<NodeParts, NodeError> {
-    let f = MultiAggFactory::new(spec.keys, aggregates(cx.name, &spec.aggregates)?);
+    let f = MultiAggFactory::new(spec.keys, aggregates(cx, &spec.aggregates)?);
     let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }
@@ -498,7 +518,25 @@ fn window_aggs_node(
         keys: spec.keys,
         time_column: spec.time_column,
         assigner: spec.assigner.assigner(),
-        aggregates: aggregates(cx.name, &spec.aggregates)?,
+        aggregates: aggregates(cx, &spec.aggregates)?,
+        late_output,
+        input: cx.first_input(),
+    };
+    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
+    Ok(operator(Arc::new(f), s))
+}
+
+/// `session_aggs`: DataFusion aggregates per key and session window.
+fn session_aggs_node(
+    cx: &Ctx<'_>,
+    spec: SessionAggsSpec<'_>,
+    late_output: bool,
+) -> Result<NodeParts, NodeError> {
+    let f = SessionAggsFactory {
+        keys: spec.keys,
+        time_column: spec.time_column,
+        gap_ms: spec.gap_ms,
+        aggregates: aggregates(cx, &spec.aggregates)?,
         late_output,
         input: cx.first_input(),
     };
@@ -708,6 +746,7 @@ impl GraphReader<'_> {
             "keyed_agg" => keyed_agg_node(cx, op.extract()?)?,
             "keyed_aggs" => keyed_aggs_node(cx, op.extract()?)?,
             "window_aggs" => window_aggs_node(cx, op.extract()?, late_output)?,
+            "session_aggs" => session_aggs_node(cx, op.extract()?, late_output)?,
             "window" => window_node(cx, op.extract()?, late_output)?,
             "join" => join_node(cx, op.extract()?)?,
             "session_window" => session_node(cx, op.extract()?, late_output)?,

@@ -1,5 +1,6 @@
-"""``keyed.agg(...)`` under SIGKILL and ``restore_from="latest"`` (TESTING.md
-"Faults to inject"): the accumulators' states are restored from the latest
+"""``keyed.agg(...)`` and window (tumbling, session) ``.agg(...)`` under SIGKILL
+and ``restore_from="latest"`` (TESTING.md "Faults to inject"): the
+accumulators' states are restored from the latest
 checkpoint, at the same or at another parallelism (2 -> 3, 3 -> 1), and the
 exactly-once Parquet output holds every key's final values exactly, with no
 running row committed twice."""
@@ -88,6 +89,71 @@ def window_job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream
     )
 
 
+SESSION_GAP_MS = 150
+
+
+def session_time(value: Any) -> Any:
+    """The event time of ``value`` (an int, or an expression of the column):
+    blocks of 1000 values, 3 s apart; in a block, the first 500 values are 4 ms
+    apart and the next 500 land 100 ms after them, so each key's first rows
+    (200 ms apart, further than the gap) open sessions that its later rows
+    bridge and merge. Out of order by less than 2 s."""
+    j = value % 1000
+    if isinstance(value, int):
+        return (value - j) * 3 + (4 * j if j < 500 else 4 * (j - 500) + 100)
+    return (value - j) * 3 + F.when(j < 500, j * 4).otherwise((j - 500) * 4 + 100)
+
+
+def session_job(env: ed.StreamEnvironment, n: int, sleep: float) -> ed.DataStream:
+    """Session windows of ``SESSION_GAP_MS`` over :func:`session_time`, with
+    the event time assigned chained to the source as in :func:`window_job`."""
+    numbers = env.from_sequence(0, n).name("numbers").uid("numbers")
+    timed = numbers.with_columns(t=session_time(F.col("value"))).name("time").uid("time")
+    stamped = timed.assign_timestamps("t", max_out_of_orderness="2s").name("stamps").uid("stamps")
+    columns = stamped.map_batches(SessionColumns(sleep)).name("columns").uid("columns")
+    sessions = columns.key_by("k").window(ed.Session(SESSION_GAP_MS / 1000))
+    return (
+        sessions.agg(F.count("*"), F.sum("value"), F.max("y"), F.count_distinct("u"))
+        .name("session_aggs")
+        .uid("session_aggs")
+    )
+
+
+class SessionColumns(Columns):
+    """:class:`Columns`, keeping the event time ``t``."""
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        out = super().__call__(batch)
+        return out.append_column("t", batch.column("t"))
+
+
+def expected_sessions(n: int) -> dict[tuple[int, int], dict[str, Any]]:
+    """The reference: per key, rows by time, a new session where the next row
+    is ``SESSION_GAP_MS`` or more after the previous one."""
+    by_key: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for v in range(n):
+        by_key[v % KEYS].append((session_time(v), v))
+    out = {}
+    for k, rows in by_key.items():
+        rows.sort()
+        parts: list[list[tuple[int, int]]] = []
+        for t, v in rows:
+            if not parts or t - parts[-1][-1][0] >= SESSION_GAP_MS:
+                parts.append([])
+            parts[-1].append((t, v))
+        for part in parts:
+            vs = [v for _, v in part]
+            ys = [float(v % 97) for v in vs if v % 13 != 0]
+            out[(k, part[0][0])] = {
+                "window_end": part[-1][0] + SESSION_GAP_MS,
+                "count(1)": len(vs),
+                "sum(value)": sum(vs),
+                "max(y)": max(ys) if ys else None,
+                "count(DISTINCT u)": len({v % 31 for v in vs}),
+            }
+    return out
+
+
 def expected_windows(n: int) -> dict[tuple[int, int], dict[str, Any]]:
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
     for v in range(n):
@@ -131,11 +197,11 @@ KILL_SCRIPT = textwrap.dedent(
 
     import eddyline as ed
     from support.faults import completed_checkpoints
-    from test_aggregates_kill import aggs_job, window_job
+    from test_aggregates_kill import aggs_job, session_job, window_job
 
     out, chk, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     first, later = int(sys.argv[4]), int(sys.argv[5])
-    job = window_job if sys.argv[6] == "window" else aggs_job
+    job = {"window": window_job, "session": session_job}.get(sys.argv[6], aggs_job)
     parallelism = later if completed_checkpoints(chk) else first
     env = ed.StreamEnvironment(
         parallelism,
@@ -146,8 +212,8 @@ KILL_SCRIPT = textwrap.dedent(
     job(env, n, 0.01).sink_to(ed.ParquetSink(out)).name("files").uid("files")
     result = env.execute("aggs-kill", restore_from="latest")
     print(f"parallelism {parallelism}", flush=True)
-    if job is window_job:
-        late = result.metrics["operators"]["window_aggs"]["late_records"]
+    if job is not aggs_job:
+        late = result.metrics["operators"][sys.argv[6] + "_aggs"]["late_records"]
         print(f"late records {late}", flush=True)
     print("finished", flush=True)
     """
@@ -168,7 +234,7 @@ def _run_killed(
     )
     assert len(outputs) == 3 and "finished" in outputs[-1]
     assert f"parallelism {args[2]}" in outputs[-1]
-    if args[3] == "window":
+    if args[3] != "keyed":
         # No record of the last run was late (dropped).
         assert "late records 0" in outputs[-1], outputs[-1]
     rows: list[dict[str, Any]] = read_parquet_dir(out).to_pylist()
@@ -215,6 +281,63 @@ def test_window_aggregates_after_sigkill_and_rescale_are_exact(
     got = {(r["k"], r["window_start"]): r for r in rows}
     assert len(got) == len(rows), "a window fired twice"
     want = expected_windows(n)
+    assert set(got) == set(want)
+    for key, values in want.items():
+        assert {name: got[key][name] for name in values} == values, key
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
+def test_session_aggregates_after_sigkill_and_rescale_are_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
+) -> None:
+    """Open sessions, whose accumulators merge as rows bridge them, survive
+    SIGKILL and a restore at another parallelism: every session fires once,
+    with exact values."""
+    n = 60_000
+    rows = _run_killed(tmp_path, monkeypatch, seed, [str(n), str(first), str(later), "session"])
+    got = {(r["k"], r["window_start"]): r for r in rows}
+    assert len(got) == len(rows), "a session fired twice"
+    want = expected_sessions(n)
+    assert len(want) == KEYS * n // 1000, "one session per key and block"
+    assert set(got) == set(want)
+    for key, values in want.items():
+        assert {name: got[key][name] for name in values} == values, key
+
+
+@pytest.mark.timeout(120)
+def test_session_aggregates_savepoint_from_three_into_one_is_exact(tmp_path: Path) -> None:
+    """A savepoint of three subtasks mid-run, holding open sessions, restored
+    into one subtask: every session fires once, exactly."""
+    n = 30_000
+
+    def build(parallelism: int, sleep: float) -> ed.StreamEnvironment:
+        env = ed.StreamEnvironment(
+            parallelism,
+            checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="80ms"),
+            batch_size=400,
+            max_parallelism=16,
+        )
+        job = session_job(env, n, sleep)
+        job.sink_to(ed.ParquetSink(str(tmp_path / "out"))).name("files").uid("files")
+        return env
+
+    client = build(3, 0.03).execute_async("three")
+    wait_until(
+        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= n // 3,
+        timeout=60,
+        what="a third of the input to be read",
+    )
+    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"), drain=False)
+    first = client.wait(timeout=60)
+    read = int(first.metrics["operators"]["numbers"]["records_out"])
+    assert 0 < read < n, f"the stop did not happen mid-run ({read} of {n})"
+    resumed = build(1, 0.0).execute("one", restore_from=savepoint)
+    assert int(resumed.metrics["operators"]["session_aggs"]["late_records"]) == 0
+    rows = read_parquet_dir(tmp_path / "out").to_pylist()
+    got = {(r["k"], r["window_start"]): r for r in rows}
+    assert len(got) == len(rows), "a session fired twice"
+    want = expected_sessions(n)
     assert set(got) == set(want)
     for key, values in want.items():
         assert {name: got[key][name] for name in values} == values, key

@@ -59,6 +59,11 @@ const NATIVE_FORMATS: &[(&str, Recognizer, Decoder)] = &[
         session::is_state_schema,
         session::state_table,
     ),
+    (
+        "session window aggregates",
+        window::session_multi::is_state_schema,
+        window::session_multi::state_table,
+    ),
 ];
 
 /// The first byte of a pickle of protocol 2 or later (the Python runners'

@@ -52,8 +52,8 @@ fn spark_aggregate(name: &str) -> Option<(Arc<AggregateUDF>, bool)> {
         "sum" => (agg::sum::sum_udaf(), false),
         "min" => (agg::min_max::min_udaf(), false),
         "max" => (agg::min_max::max_udaf(), false),
-        "first" => (agg::first_last::first_value_udaf(), false),
-        "last" => (agg::first_last::last_value_udaf(), false),
+        "first" | "first_ignore_nulls" => (agg::first_last::first_value_udaf(), false),
+        "last" | "last_ignore_nulls" => (agg::first_last::last_value_udaf(), false),
         "collect_list" => (agg::array_agg::array_agg_udaf(), false),
         "collect_set" => (agg::array_agg::array_agg_udaf(), true),
         "stddev" | "stddev_samp" => (agg::stddev::stddev_udaf(), false),
@@ -77,7 +77,8 @@ fn spark_avg() -> Option<Arc<AggregateUDF>> {
 
 impl Aggregate {
     /// The aggregate `name` (Spark's name: `avg`, `count`, `count_distinct`,
-    /// `sum`, `min`, `max`, `first`, `last`, `collect_list`, `stddev`,
+    /// `sum`, `min`, `max`, `first`, `last` (`first_ignore_nulls` and
+    /// `last_ignore_nulls`: Spark's `ignorenulls=True`), `collect_list`, `stddev`,
     /// `variance`, `approx_count_distinct`, `approx_percentile`...) of
     /// `args`. An unknown name is an [`ExprError::Graph`].
     pub fn new(name: &str, args: Vec<Expr>) -> ExprResult<Self> {
@@ -87,7 +88,12 @@ impl Aggregate {
                 "unknown aggregate function '{name}'; it is not in eddyline's function library"
             ))
         })?;
-        let ignore_nulls = matches!(lower.as_str(), "collect_list" | "collect_set");
+        // Spark's collect_list and collect_set never collect a null;
+        // first/last(col, ignorenulls=True) skip nulls.
+        let ignore_nulls = matches!(
+            lower.as_str(),
+            "collect_list" | "collect_set" | "first_ignore_nulls" | "last_ignore_nulls"
+        );
         Ok(Aggregate {
             name: lower,
             udaf,

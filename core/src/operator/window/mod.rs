@@ -111,6 +111,7 @@ use crate::error::{Error, Result};
 
 mod keys;
 pub mod multi;
+pub mod session_multi;
 mod snapshot;
 /// `read_state`'s view of this operator's blobs.
 pub(crate) use snapshot::{is_state_schema, state_table};
