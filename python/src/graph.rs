@@ -11,22 +11,16 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use eddyline_core::error::Error;
-use eddyline_core::expr::{Aggregate, Expr};
+use eddyline_core::expr::Expr;
 use eddyline_core::graph::{
     all_nullable, Edge, JobGraph, LoopPriority, LoopSpec, Node, NodeKind, Role,
 };
 use eddyline_core::operator::explode::{ExplodeFactory, ExplodeMode};
 use eddyline_core::operator::filter::FilterFactory;
 use eddyline_core::operator::join::{JoinBounds, JoinFactory, JoinSpec, JoinType};
-use eddyline_core::operator::keyed_agg::multi::MultiAggFactory;
-use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::project::ProjectFactory;
-use eddyline_core::operator::session::SessionFactory;
 use eddyline_core::operator::timestamps::AssignTimestampsFactory;
 use eddyline_core::operator::union::UnionFactory;
-use eddyline_core::operator::window::multi::WindowAggsFactory;
-use eddyline_core::operator::window::session_multi::SessionAggsFactory;
-use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
 use eddyline_core::operator::OperatorFactory;
 use eddyline_core::partition::Partitioning;
 use eddyline_core::scope::StreamScope;
@@ -37,7 +31,6 @@ use eddyline_core::source::arrow_batches::ArrowBatchesSource;
 use eddyline_core::source::parquet::ParquetSource;
 use eddyline_core::source::sequence::SequenceSource;
 use eddyline_core::source::SourceFactory;
-use eddyline_core::state::keyed::AggKind;
 use eddyline_core::store::StorageOptions;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -47,6 +40,12 @@ use crate::errors::to_py;
 use crate::expr::PyExpr;
 use crate::source::PySourceFactory;
 use crate::udf::PyRunnerFactory;
+
+mod aggregate;
+
+use aggregate::{
+    keyed_agg_node, keyed_aggs_node, session_aggs_node, session_node, window_aggs_node, window_node,
+};
 
 /// A graph ready to run, with the stores of its collect sinks.
 pub struct BuiltGraph {
@@ -89,18 +88,6 @@ fn parse_partitioning(kind: &str, keys: Vec<String>) -> PyResult<Partitioning> {
 
 fn known(inputs: &[Option<SchemaRef>]) -> Option<&SchemaRef> {
     inputs.first().and_then(|s| s.as_ref())
-}
-
-/// The native aggregate a spec names (`AggName` in `eddyline/_specs.py`):
-/// keyed running aggregates and windows read it here, once.
-fn parse_agg(node: &str, agg: &str) -> Result<AggKind, Error> {
-    Ok(match agg {
-        "sum" => AggKind::Sum,
-        "count" => AggKind::Count,
-        "min" => AggKind::Min,
-        "max" => AggKind::Max,
-        other => return Err(Error::graph(node, format!("unknown aggregate '{other}'"))),
-    })
 }
 
 /// What a node spec builds: the core node kind, its role and its output
@@ -190,108 +177,6 @@ struct AssignTimestampsSpec {
     column: String,
     max_out_of_orderness_ms: i64,
     idle_timeout_ms: Option<i64>,
-}
-
-/// `keyed_agg`: a running native aggregate per key.
-#[derive(FromPyObject)]
-struct KeyedAggSpec {
-    keys: Vec<String>,
-    agg: String,
-    column: Option<String>,
-}
-
-/// One aggregate of `.agg(...)` (`AggregateSpec`): Spark's function name,
-/// its arguments and its output column.
-#[derive(FromPyObject)]
-struct AggregateSpec<'py> {
-    function: String,
-    args: Vec<Bound<'py, PyExpr>>,
-    name: String,
-}
-
-/// `keyed_aggs`: running DataFusion aggregates per key.
-#[derive(FromPyObject)]
-struct KeyedAggsSpec<'py> {
-    keys: Vec<String>,
-    aggregates: Vec<AggregateSpec<'py>>,
-}
-
-/// The core aggregates of `.agg(...)`; an unknown function is a graph
-/// error of `node` naming it.
-fn aggregates(
-    cx: &Ctx<'_>,
-    specs: &[AggregateSpec<'_>],
-) -> Result<Vec<(String, Aggregate)>, Error> {
-    let node = cx.name;
-    specs
-        .iter()
-        .map(|a| {
-            // The arguments are native expressions like any other: in ANSI
-            // mode an invalid cast inside an aggregate fails the job.
-            let args = a
-                .args
-                .iter()
-                .map(|e| e.get().expr.clone().with_ansi(cx.ansi))
-                .collect();
-            let aggregate = Aggregate::new(&a.function, args).map_err(|e| e.at(node))?;
-            Ok((a.name.clone(), aggregate))
-        })
-        .collect()
-}
-
-/// A window assigner: tumbling (`slide_ms` None) or sliding.
-#[derive(FromPyObject)]
-struct WindowAssignerSpec {
-    size_ms: i64,
-    slide_ms: Option<i64>,
-}
-
-impl WindowAssignerSpec {
-    fn assigner(&self) -> WindowAssigner {
-        let size_ms = self.size_ms;
-        match self.slide_ms {
-            None => WindowAssigner::Tumbling { size_ms },
-            Some(slide_ms) => WindowAssigner::Sliding { size_ms, slide_ms },
-        }
-    }
-}
-
-/// `window`: a native event-time window aggregate per key.
-#[derive(FromPyObject)]
-struct WindowSpec {
-    keys: Vec<String>,
-    time_column: String,
-    assigner: WindowAssignerSpec,
-    agg: String,
-    column: Option<String>,
-}
-
-/// `window_aggs`: DataFusion aggregates per key and window.
-#[derive(FromPyObject)]
-struct WindowAggsSpec<'py> {
-    keys: Vec<String>,
-    time_column: String,
-    assigner: WindowAssignerSpec,
-    aggregates: Vec<AggregateSpec<'py>>,
-}
-
-/// `session_aggs`: DataFusion aggregates per key and session window.
-#[derive(FromPyObject)]
-struct SessionAggsSpec<'py> {
-    keys: Vec<String>,
-    time_column: String,
-    gap_ms: i64,
-    aggregates: Vec<AggregateSpec<'py>>,
-}
-
-/// `session_window`: native session windows with an aggregate per key.
-#[derive(FromPyObject)]
-struct SessionWindowSpec {
-    keys: Vec<String>,
-    time_column: String,
-    gap_ms: i64,
-    agg: String,
-    column: Option<String>,
 }
 
 /// `join`: a native keyed join of input 0 (left) and input 1 (right).
@@ -472,92 +357,6 @@ fn explode_node(cx: &Ctx<'_>, spec: ExplodeSpec<'_>) -> Result<NodeParts, NodeEr
 fn timestamps_node(cx: &Ctx<'_>, spec: AssignTimestampsSpec) -> Result<NodeParts, NodeError> {
     let f = AssignTimestampsFactory::new(spec.column, spec.max_out_of_orderness_ms)
         .with_idle_timeout(spec.idle_timeout_ms);
-    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
-    Ok(operator(Arc::new(f), s))
-}
-
-/// `keyed_agg`: a running native aggregate per key.
-fn keyed_agg_node(cx: &Ctx<'_>, spec: KeyedAggSpec) -> Result<NodeParts, NodeError> {
-    let agg = parse_agg(cx.name, &spec.agg)?;
-    let f = KeyedAggFactory::new(spec.keys, agg, spec.column);
-    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
-    Ok(operator(Arc::new(f), s))
-}
-
-/// `keyed_aggs`: running DataFusion aggregates per key.
-fn keyed_aggs_node(cx: &Ctx<'_>, spec: KeyedAggsSpec<'_>) -> Result<NodeParts, NodeError> {
-    let f = MultiAggFactory::new(spec.keys, aggregates(cx, &spec.aggregates)?);
-    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
-    Ok(operator(Arc::new(f), s))
-}
-
-/// `window`: a native event-time window aggregate per key.
-fn window_node(cx: &Ctx<'_>, spec: WindowSpec, late: bool) -> Result<NodeParts, NodeError> {
-    let name = cx.name;
-    let agg = parse_agg(name, &spec.agg)?;
-    let mut f = WindowFactory::new(
-        spec.keys,
-        spec.time_column,
-        spec.assigner.assigner(),
-        WindowAgg::Native(agg, spec.column),
-    );
-    if late {
-        f = f.with_late_output();
-    }
-    let s = cx.output_of(|s| f.output_schema(name, s))?;
-    Ok(operator(Arc::new(f), s))
-}
-
-/// `window_aggs`: DataFusion aggregates per key and window.
-fn window_aggs_node(
-    cx: &Ctx<'_>,
-    spec: WindowAggsSpec<'_>,
-    late_output: bool,
-) -> Result<NodeParts, NodeError> {
-    let f = WindowAggsFactory {
-        keys: spec.keys,
-        time_column: spec.time_column,
-        assigner: spec.assigner.assigner(),
-        aggregates: aggregates(cx, &spec.aggregates)?,
-        late_output,
-        input: cx.first_input(),
-    };
-    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
-    Ok(operator(Arc::new(f), s))
-}
-
-/// `session_aggs`: DataFusion aggregates per key and session window.
-fn session_aggs_node(
-    cx: &Ctx<'_>,
-    spec: SessionAggsSpec<'_>,
-    late_output: bool,
-) -> Result<NodeParts, NodeError> {
-    let f = SessionAggsFactory {
-        keys: spec.keys,
-        time_column: spec.time_column,
-        gap_ms: spec.gap_ms,
-        aggregates: aggregates(cx, &spec.aggregates)?,
-        late_output,
-        input: cx.first_input(),
-    };
-    let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
-    Ok(operator(Arc::new(f), s))
-}
-
-/// `session_window`: native event-time session windows with an aggregate per key.
-fn session_node(
-    cx: &Ctx<'_>,
-    spec: SessionWindowSpec,
-    late_output: bool,
-) -> Result<NodeParts, NodeError> {
-    let f = SessionFactory {
-        keys: spec.keys,
-        time_column: spec.time_column,
-        gap_ms: spec.gap_ms,
-        agg: parse_agg(cx.name, &spec.agg)?,
-        column: spec.column,
-        late_output,
-    };
     let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
 }

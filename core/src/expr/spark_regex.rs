@@ -54,7 +54,7 @@ enum Start {
     /// Only at the start of the string (`^...`).
     AtZero,
     /// Only where this literal occurs.
-    AtLiteral(memmem::Finder<'static>),
+    AtLiteral(Box<memmem::Finder<'static>>),
 }
 
 #[derive(Debug)]
@@ -172,7 +172,7 @@ impl AnchoredCaptures {
             if common.is_empty() {
                 return None;
             }
-            Start::AtLiteral(memmem::Finder::new(common).into_owned())
+            Start::AtLiteral(Box::new(memmem::Finder::new(common).into_owned()))
         };
         let dfa = onepass::DFA::new(pattern).ok()?;
         Some(AnchoredCaptures { start, dfa })

@@ -581,6 +581,10 @@ fn clash(a: &str, b: &str) -> SqlError {
     ))
 }
 
+/// The join's SQL column names, and for each the expression picking it
+/// from the join operator's output.
+type SqlColumns = (Vec<String>, Vec<(String, Expr)>);
+
 /// SQL's columns of the join (the left's, then the right's; a taken name
 /// gets `_right`), each picking a column of the join operator's output.
 fn sql_columns(
@@ -588,7 +592,7 @@ fn sql_columns(
     keys: &[Vec<String>; 2],
     copies: [bool; 2],
     renamed: &Renamed,
-) -> Result<(Vec<String>, Vec<(String, Expr)>), SqlError> {
+) -> Result<SqlColumns, SqlError> {
     let mut names: Vec<String> = Vec::new();
     let mut exprs: Vec<(String, Expr)> = Vec::new();
     for s in 0..2 {
