@@ -368,6 +368,32 @@ def test_a_sliding_window_count_outside_its_bounds_is_a_mismatch() -> None:
     assert "outside their bounds" in compare(case, {"parquet": under}, want)[0]
 
 
+def test_kafka_may_hold_a_failed_attempts_sliding_count() -> None:
+    """As for tumbling windows (chaos seed 1829711827): after a failure,
+    KafkaSink may hold a sliding window's count from the attempt that failed,
+    which found other candidates late; a count no choice of late candidates
+    gives, or a repeat in an exactly-once sink, is still a mismatch."""
+    case = _case(Stage("sliding", "count", size_ms=4_000, slide_ms=2_000, late=True))
+    case.fault.kind = "exception"
+    case.source(case.main).late_rows = 2
+    from chaos_lib.reference import candidates
+
+    maybe = sorted(candidates(case))
+    want = expected(case, set(maybe))  # committed: every candidate late
+    bounds = want["bounds"]
+    cols = ["k", "window_start", "window_end", "count"]
+    committed = bounds.rename(columns={"hi": "count"})[cols]
+    committed = committed[committed["count"] > 0]
+    # the failed attempt found them on time: the windows that count them
+    failed = bounds[bounds["hi_any"] > bounds["hi"]].rename(columns={"hi_any": "count"})[cols]
+    assert len(failed) >= 1
+    got = pd.concat([committed, failed], ignore_index=True)
+    assert compare(case, {"kafka": got}, want) == []
+    assert "emitted twice" in compare(case, {"parquet": got}, want)[0]
+    over = pd.concat([committed, failed.assign(count=failed["count"] + 1)], ignore_index=True)
+    assert compare(case, {"kafka": over}, want) != []
+
+
 def test_session_late_candidates_have_keys_of_their_own() -> None:
     """Before a session window a late candidate has a key no other row has:
     its session is the candidate alone whether or not it came late, so the

@@ -164,7 +164,8 @@ def sliding_bounds(case: Case, late_ids: set[int]) -> pd.DataFrame:
     counted in the others only, and those are the later ones (windows are over
     in the order of their ends), so it is always counted in its last window:
     ``lo`` counts the on-time rows and each such candidate in its last window,
-    ``hi`` every row not in the late output in every window."""
+    ``hi`` every row not in the late output in every window; ``lo_any`` and
+    ``hi_any`` bound the count whatever was late."""
     st = case.stage
     df = main_stream(case)
     maybe = candidates(case) - late_ids
@@ -176,7 +177,13 @@ def sliding_bounds(case: Case, late_ids: set[int]) -> pd.DataFrame:
     last = every[every["id"].isin(maybe)]
     last = last[last["window_start"] == last["ts"] - last["ts"] % st.slide_ms]
     lo = pd.concat([sure, last]).groupby(keys).size().rename("lo")
-    return pd.concat([lo, hi], axis=1).fillna(0).astype("int64").reset_index()
+    # whatever an attempt found late (one that failed, for an at-least-once
+    # sink: ``retried``): every row but the candidates, at most every row
+    whole = _windows(main_stream(case), st.size_ms, st.slide_ms)
+    hi_any = whole.groupby(keys).size().rename("hi_any")
+    lo_any = whole[~whole["id"].isin(candidates(case))].groupby(keys).size().rename("lo_any")
+    both = pd.concat([lo, hi, lo_any, hi_any], axis=1)
+    return both.fillna(0).astype("int64").reset_index()
 
 
 def retried(case: Case, late_ids: set[int]) -> pd.DataFrame:
