@@ -164,7 +164,8 @@ def sliding_bounds(case: Case, late_ids: set[int]) -> pd.DataFrame:
     counted in the others only, and those are the later ones (windows are over
     in the order of their ends), so it is always counted in its last window:
     ``lo`` counts the on-time rows and each such candidate in its last window,
-    ``hi`` every row not in the late output in every window."""
+    ``hi`` every row not in the late output in every window; ``lo_any`` and
+    ``hi_any`` bound the count whatever was late."""
     st = case.stage
     df = main_stream(case)
     maybe = candidates(case) - late_ids
@@ -176,7 +177,49 @@ def sliding_bounds(case: Case, late_ids: set[int]) -> pd.DataFrame:
     last = every[every["id"].isin(maybe)]
     last = last[last["window_start"] == last["ts"] - last["ts"] % st.slide_ms]
     lo = pd.concat([sure, last]).groupby(keys).size().rename("lo")
-    return pd.concat([lo, hi], axis=1).fillna(0).astype("int64").reset_index()
+    # whatever an attempt found late (one that failed, for an at-least-once
+    # sink: ``retried``): every row but the candidates, at most every row
+    whole = _windows(main_stream(case), st.size_ms, st.slide_ms)
+    hi_any = whole.groupby(keys).size().rename("hi_any")
+    lo_any = whole[~whole["id"].isin(candidates(case))].groupby(keys).size().rename("lo_any")
+    both = pd.concat([lo, hi, lo_any, hi_any], axis=1)
+    return both.fillna(0).astype("int64").reset_index()
+
+
+def retried(case: Case, late_ids: set[int]) -> pd.DataFrame:
+    """Rows that an attempt which failed may have emitted for the windows
+    holding late candidates (tumbling and session windows with a late output).
+
+    Whether a candidate is late depends on how far the other splits' watermark
+    got when it came, so an attempt that failed and was restored may have
+    decided otherwise than the committed one: its window fired without the
+    candidate (then late), or with one that the committed attempt found late.
+    An exactly-once sink drops that attempt's output; an at-least-once one
+    (KafkaSink, docs/API.md) keeps it. So: per group of candidates that share
+    windows (a key and tumbling window, or a key for sessions), the window
+    rows for every late/on-time choice of the group's candidates."""
+    st = case.stage
+    maybe = candidates(case)
+    if st.kind not in ("tumbling", "session") or not st.late or not maybe:
+        return pd.DataFrame(columns=["k", "window_start", "window_end", _agg_name(st.agg)])
+    df = main_stream(case)
+    rows = df[df["id"].isin(maybe)]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for r in rows.itertuples(index=False):
+        at = (int(r.k),) if st.kind == "session" else (int(r.k), int(r.ts) // st.size_ms)
+        groups.setdefault(at, []).append(int(r.id))
+    parts = []
+    for ids in groups.values():
+        # every subset for a small group; past 6 candidates, each alone and all
+        n = len(ids)
+        picks = (
+            [[ids[i] for i in range(n) if m >> i & 1] for m in range(1 << n)]
+            if n <= 6
+            else [[], ids, *([i] for i in ids)]
+        )
+        for late in picks:
+            parts.append(expected(case, (late_ids - set(ids)) | set(late), retry=False)["main"])
+    return pd.concat(parts, ignore_index=True).drop_duplicates()
 
 
 def candidates(case: Case) -> set[int]:
@@ -246,13 +289,16 @@ def sql(case: Case) -> pd.DataFrame:
         return con.execute(sqlgen.reference_query(case.stage)).df()
 
 
-def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataFrame]:
+def expected(
+    case: Case, late_ids: set[int] | None = None, retry: bool = True
+) -> dict[str, pd.DataFrame]:
     """Expected rows per output (``main``; ``late`` for a window's late
     output); for a running aggregate, ``main`` holds the final value per key.
 
     ``late_ids``: the ids the run's late output holds. Of them, the late
     candidates are the expected late output, and a tumbling window counts every
     other row: a late row's only window had fired, an on-time row's had not.
+    ``retry``: with ``retried``, a failed attempt's values of those windows.
     """
     st = case.stage
     if st.kind == "none":
@@ -301,4 +347,6 @@ def expected(case: Case, late_ids: set[int] | None = None) -> dict[str, pd.DataF
         result["bounds"] = sliding_bounds(case, late_ids or set())
     if st.late:
         result["late"] = late
+    if retry and st.late and candidates(case) and st.kind in ("tumbling", "session"):
+        result["retried"] = retried(case, late_ids or set())
     return result
