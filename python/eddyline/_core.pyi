@@ -18,6 +18,7 @@ __all__ = [
     "JobHandle",
     "SqlAggregate",
     "SqlFilter",
+    "SqlJoin",
     "SqlProject",
     "SqlScan",
     "SqlUnion",
