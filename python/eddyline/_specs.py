@@ -35,6 +35,7 @@ __all__ = [
     "JoinSpec",
     "KeyedAggSpec",
     "KeyedAggsSpec",
+    "KeyedSessionSpec",
     "KeyedWindowSpec",
     "LoopExitSpec",
     "LoopHeadSpec",
@@ -248,13 +249,22 @@ class WindowAggsSpec(KeyedWindowSpec):
 
 
 @dataclass(frozen=True, slots=True)
-class SessionAggsSpec:
-    """``keyed.window(Session(gap)).agg(...)``: aggregates per key and session."""
+class KeyedSessionSpec:
+    """What both kinds of ``keyed.window(Session(gap))`` aggregate share: the key
+    columns, the event-time column and the gap. Not an operator of its own:
+    :class:`SessionWindowSpec` adds a native aggregate, :class:`SessionAggsSpec`
+    the aggregates of ``.agg(...)``."""
 
-    kind: ClassVar[str] = "session_aggs"
     keys: list[str]
     time_column: str
     gap_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAggsSpec(KeyedSessionSpec):
+    """``keyed.window(Session(gap)).agg(...)``: aggregates per key and session."""
+
+    kind: ClassVar[str] = "session_aggs"
     aggregates: list[AggregateSpec]
 
 
@@ -268,13 +278,10 @@ class WindowSpec(KeyedWindowSpec):
 
 
 @dataclass(frozen=True, slots=True)
-class SessionWindowSpec:
+class SessionWindowSpec(KeyedSessionSpec):
     """Native event-time session windows (``ed.Session(gap)``) with an aggregate per key."""
 
     kind: ClassVar[str] = "session_window"
-    keys: list[str]
-    time_column: str
-    gap_ms: int
     agg: AggName
     column: str | None
 
