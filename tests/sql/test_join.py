@@ -264,8 +264,10 @@ def _window_join_reference(
         return (
             f"(SELECT *, to_timestamp(0)::TIMESTAMP + to_milliseconds(s) AS window_start, "
             f"to_timestamp(0)::TIMESTAMP + to_milliseconds(s + {size}) AS window_end FROM "
-            f"(SELECT *, unnest(range(epoch_ms(ts::TIMESTAMP) - epoch_ms(ts::TIMESTAMP) % {slide} - {size} + {slide}, "
-            f"epoch_ms(ts::TIMESTAMP) - epoch_ms(ts::TIMESTAMP) % {slide} + 1, {slide})) AS s FROM {t}))"
+            f"(SELECT *, unnest(range(ms - ms % {slide} - {size} + {slide}, "
+            f"ms - ms % {slide} + 1, {slide})) AS s "
+            # DuckDB 2.0 takes no epoch_ms of an Arrow timestamp[ms]: via TIMESTAMP
+            f"FROM (SELECT *, epoch_ms(ts::TIMESTAMP) AS ms FROM {t})))"
         )
 
     return duck(
