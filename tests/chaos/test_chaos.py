@@ -23,7 +23,7 @@ from chaos_lib import driver
 from chaos_lib.case import Case, Stage
 from chaos_lib.check import compare
 from chaos_lib.generate import generate
-from chaos_lib.reference import expected, main_stream
+from chaos_lib.reference import expected, main_stream, retried
 
 CASES = 40
 MINUTES = 3.0
@@ -458,3 +458,12 @@ def test_the_main_event_time_can_be_assigned_behind_python_operators(tmp_path: P
     raw = json.loads(case.to_json())
     del raw["assign_after"]
     assert Case.from_json(json.dumps(raw)).assign_after == -1
+
+
+def test_no_retried_windows_when_the_candidates_are_filtered_out() -> None:
+    """Seed 1849218164: the late candidates of a session stage with a late output
+    were all filtered out before the window, and the reference of what a failed
+    attempt may emit (``retried``) failed the case instead of holding no rows."""
+    case = generate(1849218164)
+    assert case.stage.kind == "session" and case.stage.late
+    assert retried(case, set()).empty

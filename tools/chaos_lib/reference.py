@@ -200,8 +200,9 @@ def retried(case: Case, late_ids: set[int]) -> pd.DataFrame:
     rows for every late/on-time choice of the group's candidates."""
     st = case.stage
     maybe = candidates(case)
+    none = pd.DataFrame(columns=["k", "window_start", "window_end", _agg_name(st.agg)])
     if st.kind not in ("tumbling", "session") or not st.late or not maybe:
-        return pd.DataFrame(columns=["k", "window_start", "window_end", _agg_name(st.agg)])
+        return none
     df = main_stream(case)
     rows = df[df["id"].isin(maybe)]
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -219,7 +220,8 @@ def retried(case: Case, late_ids: set[int]) -> pd.DataFrame:
         )
         for late in picks:
             parts.append(expected(case, (late_ids - set(ids)) | set(late), retry=False)["main"])
-    return pd.concat(parts, ignore_index=True).drop_duplicates()
+    # the candidates' rows may all be filtered out before the window: no group
+    return pd.concat(parts, ignore_index=True).drop_duplicates() if parts else none
 
 
 def candidates(case: Case) -> set[int]:
