@@ -111,6 +111,10 @@ class LogicalNode:
     minus 1 ms (docs/API.md "Chaining windows")."""
     side_outputs: dict[str, tuple[int, pa.Schema | None]] = field(default_factory=dict)
     """The node's side outputs: output tag name -> (output port, schema if known)."""
+    serial: int = 0
+    """Never reused within a graph, unlike ``id`` (the nodes of a loop whose
+    function failed are removed and their ids given to the next nodes): a
+    handle holds both and :meth:`LogicalGraph.node` checks they still match."""
 
     @property
     def kind(self) -> str:
@@ -164,6 +168,9 @@ class LogicalGraph:
         batch_size: Callable[[], int] = lambda: 8192,
     ) -> None:
         self.nodes: list[LogicalNode] = []
+        self._serials = 0
+        self._removed: dict[int, str] = {}
+        """Serial -> display name of the nodes :meth:`discard_from` removed."""
         self._default_parallelism = default_parallelism
         self._batch_size = batch_size
 
@@ -190,9 +197,27 @@ class LogicalGraph:
             keys=keys,
             time_column=time_column,
             window_end=window_end,
+            serial=self._serials,
         )
+        self._serials += 1
         self.nodes.append(node)
         return node
+
+    def node(self, node_id: int, serial: int) -> LogicalNode:
+        """The current version of the node a handle names.
+
+        Raises:
+            GraphError: If the node was removed with a loop whose function
+                failed (another node may have its id now).
+        """
+        if node_id < len(self.nodes) and self.nodes[node_id].serial == serial:
+            return self.nodes[node_id]
+        name = self._removed.get(serial, f"node {node_id}")
+        raise GraphError(
+            f"operator '{name}' was built inside a loop whose loop function failed, so "
+            f"it was removed from the plan; build it again on a stream outside that loop",
+            operator=name,
+        )
 
     @property
     def next_id(self) -> int:
@@ -217,6 +242,8 @@ class LogicalGraph:
 
     def discard_from(self, node: LogicalNode) -> None:
         """Removes ``node`` and every node added after it (a loop whose function failed)."""
+        for gone in self.nodes[node.id :]:
+            self._removed[gone.serial] = gone.display_name
         del self.nodes[node.id :]
 
     def discard_last(self, node: LogicalNode) -> None:

@@ -66,18 +66,19 @@ class _Operators:
 
     _env: StreamEnv
     _node_id: int
+    _node_serial: int
 
     @property
     def _node(self) -> LogicalNode:
         """The current version of the node this handle names (nodes are
         frozen; the graph holds the latest)."""
-        return self._env._graph.nodes[self._node_id]
+        return self._env._graph.node(self._node_id, self._node_serial)
 
     def name(self, name: str) -> Self:
         """Names the last operator (used in metrics, errors and logs); returns ``self``."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"name() needs a non-empty str, got {name!r}")
-        self._env._graph.update(self._node_id, name=name)
+        self._env._graph.update(self._node.id, name=name)
         handle = self._env._collects.get(self._node.id)
         if handle is not None:
             handle._operator = name
@@ -88,18 +89,18 @@ class _Operators:
         if not isinstance(uid, str) or not uid:
             raise TypeError(f"uid() needs a non-empty str, got {uid!r}")
         for other in self._env._graph.nodes:
-            if other.id != self._node_id and other.uid == uid:
+            if other.id != self._node.id and other.uid == uid:
                 raise GraphError(
                     f"uid {uid!r} is already used by operator '{other.display_name}'",
                     operator=self._node.display_name,
                 )
-        self._env._graph.update(self._node_id, uid=uid)
+        self._env._graph.update(self._node.id, uid=uid)
         return self
 
     def set_parallelism(self, parallelism: int) -> Self:
         """Sets the last operator's parallelism; returns ``self``."""
         self._env._check_parallelism(parallelism, f"operator '{self._node.display_name}'")
-        self._env._graph.update(self._node_id, parallelism=parallelism)
+        self._env._graph.update(self._node.id, parallelism=parallelism)
         return self
 
     @property
@@ -123,6 +124,7 @@ class DataStream(_Operators, StreamCore):
     def __init__(self, env: StreamEnv, node: LogicalNode, port: int = 0) -> None:
         self._env = env
         self._node_id = node.id
+        self._node_serial = node.serial
         self._port = port
 
     def __repr__(self) -> str:
@@ -815,6 +817,7 @@ class DataStreamSink(_Operators):
     def __init__(self, env: StreamEnv, node: LogicalNode) -> None:
         self._env = env
         self._node_id = node.id
+        self._node_serial = node.serial
 
     def __repr__(self) -> str:
         return f"DataStreamSink({self._node.display_name!r})"

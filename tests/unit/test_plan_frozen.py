@@ -104,3 +104,29 @@ def test_a_node_is_frozen_and_the_graph_keeps_its_latest_version() -> None:
     stream.name("renamed")
     assert before.name is None and stream._node.name == "renamed"
     assert env._graph.nodes[before.id] is stream._node
+
+
+def test_a_handle_from_a_failed_loop_cannot_touch_the_node_that_took_its_id() -> None:
+    env = ed.StreamEnvironment(1)
+    src = env.from_collection(ROWS).name("src")
+    escaped: list[Any] = []
+
+    def body(it: ed.DataStream) -> Any:
+        escaped.append(it.with_columns(w=ed.col("v") + 1))
+        raise ValueError("the loop body fails")
+
+    with pytest.raises(ValueError, match="the loop body fails"):
+        src.iterate(body)
+    # The failed loop's nodes are gone; the next operators reuse their ids.
+    later = src.with_columns(x=ed.col("v") * 3).with_columns(y=ed.col("x") + 1).name("later")
+    stale = escaped[0]
+    with pytest.raises(ed.GraphError, match="loop") as info:
+        stale.name("renamed")
+    assert info.value.operator
+    assert later.operator_name == "later"
+    with pytest.raises(ed.GraphError, match="loop"):
+        stale.collect()
+    out = later.collect()
+    assert "renamed" not in env.explain()
+    env.execute("after-a-failed-loop")
+    assert sorted(r["y"] for r in out.to_pylist()) == [4, 7, 10]
