@@ -111,6 +111,11 @@ class LogicalNode:
     minus 1 ms (docs/API.md "Chaining windows")."""
     side_outputs: dict[str, tuple[int, pa.Schema | None]] = field(default_factory=dict)
     """The node's side outputs: output tag name -> (output port, schema if known)."""
+    state_node: int | None = None
+    """On a stateless node that presents the results of the stateful node before it
+    (the projection ``group_by(F.window(...)).agg(...)`` puts after its window
+    aggregate, to build the ``window`` struct): that node's id. ``uid()`` on this
+    node's stream names that node, whose state it is (restores, ``read_state``)."""
 
     @property
     def kind(self) -> str:

@@ -84,16 +84,23 @@ class _Operators:
         return self
 
     def uid(self, uid: str) -> Self:
-        """Sets the last operator's stable id (matches its state on restore); returns ``self``."""
+        """Sets the last operator's stable id (matches its state on restore); returns ``self``.
+
+        Where the last operator only presents the state of the one before it
+        (``group_by(F.window(...)).agg(...)``'s projection of the window aggregate),
+        the id is that stateful operator's."""
         if not isinstance(uid, str) or not uid:
             raise TypeError(f"uid() needs a non-empty str, got {uid!r}")
+        target = self._node.state_node
+        if target is None:
+            target = self._node_id
         for other in self._env._graph.nodes:
-            if other.id != self._node_id and other.uid == uid:
+            if other.id != target and other.uid == uid:
                 raise GraphError(
                     f"uid {uid!r} is already used by operator '{other.display_name}'",
                     operator=self._node.display_name,
                 )
-        self._env._graph.update(self._node_id, uid=uid)
+        self._env._graph.update(target, uid=uid)
         return self
 
     def set_parallelism(self, parallelism: int) -> Self:
