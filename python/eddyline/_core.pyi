@@ -75,8 +75,12 @@ class Expr:
         """The alias, or the name of a bare column; None otherwise."""
     def columns(self) -> list[str]:
         """The columns the expression reads, in first-use order."""
-    def alias(self, name: str) -> Expr:
-        """The same expression, naming the column it produces."""
+    def alias(self, *names: str) -> Expr:
+        """The same expression, naming the column it produces (a name per
+        column for a generator that makes several, ``F.posexplode``)."""
+    @property
+    def aliases(self) -> list[str]:
+        """Every name ``alias(...)`` gave, in order."""
     def is_null(self) -> Expr: ...
     def is_not_null(self) -> Expr: ...
     def isNull(self) -> Expr: ...

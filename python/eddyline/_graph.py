@@ -115,6 +115,11 @@ class LogicalNode:
     """Never reused within a graph, unlike ``id`` (the nodes of a loop whose
     function failed are removed and their ids given to the next nodes): a
     handle holds both and :meth:`LogicalGraph.node` checks they still match."""
+    state_node: int | None = None
+    """On a stateless node that presents the results of the stateful node before it
+    (the projection ``group_by(F.window(...)).agg(...)`` puts after its window
+    aggregate, to build the ``window`` struct): that node's id. ``uid()`` on this
+    node's stream names that node, whose state it is (restores, ``read_state``)."""
 
     @property
     def kind(self) -> str:

@@ -171,7 +171,8 @@ class ExplodeSpec:
     expression), the other columns repeated; ``outer`` keeps null and empty
     arrays as a null element; ``keep_input`` keeps the input columns
     (``stream.explode``) rather than only ``columns`` (``select``);
-    ``reads``: the columns the expressions read."""
+    ``reads``: the columns the expressions read; ``position``: for
+    ``posexplode``, the column of the elements' positions."""
 
     kind: ClassVar[str] = "explode"
     columns: list[tuple[str, Expr]]
@@ -179,6 +180,7 @@ class ExplodeSpec:
     outer: bool
     keep_input: bool
     reads: list[str]
+    position: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

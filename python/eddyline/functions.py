@@ -19,8 +19,9 @@ when the stream is built.
 
 Structs and arrays: ``struct``, ``col("a.b")`` / ``col["b"]`` field
 access, ``array``, ``size``, ``element_at``, ``array_contains``, ``split``
-and the generators ``explode`` / ``explode_outer`` (whole columns of
-``select``, or ``stream.explode``); ``expr("<Spark SQL>")`` parses an
+and the generators ``explode`` / ``explode_outer`` / ``posexplode`` /
+``posexplode_outer`` (whole columns of ``select``, or ``stream.explode`` /
+``stream.posexplode``); ``expr("<Spark SQL>")`` parses an
 expression.
 
 Aggregates (``F.sum``, ``F.avg``, ``F.first(col, ignorenulls=True)``...)
@@ -65,6 +66,8 @@ __all__ = [
     "exp",
     "explode",
     "explode_outer",
+    "posexplode",
+    "posexplode_outer",
     "expr",
     "floor",
     "greatest",
@@ -501,6 +504,20 @@ def explode_outer(column: ColumnOrName) -> Expr:
     """``explode`` that keeps a row with a null element for a null or empty
     array."""
     return _unary("explode_outer", column)
+
+
+def posexplode(column: ColumnOrName) -> Expr:
+    """Spark's ``posexplode``: ``explode`` with each element's 0-based
+    position, two columns ``pos`` (``int``) and ``col`` (or the two names of
+    ``.alias(pos, col)``); as a whole column of ``select`` or the argument of
+    ``stream.posexplode``."""
+    return _unary("posexplode", column)
+
+
+def posexplode_outer(column: ColumnOrName) -> Expr:
+    """``posexplode`` that keeps a row with a null position and element for a
+    null or empty array."""
+    return _unary("posexplode_outer", column)
 
 
 def expr(text: str) -> Expr:

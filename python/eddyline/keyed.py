@@ -676,7 +676,11 @@ class GroupedData(Generic[S]):
             )
         reads = [*keys, "window_start", "window_end", *(a.name for a in aggregates)]
         spec = SelectSpec(columns, [r for r in reads if r != GROUP_ALL])
-        return windowed._native("select", spec, columns=spec.reads).name(window.name)
+        out = windowed._native("select", spec, columns=spec.reads).name(window.name)
+        # The projection shows the window aggregate's results: a uid given to the
+        # result names the aggregate's state (restores, read_state).
+        out._update_node(state_node=windowed._node.id)
+        return out
 
     def count(self) -> S:
         """The number of rows per group, in column ``count`` (Spark's

@@ -32,7 +32,7 @@ from ._exec.factory import RunnerFactory
 from ._exec.global_commit import GlobalCommitRunner
 from ._exec.two_phase import TwoPhaseCommitRunner
 from ._explain import explain
-from ._generators import explode_spec, generator_of, select_explode_spec
+from ._generators import explode_spec, generator_names, generator_of, select_explode_spec
 from ._graph import LogicalEdge, LogicalGraph, LogicalNode
 from ._specs import (
     AssignTimestampsSpec,
@@ -85,16 +85,23 @@ class _Operators:
         return self
 
     def uid(self, uid: str) -> Self:
-        """Sets the last operator's stable id (matches its state on restore); returns ``self``."""
+        """Sets the last operator's stable id (matches its state on restore); returns ``self``.
+
+        Where the last operator only presents the state of the one before it
+        (``group_by(F.window(...)).agg(...)``'s projection of the window aggregate),
+        the id is that stateful operator's."""
         if not isinstance(uid, str) or not uid:
             raise TypeError(f"uid() needs a non-empty str, got {uid!r}")
+        target = self._node.state_node
+        if target is None:
+            target = self._node.id
         for other in self._env._graph.nodes:
-            if other.id != self._node.id and other.uid == uid:
+            if other.id != target and other.uid == uid:
                 raise GraphError(
                     f"uid {uid!r} is already used by operator '{other.display_name}'",
                     operator=self._node.display_name,
                 )
-        self._env._graph.update(self._node.id, uid=uid)
+        self._env._graph.update(target, uid=uid)
         return self
 
     def set_parallelism(self, parallelism: int) -> Self:
@@ -279,7 +286,13 @@ class DataStream(_Operators, StreamCore):
         [(only, first), *rest] = exprs.items()
         generator = generator_of(first) if isinstance(first, Expr) and not rest else None
         if generator is not None:
-            return self.explode(generator[1], alias=only, outer=generator[0])
+            if generator.position:
+                raise GraphError(
+                    f"with_columns({only}=...): posexplode makes two columns; use "
+                    "select(..., F.posexplode(c).alias(pos, col)) or stream.posexplode(c)",
+                    operator=self.operator_name,
+                )
+            return self.explode(generator.array, alias=only, outer=generator.outer)
         columns = [(name, lit(value)) for name, value in exprs.items()]
         used: dict[str, None] = {}
         for value in exprs.values():
@@ -305,8 +318,10 @@ class DataStream(_Operators, StreamCore):
             if not isinstance(expr, Expr):
                 raise TypeError(f"select() takes column names or expressions, got {item!r}")
             name = expr.output_name
-            if name is None and generator_of(expr) is not None:
-                name = "col"  # Spark's name for an unnamed generator's column
+            generator = generator_of(expr)
+            if generator is not None:
+                # Spark's names for an unnamed generator's columns: col (and pos).
+                name = generator_names(expr, generator, self.operator_name)[1]
             if name is None:
                 raise TypeError(f"select(): expression {expr!r} needs a name: use .alias('name')")
             if any(existing == name for existing, _ in columns):
@@ -337,11 +352,52 @@ class DataStream(_Operators, StreamCore):
             raise TypeError(f"explode() takes a column name or an expression, got {column!r}")
         generator = generator_of(array)
         if generator is not None:
-            outer, array = outer or generator[0], generator[1]
+            if generator.position:
+                return self.posexplode(array, alias=alias, outer=outer)
+            outer, array = outer or generator.outer, generator.array
         name = alias if alias is not None else (array.output_name or "col")
         if not isinstance(name, str) or not name:
             raise TypeError(f"explode() needs a non-empty alias (str), got {alias!r}")
         spec = explode_spec(array, name, outer)
+        return self._native("explode", spec, columns=spec.reads)
+
+    def posexplode(
+        self,
+        column: str | Expr,
+        *,
+        alias: str | None = None,
+        pos: str = "pos",
+        outer: bool = False,
+    ) -> DataStream:
+        """:meth:`explode` with each element's 0-based position in its array
+        (Spark's ``posexplode``): an ``int`` column ``pos`` (replaced in place
+        if it exists, else appended), null for an ``outer`` row.
+
+        Args:
+            column: An array column's name, an array expression, or
+                ``F.posexplode(...)`` / ``F.posexplode_outer(...)``.
+            alias: The elements' column (replaced in place if it exists);
+                default the column's name, else ``"col"`` as in Spark.
+            pos: The positions' column.
+            outer: Keep rows whose array is null or empty, with a null
+                position and element (``posexplode_outer``).
+        """
+        array = col(column) if isinstance(column, str) else column
+        if not isinstance(array, Expr):
+            raise TypeError(f"posexplode() takes a column name or an expression, got {column!r}")
+        generator = generator_of(array)
+        if generator is not None:
+            outer, array = outer or generator.outer, generator.array
+        name = alias if alias is not None else (array.output_name or "col")
+        for what, value in (("alias", name), ("pos", pos)):
+            if not isinstance(value, str) or not value:
+                raise TypeError(f"posexplode() needs a non-empty {what} (str), got {value!r}")
+        if name == pos:
+            raise GraphError(
+                f"posexplode(): the position and the element are both named {pos!r}",
+                operator=self.operator_name,
+            )
+        spec = explode_spec(array, name, outer, pos)
         return self._native("explode", spec, columns=spec.reads)
 
     # ---- event time ---------------------------------------------------------

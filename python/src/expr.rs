@@ -22,11 +22,18 @@ use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyString, PyTuple};
 pub struct PyExpr {
     pub expr: Expr,
     pub alias: Option<String>,
+    /// The names after `alias` of a generator that makes several columns
+    /// (`F.posexplode(c).alias("p", "x")`); empty otherwise.
+    pub more_aliases: Vec<String>,
 }
 
 impl PyExpr {
     fn new(expr: Expr) -> Self {
-        PyExpr { expr, alias: None }
+        PyExpr {
+            expr,
+            alias: None,
+            more_aliases: Vec::new(),
+        }
     }
 
     fn binary(&self, op: BinaryOp, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<Self> {
@@ -278,14 +285,13 @@ impl PyExpr {
         if let Some(alias) = &this.alias {
             let bare = PyExpr::new(this.expr.clone()).into_pyobject(py)?;
             let method = class.getattr("alias")?;
-            return PyTuple::new(
-                py,
-                [
-                    method,
-                    PyTuple::new(py, [bare.into_any(), PyString::new(py, alias).into_any()])?
-                        .into_any(),
-                ],
+            let mut args = vec![bare.into_any(), PyString::new(py, alias).into_any()];
+            args.extend(
+                this.more_aliases
+                    .iter()
+                    .map(|a| PyString::new(py, a).into_any()),
             );
+            return PyTuple::new(py, [method, PyTuple::new(py, args)?.into_any()]);
         }
         let child = |e: &Expr| {
             PyExpr::new(e.clone())
@@ -365,22 +371,51 @@ impl PyExpr {
         self.expr.columns().into_iter().map(String::from).collect()
     }
 
-    /// The same expression, naming the column it produces (for `select`).
-    fn alias(&self, name: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let text: Option<String> = match name.cast::<PyString>() {
-            Ok(s) => Some(s.to_str()?.to_string()).filter(|n| !n.is_empty()),
-            Err(_) => None,
-        };
-        let Some(text) = text else {
+    /// The same expression, naming the column it produces (for `select`);
+    /// a generator that makes several columns (`posexplode`) takes a name
+    /// for each, as in PySpark.
+    #[pyo3(signature = (*names))]
+    fn alias(&self, names: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let mut texts = Vec::with_capacity(names.len());
+        for name in names.iter() {
+            let text: Option<String> = match name.cast::<PyString>() {
+                Ok(s) => Some(s.to_str()?.to_string()).filter(|n| !n.is_empty()),
+                Err(_) => None,
+            };
+            let Some(text) = text else {
+                return Err(PyTypeError::new_err(format!(
+                    "alias name must be a non-empty str, got {}",
+                    name.repr()?
+                )));
+            };
+            texts.push(text);
+        }
+        if texts.is_empty() {
+            return Err(PyTypeError::new_err("alias() needs a name"));
+        }
+        if texts.len() > 1 && self._generator().is_none() {
             return Err(PyTypeError::new_err(format!(
-                "alias name must be a non-empty str, got {}",
-                name.repr()?
+                "alias() takes one name; several ({}) name the columns of a generator \
+                 (F.posexplode) only",
+                texts.join(", ")
             )));
-        };
+        }
+        let alias = texts.remove(0);
         Ok(PyExpr {
             expr: self.expr.clone(),
-            alias: Some(text),
+            alias: Some(alias),
+            more_aliases: texts,
         })
+    }
+
+    /// Every name given by `alias(...)` (several for a generator), in order.
+    #[getter]
+    fn aliases(&self) -> Vec<String> {
+        self.alias
+            .iter()
+            .chain(&self.more_aliases)
+            .cloned()
+            .collect()
     }
 
     /// True where the value is null.
@@ -533,6 +568,7 @@ impl PyExpr {
         Ok(PyExpr {
             expr: parsed.expr,
             alias: parsed.alias,
+            more_aliases: Vec::new(),
         })
     }
 
@@ -693,9 +729,14 @@ impl PyExpr {
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let text = render(py, &self.expr)?;
-        Ok(match &self.alias {
-            Some(alias) => format!("{text}.alias({})", PyString::new(py, alias).repr()?),
-            None => text,
-        })
+        if self.alias.is_none() {
+            return Ok(text);
+        }
+        let names = self
+            .aliases()
+            .iter()
+            .map(|a| PyString::new(py, a).repr().map(|r| r.to_string()))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(format!("{text}.alias({})", names.join(", ")))
     }
 }

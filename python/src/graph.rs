@@ -169,6 +169,8 @@ struct ExplodeSpec<'py> {
     generator: usize,
     outer: bool,
     keep_input: bool,
+    /// `posexplode`: the positions' column.
+    position: Option<String>,
 }
 
 /// `assign_timestamps`: event time from a column, and watermarks.
@@ -338,14 +340,17 @@ fn project_node(cx: &Ctx<'_>, spec: ProjectSpec<'_>, select: bool) -> Result<Nod
 }
 
 /// `explode`: a native flat-map of an array column (`select` with
-/// `F.explode`, or `stream.explode`).
+/// `F.explode` / `F.posexplode`, or `stream.explode` / `stream.posexplode`).
 fn explode_node(cx: &Ctx<'_>, spec: ExplodeSpec<'_>) -> Result<NodeParts, NodeError> {
     let mode = if spec.keep_input {
         ExplodeMode::WithColumn
     } else {
         ExplodeMode::Select
     };
-    let f = ExplodeFactory::new(mode, exprs(&spec.columns), spec.generator, spec.outer)?;
+    let mut f = ExplodeFactory::new(mode, exprs(&spec.columns), spec.generator, spec.outer)?;
+    if let Some(position) = spec.position {
+        f = f.with_position(position);
+    }
     let (bind, output) = (
         ExplodeFactory::with_input_schema,
         ExplodeFactory::output_schema,

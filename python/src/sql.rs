@@ -100,6 +100,7 @@ fn expr(py: Python<'_>, e: &eddyline_core::expr::Expr) -> PyResult<Py<PyExpr>> {
         PyExpr {
             expr: e.clone(),
             alias: None,
+            more_aliases: Vec::new(),
         },
     )
 }

@@ -26,6 +26,7 @@ use datafusion_expr::{Accumulator, AggregateUDF};
 use datafusion_physical_expr::expressions::{Column, Literal};
 use datafusion_physical_expr::PhysicalExpr;
 
+use super::aggregate_ansi::AnsiSum;
 use super::{Expr, ExprError, ExprResult};
 
 /// An aggregate call before it is bound to a schema: `avg(col("x"))`.
@@ -38,6 +39,10 @@ pub struct Aggregate {
     /// Rows whose argument is null are skipped (Spark's `collect_list` and
     /// `collect_set` never collect a null).
     ignore_nulls: bool,
+    /// Spark's ANSI mode (`spark.sql.ansi.enabled`): a `sum` of longs that
+    /// leaves `bigint`'s range fails instead of wrapping around
+    /// ([`Aggregate::with_ansi`]).
+    ansi: bool,
 }
 
 /// Spark's aggregate name to the library's, and whether it is the distinct
@@ -100,7 +105,16 @@ impl Aggregate {
             args,
             distinct,
             ignore_nulls,
+            ansi: false,
         })
+    }
+
+    /// The aggregate in Spark's ANSI mode (`spark.sql.ansi.enabled`) or
+    /// not: in ANSI mode a `sum` of integers fails on overflow (see
+    /// `aggregate_ansi.rs`); the arguments' own expressions take the mode
+    /// with [`Expr::with_ansi`].
+    pub fn with_ansi(self, ansi: bool) -> Self {
+        Aggregate { ansi, ..self }
     }
 
     /// The type an argument of type `t` is handed to the accumulator in:
@@ -244,6 +258,16 @@ impl BoundAggregate {
     }
 
     fn new_accumulator(&self) -> datafusion_common::Result<Box<dyn Accumulator>> {
+        let a = &self.aggregate;
+        if a.ansi && a.name == "sum" && !a.distinct && self.data_type() == &DataType::Int64 {
+            let columns: Vec<String> = a
+                .args
+                .iter()
+                .flat_map(|e| e.columns())
+                .map(|c| format!("'{c}'"))
+                .collect();
+            return Ok(Box::new(AnsiSum::new(columns.join(", "))));
+        }
         self.aggregate.udaf.accumulator(AccumulatorArgs {
             return_field: Arc::clone(&self.return_field),
             schema: &self.input_schema,

@@ -34,6 +34,7 @@
 //! Spark does (see `case.rs`).
 
 mod aggregate;
+mod aggregate_ansi;
 mod aggregate_set;
 mod case;
 mod cast;

@@ -16,7 +16,8 @@
 //!   into characters.
 //! * `get_field(struct, name)`: DataFusion's, except that a field of a null
 //!   struct is null (DataFusion passes the child's value through).
-//! * `explode`, `explode_outer`: generators, only valid where a stream
+//! * `explode`, `explode_outer`, `posexplode`, `posexplode_outer`:
+//!   generators, only valid where a stream
 //!   flattens them (`select`, `stream.explode`, see `operator/explode.rs`);
 //!   anywhere else they are a type error when the graph is built.
 //!
@@ -50,12 +51,14 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::from(Split::new())),
         Arc::new(ScalarUDF::from(Generator::new("explode"))),
         Arc::new(ScalarUDF::from(Generator::new("explode_outer"))),
+        Arc::new(ScalarUDF::from(Generator::new("posexplode"))),
+        Arc::new(ScalarUDF::from(Generator::new("posexplode_outer"))),
         Arc::new(ScalarUDF::from(GetField::new())),
     ]
 }
 
 /// The names of the generator functions.
-pub const GENERATORS: [&str; 2] = ["explode", "explode_outer"];
+pub const GENERATORS: [&str; 4] = ["explode", "explode_outer", "posexplode", "posexplode_outer"];
 
 /// The element field of a list type, or an error naming `function`.
 fn element_field(function: &str, t: &DataType) -> Result<FieldRef> {
@@ -293,7 +296,7 @@ impl ScalarUDFImpl for Split {
     }
 }
 
-/// `explode` / `explode_outer` outside a place that flattens them.
+/// `explode` / `posexplode` (and `_outer`) outside a place that flattens them.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct Generator {
     name: &'static str,

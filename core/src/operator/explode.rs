@@ -4,6 +4,9 @@
 //!
 //! * `explode` drops rows whose array is null or empty; `explode_outer`
 //!   keeps each as one row with a null element (Spark).
+//! * `posexplode` adds the element's 0-based position in its array as an
+//!   `int` column (Spark's `pos`) just before the elements; an outer row's
+//!   position is null.
 //! * In `select` mode the output is exactly the listed columns, the
 //!   generator's elements at its position; in `with_column` mode
 //!   (`stream.explode(col, alias)`) the input columns are kept and the
@@ -18,7 +21,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, GenericListArray, OffsetSizeTrait, UInt64Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, GenericListArray, Int32Array, OffsetSizeTrait, UInt64Array,
+};
 use arrow::compute::{cast, take};
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -46,6 +51,8 @@ enum OutputColumn {
     Computed(Expr),
     /// The generator's elements.
     Elements,
+    /// The elements' positions in their arrays (`posexplode`).
+    Positions,
 }
 
 /// The explode planned against one input schema.
@@ -67,6 +74,8 @@ struct Config {
     generator: usize,
     /// `explode_outer`: keep null and empty arrays as a null element.
     outer: bool,
+    /// `posexplode`: the name of the positions' column.
+    position: Option<String>,
 }
 
 impl Config {
@@ -89,19 +98,32 @@ impl Config {
             }
         };
         let element_field: FieldRef = Arc::new(Field::new(alias.as_str(), element, true));
+        let mut generated = vec![(element_field, OutputColumn::Elements)];
+        if let Some(name) = &self.position {
+            if name == alias {
+                return Err(Error::graph(
+                    operator,
+                    format!("posexplode names its position and its element both '{name}'"),
+                ));
+            }
+            let field = Arc::new(Field::new(name.as_str(), DataType::Int32, true));
+            generated.insert(0, (field, OutputColumn::Positions));
+        }
         let mut fields: Vec<FieldRef> = Vec::new();
         let mut columns = Vec::new();
         if self.mode == ExplodeMode::WithColumn {
             fields.extend(input.fields().iter().cloned());
             columns.extend((0..input.fields().len()).map(OutputColumn::Input));
-            match input.index_of(alias) {
-                Ok(position) => {
-                    fields[position] = element_field;
-                    columns[position] = OutputColumn::Elements;
-                }
-                Err(_) => {
-                    fields.push(element_field);
-                    columns.push(OutputColumn::Elements);
+            for (field, column) in generated {
+                match input.index_of(field.name()) {
+                    Ok(position) => {
+                        fields[position] = field;
+                        columns[position] = column;
+                    }
+                    Err(_) => {
+                        fields.push(field);
+                        columns.push(column);
+                    }
                 }
             }
         } else {
@@ -113,8 +135,16 @@ impl Config {
                     ));
                 }
                 if i == self.generator {
-                    fields.push(Arc::clone(&element_field));
-                    columns.push(OutputColumn::Elements);
+                    for (field, column) in &generated {
+                        if fields.iter().any(|f| f.name() == field.name()) {
+                            return Err(Error::graph(
+                                operator,
+                                format!("column '{}' is selected twice", field.name()),
+                            ));
+                        }
+                        fields.push(Arc::clone(field));
+                        columns.push(column.clone());
+                    }
                     continue;
                 }
                 let data_type = expr.data_type(input).map_err(|e| e.at(operator))?;
@@ -149,6 +179,9 @@ struct Layout {
     /// The elements: a zero-copy slice of the list's values, or gathered
     /// by these indices (null for an outer row without an element).
     elements: Elements,
+    /// Each element's position in its array (null for an outer row), when
+    /// asked for.
+    positions: Option<Int32Array>,
 }
 
 enum Elements {
@@ -156,7 +189,7 @@ enum Elements {
     Take(UInt64Array),
 }
 
-fn layout<O: OffsetSizeTrait>(list: &GenericListArray<O>, outer: bool) -> Layout {
+fn layout<O: OffsetSizeTrait>(list: &GenericListArray<O>, outer: bool, positions: bool) -> Layout {
     let offsets = list.value_offsets();
     let first = offsets[0].as_usize();
     let last = offsets[list.len()].as_usize();
@@ -184,6 +217,8 @@ fn layout<O: OffsetSizeTrait>(list: &GenericListArray<O>, outer: bool) -> Layout
     } else {
         Vec::with_capacity(output_rows)
     };
+    let mut position: Vec<Option<i32>> =
+        Vec::with_capacity(if positions { output_rows } else { 0 });
     for row in 0..list.len() {
         let (start, end) = (offsets[row].as_usize(), offsets[row + 1].as_usize());
         let count = if list.is_null(row) { 0 } else { end - start };
@@ -191,10 +226,18 @@ fn layout<O: OffsetSizeTrait>(list: &GenericListArray<O>, outer: bool) -> Layout
             if outer {
                 rows.push(row as u64);
                 elements.push(None);
+                if positions {
+                    position.push(None);
+                }
             }
             continue;
         }
         rows.extend(std::iter::repeat_n(row as u64, count));
+        if positions {
+            // Arrow lists hold at most i32::MAX elements (List) and Spark's
+            // arrays as many: a LargeList beyond that saturates.
+            position.extend((0..count).map(|i| Some(i32::try_from(i).unwrap_or(i32::MAX))));
+        }
         if !contiguous {
             elements.extend((start..end).map(|i| Some(i as u64)));
         }
@@ -209,6 +252,7 @@ fn layout<O: OffsetSizeTrait>(list: &GenericListArray<O>, outer: bool) -> Layout
         } else {
             Elements::Take(UInt64Array::from(elements))
         },
+        positions: positions.then(|| Int32Array::from(position)),
     }
 }
 
@@ -228,14 +272,15 @@ impl Plan {
             }
             _ => array,
         };
+        let positions = config.position.is_some();
         let (layout, values) = match array.data_type() {
             DataType::List(_) => {
                 let list = array.as_list::<i32>();
-                (layout(list, config.outer), list.values())
+                (layout(list, config.outer, positions), list.values())
             }
             DataType::LargeList(_) => {
                 let list = array.as_list::<i64>();
-                (layout(list, config.outer), list.values())
+                (layout(list, config.outer, positions), list.values())
             }
             other => {
                 return Err(Error::schema(
@@ -255,6 +300,15 @@ impl Plan {
                     let value = expr.evaluate(batch).map_err(|e| e.at(operator))?;
                     repeated(&value).map_err(|e| failed(&e))?
                 }
+                OutputColumn::Positions => match &layout.positions {
+                    Some(p) => Arc::new(p.clone()) as ArrayRef,
+                    None => {
+                        return Err(Error::operator(
+                            operator,
+                            "posexplode computed no positions",
+                        ))
+                    }
+                },
                 OutputColumn::Elements => match &layout.elements {
                     Elements::Slice { offset, length } => values.slice(*offset, *length),
                     Elements::Take(indices) => {
@@ -367,9 +421,20 @@ impl ExplodeFactory {
                 columns,
                 generator,
                 outer,
+                position: None,
             },
             plan: None,
         })
+    }
+
+    /// `posexplode`: the elements' positions in their arrays (0-based,
+    /// `int`) in a column `name` before the elements (in `select` mode; in
+    /// `with_column` mode it replaces a column of that name in place or is
+    /// appended).
+    pub fn with_position(mut self, name: String) -> Self {
+        self.config.position = Some(name);
+        self.plan = None;
+        self
     }
 
     /// Type-checks against `input` (at graph build time) and returns the
@@ -469,6 +534,64 @@ mod tests {
         assert_eq!(
             ints(out.column(0)),
             vec![Some(10), Some(10), Some(11), Some(12), Some(13), Some(13)]
+        );
+        assert_eq!(
+            ints(out.column(1)),
+            vec![Some(1), Some(2), None, None, Some(3), None]
+        );
+    }
+
+    fn posexplode(outer: bool, mode: ExplodeMode) -> RecordBatch {
+        let columns = match mode {
+            ExplodeMode::Select => vec![
+                ("id".to_string(), Expr::col("id")),
+                ("x".to_string(), Expr::col("xs")),
+            ],
+            ExplodeMode::WithColumn => vec![("xs".to_string(), Expr::col("xs"))],
+        };
+        let generator = usize::from(mode == ExplodeMode::Select);
+        let factory = ExplodeFactory::new(mode, columns, generator, outer)
+            .expect("factory")
+            .with_position("pos".into());
+        let mut op = ExplodeOperator {
+            name: "e".into(),
+            config: factory.config,
+            plan: None,
+        };
+        op.explode(&batch()).expect("explode").expect("rows")
+    }
+
+    fn positions(a: &ArrayRef) -> Vec<Option<i32>> {
+        a.as_primitive::<arrow::datatypes::Int32Type>()
+            .iter()
+            .collect()
+    }
+
+    #[test]
+    fn test_posexplode_puts_positions_before_the_elements() {
+        let out = posexplode(false, ExplodeMode::Select);
+        let names: Vec<&String> = out.schema_ref().fields().iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["id", "pos", "x"]);
+        assert_eq!(out.schema().field(1).data_type(), &DataType::Int32);
+        assert_eq!(
+            ints(out.column(0)),
+            vec![Some(10), Some(10), Some(13), Some(13)]
+        );
+        assert_eq!(
+            positions(out.column(1)),
+            vec![Some(0), Some(1), Some(0), Some(1)]
+        );
+        assert_eq!(ints(out.column(2)), vec![Some(1), Some(2), Some(3), None]);
+    }
+
+    #[test]
+    fn test_posexplode_outer_has_null_positions_and_appends_in_with_column_mode() {
+        let out = posexplode(true, ExplodeMode::WithColumn);
+        let names: Vec<&String> = out.schema_ref().fields().iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["id", "xs", "pos"]);
+        assert_eq!(
+            positions(out.column(2)),
+            vec![Some(0), Some(1), None, None, Some(0), Some(1)]
         );
         assert_eq!(
             ints(out.column(1)),

@@ -66,13 +66,16 @@ fn aggregates(
         .iter()
         .map(|a| {
             // The arguments are native expressions like any other: in ANSI
-            // mode an invalid cast inside an aggregate fails the job.
+            // mode an invalid cast inside an aggregate fails the job, and
+            // so does a sum of longs that overflows.
             let args = a
                 .args
                 .iter()
                 .map(|e| e.get().expr.clone().with_ansi(cx.ansi))
                 .collect();
-            let aggregate = Aggregate::new(&a.function, args).map_err(|e| e.at(node))?;
+            let aggregate = Aggregate::new(&a.function, args)
+                .map_err(|e| e.at(node))?
+                .with_ansi(cx.ansi);
             Ok((a.name.clone(), aggregate))
         })
         .collect()
