@@ -263,6 +263,12 @@ def test_the_new_features_are_drawn_and_shrink(tmp_path: Path) -> None:
         "group",
         "tumble",
         "hop",
+        "session",
+        "union",
+        "ijoin",
+        "tjoin",
+        "wjoin",
+        "ujoin",
     }
 
 

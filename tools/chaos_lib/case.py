@@ -93,7 +93,17 @@ class Stage:
     ``form`` tumbling or sliding windows. sql: ``env.sql`` over a temporary view
     of the main stream; ``form`` select (``exprs``: ``sqlgen.py`` templates),
     group (running ``GROUP BY k`` with ``agg``), tumble or hop (the windowing
-    table functions with ``agg``)."""
+    table functions with ``agg``), session (the SESSION table function, no
+    WHERE), union (``UNION ALL`` of two selects), ijoin / tjoin / wjoin /
+    ujoin (SQL joins of ``t`` with the view ``u`` of source ``right``; ujoin
+    with ``state_ttl`` of ``ttl_ms``, ``spelling`` query or view says where);
+    ``exprs`` may hold ``["having", op, c]`` and ``["src", "with" | "sub",
+    a]`` (the query reads a CTE or a subquery with ``v + a``).
+    fagg also: ``form`` session (``gap_ms``),
+    ``late`` (tumbling and session: a late output), ``spelling`` group_by
+    (Spark's ``group_by("k", F.window(...))``) or group_by_window_first
+    (``group_by(F.window(...), "k")``); ``exprs`` entries are
+    ``[name, *params]`` (``approx_percentile``'s percentage)."""
 
     kind: str
     agg: str = "sum"
@@ -109,6 +119,8 @@ class Stage:
     b: int = 0
     exprs: list[list[Any]] = dataclasses.field(default_factory=list)
     form: str = ""
+    spelling: str = ""
+    ttl_ms: int = 0
 
 
 @dataclasses.dataclass
@@ -207,10 +219,16 @@ class Case:
             stage += f":{self.stage.agg}"
         if stage == "fagg":
             stage += f":{self.stage.form or 'running'}"
+            if self.stage.spelling:
+                stage += ":group_by"
         if stage == "sql":
             stage += f":{self.stage.form}"
-            if self.stage.form != "select":
+            if self.stage.form in ("group", "tumble", "hop", "session"):
                 stage += f":{self.stage.agg}"
+            elif self.stage.form in ("ijoin", "tjoin") and self.stage.how != "inner":
+                stage += f":{self.stage.how}"
+            elif self.stage.form == "ujoin":
+                stage += f":ttl_{self.stage.spelling}"
         if stage == "wjoin" and self.stage.gap_ms:
             stage += ":session"
         if stage in ("ijoin", "tjoin") and self.stage.how != "inner":
@@ -222,6 +240,8 @@ class Case:
             out += sorted({f"fn:{e[0]}" for e in self.stage.exprs})
         if self.stage.kind == "fagg":
             out += [f"fagg:{e[0]}" for e in self.stage.exprs]
+        if self.stage.kind == "sql":
+            out += [f"sql:{e[0]}" for e in self.stage.exprs if e[0] in ("having", "src")]
         if any(s.watermark for s in self.sources):
             out.append("with_watermark")
         if self.union:
