@@ -296,3 +296,34 @@ def test_a_running_sql_group_by_gets_no_kafka_sink() -> None:
         if case.stage.kind in ("running", "fagg", "fn") or case.stage.form in ("group", "select"):
             assert "kafka" not in case.sinks, seed
     assert groups, "the seeds drew no running SQL GROUP BY"
+
+
+def test_the_further_function_references_follow_spark() -> None:
+    """``fnmore``: Spark's Murmur3 is the standard x86_32 on whole words (the
+    published vectors), with each trailing byte a word of its own; a null
+    hashes to the seed; the rest on rows whose answer Spark's docs give."""
+    from chaos_lib import fnmore
+
+    assert fnmore.murmur3_bytes(b"test", 0) == 0xBA6BD213 - (1 << 32)
+    assert fnmore.murmur3_bytes(b"", 1) == 0x514E28B7
+    assert fnmore.murmur3_bytes(b"", 0) == 0
+
+    def more(expr: list[object], **row: object) -> object:
+        return fnmore.MORE[str(expr[0])][2](row, *expr[1:])
+
+    assert more(["hash", "s"], s=None) == 42
+    assert more(["initcap"], s="cD 12 aBC") == "Cd 12 Abc"
+    assert more(["lpad", 7, "xy"], s="ab") == "xyxyxab"
+    assert more(["lpad", 1, "xy"], s="ab") == "a"
+    assert more(["rpad", 4, "*"], s="\u00e9e") == "\u00e9e**"
+    assert more(["element_at", 1], s=" Ab1 9z") == ""
+    assert more(["element_at", -1], s=" Ab1 9z") == "9z"
+    assert more(["element_at", 3], s="cD 1") is None
+    assert more(["math", "log2"], f=0.5) == -1.0
+    assert more(["math", "cbrt"], f=None) is None
+    assert more(["expr", 1], vn=None) == "none"
+    case = dataclasses.replace(
+        generate(7), stage=Stage("fn", exprs=[["hash", "k"], ["element_at", 2]])
+    )
+    script = render(case, Path("/tmp/x"))
+    assert 'F.hash("k")' in script and 'F.element_at(F.split("s", " "), 2)' in script

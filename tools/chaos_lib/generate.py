@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from . import aggs, fnlib, sqlgen
+from . import aggs, fnlib, fnmore, sqlgen
 from .case import Case, Execution, Fault, Op, Source, Stage
 
 SOURCE_KINDS = ["parquet", "parquet", "sequence", "arrow", "collection"]
@@ -154,6 +154,8 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     widen_functions(rng, case)
     aggs.widen(rng, case)
     widen_sql(rng, case, scale)
+    if case.stage.kind == "fn" and rng.random() < 0.6:
+        fnmore.widen(rng, case.stage.exprs)
     return case
 
 
