@@ -327,3 +327,27 @@ def test_the_further_function_references_follow_spark() -> None:
     )
     script = render(case, Path("/tmp/x"))
     assert 'F.hash("k")' in script and 'F.element_at(F.split("s", " "), 2)' in script
+
+
+def test_explode_outer_from_json_and_ansi_mode() -> None:
+    """explode_outer keeps a null array as one row with a null element; a
+    ``fn`` stage in ANSI mode holds no expression that may fail its job."""
+    from chaos_lib import fnmore
+
+    case, want = _hand(Stage("fn", exprs=[["explode_outer"], ["from_json", "vn"]]))
+    rows = want["main"].values.tolist()
+    # ROWS' v: 1, 6, 5, 8, 2 -> s is null for v = 8 (v % 4 == 0), vn for v = 6
+    by_id: dict[int, list[object]] = {}
+    for r in rows:
+        by_id.setdefault(r[0], []).append(r[1:])
+    assert by_id[4] == [[None, 8]]  # s null: one row, a null element; vn = 8
+    assert [c0 for c0, _ in by_id[3]] == ["cD", "5", "9z"]  # "cD 5 9z" split on spaces
+    assert [c0 for c0, _ in by_id[1]] == ["", "Ab1", "9z"]  # a leading empty string kept
+    assert {c1 for _, c1 in by_id[3]} == {5} and by_id[2] == [["", None], ["Ab6", None]]
+    assert compare(case, {"parquet": want["main"].iloc[1:]}, want)
+    assert fnmore.ansi_safe([["lower"], ["filter", ["like", "%b%"]], ["cast", 0]])
+    assert not fnmore.ansi_safe([["cast", 2]]) and not fnmore.ansi_safe([["element_at", 1]])
+    ansi = [generate(seed) for seed in range(600)]
+    ansi = [c for c in ansi if c.execution.ansi]
+    assert ansi and all(c.stage.kind == "fn" and fnmore.ansi_safe(c.stage.exprs) for c in ansi)
+    assert "        ansi=True," in render(ansi[0], Path("/tmp/x"))

@@ -132,7 +132,9 @@ class Execution:
     ``python_workers`` > 0 moves per-record Python operators to that many
     worker processes per subtask after a few batches (0: the default, auto);
     ``aligned_timeout_ms`` > 0 (with ``unaligned``) starts checkpoints aligned
-    and switches after that long; ``recompute``: ``recovery="recompute"``."""
+    and switches after that long; ``recompute``: ``recovery="recompute"``;
+    ``ansi``: ``StreamEnvironment(ansi=True)`` (a ``fn`` stage none of whose
+    expressions may fail on the generated rows)."""
 
     parallelism: int
     restore_parallelism: int
@@ -145,6 +147,7 @@ class Execution:
     python_workers: int = 0
     aligned_timeout_ms: int = 0
     recompute: bool = False
+    ansi: bool = False
 
 
 @dataclasses.dataclass
@@ -261,6 +264,8 @@ class Case:
             out.append("checkpoint:aligned_timeout")
         if ex.recompute:
             out.append("checkpoint:recompute")
+        if ex.ansi:
+            out.append("ansi")
         if any(s.late_rows for s in self.sources):
             out.append("late_rows")
         if ex.incremental:

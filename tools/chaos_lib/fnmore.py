@@ -123,6 +123,19 @@ EXPRS = [
     ("length(s) + 1", lambda w: None if w["s"] is None else len(w["s"]) + 1),
 ]
 
+
+class Explode(list[Any]):
+    """A generator's reference value: the row becomes one row per element
+    (``reference.functions``)."""
+
+
+def _explode_outer(s: str | None) -> Explode:
+    # explode_outer keeps a null array as one row with a null element
+    return Explode([None] if s is None else s.split(" "))
+
+
+JSON = 'F.from_json(F.to_json(F.struct("k", "s", "vn")), "k BIGINT, s STRING, vn BIGINT")'
+
 MORE: dict[str, Template] = {
     "initcap": (lambda r: [], lambda: 'F.initcap("s")', lambda w: _null(_initcap)(w["s"])),
     "lpad": (
@@ -162,12 +175,31 @@ MORE: dict[str, Template] = {
         lambda i: f'F.element_at(F.split("s", " "), {i})',
         lambda w, i: _null(_element)(w["s"], i),
     ),
+    "explode_outer": (
+        lambda r: [],
+        lambda: 'F.explode_outer(F.split("s", " "))',
+        lambda w: _explode_outer(w["s"]),
+    ),
+    "from_json": (
+        lambda r: [r.choice(["k", "s", "vn"])],
+        lambda field: f'{JSON}.getField("{field}")',
+        lambda w, field: w[field],  # to_json leaves a null out, from_json reads it as null
+    ),
     "expr": (
         lambda r: [r.randrange(len(EXPRS))],
         lambda i: f"F.expr({EXPRS[i][0]!r})",
         lambda w, i: EXPRS[i][1](w),
     ),
 }
+
+
+def ansi_safe(exprs: list[list[Any]]) -> bool:
+    """Whether no expression of a ``fn`` stage may fail a job in ANSI mode on
+    the generated rows: a cast of "" to int does (docs/API.md "Functions"),
+    and element_at beyond the array does in Spark's ANSI mode (eddyline
+    documents only casts and time strings: not drawn together)."""
+    flat = [e[1] if e[0] == "filter" else e for e in exprs]
+    return not any(e[0] == "element_at" or e[:2] == ["cast", 2] for e in flat)
 
 
 def widen(rng: random.Random, exprs: list[list[Any]]) -> None:

@@ -156,6 +156,8 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     widen_sql(rng, case, scale)
     if case.stage.kind == "fn" and rng.random() < 0.6:
         fnmore.widen(rng, case.stage.exprs)
+    if case.stage.kind == "fn" and fnmore.ansi_safe(case.stage.exprs) and rng.random() < 0.3:
+        execution.ansi = True
     return case
 
 

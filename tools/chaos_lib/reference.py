@@ -13,6 +13,7 @@ import pandas as pd
 from . import aggs, fnlib, sqlgen
 from .case import Case, Op
 from .data import late_candidates, rows_of
+from .fnmore import Explode
 
 COLUMNS = ["id", "k", "ts", "v"]
 
@@ -240,7 +241,11 @@ def functions(case: Case) -> pd.DataFrame:
             continue
         out = {"id": full["id"]}
         out.update({f"c{i}": fnlib.value(full, e) for i, e in enumerate(exprs)})
-        rows.append(out)
+        many = next((c for c, x in out.items() if isinstance(x, Explode)), None)
+        if many is None:
+            rows.append(out)
+        else:  # a generator: one row per element
+            rows += [{**out, many: x} for x in out[many]]
     return pd.DataFrame(rows, columns=["id", *(f"c{i}" for i in range(len(exprs)))], dtype=object)
 
 

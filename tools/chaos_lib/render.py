@@ -495,6 +495,7 @@ def render(case: Case, here: Path) -> str:
         + "),",
         '        restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),',
         f"        batch_size={ex.batch_size},",
+        *(["        ansi=True,"] if ex.ansi else []),
         "    )",
     ]
     late = case.assign_after >= 0  # the main source's event time behind Python operators
