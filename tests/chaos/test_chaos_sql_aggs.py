@@ -163,3 +163,14 @@ def test_a_ttl_join_must_emit_the_close_pairs_and_may_emit_the_others_once() -> 
     assert compare_partial(case, {"parquet": pd.concat([sure.iloc[1:], maybe])}, want) == []
     script = render(case, Path("/tmp/x"))
     assert 'env.sql("SELECT t.id AS id' in script and ', state_ttl="1000ms")' in script
+
+
+def test_the_dsl_join_with_a_state_ttl_splits_its_pairs_the_same_way() -> None:
+    stage = Stage("ujoin", right="s1", ttl_ms=1_000)
+    case, want = _hand(stage)
+    assert _rows(want["main"][["id", "id_right"]]) == [(1, 11), (2, 11), (3, 12), (4, 13)]
+    assert _rows(want["maybe"][["id", "id_right"]]) == [(3, 13), (4, 12), (5, 11)]
+    both = pd.concat([want["main"], want["maybe"]])
+    assert compare(case, {"parquet": both}, want) == []
+    assert compare(case, {"parquet": want["maybe"]}, want)
+    assert 'main.join(s1, on="k", state_ttl="1000ms")' in render(case, Path("/tmp/x"))

@@ -234,6 +234,8 @@ class Case:
                 stage += f":ttl_{self.stage.spelling}"
         if stage == "wjoin" and self.stage.gap_ms:
             stage += ":session"
+        if stage == "ujoin" and self.stage.ttl_ms:
+            stage += ":ttl"
         if stage in ("ijoin", "tjoin") and self.stage.how != "inner":
             stage += f":{self.stage.how}"
         if self.stage.late:

@@ -158,6 +158,8 @@ def generate(seed: int, scale: float = 1.0) -> Case:
         fnmore.widen(rng, case.stage.exprs)
     if case.stage.kind == "fn" and fnmore.ansi_safe(case.stage.exprs) and rng.random() < 0.3:
         execution.ansi = True
+    if case.stage.kind == "ujoin" and rng.random() < 0.4:
+        case.stage.ttl_ms = span_ms // rng.choice([2, 4, 8])  # the DSL join's state_ttl
     return case
 
 

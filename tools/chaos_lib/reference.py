@@ -294,7 +294,11 @@ def expected(
         return sql(case)
     if st.kind == "ujoin":
         pairs = main_stream(case).merge(_frame(case, st.right), on="k", suffixes=("", "_right"))
-        return {"main": pairs}
+        if not st.ttl_ms:
+            return {"main": pairs}
+        # state_ttl: the pairs within the TTL must come, the others may (sqlgen.ttl_pairs)
+        close = (pairs["ts"] - pairs["ts_right"]).abs() <= st.ttl_ms
+        return {"main": pairs[close], "maybe": pairs[~close]}
     if st.kind in ("process", "coprocess"):
         return {"main": process_windows(case)}
     if st.kind == "comap":

@@ -417,7 +417,8 @@ def _stage_lines(case: Case) -> list[str]:
             '.name("wjoin").uid("wjoin")'
         ]
     if st.kind == "ujoin":
-        return [f'    out = main.join({st.right}, on="k").name("ujoin").uid("ujoin")']
+        ttl = f', state_ttl="{st.ttl_ms}ms"' if st.ttl_ms else ""
+        return [f'    out = main.join({st.right}, on="k"{ttl}).name("ujoin").uid("ujoin")']
     if st.kind == "ijoin":
         return [
             f'    out = main.join({st.right}, on="k", '
