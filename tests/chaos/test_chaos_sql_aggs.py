@@ -174,3 +174,48 @@ def test_the_dsl_join_with_a_state_ttl_splits_its_pairs_the_same_way() -> None:
     assert compare(case, {"parquet": both}, want) == []
     assert compare(case, {"parquet": want["maybe"]}, want)
     assert 'main.join(s1, on="k", state_ttl="1000ms")' in render(case, Path("/tmp/x"))
+
+
+def test_every_new_draw_is_drawn_and_its_script_compiles(tmp_path: Path) -> None:
+    """Each feature added here shows up among the first 1,500 seeds, its case
+    round trips through JSON and its job script is valid Python."""
+    from chaos_lib.case import Case
+
+    wanted = {
+        "stage:fagg:session",
+        "stage:fagg:session:late",
+        "stage:fagg:tumbling:late",
+        "stage:fagg:running:group_by",
+        "stage:fagg:tumbling:group_by",
+        "stage:fagg:sliding:group_by",
+        "stage:fagg:session:group_by",
+        "fagg:approx_count_distinct",
+        "fagg:approx_percentile",
+        "fagg:collect_set",
+        "stage:sql:union",
+        "stage:sql:ijoin:outer",
+        "stage:sql:tjoin:left",
+        "stage:sql:wjoin",
+        "stage:sql:ujoin:ttl_query",
+        "stage:sql:ujoin:ttl_view",
+        "sql:having",
+        "sql:src",
+        "stage:ujoin:ttl",
+        "fn:hash",
+        "fn:explode_outer",
+        "fn:from_json",
+        "fn:expr",
+        "ansi",
+    }
+    seen: set[str] = set()
+    for seed in range(1_500):
+        case = generate(seed)
+        new = (wanted - seen) & set(case.features())
+        new |= {f for f in case.features() if f.startswith("stage:sql:session")} - seen
+        if not new:
+            continue
+        seen |= new
+        text = case.to_json()
+        assert Case.from_json(text).to_json() == text
+        compile(render(case, tmp_path), f"case-{seed}.py", "exec")
+    assert wanted <= seen and any(f.startswith("stage:sql:session") for f in seen)
