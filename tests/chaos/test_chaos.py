@@ -41,9 +41,22 @@ class OpenDefect:
     reason: str
     cases: tuple[str, ...]
     without: tuple[str, ...]
+    test: str = ""
+    """A deterministic test (strict xfail) that shows it, where no case JSON
+    fails every run (an approximation that lands outside only sometimes)."""
 
 
-OPEN_DEFECTS: list[OpenDefect] = []
+OPEN_DEFECTS: list[OpenDefect] = [
+    OpenDefect(
+        reason=(
+            "approx_percentile of a long column gives a double, not a value of the input's "
+            "type (docs/API.md); chaos seed 1406345958"
+        ),
+        cases=(),
+        without=("fagg:approx_percentile",),
+        test="tests/chaos/test_chaos_sql_aggs.py::test_approx_percentile_of_longs_is_a_long",
+    )
+]
 
 
 @pytest.mark.chaos
@@ -63,7 +76,11 @@ def test_random_cases_match_the_reference(seed: int, tmp_path: Path) -> None:
 def test_every_open_defect_has_its_regression_cases() -> None:
     stems = {p.stem for p in REGRESSIONS}
     for defect in OPEN_DEFECTS:
-        assert defect.cases and set(defect.cases) <= stems, defect.cases
+        assert (defect.cases or defect.test) and set(defect.cases) <= stems, defect.cases
+        if defect.test:
+            path, name = defect.test.split("::")
+            source = (Path(__file__).parents[2] / path).read_text()
+            assert f"def {name}(" in source, defect.test
 
 
 def _regression(path: Path) -> object:
@@ -433,7 +450,8 @@ def test_session_late_candidates_are_drawn() -> None:
     )
     for case in drawn:
         for source in case.sources:
-            assert not source.late_keys or case.stage.kind == "session"
+            session = case.stage.kind == "session" or case.stage.form == "session"
+            assert not source.late_keys or session
 
 
 def test_the_main_event_time_can_be_assigned_behind_python_operators(tmp_path: Path) -> None:

@@ -263,6 +263,12 @@ def test_the_new_features_are_drawn_and_shrink(tmp_path: Path) -> None:
         "group",
         "tumble",
         "hop",
+        "session",
+        "union",
+        "ijoin",
+        "tjoin",
+        "wjoin",
+        "ujoin",
     }
 
 
@@ -290,3 +296,58 @@ def test_a_running_sql_group_by_gets_no_kafka_sink() -> None:
         if case.stage.kind in ("running", "fagg", "fn") or case.stage.form in ("group", "select"):
             assert "kafka" not in case.sinks, seed
     assert groups, "the seeds drew no running SQL GROUP BY"
+
+
+def test_the_further_function_references_follow_spark() -> None:
+    """``fnmore``: Spark's Murmur3 is the standard x86_32 on whole words (the
+    published vectors), with each trailing byte a word of its own; a null
+    hashes to the seed; the rest on rows whose answer Spark's docs give."""
+    from chaos_lib import fnmore
+
+    assert fnmore.murmur3_bytes(b"test", 0) == 0xBA6BD213 - (1 << 32)
+    assert fnmore.murmur3_bytes(b"", 1) == 0x514E28B7
+    assert fnmore.murmur3_bytes(b"", 0) == 0
+
+    def more(expr: list[object], **row: object) -> object:
+        return fnmore.MORE[str(expr[0])][2](row, *expr[1:])
+
+    assert more(["hash", "s"], s=None) == 42
+    assert more(["initcap"], s="cD 12 aBC") == "Cd 12 Abc"
+    assert more(["lpad", 7, "xy"], s="ab") == "xyxyxab"
+    assert more(["lpad", 1, "xy"], s="ab") == "a"
+    assert more(["rpad", 4, "*"], s="\u00e9e") == "\u00e9e**"
+    assert more(["element_at", 1], s=" Ab1 9z") == ""
+    assert more(["element_at", -1], s=" Ab1 9z") == "9z"
+    assert more(["element_at", 3], s="cD 1") is None
+    assert more(["math", "log2"], f=0.5) == -1.0
+    assert more(["math", "cbrt"], f=None) is None
+    assert more(["expr", 1], vn=None) == "none"
+    case = dataclasses.replace(
+        generate(7), stage=Stage("fn", exprs=[["hash", "k"], ["element_at", 2]])
+    )
+    script = render(case, Path("/tmp/x"))
+    assert 'F.hash("k")' in script and 'F.element_at(F.split("s", " "), 2)' in script
+
+
+def test_explode_outer_from_json_and_ansi_mode() -> None:
+    """explode_outer keeps a null array as one row with a null element; a
+    ``fn`` stage in ANSI mode holds no expression that may fail its job."""
+    from chaos_lib import fnmore
+
+    case, want = _hand(Stage("fn", exprs=[["explode_outer"], ["from_json", "vn"]]))
+    rows = want["main"].values.tolist()
+    # ROWS' v: 1, 6, 5, 8, 2 -> s is null for v = 8 (v % 4 == 0), vn for v = 6
+    by_id: dict[int, list[object]] = {}
+    for r in rows:
+        by_id.setdefault(r[0], []).append(r[1:])
+    assert by_id[4] == [[None, 8]]  # s null: one row, a null element; vn = 8
+    assert [c0 for c0, _ in by_id[3]] == ["cD", "5", "9z"]  # "cD 5 9z" split on spaces
+    assert [c0 for c0, _ in by_id[1]] == ["", "Ab1", "9z"]  # a leading empty string kept
+    assert {c1 for _, c1 in by_id[3]} == {5} and by_id[2] == [["", None], ["Ab6", None]]
+    assert compare(case, {"parquet": want["main"].iloc[1:]}, want)
+    assert fnmore.ansi_safe([["lower"], ["filter", ["like", "%b%"]], ["cast", 0]])
+    assert not fnmore.ansi_safe([["cast", 2]]) and not fnmore.ansi_safe([["element_at", 1]])
+    ansi = [generate(seed) for seed in range(600)]
+    ansi = [c for c in ansi if c.execution.ansi]
+    assert ansi and all(c.stage.kind == "fn" and fnmore.ansi_safe(c.stage.exprs) for c in ansi)
+    assert "        ansi=True," in render(ansi[0], Path("/tmp/x"))

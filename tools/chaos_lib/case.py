@@ -93,7 +93,17 @@ class Stage:
     ``form`` tumbling or sliding windows. sql: ``env.sql`` over a temporary view
     of the main stream; ``form`` select (``exprs``: ``sqlgen.py`` templates),
     group (running ``GROUP BY k`` with ``agg``), tumble or hop (the windowing
-    table functions with ``agg``)."""
+    table functions with ``agg``), session (the SESSION table function, no
+    WHERE), union (``UNION ALL`` of two selects), ijoin / tjoin / wjoin /
+    ujoin (SQL joins of ``t`` with the view ``u`` of source ``right``; ujoin
+    with ``state_ttl`` of ``ttl_ms``, ``spelling`` query or view says where);
+    ``exprs`` may hold ``["having", op, c]`` and ``["src", "with" | "sub",
+    a]`` (the query reads a CTE or a subquery with ``v + a``).
+    fagg also: ``form`` session (``gap_ms``),
+    ``late`` (tumbling and session: a late output), ``spelling`` group_by
+    (Spark's ``group_by("k", F.window(...))``) or group_by_window_first
+    (``group_by(F.window(...), "k")``); ``exprs`` entries are
+    ``[name, *params]`` (``approx_percentile``'s percentage)."""
 
     kind: str
     agg: str = "sum"
@@ -109,6 +119,8 @@ class Stage:
     b: int = 0
     exprs: list[list[Any]] = dataclasses.field(default_factory=list)
     form: str = ""
+    spelling: str = ""
+    ttl_ms: int = 0
 
 
 @dataclasses.dataclass
@@ -120,7 +132,9 @@ class Execution:
     ``python_workers`` > 0 moves per-record Python operators to that many
     worker processes per subtask after a few batches (0: the default, auto);
     ``aligned_timeout_ms`` > 0 (with ``unaligned``) starts checkpoints aligned
-    and switches after that long; ``recompute``: ``recovery="recompute"``."""
+    and switches after that long; ``recompute``: ``recovery="recompute"``;
+    ``ansi``: ``StreamEnvironment(ansi=True)`` (a ``fn`` stage none of whose
+    expressions may fail on the generated rows)."""
 
     parallelism: int
     restore_parallelism: int
@@ -133,6 +147,7 @@ class Execution:
     python_workers: int = 0
     aligned_timeout_ms: int = 0
     recompute: bool = False
+    ansi: bool = False
 
 
 @dataclasses.dataclass
@@ -207,12 +222,20 @@ class Case:
             stage += f":{self.stage.agg}"
         if stage == "fagg":
             stage += f":{self.stage.form or 'running'}"
+            if self.stage.spelling:
+                stage += ":group_by"
         if stage == "sql":
             stage += f":{self.stage.form}"
-            if self.stage.form != "select":
+            if self.stage.form in ("group", "tumble", "hop", "session"):
                 stage += f":{self.stage.agg}"
+            elif self.stage.form in ("ijoin", "tjoin") and self.stage.how != "inner":
+                stage += f":{self.stage.how}"
+            elif self.stage.form == "ujoin":
+                stage += f":ttl_{self.stage.spelling}"
         if stage == "wjoin" and self.stage.gap_ms:
             stage += ":session"
+        if stage == "ujoin" and self.stage.ttl_ms:
+            stage += ":ttl"
         if stage in ("ijoin", "tjoin") and self.stage.how != "inner":
             stage += f":{self.stage.how}"
         if self.stage.late:
@@ -222,6 +245,8 @@ class Case:
             out += sorted({f"fn:{e[0]}" for e in self.stage.exprs})
         if self.stage.kind == "fagg":
             out += [f"fagg:{e[0]}" for e in self.stage.exprs]
+        if self.stage.kind == "sql":
+            out += [f"sql:{e[0]}" for e in self.stage.exprs if e[0] in ("having", "src")]
         if any(s.watermark for s in self.sources):
             out.append("with_watermark")
         if self.union:
@@ -241,6 +266,8 @@ class Case:
             out.append("checkpoint:aligned_timeout")
         if ex.recompute:
             out.append("checkpoint:recompute")
+        if ex.ansi:
+            out.append("ansi")
         if any(s.late_rows for s in self.sources):
             out.append("late_rows")
         if ex.incremental:

@@ -323,9 +323,15 @@ def split(exprs: list[list[Any]]) -> tuple[list[Any] | None, list[list[Any]]]:
 
 def dsl(expr: list[Any]) -> str:
     """The DSL text of one expression."""
-    return TEMPLATES[expr[0]][1](*expr[1:])
+    return _template(expr[0])[1](*expr[1:])
 
 
 def value(row: Row, expr: list[Any]) -> Any:
     """The reference value of one expression on a row with its base columns."""
-    return TEMPLATES[expr[0]][2](row, *expr[1:])
+    return _template(expr[0])[2](row, *expr[1:])
+
+
+def _template(name: str) -> Template:
+    from .fnmore import MORE  # drawn after these (fnmore.py)
+
+    return TEMPLATES[name] if name in TEMPLATES else MORE[name]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 
-from . import fnlib, sqlgen
+from . import aggs, fnlib, fnmore, sqlgen
 from .case import Case, Execution, Fault, Op, Source, Stage
 
 SOURCE_KINDS = ["parquet", "parquet", "sequence", "arrow", "collection"]
@@ -152,6 +152,14 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     case = Case(seed, sources, sources[0].name, union, ops, stage, chosen, execution, fault)
     widen(rng, case, scale)
     widen_functions(rng, case)
+    aggs.widen(rng, case)
+    widen_sql(rng, case, scale)
+    if case.stage.kind == "fn" and rng.random() < 0.6:
+        fnmore.widen(rng, case.stage.exprs)
+    if case.stage.kind == "fn" and fnmore.ansi_safe(case.stage.exprs) and rng.random() < 0.3:
+        execution.ansi = True
+    if case.stage.kind == "ujoin" and rng.random() < 0.4:
+        case.stage.ttl_ms = span_ms // rng.choice([2, 4, 8])  # the DSL join's state_ttl
     return case
 
 
@@ -348,3 +356,72 @@ def widen_functions(rng: random.Random, case: Case) -> None:
         # (explode makes several rows of one: it does not pass split progress on)
         lo = min(max(0, case.assign_after), len(case.ops))
         case.ops.insert(rng.randint(lo, len(case.ops)), _explode(rng))
+
+
+SQL_FORMS = ["session", "union", "ijoin", "tjoin", "wjoin", "ujoin"]
+
+
+def _sql_form(rng: random.Random, case: Case, scale: float, form: str) -> None:
+    """Turns a ``sql`` stage into the SESSION table function, a ``UNION ALL``
+    or a join of ``t`` with a view ``u`` of a new source (docs/API.md "SQL")."""
+    st = case.stage
+    st.form, st.exprs = form, []
+    sinks = [s for s in case.sinks if s != "upsert"]
+    if form == "session":
+        st.gap_ms = rng.choice([1_000, 2_000, 5_000])
+    elif form == "union":
+        st.exprs = sqlgen.draw(rng)
+        sinks = [s for s in sinks if s != "kafka"]  # typed values, as select's
+    else:
+        st.right = _right_source(rng, case, scale)
+        case.union = [n for n in case.union if n != st.right]
+    if form == "ijoin":
+        st.how = rng.choice(["inner", "left", "right", "outer"])
+        st.lower_ms = -rng.choice([0, 100, 500, 1_000])
+        st.upper_ms = rng.choice([0, 100, 500, 1_000])
+    if form == "tjoin":
+        st.how = rng.choice(["inner", "left"])
+        versions = case.source(st.right)
+        # one split without jitter: "the newest version at or before" is one row
+        versions.jitter_ms, versions.files = 0, 1
+        versions.rows = min(versions.rows, versions.span_ms)
+    if form == "wjoin":
+        st.slide_ms = rng.choice([1_000, 2_000])
+        st.size_ms = st.slide_ms * rng.choice([1, 2])
+    if form == "ujoin":
+        # every pair of a key's rows within the TTL: fewer rows keep the output small
+        st.ttl_ms = case.sources[0].span_ms // rng.choice([2, 4, 8])
+        st.spelling = rng.choice(["query", "view"])
+        for source in case.sources:
+            source.rows = min(source.rows, 300)
+        ex = case.execution
+        ex.batch_size = min(ex.batch_size, 30)
+        if ex.sleep_s:
+            ex.sleep_s = 0.08
+        sinks = [s for s in sinks if s != "kafka"]
+    case.sinks = sinks or ["parquet"]
+
+
+def _threshold(rng: random.Random, case: Case) -> int:
+    """A HAVING threshold among the group values (so some groups pass and
+    some do not): one of the reference's values without the HAVING."""
+    from .reference import expected
+
+    values = expected(case)["main"].iloc[:, -1].tolist()
+    return int(rng.choice(values)) if values else 1
+
+
+def widen_sql(rng: random.Random, case: Case, scale: float = 1.0) -> None:
+    """The SQL drawn after the first SQL stages (so earlier seeds keep their
+    cases): SESSION, UNION ALL, joins, HAVING, WITH and subqueries in FROM."""
+    st = case.stage
+    if st.kind != "sql":
+        return
+    if rng.random() < 0.6:
+        _sql_form(rng, case, scale, rng.choice(SQL_FORMS))
+    if st.form in ("group", "tumble", "hop", "session") and rng.random() < 0.4:
+        # running: only the comparison its aggregate moves towards (sqlgen.HAVING_OPS)
+        op = sqlgen.HAVING_OPS[st.agg] if st.form == "group" else rng.choice(["<", ">", ">="])
+        st.exprs.append(["having", op, _threshold(rng, case)])
+    if st.form in ("select", "group") and rng.random() < 0.3:
+        st.exprs.append(["src", rng.choice(["with", "sub"]), rng.randint(1, 3)])

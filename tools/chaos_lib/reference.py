@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import fnlib, sqlgen
+from . import aggs, fnlib, sqlgen
 from .case import Case, Op
 from .data import late_candidates, rows_of
+from .fnmore import Explode
 
 COLUMNS = ["id", "k", "ts", "v"]
 
@@ -240,55 +241,30 @@ def functions(case: Case) -> pd.DataFrame:
             continue
         out = {"id": full["id"]}
         out.update({f"c{i}": fnlib.value(full, e) for i, e in enumerate(exprs)})
-        rows.append(out)
+        many = next((c for c, x in out.items() if isinstance(x, Explode)), None)
+        if many is None:
+            rows.append(out)
+        else:  # a generator: one row per element
+            rows += [{**out, many: x} for x in out[many]]
     return pd.DataFrame(rows, columns=["id", *(f"c{i}" for i in range(len(exprs)))], dtype=object)
 
 
-FAGG = {
-    "sum": lambda g: g["v"].sum(),
-    "avg": lambda g: g["v"].mean(),
-    "min": lambda g: g["v"].min(),
-    "max": lambda g: g["v"].max(),
-    "count_distinct": lambda g: g["v"].nunique(),
-    "first": lambda g: g["k"].iloc[0],
-    "last": lambda g: g["k"].iloc[-1],
-    "collect_list": lambda g: sorted(g["v"].tolist()),
-    "stddev": lambda g: g["v"].std(ddof=1),
-    "variance": lambda g: g["v"].var(ddof=1),
-    "stddev_pop": lambda g: g["v"].std(ddof=0),
-    "var_pop": lambda g: g["v"].var(ddof=0),
-}
-
-
-def aggregates(case: Case) -> pd.DataFrame:
-    """An ``fagg`` stage: per key (and window) the row count ``n`` and each
-    aggregate (a sample deviation of one value is null, as Spark's)."""
-    st = case.stage
-    df = main_stream(case)
-    keys = ["k"]
-    if st.form:
-        slide = st.slide_ms if st.form == "sliding" else st.size_ms
-        df = _windows(df, st.size_ms, slide)
-        keys = ["k", "window_start", "window_end"]
-    rows = []
-    for key, group in df.groupby(keys, sort=False):
-        out = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
-        out["n"] = len(group)
-        for (name,) in st.exprs:
-            out[f"a_{name}"] = FAGG[name](group)
-        rows.append(out)
-    columns = [*keys, "n", *(f"a_{e[0]}" for e in st.exprs)]
-    return pd.DataFrame(rows, columns=columns, dtype=object)
-
-
-def sql(case: Case) -> pd.DataFrame:
-    """A ``sql`` stage: DuckDB runs the query over the main stream's rows."""
+def sql(case: Case) -> dict[str, pd.DataFrame]:
+    """A ``sql`` stage: DuckDB runs the query over the main stream's rows (as
+    ``t``) and the right source's (as ``u``). An equi-join with a state TTL
+    also gives the pairs it may emit (``maybe``: ``sqlgen.ttl_pairs``)."""
     import duckdb
 
     t = main_stream(case)
+    u = _frame(case, case.stage.right) if case.stage.right else None
     with duckdb.connect() as con:
         con.register("t", t)
-        return con.execute(sqlgen.reference_query(case.stage)).df()
+        if u is not None:
+            con.register("u", u)
+        if case.stage.ttl_ms:
+            sure, maybe = sqlgen.ttl_pairs(case.stage)
+            return {"main": con.execute(sure).df(), "maybe": con.execute(maybe).df()}
+        return {"main": con.execute(sqlgen.reference_query(case.stage)).df()}
 
 
 def expected(
@@ -310,12 +286,19 @@ def expected(
     if st.kind == "fn":
         return {"main": functions(case)}
     if st.kind == "fagg":
-        return {"main": aggregates(case)}
+        late = main_stream(case)
+        late = late[late["id"].isin((late_ids or set()) & candidates(case))]
+        out = {"main": aggs.aggregates(case, set(late["id"]), main_stream(case))}
+        return {**out, "late": late} if st.late else out
     if st.kind == "sql":
-        return {"main": sql(case)}
+        return sql(case)
     if st.kind == "ujoin":
         pairs = main_stream(case).merge(_frame(case, st.right), on="k", suffixes=("", "_right"))
-        return {"main": pairs}
+        if not st.ttl_ms:
+            return {"main": pairs}
+        # state_ttl: the pairs within the TTL must come, the others may (sqlgen.ttl_pairs)
+        close = (pairs["ts"] - pairs["ts_right"]).abs() <= st.ttl_ms
+        return {"main": pairs[close], "maybe": pairs[~close]}
     if st.kind in ("process", "coprocess"):
         return {"main": process_windows(case)}
     if st.kind == "comap":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import fnlib, sqlgen
+from . import aggs, fnlib, sqlgen
 from .case import Case, Op, Source
 
 HEADER = '''\
@@ -359,28 +359,19 @@ def _fn_lines(case: Case) -> list[str]:
 
 
 def _fagg_lines(case: Case) -> list[str]:
-    st = case.stage
-    calls = ['F.count("*").alias("n")']
-    for (name,) in st.exprs:
-        column = '"k"' if name in ("first", "last") else '"v"'  # first/last: deterministic
-        calls.append(f'F.{name}({column}).alias("a_{name}")')
-    keyed = 'main.key_by("k")'
-    if st.form == "tumbling":
-        keyed += f'.window(ed.Tumbling("{st.size_ms}ms"))'
-    elif st.form == "sliding":
-        keyed += f'.window(ed.Sliding("{st.size_ms}ms", "{st.slide_ms}ms"))'
-    return [
-        f"    out = {keyed}.agg(",
-        *(f"        {c}," for c in calls),
-        '    ).name("fagg").uid("fagg")',
-    ]
+    return aggs.lines(case)
 
 
 def _sql_lines(case: Case) -> list[str]:
-    return [
-        '    main.create_temporary_view("t")',
-        f'    out = env.sql("{sqlgen.query(case.stage)}").name("sql").uid("sql")',
-    ]
+    st = case.stage
+    ttl = f'state_ttl="{st.ttl_ms}ms"' if st.ttl_ms else ""
+    view_ttl = f", {ttl}" if ttl and st.spelling == "view" else ""
+    lines = [f'    main.create_temporary_view("t"{view_ttl})']
+    if st.right:
+        lines.append(f'    {st.right}.create_temporary_view("u"{view_ttl})')
+    query_ttl = f", {ttl}" if ttl and st.spelling == "query" else ""
+    lines.append(f'    out = env.sql("{sqlgen.query(st)}"{query_ttl}).name("sql").uid("sql")')
+    return lines
 
 
 def _stage_lines(case: Case) -> list[str]:
@@ -426,7 +417,8 @@ def _stage_lines(case: Case) -> list[str]:
             '.name("wjoin").uid("wjoin")'
         ]
     if st.kind == "ujoin":
-        return [f'    out = main.join({st.right}, on="k").name("ujoin").uid("ujoin")']
+        ttl = f', state_ttl="{st.ttl_ms}ms"' if st.ttl_ms else ""
+        return [f'    out = main.join({st.right}, on="k"{ttl}).name("ujoin").uid("ujoin")']
     if st.kind == "ijoin":
         return [
             f'    out = main.join({st.right}, on="k", '
@@ -504,6 +496,7 @@ def render(case: Case, here: Path) -> str:
         + "),",
         '        restart=ed.RestartStrategy.fixed_delay(attempts=3, delay="50ms"),',
         f"        batch_size={ex.batch_size},",
+        *(["        ansi=True,"] if ex.ansi else []),
         "    )",
     ]
     late = case.assign_after >= 0  # the main source's event time behind Python operators

@@ -76,44 +76,175 @@ def _seconds(ms: int) -> str:
     return f"INTERVAL '{ms // 1000}' SECOND"
 
 
+HAVING_OPS = {"sum": ">", "count": ">", "max": ">", "min": "<"}
+"""A running ``HAVING`` compares the way its aggregate moves (``v`` stays
+positive: sums, counts and maxima only grow, minima only fall), so a key that
+passes stays passing and its last update is its final value."""
+
+
+def _having(stage: Any) -> str:
+    having = next((e for e in stage.exprs if e[0] == "having"), None)
+    if having is None:
+        return ""
+    return f" HAVING {CALL[stage.agg]} {having[1]} {having[2]}"
+
+
+def _from(stage: Any) -> tuple[str, str]:
+    """A ``WITH`` prefix and the table the query reads: ``t``, or a CTE or a
+    subquery over it (``["src", "with" | "sub", a]``: ``v + a``)."""
+    src = next((e for e in stage.exprs if e[0] == "src"), None)
+    if src is None:
+        return "", "t"
+    inner = f"SELECT id, k, ts, v + {src[2]} AS v FROM t"
+    if src[1] == "with":
+        return f"WITH w AS ({inner}) ", "w"
+    return "", f"({inner}) AS sub"
+
+
+def _select_list(stage: Any) -> list[str]:
+    return [
+        f"{SELECT[e[0]][1](*e[1:])} AS c{i}"
+        for i, e in enumerate(e for e in stage.exprs if e[0] in SELECT)
+    ]
+
+
+def _tvf(form: str, table: str, stage: Any) -> str:
+    if form == "tumble":
+        return f"TUMBLE(TABLE {table}, DESCRIPTOR(ts), {_seconds(stage.size_ms)})"
+    if form == "session":
+        return f"SESSION(TABLE {table}, DESCRIPTOR(ts), {_seconds(stage.gap_ms)})"
+    return (
+        f"HOP(TABLE {table}, DESCRIPTOR(ts), {_seconds(stage.slide_ms)}, {_seconds(stage.size_ms)})"
+    )
+
+
+JOIN_COLUMNS = "id, k, ts, v, id_right, k_right, ts_right, v_right"
+
+
+def _join_select(left: str, right: str) -> str:
+    return (
+        f"SELECT {left}.id AS id, {left}.k AS k, {left}.ts AS ts, {left}.v AS v, "
+        f"{right}.id AS id_right, {right}.k AS k_right, {right}.ts AS ts_right, "
+        f"{right}.v AS v_right"
+    )
+
+
+HOW = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "outer": "FULL OUTER JOIN"}
+
+
+def _join(stage: Any, duck: bool) -> str:
+    """A join of ``t`` with ``u`` (``form`` ijoin, tjoin, wjoin, ujoin)."""
+    if stage.form == "ijoin":
+        return (
+            f"{_join_select('t', 'u')} FROM t {HOW[stage.how]} u ON t.k = u.k AND "
+            f"u.ts BETWEEN t.ts - {-stage.lower_ms} AND t.ts + {stage.upper_ms}"
+        )
+    if stage.form == "tjoin":
+        if duck:  # DuckDB's as-of join: the newest version at or before t.ts
+            asof = "ASOF LEFT JOIN" if stage.how == "left" else "ASOF JOIN"
+            return f"{_join_select('t', 'r')} FROM t {asof} u AS r ON t.k = r.k AND t.ts >= r.ts"
+        return (
+            f"{_join_select('t', 'r')} FROM t {HOW[stage.how]} u "
+            "FOR SYSTEM_TIME AS OF t.ts AS r ON t.k = r.k"
+        )
+    if stage.form == "wjoin":
+        kind = "hop" if stage.slide_ms != stage.size_ms else "tumble"
+        left, right = (
+            (_windowed("t", stage), _windowed("u", stage))
+            if duck
+            else (f"TABLE({_tvf(kind, 't', stage)})", f"TABLE({_tvf(kind, 'u', stage)})")
+        )
+        return (
+            "SELECT L.id AS id, L.k AS k, L.window_start AS window_start, "
+            "L.window_end AS window_end, L.v AS v, R.id AS id_right, R.v AS v_right "
+            f"FROM {left} L JOIN {right} R ON L.k = R.k AND "
+            "L.window_start = R.window_start AND L.window_end = R.window_end"
+        )
+    query = f"{_join_select('t', 'u')} FROM t JOIN u ON t.k = u.k"
+    return query
+
+
 def query(stage: Any) -> str:
     """The query eddyline runs (``stage``: a ``case.Stage`` of kind sql)."""
     where = _where(stage.exprs)
-    if stage.form == "select":
-        cols = [
-            f"{SELECT[e[0]][1](*e[1:])} AS c{i}"
-            for i, e in enumerate(e for e in stage.exprs if e[0] != "where")
-        ]
-        return f"SELECT id, {', '.join(cols)} FROM t{where}"
+    with_, table = _from(stage)
+    if stage.form in JOINS:
+        return _join(stage, duck=False)
+    if stage.form in ("select", "union"):
+        cols = ", ".join(_select_list(stage))
+        first = f"{with_}SELECT id, {cols} FROM {table}{where}"
+        if stage.form == "select":
+            return first
+        return f"{first} UNION ALL SELECT id + {UNION_ID} AS id, {cols} FROM t WHERE k % 2 = 0"
     agg = f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}"
+    having = _having(stage)
     if stage.form == "group":
-        return f"SELECT k, {agg} FROM t{where} GROUP BY k"
-    if stage.form == "tumble":
-        table = f"TUMBLE(TABLE t, DESCRIPTOR(ts), {_seconds(stage.size_ms)})"
-    else:
-        table = (
-            f"HOP(TABLE t, DESCRIPTOR(ts), {_seconds(stage.slide_ms)}, {_seconds(stage.size_ms)})"
-        )
+        return f"{with_}SELECT k, {agg} FROM {table}{where} GROUP BY k{having}"
     return (
-        f"SELECT k, window_start, window_end, {agg} FROM TABLE({table}){where} "
-        "GROUP BY k, window_start, window_end"
+        f"SELECT k, window_start, window_end, {agg} FROM TABLE({_tvf(stage.form, 't', stage)})"
+        f"{where} GROUP BY k, window_start, window_end{having}"
+    )
+
+
+UNION_ID = 1_000_000_000_000
+JOINS = ("ijoin", "tjoin", "wjoin", "ujoin")
+
+
+def _windowed(table: str, stage: Any) -> str:
+    """Every (row, window) of ``table`` for DuckDB, which has no windowing
+    table function: starts on multiples of the slide, ``ts`` below the end."""
+    size = stage.size_ms
+    slide = stage.slide_ms if stage.form in ("hop", "wjoin") else size
+    return (
+        f"(SELECT *, window_start + {size} AS window_end FROM ("
+        f"SELECT *, ts - ts % {slide} - i * {slide} AS window_start "
+        f"FROM {table}, range(0, {size // slide}) AS r(i)) WHERE ts < window_start + {size})"
+    )
+
+
+def _sessions(table: str, gap: int) -> str:
+    """Sessions for DuckDB: per key in time order (ties by id), a row at
+    least ``gap`` after the previous one starts a new session (docs/API.md:
+    rows exactly ``gap`` apart are two sessions)."""
+    starts = (
+        f"SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts, id) < {gap} "
+        f"THEN 0 ELSE 1 END AS new FROM {table}"
+    )
+    numbered = (
+        "SELECT *, sum(new) OVER (PARTITION BY k ORDER BY ts, id "
+        f"ROWS UNBOUNDED PRECEDING) AS sid FROM ({starts})"
+    )
+    return (
+        f"(SELECT *, min(ts) OVER (PARTITION BY k, sid) AS window_start, "
+        f"max(ts) OVER (PARTITION BY k, sid) + {gap} AS window_end FROM ({numbered}))"
     )
 
 
 def reference_query(stage: Any) -> str:
-    """The same query for DuckDB over the table ``t``: a windowing table
-    function becomes every window of a row (``ts`` in ``[start, start +
-    size)``, starts on multiples of the slide) and a ``GROUP BY`` on it."""
-    if stage.form in ("select", "group"):
+    """The same query for DuckDB over the tables ``t`` (and ``u``): a windowing
+    table function becomes every window of a row (``_windowed``) or its
+    session (``_sessions``), and a temporal join an as-of join."""
+    if stage.form in JOINS:
+        return _join(stage, duck=True)
+    if stage.form in ("select", "group", "union"):
         return query(stage)
     where = _where(stage.exprs)
-    size = stage.size_ms
-    slide = stage.slide_ms if stage.form == "hop" else size
     agg = f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}"
+    table = _sessions("t", stage.gap_ms) if stage.form == "session" else _windowed("t", stage)
     return (
-        f"SELECT k, window_start, window_start + {size} AS window_end, {agg} FROM ("
-        f"SELECT *, ts - ts % {slide} - i * {slide} AS window_start "
-        f"FROM t, range(0, {size // slide}) AS r(i){where}) "
-        f"WHERE ts < window_start + {size} "
-        "GROUP BY k, window_start, window_end"
+        f"SELECT k, window_start, window_end, {agg} FROM {table}{where} "
+        f"GROUP BY k, window_start, window_end{_having(stage)}"
+    )
+
+
+def ttl_pairs(stage: Any) -> tuple[str, str]:
+    """An equi-join with ``state_ttl``: the pairs it surely emits and those
+    it may emit. A row expires once the watermark reaches its time + ttl,
+    and a row arriving is above the watermark (no row is late, data.py): so
+    a pair at most ttl apart always meets, one further apart meets only if
+    the older row was still kept, which depends on the other splits."""
+    base = _join(stage, duck=True)
+    return (
+        f"{base} WHERE abs(t.ts - u.ts) <= {stage.ttl_ms}",
+        f"{base} WHERE abs(t.ts - u.ts) > {stage.ttl_ms}",
     )

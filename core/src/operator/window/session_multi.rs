@@ -74,7 +74,8 @@ use crate::operator::{
 };
 use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
-    check_key_group, open_blob, owned_key_groups, same_input, sort_fields, window_key_columns,
+    check_key_group, encode_schema, open_blob, owned_key_groups, recorded_input_schema, same_input,
+    sort_fields, window_key_columns, META_INPUT_SCHEMA,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -706,6 +707,10 @@ impl CheckpointedState for SessionAggsOperator {
             columns.extend(state.slots.states(&ids).map_err(|e| e.at(name))?);
             let metadata = HashMap::from([
                 (META_AGGS.to_string(), binding.set.describe()),
+                (
+                    META_INPUT_SCHEMA.to_string(),
+                    encode_schema(name, &binding.input)?,
+                ),
                 (META_GAP.to_string(), self.factory.gap_ms.to_string()),
                 (
                     META_WATERMARK.to_string(),
@@ -728,7 +733,19 @@ impl CheckpointedState for SessionAggsOperator {
     }
 
     fn restore_state(&mut self, state: OperatorState) -> Result<()> {
-        for (kg, blob) in owned_key_groups(state, &self.own, "a session window agg()")? {
+        let groups = owned_key_groups(state, &self.own, "a session window agg()")?;
+        if self.binding.is_none() {
+            // The graph did not know the input schema: bind with the one the
+            // state was written for, so restored windows can fire before the
+            // first record (a watermark may come first).
+            let recorded = groups
+                .iter()
+                .find_map(|(_, blob)| recorded_input_schema(blob, SESSION_AGGS_FORMAT_VERSION));
+            if let Some(input) = recorded {
+                self.bind(&input)?;
+            }
+        }
+        for (kg, blob) in groups {
             if self.binding.is_some() {
                 self.restore_blob(kg, &blob)?;
             } else {

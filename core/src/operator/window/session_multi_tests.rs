@@ -289,3 +289,43 @@ fn test_restore_of_other_aggregates_or_gap_is_refused() {
         .expect_err("another gap");
     assert!(err.to_string().contains("gap 10 ms"), "{err}");
 }
+
+/// Sessions restored into an operator whose graph did not know the input
+/// schema (a Python function without `schema=` upstream) fire on a
+/// watermark before any record comes: the state records the input schema
+/// its aggregates were bound to (chaos seed 252776071 failed the job here).
+#[test]
+fn test_restored_sessions_fire_on_a_watermark_without_the_input_schema() {
+    let f = factory();
+    let b = batch(
+        vec!["a", "a", "b"],
+        vec![1, 5, 2],
+        vec![Some(1), Some(2), Some(3)],
+    );
+    let mut s = op(&f, 0..8);
+    let mut out = Recorder::default();
+    s.process_batch(0, b, &mut out).expect("process");
+    let state = s
+        .state()
+        .expect("stateful")
+        .snapshot_state(1)
+        .expect("snapshot");
+    let mut want = Recorder::default();
+    s.process_watermark(MAX_WATERMARK, &mut want)
+        .expect("watermark");
+    let mut restored = op(&f, 0..8);
+    restored
+        .state()
+        .expect("stateful")
+        .restore_state(state)
+        .expect("restore");
+    let mut out = Recorder::default();
+    restored
+        .process_watermark(MAX_WATERMARK, &mut out)
+        .expect("watermark");
+    let (mut got, mut want) = (rows(&out.batches), rows(&want.batches));
+    got.sort();
+    want.sort();
+    assert_eq!(want.len(), 2);
+    assert_eq!(got, want);
+}
