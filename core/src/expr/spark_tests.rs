@@ -707,6 +707,12 @@ fn test_display_spells_calls_casts_and_cases() {
 #[test]
 #[ignore]
 fn w8_timing() {
+    let batches = w8_batches();
+    w8_timing_of(&batches);
+}
+
+/// W8's rows: a key and a URL with an item id, 31 batches of 65,536.
+fn w8_batches() -> Vec<RecordBatch> {
     let mut state = 42u64;
     let mut next = |bound: u64| {
         state = state
@@ -714,7 +720,7 @@ fn w8_timing() {
             .wrapping_add(1_442_695_040_888_963_407);
         (state >> 33) % bound
     };
-    let batches: Vec<RecordBatch> = (0..31)
+    (0..31)
         .map(|_| {
             let rows: Vec<(i64, i64)> = (0..65_536)
                 .map(|_| (next(10_000) as i64, next(1000) as i64))
@@ -731,7 +737,10 @@ fn w8_timing() {
                 ("url", Arc::new(StringArray::from_iter_values(urls.iter()))),
             ])
         })
-        .collect();
+        .collect()
+}
+
+fn w8_timing_of(batches: &[RecordBatch]) {
     let lower = call("lower", vec![Expr::col("url")]);
     let lowered: Vec<RecordBatch> = batches
         .iter()
@@ -808,7 +817,7 @@ fn w8_timing() {
         let rows = (lowered.len() * 65_536) as f64;
         println!("{name}: {:.1} ns/row (median of 7)", runs[3] * 1e9 / rows);
     }
-    time("lower", &lower, &batches);
+    time("lower", &lower, batches);
     time("regexp_extract", &extract, &lowered);
     time("cast", &cast, &extracted);
     time("case", &case, &items);
