@@ -8,19 +8,30 @@
 //! Evaluation is per batch: the rows still open are filtered into a smaller
 //! batch for the next condition, and the branch results are stitched back
 //! into row order with one `interleave` at the end.
+//!
+//! Laziness only matters where evaluating a branch on a row it does not
+//! take could fail: a `CASE` whose conditions and values are only columns,
+//! literals, comparisons, `& | ~` and null tests (such as
+//! `when(col("x") < 10, "low").otherwise("high")`) cannot fail on any row,
+//! so it is evaluated over the whole batch instead, with no filtering: with
+//! literal values, each row's branch number picks its value with one `take`;
+//! otherwise the branches are combined with one `zip` each, from the last.
 
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, Array, ArrayRef, AsArray, UInt32Array};
+use arrow::array::{new_null_array, Array, ArrayRef, AsArray, BooleanArray, Scalar, UInt32Array};
 use arrow::compute::kernels::boolean;
-use arrow::compute::{filter, filter_record_batch, interleave, prep_null_mask_filter};
+use arrow::compute::kernels::zip::zip;
+use arrow::compute::{
+    concat, filter, filter_record_batch, interleave, prep_null_mask_filter, take,
+};
 use arrow::datatypes::{DataType, Schema, UInt32Type};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
 use super::type_class::{is_string, numeric_class};
 use super::value::Value;
-use super::{Expr, ExprError, ExprResult};
+use super::{kernels, Expr, ExprError, ExprResult, UnaryOp};
 
 /// The type of a `CASE` whose branch values (and `otherwise`) have types
 /// `values`: their common type, ignoring null literals. Numbers of
@@ -98,6 +109,25 @@ pub(super) fn eval(
     case: &Expr,
 ) -> ExprResult<Value> {
     let out_type = data_type(branches, otherwise, batch.schema_ref(), case)?;
+    let total = branches
+        .iter()
+        .all(|(when, then)| cannot_fail(when) && cannot_fail(then))
+        && otherwise.is_none_or(cannot_fail);
+    if total {
+        eval_whole(branches, otherwise, batch, &out_type, case)
+    } else {
+        eval_lazy(branches, otherwise, batch, &out_type, case)
+    }
+}
+
+/// Evaluates `case` branch by branch, each on the rows still open.
+fn eval_lazy(
+    branches: &[(Expr, Expr)],
+    otherwise: Option<&Expr>,
+    batch: &RecordBatch,
+    out_type: &DataType,
+    case: &Expr,
+) -> ExprResult<Value> {
     let failed = |e: ArrowError| ExprError::operator(format!("failed to evaluate {case}: {e}"));
     let n = batch.num_rows();
     let row_count = u32::try_from(n)
@@ -125,7 +155,7 @@ pub(super) fn eval(
         }
         let rest = boolean::not(&taken).map_err(failed)?;
         let chosen = filter_record_batch(&open, &taken).map_err(failed)?;
-        let value = cast_value(then.evaluate(&chosen)?, &out_type).map_err(failed)?;
+        let value = cast_value(then.evaluate(&chosen)?, out_type).map_err(failed)?;
         let chosen_rows = filter(&open_rows, &taken).map_err(failed)?;
         parts.push((chosen_rows.as_primitive::<UInt32Type>().clone(), value));
         open = filter_record_batch(&open, &rest).map_err(failed)?;
@@ -136,8 +166,8 @@ pub(super) fn eval(
     }
     if open.num_rows() > 0 {
         let value = match otherwise {
-            Some(otherwise) => cast_value(otherwise.evaluate(&open)?, &out_type).map_err(failed)?,
-            None => new_null_array(&out_type, open.num_rows()),
+            Some(otherwise) => cast_value(otherwise.evaluate(&open)?, out_type).map_err(failed)?,
+            None => new_null_array(out_type, open.num_rows()),
         };
         parts.push((open_rows, value));
     }
@@ -155,11 +185,119 @@ pub(super) fn eval(
     }
     let values: Vec<&dyn Array> = parts.iter().map(|(_, v)| v.as_ref()).collect();
     if values.is_empty() {
-        return Ok(Value::Array(new_null_array(&out_type, n)));
+        return Ok(Value::Array(new_null_array(out_type, n)));
     }
     interleave(&values, &order)
         .map(Value::Array)
         .map_err(failed)
+}
+
+/// Whether evaluating `expr` can fail on no row (type errors aside, which
+/// [`data_type`] reports for every branch): only columns, literals,
+/// comparisons (whose operand casts are safe), `& | ~` and null tests. A
+/// conservative check: arithmetic can overflow or divide by zero, functions
+/// and casts can fail in ANSI mode.
+fn cannot_fail(expr: &Expr) -> bool {
+    match expr {
+        Expr::Column(_) | Expr::Literal(_) => true,
+        Expr::Binary { op, left, right } => {
+            (op.is_comparison() || op.is_logical()) && cannot_fail(left) && cannot_fail(right)
+        }
+        Expr::Unary { op, expr } => {
+            matches!(op, UnaryOp::Not | UnaryOp::IsNull | UnaryOp::IsNotNull) && cannot_fail(expr)
+        }
+        Expr::Call { .. } | Expr::Cast { .. } | Expr::Case { .. } => false,
+    }
+}
+
+/// Evaluates a `CASE` whose branches [`cannot_fail`] over the whole batch:
+/// every condition over every row, each row taking the value of its first
+/// true condition (a null one is false), or `otherwise`.
+fn eval_whole(
+    branches: &[(Expr, Expr)],
+    otherwise: Option<&Expr>,
+    batch: &RecordBatch,
+    out_type: &DataType,
+    case: &Expr,
+) -> ExprResult<Value> {
+    let failed = |e: ArrowError| ExprError::operator(format!("failed to evaluate {case}: {e}"));
+    let n = batch.num_rows();
+    let mut taken = Vec::with_capacity(branches.len());
+    let mut values = Vec::with_capacity(branches.len() + 1);
+    for (when, then) in branches {
+        let condition = when.eval(batch)?;
+        check_condition(condition.data_type(), when, case)?;
+        taken.push(match condition {
+            Value::Array(c) => c.as_boolean_opt().map(|c| match c.null_count() {
+                0 => c.clone(),
+                _ => prep_null_mask_filter(c),
+            }),
+            // One value for every row: a null or false condition takes none.
+            Value::Scalar(c) => c
+                .as_boolean_opt()
+                .filter(|c| c.is_valid(0) && c.value(0))
+                .map(|_| BooleanArray::from(vec![true; n])),
+        });
+        values.push(cast_value_of(then.eval(batch)?, out_type).map_err(failed)?);
+    }
+    let last = match otherwise {
+        Some(otherwise) => cast_value_of(otherwise.eval(batch)?, out_type).map_err(failed)?,
+        None => Value::Scalar(new_null_array(out_type, 1)),
+    };
+    values.push(last);
+    if values.iter().all(Value::is_scalar) {
+        // Each row's branch number (the last for `otherwise`), then its value.
+        let otherwise_index = u32::try_from(branches.len())
+            .map_err(|_| ExprError::operator(format!("too many branches in {case}")))?;
+        let mut chosen = vec![otherwise_index; n];
+        for (index, taken) in (0..otherwise_index).zip(&taken).rev() {
+            if let Some(taken) = taken {
+                for row in taken.values().set_indices() {
+                    chosen[row] = index;
+                }
+            }
+        }
+        let scalars: Vec<&dyn Array> = values
+            .iter()
+            .map(|v| match v {
+                Value::Array(a) | Value::Scalar(a) => a.as_ref(),
+            })
+            .collect();
+        let choices = concat(&scalars).map_err(failed)?;
+        let chosen = take(&choices, &UInt32Array::from(chosen), None).map_err(failed)?;
+        return Ok(Value::Array(chosen));
+    }
+    let mut values = values.into_iter().rev();
+    let mut result = values
+        .next()
+        .unwrap_or(Value::Scalar(new_null_array(out_type, 1)));
+    for (taken, value) in taken.iter().rev().zip(values) {
+        let Some(taken) = taken else {
+            continue;
+        };
+        let zipped = match (&value, &result) {
+            (Value::Array(a), Value::Array(b)) => zip(taken, a, b),
+            (Value::Array(a), Value::Scalar(b)) => zip(taken, a, &Scalar::new(Arc::clone(b))),
+            (Value::Scalar(a), Value::Array(b)) => zip(taken, &Scalar::new(Arc::clone(a)), b),
+            (Value::Scalar(a), Value::Scalar(b)) => zip(
+                taken,
+                &Scalar::new(Arc::clone(a)),
+                &Scalar::new(Arc::clone(b)),
+            ),
+        };
+        result = Value::Array(zipped.map_err(failed)?);
+    }
+    Ok(match result {
+        Value::Array(a) => Value::Array(a),
+        Value::Scalar(a) => Value::Array(kernels::broadcast(&a, n).map_err(failed)?),
+    })
+}
+
+fn cast_value_of(value: Value, to: &DataType) -> Result<Value, ArrowError> {
+    Ok(match value {
+        Value::Array(a) => Value::Array(cast_value(a, to)?),
+        Value::Scalar(a) => Value::Scalar(cast_value(a, to)?),
+    })
 }
 
 /// `batch` cut to the columns `case` reads, so that the filters between
@@ -186,5 +324,189 @@ fn cast_value(array: ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> {
         Ok(array)
     } else {
         arrow::compute::cast(&array, to)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, Int64Array, StringArray};
+    use arrow::datatypes::Field;
+
+    use crate::expr::{BinaryOp, ScalarValue};
+
+    fn batch() -> RecordBatch {
+        let schema = Schema::new(vec![
+            Field::new("i", DataType::Int64, true),
+            Field::new("f", DataType::Float64, true),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("b", DataType::Boolean, true),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(vec![
+                    Some(5),
+                    None,
+                    Some(20_000),
+                    Some(-1),
+                    Some(60_000),
+                    Some(10_000),
+                ])),
+                Arc::new(Float64Array::from(vec![
+                    Some(0.5),
+                    Some(f64::NAN),
+                    None,
+                    Some(-0.0),
+                    Some(2.0),
+                    Some(1.0),
+                ])),
+                Arc::new(StringArray::from(vec![
+                    Some("a"),
+                    Some(""),
+                    None,
+                    Some("ü"),
+                    Some("b"),
+                    Some("a"),
+                ])),
+                Arc::new(BooleanArray::from(vec![
+                    Some(true),
+                    None,
+                    Some(false),
+                    Some(true),
+                    None,
+                    Some(false),
+                ])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn lit(v: ScalarValue) -> Expr {
+        Expr::lit(v)
+    }
+
+    fn lt(column: &str, v: Expr) -> Expr {
+        Expr::binary(BinaryOp::Lt, Expr::col(column), v)
+    }
+
+    /// `CASE`s that cannot fail: literal values (the `take`), columns and
+    /// literals mixed (the `zip`), null and constant conditions, no
+    /// `otherwise`, values of types that promote.
+    fn total_cases() -> Vec<Expr> {
+        let s = |v: &str| lit(ScalarValue::Utf8(v.to_string()));
+        let i = |v: i64| lit(ScalarValue::Int64(v));
+        vec![
+            // W8's bucket.
+            Expr::case(
+                vec![
+                    (lt("i", i(10_000)), s("low")),
+                    (lt("i", i(50_000)), s("mid")),
+                ],
+                Some(s("high")),
+            ),
+            Expr::case(vec![(lt("i", i(10_000)), s("low"))], None),
+            Expr::case(
+                vec![
+                    (Expr::col("b"), Expr::col("s")),
+                    (lt("f", lit(ScalarValue::Float64(1.0))), s("small")),
+                ],
+                Some(Expr::col("s")),
+            ),
+            Expr::case(
+                vec![
+                    (Expr::unary(UnaryOp::IsNull, Expr::col("i")), i(0)),
+                    (lit(ScalarValue::Boolean(true)), Expr::col("f")),
+                ],
+                None,
+            ),
+            Expr::case(
+                vec![
+                    (lit(ScalarValue::Null), i(1)),
+                    (lit(ScalarValue::Boolean(false)), i(2)),
+                ],
+                Some(Expr::col("i")),
+            ),
+            Expr::case(
+                vec![(
+                    Expr::binary(
+                        BinaryOp::Or,
+                        Expr::unary(UnaryOp::Not, Expr::col("b")),
+                        Expr::binary(BinaryOp::Eq, Expr::col("s"), s("a")),
+                    ),
+                    Expr::col("i"),
+                )],
+                Some(lit(ScalarValue::Null)),
+            ),
+        ]
+    }
+
+    fn parts(case: &Expr) -> (&[(Expr, Expr)], Option<&Expr>) {
+        match case {
+            Expr::Case {
+                branches,
+                otherwise,
+            } => (branches, otherwise.as_deref()),
+            _ => panic!("not a CASE: {case}"),
+        }
+    }
+
+    fn array(value: Value) -> ArrayRef {
+        match value {
+            Value::Array(a) => a,
+            Value::Scalar(a) => a,
+        }
+    }
+
+    #[test]
+    fn a_case_that_cannot_fail_is_evaluated_whole_as_lazily() {
+        let batch = batch();
+        for case in total_cases() {
+            let (branches, otherwise) = parts(&case);
+            assert!(
+                branches
+                    .iter()
+                    .all(|(w, t)| cannot_fail(w) && cannot_fail(t))
+                    && otherwise.is_none_or(cannot_fail),
+                "{case}"
+            );
+            let out_type = data_type(branches, otherwise, batch.schema_ref(), &case).unwrap();
+            let whole = array(eval_whole(branches, otherwise, &batch, &out_type, &case).unwrap());
+            let lazy = array(eval_lazy(branches, otherwise, &batch, &out_type, &case).unwrap());
+            assert_eq!(whole.as_ref(), lazy.as_ref(), "{case}");
+            assert_eq!(whole.len(), batch.num_rows(), "{case}");
+            // And over no rows.
+            let empty = batch.slice(0, 0);
+            let whole = array(eval_whole(branches, otherwise, &empty, &out_type, &case).unwrap());
+            assert_eq!(whole.len(), 0, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_case_that_can_fail_stays_lazy() {
+        let batch = batch();
+        // `10 // (i - i)` divides by zero wherever `i` is not null, and is
+        // taken only where it is.
+        let zero = Expr::binary(BinaryOp::Sub, Expr::col("i"), Expr::col("i"));
+        let divide = Expr::binary(BinaryOp::FloorDiv, lit(ScalarValue::Int64(10)), zero);
+        let case = Expr::case(
+            vec![(Expr::unary(UnaryOp::IsNull, Expr::col("i")), divide.clone())],
+            Some(lit(ScalarValue::Int64(7))),
+        );
+        assert!(!cannot_fail(&divide));
+        let out = case.evaluate(&batch).unwrap();
+        let out = out.as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(
+            out.iter().collect::<Vec<_>>(),
+            vec![Some(7), None, Some(7), Some(7), Some(7), Some(7)]
+        );
+        for fallible in [
+            Expr::cast(Expr::col("s"), "int").unwrap(),
+            Expr::call("lower", vec![Expr::col("s")]).unwrap(),
+            Expr::unary(UnaryOp::Neg, Expr::col("i")),
+            Expr::case(vec![], Some(Expr::col("i"))),
+        ] {
+            assert!(!cannot_fail(&fallible), "{fallible}");
+        }
     }
 }

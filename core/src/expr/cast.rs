@@ -21,10 +21,12 @@
 
 use std::sync::Arc;
 
+use arrow::array::builder::NullBufferBuilder;
 use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, StringArray};
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit,
+    ArrowNativeType, ArrowPrimitiveType, DataType, Float64Type, Int16Type, Int32Type, Int64Type,
+    Int8Type, TimeUnit,
 };
 use arrow::error::ArrowError;
 
@@ -161,11 +163,7 @@ fn spark_cast(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, ArrowError> {
     );
     if is_string(from) && int_target {
         let strings = cast_with_options(array, &DataType::Utf8, &safe)?;
-        let parsed: PrimitiveArray<Int64Type> = strings
-            .as_string::<i32>()
-            .iter()
-            .map(|s| s.and_then(parse_spark_integer))
-            .collect();
+        let parsed = parse_integers(strings.as_string::<i32>());
         // Out of the target's range is null, like Spark's UTF8String.toInt.
         return cast_with_options(&parsed, to, &safe);
     }
@@ -207,29 +205,56 @@ fn wrap<I: ArrowPrimitiveType, O: ArrowPrimitiveType>(
     Arc::new(array.unary::<_, O>(op))
 }
 
+/// [`parse_spark_integer`] of every value of `strings`, straight from the
+/// offsets and bytes of the array into the result's buffers.
+fn parse_integers(strings: &StringArray) -> PrimitiveArray<Int64Type> {
+    let offsets = strings.value_offsets();
+    let data = strings.value_data();
+    let mut values = Vec::with_capacity(strings.len());
+    let mut valid = NullBufferBuilder::new(strings.len());
+    for (row, bounds) in offsets.windows(2).enumerate() {
+        let parsed = if strings.is_null(row) {
+            None
+        } else {
+            // Offsets of a valid array lie within its data, in order.
+            let (start, end) = (bounds[0].as_usize(), bounds[1].as_usize());
+            data.get(start..end).and_then(parse_spark_integer)
+        };
+        values.push(parsed.unwrap_or(0));
+        valid.append(parsed.is_some());
+    }
+    PrimitiveArray::new(values.into(), valid.finish())
+}
+
 /// Parses an integer the way Spark's non-ANSI cast does
 /// (`UTF8String.toLong`): surrounding characters up to U+0020 trimmed, an
 /// optional sign, at least one digit, optionally a `.` and more digits
 /// (dropped); `None` when malformed or out of the `bigint` range.
-fn parse_spark_integer(s: &str) -> Option<i64> {
-    let s = s.trim_matches(|c: char| c <= ' ');
-    let (negative, digits) = match s.as_bytes().first()? {
+///
+/// Works on the UTF-8 bytes: the characters up to U+0020 are exactly the
+/// bytes up to 0x20, and every byte of a longer character is 0x80 or more.
+fn parse_spark_integer(s: &[u8]) -> Option<i64> {
+    let is_space = |b: &u8| *b <= b' ';
+    let first = s.iter().position(|b| !is_space(b))?;
+    let last = s.iter().rposition(|b| !is_space(b))?;
+    let s = &s[first..=last];
+    let (negative, digits) = match s[0] {
         b'-' => (true, &s[1..]),
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    let (whole, fraction) = match digits.split_once('.') {
-        Some((whole, fraction)) => (whole, Some(fraction)),
+    let (whole, fraction) = match digits.iter().position(|b| *b == b'.') {
+        Some(dot) => (&digits[..dot], Some(&digits[dot + 1..])),
         None => (digits, None),
     };
-    if !fraction.is_none_or(|f| f.bytes().all(|b| b.is_ascii_digit())) {
+    if !fraction.is_none_or(|f| f.iter().all(u8::is_ascii_digit)) {
         return None;
     }
-    if whole.is_empty() && fraction.is_none_or(str::is_empty) {
+    if whole.is_empty() && fraction.is_none_or(<[u8]>::is_empty) {
         return None;
     }
     let mut value: i64 = 0;
-    for b in whole.bytes() {
+    for b in whole {
         if !b.is_ascii_digit() {
             return None;
         }
@@ -310,4 +335,59 @@ fn ansi_check(input: &ArrayRef, output: &ArrayRef, to: &SparkType, cast: &Expr) 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_from_bytes_as_spark_parses_them() {
+        let values = [
+            Some("12"),
+            Some("\t 12 \n"),
+            Some("\u{a0}12"),
+            Some("-"),
+            Some("."),
+            Some("1."),
+            Some(".5"),
+            Some("-0.9"),
+            Some("+7"),
+            Some("-9223372036854775808"),
+            Some("9223372036854775808"),
+            Some("9223372036854775807"),
+            Some("١٢"),
+            Some("1e3"),
+            Some("1.2.3"),
+            Some(""),
+            None,
+            Some("é5"),
+        ];
+        let strings = StringArray::from(values.to_vec());
+        let expected = vec![
+            Some(12),
+            Some(12),
+            None,
+            None,
+            None,
+            Some(1),
+            Some(0),
+            Some(0),
+            Some(7),
+            Some(i64::MIN),
+            None,
+            Some(i64::MAX),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        ];
+        let parsed = parse_integers(&strings);
+        assert_eq!(parsed.iter().collect::<Vec<_>>(), expected);
+        // A slice of the array: offsets that do not start at zero.
+        let sliced = parse_integers(&strings.slice(5, 4));
+        assert_eq!(sliced.iter().collect::<Vec<_>>(), expected[5..9].to_vec());
+    }
 }

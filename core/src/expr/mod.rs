@@ -48,6 +48,7 @@ mod spark_functions;
 mod spark_json;
 mod spark_nested;
 mod spark_regex;
+mod spark_regex_run;
 mod spark_time;
 mod type_class;
 mod types;

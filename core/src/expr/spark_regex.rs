@@ -15,8 +15,10 @@
 //! runs the one-pass DFA anchored at each place it occurs, in order: the first
 //! place that matches is the leftmost match, and the one-pass DFA gives the
 //! leftmost-first captures there, so the answer is the `regex` crate's (and
-//! Java's `Matcher.find`, for the syntax the two share). Other patterns take
-//! the `regex` crate's capture search, as before.
+//! Java's `Matcher.find`, for the syntax the two share). A pattern of the
+//! shape `literal(class+)` needs no automaton at all: see
+//! `spark_regex_run.rs`. Other patterns take the `regex` crate's capture
+//! search.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -29,7 +31,9 @@ use regex_automata::dfa::onepass;
 use regex_automata::util::captures::Captures;
 use regex_automata::{Anchored, Input};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
-use regex_syntax::hir::Look;
+use regex_syntax::hir::{Hir, Look};
+
+use super::spark_regex_run::LiteralRun;
 
 /// How many places of the literal one row may try before the row falls back
 /// to the `regex` crate's search (a string full of the literal would
@@ -40,11 +44,13 @@ const MAX_ATTEMPTS: usize = 32;
 /// (patterns taken from a column can be as many as the rows).
 const MAX_KEPT: usize = 256;
 
-/// A compiled pattern: the `regex` crate's, and the one-pass capture search
-/// where the pattern allows it.
+/// A compiled pattern: the `regex` crate's, and the faster capture searches
+/// the pattern allows.
 #[derive(Debug)]
 pub(super) struct Pattern {
     regex: Regex,
+    /// For `literal(class+)`.
+    run: Option<LiteralRun>,
     anchored: Option<AnchoredCaptures>,
 }
 
@@ -68,9 +74,12 @@ impl Pattern {
         let regex = Regex::new(pattern).map_err(|e| {
             DataFusionError::Execution(format!("{function}: invalid pattern '{pattern}': {e}"))
         })?;
+        // Parsed as `Regex::new` parses it (Unicode on, UTF-8 only).
+        let hir = regex_syntax::Parser::new().parse(pattern).ok();
         Ok(Pattern {
             regex,
-            anchored: AnchoredCaptures::new(pattern),
+            run: hir.as_ref().and_then(LiteralRun::new),
+            anchored: hir.and_then(|hir| AnchoredCaptures::new(pattern, &hir)),
         })
     }
 
@@ -126,6 +135,9 @@ impl Pattern {
         value: &'v str,
         group: usize,
     ) -> Option<&'v str> {
+        if let Some(found) = self.run.as_ref().and_then(|run| run.search(value)) {
+            return found.map(|m| m.group(value, group));
+        }
         if let (Some(anchored), Some((cache, captures))) =
             (&self.anchored, searcher.onepass.as_mut())
         {
@@ -147,6 +159,22 @@ impl Pattern {
     }
 }
 
+/// `pattern` compiled without the literal run's search (for timing it
+/// against the one-pass search).
+#[cfg(test)]
+pub(super) fn compile_without_run(pattern: &str) -> Pattern {
+    Pattern {
+        run: None,
+        ..Pattern::compile("t", pattern).expect("a valid pattern")
+    }
+}
+
+/// `pattern` compiled with every search it allows.
+#[cfg(test)]
+pub(super) fn compile(pattern: &str) -> Pattern {
+    Pattern::compile("t", pattern).expect("a valid pattern")
+}
+
 /// Per-caller scratch space of a [`Pattern`]'s searches.
 #[derive(Debug)]
 pub(super) struct Searcher {
@@ -157,9 +185,7 @@ pub(super) struct Searcher {
 impl AnchoredCaptures {
     /// The one-pass search of `pattern`, if it is one-pass and its matches
     /// start at the start of the string or at a literal.
-    fn new(pattern: &str) -> Option<AnchoredCaptures> {
-        // Parsed as `Regex::new` parses it (Unicode on, UTF-8 only).
-        let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
+    fn new(pattern: &str, hir: &Hir) -> Option<AnchoredCaptures> {
         let start = if hir.properties().look_set_prefix().contains(Look::Start) {
             Start::AtZero
         } else {
@@ -167,7 +193,7 @@ impl AnchoredCaptures {
             // longest common prefix; none (an infinite set, or a pattern that
             // can match the empty string) leaves the pattern to the regex
             // crate.
-            let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
+            let prefixes = Extractor::new().kind(ExtractKind::Prefix).extract(hir);
             let common = prefixes.longest_common_prefix()?;
             if common.is_empty() {
                 return None;
@@ -237,22 +263,44 @@ impl PatternCache {
 mod tests {
     use super::*;
 
-    /// The one-pass search agrees with the `regex` crate's on every group.
+    /// The pattern with only the `regex` crate's search.
+    fn plain(pattern: &str) -> Pattern {
+        Pattern {
+            regex: Regex::new(pattern).unwrap(),
+            run: None,
+            anchored: None,
+        }
+    }
+
+    /// The fast searches agree with the `regex` crate's on every group: all
+    /// of them as compiled, and the one-pass search without the literal run
+    /// in front of it.
     fn agree(pattern: &str, values: &[&str]) {
         let compiled = Pattern::compile("t", pattern).unwrap();
-        let mut searcher = compiled.searcher();
-        let plain = Pattern {
-            regex: Regex::new(pattern).unwrap(),
-            anchored: None,
+        let without_run = Pattern {
+            run: None,
+            ..Pattern::compile("t", pattern).unwrap()
         };
-        let mut plain_searcher = plain.searcher();
+        let plain = plain(pattern);
+        let mut searchers = [
+            compiled.searcher(),
+            without_run.searcher(),
+            plain.searcher(),
+        ];
         for value in values {
             for group in 0..=compiled.groups() {
-                assert_eq!(
-                    compiled.extract(&mut searcher, value, group),
-                    plain.extract(&mut plain_searcher, value, group),
-                    "pattern {pattern:?}, value {value:?}, group {group}"
-                );
+                let [a, b, c] = &mut searchers;
+                let expected = plain.extract(c, value, group);
+                for (name, pattern, searcher) in
+                    [("all", &compiled, a), ("one-pass", &without_run, b)]
+                {
+                    assert_eq!(
+                        pattern.extract(searcher, value, group),
+                        expected,
+                        "{name}: pattern {:?}, value {value:?}, group {group}",
+                        pattern.regex.as_str()
+                    );
+                }
             }
         }
     }
@@ -270,6 +318,11 @@ mod tests {
         "ftp://host",
         "a-b a_b ab",
         "key=1;key=;key=3",
+        "/item/12٣",
+        "/item/٣ /item/5",
+        "/item/5٣",
+        "é=abç; é=x",
+        "/item/ab?c/item/x",
     ];
 
     #[test]
@@ -287,6 +340,11 @@ mod tests {
             r"(?i)item/(\d+)",
             r"é(.)",
             r"^",
+            // The literal run's shape.
+            r"=([^;]+)",
+            r"é=(\w+)",
+            r"/item/([^/?]{2,})",
+            r"(?-u)/item/([0-9]+)",
         ] {
             agree(pattern, VALUES);
         }
@@ -296,7 +354,7 @@ mod tests {
     fn one_pass_search_agrees_on_random_strings() {
         // Strings over an alphabet that makes near-misses of the literal
         // common, from a fixed-seed linear congruential generator.
-        let alphabet: Vec<char> = "/item/0123 ;=kéy:/".chars().collect();
+        let alphabet: Vec<char> = "/item/0123 ;=kéy:/٣".chars().collect();
         let mut state = 42u64;
         let mut next = |bound: usize| {
             state = state
@@ -318,9 +376,21 @@ mod tests {
             r"^/(i)?(\w+)",
             r"ké(y)?=([^;]*)",
             r"/(?:item|it)/(\d)",
+            r"=([^;]*)",
+            r"/(\d{2,})",
+            r"é(\w+)",
+            r"y(\d*)",
         ] {
             agree(pattern, &values);
         }
+    }
+
+    #[test]
+    fn the_literal_run_shape_takes_the_run_search() {
+        let compiled = Pattern::compile("t", r"/item/(\d+)").unwrap();
+        assert!(compiled.run.is_some());
+        let compiled = Pattern::compile("t", r"(?i)/item/(\d+)").unwrap();
+        assert!(compiled.run.is_none());
     }
 
     #[test]
@@ -342,8 +412,10 @@ mod tests {
 
     #[test]
     fn a_row_full_of_the_literal_falls_back_to_the_regex_crate() {
-        let value = format!("{}/item/5", "/item/x".repeat(MAX_ATTEMPTS + 3));
-        let compiled = Pattern::compile("t", r"/item/(\d+)").unwrap();
+        // Not the literal run's shape: the one-pass search tries each place.
+        let value = format!("{}/item/5?", "/item/x".repeat(MAX_ATTEMPTS + 3));
+        let compiled = Pattern::compile("t", r"/item/(\d+)\?").unwrap();
+        assert!(compiled.run.is_none() && compiled.anchored.is_some());
         let mut searcher = compiled.searcher();
         assert_eq!(compiled.extract(&mut searcher, &value, 1), Some("5"));
     }

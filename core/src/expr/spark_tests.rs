@@ -701,3 +701,124 @@ fn test_display_spells_calls_casts_and_cases() {
     );
     assert_eq!(e.columns(), vec!["s"]);
 }
+
+/// Scratch timing of W8's expressions (not a test): `cargo test --release
+/// -p eddyline-core --lib w8_timing -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn w8_timing() {
+    let batches = w8_batches();
+    w8_timing_of(&batches);
+}
+
+/// W8's rows: a key and a URL with an item id, 31 batches of 65,536.
+fn w8_batches() -> Vec<RecordBatch> {
+    let mut state = 42u64;
+    let mut next = |bound: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) % bound
+    };
+    (0..31)
+        .map(|_| {
+            let rows: Vec<(i64, i64)> = (0..65_536)
+                .map(|_| (next(10_000) as i64, next(1000) as i64))
+                .collect();
+            let urls: Vec<String> = rows
+                .iter()
+                .map(|(k, v)| format!("https://Shop.Example.COM/Item/{}?ref={k}", v * 97))
+                .collect();
+            batch(vec![
+                (
+                    "key",
+                    Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                ),
+                ("url", Arc::new(StringArray::from_iter_values(urls.iter()))),
+            ])
+        })
+        .collect()
+}
+
+fn w8_timing_of(batches: &[RecordBatch]) {
+    let lower = call("lower", vec![Expr::col("url")]);
+    let lowered: Vec<RecordBatch> = batches
+        .iter()
+        .map(|b| batch(vec![("l", lower.evaluate(b).unwrap())]))
+        .collect();
+    let extract = call(
+        "regexp_extract",
+        vec![
+            Expr::col("l"),
+            s(r"/item/(\d+)"),
+            Expr::lit(ScalarValue::Int64(1)),
+        ],
+    );
+    let extracted: Vec<RecordBatch> = lowered
+        .iter()
+        .map(|b| batch(vec![("e", extract.evaluate(b).unwrap())]))
+        .collect();
+    let cast = Expr::cast(Expr::col("e"), "bigint").unwrap();
+    let items: Vec<RecordBatch> = extracted
+        .iter()
+        .map(|b| batch(vec![("item", cast.evaluate(b).unwrap())]))
+        .collect();
+    let i = |v: i64| Expr::lit(ScalarValue::Int64(v));
+    let case = Expr::case(
+        vec![
+            (
+                Expr::binary(BinaryOp::Lt, Expr::col("item"), i(10_000)),
+                s("low"),
+            ),
+            (
+                Expr::binary(BinaryOp::Lt, Expr::col("item"), i(50_000)),
+                s("mid"),
+            ),
+        ],
+        Some(s("high")),
+    );
+    let time = |name: &str, e: &Expr, input: &[RecordBatch]| {
+        let mut runs: Vec<f64> = (0..7)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                for b in input {
+                    std::hint::black_box(e.evaluate(b).unwrap());
+                }
+                start.elapsed().as_secs_f64()
+            })
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        let rows = (input.len() * 65_536) as f64;
+        println!("{name}: {:.1} ns/row (median of 7)", runs[3] * 1e9 / rows);
+    };
+    for (name, pattern) in [
+        (
+            "search: literal run",
+            super::spark_regex::compile(r"/item/(\d+)"),
+        ),
+        (
+            "search: one-pass",
+            super::spark_regex::compile_without_run(r"/item/(\d+)"),
+        ),
+    ] {
+        let mut runs: Vec<f64> = (0..7)
+            .map(|_| {
+                let mut searcher = pattern.searcher();
+                let start = std::time::Instant::now();
+                for b in &lowered {
+                    for v in b.column(0).as_string::<i32>().iter().flatten() {
+                        std::hint::black_box(pattern.extract(&mut searcher, v, 1));
+                    }
+                }
+                start.elapsed().as_secs_f64()
+            })
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        let rows = (lowered.len() * 65_536) as f64;
+        println!("{name}: {:.1} ns/row (median of 7)", runs[3] * 1e9 / rows);
+    }
+    time("lower", &lower, batches);
+    time("regexp_extract", &extract, &lowered);
+    time("cast", &cast, &extracted);
+    time("case", &case, &items);
+}
