@@ -6,15 +6,16 @@
 //! Column names: a view's columns keep their names; a projection names a
 //! column by its alias, a bare column keeps its name, any other expression
 //! gets DataFusion's display name; a `GROUP BY` names its keys as they are
-//! and its aggregates as the DSL's aggregate does when it is a single
-//! `sum/min/max(col)` (the column's name) or `count(*)` (`count`), else
-//! Spark's way, `function(column)`.
+//! and its aggregates as the DSL job it lowers to does (`aggregate.rs`): a
+//! single `sum/min/max(col)` by the column and `count(*)` as `count`, else
+//! Spark's way (`avg(v)`, `count(1)`), as `keyed.agg(...)` names them.
 
 use datafusion_expr::{Expr as DfExpr, LogicalPlan};
 
+use super::aggregate;
 use super::convert::{to_expr, Columns};
 use super::tvf::WindowTable;
-use super::{AggregateCall, SqlError, SqlNode, View};
+use super::{spark_window, spark_window_column, SqlError, SqlNode, View};
 use crate::expr::Expr;
 
 pub(crate) struct Lowering<'a> {
@@ -150,96 +151,81 @@ impl Lowering<'_> {
         })
     }
 
-    // `Expr::Wildcard` is deprecated for plans that went through the analyzer;
-    // the planner's raw `count(*)` still holds it.
-    #[allow(deprecated)]
     fn aggregate(&self, a: &datafusion_expr::logical_plan::Aggregate) -> Result<SqlNode, SqlError> {
-        let input = self.lower(&a.input)?;
-        let names = input.columns();
+        // Spark's `GROUP BY window(...)`: the rewritten subquery adding the
+        // window column is not run; its input is grouped into the windows.
+        let spark = spark_window::grouped_input(&a.input);
+        let (input, names, window) = match &spark {
+            Some((below, time, kind)) => {
+                let input = self.lower(below)?;
+                let mut names = input.columns();
+                let time_column = Columns {
+                    schema: below.schema(),
+                    names: &names,
+                }
+                .name_of(time)?;
+                names.push(spark_window_column(kind).to_string());
+                (input, names, Some((time_column, kind.clone())))
+            }
+            None => {
+                let input = self.lower(&a.input)?;
+                let names = input.columns();
+                (input, names, None)
+            }
+        };
         let columns = Columns {
             schema: a.input.schema(),
             names: &names,
         };
+        // GROUP BY expressions are computed by a projection first, named as
+        // DataFusion shows them (the name a SELECT of them without AS gets).
         let mut keys = Vec::with_capacity(a.group_expr.len());
+        let mut computed: Vec<(String, Expr)> = Vec::new();
         for e in &a.group_expr {
             match e {
                 DfExpr::Column(c) => keys.push(columns.name_of(c)?),
                 other => {
-                    return Err(refused(
-                        "GROUP BY",
-                        &format!(
-                            "GROUP BY {other}: only columns can be grouped by yet; compute \
-                             the key in a subquery (SELECT ... AS key FROM ...) first"
-                        ),
-                    ))
+                    let name = other.human_display().to_string();
+                    if names.contains(&name) || computed.iter().any(|(n, _)| *n == name) {
+                        return Err(refused(
+                            "GROUP BY",
+                            &format!(
+                                "GROUP BY {name}: the name is taken; group by it AS in a subquery"
+                            ),
+                        ));
+                    }
+                    computed.push((name.clone(), to_expr(other, &columns)?));
+                    keys.push(name);
                 }
             }
         }
-        let mut calls = Vec::with_capacity(a.aggr_expr.len());
-        for e in &a.aggr_expr {
-            let inner = match e {
-                DfExpr::Alias(alias) => alias.expr.as_ref(),
-                other => other,
-            };
-            let DfExpr::AggregateFunction(f) = inner else {
-                return Err(refused("aggregate", &format!("{e} is not an aggregate")));
-            };
-            let function = f.func.name().to_ascii_lowercase();
-            let params = &f.params;
-            if params.distinct {
-                return Err(refused(
-                    "DISTINCT aggregate",
-                    &format!("{function}(DISTINCT ...) is not supported yet"),
-                ));
-            }
-            if params.filter.is_some() || !params.order_by.is_empty() {
-                return Err(refused(
-                    "aggregate FILTER / ORDER BY",
-                    &format!("{function}() with FILTER or ORDER BY is not supported yet"),
-                ));
-            }
-            let column = match (function.as_str(), params.args.as_slice()) {
-                // `count(*)`: the planner leaves the wildcard (its analyzer,
-                // which eddyline does not run, would make it `count(1)`).
-                ("count", [] | [DfExpr::Wildcard { .. }]) => None,
-                ("count", [DfExpr::Literal(v, _)]) if !v.is_null() => None,
-                (_, [DfExpr::Column(c)]) => Some(columns.name_of(c)?),
-                _ => {
-                    return Err(refused(
-                        "aggregate",
-                        &format!(
-                            "{e}: an aggregate of an expression is not supported yet; compute \
-                             it in a subquery (SELECT ... AS x FROM ...) and aggregate x"
-                        ),
-                    ))
-                }
-            };
-            calls.push((function, column));
-        }
-        let single = calls.len() == 1;
-        let aggregates: Vec<AggregateCall> = calls
-            .into_iter()
-            .map(|(function, column)| {
-                let name = match (&column, single, function.as_str()) {
-                    (None, true, "count") => "count".to_string(),
-                    (Some(c), true, "sum" | "min" | "max") => c.clone(),
-                    (Some(c), _, _) => format!("{function}({c})"),
-                    (None, _, _) => format!("{function}(*)"),
-                };
-                AggregateCall {
-                    function,
-                    column,
-                    name,
-                }
-            })
-            .collect();
+        let aggregates = aggregate::calls(&a.aggr_expr, &columns)?;
         let mut out = keys.clone();
         out.extend(aggregates.iter().map(|c| c.name.clone()));
+        let window_column = window.as_ref().map(|(_, kind)| spark_window_column(kind));
+        let keys: Vec<String> = keys
+            .into_iter()
+            .filter(|k| Some(k.as_str()) != window_column)
+            .collect();
+        let input = if computed.is_empty() {
+            input
+        } else {
+            let mut exprs: Vec<(String, Expr)> = input
+                .columns()
+                .into_iter()
+                .map(|c| (c.clone(), Expr::col(c)))
+                .collect();
+            exprs.extend(computed);
+            SqlNode::Project {
+                input: Box::new(input),
+                exprs,
+            }
+        };
         Ok(SqlNode::Aggregate {
             input: Box::new(input),
             keys,
             aggregates,
-            window: None,
+            window,
             columns: out,
         })
     }
