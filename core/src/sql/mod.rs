@@ -13,6 +13,7 @@ mod aggregate;
 mod convert;
 mod lower;
 mod provider;
+mod prune;
 mod spark_window;
 mod tvf;
 
@@ -145,9 +146,10 @@ pub fn plan(query: &str, views: &[View]) -> Result<SqlNode, SqlError> {
     spark_window::rewrite(&mut rewritten.statement)?;
     let provider = provider::Provider::new(views, &rewritten.windows);
     let plan = provider.plan(&rewritten.statement)?;
-    lower::Lowering {
+    let lowered = lower::Lowering {
         views,
         windows: &rewritten.windows,
     }
-    .lower(&plan)
+    .lower(&plan)?;
+    Ok(prune::prune(lowered))
 }
