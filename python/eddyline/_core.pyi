@@ -342,14 +342,20 @@ class SqlUnion:
 
 @final
 class SqlAggregate:
-    """``GROUP BY keys`` with ``aggregates`` ``(function, column or None, name)``."""
+    """``GROUP BY keys`` with ``aggregates`` ``(function, args, column or None, name)``;
+    ``window`` is Spark's ``GROUP BY window(...)``: ``(column, time column, kind,
+    size_ms, slide_ms, gap_ms)``, or None."""
 
     @property
     def input(self) -> _SqlStep: ...
     @property
     def keys(self) -> list[str]: ...
     @property
-    def aggregates(self) -> list[tuple[str, str | None, str]]: ...
+    def aggregates(self) -> list[tuple[str, list[Expr], str | None, str]]: ...
+    @property
+    def window(
+        self,
+    ) -> tuple[str, str, str, int | None, int | None, int | None] | None: ...
     @property
     def columns(self) -> list[str]: ...
 

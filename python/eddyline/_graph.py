@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ._registry import Stage, record_chain_factory
 from ._specs import (
+    AssignTimestampsSpec,
     EdgeSpec,
     FilterSpec,
     JoinSpec,
@@ -591,9 +592,10 @@ class LogicalGraph:
 
     def _columns_read(self, nid: int, readers: dict[int, list[int]]) -> list[str] | None:
         """The columns of ``nid``'s output that its readers use, in its schema's order,
-        when every path from it is filters ending in a ``select`` (each naming
-        the columns its expressions read); ``None`` when some reader may use any
-        column (another operator, a sink, a loop) or nothing is known."""
+        when every path from it is filters and timestamp assigners (which read
+        their time column and pass every column on) ending in a ``select`` (each
+        naming the columns its expressions read); ``None`` when some reader may
+        use any column (another operator, a sink, a loop) or nothing is known."""
         schema = self.nodes[nid].schema
         if schema is None or not readers[nid]:
             return None
@@ -602,14 +604,17 @@ class LogicalGraph:
             node = self.nodes[reader]
             if node.side_outputs:
                 return None
-            if isinstance(node.spec, FilterSpec):
+            if isinstance(node.spec, FilterSpec | AssignTimestampsSpec):
                 below = self._columns_read(reader, readers)
                 if below is None:
                     return None
                 used.update(below)
             elif not isinstance(node.spec, SelectSpec):
                 return None
-            used.update(node.spec.reads)
+            if isinstance(node.spec, AssignTimestampsSpec):
+                used.add(node.spec.column)
+            else:
+                used.update(node.spec.reads)
         if used.isdisjoint(schema.names):
             return None
         return [name for name in schema.names if name in used]

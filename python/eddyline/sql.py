@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import _core
+from .aggregates import AggregateColumn
 from .config import Duration, parse_duration
 from .errors import SqlError
-from .expr import Expr, lit
+from .expr import Expr, col, lit
 from .windows import Session, Sliding, Tumbling
 
 if TYPE_CHECKING:
@@ -38,6 +39,11 @@ _WINDOW_BOUNDS = ("window_start", "window_end")
 _ALL = "__sql_group"
 """The constant key column of a GROUP BY without keys."""
 
+Aggregate = tuple[str, list[Expr], str | None, str]
+"""One aggregate of a ``GROUP BY`` as ``plan_sql`` gives it: the function
+(``eddyline.functions``' spelling), its arguments, the column of a one-column
+aggregate (None otherwise) and the output name."""
+
 
 @dataclass(frozen=True)
 class _Windowing:
@@ -46,6 +52,8 @@ class _Windowing:
 
     function: str
     assigner: Tumbling | Sliding | Session
+    spark: bool = False
+    """Spark's ``GROUP BY window(...)``: no ``window_start``/``window_end`` keys."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +136,13 @@ class _Lowering:
             first, *rest = (i.stream for i in inputs)
             return _Lowered(first.union(*rest))
         if kind == "SqlAggregate":
-            return _Lowered(_group(self.lower(node.input), list(node.keys), node.aggregates))
+            below = self.lower(node.input)
+            if node.window is not None:
+                below = _spark_window(below, node.window)
+            stream = _group(below, list(node.keys), node.aggregates)
+            if node.window is not None:
+                stream = _window_struct(stream, node.window[0], list(node.columns))
+            return _Lowered(stream)
         if kind == "SqlJoin":
             return _Lowered(self._join(node))
         raise AssertionError(f"unknown SQL step {node!r}")  # invariant: plan_sql's classes
@@ -136,19 +150,9 @@ class _Lowering:
     def _window(self, node: Any) -> _Lowered:
         function = node.kind.upper()
         stream = self.lower(node.input).stream
-        if stream.time_column != node.time_column:
-            has = (
-                f"its event time is column '{stream.time_column}'"
-                if stream.time_column is not None
-                else "it has no event time"
-            )
-            raise SqlError(
-                f"SQL {function}: DESCRIPTOR({node.time_column}) must name the view's event-time "
-                f"column, but {has}; call assign_timestamps('{node.time_column}') (or "
-                "with_watermark) on the stream before registering the view",
-                function,
-            )
-        return _Lowered(stream, _Windowing(function, _assigner(node.kind, node)))
+        _check_time_column(stream, node.time_column, function, f"DESCRIPTOR({node.time_column})")
+        assigner = _assigner(node.kind, node.size_ms, node.slide_ms, node.gap_ms)
+        return _Lowered(stream, _Windowing(function, assigner))
 
     def _join(self, node: Any) -> DataStream:
         """A join (core's sql/join.rs sorted the condition): the DSL's join,
@@ -182,7 +186,7 @@ class _Lowering:
             stream = ls.join(rs, how=node.how, within=within, **keys)
         elif node.kind == "window":
             # window_join takes a Session too (its windows form from both sides' rows).
-            window: Any = _assigner(node.window, node)
+            window: Any = _assigner(node.window, node.size_ms, node.slide_ms, node.gap_ms)
             stream = ls.window_join(rs, window=window, **keys)
         else:
             stream = ls.temporal_join(rs, how=node.how, **keys)
@@ -218,13 +222,56 @@ def _views_read(node: Any) -> set[str]:
     return set().union(*(_views_read(c) for c in children)) if children else set()
 
 
-def _assigner(kind: str, node: Any) -> Tumbling | Sliding | Session:
-    """The DSL's window of a windowing table function (sizes in ms)."""
+def _assigner(
+    kind: str, size_ms: int | None, slide_ms: int | None, gap_ms: int | None
+) -> Tumbling | Sliding | Session:
+    """The DSL's window assigner of a window of ``plan_sql``."""
     if kind == "tumble":
-        return Tumbling(node.size_ms / 1000)
+        assert size_ms is not None  # invariant: plan_sql gives a tumble its size
+        return Tumbling(size_ms / 1000)
     if kind == "hop":
-        return Sliding(node.size_ms / 1000, node.slide_ms / 1000)
-    return Session(node.gap_ms / 1000)
+        assert size_ms is not None and slide_ms is not None  # invariant: as above
+        return Sliding(size_ms / 1000, slide_ms / 1000)
+    assert gap_ms is not None  # invariant: as above
+    return Session(gap_ms / 1000)
+
+
+def _check_time_column(stream: DataStream, time_column: str, construct: str, call: str) -> None:
+    """Refuses windows over a column that is not the stream's event time."""
+    if stream.time_column == time_column:
+        return
+    has = (
+        f"its event time is column '{stream.time_column}'"
+        if stream.time_column is not None
+        else "it has no event time"
+    )
+    raise SqlError(
+        f"SQL {construct}: {call} must name the view's event-time column, but {has}; call "
+        f"assign_timestamps('{time_column}') (or with_watermark) on the stream before "
+        "registering the view",
+        construct,
+    )
+
+
+def _spark_window(below: _Lowered, window: tuple[Any, ...]) -> _Lowered:
+    """The rows of Spark's ``GROUP BY window(ts, ...)``, to be grouped into its windows."""
+    column, time_column, kind, size_ms, slide_ms, gap_ms = window
+    if below.window is not None:
+        raise SqlError(
+            f"SQL window: GROUP BY {column}(...) over the rows of a windowing table function; "
+            "group by one of them",
+            "window",
+        )
+    _check_time_column(below.stream, time_column, "window", f"{column}({time_column}, ...)")
+    assigner = _assigner(kind, size_ms, slide_ms, gap_ms)
+    return _Lowered(below.stream, _Windowing("window", assigner, spark=True))
+
+
+def _window_struct(stream: DataStream, column: str, columns: list[str]) -> DataStream:
+    """The windowed aggregate's ``columns`` with Spark's window column, a struct of
+    ``start`` and ``end``, in place of ``window_start`` and ``window_end``."""
+    window = Expr._struct([col("window_start").alias("start"), col("window_end").alias("end")])
+    return stream.select(*(window.alias(c) if c == column else c for c in columns))
 
 
 def _no_window_bounds(below: _Lowered, exprs: list[Expr], clause: str) -> None:
@@ -241,13 +288,11 @@ def _no_window_bounds(below: _Lowered, exprs: list[Expr], clause: str) -> None:
         )
 
 
-def _group(
-    below: _Lowered, keys: list[str], aggregates: list[tuple[str, str | None, str]]
-) -> DataStream:
+def _group(below: _Lowered, keys: list[str], aggregates: list[Aggregate]) -> DataStream:
     """``GROUP BY keys`` (with a windowing table function's windows when the keys
     hold ``window_start`` and ``window_end``) with ``aggregates``."""
     window = below.window
-    if window is not None:
+    if window is not None and not window.spark:
         bounds = [k for k in keys if k in _WINDOW_BOUNDS]
         if sorted(bounds) != sorted(_WINDOW_BOUNDS):
             raise SqlError(
@@ -269,29 +314,22 @@ def _group(
     return aggregate(grouped, aggregates)
 
 
-def aggregate(
-    grouped: KeyedStream | WindowedStream, aggregates: list[tuple[str, str | None, str]]
-) -> DataStream:
+def aggregate(grouped: KeyedStream | WindowedStream, aggregates: list[Aggregate]) -> DataStream:
     """The aggregates of a ``GROUP BY`` on a keyed or windowed stream: the one
     place SQL meets the DSL's aggregates.
 
-    ``aggregates``: ``(function, column or None for count(*), output name)``.
-    Today a single ``sum(col)``, ``count(*)``, ``min(col)`` or ``max(col)``
-    (named as the DSL names it: the column, or ``count``); several aggregates
-    and the others (``avg``, ``count(col)``, ...) become ``grouped.agg(...)``
-    with each aggregate aliased to its output name once that exists.
+    A single ``sum(col)``, ``min(col)``, ``max(col)`` or ``count(*)`` is the
+    DSL's ``grouped.sum(col)`` (...) ``grouped.count()``, named as they name
+    it; anything else is ``grouped.agg(...)`` with one aggregate of
+    ``eddyline.functions`` per call, aliased to its output name, as the
+    hand-written job writes ``grouped.agg(F.avg("v"), F.count("*"))``.
     """
     if len(aggregates) == 1:
-        function, column, _ = aggregates[0]
-        if function == "count" and column is None:
+        function, _, column, name = aggregates[0]
+        if function == "count" and name == "count":
             return grouped.count()
-        if function in ("sum", "min", "max") and column is not None:
+        if function in ("sum", "min", "max") and column is not None and name == column:
             result: DataStream = getattr(grouped, function)(column)
             return result
-    listed = ", ".join(f"{f}({c or '*'})" for f, c, _ in aggregates) or "none"
-    raise SqlError(
-        f"SQL aggregate: {listed}: a GROUP BY takes one aggregate yet, sum(col), count(*), "
-        "min(col) or max(col); several aggregates and avg, count(col) and the others are "
-        "not supported yet",
-        "aggregate",
-    )
+    columns = [AggregateColumn(f, list(args), name) for f, args, _, name in aggregates]
+    return grouped.agg(*columns)

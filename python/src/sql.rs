@@ -53,13 +53,17 @@ pub struct PySqlUnion {
     columns: Vec<String>,
 }
 
-/// `GROUP BY keys` with `aggregates`: a list of `(function, column or None,
-/// output name)`.
+/// `GROUP BY keys` with `aggregates`: a list of `(function, args (a list
+/// of `Expr`), the column of a one-column aggregate or None, output name)`,
+/// `function` spelt as `eddyline.functions` spells it. `window` is Spark's
+/// `GROUP BY window(...)`: `(column, time column, kind, size_ms, slide_ms,
+/// gap_ms)` as [`PySqlWindow`]'s, or None.
 #[pyclass(name = "SqlAggregate", module = "eddyline._core", frozen, get_all)]
 pub struct PySqlAggregate {
     input: Py<PyAny>,
     keys: Vec<String>,
     aggregates: Py<PyList>,
+    window: Option<SparkWindow>,
     columns: Vec<String>,
 }
 
@@ -85,6 +89,15 @@ pub struct PySqlJoin {
     time_columns: Option<(String, String)>,
     columns: Vec<String>,
 }
+
+type SparkWindow = (
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
 
 fn window_fields(kind: &WindowKind) -> (&'static str, Option<i64>, Option<i64>, Option<i64>) {
     match kind {
@@ -167,8 +180,23 @@ fn to_py(py: Python<'_>, node: &SqlNode) -> PyResult<Py<PyAny>> {
             input,
             keys,
             aggregates,
+            window,
             ..
-        } => aggregate_to_py(py, input, keys, aggregates, columns)?,
+        } => {
+            let window = window.as_ref().map(|(time_column, kind)| {
+                let (name, size_ms, slide_ms, gap_ms) = window_fields(kind);
+                let column = sql::spark_window_column(kind).to_string();
+                (
+                    column,
+                    time_column.clone(),
+                    name.to_string(),
+                    size_ms,
+                    slide_ms,
+                    gap_ms,
+                )
+            });
+            aggregate_to_py(py, input, keys, aggregates, window, columns)?
+        }
         SqlNode::Join { .. } => join_to_py(py, node, columns)?,
     })
 }
@@ -263,17 +291,27 @@ fn aggregate_to_py(
     input: &SqlNode,
     keys: &[String],
     aggregates: &[AggregateCall],
+    window: Option<SparkWindow>,
     columns: Vec<String>,
 ) -> PyResult<Py<PyAny>> {
     let items = aggregates
         .iter()
-        .map(
-            |AggregateCall {
-                 function,
-                 column,
-                 name,
-             }| { (function.clone(), column.clone(), name.clone()).into_pyobject(py) },
-        )
+        .map(|call| {
+            let args = call
+                .args
+                .iter()
+                .map(|a| expr(py, a))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyTuple::new(
+                py,
+                [
+                    call.function.clone().into_pyobject(py)?.into_any(),
+                    PyList::new(py, args)?.into_any(),
+                    call.column.clone().into_pyobject(py)?.into_any(),
+                    call.name.clone().into_pyobject(py)?.into_any(),
+                ],
+            )
+        })
         .collect::<PyResult<Vec<_>>>()?;
     Py::new(
         py,
@@ -281,6 +319,7 @@ fn aggregate_to_py(
             input: to_py(py, input)?,
             keys: keys.to_vec(),
             aggregates: PyList::new(py, items)?.unbind(),
+            window,
             columns,
         },
     )

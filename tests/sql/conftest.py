@@ -24,9 +24,21 @@ def duck(query: str, **tables: pa.Table) -> list[dict[str, Any]]:
         con.close()
 
 
+def _sortable(value: Any) -> tuple[Any, ...]:
+    """``value`` as a sort key: None after every value, structs (dicts) by their
+    fields, lists by their items, so rows holding them sort."""
+    if value is None:
+        return (1,)
+    if isinstance(value, dict):
+        return (0, tuple((k, _sortable(v)) for k, v in sorted(value.items())))
+    if isinstance(value, list | tuple):
+        return (0, tuple(_sortable(v) for v in value))
+    return (0, value)
+
+
 def rows_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    """A sort key for rows holding None."""
-    return tuple((v is None, v) for v in row.values())
+    """A sort key for rows holding None, structs and lists."""
+    return tuple(_sortable(v) for v in row.values())
 
 
 def same_rows(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:

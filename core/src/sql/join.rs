@@ -286,7 +286,10 @@ impl Lowering<'_> {
                         how.to_uppercase()
                     )));
                 }
-                (JoinKind::Regular, None)
+                // The event times a state_ttl reads (the Python lowering
+                // decides the TTL), so pruning keeps them.
+                let times = sides[0].time.clone().zip(sides[1].time.clone());
+                (JoinKind::Regular, times)
             }
             (None, None, _, _) => {
                 return Err(refused(

@@ -6,16 +6,17 @@
 //! Column names: a view's columns keep their names; a projection names a
 //! column by its alias, a bare column keeps its name, any other expression
 //! gets DataFusion's display name; a `GROUP BY` names its keys as they are
-//! and its aggregates as the DSL's aggregate does when it is a single
-//! `sum/min/max(col)` (the column's name) or `count(*)` (`count`), else
-//! Spark's way, `function(column)`.
+//! and its aggregates as the DSL job it lowers to does (`aggregate.rs`): a
+//! single `sum/min/max(col)` by the column and `count(*)` as `count`, else
+//! Spark's way (`avg(v)`, `count(1)`), as `keyed.agg(...)` names them.
 
 use datafusion_expr::{Expr as DfExpr, LogicalPlan};
 
+use super::aggregate;
 use super::convert::{to_expr, Columns};
 use super::rename::{filter, project};
 use super::tvf::{TemporalTable, WindowTable};
-use super::{AggregateCall, SqlError, SqlNode, View};
+use super::{spark_window, spark_window_column, SqlError, SqlNode, View};
 use crate::expr::Expr;
 
 pub(crate) struct Lowering<'a> {
@@ -91,6 +92,16 @@ impl Lowering<'_> {
         if identity {
             return Ok(input);
         }
+        let (input, exprs) = fold_aliases(input, exprs);
+        let names = input.columns();
+        let identity = exprs.len() == names.len()
+            && exprs
+                .iter()
+                .zip(&names)
+                .all(|((n, e), c)| n == c && *e == Expr::col(c.clone()));
+        if identity {
+            return Ok(input);
+        }
         Ok(project(input, exprs))
     }
 
@@ -152,99 +163,171 @@ impl Lowering<'_> {
         })
     }
 
-    // `Expr::Wildcard` is deprecated for plans that went through the analyzer;
-    // the planner's raw `count(*)` still holds it.
-    #[allow(deprecated)]
     fn aggregate(&self, a: &datafusion_expr::logical_plan::Aggregate) -> Result<SqlNode, SqlError> {
-        let input = self.lower(&a.input)?;
-        let names = input.columns();
+        // Spark's `GROUP BY window(...)`: the rewritten subquery adding the
+        // window column is not run; its input is grouped into the windows.
+        let spark = spark_window::grouped_input(&a.input);
+        let (input, names, window) = match &spark {
+            Some((below, time, kind)) => {
+                let input = self.lower(below)?;
+                let mut names = input.columns();
+                let time_column = Columns {
+                    schema: below.schema(),
+                    names: &names,
+                }
+                .name_of(time)?;
+                names.push(spark_window_column(kind).to_string());
+                (input, names, Some((time_column, kind.clone())))
+            }
+            None => {
+                let input = self.lower(&a.input)?;
+                let names = input.columns();
+                (input, names, None)
+            }
+        };
         let columns = Columns {
             schema: a.input.schema(),
             names: &names,
         };
+        // GROUP BY expressions are computed by a projection first, named as
+        // DataFusion shows them (the name a SELECT of them without AS gets).
         let mut keys = Vec::with_capacity(a.group_expr.len());
+        let mut computed: Vec<(String, Expr)> = Vec::new();
         for e in &a.group_expr {
             match e {
                 DfExpr::Column(c) => keys.push(columns.name_of(c)?),
                 other => {
-                    return Err(refused(
-                        "GROUP BY",
-                        &format!(
-                            "GROUP BY {other}: only columns can be grouped by yet; compute \
-                             the key in a subquery (SELECT ... AS key FROM ...) first"
-                        ),
-                    ))
+                    let name = other.human_display().to_string();
+                    if names.contains(&name) || computed.iter().any(|(n, _)| *n == name) {
+                        return Err(refused(
+                            "GROUP BY",
+                            &format!(
+                                "GROUP BY {name}: the name is taken; group by it AS in a subquery"
+                            ),
+                        ));
+                    }
+                    computed.push((name.clone(), to_expr(other, &columns)?));
+                    keys.push(name);
                 }
             }
         }
-        let mut calls = Vec::with_capacity(a.aggr_expr.len());
-        for e in &a.aggr_expr {
-            let inner = match e {
-                DfExpr::Alias(alias) => alias.expr.as_ref(),
-                other => other,
-            };
-            let DfExpr::AggregateFunction(f) = inner else {
-                return Err(refused("aggregate", &format!("{e} is not an aggregate")));
-            };
-            let function = f.func.name().to_ascii_lowercase();
-            let params = &f.params;
-            if params.distinct {
-                return Err(refused(
-                    "DISTINCT aggregate",
-                    &format!("{function}(DISTINCT ...) is not supported yet"),
-                ));
-            }
-            if params.filter.is_some() || !params.order_by.is_empty() {
-                return Err(refused(
-                    "aggregate FILTER / ORDER BY",
-                    &format!("{function}() with FILTER or ORDER BY is not supported yet"),
-                ));
-            }
-            let column = match (function.as_str(), params.args.as_slice()) {
-                // `count(*)`: the planner leaves the wildcard (its analyzer,
-                // which eddyline does not run, would make it `count(1)`).
-                ("count", [] | [DfExpr::Wildcard { .. }]) => None,
-                ("count", [DfExpr::Literal(v, _)]) if !v.is_null() => None,
-                (_, [DfExpr::Column(c)]) => Some(columns.name_of(c)?),
-                _ => {
-                    return Err(refused(
-                        "aggregate",
-                        &format!(
-                            "{e}: an aggregate of an expression is not supported yet; compute \
-                             it in a subquery (SELECT ... AS x FROM ...) and aggregate x"
-                        ),
-                    ))
-                }
-            };
-            calls.push((function, column));
-        }
-        let single = calls.len() == 1;
-        let aggregates: Vec<AggregateCall> = calls
-            .into_iter()
-            .map(|(function, column)| {
-                let name = match (&column, single, function.as_str()) {
-                    (None, true, "count") => "count".to_string(),
-                    (Some(c), true, "sum" | "min" | "max") => c.clone(),
-                    (Some(c), _, _) => format!("{function}({c})"),
-                    (None, _, _) => format!("{function}(*)"),
-                };
-                AggregateCall {
-                    function,
-                    column,
-                    name,
-                }
-            })
-            .collect();
+        let aggregates = aggregate::calls(&a.aggr_expr, &columns)?;
         let mut out = keys.clone();
         out.extend(aggregates.iter().map(|c| c.name.clone()));
+        let window_column = window.as_ref().map(|(_, kind)| spark_window_column(kind));
+        let keys: Vec<String> = keys
+            .into_iter()
+            .filter(|k| Some(k.as_str()) != window_column)
+            .collect();
+        let input = if computed.is_empty() {
+            input
+        } else {
+            with_computed(input, computed)?
+        };
         Ok(SqlNode::Aggregate {
             input: Box::new(input),
             keys,
             aggregates,
-            window: None,
+            window,
             columns: out,
         })
     }
+}
+
+/// A projection's aliases of an aggregate's output folded into the aggregate
+/// (`avg(x) AS m` names the aggregate `m`), as the DSL twin writes
+/// `.agg(F.avg("x").alias("m"))` and needs no select after it. Not for the
+/// single `sum/min/max(col)` or `count(*)` that lower to the DSL's
+/// `.sum(col)` / `.count()`, which name their column themselves.
+fn fold_aliases(input: SqlNode, mut exprs: Vec<(String, Expr)>) -> (SqlNode, Vec<(String, Expr)>) {
+    let SqlNode::Aggregate {
+        input: below,
+        keys,
+        mut aggregates,
+        window,
+        mut columns,
+    } = input
+    else {
+        return (input, exprs);
+    };
+    let dsl_named = matches!(aggregates.as_slice(), [a] if
+        (matches!(a.function.as_str(), "sum" | "min" | "max")
+            && a.column.as_deref() == Some(a.name.as_str()))
+        || (a.function == "count" && a.name == "count"));
+    if !dsl_named {
+        for call in aggregates.iter_mut() {
+            let own = Expr::col(call.name.clone());
+            let reads = exprs
+                .iter()
+                .filter(|(_, e)| e.columns().contains(&call.name.as_str()))
+                .count();
+            let Some(at) = exprs.iter().position(|(_, e)| *e == own) else {
+                continue;
+            };
+            let alias = exprs[at].0.clone();
+            // Read once, as a plain column, under a name no other column has.
+            if reads != 1 || alias == call.name || columns.contains(&alias) {
+                continue;
+            }
+            if let Some(c) = columns.iter_mut().find(|c| **c == call.name) {
+                c.clone_from(&alias);
+            }
+            exprs[at].1 = Expr::col(alias.clone());
+            call.name = alias;
+        }
+    }
+    let node = SqlNode::Aggregate {
+        input: below,
+        keys,
+        aggregates,
+        window,
+        columns,
+    };
+    (node, exprs)
+}
+
+/// `input` with the `computed` group keys added as columns. Over a windowing
+/// table function they are computed below it, on the rows, as the window's
+/// `window_start`/`window_end` exist only once the rows are grouped (a key
+/// cannot read them).
+fn with_computed(input: SqlNode, computed: Vec<(String, Expr)>) -> Result<SqlNode, SqlError> {
+    if let SqlNode::Window {
+        input,
+        time_column,
+        kind,
+        ..
+    } = input
+    {
+        if let Some((name, _)) = computed.iter().find(|(_, e)| {
+            e.columns()
+                .iter()
+                .any(|c| *c == "window_start" || *c == "window_end")
+        }) {
+            return Err(refused(
+                "GROUP BY",
+                &format!(
+                    "GROUP BY {name}: a group key cannot compute with window_start or \
+                     window_end; group by them and compute after the GROUP BY"
+                ),
+            ));
+        }
+        let below = with_computed(*input, computed)?;
+        let mut columns = below.columns();
+        columns.extend(["window_start".to_string(), "window_end".to_string()]);
+        return Ok(SqlNode::Window {
+            input: Box::new(below),
+            time_column,
+            kind,
+            columns,
+        });
+    }
+    let mut exprs: Vec<(String, Expr)> = input
+        .columns()
+        .into_iter()
+        .map(|c| (c.clone(), Expr::col(c)))
+        .collect();
+    exprs.extend(computed);
+    Ok(project(input, exprs))
 }
 
 /// Why a stream cannot run `plan` (a node the lowering does not take).

@@ -9,11 +9,14 @@
 //! or column) is a [`SqlError`] naming the construct, raised here, before any
 //! operator exists.
 
+mod aggregate;
 mod convert;
 mod join;
 mod lower;
 mod provider;
+mod prune;
 mod rename;
+mod spark_window;
 mod tvf;
 
 use std::fmt;
@@ -22,6 +25,7 @@ use arrow::datatypes::SchemaRef;
 
 use crate::expr::Expr;
 
+pub use spark_window::column_name as spark_window_column;
 pub use tvf::interval_ms;
 
 /// A view a query may read: its name, schema and event-time column.
@@ -44,11 +48,16 @@ pub enum WindowKind {
     Session { gap_ms: i64 },
 }
 
-/// One aggregate of a `GROUP BY`: the function (lower case), the column it
-/// reads (None: `count(*)`) and the name of its output column.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One aggregate of a `GROUP BY`: the function (the name of eddyline's
+/// aggregate, as `F` spells it: `sum`, `count`, `count_distinct`, `avg`,
+/// `approx_percentile`...), its arguments as `F`'s aggregate takes them
+/// (`count(*)` is `count` of the literal 1), the column it reads when its
+/// one argument is a plain column (None: `count(*)` or an expression) and
+/// the name of its output column.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AggregateCall {
     pub function: String,
+    pub args: Vec<Expr>,
     pub column: Option<String>,
     pub name: String,
 }
@@ -95,8 +104,10 @@ pub enum SqlNode {
     /// `UNION ALL` of inputs with the same column names.
     Union { inputs: Vec<SqlNode> },
     /// `GROUP BY` the key columns with aggregates; `window` is Spark's
-    /// `window(time_column, ...)` grouping (its output column names are in
-    /// `window_columns`), None otherwise.
+    /// `window(time_column, ...)` / `session_window(...)` grouping, None
+    /// otherwise: its column (`spark_window_column`, a struct of `start`
+    /// and `end`) is among `columns` where the query grouped by it, not
+    /// among `keys`.
     Aggregate {
         input: Box<SqlNode>,
         keys: Vec<String>,
@@ -163,7 +174,8 @@ impl std::error::Error for SqlError {}
 
 /// Plans `query` (one `SELECT`, `WITH` or `UNION ALL` query) over `views`.
 pub fn plan(query: &str, views: &[View]) -> Result<SqlNode, SqlError> {
-    let rewritten = tvf::rewrite(query, views)?;
+    let mut rewritten = tvf::rewrite(query, views)?;
+    spark_window::rewrite(&mut rewritten.statement)?;
     // A versioned table (`v FOR SYSTEM_TIME AS OF ...`) plans as a copy of its view.
     let mut catalog = views.to_vec();
     catalog.extend(rewritten.temporals.iter().filter_map(|t| {
@@ -175,10 +187,11 @@ pub fn plan(query: &str, views: &[View]) -> Result<SqlNode, SqlError> {
     }));
     let provider = provider::Provider::new(&catalog, &rewritten.windows);
     let plan = provider.plan(&rewritten.statement)?;
-    lower::Lowering {
+    let lowered = lower::Lowering {
         views,
         windows: &rewritten.windows,
         temporals: &rewritten.temporals,
     }
-    .lower(&plan)
+    .lower(&plan)?;
+    Ok(prune::prune(lowered))
 }

@@ -1,23 +1,28 @@
 //! What DataFusion's SQL planner may name (docs/DESIGN.md "SQL"): the
 //! registered views and the synthetic tables of windowing table functions,
 //! with their Arrow schemas; the scalar functions eddyline's function library
-//! resolves (so a query can call exactly what `F` offers); DataFusion's
-//! aggregate functions (the lowering decides which run as streams).
+//! resolves (so a query can call exactly what `F` offers); the aggregates
+//! of `F` (`aggregate.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::config::ConfigOptions;
-use datafusion_common::{plan_err, Result as DfResult, TableReference};
+use datafusion_common::{
+    plan_err, Column, Result as DfResult, ScalarValue as DfScalar, TableReference,
+};
+use datafusion_expr::expr::ScalarFunction;
 use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::planner::ContextProvider;
+use datafusion_expr::planner::{ExprPlanner, PlannerResult};
 use datafusion_expr::{
-    AggregateUDF, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
+    AggregateUDF, Expr as DfExpr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
 };
 use datafusion_sql::planner::{ParserOptions, SqlToRel};
 use datafusion_sql::sqlparser::ast::Statement;
 
+use super::spark_window;
 use super::tvf::WindowTable;
 use super::{SqlError, View};
 use crate::expr::library_function;
@@ -26,7 +31,35 @@ use crate::expr::library_function;
 pub(crate) struct Provider {
     tables: HashMap<String, SchemaRef>,
     aggregates: HashMap<String, Arc<AggregateUDF>>,
+    planners: Vec<Arc<dyn ExprPlanner>>,
     options: ConfigOptions,
+}
+
+/// `s.field` of a struct column `s` (Spark's `window.start`) as the
+/// library's `get_field`.
+#[derive(Debug)]
+struct FieldAccess;
+
+impl ExprPlanner for FieldAccess {
+    fn plan_compound_identifier(
+        &self,
+        field: &Field,
+        qualifier: Option<&TableReference>,
+        nested_names: &[String],
+    ) -> DfResult<PlannerResult<Vec<DfExpr>>> {
+        let Some(get_field) = library_function("get_field") else {
+            return plan_err!("no get_field function");
+        };
+        let mut expr = DfExpr::Column(Column::from((qualifier, field)));
+        for name in nested_names {
+            let name = DfExpr::Literal(DfScalar::Utf8(Some(name.clone())), None);
+            expr = DfExpr::ScalarFunction(ScalarFunction::new_udf(
+                Arc::clone(&get_field),
+                vec![expr, name],
+            ));
+        }
+        Ok(PlannerResult::Planned(expr))
+    }
 }
 
 impl Provider {
@@ -43,19 +76,13 @@ impl Provider {
                 );
             }
         }
-        let mut aggregates = HashMap::new();
-        for udaf in datafusion_functions_aggregate::all_default_aggregate_functions() {
-            for name in
-                std::iter::once(udaf.name()).chain(udaf.aliases().iter().map(String::as_str))
-            {
-                aggregates.insert(name.to_ascii_lowercase(), Arc::clone(&udaf));
-            }
-        }
+        let aggregates = super::aggregate::catalog();
         let mut options = ConfigOptions::new();
         options.execution.time_zone = Some("UTC".to_string());
         Provider {
             tables,
             aggregates,
+            planners: vec![Arc::new(FieldAccess)],
             options,
         }
     }
@@ -117,7 +144,14 @@ impl ContextProvider for Provider {
     }
 
     fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        if name == spark_window::FUNCTION {
+            return Some(spark_window::SparkWindowFunction::udf());
+        }
         library_function(name)
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &self.planners
     }
 
     fn get_higher_order_meta(&self, _name: &str) -> Option<Arc<HigherOrderUDF>> {

@@ -346,7 +346,7 @@ fn descriptor(expr: &SqlExpr) -> Option<String> {
 }
 
 /// `INTERVAL '10' SECOND`, `INTERVAL '10 seconds'` or `'10 seconds'` in milliseconds.
-fn sql_interval_ms(expr: &SqlExpr) -> Option<i64> {
+pub(crate) fn sql_interval_ms(expr: &SqlExpr) -> Option<i64> {
     match expr {
         SqlExpr::Interval(interval) => {
             let text = literal_text(&interval.value)?;
