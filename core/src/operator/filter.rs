@@ -178,15 +178,7 @@ mod tests {
     }
 
     fn ctx() -> OperatorContext {
-        OperatorContext {
-            name: "f".into(),
-            uid: "f".into(),
-            subtask_index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-            key_groups: 0..128,
-            attempt: 0,
-        }
+        crate::operator::testing::context("f", 0..128, 128)
     }
 
     fn batch(values: Vec<Option<i64>>) -> RecordBatch {

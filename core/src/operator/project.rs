@@ -392,15 +392,7 @@ mod tests {
     }
 
     fn ctx() -> OperatorContext {
-        OperatorContext {
-            name: "p".into(),
-            uid: "p".into(),
-            subtask_index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-            key_groups: 0..128,
-            attempt: 0,
-        }
+        crate::operator::testing::context("p", 0..128, 128)
     }
 
     fn batch() -> RecordBatch {

@@ -1,5 +1,5 @@
-//! A collector that records what an operator emits, for the operators'
-//! unit tests.
+//! A collector that records what an operator emits, and the context an
+//! operator is opened with, for the operators' unit tests.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
 
-use super::Collector;
+use super::{Collector, OperatorContext};
 use crate::error::Result;
 use crate::state::{OperatorState, StateBlob};
 
@@ -35,6 +35,24 @@ impl Collector for Recorder {
     fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
         self.side.push((port, batch));
         Ok(())
+    }
+}
+
+/// The context of the only subtask of operator `name` (parallelism 1,
+/// `max_parallelism` key groups), owning `key_groups`.
+pub(crate) fn context(
+    name: &str,
+    key_groups: Range<usize>,
+    max_parallelism: usize,
+) -> OperatorContext {
+    OperatorContext {
+        name: name.to_string(),
+        uid: name.to_string(),
+        subtask_index: 0,
+        parallelism: 1,
+        max_parallelism,
+        key_groups,
+        attempt: 0,
     }
 }
 

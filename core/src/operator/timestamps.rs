@@ -721,15 +721,7 @@ mod tests {
     }
 
     fn ctx() -> OperatorContext {
-        OperatorContext {
-            name: "ts".to_string(),
-            uid: "ts".to_string(),
-            subtask_index: 0,
-            parallelism: 1,
-            max_parallelism: 128,
-            key_groups: 0..128,
-            attempt: 0,
-        }
+        crate::operator::testing::context("ts", 0..128, 128)
     }
 
     fn batch(ts: Vec<Option<i64>>) -> RecordBatch {

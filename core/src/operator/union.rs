@@ -143,20 +143,9 @@ impl Recompute for UnionOperator {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::operator::testing::Recorder;
     use arrow::array::{ArrayRef, Int64Array};
     use arrow::datatypes::DataType;
-
-    struct VecCollector(Vec<RecordBatch>);
-
-    impl Collector for VecCollector {
-        fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-            self.0.push(batch);
-            Ok(())
-        }
-        fn emit_watermark(&mut self, _watermark: i64) -> Result<()> {
-            Ok(())
-        }
-    }
 
     fn schema(fields: &[(&str, DataType, bool)]) -> SchemaRef {
         Arc::new(Schema::new(
@@ -209,11 +198,11 @@ mod tests {
         let mut op = UnionOperator {
             schema: Some(s.clone()),
         };
-        let mut out = VecCollector(Vec::new());
+        let mut out = Recorder::default();
         op.process_batch(0, batch.clone(), &mut out).unwrap();
         op.process_batch(1, batch, &mut out).unwrap();
-        assert_eq!(out.0.len(), 2);
-        for b in &out.0 {
+        assert_eq!(out.batches.len(), 2);
+        for b in &out.batches {
             assert_eq!(
                 b.column(0).to_data().buffers()[0].as_ptr(),
                 col.to_data().buffers()[0].as_ptr()
@@ -230,7 +219,7 @@ mod tests {
         let mut op = UnionOperator {
             schema: Some(output.clone()),
         };
-        let mut out = VecCollector(Vec::new());
+        let mut out = Recorder::default();
         op.process_batch(
             0,
             RecordBatch::try_new(strict, vec![col.clone()]).unwrap(),
@@ -243,7 +232,7 @@ mod tests {
             &mut out,
         )
         .unwrap();
-        for b in &out.0 {
+        for b in &out.batches {
             assert_eq!(b.schema().fields(), output.fields());
             // the column is shared, not copied
             assert_eq!(

@@ -70,15 +70,7 @@ fn factory(how: JoinType, bounds: JoinBounds) -> JoinFactory {
 }
 
 fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
-    OperatorContext {
-        name: "join".to_string(),
-        uid: "join".to_string(),
-        subtask_index: 0,
-        parallelism: 1,
-        max_parallelism: 16,
-        key_groups,
-        attempt: 0,
-    }
+    crate::operator::testing::context("join", key_groups, 16)
 }
 
 fn batch(side: usize, k: Vec<Option<i64>>, t: Vec<i64>, id: Vec<i64>) -> RecordBatch {

@@ -676,15 +676,7 @@ mod tests {
     }
 
     fn ctx(key_groups: std::ops::Range<usize>, max_parallelism: usize) -> OperatorContext {
-        OperatorContext {
-            name: "agg".to_string(),
-            uid: "agg".to_string(),
-            subtask_index: 0,
-            parallelism: 1,
-            max_parallelism,
-            key_groups,
-            attempt: 0,
-        }
+        crate::operator::testing::context("agg", key_groups, max_parallelism)
     }
 
     fn factory(keys: &[&str], agg: AggKind, column: Option<&str>) -> KeyedAggFactory {

@@ -1,30 +1,11 @@
 use super::*;
 use crate::expr::{Expr, ScalarValue};
+use crate::operator::testing::Recorder;
 use arrow::array::{Int64Array, StringArray};
 use arrow::util::display::array_value_to_string;
 
-struct VecCollector(Vec<RecordBatch>);
-
-impl Collector for VecCollector {
-    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        self.0.push(batch);
-        Ok(())
-    }
-    fn emit_watermark(&mut self, _watermark: i64) -> Result<()> {
-        Ok(())
-    }
-}
-
 fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
-    OperatorContext {
-        name: "agg".to_string(),
-        uid: "agg".to_string(),
-        subtask_index: 0,
-        parallelism: 1,
-        max_parallelism: 8,
-        key_groups,
-        attempt: 0,
-    }
+    crate::operator::testing::context("agg", key_groups, 8)
 }
 
 fn factory() -> MultiAggFactory {
@@ -77,9 +58,9 @@ fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
 }
 
 fn run(op: &mut MultiAggOperator, b: RecordBatch) -> Vec<Vec<String>> {
-    let mut out = VecCollector(Vec::new());
+    let mut out = Recorder::default();
     op.process_batch(0, b, &mut out).expect("process");
-    rows(&out.0)
+    rows(&out.batches)
 }
 
 fn strs(rows: &[&[&str]]) -> Vec<Vec<String>> {
@@ -215,7 +196,7 @@ fn test_state_table_shows_keys_and_values_and_restore_refuses_other_aggregates()
     other.aggregates.swap(0, 1);
     let mut op = MultiAggOperator::new(&other, &ctx(0..8)).expect("op");
     op.restore_state(state).expect("kept until the first batch");
-    let mut out = VecCollector(Vec::new());
+    let mut out = Recorder::default();
     let err = op
         .process_batch(0, batch(vec![Some("a")], vec![Some(1)]), &mut out)
         .expect_err("other aggregates");

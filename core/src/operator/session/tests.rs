@@ -57,15 +57,7 @@ fn factory(gap_ms: i64, late_output: bool) -> SessionFactory {
 }
 
 fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
-    OperatorContext {
-        name: "sessions".into(),
-        uid: "sessions".into(),
-        subtask_index: 0,
-        parallelism: 1,
-        max_parallelism: 16,
-        key_groups,
-        attempt: 0,
-    }
+    crate::operator::testing::context("sessions", key_groups, 16)
 }
 
 #[test]
