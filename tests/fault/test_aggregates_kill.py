@@ -13,6 +13,7 @@ import random
 import sys
 import textwrap
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -265,93 +266,53 @@ def test_sigkill_and_restore_at_another_parallelism_is_exact(
                 assert row[name] == value, (k, name, row[name], value)
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    ("first", "later"),
-    [
-        (2, 3),
-        (3, 1),
-    ],
-)
-def test_window_aggregates_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
-    n = 60_000
-    rows = _run_killed(tmp_path, monkeypatch, seed, [str(n), str(first), str(later), "window"])
+Reference = Callable[[int], dict[tuple[int, int], dict[str, Any]]]
+
+#: Per window kind: the job, its reference and how many values it reads in
+#: the savepoint test (a session job is slower per value).
+WINDOW_KINDS: dict[str, tuple[Callable[..., ed.DataStream], Reference, int]] = {
+    "window": (window_job, expected_windows, 60_000),
+    "session": (session_job, expected_sessions, 30_000),
+}
+
+
+def assert_each_fired_once_exactly(rows: list[dict[str, Any]], kind: str, n: int) -> None:
+    """Every window (or session) of ``kind`` over ``n`` values fired once, with
+    the reference's values."""
     got = {(r["k"], r["window_start"]): r for r in rows}
-    assert len(got) == len(rows), "a window fired twice"
-    want = expected_windows(n)
+    assert len(got) == len(rows), f"a {kind} fired twice"
+    want = WINDOW_KINDS[kind][1](n)
+    assert len(want) == KEYS * n // 1000, f"one {kind} per key and block of 1000 values"
     assert set(got) == set(want)
     for key, values in want.items():
         assert {name: got[key][name] for name in values} == values, key
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", ["window", "session"])
 @pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_session_aggregates_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
+def test_window_aggregates_after_sigkill_and_rescale_are_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int, kind: str
 ) -> None:
-    """Open sessions, whose accumulators merge as rows bridge them, survive
-    SIGKILL and a restore at another parallelism: every session fires once,
-    with exact values."""
+    """Open tumbling windows, and open sessions whose accumulators merge as
+    rows bridge them, survive SIGKILL and a restore at another parallelism:
+    every one fires once, with exact values."""
     n = 60_000
-    rows = _run_killed(tmp_path, monkeypatch, seed, [str(n), str(first), str(later), "session"])
-    got = {(r["k"], r["window_start"]): r for r in rows}
-    assert len(got) == len(rows), "a session fired twice"
-    want = expected_sessions(n)
-    assert len(want) == KEYS * n // 1000, "one session per key and block"
-    assert set(got) == set(want)
-    for key, values in want.items():
-        assert {name: got[key][name] for name in values} == values, key
+    rows = _run_killed(tmp_path, monkeypatch, seed, [str(n), str(first), str(later), kind])
+    assert_each_fired_once_exactly(rows, kind, n)
 
 
 @pytest.mark.timeout(120)
-def test_session_aggregates_savepoint_from_three_into_one_is_exact(tmp_path: Path) -> None:
-    """A savepoint of three subtasks mid-run, holding open sessions, restored
-    into one subtask: every session fires once, exactly."""
-    n = 30_000
-
-    def build(parallelism: int, sleep: float) -> ed.StreamEnvironment:
-        env = ed.StreamEnvironment(
-            parallelism,
-            checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="80ms"),
-            batch_size=400,
-            max_parallelism=16,
-        )
-        job = session_job(env, n, sleep)
-        job.sink_to(ed.ParquetSink(str(tmp_path / "out"))).name("files").uid("files")
-        return env
-
-    client = build(3, 0.03).execute_async("three")
-    wait_until(
-        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= n // 3,
-        timeout=60,
-        what="a third of the input to be read",
-    )
-    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"), drain=False)
-    first = client.wait(timeout=60)
-    read = int(first.metrics["operators"]["numbers"]["records_out"])
-    assert 0 < read < n, f"the stop did not happen mid-run ({read} of {n})"
-    resumed = build(1, 0.0).execute("one", restore_from=savepoint)
-    assert int(resumed.metrics["operators"]["session_aggs"]["late_records"]) == 0
-    rows = read_parquet_dir(tmp_path / "out").to_pylist()
-    got = {(r["k"], r["window_start"]): r for r in rows}
-    assert len(got) == len(rows), "a session fired twice"
-    want = expected_sessions(n)
-    assert set(got) == set(want)
-    for key, values in want.items():
-        assert {name: got[key][name] for name in values} == values, key
-
-
-@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["window", "session"])
 def test_window_aggregates_savepoint_from_three_subtasks_into_one_are_exact(
-    tmp_path: Path,
+    tmp_path: Path, kind: str
 ) -> None:
     """Deterministically what the SIGKILL test does at random: a savepoint of
-    three subtasks mid-run, restored into one, which merges key groups
-    restored at three watermarks and reads the three ranges left interleaved;
-    no record is late and every window fires once, exactly."""
-    n = 60_000
+    three subtasks mid-run, holding open windows or sessions, restored into
+    one, which merges key groups restored at three watermarks and reads the
+    three ranges left interleaved; no record is late and every window fires
+    once, exactly."""
+    job, _, n = WINDOW_KINDS[kind]
 
     def build(parallelism: int, sleep: float) -> ed.StreamEnvironment:
         env = ed.StreamEnvironment(
@@ -360,8 +321,7 @@ def test_window_aggregates_savepoint_from_three_subtasks_into_one_are_exact(
             batch_size=400,
             max_parallelism=16,
         )
-        job = window_job(env, n, sleep)
-        job.sink_to(ed.ParquetSink(str(tmp_path / "out"))).name("files").uid("files")
+        job(env, n, sleep).sink_to(ed.ParquetSink(str(tmp_path / "out"))).name("files").uid("files")
         return env
 
     client = build(3, 0.03).execute_async("three")
@@ -375,11 +335,5 @@ def test_window_aggregates_savepoint_from_three_subtasks_into_one_are_exact(
     read = int(first.metrics["operators"]["numbers"]["records_out"])
     assert 0 < read < n, f"the stop did not happen mid-run ({read} of {n})"
     resumed = build(1, 0.0).execute("one", restore_from=savepoint)
-    assert int(resumed.metrics["operators"]["window_aggs"]["late_records"]) == 0
-    rows = read_parquet_dir(tmp_path / "out").to_pylist()
-    got = {(r["k"], r["window_start"]): r for r in rows}
-    assert len(got) == len(rows), "a window fired twice"
-    want = expected_windows(n)
-    assert set(got) == set(want)
-    for key, values in want.items():
-        assert {name: got[key][name] for name in values} == values, key
+    assert int(resumed.metrics["operators"][f"{kind}_aggs"]["late_records"]) == 0
+    assert_each_fired_once_exactly(read_parquet_dir(tmp_path / "out").to_pylist(), kind, n)
