@@ -14,50 +14,32 @@ late, nothing lost, nothing twice.
 from __future__ import annotations
 
 import os
-import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
 import eddyline._exec.pool as pool
 import eddyline.functions as F
 from eddyline.testing import read_parquet_dir
+from support.event_time import SCHEMA, write_hour_files
 from support.faults import SleepPerBatch, wait_until
 
 FILES = 6
 ROWS = 2_000
-HOUR_MS = 3_600_000
 WINDOW_MS = 60_000
 KEYS = 20
 BATCH = 100
 TIMEOUT_S = 60.0
-SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
 
 
 def write_files(directory: Path, seed: int) -> list[dict[str, Any]]:
-    """Files over the same hour, in time order up to 3 s of disorder (the bound is 10 s):
-    a batch of one file spans 3 minutes, so the next file's batch is behind it."""
-    rng = random.Random(seed)
-    directory.mkdir(parents=True)
-    rows: list[dict[str, Any]] = []
-    for f in range(FILES):
-        part = [
-            {
-                "id": f * ROWS + i,
-                "k": rng.randrange(KEYS),
-                "ts": i * HOUR_MS // ROWS + rng.randrange(-3_000, 3_000),
-                "v": 1 + i % 7,
-            }
-            for i in range(ROWS)
-        ]
-        pq.write_table(pa.Table.from_pylist(part, schema=SCHEMA), directory / f"part-{f}.parquet")
-        rows.extend(part)
-    return rows
+    """Files over the same hour (the bound is 10 s): a batch of one file spans 3
+    minutes, so the next file's batch is behind it."""
+    return write_hour_files(directory, seed, files=FILES, rows=ROWS, keys=KEYS)
 
 
 class AddV:

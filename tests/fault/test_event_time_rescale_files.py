@@ -13,50 +13,29 @@ a savepoint and from the latest checkpoint after ``cancel()``.
 
 from __future__ import annotations
 
-import random
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
 from eddyline.testing import read_parquet_dir
+from support.event_time import SCHEMA, write_hour_files
 from support.faults import SleepPerBatch, wait_until
 
 FILES = 6
 ROWS = 3_000
 GROUPS = 4
-HOUR_MS = 3_600_000
 KEYS = 40
 TIMEOUT_S = 60.0
-SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
 
 
 def write_files(directory: Path, seed: int) -> list[dict[str, Any]]:
-    """Files over the same hour, in time order up to 3 s of disorder (the bound is 10 s)."""
-    rng = random.Random(seed)
-    directory.mkdir(parents=True)
-    rows: list[dict[str, Any]] = []
-    for f in range(FILES):
-        part = [
-            {
-                "id": f * ROWS + i,
-                "k": rng.randrange(KEYS),
-                "ts": i * HOUR_MS // ROWS + rng.randrange(-3_000, 3_000),
-                "v": 1 + i % 7,
-            }
-            for i in range(ROWS)
-        ]
-        pq.write_table(
-            pa.Table.from_pylist(part, schema=SCHEMA),
-            directory / f"part-{f}.parquet",
-            row_group_size=ROWS // GROUPS,
-        )
-        rows.extend(part)
-    return rows
+    """Files over the same hour (the bound is 10 s), of ``GROUPS`` row groups each."""
+    return write_hour_files(
+        directory, seed, files=FILES, rows=ROWS, keys=KEYS, row_group_size=ROWS // GROUPS
+    )
 
 
 def tumbling(rows: list[dict[str, Any]]) -> list[tuple[int, int, int]]:
