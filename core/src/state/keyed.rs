@@ -439,6 +439,41 @@ pub(crate) fn open_blob<'a>(
     StreamReader::try_new(Cursor::new(body), None).map_err(|e| bad(format!("cannot be read: {e}")))
 }
 
+/// The metadata key under which a window multi-aggregate's key-group blob
+/// keeps the input schema its aggregates were bound to: a restore whose
+/// graph does not know the input schema (a Python function without
+/// `schema=` upstream) binds the restored state with it, so windows can
+/// fire before the first record arrives.
+pub(crate) const META_INPUT_SCHEMA: &str = "eddyline.input_schema";
+
+/// `schema` as the hex of an Arrow IPC stream without batches (metadata
+/// values are strings).
+pub(crate) fn encode_schema(operator: &str, schema: &Schema) -> Result<String> {
+    let mut bytes = Vec::new();
+    let mut writer =
+        arrow::ipc::writer::StreamWriter::try_new(&mut bytes, schema).for_operator(operator)?;
+    writer.finish().for_operator(operator)?;
+    drop(writer);
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The input schema recorded in a key-group blob (`META_INPUT_SCHEMA`),
+/// if it has one (blobs of older checkpoints do not); `None` when the blob
+/// cannot be read: restoring it reports that.
+pub(crate) fn recorded_input_schema(blob: &StateBlob, version: u8) -> Option<SchemaRef> {
+    let bytes = blob.to_bytes().ok()?;
+    let reader = open_blob(&bytes, version, &|m| Error::checkpoint(None, m)).ok()?;
+    let hex = reader.schema().metadata().get(META_INPUT_SCHEMA)?.clone();
+    let raw: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    let raw = raw?;
+    StreamReader::try_new(Cursor::new(raw.as_slice()), None)
+        .ok()
+        .map(|r| r.schema())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,39 +516,4 @@ mod tests {
         let err = column_index("op", &schema, "nope").expect_err("missing");
         assert!(err.to_string().contains("available columns: s"), "{err}");
     }
-}
-
-/// The metadata key under which a window multi-aggregate's key-group blob
-/// keeps the input schema its aggregates were bound to: a restore whose
-/// graph does not know the input schema (a Python function without
-/// `schema=` upstream) binds the restored state with it, so windows can
-/// fire before the first record arrives.
-pub(crate) const META_INPUT_SCHEMA: &str = "eddyline.input_schema";
-
-/// `schema` as the hex of an Arrow IPC stream without batches (metadata
-/// values are strings).
-pub(crate) fn encode_schema(operator: &str, schema: &Schema) -> Result<String> {
-    let mut bytes = Vec::new();
-    let mut writer =
-        arrow::ipc::writer::StreamWriter::try_new(&mut bytes, schema).for_operator(operator)?;
-    writer.finish().for_operator(operator)?;
-    drop(writer);
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// The input schema recorded in a key-group blob (`META_INPUT_SCHEMA`),
-/// if it has one (blobs of older checkpoints do not); `None` when the blob
-/// cannot be read: restoring it reports that.
-pub(crate) fn recorded_input_schema(blob: &StateBlob, version: u8) -> Option<SchemaRef> {
-    let bytes = blob.to_bytes().ok()?;
-    let reader = open_blob(&bytes, version, &|m| Error::checkpoint(None, m)).ok()?;
-    let hex = reader.schema().metadata().get(META_INPUT_SCHEMA)?.clone();
-    let raw: Option<Vec<u8>> = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect();
-    let raw = raw?;
-    StreamReader::try_new(Cursor::new(raw.as_slice()), None)
-        .ok()
-        .map(|r| r.schema())
 }
