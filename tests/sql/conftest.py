@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 # These suites need the native extension: a missing build must fail, never skip.
-import eddyline._core  # noqa: F401
+import eddyline as ed
+import eddyline._core
 
 
 def duck(query: str, **tables: pa.Table) -> list[dict[str, Any]]:
@@ -59,3 +60,17 @@ def events() -> pa.Table:
             "t": pa.array([1_000 * i + (i * 7919) % 3_000 for i in range(n)], pa.int64()),
         }
     )
+
+
+@pytest.fixture(params=[1, 3], ids=lambda p: f"p{p}")
+def env(request: pytest.FixtureRequest) -> ed.StreamEnvironment:
+    """An environment at parallelism 1 and 3, in small batches (a test module
+    that needs others defines its own)."""
+    return ed.StreamEnvironment(parallelism=request.param, batch_size=32)
+
+
+def run(env: ed.StreamEnvironment, stream: ed.DataStream) -> list[dict[str, Any]]:
+    """Collects ``stream``, runs the job, returns the rows."""
+    handle = stream.collect()
+    env.execute("sql")
+    return handle.to_pylist()

@@ -17,18 +17,7 @@ import pytest
 import eddyline as ed
 import eddyline.functions as F
 
-from .conftest import duck, same_rows
-
-
-@pytest.fixture(params=[1, 3], ids=lambda p: f"p{p}")
-def env(request: pytest.FixtureRequest) -> ed.StreamEnvironment:
-    return ed.StreamEnvironment(parallelism=request.param, batch_size=32)
-
-
-def run(env: ed.StreamEnvironment, stream: ed.DataStream) -> list[dict[str, Any]]:
-    handle = stream.collect()
-    env.execute("sql")
-    return handle.to_pylist()
+from .conftest import duck, run, same_rows
 
 
 def rounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
