@@ -46,17 +46,7 @@ class OpenDefect:
     fails every run (an approximation that lands outside only sometimes)."""
 
 
-OPEN_DEFECTS: list[OpenDefect] = [
-    OpenDefect(
-        reason=(
-            "approx_percentile of a long column gives a double, not a value of the input's "
-            "type (docs/API.md); chaos seed 1406345958"
-        ),
-        cases=(),
-        without=("fagg:approx_percentile",),
-        test="tests/chaos/test_chaos_sql_aggs.py::test_approx_percentile_of_longs_is_a_long",
-    )
-]
+OPEN_DEFECTS: list[OpenDefect] = []
 
 
 @pytest.mark.chaos

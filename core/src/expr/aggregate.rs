@@ -192,10 +192,18 @@ impl Aggregate {
                 is_distinct: self.distinct,
             })
             .map_err(|e| wrong(&e))?;
+        // Spark's percentile_approx of an integer column is of the column's
+        // type; DataFusion's t-digest computes in doubles (its state keeps
+        // them), so only the result is rounded back (`to_array`).
+        let output_type = match arg_types.first() {
+            Some(t) if self.name == "approx_percentile" && t.is_integer() => t.clone(),
+            _ => return_field.data_type().clone(),
+        };
         let bound = BoundAggregate {
             aggregate: self.clone(),
             arg_fields,
             return_field,
+            output_type,
             input_schema,
             exprs,
             state_schema: Arc::new(Schema::new(state_fields)),
@@ -213,6 +221,9 @@ pub struct BoundAggregate {
     aggregate: Aggregate,
     arg_fields: Vec<FieldRef>,
     return_field: FieldRef,
+    /// The result's type: the accumulator's, except where Spark's differs
+    /// (`approx_percentile` of integers is an integer).
+    output_type: DataType,
     input_schema: Schema,
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     state_schema: Arc<Schema>,
@@ -221,7 +232,7 @@ pub struct BoundAggregate {
 impl BoundAggregate {
     /// The type of the aggregate's result.
     pub fn data_type(&self) -> &DataType {
-        self.return_field.data_type()
+        &self.output_type
     }
 
     /// The aggregate's (lower-case, Spark) name.

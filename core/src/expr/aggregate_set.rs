@@ -34,7 +34,7 @@ use arrow::array::{
     new_empty_array, Array, ArrayRef, AsArray, ListArray, RecordBatch, UInt32Array,
 };
 use arrow::compute::take;
-use arrow::datatypes::{DataType, Field, FieldRef, Schema};
+use arrow::datatypes::{DataType, Field, FieldRef, Float64Type, Schema};
 use datafusion_common::ScalarValue as DfScalar;
 use datafusion_expr::Accumulator;
 
@@ -456,6 +456,14 @@ fn to_array(
     if array.data_type() == data_type {
         return Ok(array);
     }
+    // A double result of an integer type (approx_percentile) is rounded,
+    // not truncated, to the nearest integer.
+    let array: ArrayRef = match array.as_primitive_opt::<Float64Type>() {
+        Some(doubles) if data_type.is_integer() => {
+            Arc::new(doubles.unary::<_, Float64Type>(f64::round))
+        }
+        _ => array,
+    };
     arrow::compute::cast(&array, data_type)
         .map_err(|e| aggregate.failed("build its result column", &e))
 }

@@ -211,3 +211,44 @@ fn test_bind_refuses_two_aggregates_of_one_name_and_wrong_types() {
     slots.update(&f, None, &[s, s]).expect("update");
     assert_eq!(row(&mut slots, s), ["NaN", "2"]);
 }
+
+#[test]
+fn test_approx_percentile_of_longs_is_a_long_as_in_spark() {
+    // 1, 2, 2, 3: the t-digest interpolates a double between the values;
+    // Spark's percentile_approx of a bigint is a bigint.
+    let b = batch(
+        vec![1; 5],
+        vec![Some(1), Some(2), Some(2), Some(3), None],
+        vec![None; 5],
+    );
+    let aggs = vec![
+        (
+            "p".to_string(),
+            Aggregate::new(
+                "approx_percentile",
+                vec![Expr::col("x"), Expr::lit(ScalarValue::Float64(0.5))],
+            )
+            .expect("known"),
+        ),
+        (
+            "p_of_double".to_string(),
+            Aggregate::new(
+                "approx_percentile",
+                vec![
+                    Expr::cast(Expr::col("x"), "double").expect("castable"),
+                    Expr::lit(ScalarValue::Float64(0.5)),
+                ],
+            )
+            .expect("known"),
+        ),
+    ];
+    let set = Arc::new(AggregateSet::bind(&aggs, b.schema_ref()).expect("binds"));
+    assert_eq!(set.aggregates[0].data_type(), &DataType::Int64);
+    assert_eq!(set.aggregates[1].data_type(), &DataType::Float64);
+    let mut slots = AggregateSlots::new(set);
+    let slot = slots.allocate().expect("slot");
+    slots.update(&b, None, &[slot; 5]).expect("update");
+    let columns = slots.evaluate(&[slot]).expect("evaluate");
+    assert_eq!(columns[0].as_primitive::<Int64Type>().value(0), 2);
+    assert_eq!(columns[1].data_type(), &DataType::Float64);
+}
