@@ -4,7 +4,9 @@ Spark settings for a block, an expression refused when the job is built)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -68,3 +70,20 @@ def assert_fails_at_build(
     with pytest.raises(ed.SchemaError, match=needle) as info:
         source.select(expr.alias("y"))
     assert info.value.operator == "select_1"
+
+
+def _micros(value: Any) -> Any:
+    """Timestamps (and the ``window`` structs holding them) as epoch microseconds,
+    so eddyline's and Spark's rows compare whatever their time zone handling."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return (value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+    if isinstance(value, dict):
+        return {k: _micros(v) for k, v in value.items()}
+    return value
+
+
+def row_multiset(rows: list[dict[str, Any]]) -> Counter[str]:
+    """``rows`` as a multiset, timestamps as epoch microseconds."""
+    return Counter(repr(sorted(_micros(r).items())) for r in rows)

@@ -12,7 +12,6 @@ naming the operator and the overflow; without it, the values equal Spark's."""
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 
 import eddyline as ed
 import eddyline.functions as EF
-from functions.conftest import spark_settings
+from functions.conftest import row_multiset, spark_settings
 
 UTC = dt.UTC
 SCHEMA = pa.schema(
@@ -73,20 +72,6 @@ GROUPINGS = [
 ]
 
 
-def _micros(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return (value - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(microseconds=1)
-    if isinstance(value, dict):
-        return {k: _micros(v) for k, v in value.items()}
-    return value
-
-
-def _multiset(rows: list[dict[str, Any]]) -> Counter[str]:
-    return Counter(repr(sorted(_micros(r).items())) for r in rows)
-
-
 def _eddyline(
     rows: list[dict[str, Any]], grouping: Callable[[Any], list[Any]], *, ansi: bool
 ) -> tuple[list[str], list[dict[str, Any]]]:
@@ -127,7 +112,7 @@ def test_sums_equal_spark(
         assert names == theirs_df.columns
         theirs = [r.asDict(recursive=True) for r in theirs_df.collect()]
     assert len(ours) == 3
-    assert _multiset(ours) == _multiset(theirs)
+    assert row_multiset(ours) == row_multiset(theirs)
     a = next(r for r in ours if r["k"] == "a")
     if overflow:
         # Spark's non-ANSI sum wraps around.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 import eddyline as ed
 import eddyline.functions as EF
-from functions.conftest import NON_ANSI_UTC, spark_settings
+from functions.conftest import NON_ANSI_UTC, row_multiset, spark_settings
 
 UTC = dt.UTC
 SCHEMA = pa.schema(
@@ -58,20 +57,6 @@ AGGS: list[Callable[[Any], Any]] = [
     lambda F: F.min("y"),
     lambda F: F.count_distinct("user"),
 ]
-
-
-def _micros(value: Any) -> Any:
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return (value - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(microseconds=1)
-    if isinstance(value, dict):
-        return {k: _micros(v) for k, v in value.items()}
-    return value
-
-
-def _multiset(rows: list[dict[str, Any]]) -> Counter[str]:
-    return Counter(repr(sorted(_micros(r).items())) for r in rows)
 
 
 def _eddyline(
@@ -127,7 +112,7 @@ def test_group_by_window_equals_spark(spark: Any, grouping: Callable[[Any], list
         assert names == theirs_df.columns
         theirs = [r.asDict(recursive=True) for r in theirs_df.collect()]
     assert len(ours) > 3
-    assert _multiset(ours) == _multiset(theirs)
+    assert row_multiset(ours) == row_multiset(theirs)
 
 
 def test_window_struct_holds_the_event_time_type() -> None:
