@@ -235,3 +235,12 @@ def test_approx_percentile_of_longs_is_a_long() -> None:
     out = keyed.agg(F.approx_percentile("v", 0.5).alias("p")).collect()
     env.execute()
     assert out.to_arrow().schema.field("p").type == pa.int64()
+
+
+def test_the_upsert_sink_only_follows_a_running_aggregate() -> None:
+    # 1241724189 drew a running fagg with the upsert sink, then made it a
+    # session window: the Delta table keyed by k kept one session per key
+    for seed in [1241724189, *range(300)]:
+        case = generate(seed)
+        if "upsert" in case.sinks and case.stage.kind == "fagg":
+            assert case.stage.form == "", (seed, case.stage.form)
