@@ -193,7 +193,17 @@ def main():
         what="part of the input to be read",
     )
     if {savepoint}:
-        restore = client.stop_with_savepoint(HERE + "/savepoint")
+        try:
+            restore = client.stop_with_savepoint(HERE + "/savepoint")
+        except ed.CheckpointError as e:
+            if "the job ended before" not in str(e):
+                raise
+            # it ended before the savepoint completed: its output is complete,
+            # and the fault did not fire (as a cancel that comes too late)
+            first = client.wait(timeout=120)
+            print(json.dumps({{"read_at_stop": total, "total": total, "checkpoints_before": 0,
+                              "restarts": first.restarts, "checkpoints": len(first.checkpoints)}}))
+            return
         first = client.wait(timeout=120)
         read, done = first.metrics["operators"]["{main}"]["records_out"], len(first.checkpoints)
     else:
