@@ -42,6 +42,9 @@ use crate::source::PySourceFactory;
 use crate::udf::PyRunnerFactory;
 
 mod aggregate;
+mod over;
+
+use over::over_rows_node;
 
 use aggregate::{
     keyed_agg_node, keyed_aggs_node, session_aggs_node, session_node, window_aggs_node, window_node,
@@ -347,7 +350,8 @@ fn explode_node(cx: &Ctx<'_>, spec: ExplodeSpec<'_>) -> Result<NodeParts, NodeEr
     } else {
         ExplodeMode::Select
     };
-    let mut f = ExplodeFactory::new(mode, exprs(&spec.columns), spec.generator, spec.outer)?;
+    let columns = exprs_in(&spec.columns, cx.ansi);
+    let mut f = ExplodeFactory::new(mode, columns, spec.generator, spec.outer)?;
     if let Some(position) = spec.position {
         f = f.with_position(position);
     }
@@ -553,6 +557,7 @@ impl GraphReader<'_> {
             "session_aggs" => session_aggs_node(cx, op.extract()?, late_output)?,
             "window" => window_node(cx, op.extract()?, late_output)?,
             "join" => join_node(cx, op.extract()?)?,
+            "over_rows" => over_rows_node(cx, op.extract()?)?,
             "session_window" => session_node(cx, op.extract()?, late_output)?,
             "loop_head" => self.loop_head_node(cx, op.extract()?)?,
             "loop_exit" => operator(Arc::new(UnionFactory::default()), cx.first_input()),

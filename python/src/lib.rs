@@ -43,6 +43,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sql::PySqlUnion>()?;
     m.add_class::<sql::PySqlAggregate>()?;
     m.add_class::<sql::PySqlJoin>()?;
+    m.add_class::<sql::PySqlClosing>()?;
+    m.add_class::<sql::PySqlOver>()?;
     m.add_class::<storage::PyStoreDir>()?;
     m.add_class::<job::PyJobHandle>()?;
     m.add_function(wrap_pyfunction!(worker::worker_connect, m)?)?;

@@ -90,6 +90,32 @@ pub struct PySqlJoin {
     columns: Vec<String>,
 }
 
+/// The rows of `input`, each of which comes before the watermark passes its
+/// `column` (an inner interval join's rows bounded by a column of each row,
+/// `b.ts <= a.expires`); a window of 1 ms on `column` above closes a group
+/// of them when the watermark passes it.
+#[pyclass(name = "SqlClosing", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlClosing {
+    input: Py<PyAny>,
+    column: String,
+    columns: Vec<String>,
+}
+
+/// Every row of `input` with its frame's aggregates: `agg(col) OVER
+/// (PARTITION BY keys ORDER BY time_column, order_by... ROWS BETWEEN
+/// preceding PRECEDING AND CURRENT ROW)`; `aggregates` as
+/// [`PySqlAggregate`]'s.
+#[pyclass(name = "SqlOver", module = "eddyline._core", frozen, get_all)]
+pub struct PySqlOver {
+    input: Py<PyAny>,
+    keys: Vec<String>,
+    time_column: String,
+    order_by: Vec<String>,
+    preceding: u64,
+    aggregates: Py<PyList>,
+    columns: Vec<String>,
+}
+
 type SparkWindow = (
     String,
     String,
@@ -118,7 +144,21 @@ fn expr(py: Python<'_>, e: &eddyline_core::expr::Expr) -> PyResult<Py<PyExpr>> {
     )
 }
 
-fn to_py(py: Python<'_>, node: &SqlNode) -> PyResult<Py<PyAny>> {
+/// Nodes already converted: a plan that holds a step twice (a subquery
+/// written twice, a `WITH` read twice) gives one object for both, so the
+/// lowering builds the step once and both read its stream.
+type Converted<'n> = Vec<(&'n SqlNode, Py<PyAny>)>;
+
+fn to_py<'n>(py: Python<'_>, node: &'n SqlNode, done: &mut Converted<'n>) -> PyResult<Py<PyAny>> {
+    if let Some((_, object)) = done.iter().find(|(n, _)| *n == node) {
+        return Ok(object.clone_ref(py));
+    }
+    let object = convert(py, node, done)?;
+    done.push((node, object.clone_ref(py)));
+    Ok(object)
+}
+
+fn convert<'n>(py: Python<'_>, node: &'n SqlNode, done: &mut Converted<'n>) -> PyResult<Py<PyAny>> {
     let columns = node.columns();
     Ok(match node {
         SqlNode::Scan { view, .. } => Py::new(
@@ -139,7 +179,7 @@ fn to_py(py: Python<'_>, node: &SqlNode) -> PyResult<Py<PyAny>> {
             Py::new(
                 py,
                 PySqlWindow {
-                    input: to_py(py, input)?,
+                    input: to_py(py, input, done)?,
                     time_column: time_column.clone(),
                     kind: kind.to_string(),
                     size_ms,
@@ -155,17 +195,17 @@ fn to_py(py: Python<'_>, node: &SqlNode) -> PyResult<Py<PyAny>> {
         } => Py::new(
             py,
             PySqlFilter {
-                input: to_py(py, input)?,
+                input: to_py(py, input, done)?,
                 predicate: expr(py, predicate)?,
                 columns,
             },
         )?
         .into_any(),
-        SqlNode::Project { input, exprs } => project_to_py(py, input, exprs, columns)?,
+        SqlNode::Project { input, exprs } => project_to_py(py, input, exprs, columns, done)?,
         SqlNode::Union { inputs } => {
             let items = inputs
                 .iter()
-                .map(|i| to_py(py, i))
+                .map(|i| to_py(py, i, done))
                 .collect::<PyResult<Vec<_>>>()?;
             Py::new(
                 py,
@@ -195,13 +235,63 @@ fn to_py(py: Python<'_>, node: &SqlNode) -> PyResult<Py<PyAny>> {
                     gap_ms,
                 )
             });
-            aggregate_to_py(py, input, keys, aggregates, window, columns)?
+            aggregate_to_py(py, input, keys, aggregates, window, columns, done)?
         }
-        SqlNode::Join { .. } => join_to_py(py, node, columns)?,
+        SqlNode::Join { .. } => join_to_py(py, node, columns, done)?,
+        SqlNode::Over { .. } => over_to_py(py, node, columns, done)?,
+        SqlNode::Closing { input, column } => Py::new(
+            py,
+            PySqlClosing {
+                input: to_py(py, input, done)?,
+                column: column.clone(),
+                columns,
+            },
+        )?
+        .into_any(),
     })
 }
 
-fn join_to_py(py: Python<'_>, node: &SqlNode, columns: Vec<String>) -> PyResult<Py<PyAny>> {
+fn over_to_py<'n>(
+    py: Python<'_>,
+    node: &'n SqlNode,
+    columns: Vec<String>,
+    done: &mut Converted<'n>,
+) -> PyResult<Py<PyAny>> {
+    let SqlNode::Over {
+        input,
+        keys,
+        time_column,
+        order_by,
+        preceding,
+        aggregates,
+        ..
+    } = node
+    else {
+        return Err(pyo3::exceptions::PyAssertionError::new_err(
+            "invariant: over_to_py is called with an over window",
+        ));
+    };
+    Py::new(
+        py,
+        PySqlOver {
+            input: to_py(py, input, done)?,
+            keys: keys.clone(),
+            time_column: time_column.clone(),
+            order_by: order_by.clone(),
+            preceding: *preceding,
+            aggregates: aggregate_list(py, aggregates)?,
+            columns,
+        },
+    )
+    .map(Py::into_any)
+}
+
+fn join_to_py<'n>(
+    py: Python<'_>,
+    node: &'n SqlNode,
+    columns: Vec<String>,
+    done: &mut Converted<'n>,
+) -> PyResult<Py<PyAny>> {
     let SqlNode::Join {
         left,
         right,
@@ -238,8 +328,8 @@ fn join_to_py(py: Python<'_>, node: &SqlNode, columns: Vec<String>) -> PyResult<
     Py::new(
         py,
         PySqlJoin {
-            left: to_py(py, left)?,
-            right: to_py(py, right)?,
+            left: to_py(py, left, done)?,
+            right: to_py(py, right, done)?,
             how: how.clone(),
             left_on: left_on.clone(),
             right_on: right_on.clone(),
@@ -257,11 +347,12 @@ fn join_to_py(py: Python<'_>, node: &SqlNode, columns: Vec<String>) -> PyResult<
     .map(Py::into_any)
 }
 
-fn project_to_py(
+fn project_to_py<'n>(
     py: Python<'_>,
-    input: &SqlNode,
+    input: &'n SqlNode,
     exprs: &[(String, eddyline_core::expr::Expr)],
     columns: Vec<String>,
+    done: &mut Converted<'n>,
 ) -> PyResult<Py<PyAny>> {
     let items = exprs
         .iter()
@@ -278,7 +369,7 @@ fn project_to_py(
     Py::new(
         py,
         PySqlProject {
-            input: to_py(py, input)?,
+            input: to_py(py, input, done)?,
             exprs: PyList::new(py, items)?.unbind(),
             columns,
         },
@@ -286,14 +377,30 @@ fn project_to_py(
     .map(Py::into_any)
 }
 
-fn aggregate_to_py(
+fn aggregate_to_py<'n>(
     py: Python<'_>,
-    input: &SqlNode,
+    input: &'n SqlNode,
     keys: &[String],
     aggregates: &[AggregateCall],
     window: Option<SparkWindow>,
     columns: Vec<String>,
+    done: &mut Converted<'n>,
 ) -> PyResult<Py<PyAny>> {
+    Py::new(
+        py,
+        PySqlAggregate {
+            input: to_py(py, input, done)?,
+            keys: keys.to_vec(),
+            aggregates: aggregate_list(py, aggregates)?,
+            window,
+            columns,
+        },
+    )
+    .map(Py::into_any)
+}
+
+/// `aggregates` as a list of `(function, args, column or None, name)`.
+fn aggregate_list(py: Python<'_>, aggregates: &[AggregateCall]) -> PyResult<Py<PyList>> {
     let items = aggregates
         .iter()
         .map(|call| {
@@ -313,17 +420,7 @@ fn aggregate_to_py(
             )
         })
         .collect::<PyResult<Vec<_>>>()?;
-    Py::new(
-        py,
-        PySqlAggregate {
-            input: to_py(py, input)?,
-            keys: keys.to_vec(),
-            aggregates: PyList::new(py, items)?.unbind(),
-            window,
-            columns,
-        },
-    )
-    .map(Py::into_any)
+    Ok(PyList::new(py, items)?.unbind())
 }
 
 fn sql_error(py: Python<'_>, err: &SqlError) -> PyErr {
@@ -354,5 +451,5 @@ pub fn plan_sql(
         })
         .collect::<PyResult<Vec<_>>>()?;
     let node = sql::plan(query, &views).map_err(|e| sql_error(py, &e))?;
-    to_py(py, &node)
+    to_py(py, &node, &mut Vec::new())
 }

@@ -15,7 +15,9 @@
 //!   the new subtasks (forward: old subtask `d` to new subtask `d % p`);
 //! * **broadcast**: every new subtask gets the broadcast channels of old
 //!   subtask 0 once, as broadcast state restores subtask 0's copy everywhere
-//!   (`restore.rs`), so state and in-flight data stay consistent.
+//!   (`restore.rs`), so state and in-flight data stay consistent. This holds
+//!   at the checkpoint's own parallelism too, so a chain reading a broadcast
+//!   edge is always dealt out here (`spawn.rs`, `restored_channels`).
 //!
 //! A new subtask keeps each row on the edge (so the logical input of a
 //! union or connect) it came on, in the channel of producer `u % p_up` for

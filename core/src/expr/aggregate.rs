@@ -197,6 +197,9 @@ impl Aggregate {
         // them), so only the result is rounded back (`to_array`).
         let output_type = match arg_types.first() {
             Some(t) if self.name == "approx_percentile" && t.is_integer() => t.clone(),
+            // Spark's approx_count_distinct is a long; DataFusion's
+            // approx_distinct counts in an unsigned one.
+            _ if self.name == "approx_count_distinct" => DataType::Int64,
             _ => return_field.data_type().clone(),
         };
         let bound = BoundAggregate {
@@ -222,7 +225,8 @@ pub struct BoundAggregate {
     arg_fields: Vec<FieldRef>,
     return_field: FieldRef,
     /// The result's type: the accumulator's, except where Spark's differs
-    /// (`approx_percentile` of integers is an integer).
+    /// (`approx_percentile` of integers is an integer, `approx_count_distinct`
+    /// a signed long).
     output_type: DataType,
     input_schema: Schema,
     exprs: Vec<Arc<dyn PhysicalExpr>>,

@@ -252,3 +252,24 @@ fn test_approx_percentile_of_longs_is_a_long_as_in_spark() {
     assert_eq!(columns[0].as_primitive::<Int64Type>().value(0), 2);
     assert_eq!(columns[1].data_type(), &DataType::Float64);
 }
+
+#[test]
+fn test_approx_count_distinct_is_a_long_as_in_spark() {
+    // DataFusion's approx_distinct counts in a UInt64; Spark's is a bigint.
+    let b = batch(
+        vec![1; 4],
+        vec![Some(1), Some(2), Some(2), None],
+        vec![None; 4],
+    );
+    let aggs = vec![(
+        "d".to_string(),
+        Aggregate::new("approx_count_distinct", vec![Expr::col("x")]).expect("known"),
+    )];
+    let set = Arc::new(AggregateSet::bind(&aggs, b.schema_ref()).expect("binds"));
+    assert_eq!(set.aggregates[0].data_type(), &DataType::Int64);
+    let mut slots = AggregateSlots::new(set);
+    let slot = slots.allocate().expect("slot");
+    slots.update(&b, None, &[slot; 4]).expect("update");
+    let columns = slots.evaluate(&[slot]).expect("evaluate");
+    assert_eq!(columns[0].as_primitive::<Int64Type>().value(0), 2);
+}

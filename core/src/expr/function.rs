@@ -67,6 +67,7 @@ fn registry() -> &'static HashMap<String, Arc<ScalarUDF>> {
             .chain(super::spark_functions::functions())
             .chain(super::spark_nested::functions())
             .chain(super::spark_time::functions())
+            .chain(super::spark_window_time::functions())
             .chain(super::spark_json::functions());
         for udf in all {
             for name in std::iter::once(udf.name()).chain(udf.aliases().iter().map(String::as_str))

@@ -50,6 +50,7 @@ mod spark_nested;
 mod spark_regex;
 mod spark_regex_run;
 mod spark_time;
+mod spark_window_time;
 mod type_class;
 mod types;
 mod value;

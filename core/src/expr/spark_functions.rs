@@ -14,7 +14,10 @@
 //! * `mod(a, b)` (SQL's `%`): `datafusion-spark`'s, except that an integer
 //!   divisor given as a non-zero literal goes straight to Arrow's `rem`
 //!   kernel with the divisor as a scalar (the form of the DSL's `%`), not
-//!   expanded to an array and masked for zeros first.
+//!   expanded to an array and masked for zeros first;
+//! * `md5(s)`: DataFusion's, as a `string` (Arrow `Utf8`) like Spark's and
+//!   every other string function here; DataFusion's gives `Utf8View`, which
+//!   a sink of Spark's types (`SparkTableSink`) refuses.
 //!
 //! Patterns (compiled once per task thread, `spark_regex.rs`) use the Rust
 //! `regex` syntax, which agrees with Java's for the
@@ -50,7 +53,59 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
     ]
     .into_iter()
     .chain(SparkMod::new().map(|m| Arc::new(ScalarUDF::from(m))))
+    .chain(SparkMd5::new().map(|m| Arc::new(ScalarUDF::from(m))))
     .collect()
+}
+
+/// Spark's `md5`: DataFusion's hex digest, returned as `Utf8`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SparkMd5 {
+    inner: Arc<ScalarUDF>,
+}
+
+impl SparkMd5 {
+    fn new() -> Option<Self> {
+        let inner = datafusion_functions::all_default_functions()
+            .into_iter()
+            .find(|f| f.name() == "md5")?;
+        Some(SparkMd5 { inner })
+    }
+}
+
+impl ScalarUDFImpl for SparkMd5 {
+    fn name(&self) -> &str {
+        "md5"
+    }
+
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+
+    fn invoke_with_args(&self, mut args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        // DataFusion's md5 checks (in debug builds) that it returns the
+        // type its caller expects: its own.
+        let inner = args
+            .return_field
+            .as_ref()
+            .clone()
+            .with_data_type(DataType::Utf8View);
+        args.return_field = Arc::new(inner);
+        match self.inner.invoke_with_args(args)? {
+            ColumnarValue::Array(a) => Ok(ColumnarValue::Array(arrow::compute::cast(
+                &a,
+                &DataType::Utf8,
+            )?)),
+            ColumnarValue::Scalar(v) => Ok(ColumnarValue::Scalar(v.cast_to(&DataType::Utf8)?)),
+        }
+    }
 }
 
 /// Spark's `mod` with a fast path for a literal integer divisor.

@@ -2,7 +2,7 @@
 //! has with Spark's semantics, as DataFusion scalar functions so they
 //! resolve, type-check and evaluate like the library's (`function.rs`;
 //! DESIGN.md "Expressions"). Structs (`named_struct`, `get_field`) and
-//! `array`, `size`, `array_contains` are the libraries' own.
+//! `array`, `array_contains` are the libraries' own.
 //!
 //! * `element_at(array, i)`: 1-based, negative counts from the end, null
 //!   out of range (Spark's non-ANSI behaviour); index 0 is an error, as in
@@ -16,6 +16,9 @@
 //!   into characters.
 //! * `get_field(struct, name)`: DataFusion's, except that a field of a null
 //!   struct is null (DataFusion passes the child's value through).
+//! * `size(array)`: `datafusion-spark`'s, -1 for a null array, except in
+//!   ANSI mode, where it is null: Spark applies `spark.sql.legacy.sizeOfNull`
+//!   only without ANSI mode.
 //! * `explode`, `explode_outer`, `posexplode`, `posexplode_outer`:
 //!   generators, only valid where a stream
 //!   flattens them (`select`, `stream.explode`, see `operator/explode.rs`);
@@ -54,6 +57,7 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::from(Generator::new("posexplode"))),
         Arc::new(ScalarUDF::from(Generator::new("posexplode_outer"))),
         Arc::new(ScalarUDF::from(GetField::new())),
+        Arc::new(ScalarUDF::from(Size::new())),
     ]
 }
 
@@ -390,6 +394,62 @@ impl ScalarUDFImpl for GetField {
     }
 }
 
+/// `datafusion-spark`'s `size`, null for a null array in ANSI mode.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Size {
+    signature: Signature,
+}
+
+impl Size {
+    fn new() -> Self {
+        Size {
+            signature: Self::inner().signature().clone(),
+        }
+    }
+
+    fn inner() -> Arc<ScalarUDF> {
+        datafusion_spark::function::collection::size()
+    }
+}
+
+impl ScalarUDFImpl for Size {
+    fn name(&self) -> &str {
+        "size"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        Self::inner().coerce_types(arg_types)
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        Self::inner().return_type(arg_types)
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        // Nullable: in ANSI mode a null array's size is null.
+        let field = Self::inner().return_field_from_args(args)?;
+        Ok(Arc::new(field.as_ref().clone().with_nullable(true)))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let ansi = args.config_options.execution.enable_ansi_mode;
+        let input = args.args[0].to_array(rows)?;
+        let sizes = Self::inner().invoke_with_args(args)?.to_array(rows)?;
+        match input.logical_nulls() {
+            Some(nulls) if ansi => {
+                let data = sizes.to_data().into_builder().nulls(Some(nulls)).build()?;
+                Ok(ColumnarValue::Array(make_array(data)))
+            }
+            _ => Ok(ColumnarValue::Array(sizes)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +494,31 @@ mod tests {
         let out = field.evaluate(&batch).expect("evaluates");
         let values: Vec<Option<i64>> = out.as_primitive::<Int64Type>().iter().collect();
         assert_eq!(values, vec![Some(1), None, Some(3)]);
+    }
+
+    #[test]
+    fn test_size_of_a_null_array_is_minus_one_or_null_in_ansi_mode() {
+        use crate::expr::Expr;
+        use arrow::array::ListArray;
+        use arrow::datatypes::Int32Type;
+        use arrow::record_batch::RecordBatch;
+
+        let xs = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2), Some(3)]),
+            None,
+            Some(vec![]),
+        ]);
+        let batch =
+            RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)]).expect("batch");
+        let sizes = |ansi: bool| -> Vec<Option<i32>> {
+            let e = Expr::call("size", vec![Expr::col("xs")])
+                .expect("resolves")
+                .with_ansi(ansi);
+            let out = e.evaluate(&batch).expect("evaluates");
+            out.as_primitive::<Int32Type>().iter().collect()
+        };
+        assert_eq!(sizes(false), vec![Some(3), Some(-1), Some(0)]);
+        assert_eq!(sizes(true), vec![Some(3), None, Some(0)]);
     }
 
     #[test]

@@ -296,6 +296,16 @@ fn test_hash_functions_match_spark() {
         Some("8cde774d6f7333752ed72cacddb05126")
     );
     assert_eq!(run_strings(&call("md5", vec![c()]), &b)[2], None);
+    // A string, as Spark's, not DataFusion's `Utf8View` (a Spark table
+    // sink refuses that type); `run` checks the evaluated type is this.
+    assert_eq!(
+        call("md5", vec![c()])
+            .data_type(b.schema_ref())
+            .expect("md5"),
+        DataType::Utf8
+    );
+    let lit = call("md5", vec![s("Spark")]);
+    assert_eq!(run(&lit, &b).data_type(), &DataType::Utf8);
     let sha2 = |bits: i64| run_strings(&call("sha2", vec![c(), i(bits)]), &b)[0].clone();
     let sha256 = "529bc3b07127ecb7e53a4dcf1991d9152c24537d919178022b2c42657f79a26b";
     assert_eq!(sha2(256).as_deref(), Some(sha256));

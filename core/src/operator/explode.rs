@@ -370,28 +370,14 @@ impl Operator for ExplodeOperator {
         }
     }
 
-    /// One batch out per batch in, at once: the split of each batch is the
-    /// source's (per-split event time after it).
-    fn on_source_progress(
-        &mut self,
-        split: Option<u64>,
-        open: &[u64],
-        out: &mut dyn Collector,
-    ) -> Result<()> {
-        out.source_progress(split, open)
-    }
+    forward_source_progress!();
 
     fn recompute(&mut self) -> Option<&mut dyn Recompute> {
         Some(self)
     }
 }
 
-impl Recompute for ExplodeOperator {
-    /// Stateless: its (empty) state is that of the current checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(checkpoint_id))
-    }
-}
+stateless_recompute!(ExplodeOperator);
 
 /// Builds an [`ExplodeOperator`] per subtask.
 #[derive(Debug, Clone)]

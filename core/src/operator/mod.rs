@@ -7,10 +7,46 @@
 //! `restore_state`, `notify_checkpoint_complete`) are what asynchronous
 //! barrier snapshotting drives.
 
+/// Expands, inside the `impl Operator` of an operator that emits each
+/// batch's rows as one batch, at once and in order (filter, project,
+/// explode), to the `on_source_progress` that passes the source's progress
+/// on ([`Collector::source_progress`]): the split of each batch is the
+/// source's (per-split event time after it).
+macro_rules! forward_source_progress {
+    () => {
+        fn on_source_progress(
+            &mut self,
+            split: Option<u64>,
+            open: &[u64],
+            out: &mut dyn $crate::operator::Collector,
+        ) -> $crate::error::Result<()> {
+            out.source_progress(split, open)
+        }
+    };
+}
+
+/// Implements [`Recompute`] for stateless operators: their (empty) state is
+/// that of the current checkpoint.
+macro_rules! stateless_recompute {
+    ($($op:ty),+ $(,)?) => {
+        $(
+            impl $crate::operator::Recompute for $op {
+                fn null_state_watermark(
+                    &self,
+                    checkpoint_id: u64,
+                ) -> $crate::error::Result<Option<u64>> {
+                    Ok(Some(checkpoint_id))
+                }
+            }
+        )+
+    };
+}
+
 pub mod explode;
 pub mod filter;
 pub mod join;
 pub mod keyed_agg;
+pub mod over_rows;
 pub mod project;
 pub mod session;
 #[cfg(test)]

@@ -132,12 +132,7 @@ impl Operator for UnionOperator {
     }
 }
 
-impl Recompute for UnionOperator {
-    /// Stateless: its (empty) state is that of the current checkpoint.
-    fn null_state_watermark(&self, checkpoint_id: u64) -> Result<Option<u64>> {
-        Ok(Some(checkpoint_id))
-    }
-}
+stateless_recompute!(UnionOperator);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -751,8 +751,9 @@ impl AttemptBuilder<'_> {
 /// The channel state subtask `subtask` of chain `ci` (headed by `head`, at
 /// `parallelism`) restores from an unaligned checkpoint (FLIP-76), if it
 /// has any. At the parallelisms of the checkpoint each subtask gets back
-/// what it captured; at others the captured data of every old subtask is
-/// dealt out by the input edges' partitioning
+/// what it captured, unless the chain reads a broadcast edge; at others, or
+/// with a broadcast edge, the captured data of every old subtask is dealt
+/// out by the input edges' partitioning
 /// ([`crate::checkpoint::channel_rescale`]), once per chain (`cache`).
 fn restored_channels(
     rc: &crate::checkpoint::RestoredCheckpoint,
@@ -808,8 +809,15 @@ fn restored_channels(
             new_producers: plan.chains[plan.chain_of[edge.from]].parallelism,
         });
     }
+    // Broadcast state is old subtask 0's in every subtask (restore.rs
+    // `broadcast_for`), so the broadcast rows in flight must be subtask 0's
+    // too, at the old parallelism as at any other: a subtask's own would
+    // miss or repeat the rows its state and subtask 0's differ by.
+    let broadcast = edges
+        .iter()
+        .any(|e| e.partitioning == Partitioning::Broadcast);
     let rescaled = old_p != parallelism || edges.iter().any(|e| e.old_producers != e.new_producers);
-    if !rescaled {
+    if !rescaled && !broadcast {
         return decoded(subtask);
     }
     let mut cache = cache.borrow_mut();

@@ -28,33 +28,31 @@
 use std::collections::{HashMap, HashSet};
 
 use arrow::datatypes::DataType;
-use datafusion_common::{Column, ScalarValue as DfScalar};
+use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion_common::Column;
 use datafusion_expr::logical_plan::{Join, JoinType};
 use datafusion_expr::utils::split_conjunction;
 use datafusion_expr::{Expr as DfExpr, LogicalPlan, Operator};
 
+use super::closing::{close, closing};
 use super::convert::{to_expr, Columns};
 use super::lower::Lowering;
-use super::rename::{filter, project};
+use super::rename::filter;
+use super::time::{df_field_of, int_ms_window};
 use super::tvf::TemporalTable;
+use super::unwindow::{unwindow, SideCol};
 use super::{JoinKind, SqlError, SqlNode, WindowKind};
 use crate::expr::{BinaryOp, Expr};
 
 /// The prefix of the key copies an outer join carries (see the module docs).
+#[path = "join_time.rs"]
+mod join_time;
+use join_time::{time_bound, time_compare, time_term};
+
 const KEY_COPY: &str = "__sql_key";
 
 fn refused(why: impl Into<String>) -> SqlError {
     SqlError::new("JOIN", why)
-}
-
-/// A column of a join input as SQL sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum SideCol {
-    /// A column of the input's stream.
-    Col(String),
-    /// The bounds a windowing table function adds (made by a window join).
-    WindowStart,
-    WindowEnd,
 }
 
 /// A join input: its stream, its columns as SQL names them (aligned with
@@ -64,6 +62,10 @@ struct Side {
     node: SqlNode,
     cols: Vec<(String, SideCol)>,
     time: Option<String>,
+    /// Columns a fixed offset (ms) from the event time (time.rs).
+    offsets: Vec<(String, i64)>,
+    /// Spark's window columns whose `end` is the event time (time.rs).
+    windows: Vec<(String, Option<i64>)>,
     window: Option<(WindowKind, String)>,
 }
 
@@ -75,35 +77,23 @@ enum Clause {
 }
 
 impl Lowering<'_> {
-    /// The event-time column of `node`'s stream, where the lowering can tell.
-    fn event_time(&self, node: &SqlNode) -> Option<String> {
-        match node {
-            SqlNode::Scan { view, .. } => self
-                .views
-                .iter()
-                .find(|v| v.name == *view)?
-                .time_column
-                .clone(),
-            SqlNode::Filter { input, .. } | SqlNode::Window { input, .. } => self.event_time(input),
-            SqlNode::Project { input, exprs } => {
-                let t = self.event_time(input)?;
-                exprs
-                    .iter()
-                    .any(|(n, e)| *n == t && *e == Expr::col(t.clone()))
-                    .then_some(t)
-            }
-            _ => None,
-        }
-    }
-
     fn side(&self, plan: &LogicalPlan) -> Result<Side, SqlError> {
         let node = self.lower(plan)?;
-        let time = self.event_time(&node);
+        self.refuse_running(&node, "JOIN")?;
+        let timed = self.timed(&node);
         let (node, cols, window) = unwindow(node)?;
+        // A Spark window's end as a column the join can read (time.rs).
+        let (node, timed) = self.with_time_column(node, timed)?;
+        let (time, offsets, windows) = match timed {
+            Some(t) => (t.column, t.offsets, t.windows),
+            None => (None, Vec::new(), Vec::new()),
+        };
         Ok(Side {
             node,
             cols,
             time,
+            offsets,
+            windows,
             window,
         })
     }
@@ -156,18 +146,13 @@ impl Lowering<'_> {
         .sort(where_)?;
         let (kind, time_columns) = self.kind(j, how, &sides, window, temporal, &sorted)?;
         push_filters(j, &mut sides, &sorted.pushed)?;
-        let keys = [
+        let keys: [Vec<String>; 2] = [0, 1].map(|s| {
             sorted
                 .keys
                 .iter()
-                .map(|(l, _)| l.clone())
-                .collect::<Vec<_>>(),
-            sorted
-                .keys
-                .iter()
-                .map(|(_, r)| r.clone())
-                .collect::<Vec<_>>(),
-        ];
+                .map(|(l, r)| if s == 0 { l.clone() } else { r.clone() })
+                .collect()
+        });
         // Where an outer join may leave a side's keys null, they travel as copies.
         let copies = [
             matches!(how, "right" | "outer"),
@@ -193,6 +178,13 @@ impl Lowering<'_> {
         let windowed = matches!(kind, JoinKind::Window(_));
         let (out, renamed) = output_names(&sides, &keys, windowed)?;
         let (sql_names, exprs) = sql_columns(&sides, &keys, copies, &renamed)?;
+        // The closing column (closing.rs), as the join operator names it.
+        let closing = closing(how, &kind, sorted.closing).map(|(s, i)| {
+            exprs[if s == 0 { i } else { sides[0].cols.len() + i }]
+                .1
+                .columns()[0]
+                .to_string()
+        });
         let [left, right] = sides;
         let [left_on, right_on] = keys;
         let joined = SqlNode::Join {
@@ -213,10 +205,11 @@ impl Lowering<'_> {
             schema: &j.schema,
             names: &sql_names,
         };
-        Ok(match conjunction(&sorted.residual, &columns)? {
+        let node = match conjunction(&sorted.residual, &columns)? {
             Some(predicate) => filter(node, predicate),
             None => node,
-        })
+        };
+        Ok(close(node, closing))
     }
 
     /// The kind of join the sorted condition makes, and the event-time
@@ -291,6 +284,17 @@ impl Lowering<'_> {
                 let times = sides[0].time.clone().zip(sides[1].time.clone());
                 (JoinKind::Regular, times)
             }
+            (None, None, _, _) if sorted.row_bound.is_some() => {
+                return Err(refused(format!(
+                    "{}: a bound of the event time by a column of each row (an auction's \
+                     expires) cannot bound the join's state by itself, as no constant says \
+                     how long a row waits for its matches: add a constant bound on both \
+                     sides, such as b.ts >= a.ts AND b.ts <= a.ts + INTERVAL '10' MINUTE (the \
+                     longest an auction runs), and keep the per-row bound as a condition \
+                     (docs/API.md \"SQL\", closing groups)",
+                    sorted.row_bound.as_deref().unwrap_or_default()
+                )))
+            }
             (None, None, _, _) => {
                 return Err(refused(
                     "an interval join needs a lower and an upper bound of the event times \
@@ -336,10 +340,26 @@ struct Sorted<'e> {
     upper: Option<i64>,
     /// Whether `window_start` and `window_end` are equated.
     bounds_matched: [bool; 2],
+    /// The inputs' event-time columns, where equated.
+    time_key: Option<(String, String)>,
+    /// A comparison of an input's event time with a column of the other
+    /// input that is not its event time (a bound that differs per row).
+    row_bound: Option<String>,
+    /// The input and column of a per-row upper bound of the other input's
+    /// event time (`b.ts <= a.expires`: input 0, the index of `expires`).
+    closing: Option<(usize, usize)>,
     /// Conditions on one input, run before the join.
     pushed: [Vec<&'e DfExpr>; 2],
     /// Conditions run after the join.
     residual: Vec<&'e DfExpr>,
+}
+
+/// What a conjunct bounding an event time by a column of each row bounds.
+struct RowBound {
+    /// Its constant bounds of `right.ts - left.ts` (a `BETWEEN`'s other end).
+    time: Vec<(Option<i64>, Option<i64>)>,
+    /// The input and column bounding the other input's event time from above.
+    closing: Option<(usize, usize)>,
 }
 
 struct Sorter<'a, 's> {
@@ -372,11 +392,117 @@ impl<'a> Sorter<'a, '_> {
                 self.j.right.schema()
             };
             let side = &self.sides[s];
+            let window = side.windows.first().map(|(w, _)| w);
             side.cols
                 .iter()
                 .position(|(_, c)| matches!((c, &side.time), (SideCol::Col(n), Some(t)) if n == t))
-                .is_some_and(|i| schema.field(i).data_type() == &DataType::Int64)
+                .map(|i| schema.field(i).data_type() == &DataType::Int64)
+                .or_else(|| {
+                    let i = side.cols.iter().position(
+                        |(_, c)| matches!((c, window), (SideCol::Col(n), Some(w)) if n == w),
+                    )?;
+                    Some(int_ms_window(schema.field(i).data_type()))
+                })
+                .unwrap_or(false)
         })
+    }
+
+    /// Where `c` compares an input's event time with a column of the other
+    /// input that is not its event time (`b.ts <= a.expires`, or a `BETWEEN`
+    /// with such a bound and a constant one): what it bounds.
+    fn row_bound(&self, c: &DfExpr) -> Option<RowBound> {
+        let parts: Vec<(&DfExpr, Operator, &DfExpr)> = match c {
+            DfExpr::BinaryExpr(b) => vec![(b.left.as_ref(), b.op, b.right.as_ref())],
+            DfExpr::Between(b) if !b.negated => vec![
+                (b.expr.as_ref(), Operator::GtEq, b.low.as_ref()),
+                (b.expr.as_ref(), Operator::LtEq, b.high.as_ref()),
+            ],
+            _ => return None,
+        };
+        let int_ms = self.int_ms();
+        let resolve = |col: &Column| self.resolve(col);
+        let mut bound = RowBound {
+            time: Vec::new(),
+            closing: None,
+        };
+        let mut per_row = false;
+        for (l, op, r) in parts {
+            if let Some(found) = time_compare(l, op, r, self.sides, &resolve, int_ms) {
+                bound.time.push(found);
+            } else if let Some(closing) = self.per_row(l, op, r) {
+                per_row = true;
+                bound.closing = bound.closing.or(closing);
+            } else {
+                return None;
+            }
+        }
+        per_row.then_some(bound)
+    }
+
+    /// Whether `l op r` bounds an input's event time by a column of the other
+    /// input that is not its event time; `Some(Some((input, column)))` where
+    /// it is an upper bound by a plain column (`b.ts <= a.expires`, `b.ts + 5
+    /// < a.expires`): each joined row's `b.ts` is at most that column.
+    fn per_row(&self, l: &DfExpr, op: Operator, r: &DfExpr) -> Option<Option<(usize, usize)>> {
+        if !matches!(
+            op,
+            Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+        ) {
+            return None;
+        }
+        let int_ms = self.int_ms();
+        let time = |e: &DfExpr| time_term(e, self.sides, &|col| self.resolve(col), int_ms);
+        let (s, offset, op, other) = match (time(l), time(r)) {
+            (Some((s, off)), None) => (s, off, op, r),
+            (None, Some((s, off))) => (s, off, op.swap()?, l),
+            _ => return None,
+        };
+        let reads_other = other
+            .column_refs()
+            .iter()
+            .any(|col| self.resolve(col).is_ok_and(|(side, _)| side != s));
+        if !reads_other {
+            return None;
+        }
+        let upper = matches!(op, Operator::Lt | Operator::LtEq) && offset >= 0;
+        let column = match other {
+            DfExpr::Column(col) => self.resolve(col).ok().filter(|(side, i)| {
+                *side != s && matches!(self.sides[*side].cols[*i].1, SideCol::Col(_))
+            }),
+            _ => None,
+        };
+        Some(column.filter(|_| upper))
+    }
+
+    /// `w.start` (as written) where `c` reads the start of a Spark session
+    /// window that times an input (time.rs).
+    fn session_start(&self, c: &DfExpr) -> Option<String> {
+        let mut found = None;
+        // The visitor never fails: an error could only come from it.
+        c.apply(|e| {
+            let session = df_field_of(e)
+                .filter(|(_, f)| *f == "start")
+                .and_then(|(col, _)| {
+                    let (s, i) = self.resolve(col).ok()?;
+                    let SideCol::Col(n) = &self.sides[s].cols[i].1 else {
+                        return None;
+                    };
+                    self.sides[s]
+                        .windows
+                        .iter()
+                        .any(|(w, size)| w == n && size.is_none())
+                        .then(|| format!("{col}.start"))
+                });
+            Ok(match session {
+                Some(name) => {
+                    found = Some(name);
+                    TreeNodeRecursion::Stop
+                }
+                None => TreeNodeRecursion::Continue,
+            })
+        })
+        .ok()?;
+        found
     }
 
     fn sort(&self, where_: Option<&'a DfExpr>) -> Result<Sorted<'a>, SqlError> {
@@ -386,6 +512,9 @@ impl<'a> Sorter<'a, '_> {
             lower: None,
             upper: None,
             bounds_matched: [false, false],
+            time_key: None,
+            row_bound: None,
+            closing: None,
             pushed: [Vec::new(), Vec::new()],
             residual: Vec::new(),
         };
@@ -410,7 +539,62 @@ impl<'a> Sorter<'a, '_> {
         for (c, clause) in conjuncts {
             self.sort_one(c, clause, &mut sorted)?;
         }
+        if sorted.keys.is_empty() {
+            sorted.keys.extend(sorted.time_key.clone());
+        }
         Ok(sorted)
+    }
+
+    /// Sorts `c` where it equates a left and a right column (a key, the
+    /// event times, window bounds); whether it did.
+    fn sort_equality(&self, c: &'a DfExpr, sorted: &mut Sorted<'a>) -> Result<bool, SqlError> {
+        let DfExpr::BinaryExpr(b) = c else {
+            return Ok(false);
+        };
+        let (Operator::Eq, DfExpr::Column(x), DfExpr::Column(y)) =
+            (b.op, b.left.as_ref(), b.right.as_ref())
+        else {
+            return Ok(false);
+        };
+        let ((sx, ix), (sy, iy)) = (self.resolve(x)?, self.resolve(y)?);
+        if sx == sy {
+            return Ok(false);
+        }
+        let (li, ri) = if sx == 0 { (ix, iy) } else { (iy, ix) };
+        match (&self.sides[0].cols[li].1, &self.sides[1].cols[ri].1) {
+            (SideCol::Col(a), SideCol::Col(b))
+                if self.timed
+                    && self.sides[0].time.as_ref() == Some(a)
+                    && self.sides[1].time.as_ref() == Some(b) =>
+            {
+                // Equal event times: an interval of 0 ms (a key only where
+                // there is no other).
+                sorted.lower = Some(sorted.lower.map_or(0, |l| l.max(0)));
+                sorted.upper = Some(sorted.upper.map_or(0, |u| u.min(0)));
+                sorted.time_key = Some((a.clone(), b.clone()));
+            }
+            (SideCol::Col(a), SideCol::Col(b))
+                if self.timed
+                    && self.sides[0].windows.iter().any(|(w, _)| w == a)
+                    && self.sides[1].windows.iter().any(|(w, _)| w == b) =>
+            {
+                // Equal Spark windows have equal ends, their event times: an
+                // interval of 0 ms, and a key (a session's start is not fixed).
+                sorted.lower = Some(sorted.lower.map_or(0, |l| l.max(0)));
+                sorted.upper = Some(sorted.upper.map_or(0, |u| u.min(0)));
+                sorted.keys.push((a.clone(), b.clone()));
+            }
+            (SideCol::Col(a), SideCol::Col(b)) => sorted.keys.push((a.clone(), b.clone())),
+            (SideCol::WindowStart, SideCol::WindowStart) => sorted.bounds_matched[0] = true,
+            (SideCol::WindowEnd, SideCol::WindowEnd) => sorted.bounds_matched[1] = true,
+            _ => {
+                return Err(refused(format!(
+                    "{c}: a window join equates window_start with window_start and \
+                     window_end with window_end"
+                )))
+            }
+        }
+        Ok(true)
     }
 
     fn sort_one(
@@ -422,37 +606,18 @@ impl<'a> Sorter<'a, '_> {
         let outer = self.how != "inner";
         let after_outer = outer && clause == Clause::Where;
         // Equalities of a left and a right column: keys or window bounds.
-        if let DfExpr::BinaryExpr(b) = c {
-            if let (Operator::Eq, DfExpr::Column(x), DfExpr::Column(y)) =
-                (b.op, b.left.as_ref(), b.right.as_ref())
-            {
-                let ((sx, ix), (sy, iy)) = (self.resolve(x)?, self.resolve(y)?);
-                if sx != sy && !after_outer {
-                    let (li, ri) = if sx == 0 { (ix, iy) } else { (iy, ix) };
-                    match (&self.sides[0].cols[li].1, &self.sides[1].cols[ri].1) {
-                        (SideCol::Col(a), SideCol::Col(b)) => {
-                            sorted.keys.push((a.clone(), b.clone()));
-                        }
-                        (SideCol::WindowStart, SideCol::WindowStart) => {
-                            sorted.bounds_matched[0] = true;
-                        }
-                        (SideCol::WindowEnd, SideCol::WindowEnd) => {
-                            sorted.bounds_matched[1] = true;
-                        }
-                        _ => {
-                            return Err(refused(format!(
-                                "{c}: a window join equates window_start with window_start \
-                                 and window_end with window_end"
-                            )))
-                        }
-                    }
-                    return Ok(());
-                }
-            }
+        if !after_outer && self.sort_equality(c, sorted)? {
+            return Ok(());
         }
         if self.timed && !after_outer {
             if let Some(found) = time_bound(c, self.sides, &|col| self.resolve(col), self.int_ms())
             {
+                if found == [(Some(0), Some(0))] && sorted.time_key.is_none() {
+                    // Equal event times (`a.window.end = b.window.end`): a key
+                    // where there is no other, as for equal time columns.
+                    let times = self.sides[0].time.clone().zip(self.sides[1].time.clone());
+                    sorted.time_key = times;
+                }
                 for (lo, hi) in found {
                     if let Some(lo) = lo {
                         sorted.lower = Some(sorted.lower.map_or(lo, |l| l.max(lo)));
@@ -462,6 +627,30 @@ impl<'a> Sorter<'a, '_> {
                     }
                 }
                 return Ok(());
+            }
+            if let Some(bound) = self.row_bound(c) {
+                // `b.ts BETWEEN a.ts AND a.expires`: the constant part bounds
+                // the interval; the whole condition filters the joined rows.
+                for (lo, hi) in bound.time {
+                    if let Some(lo) = lo {
+                        sorted.lower = Some(sorted.lower.map_or(lo, |l| l.max(lo)));
+                    }
+                    if let Some(hi) = hi {
+                        sorted.upper = Some(sorted.upper.map_or(hi, |u| u.min(hi)));
+                    }
+                }
+                sorted
+                    .row_bound
+                    .get_or_insert_with(|| match self.session_start(c) {
+                        Some(start) => format!(
+                            "{c} ({start}: a session window's start is no fixed offset from \
+                             its end, the event time)"
+                        ),
+                        None => c.to_string(),
+                    });
+                if sorted.closing.is_none() {
+                    sorted.closing = bound.closing;
+                }
             }
         }
         let mut read = HashSet::new();
@@ -623,111 +812,6 @@ fn sql_columns(
     Ok((names, exprs))
 }
 
-/// The bounds on `right.ts - left.ts` a conjunct sets, if it compares
-/// the two inputs' event-time columns: `(lower, upper)` pairs.
-fn time_bound(
-    c: &DfExpr,
-    sides: &[Side; 2],
-    resolve: Resolve<'_>,
-    int_ms: [bool; 2],
-) -> Option<Vec<(Option<i64>, Option<i64>)>> {
-    let term = |e: &DfExpr| time_term(e, sides, resolve, int_ms);
-    let compare = |l: &DfExpr, op: Operator, r: &DfExpr| -> Option<(Option<i64>, Option<i64>)> {
-        let ((sl, a), (sr, b)) = (term(l)?, term(r)?);
-        if sl == sr {
-            return None;
-        }
-        // right.ts - left.ts `op` c
-        let (op, c) = if sl == 1 {
-            (op, b - a)
-        } else {
-            (op.swap()?, a - b)
-        };
-        Some(match op {
-            Operator::Eq => (Some(c), Some(c)),
-            Operator::GtEq => (Some(c), None),
-            Operator::Gt => (Some(c + 1), None),
-            Operator::LtEq => (None, Some(c)),
-            Operator::Lt => (None, Some(c - 1)),
-            _ => return None,
-        })
-    };
-    match c {
-        DfExpr::BinaryExpr(b) => compare(&b.left, b.op, &b.right).map(|x| vec![x]),
-        DfExpr::Between(b) if !b.negated => {
-            match (
-                compare(&b.expr, Operator::GtEq, &b.low),
-                compare(&b.expr, Operator::LtEq, &b.high),
-            ) {
-                (Some(lo), Some(hi)) => Some(vec![lo, hi]),
-                _ => None,
-            }
-        }
-        _ => None,
-    }
-}
-
-/// Which input and which of its columns a column names.
-type Resolve<'r> = &'r dyn Fn(&Column) -> Result<(usize, usize), SqlError>;
-
-/// `e` as an input's event-time column plus a constant (ms): the side and
-/// the offset.
-fn time_term(
-    e: &DfExpr,
-    sides: &[Side; 2],
-    resolve: Resolve<'_>,
-    int_ms: [bool; 2],
-) -> Option<(usize, i64)> {
-    match e {
-        DfExpr::Column(c) => {
-            let (s, i) = resolve(c).ok()?;
-            match (&sides[s].cols[i].1, &sides[s].time) {
-                (SideCol::Col(n), Some(t)) if n == t => Some((s, 0)),
-                _ => None,
-            }
-        }
-        DfExpr::BinaryExpr(b) if matches!(b.op, Operator::Plus | Operator::Minus) => {
-            if let Some((s, off)) = time_term(&b.left, sides, resolve, int_ms) {
-                let ms = literal_ms(&b.right, int_ms[s])?;
-                return Some((
-                    s,
-                    if b.op == Operator::Plus {
-                        off + ms
-                    } else {
-                        off - ms
-                    },
-                ));
-            }
-            if b.op == Operator::Plus {
-                let (s, off) = time_term(&b.right, sides, resolve, int_ms)?;
-                return Some((s, off + literal_ms(&b.left, int_ms[s])?));
-            }
-            None
-        }
-        _ => None,
-    }
-}
-
-/// An interval literal (or, for an int64 event time, an integer of ms) in ms.
-fn literal_ms(e: &DfExpr, int_ms: bool) -> Option<i64> {
-    let DfExpr::Literal(value, _) = e else {
-        return None;
-    };
-    match value {
-        DfScalar::IntervalMonthDayNano(Some(v))
-            if v.months == 0 && v.nanoseconds % 1_000_000 == 0 =>
-        {
-            Some(i64::from(v.days) * 86_400_000 + v.nanoseconds / 1_000_000)
-        }
-        DfScalar::IntervalDayTime(Some(v)) => {
-            Some(i64::from(v.days) * 86_400_000 + i64::from(v.milliseconds))
-        }
-        DfScalar::Int64(Some(v)) if int_ms => Some(*v),
-        DfScalar::Int32(Some(v)) if int_ms => Some(i64::from(*v)),
-        _ => None,
-    }
-}
-
 fn copy_name(side: usize, i: usize) -> String {
     format!("{KEY_COPY}_{}{i}", if side == 0 { "l" } else { "r" })
 }
@@ -751,134 +835,4 @@ fn window_of(sides: &[Side; 2]) -> Result<Option<(WindowKind, String, String)>, 
              HOP or SESSION); only one is",
         )),
     }
-}
-
-type Unwindowed = (
-    SqlNode,
-    Vec<(String, SideCol)>,
-    Option<(WindowKind, String)>,
-);
-
-/// `node` with its windowing table function taken out (a window join adds
-/// the bounds), the columns as SQL sees them and the windows; filters and
-/// projections above it may pass the bounds through but not compute with them.
-fn unwindow(node: SqlNode) -> Result<Unwindowed, SqlError> {
-    match node {
-        SqlNode::Window {
-            input,
-            time_column,
-            kind,
-            ..
-        } => {
-            let (input, mut cols, _) = plain(*input);
-            cols.push(("window_start".into(), SideCol::WindowStart));
-            cols.push(("window_end".into(), SideCol::WindowEnd));
-            Ok((input, cols, Some((kind, time_column))))
-        }
-        SqlNode::Filter {
-            input, predicate, ..
-        } => {
-            let (inner, cols, window) = unwindow(*input)?;
-            if window.is_some() {
-                if let Some(name) = bound_read(&predicate, &cols) {
-                    return Err(computed(&name));
-                }
-            }
-            let columns = inner.columns();
-            let node = SqlNode::Filter {
-                input: Box::new(inner),
-                predicate,
-                columns,
-            };
-            Ok(match window {
-                Some(_) => (node, cols, window),
-                None => plain(node),
-            })
-        }
-        SqlNode::Project { input, exprs } => {
-            let (inner, cols, window) = unwindow(*input)?;
-            match window {
-                Some(window) => unwindow_project(inner, exprs, &cols, window),
-                None => Ok(plain(SqlNode::Project {
-                    input: Box::new(inner),
-                    exprs,
-                })),
-            }
-        }
-        other => Ok(plain(other)),
-    }
-}
-
-/// A node's own columns, no windows.
-fn plain(node: SqlNode) -> Unwindowed {
-    let cols = node
-        .columns()
-        .into_iter()
-        .map(|n| (n.clone(), SideCol::Col(n)))
-        .collect();
-    (node, cols, None)
-}
-
-/// The window bound `e` reads, if any.
-fn bound_read(e: &Expr, cols: &[(String, SideCol)]) -> Option<String> {
-    e.columns()
-        .into_iter()
-        .find(|c| {
-            cols.iter()
-                .any(|(n, s)| n == c && !matches!(s, SideCol::Col(_)))
-        })
-        .map(str::to_string)
-}
-
-fn computed(name: &str) -> SqlError {
-    refused(format!(
-        "a window join's inputs may select {name} but not compute with it before the join"
-    ))
-}
-
-/// A projection `exprs` above a windowing table function (whose columns
-/// are `cols`), without the window bounds it passes through.
-fn unwindow_project(
-    inner: SqlNode,
-    exprs: Vec<(String, Expr)>,
-    cols: &[(String, SideCol)],
-    window: (WindowKind, String),
-) -> Result<Unwindowed, SqlError> {
-    let mut kept = Vec::new();
-    let mut out = Vec::new();
-    for (name, e) in exprs {
-        if let Expr::Column(c) = &e {
-            if let Some((_, s)) = cols.iter().find(|(n, _)| n == c) {
-                if !matches!(s, SideCol::Col(_)) {
-                    out.push((name, s.clone()));
-                    continue;
-                }
-            }
-        }
-        if let Some(bound) = bound_read(&e, cols) {
-            return Err(computed(&bound));
-        }
-        out.push((name.clone(), SideCol::Col(name.clone())));
-        kept.push((name, e));
-    }
-    if kept.is_empty() {
-        return Err(refused(
-            "a window join's input selects only window_start/window_end; it needs its key \
-             columns too",
-        ));
-    }
-    // The window join reads the rows' event time: it stays in the stream
-    // even where the query does not select it.
-    let time = &window.1;
-    match kept.iter().find(|(n, _)| n == time) {
-        Some((_, e)) if *e != Expr::col(time.clone()) => {
-            return Err(refused(format!(
-                "a window join's input names another column '{time}', the name of its \
-                 event-time column; rename it"
-            )))
-        }
-        Some(_) => {}
-        None => kept.push((time.clone(), Expr::col(time.clone()))),
-    }
-    Ok((project(inner, kept), out, Some(window)))
 }

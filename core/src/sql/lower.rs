@@ -13,6 +13,7 @@
 use datafusion_expr::{Expr as DfExpr, LogicalPlan};
 
 use super::aggregate;
+use super::closing::{closing_column, with_closing_hint};
 use super::convert::{to_expr, Columns};
 use super::rename::{filter, project};
 use super::tvf::{TemporalTable, WindowTable};
@@ -58,6 +59,7 @@ impl Lowering<'_> {
             LogicalPlan::Union(u) => self.union(u),
             LogicalPlan::Aggregate(a) => self.aggregate(a),
             LogicalPlan::Join(j) => self.join(j, None),
+            LogicalPlan::Window(w) => self.over(w),
             other => Err(refusal(other)),
         }
     }
@@ -80,7 +82,8 @@ impl Lowering<'_> {
                 DfExpr::Column(c) => columns.name_of(c)?,
                 _ => p.schema.field(i).name().clone(),
             };
-            identity &= matches!(e, DfExpr::Column(_)) && name == names[i];
+            // A projection wider than its input is no identity (and has no names[i]).
+            identity &= matches!(e, DfExpr::Column(_)) && names.get(i) == Some(&name);
             if exprs.iter().any(|(n, _)| *n == name) {
                 return Err(refused(
                     "SELECT",
@@ -93,13 +96,8 @@ impl Lowering<'_> {
             return Ok(input);
         }
         let (input, exprs) = fold_aliases(input, exprs);
-        let names = input.columns();
-        let identity = exprs.len() == names.len()
-            && exprs
-                .iter()
-                .zip(&names)
-                .all(|((n, e), c)| n == c && *e == Expr::col(c.clone()));
-        if identity {
+        let (input, exprs) = self.fold_over_aliases(input, exprs);
+        if super::prune::is_identity(&exprs, &input.columns()) {
             return Ok(input);
         }
         Ok(project(input, exprs))
@@ -185,6 +183,8 @@ impl Lowering<'_> {
                 (input, names, None)
             }
         };
+        self.refuse_running(&input, "GROUP BY")
+            .map_err(|e| with_closing_hint(e, &input))?;
         let columns = Columns {
             schema: a.input.schema(),
             names: &names,
@@ -224,6 +224,18 @@ impl Lowering<'_> {
         } else {
             with_computed(input, computed)?
         };
+        if window.is_none() {
+            // Grouped by a windowed aggregate's event time: a window again (time.rs).
+            if let Some(time) = self.regroup_time(&input, &keys)? {
+                return self.regroup(input, &time, &keys, aggregates, &out);
+            }
+            // Grouped by a per-row bound of a join's rows (an auction's
+            // expires): each group closes when the watermark passes it, as a
+            // window of 1 ms on that column (sql/join.rs, time.rs).
+            if let Some(column) = closing_column(&input).filter(|c| keys.contains(c)) {
+                return self.regroup(input, &column, &keys, aggregates, &out);
+            }
+        }
         Ok(SqlNode::Aggregate {
             input: Box::new(input),
             keys,
@@ -231,6 +243,35 @@ impl Lowering<'_> {
             window,
             columns: out,
         })
+    }
+}
+
+/// Names each aggregate of `aggregates` by its alias in projection `exprs`
+/// where the projection reads it once, as a plain column, under a name no
+/// other column of `columns` has; the projection then reads it by that name.
+pub(super) fn name_by_aliases(
+    aggregates: &mut [super::AggregateCall],
+    columns: &mut [String],
+    exprs: &mut [(String, Expr)],
+) {
+    for call in aggregates.iter_mut() {
+        let own = Expr::col(call.name.clone());
+        let reads = exprs
+            .iter()
+            .filter(|(_, e)| e.columns().contains(&call.name.as_str()))
+            .count();
+        let Some(at) = exprs.iter().position(|(_, e)| *e == own) else {
+            continue;
+        };
+        let alias = exprs[at].0.clone();
+        if reads != 1 || alias == call.name || columns.contains(&alias) {
+            continue;
+        }
+        if let Some(c) = columns.iter_mut().find(|c| **c == call.name) {
+            c.clone_from(&alias);
+        }
+        exprs[at].1 = Expr::col(alias.clone());
+        call.name = alias;
     }
 }
 
@@ -255,26 +296,7 @@ fn fold_aliases(input: SqlNode, mut exprs: Vec<(String, Expr)>) -> (SqlNode, Vec
             && a.column.as_deref() == Some(a.name.as_str()))
         || (a.function == "count" && a.name == "count"));
     if !dsl_named {
-        for call in aggregates.iter_mut() {
-            let own = Expr::col(call.name.clone());
-            let reads = exprs
-                .iter()
-                .filter(|(_, e)| e.columns().contains(&call.name.as_str()))
-                .count();
-            let Some(at) = exprs.iter().position(|(_, e)| *e == own) else {
-                continue;
-            };
-            let alias = exprs[at].0.clone();
-            // Read once, as a plain column, under a name no other column has.
-            if reads != 1 || alias == call.name || columns.contains(&alias) {
-                continue;
-            }
-            if let Some(c) = columns.iter_mut().find(|c| **c == call.name) {
-                c.clone_from(&alias);
-            }
-            exprs[at].1 = Expr::col(alias.clone());
-            call.name = alias;
-        }
+        name_by_aliases(&mut aggregates, &mut columns, &mut exprs);
     }
     let node = SqlNode::Aggregate {
         input: below,
@@ -347,10 +369,6 @@ fn refusal(plan: &LogicalPlan) -> SqlError {
             "DISTINCT",
             "SELECT DISTINCT and UNION without ALL are not supported yet; use UNION ALL \
              or GROUP BY",
-        ),
-        LogicalPlan::Window(_) => refused(
-            "OVER",
-            "window functions (OVER ...) are not supported; group by a window instead",
         ),
         LogicalPlan::EmptyRelation(_) | LogicalPlan::Values(_) => refused(
             "FROM",

@@ -10,14 +10,18 @@
 //! operator exists.
 
 mod aggregate;
+mod closing;
 mod convert;
 mod join;
 mod lower;
+mod over;
 mod provider;
 mod prune;
 mod rename;
 mod spark_window;
+mod time;
 mod tvf;
+mod unwindow;
 
 use std::fmt;
 
@@ -48,6 +52,11 @@ pub enum WindowKind {
     Session { gap_ms: i64 },
 }
 
+/// The windows a `GROUP BY` of a windowed aggregate's results by its event
+/// time is lowered to (sql/time.rs): 1 ms, so each row's time is its
+/// window's end - 1 ms.
+pub(crate) const REGROUP: WindowKind = WindowKind::Tumble { size_ms: 1 };
+
 /// One aggregate of a `GROUP BY`: the function (the name of eddyline's
 /// aggregate, as `F` spells it: `sum`, `count`, `count_distinct`, `avg`,
 /// `approx_percentile`...), its arguments as `F`'s aggregate takes them
@@ -77,7 +86,7 @@ pub enum JoinKind {
 }
 
 /// A lowered query: one streaming step per node, children first.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SqlNode {
     /// The stream of a registered view.
     Scan { view: String, columns: Vec<String> },
@@ -130,6 +139,25 @@ pub enum SqlNode {
         time_columns: Option<(String, String)>,
         columns: Vec<String>,
     },
+    /// The rows of `input` (an inner interval join's, filtered by a bound of
+    /// one input's event time by a column of each row of the other, `b.ts <=
+    /// a.expires`: sql/join.rs), each of which comes before the watermark
+    /// passes its `column`; rows pass unchanged. A `GROUP BY` whose keys hold
+    /// `column` closes each group when the watermark passes it (lower.rs).
+    Closing { input: Box<SqlNode>, column: String },
+    /// `agg(col) OVER (PARTITION BY keys ORDER BY time_column, order_by...
+    /// ROWS BETWEEN preceding PRECEDING AND CURRENT ROW)` (sql/over.rs):
+    /// every row of `input` with its frame's `aggregates` (sum, count, avg,
+    /// min, max) added as columns, once the watermark passes its time.
+    Over {
+        input: Box<SqlNode>,
+        keys: Vec<String>,
+        time_column: String,
+        order_by: Vec<String>,
+        preceding: u64,
+        aggregates: Vec<AggregateCall>,
+        columns: Vec<String>,
+    },
 }
 
 impl SqlNode {
@@ -140,9 +168,11 @@ impl SqlNode {
             | SqlNode::Window { columns, .. }
             | SqlNode::Filter { columns, .. }
             | SqlNode::Aggregate { columns, .. }
-            | SqlNode::Join { columns, .. } => columns.clone(),
+            | SqlNode::Join { columns, .. }
+            | SqlNode::Over { columns, .. } => columns.clone(),
             SqlNode::Project { exprs, .. } => exprs.iter().map(|(n, _)| n.clone()).collect(),
             SqlNode::Union { inputs } => inputs.first().map(SqlNode::columns).unwrap_or_default(),
+            SqlNode::Closing { input, .. } => input.columns(),
         }
     }
 }

@@ -120,6 +120,9 @@ fn planning_error(message: &str) -> SqlError {
         .trim_start_matches("Schema error: ")
         .trim_start_matches("This feature is not implemented: ")
         .to_string();
+    if let Some(error) = super::over::window_function_error(&message) {
+        return error;
+    }
     let construct = if message.contains("No field named") || message.contains("column") {
         "column"
     } else if message.contains("table") {

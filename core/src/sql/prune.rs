@@ -42,6 +42,23 @@ fn reads<'a>(exprs: impl IntoIterator<Item = &'a Expr>) -> HashSet<String> {
         .collect()
 }
 
+/// Whether a projection of `exprs` over columns `names` passes them on as
+/// they are (same names, same order): no step is needed.
+pub(crate) fn is_identity(exprs: &[(String, Expr)], names: &[String]) -> bool {
+    exprs.len() == names.len()
+        && exprs
+            .iter()
+            .zip(names)
+            .all(|((n, e), c)| n == c && *e == Expr::col(c.clone()))
+}
+
+/// Whether `exprs` only pick columns, each under its own name.
+fn picks_columns(exprs: &[(String, Expr)]) -> bool {
+    exprs
+        .iter()
+        .all(|(n, e)| matches!(e, Expr::Column(c) if c == n))
+}
+
 /// `node` with only the `required` columns (and what computing them reads).
 fn pruned(node: SqlNode, required: &HashSet<String>) -> SqlNode {
     match node {
@@ -88,14 +105,16 @@ fn pruned(node: SqlNode, required: &HashSet<String>) -> SqlNode {
                 .into_iter()
                 .filter(|(n, _)| wanted.contains(n))
                 .collect();
-            let input = pruned(*input, &reads(exprs.iter().map(|(_, e)| e)));
-            let names = input.columns();
-            let identity = exprs.len() == names.len()
-                && exprs
-                    .iter()
-                    .zip(&names)
-                    .all(|((n, e), c)| n == c && *e == Expr::col(c.clone()));
-            if identity {
+            let input = match pruned(*input, &reads(exprs.iter().map(|(_, e)| e))) {
+                // A view's columns picked below a projection, which picks
+                // its own anyway: one select, as the DSL twin writes it.
+                SqlNode::Project {
+                    input: below,
+                    exprs: picked,
+                } if picks_columns(&picked) => *below,
+                input => input,
+            };
+            if is_identity(&exprs, &input.columns()) {
                 return input;
             }
             SqlNode::Project {
@@ -104,6 +123,17 @@ fn pruned(node: SqlNode, required: &HashSet<String>) -> SqlNode {
             }
         }
         node @ SqlNode::Join { .. } => pruned_join(node, required),
+        // Read by a GROUP BY that closes its groups by the column (lower.rs), else not needed.
+        SqlNode::Closing { input, column } => {
+            if !required.contains(&column) {
+                return pruned(*input, required);
+            }
+            SqlNode::Closing {
+                input: Box::new(pruned(*input, required)),
+                column,
+            }
+        }
+        node @ SqlNode::Over { .. } => pruned_over(node, required),
         // By position: each input keeps every column the union outputs.
         SqlNode::Union { inputs } => SqlNode::Union {
             inputs: inputs.into_iter().map(prune).collect(),
@@ -128,6 +158,41 @@ fn pruned(node: SqlNode, required: &HashSet<String>) -> SqlNode {
                 columns,
             }
         }
+    }
+}
+
+/// An over window reading only its keys, event time, `ORDER BY` columns,
+/// aggregated columns and the `required` ones (ties of event time are then
+/// ordered by the columns the query reads: docs/API.md "SQL", over windows).
+fn pruned_over(node: SqlNode, required: &HashSet<String>) -> SqlNode {
+    let SqlNode::Over {
+        input,
+        keys,
+        time_column,
+        order_by,
+        preceding,
+        aggregates,
+        ..
+    } = node
+    else {
+        return node;
+    };
+    let mut below: HashSet<String> = required.clone();
+    below.extend(keys.iter().cloned());
+    below.insert(time_column.clone());
+    below.extend(order_by.iter().cloned());
+    below.extend(aggregates.iter().filter_map(|a| a.column.clone()));
+    let input = pruned(*input, &below);
+    let mut columns = input.columns();
+    columns.extend(aggregates.iter().map(|a| a.name.clone()));
+    SqlNode::Over {
+        input: Box::new(input),
+        keys,
+        time_column,
+        order_by,
+        preceding,
+        aggregates,
+        columns,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::SqlNode;
+use super::{SqlNode, REGROUP};
 use crate::expr::Expr;
 
 /// Whether `exprs` only pick columns of `input` (maybe renamed); the map
@@ -22,11 +22,15 @@ fn renames(exprs: &[(String, Expr)]) -> Option<HashMap<String, String>> {
 }
 
 /// Whether `node` is a join, maybe filtered (the joins' renaming projection
-/// is merged into what reads it).
+/// is merged into what reads it), or a `GROUP BY` of a window's results
+/// (time.rs), whose renaming projection is merged likewise.
 fn is_join(node: &SqlNode) -> bool {
+    if is_regroup(node) {
+        return true;
+    }
     match node {
         SqlNode::Join { .. } => true,
-        SqlNode::Filter { input, .. } => is_join(input),
+        SqlNode::Filter { input, .. } | SqlNode::Closing { input, .. } => is_join(input),
         _ => false,
     }
 }
@@ -108,5 +112,16 @@ pub(crate) fn filter(input: SqlNode, predicate: Expr) -> SqlNode {
                 columns,
             }
         }
+    }
+}
+
+/// Whether `node` is a `GROUP BY` of a window's results (see the module
+/// docs): its renaming projection is merged with what reads it.
+fn is_regroup(node: &SqlNode) -> bool {
+    match node {
+        SqlNode::Aggregate { input, keys, .. } => matches!(input.as_ref(),
+            SqlNode::Window { time_column, kind, .. } if *kind == REGROUP && keys.contains(time_column)),
+        SqlNode::Filter { input, .. } => is_regroup(input),
+        _ => false,
     }
 }

@@ -10,6 +10,11 @@
 //! it. DataFusion types all of it; the lowering of the `GROUP BY` reads the
 //! call back as the window to group by (`SqlNode::Aggregate::window`) and
 //! never evaluates it.
+//!
+//! `GROUP BY window(window_time(w), ...)` (Spark's chaining of windows on
+//! window results) reads `window_time(w)`, computed below as
+//! `__sql_window_time` in place of `w`, so the grouping's new `window` column
+//! does not clash with `w` and the rows are timed by it (sql/time.rs).
 
 use std::sync::Arc;
 
@@ -90,10 +95,36 @@ fn relation(factor: &mut TableFactor) -> Result<(), SqlError> {
     }
 }
 
-/// A Spark window call: its time column as written and its windows.
+/// The column a rewritten `GROUP BY window(window_time(w), ...)` computes
+/// `window_time(w)` as, below the grouping (see [`derived`]).
+const WINDOW_TIME_COLUMN: &str = "__sql_window_time";
+
+/// A Spark window call: its time column as written (or, for
+/// `window(window_time(w), ...)`, [`WINDOW_TIME_COLUMN`] and `w`) and its
+/// windows.
 struct Call {
     time_column: String,
+    window_time_of: Option<SqlExpr>,
     kind: WindowKind,
+}
+
+/// The column `w` of a first argument `window_time(w)`, if it is one.
+fn window_time_arg(expr: &SqlExpr) -> Option<&SqlExpr> {
+    let SqlExpr::Function(f) = expr else {
+        return None;
+    };
+    if !f.name.to_string().eq_ignore_ascii_case("window_time") {
+        return None;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return None;
+    };
+    match list.args.as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(
+            e @ (SqlExpr::Identifier(_) | SqlExpr::CompoundIdentifier(_)),
+        ))] => Some(e),
+        _ => None,
+    }
 }
 
 fn call(expr: &SqlExpr) -> Result<Option<Call>, SqlError> {
@@ -122,7 +153,9 @@ fn call(expr: &SqlExpr) -> Result<Option<Call>, SqlError> {
     } else {
         "session_window(ts, '10 seconds')"
     };
+    let window_time_of = args.first().and_then(|a| window_time_arg(a)).cloned();
     let time_column = match args.first() {
+        _ if window_time_of.is_some() => WINDOW_TIME_COLUMN.to_string(),
         Some(SqlExpr::Identifier(ident)) => ident.value.clone(),
         Some(SqlExpr::CompoundIdentifier(parts)) if !parts.is_empty() => parts
             .iter()
@@ -131,7 +164,8 @@ fn call(expr: &SqlExpr) -> Result<Option<Call>, SqlError> {
             .join("."),
         _ => {
             return Err(wrong(format!(
-                "{expr}: the first argument must be a column; expected {usage}"
+                "{expr}: the first argument must be a column (or window_time(w) of a \
+                 window column w of window results); expected {usage}"
             )))
         }
     };
@@ -171,7 +205,11 @@ fn call(expr: &SqlExpr) -> Result<Option<Call>, SqlError> {
             )))
         }
     };
-    Ok(Some(Call { time_column, kind }))
+    Ok(Some(Call {
+        time_column,
+        window_time_of,
+        kind,
+    }))
 }
 
 fn select_(select: &mut Select) -> Result<(), SqlError> {
@@ -193,6 +231,21 @@ fn select_(select: &mut Select) -> Result<(), SqlError> {
         return Ok(());
     };
     let column = column_name(&window.kind);
+    if window
+        .time_column
+        .split('.')
+        .rev()
+        .skip(1)
+        .any(|p| p == column)
+    {
+        // The window column this GROUP BY adds would hide the one it reads.
+        return Err(wrong(format!(
+            "GROUP BY {column}({}, ...) over the results of another {column}(...): the \
+             grouping adds a column {column} too; select {}.end AS we in a subquery and \
+             group by {column}(we, ...)",
+            window.time_column, column
+        )));
+    }
     if select.from.len() != 1 || !select.from[0].joins.is_empty() {
         return Err(wrong(format!(
             "GROUP BY {}(...) reads one table or subquery in FROM; join in a subquery first",
@@ -240,9 +293,28 @@ fn derived(
         WindowKind::Session { gap_ms } => ("session", gap_ms, gap_ms),
     };
     let filter = selection.map(|s| format!(" WHERE {s}")).unwrap_or_default();
+    let source = match &window.window_time_of {
+        None => format!("{relation}{filter}"),
+        // `window_time(w)` computed below, in place of `w`: the rows are then
+        // timed by it (sql/time.rs), and the grouping's own window column
+        // does not clash with `w` where `w` is named as it.
+        Some(w) => {
+            let name = match w {
+                SqlExpr::CompoundIdentifier(parts) => parts.last(),
+                SqlExpr::Identifier(ident) => Some(ident),
+                _ => None,
+            }
+            .map(|i| i.value.replace('"', "\"\""))
+            .unwrap_or_default();
+            format!(
+                "(SELECT * EXCLUDE (\"{name}\"), window_time({w}) AS \"{WINDOW_TIME_COLUMN}\" \
+                 FROM {relation}{filter}) AS \"{alias}\""
+            )
+        }
+    };
     let sql = format!(
         "SELECT * FROM (SELECT *, {FUNCTION}({}, '{kind}', {a}, {b}) AS \"{column}\" FROM \
-         {relation}{filter}) AS \"{alias}\"",
+         {source}) AS \"{alias}\"",
         window.time_column
     );
     let parsed = Parser::parse_sql(&GenericDialect {}, &sql)

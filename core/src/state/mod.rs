@@ -9,6 +9,7 @@
 
 pub mod group_watermarks;
 pub mod keyed;
+pub(crate) mod keyed_slots;
 
 use std::sync::Arc;
 

@@ -12,7 +12,7 @@ use eddyline_core::operator::keyed_agg::KeyedAggFactory;
 use eddyline_core::operator::session::SessionFactory;
 use eddyline_core::operator::window::multi::WindowAggsFactory;
 use eddyline_core::operator::window::session_multi::SessionAggsFactory;
-use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory};
+use eddyline_core::operator::window::{WindowAgg, WindowAssigner, WindowFactory, WindowedAggs};
 use eddyline_core::state::keyed::AggKind;
 use pyo3::prelude::*;
 
@@ -79,6 +79,24 @@ fn aggregates(
             Ok((a.name.clone(), aggregate))
         })
         .collect()
+}
+
+/// What the factories of `window_aggs` and `session_aggs` hold besides their
+/// windows.
+fn windowed_aggs(
+    cx: &Ctx<'_>,
+    keys: Vec<String>,
+    time_column: String,
+    specs: &[AggregateSpec<'_>],
+    late_output: bool,
+) -> Result<WindowedAggs, Error> {
+    Ok(WindowedAggs {
+        keys,
+        time_column,
+        aggregates: aggregates(cx, specs)?,
+        late_output,
+        input: cx.first_input(),
+    })
 }
 
 /// A window assigner: tumbling (`slide_ms` None) or sliding.
@@ -181,13 +199,16 @@ pub(super) fn window_aggs_node(
     spec: WindowAggsSpec<'_>,
     late_output: bool,
 ) -> Result<NodeParts, NodeError> {
-    let f = WindowAggsFactory {
-        keys: spec.keys,
-        time_column: spec.time_column,
-        assigner: spec.assigner.assigner(),
-        aggregates: aggregates(cx, &spec.aggregates)?,
+    let aggs = windowed_aggs(
+        cx,
+        spec.keys,
+        spec.time_column,
+        &spec.aggregates,
         late_output,
-        input: cx.first_input(),
+    )?;
+    let f = WindowAggsFactory {
+        aggs,
+        assigner: spec.assigner.assigner(),
     };
     let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))
@@ -199,13 +220,16 @@ pub(super) fn session_aggs_node(
     spec: SessionAggsSpec<'_>,
     late_output: bool,
 ) -> Result<NodeParts, NodeError> {
-    let f = SessionAggsFactory {
-        keys: spec.keys,
-        time_column: spec.time_column,
-        gap_ms: spec.gap_ms,
-        aggregates: aggregates(cx, &spec.aggregates)?,
+    let aggs = windowed_aggs(
+        cx,
+        spec.keys,
+        spec.time_column,
+        &spec.aggregates,
         late_output,
-        input: cx.first_input(),
+    )?;
+    let f = SessionAggsFactory {
+        aggs,
+        gap_ms: spec.gap_ms,
     };
     let s = cx.output_of(|s| f.output_schema(cx.name, s))?;
     Ok(operator(Arc::new(f), s))

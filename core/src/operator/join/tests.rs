@@ -5,7 +5,7 @@ use arrow::array::{AsArray, Int64Array, StringArray};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use proptest::prelude::*;
 
-use crate::operator::testing::{split_keyed, Recorder};
+use crate::operator::testing::{field_names, split_keyed, Recorder};
 
 /// (key, left id, left ts, right id, right ts) of every output row; ids are
 /// None where a side is absent.
@@ -318,13 +318,7 @@ fn test_string_keys_and_compaction_keep_the_rows() {
     op.process_batch(1, mk(&r, "a", -1), &mut out).unwrap();
     let b = &out.batches[0];
     assert_eq!(b.num_rows(), 200);
-    let names: Vec<_> = b
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(names, ["name", "v", "v_right"]);
+    assert_eq!(field_names(&b.schema()), ["name", "v", "v_right"]);
     let mut vs: Vec<i64> = b.column(1).as_primitive::<Int64Type>().values().to_vec();
     vs.sort_unstable();
     assert_eq!(vs, (0..200).collect::<Vec<_>>());
@@ -630,14 +624,8 @@ fn test_window_join_pairs_rows_of_a_window_when_it_fires() {
             slide_ms: 10,
         },
     );
-    let names: Vec<String> = f
-        .output_schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
     assert_eq!(
-        names,
+        field_names(&f.output_schema()),
         [
             "k",
             "window_start",

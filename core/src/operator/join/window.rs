@@ -84,7 +84,7 @@ pub(super) fn fire_sessions(
             continue;
         }
         let group = Arc::make_mut(g);
-        let keys: Vec<Box<[u8]>> = group.sides[0]
+        let keys: Vec<Arc<[u8]>> = group.sides[0]
             .rows
             .keys()
             .chain(group.sides[1].rows.keys())
@@ -146,13 +146,7 @@ pub(super) fn fire_sessions(
             }
         }
         for side in &mut group.sides {
-            side.min_expiry = side
-                .rows
-                .values()
-                .flatten()
-                .map(|r| r.ts.saturating_add(gap - 1))
-                .min()
-                .unwrap_or(i64::MAX);
+            side.reindex(Expiry::After(gap - 1));
         }
     }
 }

@@ -45,14 +45,16 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
-use arrow::row::{RowConverter, Rows};
 use rustc_hash::FxHashMap;
 
 use crate::error::{Error, ForOperator, Result};
-use crate::expr::{Aggregate, AggregateSet, AggregateSlots};
-use crate::keygroup::{hash_keys, KeyGroupOwnership};
+use crate::expr::{Aggregate, AggregateSet};
+use crate::keygroup::KeyGroupOwnership;
 use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory};
-use crate::state::keyed::{check_key_group, key_columns, open_blob, owned_key_groups, sort_fields};
+use crate::state::keyed::{key_columns, open_blob, owned_key_groups};
+use crate::state::keyed_slots::{
+    blob_error, columns_at, held_blobs, same_field_types, visible_state_table, KeyedSlots,
+};
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
 /// The version byte that opens every serialized key-group blob.
@@ -148,10 +150,8 @@ struct Group {
 
 /// The state once the input schema is known.
 struct Keyed {
-    converter: RowConverter,
-    rows: Rows,
+    keyed: KeyedSlots,
     groups: Vec<Group>,
-    slots: AggregateSlots,
 }
 
 /// A running keyed multi-aggregate; see the module documentation.
@@ -216,20 +216,16 @@ impl MultiAggOperator {
             self.binding = Some(binding);
             return Ok(());
         }
-        let key_fields: Vec<FieldRef> = binding
-            .key_idx
-            .iter()
-            .map(|&i| schema.fields()[i].clone())
-            .collect();
-        let converter = RowConverter::new(sort_fields(&key_fields)).for_operator(&self.own.name)?;
-        let rows = converter.empty_rows(0, 0);
         self.state = Some(Keyed {
-            converter,
-            rows,
+            keyed: KeyedSlots::new(
+                &self.own.name,
+                schema,
+                &binding.key_idx,
+                binding.set.clone(),
+            )?,
             groups: (0..self.own.key_groups.len())
                 .map(|_| Group::default())
                 .collect(),
-            slots: AggregateSlots::new(binding.set.clone()),
         });
         self.binding = Some(binding);
         for (kg, blob) in std::mem::take(&mut self.pending) {
@@ -243,12 +239,7 @@ impl MultiAggOperator {
             return Err(Error::operator(&self.own.name, "restoring before binding"));
         };
         let bytes = blob.to_bytes()?;
-        let bad = |msg: String| {
-            Error::checkpoint(
-                None,
-                format!("the keyed aggregate state of key group {kg} {msg}"),
-            )
-        };
+        let bad = blob_error("the keyed aggregate state", kg);
         let reader = open_blob(&bytes, MULTI_FORMAT_VERSION, &bad)?;
         let schema = reader.schema();
         let held = schema
@@ -257,13 +248,7 @@ impl MultiAggOperator {
             .cloned()
             .unwrap_or_default();
         let expected = binding.set.describe();
-        let types_match = schema.fields().len() == binding.blob.fields().len()
-            && schema
-                .fields()
-                .iter()
-                .zip(binding.blob.fields())
-                .all(|(a, b)| a.data_type() == b.data_type());
-        if held != expected || !types_match {
+        if held != expected || !same_field_types(&schema, binding.blob.fields()) {
             return Err(bad(format!(
                 "holds the aggregates ({held}) with columns {:?}, but the operator computes \
                  ({expected}) with columns {:?}",
@@ -277,34 +262,21 @@ impl MultiAggOperator {
         let group = &mut state.groups[local];
         group.changed = self.epoch;
         group.copy = None;
-        for batch in reader {
-            let batch = batch.map_err(|e| bad(format!("cannot be read: {e}")))?;
-            let key_cols = &batch.columns()[..n_keys];
-            check_key_group(
-                &self.own.name,
-                "the keyed aggregate state",
-                key_cols,
-                &mut self.hashes,
-                kg,
-                self.own.max_parallelism,
-            )?;
-            let keys = state
-                .converter
-                .convert_columns(key_cols)
-                .for_operator(&self.own.name)?;
-            let states = &batch.columns()[n_keys + n_values..];
-            for (i, key) in keys.iter().enumerate() {
-                let slot = state.slots.allocate().map_err(|e| e.at(&self.own.name))?;
-                state
-                    .slots
-                    .merge_row(slot, states, i)
-                    .map_err(|e| e.at(&self.own.name))?;
-                if group.index.insert(Box::from(key.as_ref()), slot).is_some() {
+        state.keyed.restore_rows(
+            &self.own,
+            "the keyed aggregate state",
+            kg,
+            reader,
+            (n_keys, n_keys + n_values),
+            &mut self.hashes,
+            &bad,
+            |_, _, key, slot| {
+                if group.index.insert(Box::from(key), slot).is_some() {
                     return Err(bad("holds a key twice".to_string()));
                 }
-            }
-        }
-        Ok(())
+                Ok(())
+            },
+        )
     }
 }
 
@@ -324,37 +296,28 @@ impl Operator for MultiAggOperator {
             return Err(Error::operator(&self.own.name, "no state after binding"));
         };
         let name = &self.own.name;
-        let key_cols: Vec<ArrayRef> = binding
-            .key_idx
-            .iter()
-            .map(|&i| batch.column(i).clone())
-            .collect();
-        hash_keys(&key_cols, &mut self.hashes).for_operator(name)?;
-        state.rows.clear();
-        state
-            .converter
-            .append(&mut state.rows, &key_cols)
-            .for_operator(name)?;
+        let key_cols = columns_at(&batch, &binding.key_idx);
+        state.keyed.encode_keys(name, &key_cols, &mut self.hashes)?;
         self.slot_of_row.clear();
-        for (i, key) in state.rows.iter().enumerate() {
+        let slots = &mut state.keyed.slots;
+        for (i, key) in state.keyed.rows.iter().enumerate() {
             let local = self.own.local_index(self.hashes[i])?;
             let group = &mut state.groups[local];
             group.changed = self.epoch;
             let slot = match group.index.get(key.as_ref()) {
                 Some(&slot) => slot,
                 None => {
-                    let slot = state.slots.allocate().map_err(|e| e.at(name))?;
+                    let slot = slots.allocate().map_err(|e| e.at(name))?;
                     group.index.insert(Box::from(key.as_ref()), slot);
                     slot
                 }
             };
             self.slot_of_row.push(slot);
         }
-        state
-            .slots
+        slots
             .update(&batch, None, &self.slot_of_row)
             .map_err(|e| e.at(name))?;
-        let (distinct, first) = state.slots.last_update();
+        let (distinct, first) = slots.last_update();
         let (distinct, first) = (distinct.to_vec(), first.to_vec());
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(binding.output.fields().len());
         if first.len() == n {
@@ -366,7 +329,7 @@ impl Operator for MultiAggOperator {
                     .push(take(col.as_ref(), &indices, None).map_err(|e| Error::arrow(name, &e))?);
             }
         }
-        columns.extend(state.slots.evaluate(&distinct).map_err(|e| e.at(name))?);
+        columns.extend(slots.evaluate(&distinct).map_err(|e| e.at(name))?);
         let output = RecordBatch::try_new(binding.output.clone(), columns)
             .map_err(|e| Error::arrow(name, &e))?;
         out.emit(output)
@@ -383,16 +346,7 @@ impl CheckpointedState for MultiAggOperator {
         self.epoch += 1;
         let start = self.own.key_groups.start;
         let (Some(binding), Some(state)) = (&self.binding, &mut self.state) else {
-            // Nothing bound yet: the restored blobs are the state.
-            let keyed = self
-                .pending
-                .iter()
-                .map(|(kg, blob)| (*kg as u32, blob.clone()))
-                .collect();
-            return Ok(OperatorState {
-                operator: None,
-                keyed,
-            });
+            return Ok(held_blobs(&self.pending));
         };
         let name = &self.own.name;
         let mut keyed = Vec::new();
@@ -407,8 +361,7 @@ impl CheckpointedState for MultiAggOperator {
                     let copy = Arc::new(GroupCopy::take(
                         name,
                         binding,
-                        &state.converter,
-                        &mut state.slots,
+                        &mut state.keyed,
                         &group.index,
                         self.token_base | group.changed,
                     )?);
@@ -449,18 +402,13 @@ impl GroupCopy {
     fn take(
         name: &str,
         binding: &Binding,
-        converter: &RowConverter,
-        slots: &mut AggregateSlots,
+        keyed: &mut KeyedSlots,
         index: &FxHashMap<Box<[u8]>, u32>,
         token: u64,
     ) -> Result<Self> {
-        let parser = converter.parser();
         let ids: Vec<u32> = index.values().copied().collect();
-        let mut columns = converter
-            .convert_rows(index.keys().map(|k| parser.parse(k)))
-            .for_operator(name)?;
-        columns.extend(slots.evaluate(&ids).map_err(|e| e.at(name))?);
-        columns.extend(slots.states(&ids).map_err(|e| e.at(name))?);
+        let mut columns = keyed.key_columns(name, index.keys().map(|k| &k[..]))?;
+        keyed.append_values_and_states(name, &ids, &mut columns)?;
         Ok(GroupCopy {
             name: Arc::from(name),
             schema: binding.blob.clone(),
@@ -489,33 +437,13 @@ pub(crate) fn is_state_schema(schema: &Schema) -> bool {
 /// One key-group blob as `read_state` shows it: the key columns and every
 /// aggregate's value under its output name (the accumulator states left out).
 pub(crate) fn state_table(bytes: &[u8], kg: u32) -> Result<Vec<RecordBatch>> {
-    let bad = |msg: String| {
-        Error::checkpoint(
-            None,
-            format!("the keyed aggregate state of key group {kg} {msg}"),
-        )
-    };
-    let reader = open_blob(bytes, MULTI_FORMAT_VERSION, &bad)?;
-    let schema = reader.schema();
-    let keep: Vec<usize> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| !f.name().starts_with(crate::expr::STATE_COLUMN_PREFIX))
-        .map(|(i, _)| i)
-        .collect();
-    reader
-        .map(|batch| {
-            let batch = batch.map_err(|e| bad(format!("cannot be read: {e}")))?;
-            let batch = batch
-                .project(&keep)
-                .map_err(|e| bad(format!("cannot be read: {e}")))?;
-            // `read_state` concatenates key groups: one schema, without metadata.
-            let plain = Arc::new(Schema::new(batch.schema().fields().clone()));
-            RecordBatch::try_new(plain, batch.columns().to_vec())
-                .map_err(|e| bad(format!("cannot be read: {e}")))
-        })
-        .collect()
+    visible_state_table(
+        bytes,
+        kg,
+        MULTI_FORMAT_VERSION,
+        "the keyed aggregate state",
+        &[],
+    )
 }
 
 #[cfg(test)]

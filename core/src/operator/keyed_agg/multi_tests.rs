@@ -1,8 +1,7 @@
 use super::*;
 use crate::expr::{Expr, ScalarValue};
-use crate::operator::testing::Recorder;
+use crate::operator::testing::{display_cells as rows, field_names, rows_in_key_groups, Recorder};
 use arrow::array::{Int64Array, StringArray};
-use arrow::util::display::array_value_to_string;
 
 fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
     crate::operator::testing::context("agg", key_groups, 8)
@@ -39,22 +38,6 @@ fn batch(k: Vec<Option<&str>>, x: Vec<Option<i64>>) -> RecordBatch {
         ("x", Arc::new(Int64Array::from(x)) as ArrayRef),
     ])
     .expect("batch")
-}
-
-/// Every row of `batches` as display strings.
-fn rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            out.push(
-                b.columns()
-                    .iter()
-                    .map(|c| array_value_to_string(c, r).expect("display"))
-                    .collect(),
-            );
-        }
-    }
-    out
 }
 
 fn run(op: &mut MultiAggOperator, b: RecordBatch) -> Vec<Vec<String>> {
@@ -146,21 +129,7 @@ fn test_restore_at_another_parallelism_goes_on_exactly() {
         // Before any batch, a snapshot passes the restored blobs on.
         let passed = part.snapshot_state(3).expect("snapshot");
         assert_eq!(passed.keyed.len(), mine.len());
-        let rows_of_range: Vec<usize> = (0..40)
-            .filter(|&i| {
-                let key = arrow::array::StringArray::from(vec![keys[i].as_str()]);
-                let mut h = Vec::new();
-                hash_keys(&[Arc::new(key) as ArrayRef], &mut h).expect("hash");
-                range.contains(&crate::keygroup::key_group(h[0], 8))
-            })
-            .collect();
-        let idx = UInt32Array::from(rows_of_range.iter().map(|&i| i as u32).collect::<Vec<_>>());
-        let cols = second
-            .columns()
-            .iter()
-            .map(|c| take(c.as_ref(), &idx, None).expect("take"))
-            .collect();
-        let part_batch = RecordBatch::try_new(second.schema(), cols).expect("batch");
+        let part_batch = rows_in_key_groups(&second, 0, &range, 8);
         got.extend(run(&mut part, part_batch));
     }
     got.sort();
@@ -181,14 +150,8 @@ fn test_state_table_shows_keys_and_values_and_restore_refuses_other_aggregates()
     let bytes = blob.to_bytes().expect("bytes");
     let table = state_table(&bytes, *kg).expect("table");
     assert_eq!(rows(&table), strs(&[&["a", "5", "2", "2.5", "2"]]));
-    let names: Vec<String> = table[0]
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
     assert_eq!(
-        names,
+        field_names(&table[0].schema()),
         ["k", "total", "count(1)", "avg(x)", "count(DISTINCT x)"]
     );
 

@@ -52,12 +52,11 @@ use arrow::array::{Array, ArrayRef, BooleanArray, BooleanBufferBuilder, RecordBa
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
-use rustc_hash::FxHashMap;
 
 use crate::error::{Error, Result};
-use crate::event::MAX_WATERMARK;
 use crate::keygroup::{hash_keys, KeyGroupOwnership};
 use crate::operator::timestamps::{event_time_column, event_times_millis};
+use crate::operator::window::open_sessions::{in_firing_order, SessionBounds, SessionGroup};
 use crate::operator::window::time_array;
 use crate::operator::{
     CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute, LATE_PORT,
@@ -83,19 +82,15 @@ pub(crate) struct Session<V> {
 }
 
 /// The open sessions of one key group.
-#[derive(Debug, Clone)]
-pub(crate) struct Group<V> {
-    pub sessions: FxHashMap<Box<[u8]>, Vec<Session<V>>>,
-    /// The smallest end of an open session (`i64::MAX`: none).
-    pub min_end: i64,
-}
+pub(crate) type Group<V> = SessionGroup<Session<V>>;
 
-impl<V> Default for Group<V> {
-    fn default() -> Self {
-        Group {
-            sessions: FxHashMap::default(),
-            min_end: i64::MAX,
-        }
+impl<V: Num> SessionBounds for Session<V> {
+    fn end(&self) -> i64 {
+        self.end
+    }
+
+    fn seq(&self) -> u64 {
+        self.seq
     }
 }
 
@@ -352,31 +347,13 @@ fn add_row<V: Num>(
 }
 
 /// The sessions of `groups` over at `watermark` (all for
-/// [`MAX_WATERMARK`]), removed, as (key, session), ordered by (end, seq).
+/// [`crate::event::MAX_WATERMARK`]), removed, as (key, session), ordered by (end, seq).
 fn fire<V: Num>(groups: &mut [Arc<Group<V>>], watermark: i64) -> Vec<(Box<[u8]>, Session<V>)> {
     let mut out = Vec::new();
-    for g in groups.iter_mut() {
-        if g.min_end == i64::MAX || (watermark != MAX_WATERMARK && g.min_end - 1 > watermark) {
-            continue;
-        }
-        let group = Arc::make_mut(g);
-        let mut min_end = i64::MAX;
-        group.sessions.retain(|key, list| {
-            list.retain(|s| {
-                if watermark == MAX_WATERMARK || s.end - 1 <= watermark {
-                    out.push((key.clone(), *s));
-                    false
-                } else {
-                    min_end = min_end.min(s.end);
-                    true
-                }
-            });
-            !list.is_empty()
-        });
-        group.min_end = min_end;
+    for g in groups.iter_mut().filter(|g| g.any_over(watermark)) {
+        Arc::make_mut(g).take_over(watermark, &mut out);
     }
-    out.sort_unstable_by_key(|(_, s)| (s.end, s.seq));
-    out
+    in_firing_order(out)
 }
 
 impl SessionOperator {

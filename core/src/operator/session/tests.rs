@@ -5,6 +5,7 @@ use arrow::array::{AsArray, Int64Array};
 use arrow::datatypes::Int64Type;
 use proptest::prelude::*;
 
+use crate::event::MAX_WATERMARK;
 use crate::operator::testing::{split_keyed, Recorder};
 
 /// (key, start, end, sum) of every fired session, in emission order.

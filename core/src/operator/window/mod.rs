@@ -109,9 +109,14 @@ use arrow::datatypes::{
 
 use crate::error::{Error, Result};
 
+#[cfg(test)]
+mod format_tests;
 mod keys;
 pub mod multi;
+pub(crate) mod open_sessions;
 pub mod session_multi;
+mod slot_windows;
+pub use slot_windows::WindowedAggs;
 mod snapshot;
 /// `read_state`'s view of this operator's blobs.
 pub(crate) use snapshot::{is_state_schema, state_table};

@@ -1,89 +1,25 @@
 use super::*;
+use crate::error::Error;
 use crate::expr::{Expr, ScalarValue};
-use arrow::array::{Int64Array, StringArray};
-use arrow::util::display::array_value_to_string;
-
-#[derive(Default)]
-struct Recorder {
-    batches: Vec<RecordBatch>,
-    watermarks: Vec<i64>,
-    late: Vec<RecordBatch>,
-}
-
-impl Collector for Recorder {
-    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        self.batches.push(batch);
-        Ok(())
-    }
-    fn emit_watermark(&mut self, watermark: i64) -> Result<()> {
-        self.watermarks.push(watermark);
-        Ok(())
-    }
-    fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
-        assert_eq!(port, LATE_PORT);
-        self.late.push(batch);
-        Ok(())
-    }
-}
-
-fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
-    OperatorContext {
-        name: "win".to_string(),
-        uid: "win".to_string(),
-        subtask_index: 0,
-        parallelism: 1,
-        max_parallelism: 8,
-        key_groups,
-        attempt: 0,
-    }
-}
+use crate::operator::testing::{
+    context, display_rows as rows, field_names, fire_restored, key_time_value_batch as batch,
+    rows_in_key_groups, split_keyed, windowed_aggs, Recorder,
+};
+use crate::operator::LATE_PORT;
+use crate::state::keyed::{open_blob, META_INPUT_SCHEMA};
+use crate::state::{OperatorState, StateBlob};
+use arrow::array::{AsArray, RecordBatch};
+use std::sync::Arc;
 
 fn factory(assigner: WindowAssigner) -> WindowAggsFactory {
     WindowAggsFactory {
-        keys: vec!["k".to_string()],
-        time_column: "t".to_string(),
+        aggs: windowed_aggs(vec![
+            ("count(1)", "count", vec![Expr::lit(ScalarValue::Int64(1))]),
+            ("sum(v)", "sum", vec![Expr::col("v")]),
+            ("collect_list(v)", "collect_list", vec![Expr::col("v")]),
+        ]),
         assigner,
-        aggregates: vec![
-            (
-                "count(1)".to_string(),
-                Aggregate::new("count", vec![Expr::lit(ScalarValue::Int64(1))]).expect("known"),
-            ),
-            (
-                "sum(v)".to_string(),
-                Aggregate::new("sum", vec![Expr::col("v")]).expect("known"),
-            ),
-            (
-                "collect_list(v)".to_string(),
-                Aggregate::new("collect_list", vec![Expr::col("v")]).expect("known"),
-            ),
-        ],
-        late_output: true,
-        input: None,
     }
-}
-
-fn batch(k: Vec<&str>, t: Vec<i64>, v: Vec<Option<i64>>) -> RecordBatch {
-    RecordBatch::try_from_iter(vec![
-        ("k", Arc::new(StringArray::from(k)) as ArrayRef),
-        ("t", Arc::new(Int64Array::from(t)) as ArrayRef),
-        ("v", Arc::new(Int64Array::from(v)) as ArrayRef),
-    ])
-    .expect("batch")
-}
-
-fn rows(batches: &[RecordBatch]) -> Vec<String> {
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            let cells: Vec<String> = b
-                .columns()
-                .iter()
-                .map(|c| array_value_to_string(c, r).expect("display"))
-                .collect();
-            out.push(cells.join(" "));
-        }
-    }
-    out
 }
 
 fn names(keys: &[String]) -> Vec<&str> {
@@ -91,22 +27,15 @@ fn names(keys: &[String]) -> Vec<&str> {
 }
 
 fn op(f: &WindowAggsFactory, range: std::ops::Range<usize>) -> Box<dyn Operator> {
-    f.create(&ctx(range)).expect("operator")
+    f.create(&context("win", range, 8)).expect("operator")
 }
 
 #[test]
 fn test_tumbling_windows_fire_every_aggregate_in_order() {
     let f = factory(WindowAssigner::Tumbling { size_ms: 10 });
     let schema = batch(vec![], vec![], vec![]).schema();
-    let names: Vec<String> = f
-        .output_schema("win", &schema)
-        .expect("schema")
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
     assert_eq!(
-        names,
+        field_names(&f.output_schema("win", &schema).expect("schema")),
         [
             "k",
             "window_start",
@@ -137,7 +66,7 @@ fn test_tumbling_windows_fire_every_aggregate_in_order() {
         &mut out,
     )
     .expect("process");
-    assert_eq!(rows(&out.late), ["b 3 7"]);
+    assert_eq!(rows(&out.on_port(LATE_PORT)), ["b 3 7"]);
     assert_eq!(w.late_records(), 1);
     w.process_watermark(MAX_WATERMARK, &mut out)
         .expect("watermark");
@@ -208,41 +137,26 @@ fn test_restore_at_another_parallelism_fires_the_same_windows() {
     want.sort();
 
     let mut got = Vec::new();
-    for range in [0..5, 5..8] {
+    let ranges = [0..5, 5..8];
+    for (range, mine) in ranges.iter().zip(split_keyed(&state, &ranges)) {
         let mut part = op(&f, range.clone());
-        let mine = state
-            .keyed
-            .iter()
-            .filter(|(kg, _)| range.contains(&(*kg as usize)))
-            .cloned()
-            .collect();
         part.state()
             .expect("stateful")
-            .restore_state(OperatorState {
-                operator: None,
-                keyed: mine,
-            })
+            .restore_state(mine)
             .expect("restore");
-        let mut hashes = Vec::new();
-        let key_col: ArrayRef = second.column(0).clone();
-        hash_keys(&[key_col], &mut hashes).expect("hash");
-        let mask: Vec<bool> = hashes
-            .iter()
-            .map(|h| range.contains(&crate::keygroup::key_group(*h, 8)))
-            .collect();
-        let mine = filter_record_batch(&second, &BooleanArray::from(mask)).expect("filter");
+        let rows_of_part = rows_in_key_groups(&second, 0, range, 8);
         let mut out = Recorder::default();
-        part.process_batch(0, mine, &mut out).expect("process");
-        // A row of window [0, 10) stays late after the restore.
-        let late_key = keys
-            .iter()
-            .zip(&hashes)
-            .find(|(_, h)| range.contains(&crate::keygroup::key_group(**h, 8)))
-            .map(|(k, _)| k.as_str())
-            .expect("a key of the range");
-        part.process_batch(0, batch(vec![late_key], vec![3], vec![Some(1)]), &mut out)
+        part.process_batch(0, rows_of_part.clone(), &mut out)
             .expect("process");
-        assert_eq!(out.late.len(), 1);
+        // A row of window [0, 10) stays late after the restore.
+        let late_key = rows_of_part
+            .column(0)
+            .as_string::<i32>()
+            .value(0)
+            .to_string();
+        part.process_batch(0, batch(vec![&late_key], vec![3], vec![Some(1)]), &mut out)
+            .expect("process");
+        assert_eq!(out.on_port(LATE_PORT).len(), 1);
         part.process_watermark(MAX_WATERMARK, &mut out)
             .expect("watermark");
         got.extend(rows(&out.batches));
@@ -252,14 +166,8 @@ fn test_restore_at_another_parallelism_fires_the_same_windows() {
     // read_state shows keys, window_start and the values.
     let (kg, blob) = &state.keyed[0];
     let table = state_table(&blob.to_bytes().expect("bytes"), *kg).expect("table");
-    let names: Vec<String> = table[0]
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
     assert_eq!(
-        names,
+        field_names(&table[0].schema()),
         ["k", "window_start", "count(1)", "sum(v)", "collect_list(v)"]
     );
 }
@@ -321,19 +229,7 @@ fn test_restored_windows_fire_without_another_record() {
     assert!(err.to_string().contains("input schema"), "{err}");
 
     for known in [None, Some(b.schema())] {
-        f.input = known;
-        let mut restored = op(&f, 0..8);
-        restored
-            .state()
-            .expect("stateful")
-            .restore_state(state.clone())
-            .expect("restore");
-        let mut out = Recorder::default();
-        restored
-            .process_watermark(MAX_WATERMARK, &mut out)
-            .expect("watermark");
-        let mut got = rows(&out.batches);
-        got.sort();
-        assert_eq!(got, want);
+        f.aggs.input = known;
+        assert_eq!(fire_restored(&mut *op(&f, 0..8), state.clone()), want);
     }
 }

@@ -1,110 +1,46 @@
 use super::*;
+use crate::event::MAX_WATERMARK;
 use crate::expr::{Expr, ScalarValue};
-use arrow::array::{Int64Array, StringArray};
-use arrow::util::display::array_value_to_string;
+use crate::operator::testing::{
+    context, display_rows as rows, field_names, fire_restored, key_time_value_batch as batch,
+    rows_in_key_groups, split_keyed, windowed_aggs, Recorder,
+};
+use crate::operator::LATE_PORT;
 
-#[derive(Default)]
-struct Recorder {
-    batches: Vec<RecordBatch>,
-    late: Vec<RecordBatch>,
-}
-
-impl Collector for Recorder {
-    fn emit(&mut self, batch: RecordBatch) -> Result<()> {
-        self.batches.push(batch);
-        Ok(())
-    }
-    fn emit_watermark(&mut self, _watermark: i64) -> Result<()> {
-        Ok(())
-    }
-    fn emit_to_port(&mut self, port: u8, batch: RecordBatch) -> Result<()> {
-        assert_eq!(port, LATE_PORT);
-        self.late.push(batch);
-        Ok(())
-    }
-}
-
-fn ctx(key_groups: std::ops::Range<usize>) -> OperatorContext {
-    OperatorContext {
-        name: "sess".to_string(),
-        uid: "sess".to_string(),
-        subtask_index: 0,
-        parallelism: 1,
-        max_parallelism: 8,
-        key_groups,
-        attempt: 0,
-    }
-}
+/// The output columns, which `read_state` shows too.
+const OUTPUT: [&str; 7] = [
+    "k",
+    "window_start",
+    "window_end",
+    "count(1)",
+    "sum(v)",
+    "collect_list(v)",
+    "first(v)",
+];
 
 fn factory() -> SessionAggsFactory {
-    let agg = |name: &str, f: &str, args: Vec<Expr>| {
-        (name.to_string(), Aggregate::new(f, args).expect("known"))
-    };
     SessionAggsFactory {
-        keys: vec!["k".to_string()],
-        time_column: "t".to_string(),
+        aggs: windowed_aggs(vec![
+            ("count(1)", "count", vec![Expr::lit(ScalarValue::Int64(1))]),
+            ("sum(v)", "sum", vec![Expr::col("v")]),
+            ("collect_list(v)", "collect_list", vec![Expr::col("v")]),
+            ("first(v)", "first", vec![Expr::col("v")]),
+        ]),
         gap_ms: 10,
-        aggregates: vec![
-            agg("count(1)", "count", vec![Expr::lit(ScalarValue::Int64(1))]),
-            agg("sum(v)", "sum", vec![Expr::col("v")]),
-            agg("collect_list(v)", "collect_list", vec![Expr::col("v")]),
-            agg("first(v)", "first", vec![Expr::col("v")]),
-        ],
-        late_output: true,
-        input: None,
     }
-}
-
-fn batch(k: Vec<&str>, t: Vec<i64>, v: Vec<Option<i64>>) -> RecordBatch {
-    RecordBatch::try_from_iter(vec![
-        ("k", Arc::new(StringArray::from(k)) as ArrayRef),
-        ("t", Arc::new(Int64Array::from(t)) as ArrayRef),
-        ("v", Arc::new(Int64Array::from(v)) as ArrayRef),
-    ])
-    .expect("batch")
-}
-
-fn rows(batches: &[RecordBatch]) -> Vec<String> {
-    let mut out = Vec::new();
-    for b in batches {
-        for r in 0..b.num_rows() {
-            let cells: Vec<String> = b
-                .columns()
-                .iter()
-                .map(|c| array_value_to_string(c, r).expect("display"))
-                .collect();
-            out.push(cells.join(" "));
-        }
-    }
-    out
 }
 
 fn op(f: &SessionAggsFactory, range: std::ops::Range<usize>) -> Box<dyn Operator> {
-    f.create(&ctx(range)).expect("operator")
+    f.create(&context("sess", range, 8)).expect("operator")
 }
 
 #[test]
 fn test_sessions_form_merge_and_fire_with_every_aggregate() {
     let f = factory();
-    let names: Vec<String> = f
+    let schema = f
         .output_schema("sess", &batch(vec![], vec![], vec![]).schema())
-        .expect("schema")
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "k",
-            "window_start",
-            "window_end",
-            "count(1)",
-            "sum(v)",
-            "collect_list(v)",
-            "first(v)"
-        ]
-    );
+        .expect("schema");
+    assert_eq!(field_names(&schema), OUTPUT);
     let mut s = op(&f, 0..8);
     let mut out = Recorder::default();
     // a: [0, 10) and [30, 40); b: [5, 15) then [5, 19).
@@ -159,7 +95,7 @@ fn test_a_row_of_a_session_that_is_over_is_late() {
         &mut out,
     )
     .expect("process");
-    assert_eq!(rows(&out.late), ["a 5 2"]);
+    assert_eq!(rows(&out.on_port(LATE_PORT)), ["a 5 2"]);
     assert_eq!(s.late_records(), 1);
     s.process_watermark(MAX_WATERMARK, &mut out)
         .expect("watermark");
@@ -214,30 +150,17 @@ fn test_restore_at_another_parallelism_merges_restored_sessions() {
     assert!(want.contains(&"key3 3 28 3 139 [3, 33, 103] 3".to_string()));
 
     let mut got = Vec::new();
-    for range in [0..5, 5..8] {
+    let ranges = [0..5, 5..8];
+    for (range, mine) in ranges.iter().zip(split_keyed(&state, &ranges)) {
         let mut part = op(&f, range.clone());
-        let mine = state
-            .keyed
-            .iter()
-            .filter(|(kg, _)| range.contains(&(*kg as usize)))
-            .cloned()
-            .collect();
         part.state()
             .expect("stateful")
-            .restore_state(OperatorState {
-                operator: None,
-                keyed: mine,
-            })
+            .restore_state(mine)
             .expect("restore");
-        let mut hashes = Vec::new();
-        hash_keys(&[second.column(0).clone()], &mut hashes).expect("hash");
-        let mask: Vec<bool> = hashes
-            .iter()
-            .map(|h| range.contains(&crate::keygroup::key_group(*h, 8)))
-            .collect();
-        let mine = filter_record_batch(&second, &BooleanArray::from(mask)).expect("filter");
         let mut out = Recorder::default();
-        part.process_batch(0, mine, &mut out).expect("process");
+        let rows_of_part = rows_in_key_groups(&second, 0, range, 8);
+        part.process_batch(0, rows_of_part, &mut out)
+            .expect("process");
         part.process_watermark(MAX_WATERMARK, &mut out)
             .expect("watermark");
         got.extend(rows(&out.batches));
@@ -247,24 +170,7 @@ fn test_restore_at_another_parallelism_merges_restored_sessions() {
     // read_state shows keys, window bounds and the values.
     let (kg, blob) = &state.keyed[0];
     let table = state_table(&blob.to_bytes().expect("bytes"), *kg).expect("table");
-    let names: Vec<String> = table[0]
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "k",
-            "window_start",
-            "window_end",
-            "count(1)",
-            "sum(v)",
-            "collect_list(v)",
-            "first(v)"
-        ]
-    );
+    assert_eq!(field_names(&table[0].schema()), OUTPUT);
 }
 
 #[test]
@@ -281,7 +187,7 @@ fn test_restore_of_other_aggregates_or_gap_is_refused() {
         .expect("snapshot");
     let mut other = factory();
     other.gap_ms = 20;
-    other.input = Some(b.schema());
+    other.aggs.input = Some(b.schema());
     let err = op(&other, 0..8)
         .state()
         .expect("stateful")
@@ -313,19 +219,8 @@ fn test_restored_sessions_fire_on_a_watermark_without_the_input_schema() {
     let mut want = Recorder::default();
     s.process_watermark(MAX_WATERMARK, &mut want)
         .expect("watermark");
-    let mut restored = op(&f, 0..8);
-    restored
-        .state()
-        .expect("stateful")
-        .restore_state(state)
-        .expect("restore");
-    let mut out = Recorder::default();
-    restored
-        .process_watermark(MAX_WATERMARK, &mut out)
-        .expect("watermark");
-    let (mut got, mut want) = (rows(&out.batches), rows(&want.batches));
-    got.sort();
+    let mut want = rows(&want.batches);
     want.sort();
     assert_eq!(want.len(), 2);
-    assert_eq!(got, want);
+    assert_eq!(fire_restored(&mut *op(&f, 0..8), state), want);
 }
