@@ -17,6 +17,8 @@ __all__ = [
     "Expr",
     "JobHandle",
     "SqlAggregate",
+    "SqlClosing",
+    "SqlOver",
     "SqlFilter",
     "SqlJoin",
     "SqlProject",
@@ -281,17 +283,33 @@ class WorkerSession:
 def plan_sql(query: str, views: list[tuple[str, pa.Schema, str | None]]) -> _SqlStep:
     """Plans ``query`` over the views ``(name, schema, time column)``; raises ``SqlError``."""
 
+class _SqlNode:
+    """What every step has (stub only: the runtime classes share no base)."""
+
+    @property
+    def columns(self) -> list[str]:
+        """The step's output columns, in order."""
+
+class _SqlWindowSizes(_SqlNode):
+    """A window's sizes in milliseconds, None where its kind has none: ``size_ms``
+    (tumble, hop), ``slide_ms`` (hop), ``gap_ms`` (session)."""
+
+    @property
+    def size_ms(self) -> int | None: ...
+    @property
+    def slide_ms(self) -> int | None: ...
+    @property
+    def gap_ms(self) -> int | None: ...
+
 @final
-class SqlScan:
+class SqlScan(_SqlNode):
     """A view's stream."""
 
     @property
     def view(self) -> str: ...
-    @property
-    def columns(self) -> list[str]: ...
 
 @final
-class SqlWindow:
+class SqlWindow(_SqlWindowSizes):
     """A windowing table function (``kind``: ``"tumble"``, ``"hop"``, ``"session"``)."""
 
     @property
@@ -300,48 +318,34 @@ class SqlWindow:
     def time_column(self) -> str: ...
     @property
     def kind(self) -> str: ...
-    @property
-    def size_ms(self) -> int | None: ...
-    @property
-    def slide_ms(self) -> int | None: ...
-    @property
-    def gap_ms(self) -> int | None: ...
-    @property
-    def columns(self) -> list[str]: ...
 
 @final
-class SqlFilter:
+class SqlFilter(_SqlNode):
     """Rows where ``predicate`` holds."""
 
     @property
     def input(self) -> _SqlStep: ...
     @property
     def predicate(self) -> Expr: ...
-    @property
-    def columns(self) -> list[str]: ...
 
 @final
-class SqlProject:
+class SqlProject(_SqlNode):
     """Named expressions ``(name, Expr)``, in order."""
 
     @property
     def input(self) -> _SqlStep: ...
     @property
     def exprs(self) -> list[tuple[str, Expr]]: ...
-    @property
-    def columns(self) -> list[str]: ...
 
 @final
-class SqlUnion:
+class SqlUnion(_SqlNode):
     """``UNION ALL`` of ``inputs``."""
 
     @property
     def inputs(self) -> list[_SqlStep]: ...
-    @property
-    def columns(self) -> list[str]: ...
 
 @final
-class SqlAggregate:
+class SqlAggregate(_SqlNode):
     """``GROUP BY keys`` with ``aggregates`` ``(function, args, column or None, name)``;
     ``window`` is Spark's ``GROUP BY window(...)``: ``(column, time column, kind,
     size_ms, slide_ms, gap_ms)``, or None."""
@@ -356,14 +360,12 @@ class SqlAggregate:
     def window(
         self,
     ) -> tuple[str, str, str, int | None, int | None, int | None] | None: ...
-    @property
-    def columns(self) -> list[str]: ...
 
 @final
-class SqlJoin:
+class SqlJoin(_SqlWindowSizes):
     """A join of ``left`` and ``right`` on ``left_on[i] = right_on[i]``: ``kind`` is
     ``regular``, ``interval`` (``lower_ms <= right.ts - left.ts <= upper_ms``), ``window``
-    (``window`` and its sizes as ``SqlWindow``'s) or ``temporal``."""
+    (the windowing function ``window`` with its sizes) or ``temporal``."""
 
     @property
     def left(self) -> _SqlStep: ...
@@ -384,16 +386,45 @@ class SqlJoin:
     @property
     def window(self) -> str | None: ...
     @property
-    def size_ms(self) -> int | None: ...
-    @property
-    def slide_ms(self) -> int | None: ...
-    @property
-    def gap_ms(self) -> int | None: ...
-    @property
     def time_columns(self) -> tuple[str, str] | None: ...
+
+@final
+class SqlClosing(_SqlNode):
+    """The rows of ``input``, each before the watermark passes its ``column`` (a join's
+    rows bounded by a column of each row); a window of 1 ms on it closes their groups."""
+
     @property
-    def columns(self) -> list[str]: ...
+    def input(self) -> _SqlStep: ...
+    @property
+    def column(self) -> str: ...
+
+@final
+class SqlOver(_SqlNode):
+    """Every row of ``input`` with its frame's ``aggregates`` (as ``SqlAggregate``'s):
+    ``agg(col) OVER (PARTITION BY keys ORDER BY time_column, order_by... ROWS BETWEEN
+    preceding PRECEDING AND CURRENT ROW)``."""
+
+    @property
+    def input(self) -> _SqlStep: ...
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def time_column(self) -> str: ...
+    @property
+    def order_by(self) -> list[str]: ...
+    @property
+    def preceding(self) -> int: ...
+    @property
+    def aggregates(self) -> list[tuple[str, list[Expr], str | None, str]]: ...
 
 _SqlStep: TypeAlias = (
-    SqlScan | SqlWindow | SqlFilter | SqlProject | SqlUnion | SqlAggregate | SqlJoin
+    SqlScan
+    | SqlWindow
+    | SqlFilter
+    | SqlProject
+    | SqlUnion
+    | SqlAggregate
+    | SqlJoin
+    | SqlClosing
+    | SqlOver
 )

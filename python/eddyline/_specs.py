@@ -41,6 +41,8 @@ __all__ = [
     "LoopHeadSpec",
     "NodeSpec",
     "OperatorSpec",
+    "OverAggregateSpec",
+    "OverRowsSpec",
     "PythonPlanSpec",
     "PythonSpec",
     "RecordStageSpec",
@@ -289,6 +291,30 @@ class SessionWindowSpec(KeyedSessionSpec):
 
 
 @dataclass(frozen=True, slots=True)
+class OverAggregateSpec:
+    """One aggregate of ``keyed.over_rows(...)``: ``sum``, ``count``, ``avg``, ``min``
+    or ``max`` of ``column`` (None: ``count`` of rows), output as ``name``."""
+
+    function: str
+    column: str | None
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class OverRowsSpec:
+    """``keyed.over_rows(...)``: per key, each row with the aggregates of itself and
+    the ``preceding`` rows before it in event-time order (``order_by`` orders the
+    rows of one event time)."""
+
+    kind: ClassVar[str] = "over_rows"
+    keys: list[str]
+    time_column: str
+    order_by: list[str]
+    preceding: int
+    aggregates: list[OverAggregateSpec]
+
+
+@dataclass(frozen=True, slots=True)
 class JoinSpec:
     """A native keyed join of input 0 (left) and input 1 (right) (``stream.join``).
 
@@ -432,6 +458,7 @@ OperatorSpec: TypeAlias = (
     | SessionAggsSpec
     | WindowSpec
     | SessionWindowSpec
+    | OverRowsSpec
     | JoinSpec
     | LoopHeadSpec
     | LoopExitSpec

@@ -124,6 +124,7 @@ __all__ = [
     "hour",
     "minute",
     "second",
+    "window_time",
     "get_json_object",
     "from_json",
     "to_json",
@@ -459,8 +460,8 @@ def array(*cols: ColumnOrName) -> Expr:
 
 
 def size(column: ColumnOrName) -> Expr:
-    """The number of elements of an array (-1 for null, Spark's non-ANSI
-    behaviour)."""
+    """The number of elements of an array: -1 for a null array (Spark's
+    ``spark.sql.legacy.sizeOfNull``), null in ANSI mode, as in Spark."""
     return _unary("size", column)
 
 
@@ -664,6 +665,22 @@ def minute(col: ColumnOrName) -> Expr:
 def second(col: ColumnOrName) -> Expr:
     """The second, 0 to 59 (an ``int``, without the fraction)."""
     return _unary("second", col)
+
+
+def window_time(windowColumn: ColumnOrName) -> Expr:
+    """Spark's ``window_time``: the event time of a window's result, the last
+    instant of the window ``windowColumn`` (a struct of ``start`` and ``end``,
+    as ``group_by(F.window(...))`` gives it): ``end`` minus one step of its
+    type, so ``end - 1`` for int64 milliseconds and one unit less for a
+    timestamp (Spark's ``end - 1 µs`` for microseconds), 1 ms before the end
+    as event time (docs/API.md "Chaining windows"). A window of timestamps in
+    seconds has no such value: a ``SchemaError``.
+
+    Example:
+        >>> window_time("window")
+        window_time(col('window'))
+    """
+    return _unary("window_time", windowColumn)
 
 
 # -- JSON --------------------------------------------------------------------

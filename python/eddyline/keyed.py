@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias
 
 import pyarrow as pa
@@ -44,6 +44,7 @@ from .aggregates import count as count_rows
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .expr import col
+from .over import over_rows
 from .process_functions import ProcessContext, ProcessFunction, Row
 from .windows import OutputTag, Session, Sliding, TimeWindow, Tumbling, WindowAssigner
 
@@ -143,6 +144,48 @@ class KeyedStream(Generic[S]):
         return self._stream._native(
             "agg", KeyedAggsSpec(keys, specs), keys=keys, columns=list(reads)
         )
+
+    def over_rows(
+        self, *aggregates: AggregateColumn, preceding: int, order_by: str | Sequence[str] = ()
+    ) -> S:
+        """Each row with the aggregates of its key's last rows in event time: SQL's
+        ``agg(col) OVER (PARTITION BY keys ORDER BY <event time>, order_by ROWS BETWEEN
+        preceding PRECEDING AND CURRENT ROW)``, Flink's OVER aggregation.
+
+        A row waits until the watermark passes its event time; then each key's rows
+        are taken in event-time order (rows of one time ordered by the ``order_by``
+        columns, then by all their columns, so ties give one result), and each is
+        emitted once with every aggregate (``F.sum``, ``F.count`` (``"*"`` for rows),
+        ``F.avg``, ``F.min``, ``F.max`` of a column; nulls ignored) over itself and the
+        ``preceding`` rows of its key before it, under its ``.alias`` or Spark's default
+        name (``avg(v)``). Output: the input's columns, then the aggregates; one row per
+        input row, append-only, timed by its own event time. A row at or before the
+        watermark when it arrives is late: counted in ``late_records`` and dropped.
+        The held rows and each key's last rows are checkpointed per key group and
+        restore at another parallelism.
+
+        Raises:
+            TypeError: An argument is not an aggregate of ``eddyline.functions``.
+            ValueError: ``preceding`` is not a whole number >= 0.
+            GraphError: The stream has no event time; an aggregate other than sum,
+                count, avg, min or max, or of an expression; two of one name.
+            SchemaError: An aggregate's column is not numeric.
+
+        Example:
+            >>> import eddyline as ed
+            >>> import eddyline.functions as F
+            >>> env = ed.StreamEnvironment()
+            >>> rows = [{"k": "a", "t": t, "v": v} for t, v in [(1, 1), (2, 3), (3, 8)]]
+            >>> s = env.from_collection(rows).assign_timestamps("t")
+            >>> out = s.key_by("k").over_rows(F.avg("v").alias("m"), preceding=1).collect()
+            >>> _ = env.execute()
+            >>> [r["m"] for r in out.to_pylist()]
+            [1.0, 2.0, 5.5]
+        """
+        stream = self._stream
+        if stream.time_column is None and stream._node.window_end is not None:
+            stream = _with_window_time(stream)  # a window's results: timed by its end - 1 ms
+        return over_rows(stream, list(self._keys), aggregates, preceding, order_by)
 
     def connect(self, other: BroadcastStream[S]) -> BroadcastConnectedStreams[S]:
         """Connects a broadcast stream (``rules.broadcast()``) for a

@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from . import _core
@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 __all__ = ["plan_query"]
 
 _WINDOW_BOUNDS = ("window_start", "window_end")
+_WINDOW_TIME = "window_time"
+"""Spark's ``window_time(w)``, ``w.end`` - 1 ms (core's expr/spark_window_time.rs)."""
+_WINDOW_TIME_COLUMN = "__sql_window_time"
+"""Where core's sql/spark_window.rs computes ``window_time(w)`` of
+``GROUP BY window(window_time(w), ...)``."""
 _ALL = "__sql_group"
 """The constant key column of a GROUP BY without keys."""
 
@@ -63,6 +68,16 @@ class _Lowered:
 
     stream: DataStream
     window: _Windowing | None = None
+    time: str | None = None
+    """The step's event-time column as core's sql/time.rs says (see :func:`_timed`)."""
+    windows: tuple[str, ...] = ()
+    """Spark's window columns (structs of ``start`` and ``end``) whose ``end`` is the
+    step's event time, as core's sql/time.rs says."""
+    window_rows: bool = False
+    """The rows are a Spark window grouping's own results (not grouped again), so
+    ``window_time(w)`` of their windows can time them (core's sql/time.rs)."""
+    window_times: tuple[str, ...] = ()
+    """Columns holding ``window_time(w)`` (``end`` - 1 ms) of ``windows``."""
 
 
 def plan_query(
@@ -112,23 +127,36 @@ class _Lowering:
         self._views = views
         self._state_ttl = state_ttl
         self._view_ttls = view_ttls
+        self._lowered: dict[int, tuple[Any, _Lowered]] = {}
 
     def lower(self, node: Any) -> _Lowered:
+        """The stream of ``node``; a step the plan holds twice (``plan_sql`` gives equal
+        subtrees, such as a ``WITH`` read twice, one object) is lowered once and read
+        by both."""
+        done = self._lowered.get(id(node))
+        if done is not None:
+            return done[1]
+        lowered = self._lower(node)
+        self._lowered[id(node)] = (node, lowered)  # the node kept alive: its id stays its own
+        return lowered
+
+    def _lower(self, node: Any) -> _Lowered:
         kind = type(node).__name__
         if kind == "SqlScan":
-            return _Lowered(self._views[node.view])
+            view = self._views[node.view]
+            return _Lowered(view, time=view.time_column)
         if kind == "SqlWindow":
             return self._window(node)
         if kind == "SqlFilter":
             below = self.lower(node.input)
             _no_window_bounds(below, [node.predicate], "WHERE")
-            return _Lowered(below.stream.filter(node.predicate), below.window)
+            return replace(below, stream=below.stream.filter(node.predicate))
         if kind == "SqlProject":
             below = self.lower(node.input)
             exprs: list[tuple[str, Expr]] = list(node.exprs)
             _no_window_bounds(below, [e for _, e in exprs], "SELECT")
             columns = [e if e.output_name == name else e.alias(name) for name, e in exprs]
-            return _Lowered(below.stream.select(*columns), below.window)
+            return _projected(below, below.stream.select(*columns), exprs)
         if kind == "SqlUnion":
             inputs = [self.lower(i) for i in node.inputs]
             for item in inputs:
@@ -136,23 +164,65 @@ class _Lowering:
             first, *rest = (i.stream for i in inputs)
             return _Lowered(first.union(*rest))
         if kind == "SqlAggregate":
-            below = self.lower(node.input)
-            if node.window is not None:
-                below = _spark_window(below, node.window)
-            stream = _group(below, list(node.keys), node.aggregates)
-            if node.window is not None:
-                stream = _window_struct(stream, node.window[0], list(node.columns))
-            return _Lowered(stream)
+            return self._aggregate(node)
         if kind == "SqlJoin":
-            return _Lowered(self._join(node))
+            joined = self._join(node)
+            return _Lowered(joined, time=joined.time_column)
+        if kind == "SqlOver":
+            return self._over(node)
+        if kind == "SqlClosing":
+            # Each row comes before the watermark passes its column: the
+            # 1 ms window of the GROUP BY above times the rows by it.
+            below = self.lower(node.input)
+            return _Lowered(below.stream, below.window, node.column)
         raise AssertionError(f"unknown SQL step {node!r}")  # invariant: plan_sql's classes
+
+    def _aggregate(self, node: Any) -> _Lowered:
+        """A ``GROUP BY``: running, over a windowing table function's windows, or
+        Spark's window grouping (its window as a struct column)."""
+        below = self.lower(node.input)
+        if node.window is not None:
+            below = _spark_window(below, node.window)
+        stream = _group(below, list(node.keys), node.aggregates)
+        if not node.aggregates and node.window is None:
+            stream = stream.select(*node.columns)  # GROUP BY without aggregates: the keys
+        time = None
+        windows: tuple[str, ...] = ()
+        if below.window is not None and not below.window.spark:
+            time = _windowed_time(node)
+            # A GROUP BY again of Spark's windowed results keeps their window.
+            windows = tuple(w for w in below.windows if w in node.keys)
+        if node.window is not None:
+            stream = _window_struct(stream, node.window[0], list(node.columns))
+            column = node.window[0]
+            windows = (column,) if column in node.columns else ()
+        return _Lowered(stream, time=time, windows=windows, window_rows=node.window is not None)
+
+    def _over(self, node: Any) -> _Lowered:
+        """``agg(col) OVER (PARTITION BY ... ORDER BY <event time> ROWS ...)``: the
+        DSL's ``key_by(keys).over_rows(...)`` on the input timed by its SQL event time."""
+        below = self.lower(node.input)
+        if below.window is not None:
+            raise SqlError(
+                f"SQL OVER: over the rows of {below.window.function}(...), which are only "
+                "aggregated yet: GROUP BY window_start, window_end (and keys) first",
+                "OVER",
+            )
+        stream = _timed(below)
+        _check_time_column(stream, node.time_column, "OVER", f"ORDER BY {node.time_column}")
+        columns = [AggregateColumn(f, list(args), name) for f, args, _, name in node.aggregates]
+        over = stream.key_by(list(node.keys)).over_rows(
+            *columns, preceding=node.preceding, order_by=list(node.order_by)
+        )
+        return _Lowered(over, time=node.time_column)
 
     def _window(self, node: Any) -> _Lowered:
         function = node.kind.upper()
-        stream = self.lower(node.input).stream
+        below = self.lower(node.input)
+        stream = _timed(below)
         _check_time_column(stream, node.time_column, function, f"DESCRIPTOR({node.time_column})")
         assigner = _assigner(node.kind, node.size_ms, node.slide_ms, node.gap_ms)
-        return _Lowered(stream, _Windowing(function, assigner))
+        return _Lowered(stream, _Windowing(function, assigner), windows=below.windows)
 
     def _join(self, node: Any) -> DataStream:
         """A join (core's sql/join.rs sorted the condition): the DSL's join,
@@ -161,6 +231,8 @@ class _Lowering:
         # invariant: the planner took the windowing table functions out of a join's inputs
         assert left.window is None and right.window is None
         ls, rs = left.stream, right.stream
+        if node.time_columns is not None:
+            ls, rs = _timed(left), _timed(right)
         if node.time_columns is not None:
             for side, stream, column in zip(
                 ("left", "right"), (ls, rs), node.time_columns, strict=True
@@ -208,6 +280,63 @@ class _Lowering:
                 return None
             ttls.append(parse_duration(ttl, what=f"state_ttl of view '{view}'"))
         return max(ttls) if ttls else None
+
+
+def _selected_time(time: str | None, exprs: list[tuple[str, Expr]]) -> str | None:
+    """The event time after a projection (core's sql/time.rs): the column where it
+    is selected as it is, else the first name it is selected under, else none."""
+    if time is None:
+        return None
+    names = [name for name, e in exprs if e.output_name == time]
+    if time in names:
+        return time
+    return names[0] if names else None
+
+
+def _projected(below: _Lowered, stream: DataStream, exprs: list[tuple[str, Expr]]) -> _Lowered:
+    """The step of a projection ``exprs`` of ``below`` (its ``stream``), timed as
+    core's sql/time.rs says: by the time column as :func:`_selected_time` follows
+    it, else by the first column selecting ``window.end`` of a window column; the
+    window columns where they are selected, as they are or renamed. Where neither
+    is left, a column holding ``window_time(w)`` of the windows of a Spark window
+    grouping's own results times the rows."""
+    column = _selected_time(below.time, exprs)
+    shown = [(name, repr(e)) for name, e in exprs]
+    if column is None:
+        ends = {repr(Expr._col(w).getField("end")) for w in below.windows}
+        column = next((name for name, e in shown if e in ends), None)
+    plain = {repr(Expr._col(w)) for w in below.windows}
+    windows = tuple(name for name, e in shown if e in plain)
+    last = {repr(Expr._call(_WINDOW_TIME, [Expr._col(w)])) for w in below.windows}
+    last |= {repr(Expr._col(c)) for c in below.window_times}
+    times = tuple(name for name, e in shown if e in last)
+    if column is None and not windows and below.window_rows and below.windows and times:
+        column, times = times[0], ()
+    return _Lowered(stream, below.window, column, windows, below.window_rows, times)
+
+
+def _windowed_time(node: Any) -> str:
+    """The event time of a windowing table function's ``GROUP BY`` (core's
+    sql/time.rs): the window's time column where it is a key of 1 ms windows (a
+    ``GROUP BY`` of a window's results), else ``window_end``."""
+    window = node.input
+    regroup = type(window).__name__ == "SqlWindow" and window.kind == "tumble"
+    if regroup and window.size_ms == 1 and window.time_column in node.keys:
+        return str(window.time_column)
+    return "window_end"
+
+
+def _timed(lowered: _Lowered) -> DataStream:
+    """The stream of ``lowered`` timed by its SQL event time, for a join's time bound
+    or a window that reads it. Only then: a windowed aggregate's stream otherwise keeps
+    the DSL's event time of window results (docs/API.md "Chaining windows"), so a
+    query and its DSL twin give the same plan. The watermark passes through the
+    window: none is generated here. The node changed is one this lowering made (a
+    view's stream keeps its own event time: its steps' time is its own)."""
+    stream = lowered.stream
+    if lowered.time is not None and stream.time_column != lowered.time:
+        stream._update_node(time_column=lowered.time)
+    return stream
 
 
 def _views_read(node: Any) -> set[str]:
@@ -262,9 +391,20 @@ def _spark_window(below: _Lowered, window: tuple[Any, ...]) -> _Lowered:
             "group by one of them",
             "window",
         )
-    _check_time_column(below.stream, time_column, "window", f"{column}({time_column}, ...)")
+    # The rows of a windowed GROUP BY are timed by their window's end (core's
+    # sql/time.rs), so Spark's windows may chain on it: window(we, ...).
+    stream = _timed(below)
+    if time_column == _WINDOW_TIME_COLUMN and stream.time_column != time_column:
+        raise SqlError(
+            f"SQL window: GROUP BY {column}(window_time(w), ...) groups the results of a "
+            "Spark window grouping by their window's time, but w is not the window column "
+            "of such results (or they were grouped again, and come after the watermark "
+            "passed their windows' end - 1 ms)",
+            "window",
+        )
+    _check_time_column(stream, time_column, "window", f"{column}({time_column}, ...)")
     assigner = _assigner(kind, size_ms, slide_ms, gap_ms)
-    return _Lowered(below.stream, _Windowing("window", assigner, spark=True))
+    return _Lowered(stream, _Windowing("window", assigner, spark=True))
 
 
 def _window_struct(stream: DataStream, column: str, columns: list[str]) -> DataStream:
@@ -324,6 +464,9 @@ def aggregate(grouped: KeyedStream | WindowedStream, aggregates: list[Aggregate]
     ``eddyline.functions`` per call, aliased to its output name, as the
     hand-written job writes ``grouped.agg(F.avg("v"), F.count("*"))``.
     """
+    if not aggregates:
+        # GROUP BY without aggregates (its distinct keys): a count its caller drops
+        return grouped.count()
     if len(aggregates) == 1:
         function, _, column, name = aggregates[0]
         if function == "count" and name == "count":

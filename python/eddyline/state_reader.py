@@ -53,6 +53,7 @@ _PROCESS_FORMATS = (
     "eddyline.keyed_process.v5",
 )
 _PY_WINDOW_FORMAT = "eddyline.window.v1"
+_PY_SESSION_FORMAT = "eddyline.session.v1"
 
 
 def read_state(
@@ -185,6 +186,8 @@ def _decode_pickled(info: Mapping[str, Any], state: str | None) -> pa.Table:
         return _process_table(info, [blob for _, blob in blobs], state)
     if kind == "window":
         return _window_table(info, [blob for _, blob in blobs])
+    if kind == "session":
+        return _session_table(info, [blob for _, blob in blobs])
     return _reduce_table(info, [blob for _, blob in blobs])
 
 
@@ -200,6 +203,8 @@ def _blob_kind(info: Mapping[str, Any], kg: int, blob: Any) -> str:
         return "process"
     if isinstance(blob, tuple) and blob and blob[0] == _PY_WINDOW_FORMAT:
         return "window"
+    if isinstance(blob, tuple) and len(blob) > 3 and blob[0] == _PY_SESSION_FORMAT:
+        return "session"
     if isinstance(blob, dict):
         return "reduce"
     tag = blob[0] if isinstance(blob, tuple) and blob else type(blob).__name__
@@ -354,6 +359,34 @@ def _window_table(info: Mapping[str, Any], blobs: list[tuple[Any, ...]]) -> pa.T
     table = _key_table(info, keys)
     for name, offset in (("window_start", 0), ("window_end", int(size))):
         millis = pa.array([s + offset for s in starts], type=pa.int64())
+        table = table.append_column(name, _as_time(millis, time_type))
+    return _rows_table(info, table, rows)
+
+
+def _session_table(info: Mapping[str, Any], blobs: list[tuple[Any, ...]]) -> pa.Table:
+    """A Python session window's open sessions (``_exec/session.py``: per key
+    ``[start, end, accumulator]``), one row each, as ``_window_table``'s."""
+    schema: pa.Schema | None = next((blob[2] for blob in blobs if blob[2] is not None), None)
+    meta = next((blob[4] for blob in blobs if len(blob) > 4), None)
+    time_type = pa.int64()
+    if schema is not None and meta is not None and meta[2] in schema.names:
+        time_type = schema.field(meta[2]).type
+    key_names = {name for name, _ in _key_fields(info)}
+    keys: list[Hashable] = []
+    bounds: list[tuple[int, int]] = []
+    rows: list[dict[str, Any]] = []
+    for blob in blobs:
+        for key, sessions in blob[3].items():
+            for start, end, acc in sorted(sessions, key=lambda s: s[0]):
+                keys.append(key)
+                bounds.append((int(start), int(end)))
+                if isinstance(acc, dict):
+                    rows.append({k: v for k, v in acc.items() if k not in key_names})
+                else:
+                    rows.append({"rows": list(acc)})
+    table = _key_table(info, keys)
+    for name, at in (("window_start", 0), ("window_end", 1)):
+        millis = pa.array([b[at] for b in bounds], type=pa.int64())
         table = table.append_column(name, _as_time(millis, time_type))
     return _rows_table(info, table, rows)
 

@@ -300,9 +300,12 @@ class DeltaSink(TwoPhaseCommitSink):
         subtasks of a restored job re-committing what it staged, or a job's
         committers at a change of committer) that both found no table would
         both land, and the rows twice. So the table is created without rows
-        first (a concurrent create leaves one table, with at most an empty
-        commit more), and every commit of rows runs against a snapshot, where
-        Delta refuses the second of two commits of one app id.
+        first, and every commit of rows runs against a snapshot, where Delta
+        refuses the second of two commits of one app id. The create is not
+        retried: of two at once, the one that loses version 0 would otherwise
+        land as version 1 with a table id and schema of its own (a reader that
+        follows the table, e.g. a Delta streaming source, takes that for
+        another table); it fails instead, and the table it lost to is used.
         """
         deltalake = _deltalake()
         try:
@@ -312,6 +315,9 @@ class DeltaSink(TwoPhaseCommitSink):
                 mode="ignore",
                 partition_by=self.partition_by,
                 storage_options=self._options() or None,
+                # Not retried: a create that lost version 0 to another one
+                # would land as version 1, a second table id and schema.
+                commit_properties=deltalake.CommitProperties(max_commit_retries=0),
             )
         except deltalake.exceptions.DeltaError:
             if self._table() is None:
@@ -329,9 +335,14 @@ class DeltaSink(TwoPhaseCommitSink):
         deltalake = _deltalake()
         self._raise_compact_error()
         self._app_id = f"eddyline-{self._attempt.split()[0]}-unchecked"
+        data = pa.Table.from_batches(rows)
         for attempt in range(_COMMIT_ATTEMPTS):
+            table = self._table()
+            if table is None:
+                self._create(data.schema)  # one table id, however many create it at once
+                continue
             try:
-                self._write(self._table(), pa.Table.from_batches(rows), None, 0)
+                self._write(table, data, None, 0)
                 self._committed()
                 return
             except deltalake.exceptions.CommitFailedError:

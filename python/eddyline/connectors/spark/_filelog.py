@@ -28,6 +28,8 @@ from urllib.parse import unquote, urlparse
 __all__ = ["COMPACT_INTERVAL", "ObjectSinkLog", "SinkLog", "local_path", "path_uri", "spark_uri"]
 
 LOG_DIR = "_spark_metadata"
+LOG_MARKER = ".eddyline-log"
+"""The object under an object store's log that makes the log exist before its first batch."""
 VERSION_LINE = "v1"
 COMPACT_INTERVAL = 10
 """Spark's default ``spark.sql.streaming.fileSink.log.compactInterval``: batch
@@ -99,6 +101,12 @@ class SinkLog:
     def exists(self) -> bool:
         """True when the directory has a log (Spark then reads through it)."""
         return os.path.isdir(self.dir)
+
+    def create(self) -> None:
+        """Makes the log exist before its first batch, so Spark reads the
+        location through it (and sees nothing) rather than listing files that a
+        commit has placed but not yet listed."""
+        os.makedirs(self.dir, exist_ok=True)
 
     def _batch_path(self, batch: int) -> str | None:
         for name in (f"{batch}.compact", str(batch)):
@@ -294,6 +302,12 @@ class ObjectSinkLog(SinkLog):
 
     def exists(self) -> bool:
         return self.latest() >= 0
+
+    def create(self) -> None:
+        # An object store has no empty directories: Spark (S3A) sees
+        # ``_spark_metadata`` once an object is under it. The marker is no batch
+        # (Spark and ``latest`` read names that are numbers only).
+        self._store.put_if_absent(LOG_MARKER, b"")
 
     def file_uri(self, name: str) -> str:
         """The URI the log lists the file ``name`` of the root by."""

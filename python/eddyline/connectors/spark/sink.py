@@ -29,6 +29,10 @@ are no links or renames, so the same protocol runs on objects, through
 eddyline's storage layer (``eddyline._core.StoreDir``, ``storage_options`` over
 the ``AWS_*`` environment variables):
 
+* **attach** — an empty marker object is put under ``_spark_metadata``: Spark
+  reads a location through its log only if the log exists, and a store has no
+  empty directories, so without it a reader before the first batch would list
+  the objects the first commit had copied so far;
 * **write** — rows go into a Parquet file in a local temporary directory;
 * **pre-commit** — the file is uploaded to
   ``<location>/_eddyline_staging/<run>-a<attempt>-c<n>/`` (multipart when large);
@@ -329,7 +333,7 @@ class SparkTableSink(TwoPhaseCommitSink):
                     "a _spark_metadata log; SparkTableSink needs a table it alone appends to",
                     operator=operator,
                 )
-            os.makedirs(log.dir, exist_ok=True)
+            log.create()
 
     def _check_object_location(self, operator: str, location: str) -> None:
         """A probe object written and removed (a missing bucket or bad credentials
@@ -351,7 +355,8 @@ class SparkTableSink(TwoPhaseCommitSink):
                 "publish each checkpoint exactly once",
                 uri=location,
             )
-        if not sink_log(location, self.storage_options).exists():
+        log = sink_log(location, self.storage_options)
+        if not log.exists():
             stray = [
                 n
                 for n in root.files()
@@ -365,6 +370,10 @@ class SparkTableSink(TwoPhaseCommitSink):
                     "a _spark_metadata log; SparkTableSink needs a table it alone appends to",
                     operator=operator,
                 )
+            # Before the first batch Spark would list the location itself, and
+            # see the objects a commit copied before listing them: part of a
+            # checkpoint. With the log present it reads through the log only.
+            log.create()
 
     # ---- subtask side: two-phase commit ---------------------------------------
 
