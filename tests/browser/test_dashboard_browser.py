@@ -108,21 +108,21 @@ def test_the_page_shows_the_graph_the_loop_and_a_checkpoint(
         (box,) = browser.execute_script(_BOXES, f'#graph g.node[data-id="{outside["id"]}"] rect')
         assert not _contains(cluster[0], box)
         # The loop table shows the head's loop metrics.
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#loops tbody tr"))
-        row = browser.find_element(By.CSS_SELECTOR, "#loops tbody tr")
-        assert row.get_attribute("data-name") == head["name"]
+        # The tables and the chart are redrawn every second: their attributes are
+        # read by one script, as a found element may be replaced before it is read.
+        wait.until(lambda d: _attrs(d, "#loops tbody tr", "data-name"))
+        assert _attrs(browser, "#loops tbody tr", "data-name")[0] == head["name"]
         wait.until(
             lambda d: d.find_elements(By.CSS_SELECTOR, '#checkpoints tr[data-status="COMPLETED"]')
         )
         # The D3 chart: a bar per completed checkpoint, with axes.
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#checkpoint-chart rect.bar"))
-        bar = browser.find_element(By.CSS_SELECTOR, "#checkpoint-chart rect.bar")
-        assert int(bar.get_attribute("data-id")) in {c.id for c in client.checkpoints}
+        wait.until(lambda d: _attrs(d, "#checkpoint-chart rect.bar", "data-id"))
+        bar = _attrs(browser, "#checkpoint-chart rect.bar", "data-id")[0]
+        assert int(bar) in {c.id for c in client.checkpoints}
         assert browser.find_elements(By.CSS_SELECTOR, "#checkpoint-chart g.axis .tick")
-        row = browser.find_element(By.CSS_SELECTOR, '#checkpoints tr[data-status="COMPLETED"]')
-        assert int(row.get_attribute("data-id")) in {c.id for c in client.checkpoints}
-        operators = browser.find_elements(By.CSS_SELECTOR, "#operators tbody tr")
-        assert {r.get_attribute("data-name") for r in operators} == shown
+        row = _attrs(browser, '#checkpoints tr[data-status="COMPLETED"]', "data-id")[0]
+        assert int(row) in {c.id for c in client.checkpoints}
+        assert set(_attrs(browser, "#operators tbody tr", "data-name")) == shown
         artifacts = tmp_path_factory.mktemp("artifacts")
         shot = artifacts / "dashboard.png"
         assert browser.save_screenshot(str(shot))
@@ -196,6 +196,17 @@ return [...document.querySelectorAll(arguments[0])].map(e => {
   return {x: r.x, y: r.y, width: r.width, height: r.height};
 });
 """
+
+
+def _attrs(browser: Any, selector: str, name: str) -> list[str | None]:
+    """Attribute ``name`` of every element ``selector`` finds, read in one script."""
+    values: list[str | None] = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(e => e.getAttribute(arguments[1]));",
+        selector,
+        name,
+    )
+    return values
 
 
 def _contains(outer: dict[str, float], inner: dict[str, float]) -> bool:

@@ -98,7 +98,6 @@ def test_a_case_that_once_failed_matches_the_reference(path: Path, tmp_path: Pat
             break
     assert fired, f"{path.name}: the fault did not fire in 3 runs, the case proves nothing"
     assert problems == [], f"{path.name}: {problems}"
-    assert problems == [], f"{path.name}: {problems}"
 
 
 def _case(stage: Stage) -> Case:
@@ -246,7 +245,7 @@ def test_a_seed_gives_one_case_whose_script_compiles(tmp_path: Path) -> None:
     job script is valid Python, whatever was drawn."""
     from chaos_lib.render import render
 
-    kinds = set()
+    kinds, sources = set(), set()
     for seed in range(200):
         case = generate(seed)
         text = case.to_json()
@@ -254,6 +253,8 @@ def test_a_seed_gives_one_case_whose_script_compiles(tmp_path: Path) -> None:
         assert Case.from_json(text).to_json() == text
         compile(render(case, tmp_path), f"case-{seed}.py", "exec")
         kinds.add(case.stage.kind)
+        sources.update(s.kind for s in case.sources)
+    assert {"parquet", "kafka", "user"} <= sources
     assert kinds == {
         "none",
         "running",

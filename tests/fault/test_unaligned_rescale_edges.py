@@ -17,9 +17,11 @@ holds rows in flight on the edge under test, and is restored with
   the restoring run keeps it unchained so its channel state is replayed into
   it, and the output is exact.
 * broadcast: ``a.connect(b.broadcast()).process(fn)``; the broadcast side is
-  emitted by subtask 0 only and recorded in the broadcast state by every
-  subtask. Every ``a`` row and every ``b`` row is committed exactly once, and
-  no subtask ever sees a broadcast row twice (its broadcast state says so).
+  emitted by every subtask, marked by whether it is subtask 0, and recorded in
+  the broadcast state by every subtask. Every ``a`` row and every ``b`` row is
+  committed exactly once, and no subtask ever sees a broadcast row twice (its
+  broadcast state says so); restored at the same parallelism (2 -> 2), subtask
+  1 sees every broadcast row exactly once too.
 """
 
 from __future__ import annotations
@@ -73,9 +75,8 @@ SCRIPT = textwrap.dedent(
             ctx.broadcast_state.put(key, 1)
             if dup:
                 return [{"value": row["value"], "side": 2}]
-            if ctx.subtask_index == 0:
-                return [{"value": row["value"], "side": 1}]
-            return []
+            # side 1: subtask 0's copy; side 3: every other subtask's.
+            return [{"value": row["value"], "side": 1 if ctx.subtask_index == 0 else 3}]
 
 
     if shape == "chained":
@@ -152,6 +153,9 @@ def _run(script: Path, tmp: Path, p: int, shape: str, mode: str, code: int = 0) 
         (3, 2, "rebalance"),
         (2, 3, "broadcast"),
         (2, 1, "broadcast"),
+        # At its own parallelism too: subtask 1 restores subtask 0's broadcast
+        # state, so it must replay subtask 0's broadcast rows in flight, not its own.
+        (2, 2, "broadcast"),
     ],
 )
 def test_channel_state_of_rebalance_and_broadcast_edges_restores_at_another_parallelism(
@@ -181,6 +185,13 @@ def test_channel_state_of_rebalance_and_broadcast_edges_restores_at_another_para
     assert_exact_ids(
         [v for v, s in zip(values, sides, strict=True) if s == 1], range(N, 2 * N), "broadcast side"
     )
+    if before == after == 2:
+        # Subtask 1 saw every broadcast row once, across the kill and the restore.
+        assert_exact_ids(
+            [v for v, s in zip(values, sides, strict=True) if s == 3],
+            range(N, 2 * N),
+            "subtask 1's broadcast side",
+        )
 
 
 @pytest.mark.timeout(180)

@@ -195,3 +195,52 @@ def test_first_and_last_ignorenulls_equal_spark(spark: Any) -> None:
         assert mine == theirs[k], k
     # Without ignorenulls, the first value in arrival order: null.
     assert [ours[k]["first_plain"] for k in "abc"] == [None, None, None]
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        pytest.param(lambda F: F.window("ts", "2 minutes", "30 seconds"), id="sliding"),
+        pytest.param(lambda F: F.session_window("ts", "1 minute"), id="session"),
+    ],
+)
+def test_window_time_equals_spark(spark: Any, window: Callable[[Any], Any]) -> None:
+    """``F.window_time`` of a window of microsecond timestamps: Spark's end - 1 µs."""
+    rows = _rows()
+    name = "session_window" if "session" in repr(window(EF)) else "window"
+
+    def query(F: Any, stream: Any) -> Any:
+        grouped = stream.groupBy(window(F), "user").count()
+        return grouped.select("user", F.window_time(name).alias("wt"), "count")
+
+    env = ed.StreamEnvironment(2, batch_size=50)
+    stream = env.from_arrow(pa.Table.from_pylist(rows, SCHEMA)).with_watermark("ts", "20 minutes")
+    out = query(EF, stream).collect()
+    env.execute()
+    assert out.to_arrow().schema.field("wt").type == pa.timestamp("us", tz="UTC")
+    ours = out.to_pylist()
+    with spark_settings(spark, NON_ANSI_UTC):
+        frame = spark.createDataFrame(
+            [tuple(r.values()) for r in rows], "ts TIMESTAMP, user STRING, x BIGINT, y DOUBLE"
+        )
+        theirs = [r.asDict() for r in query(_spark_functions(), frame).collect()]
+    assert len(ours) > 3
+    assert row_multiset(ours) == row_multiset(theirs)
+
+
+def _spark_functions() -> Any:
+    from pyspark.sql import functions as SF
+
+    return SF
+
+
+def test_window_time_of_int_ms_windows_and_what_it_refuses() -> None:
+    env = ed.StreamEnvironment(1)
+    rows = [{"t": 1_500, "k": "a"}, {"t": 12_000, "k": "a"}]
+    stream = env.from_collection(rows).with_watermark("t", "1 second")
+    grouped = stream.group_by(EF.window("t", "10 seconds"), "k").count()
+    out = grouped.select(EF.window_time(EF.col("window")).alias("wt")).collect()
+    env.execute()
+    assert out.to_pylist() == [{"wt": 9_999}, {"wt": 19_999}]
+    with pytest.raises(ed.SchemaError, match=r"window_time takes a window"):
+        stream.select(EF.window_time("k").alias("wt"))

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
+from support.parquet import corrupt_column
 
 N = 2_000
 
@@ -31,23 +32,11 @@ def _write(path: Path) -> None:
     pq.write_table(_table(), path, row_group_size=500, compression="none")
 
 
-def _corrupt_column(path: Path, column: str) -> None:
-    """Overwrites every chunk of ``column`` with bytes no Parquet reader can decode."""
-    meta = pq.ParquetFile(path).metadata
-    index = meta.schema.to_arrow_schema().get_field_index(column)
-    data = bytearray(path.read_bytes())
-    for group in range(meta.num_row_groups):
-        chunk = meta.row_group(group).column(index)
-        start = chunk.dictionary_page_offset or chunk.data_page_offset
-        data[start : start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
-    path.write_bytes(bytes(data))
-
-
 @pytest.fixture
 def broken_text(tmp_path: Path) -> Path:
     path = tmp_path / "rows.parquet"
     _write(path)
-    _corrupt_column(path, "text")
+    corrupt_column(path, "text")
     with pytest.raises(Exception):  # noqa: B017 - the premise: the column is unreadable
         pq.read_table(path)
     return path

@@ -168,11 +168,10 @@ def test_read_state_of_process_function_states(tmp_path: Path, parallelism: int)
         assert expired["count"].to_pylist() == state["count"].to_pylist()
 
 
-def _windows(parallelism: int, chk: Path, out: Path) -> ed.StreamEnvironment:
-    env = ed.StreamEnvironment(
-        parallelism, checkpoint=ed.CheckpointConfig(str(chk), interval="1h"), batch_size=50
-    )
-    keyed = (
+def _slow_keyed_numbers(env: ed.StreamEnvironment) -> ed.KeyedStream:
+    """``0..N`` timed by their value, 10 ms a batch, keyed by ``value % KEYS``, all
+    at parallelism 1 up to the key_by."""
+    return (
         env.from_sequence(0, N)
         .name("numbers")
         .uid("numbers")
@@ -185,6 +184,13 @@ def _windows(parallelism: int, chk: Path, out: Path) -> ed.StreamEnvironment:
         .set_parallelism(1)
         .key_by("k")
     )
+
+
+def _windows(parallelism: int, chk: Path, out: Path) -> ed.StreamEnvironment:
+    env = ed.StreamEnvironment(
+        parallelism, checkpoint=ed.CheckpointConfig(str(chk), interval="1h"), batch_size=50
+    )
+    keyed = _slow_keyed_numbers(env)
     windows = keyed.window(ed.Tumbling("1s")).sum("value").uid("win")
     windows.sink_to(ed.ParquetSink(str(out))).uid("out")
     # the same windows evaluated by a Python reduce
@@ -239,6 +245,47 @@ def test_read_state_of_savepoint_holds_pending_windows(tmp_path: Path, paralleli
         (r["k"], r["window_start"]): sum(x["value"] for x in r["rows"]) for r in applied.to_pylist()
     }
     assert sums == {(k, s): v for k, s, v in pending}
+
+
+@parallelisms
+def test_read_state_of_python_session_windows(tmp_path: Path, parallelism: int) -> None:
+    """A Python ``reduce`` and ``apply`` over session windows (their own state
+    format) read as the other windows: one row per open session. The rows come
+    1 ms apart with a gap of 1 s, so each key has one open session at the
+    savepoint, from its first row to its last row read plus the gap."""
+    env = ed.StreamEnvironment(
+        parallelism,
+        checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="1h"),
+        batch_size=50,
+    )
+    keyed = _slow_keyed_numbers(env)
+    sessions = keyed.window(ed.Session("1s"))
+    sessions.reduce(lambda acc, row: {**acc, "value": acc["value"] + row["value"]}).uid(
+        "pyreduce"
+    ).collect()
+    sessions.apply(lambda key, window, rows: [{"n": len(rows)}]).uid("pyapply").collect()
+    client = env.execute_async("sessions")
+    wait_until(
+        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 1_200,
+        timeout=TIMEOUT_S,
+        what="1200 rows to be read",
+    )
+    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
+    read = int(client.wait(timeout=TIMEOUT_S).metrics["operators"]["numbers"]["records_out"])
+    assert 1_200 <= read < N, f"the stop did not happen mid-run ({read} of {N})"
+
+    by_key: dict[int, list[int]] = defaultdict(list)
+    for v in range(read):
+        by_key[v % KEYS].append(v)
+    want = [(k, vs[0], vs[-1] + 1_000, sum(vs)) for k, vs in sorted(by_key.items())]
+    reduced = ed.read_state(savepoint, "pyreduce")
+    assert reduced.column_names == ["k", "window_start", "window_end", "value"]
+    got = [(r["k"], r["window_start"], r["window_end"], r["value"]) for r in reduced.to_pylist()]
+    assert sorted(got) == want
+    applied = ed.read_state(savepoint, "pyapply")
+    assert applied.column_names == ["k", "window_start", "window_end", "rows"]
+    rows = {r["k"]: sorted(x["value"] for x in r["rows"]) for r in applied.to_pylist()}
+    assert rows == dict(by_key)
 
 
 def test_read_state_errors_name_the_problem(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_timestamps_follow_the_event_number(tables: dict[str, pa.Table]) -> None
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
-@pytest.mark.parametrize("name", ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11"])
+@pytest.mark.parametrize("name", ["q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8", "q11"])
 def test_query_matches_duckdb(tables: dict[str, pa.Table], name: str, parallelism: int) -> None:
     got = queries.QUERIES[name](tables, parallelism, events_per_second=EPS)
     expected = queries.duckdb_query(name, tables)

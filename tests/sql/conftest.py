@@ -1,16 +1,21 @@
-"""Helpers of the SQL tests: the DuckDB reference and exact comparisons."""
+"""Helpers of the SQL tests: the DuckDB reference and exact comparisons, a query's
+plan against its DSL twin's, reference session windows and unreadable Parquet columns."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 # These suites need the native extension: a missing build must fail, never skip.
 import eddyline as ed
 import eddyline._core
+from support.parquet import corrupt_column
 
 
 def duck(query: str, **tables: pa.Table) -> list[dict[str, Any]]:
@@ -74,3 +79,81 @@ def run(env: ed.StreamEnvironment, stream: ed.DataStream) -> list[dict[str, Any]
     handle = stream.collect()
     env.execute("sql")
     return handle.to_pylist()
+
+
+def assert_twin_plans(
+    rows: list[dict[str, Any]],
+    query: str,
+    dsl: Callable[[ed.DataStream], ed.DataStream],
+    *,
+    time_column: str | None = None,
+) -> None:
+    """Asserts that ``query`` over ``rows`` as the view ``r`` (with event time
+    ``time_column``) plans as its DSL twin ``dsl`` of the same stream: equal
+    ``explain()`` text, operators, partitioning and schemas included."""
+
+    def plan(use_sql: bool) -> str:
+        env = ed.StreamEnvironment(parallelism=2)
+        stream = env.from_collection(rows)
+        if time_column is not None:
+            stream = stream.assign_timestamps(time_column)
+        if use_sql:
+            stream.create_temporary_view("r")
+            out = env.sql(query)
+        else:
+            out = dsl(stream)
+        out.collect()
+        return env.explain()
+
+    assert plan(True) == plan(False)
+
+
+def assert_refused(env: ed.StreamEnvironment, query: str, construct: str, match: str) -> None:
+    """Asserts that ``env.sql(query)`` fails at once with the ``SqlError`` (an
+    ``EddylineError``) of ``construct``, its message naming it and matching ``match``."""
+    with pytest.raises(ed.SqlError, match=match) as info:
+        env.sql(query)
+    assert info.value.construct == construct
+    assert isinstance(info.value, ed.EddylineError)
+    assert str(info.value).startswith(f"SQL {construct}")
+
+
+SESSION_GAP_MS = 3_000
+
+
+def session_view(env: ed.StreamEnvironment) -> list[dict[str, Any]]:
+    """Rows of two keys in sessions of gap 3 s (some exactly 3 s apart, so in two
+    sessions), out of order within 60 s, registered as the view ``s`` with event
+    time ``t``; returns the rows."""
+    times = [0, 1000, 2500, 9000, 9500, 20000, 20100, 26000, 40000]
+    rows = [{"k": f"k{i % 2}", "t": t + i % 2, "v": i} for i, t in enumerate(times * 3)]
+    env.from_collection(rows).assign_timestamps(
+        "t", max_out_of_orderness="60s"
+    ).create_temporary_view("s")
+    return rows
+
+
+def sessions(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The reference session windows of ``rows`` (gap ``SESSION_GAP_MS``): per key,
+    each session's rows by time; a row ``SESSION_GAP_MS`` after the last starts a
+    new one."""
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    for key in sorted({r["k"] for r in rows}):
+        session: list[dict[str, Any]] = []
+        for row in sorted((r for r in rows if r["k"] == key), key=lambda r: r["t"]):
+            if session and row["t"] - session[-1]["t"] >= SESSION_GAP_MS:
+                out.append((key, session))
+                session = []
+            session.append(row)
+        out.append((key, session))
+    return out
+
+
+def write_broken(path: Path, table: pa.Table, column: str, *, row_group_size: int) -> Path:
+    """``table`` as an uncompressed Parquet file whose ``column`` cannot be decoded:
+    a query that reads it fails, one that never reads it does not."""
+    pq.write_table(table, path, row_group_size=row_group_size, compression="none")
+    corrupt_column(path, column)
+    with pytest.raises(Exception):  # noqa: B017 - the premise: the column is unreadable
+        pq.read_table(path)
+    return path

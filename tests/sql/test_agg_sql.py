@@ -17,7 +17,16 @@ import pytest
 import eddyline as ed
 import eddyline.functions as F
 
-from .conftest import duck, run, same_rows
+from .conftest import (
+    SESSION_GAP_MS,
+    assert_refused,
+    assert_twin_plans,
+    duck,
+    run,
+    same_rows,
+    session_view,
+    sessions,
+)
 
 
 def rounded(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -215,11 +224,7 @@ def test_hop_with_several_aggregates_matches_duckdb(
 
 
 def test_session_with_several_aggregates_matches_reference(env: ed.StreamEnvironment) -> None:
-    times = [0, 1000, 2500, 9000, 9500, 20000, 20100, 26000, 40000]
-    rows = [{"k": f"k{i % 2}", "t": t + i % 2, "v": i} for i, t in enumerate(times * 3)]
-    env.from_collection(rows).assign_timestamps(
-        "t", max_out_of_orderness="60s"
-    ).create_temporary_view("s")
+    rows = session_view(env)
     query = """
         SELECT k, window_start, window_end, max(v) AS top, count(*) AS n, avg(v) AS mean,
                count(DISTINCT t) AS ts
@@ -227,68 +232,50 @@ def test_session_with_several_aggregates_matches_reference(env: ed.StreamEnviron
         GROUP BY k, window_start, window_end
     """
     want = []
-    for key in ("k0", "k1"):
-        mine = sorted((r for r in rows if r["k"] == key), key=lambda r: r["t"])
-        session: list[dict[str, Any]] = []
-        for row in [*mine, {"t": 10**12}]:
-            if session and row["t"] - session[-1]["t"] >= 3000:
-                values = [r["v"] for r in session]
-                want.append(
-                    {
-                        "k": key,
-                        "window_start": session[0]["t"],
-                        "window_end": session[-1]["t"] + 3000,
-                        "top": max(values),
-                        "n": len(values),
-                        "mean": sum(values) / len(values),
-                        "ts": len({r["t"] for r in session}),
-                    }
-                )
-                session = []
-            session.append(row)
+    for k, session in sessions(rows):
+        values = [r["v"] for r in session]
+        want.append(
+            {
+                "k": k,
+                "window_start": session[0]["t"],
+                "window_end": session[-1]["t"] + SESSION_GAP_MS,
+                "top": max(values),
+                "n": len(values),
+                "mean": sum(values) / len(values),
+                "ts": len({r["t"] for r in session}),
+            }
+        )
     assert len(want) == 10
     same_rows(rounded(run(env, env.sql(query))), rounded(want))
 
 
-def explain(build: Any) -> str:
-    env = ed.StreamEnvironment(parallelism=2)
-    rows = env.from_collection([{"k": "a", "v": 1, "x": 1.0, "t": 5}]).assign_timestamps("t")
-    build(env, rows).collect()
-    return env.explain()
+ONE_ROW = [{"k": "a", "v": 1, "x": 1.0, "t": 5}]
 
 
 def test_running_sql_and_dsl_twin_explain_the_same() -> None:
-    def sql(env: ed.StreamEnvironment, rows: ed.DataStream) -> ed.DataStream:
-        rows.create_temporary_view("r")
-        return env.sql(
-            "SELECT k, avg(x), count(*) AS n, count(DISTINCT v), max(t) FROM r GROUP BY k"
-        )
-
-    def dsl(env: ed.StreamEnvironment, rows: ed.DataStream) -> ed.DataStream:
-        return rows.key_by("k").agg(
+    assert_twin_plans(
+        ONE_ROW,
+        "SELECT k, avg(x), count(*) AS n, count(DISTINCT v), max(t) FROM r GROUP BY k",
+        lambda rows: rows.key_by("k").agg(
             F.avg("x"), F.count("*").alias("n"), F.count_distinct("v"), F.max("t")
-        )
-
-    assert explain(sql) == explain(dsl)
+        ),
+        time_column="t",
+    )
 
 
 def test_window_sql_and_dsl_twin_explain_the_same() -> None:
-    def sql(env: ed.StreamEnvironment, rows: ed.DataStream) -> ed.DataStream:
-        rows.create_temporary_view("r")
-        return env.sql(
-            "SELECT k, window_start, window_end, max(x) AS hi, approx_percentile(v, 0.25) AS q "
-            "FROM TABLE(HOP(TABLE r, DESCRIPTOR(t), INTERVAL '1' SECOND, INTERVAL '2' SECOND)) "
-            "GROUP BY k, window_start, window_end"
-        )
-
-    def dsl(env: ed.StreamEnvironment, rows: ed.DataStream) -> ed.DataStream:
-        return (
+    assert_twin_plans(
+        ONE_ROW,
+        "SELECT k, window_start, window_end, max(x) AS hi, approx_percentile(v, 0.25) AS q "
+        "FROM TABLE(HOP(TABLE r, DESCRIPTOR(t), INTERVAL '1' SECOND, INTERVAL '2' SECOND)) "
+        "GROUP BY k, window_start, window_end",
+        lambda rows: (
             rows.key_by("k")
             .window(ed.Sliding("2s", "1s"))
             .agg(F.max("x").alias("hi"), F.approx_percentile("v", 0.25).alias("q"))
-        )
-
-    assert explain(sql) == explain(dsl)
+        ),
+        time_column="t",
+    )
 
 
 @pytest.mark.parametrize(
@@ -310,6 +297,4 @@ def test_unsupported_aggregates_are_errors_naming_them(
 ) -> None:
     env = ed.StreamEnvironment()
     env.from_collection([{"k": "a", "v": 1}]).create_temporary_view("t")
-    with pytest.raises(ed.SqlError, match=match) as info:
-        env.sql(query)
-    assert info.value.construct == construct
+    assert_refused(env, query, construct, match)

@@ -17,7 +17,7 @@ import pytest
 
 import eddyline as ed
 
-from .conftest import same_rows
+from .conftest import assert_twin_plans, same_rows, write_broken
 
 N = 3_000
 
@@ -33,19 +33,7 @@ def broken_extra(tmp_path: Path) -> Path:
             "date_time": pa.array([i * 100 for i in range(N)], pa.int64()),
         }
     )
-    path = tmp_path / "bid.parquet"
-    pq.write_table(table, path, row_group_size=1_000, compression="none")
-    meta = pq.ParquetFile(path).metadata
-    index = meta.schema.to_arrow_schema().get_field_index("extra")
-    data = bytearray(path.read_bytes())
-    for group in range(meta.num_row_groups):
-        chunk = meta.row_group(group).column(index)
-        start = chunk.dictionary_page_offset or chunk.data_page_offset
-        data[start : start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
-    path.write_bytes(bytes(data))
-    with pytest.raises(Exception):  # noqa: B017 - the premise: the column is unreadable
-        pq.read_table(path)
-    return path
+    return write_broken(tmp_path / "bid.parquet", table, "extra", row_group_size=1_000)
 
 
 def reference(path: Path, query: str) -> list[dict[str, Any]]:
@@ -94,21 +82,14 @@ def test_a_running_aggregate_over_a_parquet_view_reads_only_its_columns(
 
 
 def test_the_pruned_plan_is_the_dsl_job_that_selects_first() -> None:
-    def job(use_sql: bool) -> str:
-        env = ed.StreamEnvironment(parallelism=2)
-        rows = env.from_collection([{"k": "a", "wide": "x" * 10, "v": 1, "t": 5}])
-        if use_sql:
-            rows.create_temporary_view("r")
-            out = env.sql("SELECT k, sum(v) AS s FROM r WHERE v > 0 GROUP BY k")
-        else:
-            out = (
-                rows.select("k", "v")
-                .filter(ed.col("v") > 0)
-                .key_by("k")
-                .sum("v")
-                .select("k", ed.col("v").alias("s"))
-            )
-        out.collect()
-        return env.explain()
-
-    assert job(True) == job(False)
+    assert_twin_plans(
+        [{"k": "a", "wide": "x" * 10, "v": 1, "t": 5}],
+        "SELECT k, sum(v) AS s FROM r WHERE v > 0 GROUP BY k",
+        lambda rows: (
+            rows.select("k", "v")
+            .filter(ed.col("v") > 0)
+            .key_by("k")
+            .sum("v")
+            .select("k", ed.col("v").alias("s"))
+        ),
+    )

@@ -12,7 +12,15 @@ import pytest
 
 import eddyline as ed
 
-from .conftest import duck, run, same_rows
+from .conftest import (
+    SESSION_GAP_MS,
+    assert_refused,
+    duck,
+    run,
+    same_rows,
+    session_view,
+    sessions,
+)
 
 
 def timed(env: ed.StreamEnvironment, events: pa.Table) -> None:
@@ -72,26 +80,15 @@ def test_the_window_column_is_a_struct_of_start_and_end(
 
 
 def test_spark_session_window_matches_reference(env: ed.StreamEnvironment) -> None:
-    times = [0, 1000, 2500, 9000, 9500, 20000, 20100, 26000, 40000]
-    rows = [{"k": f"k{i % 2}", "t": t + i % 2, "v": i} for i, t in enumerate(times * 3)]
-    env.from_collection(rows).assign_timestamps(
-        "t", max_out_of_orderness="60s"
-    ).create_temporary_view("s")
+    rows = session_view(env)
     query = """
         SELECT k, session_window.start AS ws, session_window.end AS we, count(*) AS n
         FROM s GROUP BY k, session_window(t, '3 seconds')
     """
-    want = []
-    for key in ("k0", "k1"):
-        mine = sorted(r["t"] for r in rows if r["k"] == key)
-        session: list[int] = []
-        for t in [*mine, 10**12]:
-            if session and t - session[-1] >= 3000:
-                want.append(
-                    {"k": key, "ws": session[0], "we": session[-1] + 3000, "n": len(session)}
-                )
-                session = []
-            session.append(t)
+    want = [
+        {"k": k, "ws": s[0]["t"], "we": s[-1]["t"] + SESSION_GAP_MS, "n": len(s)}
+        for k, s in sessions(rows)
+    ]
     same_rows(run(env, env.sql(query)), want)
 
 
@@ -165,6 +162,4 @@ def test_bad_spark_windows_are_errors_naming_them(query: str, match: str) -> Non
     env.from_collection([{"k": "a", "v": 1, "ts": 5}]).assign_timestamps(
         "ts"
     ).create_temporary_view("t")
-    with pytest.raises(ed.SqlError, match=match) as info:
-        env.sql(query)
-    assert info.value.construct == "window"
+    assert_refused(env, query, "window", match)

@@ -12,30 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import eddyline as ed
 
-from .conftest import duck, same_rows
+from .conftest import duck, same_rows, write_broken
 
 N = 2_000
-
-
-def write_broken(path: Path, table: pa.Table, column: str) -> Path:
-    """``table`` as a Parquet file whose ``column`` cannot be decoded."""
-    pq.write_table(table, path, row_group_size=500, compression="none")
-    meta = pq.ParquetFile(path).metadata
-    index = meta.schema.to_arrow_schema().get_field_index(column)
-    data = bytearray(path.read_bytes())
-    for group in range(meta.num_row_groups):
-        chunk = meta.row_group(group).column(index)
-        start = chunk.dictionary_page_offset or chunk.data_page_offset
-        data[start : start + chunk.total_compressed_size] = b"\xff" * chunk.total_compressed_size
-    path.write_bytes(bytes(data))
-    with pytest.raises(Exception):  # noqa: B017 - the premise: the column is unreadable
-        pq.read_table(path)
-    return path
 
 
 AUCTIONS = pa.table(
@@ -66,8 +49,8 @@ Q3 = """
 def test_a_join_over_parquet_views_reads_only_the_columns_it_uses(
     tmp_path: Path, parallelism: int
 ) -> None:
-    auctions = write_broken(tmp_path / "auction.parquet", AUCTIONS, "extra")
-    persons = write_broken(tmp_path / "person.parquet", PERSONS, "extra")
+    auctions = write_broken(tmp_path / "auction.parquet", AUCTIONS, "extra", row_group_size=500)
+    persons = write_broken(tmp_path / "person.parquet", PERSONS, "extra", row_group_size=500)
     env = ed.StreamEnvironment(parallelism, batch_size=128)
     env.from_parquet(auctions).create_temporary_view("auction")
     env.from_parquet(persons).create_temporary_view("person")

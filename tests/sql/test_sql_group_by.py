@@ -12,7 +12,16 @@ import pytest
 
 import eddyline as ed
 
-from .conftest import duck, run, same_rows
+from .conftest import (
+    SESSION_GAP_MS,
+    assert_refused,
+    assert_twin_plans,
+    duck,
+    run,
+    same_rows,
+    session_view,
+    sessions,
+)
 
 
 def final_per_key(rows: list[dict[str, Any]], keys: list[str], pick: Any) -> list[dict[str, Any]]:
@@ -97,33 +106,22 @@ def test_hop_window_matches_reference(env: ed.StreamEnvironment, events: pa.Tabl
 
 
 def test_session_window_matches_reference(env: ed.StreamEnvironment) -> None:
-    times = [0, 1000, 2500, 9000, 9500, 20000, 20100, 26000, 40000]
-    rows = [{"k": f"k{i % 2}", "t": t + i % 2, "v": i} for i, t in enumerate(times * 3)]
-    env.from_collection(rows).assign_timestamps(
-        "t", max_out_of_orderness="60s"
-    ).create_temporary_view("s")
+    rows = session_view(env)
     query = """
         SELECT k, window_start, window_end, max(v) AS top
         FROM TABLE(SESSION(TABLE s, DESCRIPTOR(t), INTERVAL '3' SECOND))
         GROUP BY k, window_start, window_end
     """
     got = run(env, env.sql(query))
-    want = []
-    for key in ("k0", "k1"):
-        mine = sorted((r["t"], r["v"]) for r in rows if r["k"] == key)
-        session: list[tuple[int, int]] = []
-        for t, v in [*mine, (10**12, -1)]:
-            if session and t - session[-1][0] >= 3000:
-                want.append(
-                    {
-                        "k": key,
-                        "window_start": session[0][0],
-                        "window_end": session[-1][0] + 3000,
-                        "top": max(x for _, x in session),
-                    }
-                )
-                session = []
-            session.append((t, v))
+    want = [
+        {
+            "k": k,
+            "window_start": s[0]["t"],
+            "window_end": s[-1]["t"] + SESSION_GAP_MS,
+            "top": max(r["v"] for r in s),
+        }
+        for k, s in sessions(rows)
+    ]
     same_rows(got, want)
 
 
@@ -148,26 +146,18 @@ def test_group_by_without_keys_aggregates_all_rows(
 
 
 def test_window_sql_and_dsl_twin_explain_the_same() -> None:
-    def job(use_sql: bool) -> str:
-        env = ed.StreamEnvironment(parallelism=2)
-        rows = env.from_collection([{"k": "a", "v": 1, "t": 5}]).assign_timestamps("t")
-        if use_sql:
-            rows.create_temporary_view("r")
-            out = env.sql(
-                "SELECT k, window_start, window_end, sum(v) AS total FROM TABLE(TUMBLE(TABLE r, "
-                "DESCRIPTOR(t), INTERVAL '10' SECOND)) GROUP BY k, window_start, window_end"
-            )
-        else:
-            out = (
-                rows.key_by("k")
-                .window(ed.Tumbling("10s"))
-                .sum("v")
-                .select("k", "window_start", "window_end", ed.col("v").alias("total"))
-            )
-        out.collect()
-        return env.explain()
-
-    assert job(True) == job(False)
+    assert_twin_plans(
+        [{"k": "a", "v": 1, "t": 5}],
+        "SELECT k, window_start, window_end, sum(v) AS total FROM TABLE(TUMBLE(TABLE r, "
+        "DESCRIPTOR(t), INTERVAL '10' SECOND)) GROUP BY k, window_start, window_end",
+        lambda rows: (
+            rows.key_by("k")
+            .window(ed.Tumbling("10s"))
+            .sum("v")
+            .select("k", "window_start", "window_end", ed.col("v").alias("total"))
+        ),
+        time_column="t",
+    )
 
 
 @pytest.mark.parametrize(
@@ -206,6 +196,4 @@ def test_unsupported_group_by_is_an_error_naming_the_construct(
     env.from_collection([{"k": "a", "v": 1, "ts": 5}]).assign_timestamps(
         "ts"
     ).create_temporary_view("t")
-    with pytest.raises(ed.SqlError, match=match) as info:
-        env.sql(query)
-    assert info.value.construct == construct
+    assert_refused(env, query, construct, match)

@@ -87,6 +87,8 @@ def _log_batches(s3: S3, prefix: str) -> list[list[str]]:
     """The files each ``_spark_metadata`` batch lists, by batch id."""
     batches = []
     for key in s3.keys(f"{prefix}/_spark_metadata/"):
+        if not key.rsplit("/", 1)[-1].removesuffix(".compact").isdigit():
+            continue  # not a batch: the marker that makes Spark read through the log
         body = s3.client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()  # type: ignore[attr-defined]
         lines = body.decode().splitlines()
         assert lines[0] == "v1", key
@@ -151,6 +153,36 @@ def test_table_sink_on_s3_commits_exactly_what_spark_reads(spark: Any, s3: S3) -
     for snapshot in seen:
         for key, names in snapshot.items():
             assert names == complete[key], f"the reader saw part of checkpoint {key}"
+
+
+def test_new_table_reads_through_its_log_before_the_first_commit(
+    spark: Any, s3: S3, tmp_path: Path
+) -> None:
+    """A committer copies a checkpoint's objects one by one, then creates the
+    log batch that lists them. Spark reads a location through the log only if
+    ``_spark_metadata`` exists; before the first batch it would list the
+    location itself and read the first copied object alone: part of a
+    checkpoint. Attaching the sink makes the log exist, so such an object is
+    invisible until its batch is published."""
+    import pyarrow.parquet as pq
+
+    from eddyline._core import StoreDir
+
+    env = ed.StreamEnvironment(1)
+    schema = pa.schema([("value", pa.int64())])
+    sink = SparkTableSink(spark, "s3_first_commit", path=f"s3://{s3.bucket}/first", schema=schema)
+    env.from_sequence(0, 10).sink_to(sink)
+    local = tmp_path / "copied.parquet"
+    pq.write_table(pa.table({"value": pa.array([7], pa.int64())}), local)
+    # The first object of checkpoint 1, copied to its final name; no batch yet.
+    StoreDir(f"s3://{s3.bucket}/first").upload("part-copied-c1-s0000.parquet", str(local))
+    assert spark.read.schema("value long").parquet(f"s3a://{s3.bucket}/first").collect() == []
+    spark.catalog.refreshTable("s3_first_commit")
+    assert spark.table("s3_first_commit").collect() == []
+    # The sink still runs on the location, and the log then lists its rows only.
+    env.execute("first-commit")
+    spark.catalog.refreshTable("s3_first_commit")
+    assert_exact_ids([r[0] for r in spark.table("s3_first_commit").collect()], range(10), "table")
 
 
 def _by_checkpoint(files: list[str]) -> dict[str, set[str]]:

@@ -1,0 +1,109 @@
+"""Hand-made rows for the tester's reference tests (tests/chaos): five main
+rows whose answers the tests work out by hand, three of a second source, and
+a case of any stage over them."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+
+from chaos_lib import reference
+from chaos_lib.case import Case, Stage
+from chaos_lib.generate import generate
+
+Rows = dict[str, list[int]]
+
+ROWS: Rows = {
+    "id": [1, 2, 3, 4, 5],
+    "k": [0, 0, 1, 1, 0],
+    "ts": [0, 999, 1_000, 2_500, 3_100],
+    "v": [1, 6, 5, 8, 2],
+}
+RIGHT: Rows = {"id": [11, 12, 13], "k": [0, 1, 1], "ts": [500, 900, 2_400], "v": [3, 4, 7]}
+
+
+@contextlib.contextmanager
+def rows_of(case: Case, rows: Rows = ROWS, right: Rows = RIGHT) -> Iterator[None]:
+    """The reference reads ``rows`` as the case's main source, ``right`` as any other."""
+    frames = {name: pd.DataFrame(right).astype("int64") for name in ("", case.stage.right)}
+    frames[case.main] = pd.DataFrame(rows).astype("int64")
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(reference, "_frame", lambda _c, name: frames.get(name, frames[""]))
+        yield
+
+
+def hand(
+    stage: Stage, rows: Rows = ROWS, *, ansi: bool = False
+) -> tuple[Case, dict[str, pd.DataFrame]]:
+    """A case of ``stage`` over the hand-made rows (no operators, a Parquet
+    sink; ``ansi``: in ANSI mode), and its reference."""
+    base = generate(7)
+    case = dataclasses.replace(
+        base,
+        stage=stage,
+        ops=[],
+        union=[],
+        sinks=["parquet"],
+        execution=dataclasses.replace(base.execution, ansi=ansi),
+    )
+    with rows_of(case, rows):
+        return case, reference.expected(case)
+
+
+def small_case(
+    base: Case | None = None,
+    *,
+    sinks: list[str],
+    fault: dict[str, Any],
+    execution: dict[str, Any] | None = None,
+    **changes: Any,
+) -> Case:
+    """A case for a real run of a new draw through the tester: ``base`` (by
+    default ``generate(472)``: an Arrow source of about 1,200 rows, three
+    subtasks) without its other operators and unions, the given sinks and
+    fault, the default runner, no ANSI mode or recompute recovery, and batches
+    of 50 rows at 0.4 s each, so that the run (about 3 s) outlasts its fault's
+    checkpoints even on a loaded machine with checkpoints on S3. ``changes``
+    replace the case's other fields (``ops``, ``stage``...); only the main
+    source and the stage's second one stay, and no state is read back unless
+    ``changes`` say so (the base's ``read_state`` was drawn for its own stage)."""
+    base = base if base is not None else generate(472)
+    settings = {"workers": 0, "ansi": False, "recompute": False, "sleep_s": 0.4, "batch_size": 50}
+    case = dataclasses.replace(
+        base,
+        **{"ops": [], "union": [], "read_state": False, **changes},
+        sinks=sinks,
+        execution=dataclasses.replace(base.execution, **{**settings, **(execution or {})}),
+        fault=dataclasses.replace(base.fault, **fault),
+    )
+    case.sources = [s for s in case.sources if s.name in (case.main, case.stage.right)]
+    return case
+
+
+def rescaled(case: Case) -> Case:
+    """``case`` restored (after its savepoint or cancel) at another parallelism."""
+    ex = case.execution
+    case.execution = dataclasses.replace(ex, restore_parallelism=1 + ex.parallelism % 4)
+    return case
+
+
+def run_through(case: Case, workdir: Path) -> dict[str, pd.DataFrame]:
+    """Runs ``case`` through the tester in ``workdir``: it matches the
+    reference and its fault fired (else the run proves nothing); returns its
+    committed outputs."""
+    from chaos_lib import driver
+    from chaos_lib.execute import _read_outputs
+
+    problems, fired, _ = driver.check_case(case, workdir)
+    assert problems == [], problems
+    assert fired, "the fault did not fire: the run proves nothing"
+    return _read_outputs(case, workdir / "out")
