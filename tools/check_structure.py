@@ -162,7 +162,7 @@ PYTHON_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("DSL", ("eddyline._stream_core", "eddyline.environment", "eddyline.stream",
              "eddyline.keyed", "eddyline.windows", "eddyline.joins", "eddyline.loops",
              "eddyline.connected", "eddyline.sources", "eddyline.sinks",
-             "eddyline.state_reader", "eddyline.sql")),
+             "eddyline.state_reader", "eddyline.sql", "eddyline.over")),
     ("connectors", ("eddyline.connectors.*", "eddyline.testing")),
     ("client", ("eddyline.client.*",)),
     ("entry points", ("eddyline", "eddyline.__main__", "eddyline.cli", "eddyline.kafka",

@@ -25,10 +25,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
 
+from . import ansi
 from .case import Case, Stage
 
 APPROX = ["approx_count_distinct", "approx_percentile", "collect_set"]
@@ -69,6 +71,8 @@ def _column(name: str) -> str:
 def call(expr: list[Any]) -> str:
     """The DSL text of one aggregate of ``exprs`` (``[name, *params]``)."""
     name = expr[0]
+    if name == "sum_big":  # ansi.py: a sum that may leave bigint's range
+        return f'{ansi.sum_big_call(expr[1], expr[2])}.alias("a_{name}")'
     if name == "approx_percentile":
         return f'F.approx_percentile("v", {expr[1]}).alias("a_{name}")'
     return f'F.{name}("{_column(name)}").alias("a_{name}")'
@@ -77,6 +81,8 @@ def call(expr: list[Any]) -> str:
 def value(group: pd.DataFrame, expr: list[Any]) -> Any:
     """The reference value of one aggregate over a group's rows."""
     name, v = expr[0], group["v"]
+    if name == "sum_big":
+        return ansi.sum_big(group, expr[1], expr[2])
     if name == "approx_count_distinct":
         return approx_distinct(v)
     if name == "approx_percentile":
@@ -147,7 +153,7 @@ def lines(case: Case) -> list[str]:
     ]
     if st.late:
         out.append(
-            '    out.side_output(ed.OutputTag("late")).sink_to(ed.ParquetSink(OUT + "/late"))'
+            '    out.side_output(ed.OutputTag("late")).sink_to(ed.ParquetSink(STORE + "/late"))'
             '.name("sink_late").uid("sink_late")'
         )
     return out
@@ -203,10 +209,11 @@ def widen(rng: random.Random, case: Case) -> None:
                     source.late_keys = st.form == "session"
 
 
-def aggregates(case: Case, late_ids: set[int], main: pd.DataFrame) -> pd.DataFrame:
-    """An ``fagg`` stage: per key (and window) the row count ``n`` and each
-    aggregate (a sample deviation of one value is null, as Spark's), over the
-    rows not in the late output."""
+def groups(
+    case: Case, late_ids: set[int], main: pd.DataFrame
+) -> Iterator[tuple[dict[str, Any], pd.DataFrame]]:
+    """An ``fagg`` stage's groups: per key (and window) its keys and its rows,
+    of the rows not in the late output."""
     from .reference import _sessions, _windows
 
     st = case.stage
@@ -219,9 +226,19 @@ def aggregates(case: Case, late_ids: set[int], main: pd.DataFrame) -> pd.DataFra
         slide = st.slide_ms if st.form == "sliding" else st.size_ms
         df = _windows(df, st.size_ms, slide)
         keys = ["k", "window_start", "window_end"]
-    rows = []
     for key, group in df.groupby(keys, sort=False):
-        out = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        yield dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)), group
+
+
+def aggregates(case: Case, late_ids: set[int], main: pd.DataFrame) -> pd.DataFrame:
+    """An ``fagg`` stage: per key (and window) the row count ``n`` and each
+    aggregate (a sample deviation of one value is null, as Spark's), over the
+    rows not in the late output."""
+    st = case.stage
+    keys = ["k", "window_start", "window_end"] if st.form else ["k"]
+    rows = []
+    for found, group in groups(case, late_ids, main):
+        out = dict(found)
         out["n"] = len(group)
         for e in st.exprs:
             out[f"a_{e[0]}"] = value(group, e)

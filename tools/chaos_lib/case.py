@@ -30,7 +30,11 @@ class Source:
     either). ``late_keys``: each candidate has a key of its own, which no other
     row has (before a session window: docs/CHAOS.md). ``watermark``: event
     time spelled ``with_watermark("ts", "<bound> milliseconds")`` instead of
-    ``assign_timestamps`` (the same operator, docs/API.md).
+    ``assign_timestamps`` (the same operator, docs/API.md). ``late_join``
+    (before a session window): the candidates are inserted among their
+    split's rows instead (no far-ahead row) and share keys with the other
+    rows, one candidate a key (``late_session.py``): a candidate may join an
+    open session, or bridge to one that fired.
     """
 
     name: str
@@ -47,6 +51,9 @@ class Source:
     late_rows: int = 0
     late_keys: bool = False
     watermark: bool = False
+    late_join: bool = False
+    variant: str = ""
+    """A user source's (kind ``user``) spelling: usersrc.py."""
 
 
 @dataclasses.dataclass
@@ -60,13 +67,17 @@ class Op:
     each row becomes ``a`` rows, the ``j``-th with id ``4 * id + j`` and
     ``v + j``, from an array built with ``F.array`` and ``stream.explode`` when
     ``b`` is 0, with ``F.split`` of a ``concat_ws`` string and ``F.explode`` in
-    ``with_columns`` when ``b`` is 1). ``schema``: pass ``schema=`` to a
-    Python map (always before a join)."""
+    ``with_columns`` when ``b`` is 1, with ``stream.posexplode`` (2) or
+    ``F.posexplode`` in ``select`` (3) of an array of ``a`` copies of ``v``,
+    the position giving ``j``). ``schema``: pass ``schema=`` to a
+    Python map (always before a join). ``variant``: a loop's other settings
+    (loops.py)."""
 
     kind: str
     a: int = 1
     b: int = 0
     schema: bool = True
+    variant: str = ""
 
 
 @dataclasses.dataclass
@@ -98,12 +109,18 @@ class Stage:
     ujoin (SQL joins of ``t`` with the view ``u`` of source ``right``; ujoin
     with ``state_ttl`` of ``ttl_ms``, ``spelling`` query or view says where);
     ``exprs`` may hold ``["having", op, c]`` and ``["src", "with" | "sub",
-    a]`` (the query reads a CTE or a subquery with ``v + a``).
+    a]`` (the query reads a CTE or a subquery with ``v + a``). wrjoin and
+    wrijoin join windowed ``GROUP BY`` results (``sqlgen._window_results_join``;
+    ``spelling`` spark: Spark's ``window`` struct, sqlmore.py); closing: Nexmark
+    q4's closing groups (sqlmore.py).
     fagg also: ``form`` session (``gap_ms``),
     ``late`` (tumbling and session: a late output), ``spelling`` group_by
     (Spark's ``group_by("k", F.window(...))``) or group_by_window_first
     (``group_by(F.window(...), "k")``); ``exprs`` entries are
-    ``[name, *params]`` (``approx_percentile``'s percentage)."""
+    ``[name, *params]`` (``approx_percentile``'s percentage).
+    tumbling, sliding and session also: ``spelling`` reduce or apply (a Python
+    window function, pyops.py); tumbling: ``a`` > 0 windows the results again
+    in windows ``a`` times as long (chained.py)."""
 
     kind: str
     agg: str = "sum"
@@ -134,7 +151,8 @@ class Execution:
     ``aligned_timeout_ms`` > 0 (with ``unaligned``) starts checkpoints aligned
     and switches after that long; ``recompute``: ``recovery="recompute"``;
     ``ansi``: ``StreamEnvironment(ansi=True)`` (a ``fn`` stage none of whose
-    expressions may fail on the generated rows)."""
+    expressions may fail on the generated rows); ``s3``: checkpoints, the
+    savepoint and the file sinks on an S3 API server (s3.py)."""
 
     parallelism: int
     restore_parallelism: int
@@ -148,6 +166,7 @@ class Execution:
     aligned_timeout_ms: int = 0
     recompute: bool = False
     ansi: bool = False
+    s3: bool = False
 
 
 @dataclasses.dataclass
@@ -173,12 +192,24 @@ class Fault:
     fraction: float = 0.3
 
 
+def _op_suffix(op: Op) -> str:
+    """An explode with positions (``b`` 2 or 3) or as a Python ``flat_map``
+    (4) is a feature of its own."""
+    if op.kind == "loop" and op.variant:
+        return f":{op.variant}"
+    if op.kind != "explode" or op.b < 2:
+        return ""
+    return ":flat_map" if op.b == 4 else ":pos"
+
+
 @dataclasses.dataclass
 class Case:
     """One generated case. ``assign_after``: -1 assigns the main source's event time
     right after it (as every other source's); ``n >= 0`` assigns it behind the slow
     Python ``map_batches`` and the first ``n`` ops (no union, no loop among them), as
-    docs/DESIGN.md "Event time per split" allows."""
+    docs/DESIGN.md "Event time per split" allows. ``read_state``: after the run,
+    ``ed.read_state`` reads the stage's keyed state from the final checkpoint
+    (and the savepoint of a ``savepoint`` fault), checked by ``state.py``."""
 
     seed: int
     sources: list[Source]
@@ -190,6 +221,9 @@ class Case:
     execution: Execution
     fault: Fault
     assign_after: int = -1
+    delta_options: dict[str, int] = dataclasses.field(default_factory=dict)
+    """``DeltaSink`` keyword arguments of the Delta sinks (deltaopts.py)."""
+    read_state: bool = False
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -208,6 +242,8 @@ class Case:
             execution=Execution(**raw["execution"]),
             fault=Fault(**raw["fault"]),
             assign_after=raw.get("assign_after", -1),
+            delta_options=dict(raw.get("delta_options", {})),
+            read_state=raw.get("read_state", False),
         )
 
     def source(self, name: str) -> Source:
@@ -216,10 +252,15 @@ class Case:
     def features(self) -> list[str]:
         """Names of what this case exercises, for the mix counts."""
         out = [f"source:{s.kind}" for s in self.sources]
-        out += [f"op:{o.kind}" for o in self.ops]
+        out += [f"source:user:{s.variant}" for s in self.sources if s.kind == "user"]
+        out += [f"op:{o.kind}" + _op_suffix(o) for o in self.ops]
         stage = self.stage.kind
         if stage in ("running", "tumbling", "sliding", "session"):
             stage += f":{self.stage.agg}"
+        if self.stage.kind in ("tumbling", "sliding", "session") and self.stage.spelling:
+            stage += f":{self.stage.spelling}"  # a Python reduce or apply (pyops.py)
+        if self.stage.kind == "tumbling" and self.stage.a:
+            stage += ":chained"  # windowed again (chained.py)
         if stage == "fagg":
             stage += f":{self.stage.form or 'running'}"
             if self.stage.spelling:
@@ -228,7 +269,7 @@ class Case:
             stage += f":{self.stage.form}"
             if self.stage.form in ("group", "tumble", "hop", "session"):
                 stage += f":{self.stage.agg}"
-            elif self.stage.form in ("ijoin", "tjoin") and self.stage.how != "inner":
+            elif self.stage.form in ("ijoin", "tjoin", "wrjoin") and self.stage.how != "inner":
                 stage += f":{self.stage.how}"
             elif self.stage.form == "ujoin":
                 stage += f":ttl_{self.stage.spelling}"
@@ -238,6 +279,10 @@ class Case:
             stage += ":ttl"
         if stage in ("ijoin", "tjoin") and self.stage.how != "inner":
             stage += f":{self.stage.how}"
+        if self.stage.kind in ("process", "coprocess") and self.stage.spelling:
+            stage += f":{self.stage.spelling}"  # processing-time timers (ptimers.py)
+        if self.stage.kind == "tjoin" and self.stage.spelling:
+            stage += f":{self.stage.spelling}"  # broadcast state (bcast.py)
         if self.stage.late:
             stage += ":late"
         out.append(f"stage:{stage}")
@@ -246,7 +291,13 @@ class Case:
         if self.stage.kind == "fagg":
             out += [f"fagg:{e[0]}" for e in self.stage.exprs]
         if self.stage.kind == "sql":
-            out += [f"sql:{e[0]}" for e in self.stage.exprs if e[0] in ("having", "src")]
+            names = ("having", "src", "aggs", "gexpr", "regroup")
+            out += [f"sql:{e[0]}" for e in self.stage.exprs if e[0] in names]
+            if self.stage.spelling == "spark":
+                out.append("sql:window()")
+            from .sqlmore import features
+
+            out += features(self.stage)  # closing groups, Spark's window results
         if any(s.watermark for s in self.sources):
             out.append("with_watermark")
         if self.union:
@@ -254,6 +305,7 @@ class Case:
         if self.assign_after >= 0:
             out.append("assign:after_python")
         out += [f"sink:{s}" for s in self.sinks]
+        out += [f"delta:{option}" for option in sorted(self.delta_options)]
         ex = self.execution
         out.append(f"p:{ex.parallelism}")
         out.append(f"runner:process{ex.workers}" if ex.workers else "runner:threads")
@@ -270,7 +322,15 @@ class Case:
             out.append("ansi")
         if any(s.late_rows for s in self.sources):
             out.append("late_rows")
+        if any(s.late_rows for s in self.sources) and self.stage.spelling.startswith("group_by"):
+            out.append("late_rows:dropped")  # no late output (late_groupby.py)
+        if any(s.late_rows and s.late_join for s in self.sources):
+            out.append("late_rows:session_join")
         if ex.incremental:
             out.append("checkpoint:incremental")
+        if ex.s3:
+            out.append("storage:s3")
         out.append(f"fault:{self.fault.kind}")
+        if self.read_state:
+            out.append("read_state" + (":savepoint" * (self.fault.kind == "savepoint")))
         return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import random
 from pathlib import Path
@@ -28,7 +29,7 @@ from .case import Case, Source
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.int64()), ("ts", pa.int64()), ("v", pa.int64())])
 Row = dict[str, int]
 # kinds whose rows come in ``files`` splits (files, Kafka partitions)
-FILE_KINDS = ("parquet", "spark", "kafka")
+FILE_KINDS = ("parquet", "spark", "kafka", "user")
 LATE_KEY = 1_000_000_000
 """Above every generated key: a late candidate's own key is this plus its id."""
 
@@ -78,7 +79,9 @@ def _make_splits(source: Source) -> list[list[Row]]:
                 {"id": next_id, "k": rng.randrange(source.keys), "ts": ts, "v": rng.randint(1, 20)}
             )
             next_id += 1
-        if source.late_rows:
+        if source.late_rows and source.late_join:
+            next_id = _insert_candidates(source, rng, split, len(out), next_id)
+        elif source.late_rows:
             far = source.span_ms + 10 * source.bound_ms
             split.append({"id": next_id, "k": 0, "ts": far, "v": 1})
             next_id += 1
@@ -98,11 +101,38 @@ def _make_splits(source: Source) -> list[list[Row]]:
     return out
 
 
+def _insert_candidates(
+    source: Source, rng: random.Random, split: list[Row], index: int, next_id: int
+) -> int:
+    """``late_join`` candidates (late_session.py), inserted among the split's
+    rows: each behind the rows before it by more than the bound (so behind its
+    split's watermark; around the watermark of its key group, or far behind), the n-th of the
+    source with key n while there are keys (one candidate a key), then a key of
+    its own. Their ids come after the split's others. Returns the next id."""
+    for j in range(source.late_rows):
+        at = rng.randrange(1, max(2, len(split)))
+        # how far behind: log-uniform from 0.1 s to half the span, as the
+        # watermark lags a batch or more behind the rows when a row arrives
+        behind = int(math.exp(rng.uniform(math.log(100), math.log(max(200, source.span_ms // 2)))))
+        ts = max(0, split[at - 1]["ts"] - source.bound_ms - behind)
+        n = index * source.late_rows + j
+        k = n if n < source.keys else LATE_KEY + next_id
+        split.insert(at, {"id": next_id, "k": k, "ts": ts, "v": 1})
+        next_id += 1
+    return next_id
+
+
 def late_candidates(source: Source) -> set[int]:
-    """The ids of the rows placed after a far-ahead row of their split."""
+    """The ids of the late candidates: the last ``late_rows`` ids of each split
+    (rows placed after a far-ahead row of their split, or ``late_join``'s
+    inserted among its rows)."""
     if not source.late_rows:
         return set()
-    return {row["id"] for split in splits_of(source) for row in split[-source.late_rows :]}
+    return {
+        i
+        for split in splits_of(source)
+        for i in sorted(row["id"] for row in split)[-source.late_rows :]
+    }
 
 
 def rows_of(source: Source) -> list[Row]:
@@ -125,7 +155,7 @@ def write_inputs(case: Case, directory: Path) -> None:
         if source.kind == "kafka":
             _produce(source, splits)
             continue
-        if source.kind in ("parquet", "spark"):
+        if source.kind in ("parquet", "spark", "user"):
             folder = directory / source.name
             folder.mkdir(exist_ok=True)
             for index, split in enumerate(splits):

@@ -18,18 +18,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import deltaopts, s3
+from .ansi import marker, must_fail
 from .case import Case
 from .check import compare, compare_partial
-from .execute import run_case
+from .execute import root_of, run_case
 from .generate import generate
 from .reference import expected
 from .render import render
 from .shrink import shrink
+from .state import check_state
 
 _ERROR = "the job failed: "
 _TESTER = "the tester failed: "
 _BROKER = contextlib.ExitStack()
 atexit.register(_BROKER.close)
+atexit.register(s3.close)
 
 
 def uses_kafka(case: Case) -> bool:
@@ -73,16 +77,36 @@ def kind_of(problem: str) -> str:
 def _check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
     if uses_kafka(case) and not kafka_ready():
         return ["the job failed: no Kafka broker (tansu) for a Kafka case"], False, 0
+    if case.execution.s3 and not s3.ready():
+        return ["the job failed: no S3 API server (moto[server]) for an S3 case"], False, 0
     outcome = run_case(case, workdir)
     if outcome.error is not None:
         return [_ERROR + outcome.error], outcome.fired, 0
     late = outcome.outputs.get("late")
     late_ids = set() if late is None or late.empty else {int(i) for i in late["id"]}
     want = expected(case, late_ids)
+    problems = _failure(case, outcome.failed, outcome.refused)
+    if problems:
+        return problems, outcome.fired, 0
+    logs = deltaopts.log_problems(case, root_of(case, workdir))
     if outcome.refused:
-        return compare_partial(case, outcome.outputs, want), outcome.fired, 0
-    problems = compare(case, outcome.outputs, want)
+        return compare_partial(case, outcome.outputs, want) + logs, outcome.fired, 0
+    problems = compare(case, outcome.outputs, want) + logs
+    if case.read_state:
+        problems += check_state(case, workdir, outcome, want)
     return problems, outcome.fired, 0 if late is None else len(late)
+
+
+def _failure(case: Case, failed: str | None, refused: bool) -> list[str]:
+    """ANSI mode fails the job exactly when the reference has a value that
+    does not convert or a sum that leaves bigint's range (ansi.py); a run
+    whose restore was refused may have stopped before it got there."""
+    must = must_fail(case)
+    if failed is not None and not must:
+        return [f"the job failed in ANSI mode, but no reference value fails: {failed[:600]}"]
+    if must and failed is None and not refused:
+        return [f"the job did not fail, but a reference value fails it ({marker(case)})"]
+    return []
 
 
 class _Fails:

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
+from . import deltaopts, s3, sparksink
 from .case import Case
 from .data import write_inputs
 from .render import render
@@ -43,6 +44,7 @@ class Outcome:
     error: str | None
     fired: bool
     refused: bool = False
+    failed: str | None = None
 
 
 def _children(pid: int) -> list[int]:
@@ -56,7 +58,7 @@ def _children(pid: int) -> list[int]:
     return sorted(found)
 
 
-def _kill_a_worker(command: list[str], case: Case, chk: Path, env: dict[str, str]) -> bool:
+def _kill_a_worker(command: list[str], case: Case, chk: str, env: dict[str, str]) -> bool:
     """Runs the job and SIGKILLs one of its worker processes (chosen and timed
     from the seed) once a checkpoint completed and a worker runs; the restart
     strategy must recover inside the run. Returns whether the kill landed."""
@@ -96,7 +98,7 @@ def _kill_a_worker(command: list[str], case: Case, chk: Path, env: dict[str, str
     return fired
 
 
-def _damage_newest(chk: Path) -> bool:
+def _damage_newest(chk: str) -> bool:
     """Flips bytes in the middle of the newest completed checkpoint's largest
     file (its manifest when it has nothing else)."""
     from support.faults import completed_checkpoints
@@ -104,7 +106,9 @@ def _damage_newest(chk: Path) -> bool:
     ids = completed_checkpoints(chk)
     if not ids:
         return False
-    folder = chk / f"chk-{max(ids)}"
+    if chk.startswith("s3://"):
+        return s3.damage_newest(chk.removesuffix("/chk"), max(ids))
+    folder = Path(chk) / f"chk-{max(ids)}"
     files = sorted((f for f in folder.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
     if not files:
         return False
@@ -125,7 +129,7 @@ def _last_json(stdout: str) -> dict[str, Any]:
     return {}
 
 
-_DELTA_COMMIT = re.compile(r"\d{20}\.(json|checkpoint(\..+)?\.(parquet|json))")
+DELTA_COMMIT = re.compile(r"\d{20}\.(json|checkpoint(\..+)?\.(parquet|json))")
 
 
 def has_delta_commit(table: Path) -> bool:
@@ -139,7 +143,7 @@ def has_delta_commit(table: Path) -> bool:
     commit creates the table over it. Any other log, even a broken one, is read
     (and its error reported)."""
     log = table / "_delta_log"
-    return log.is_dir() and any(_DELTA_COMMIT.fullmatch(f.name) for f in log.iterdir())
+    return log.is_dir() and any(DELTA_COMMIT.fullmatch(f.name) for f in log.iterdir())
 
 
 def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
@@ -149,19 +153,32 @@ def _read_outputs(case: Case, out: Path) -> dict[str, pd.DataFrame]:
 
     outputs: dict[str, pd.DataFrame] = {}
     names = [*case.sinks, *(["late"] if case.stage.late else [])]
+    root = root_of(case, out.parent)
     for name in names:
-        if name in ("parquet", "late"):
+        if root.startswith("s3://") and name in ("parquet", "late"):
+            outputs[name] = s3.read_parquet(root, name)
+        elif root.startswith("s3://") and name in ("delta", "upsert"):
+            outputs[name] = s3.read_delta(root, name)
+        elif root.startswith("s3://") and name == "delta2w":
+            outputs.update(deltaopts.split(s3.read_delta(root, name)))
+        elif name in ("parquet", "late"):
             # committed files only: pyarrow.dataset skips names starting "_" or "."
             outputs[name] = read_parquet_dir(out / name).to_pandas()
-        elif name in ("delta", "upsert"):
+        elif name in ("delta", "upsert", "delta2w"):
             path = out / name
-            outputs[name] = (
+            table = (
                 DeltaTable(str(path)).to_pyarrow_table().to_pandas()
                 if has_delta_commit(path)
                 else pd.DataFrame()
             )
+            if name == "delta2w":
+                outputs.update(deltaopts.split(table))
+            else:
+                outputs[name] = table
         elif name == "kafka":
             outputs[name] = _read_topic(os.environ["CHAOS_TOPIC"] + "out")
+        elif name == "spark":
+            outputs[name] = sparksink.read_table(out / "spark")
         elif name == "collect":
             path = out / "collect.parquet"
             outputs[name] = pq.read_table(path).to_pandas() if path.exists() else pd.DataFrame()
@@ -206,11 +223,35 @@ def _read_topic(topic: str) -> pd.DataFrame:
 
 
 def run_case(case: Case, workdir: Path) -> Outcome:
-    """Writes the inputs and the job script under ``workdir`` and runs it."""
+    """Writes the inputs and the job script under ``workdir`` and runs it.
+
+    A job that ANSI mode failed as its case allows (ansi.py) left its error
+    in ``workdir/failed``: the outcome has it as ``failed`` and is checked
+    as a job that stopped early (``refused``)."""
+    outcome = _run_case(case, workdir)
+    failed = workdir / "failed"
+    if outcome.error is None and failed.exists():
+        outcome.failed, outcome.refused = failed.read_text(), True
+    return outcome
+
+
+def root_of(case: Case, workdir: Path) -> str:
+    """Where the case's checkpoints, savepoint and file sinks live (render.py's ``ROOT``)."""
+    if case.execution.s3:
+        return "s3://" + os.environ["CHAOS_S3_BUCKET"]
+    return str(workdir)
+
+
+def _run_case(case: Case, workdir: Path) -> Outcome:
     from support.faults import kill_after_checkpoints
 
     os.environ["CHAOS_TOPIC"] = f"chaos-{case.seed}-{uuid.uuid4().hex[:8]}-"
+    if case.execution.s3:
+        s3.new_bucket(case.seed)
+    chk = root_of(case, workdir) + "/chk"
     write_inputs(case, workdir / "in")
+    if case.execution.s3:
+        s3.upload_inputs(root_of(case, workdir), workdir / "in", case)
     (workdir / "out").mkdir(parents=True, exist_ok=True)
     script = workdir / "job.py"
     script.write_text(render(case, workdir))
@@ -221,12 +262,11 @@ def run_case(case: Case, workdir: Path) -> Outcome:
     fired = kind == "none"
     try:
         if kind == "wkill":
-            fired = _kill_a_worker([*python, "run"], case, workdir / "chk", env)
+            fired = _kill_a_worker([*python, "run"], case, chk, env)
             return Outcome(_read_outputs(case, workdir / "out"), notes, None, fired)
         if kind == "corrupt":
             from support.faults import completed_checkpoints, sigkill_when
 
-            chk = workdir / "chk"
             killed = sigkill_when(
                 [*python, "run", "latest"],
                 lambda: len(completed_checkpoints(chk)) >= 2,
@@ -255,7 +295,7 @@ def run_case(case: Case, workdir: Path) -> Outcome:
         if kind == "sigkill":
             stdouts = kill_after_checkpoints(
                 [*python, "run", "latest"],
-                workdir / "chk",
+                chk,
                 kills=case.fault.kills,
                 rng=random.Random(case.seed),
                 timeout=TIMEOUT_S,

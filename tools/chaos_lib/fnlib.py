@@ -332,6 +332,12 @@ def value(row: Row, expr: list[Any]) -> Any:
 
 
 def _template(name: str) -> Template:
+    from .ansi import TEMPLATES as ANSI  # drawn after these (ansi.py)
+    from .fnextra import EXTRA  # drawn after those (fnextra.py)
     from .fnmore import MORE  # drawn after these (fnmore.py)
 
+    if name in ANSI:
+        return ANSI[name]
+    if name in EXTRA:
+        return EXTRA[name]
     return TEMPLATES[name] if name in TEMPLATES else MORE[name]

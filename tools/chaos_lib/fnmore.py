@@ -197,9 +197,10 @@ def ansi_safe(exprs: list[list[Any]]) -> bool:
     """Whether no expression of a ``fn`` stage may fail a job in ANSI mode on
     the generated rows: a cast of "" to int does (docs/API.md "Functions"),
     and element_at beyond the array does in Spark's ANSI mode (eddyline
-    documents only casts and time strings: not drawn together)."""
+    documents only casts and time strings: not drawn together), as does
+    ansi.py's ``ansi_cast``, drawn to fail."""
     flat = [e[1] if e[0] == "filter" else e for e in exprs]
-    return not any(e[0] == "element_at" or e[:2] == ["cast", 2] for e in flat)
+    return not any(e[0] in ("element_at", "ansi_cast") or e[:2] == ["cast", 2] for e in flat)
 
 
 def widen(rng: random.Random, exprs: list[list[Any]]) -> None:

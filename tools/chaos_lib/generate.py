@@ -10,7 +10,28 @@ from __future__ import annotations
 
 import random
 
-from . import aggs, fnlib, fnmore, sqlgen
+from . import (
+    aggs,
+    ansi,
+    bcast,
+    chained,
+    deltaopts,
+    fnextra,
+    fnlib,
+    fnmore,
+    late_groupby,
+    late_session,
+    loops,
+    ptimers,
+    pyops,
+    s3,
+    sparksink,
+    sqlgen,
+    sqlmore,
+    state,
+    state_ops,
+    usersrc,
+)
 from .case import Case, Execution, Fault, Op, Source, Stage
 
 SOURCE_KINDS = ["parquet", "parquet", "sequence", "arrow", "collection"]
@@ -160,7 +181,95 @@ def generate(seed: int, scale: float = 1.0) -> Case:
         execution.ansi = True
     if case.stage.kind == "ujoin" and rng.random() < 0.4:
         case.stage.ttl_ms = span_ms // rng.choice([2, 4, 8])  # the DSL join's state_ttl
+    ansi.widen(rng, case)
+    sqlgen.widen(rng, case)
+    for op in case.ops:
+        if op.kind == "explode" and rng.random() < 0.4:
+            op.b = rng.choice([2, 3])  # posexplode (render.py)
+    sparksink.widen(rng, case)
+    s3.widen(rng, case)
+    deltaopts.widen(rng, case)
+    pyops.widen(rng, case, late_schema_ok=not {"spark", "delta2w"} & set(case.sinks))
+    chained.widen(rng, case)
+    loops.widen(rng, case)
+    bcast.widen(rng, case)
+    widen_window_results(rng, case, scale)
+    if state.eligible(case) and rng.random() < 0.5:
+        case.read_state = True  # read back after the run (state.py)
+    main = case.source(case.main)
+    if case.stage.kind == "session" and main.late_keys and main.late_rows and rng.random() < 0.5:
+        # late candidates sharing keys with the other rows, one a key: a
+        # candidate may join an open session (late_session.py); only the main
+        # source has them, and no at-least-once sink (a failed attempt's
+        # sessions would be another outcome)
+        for source in case.sources:
+            source.late_keys = False
+            if source.name != case.main:
+                source.late_rows = 0
+        main.late_join = True
+        case.sinks = [s for s in case.sinks if s != "kafka"] or ["parquet"]
+    fnextra.widen(rng, case)
+    widen_newest(rng, case, scale)
     return case
+
+
+def widen_newest(rng: random.Random, case: Case, scale: float = 1.0) -> None:
+    """The draws added after ``fnextra``'s, in the order they were added."""
+    widen_sql_late(rng, case, scale)
+    widen_last(rng, case)
+
+
+def widen_sql_late(rng: random.Random, case: Case, scale: float = 1.0) -> None:
+    """Drawn after every older draw (earlier seeds keep their cases): q4's
+    closing groups and Spark's spelling of window results (sqlmore.py), then
+    late rows joining an ``fagg`` window's open sessions (late_session.py)."""
+    sqlmore.widen(rng, case, scale)
+    late_session.widen(rng, case)
+
+
+def widen_last(rng: random.Random, case: Case) -> None:
+    """The newest draws, after every older one (earlier seeds keep their
+    cases): ``read_state`` of more operators (state_ops.py), then user
+    sources (usersrc.py), processing-time timers (ptimers.py), late rows
+    before the ``group_by`` spelling (late_groupby.py)."""
+    state_ops.widen(rng, case, old=state.eligible(case))
+    usersrc.widen(rng, case)
+    ptimers.widen(rng, case)
+    late_groupby.widen(rng, case)
+
+
+def widen_window_results(rng: random.Random, case: Case, scale: float = 1.0) -> None:
+    """SQL joins of windowed ``GROUP BY`` results (drawn after every older
+    draw: earlier seeds keep their cases): Nexmark q8's shape (``wrjoin``, two
+    windowed aggregates joined on their windows) and q7's (``wrijoin``, rows
+    interval-joined with the max or min of their tumbling window). It takes
+    the place of a select or a ``TUMBLE``/``HOP`` query only (each about one
+    SQL stage in twelve), three in ten, so the other forms keep their share."""
+    st = case.stage
+    if st.kind != "sql" or st.form not in ("select", "tumble", "hop"):
+        return
+    if rng.random() >= 0.3:
+        return
+    form = rng.choice(["wrjoin", "wrijoin"])
+    right = st.right
+    case.stage = st = Stage("sql", agg=rng.choice(["sum", "count", "min", "max"]), form=form)
+    if form == "wrjoin":
+        st.right = right if right else _right_source(rng, case, scale)
+        case.union = [n for n in case.union if n != st.right]
+        st.slide_ms = rng.choice([1_000, 2_000])
+        st.size_ms = st.slide_ms * rng.choice([1, 1, 2])
+        st.how = rng.choice(["inner", "left", "right", "outer"])
+        st.exprs = [["ragg", rng.choice(["sum", "count", "min", "max"])]]
+    else:
+        if right and right not in case.union:
+            case.sources = [s for s in case.sources if s.name != right]
+        st.agg = rng.choice(["max", "min"])
+        st.size_ms = rng.choice([1_000, 2_000, 10_000])
+        st.exprs = [["bound", rng.choice(["end", "start"])]]
+        if rng.random() < 0.5:
+            st.exprs.append(["keyed"])
+    # no running aggregate: no upsert sink
+    case.sinks = [s for s in case.sinks if s != "upsert"] or ["parquet"]
 
 
 NEW_STAGES = ["process", "coprocess", "comap", "tjoin"]
@@ -404,10 +513,11 @@ def _sql_form(rng: random.Random, case: Case, scale: float, form: str) -> None:
 
 def _threshold(rng: random.Random, case: Case) -> int:
     """A HAVING threshold among the group values (so some groups pass and
-    some do not): one of the reference's values without the HAVING."""
+    some do not): one of the reference's values without the HAVING, sorted
+    (DuckDB returns groups in no fixed order: the seed alone must decide)."""
     from .reference import expected
 
-    values = expected(case)["main"].iloc[:, -1].tolist()
+    values = sorted(expected(case)["main"].iloc[:, -1].tolist())
     return int(rng.choice(values)) if values else 1
 
 

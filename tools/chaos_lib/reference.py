@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import aggs, fnlib, sqlgen
+from . import aggs, chained, fnlib, late_groupby, late_session, sqlgen, sqlmore
 from .case import Case, Op
 from .data import late_candidates, rows_of
 from .fnmore import Explode
@@ -198,17 +198,24 @@ def retried(case: Case, late_ids: set[int]) -> pd.DataFrame:
     An exactly-once sink drops that attempt's output; an at-least-once one
     (KafkaSink, docs/API.md) keeps it. So: per group of candidates that share
     windows (a key and tumbling window, or a key for sessions), the window
-    rows for every late/on-time choice of the group's candidates."""
+    rows for every late/on-time choice of the group's candidates.
+
+    The same holds for what a run that stopped early committed (a restore
+    refused after a damaged checkpoint): a window may have fired without a
+    candidate whose late output was never committed (``check.compare_partial``).
+    ``fagg`` stages' tumbling and session windows are grouped the same way."""
     st = case.stage
     maybe = candidates(case)
     none = pd.DataFrame(columns=["k", "window_start", "window_end", _agg_name(st.agg)])
-    if st.kind not in ("tumbling", "session") or not st.late or not maybe:
+    kind = st.form if st.kind == "fagg" else st.kind
+    late = st.late or late_groupby.dropped(case)  # late_groupby.py: dropped late rows
+    if kind not in ("tumbling", "session") or not late or not maybe:
         return none
     df = main_stream(case)
     rows = df[df["id"].isin(maybe)]
     groups: dict[tuple[int, ...], list[int]] = {}
     for r in rows.itertuples(index=False):
-        at = (int(r.k),) if st.kind == "session" else (int(r.k), int(r.ts) // st.size_ms)
+        at = (int(r.k),) if kind == "session" else (int(r.k), int(r.ts) // st.size_ms)
         groups.setdefault(at, []).append(int(r.id))
     parts = []
     for ids in groups.values():
@@ -222,7 +229,12 @@ def retried(case: Case, late_ids: set[int]) -> pd.DataFrame:
         for late in picks:
             parts.append(expected(case, (late_ids - set(ids)) | set(late), retry=False)["main"])
     # the candidates' rows may all be filtered out before the window: no group
-    return pd.concat(parts, ignore_index=True).drop_duplicates() if parts else none
+    if not parts:
+        return none
+    out = pd.concat(parts, ignore_index=True)
+    # an fagg's collect_list/collect_set cells are lists, which pandas cannot hash
+    hashable = out.map(lambda x: tuple(x) if isinstance(x, list) else x)
+    return out[~hashable.duplicated()].reset_index(drop=True)
 
 
 def candidates(case: Case) -> set[int]:
@@ -260,7 +272,7 @@ def sql(case: Case) -> dict[str, pd.DataFrame]:
     with duckdb.connect() as con:
         con.register("t", t)
         if u is not None:
-            con.register("u", u)
+            con.register("u", sqlmore.right_frame(case.stage, u))
         if case.stage.ttl_ms:
             sure, maybe = sqlgen.ttl_pairs(case.stage)
             return {"main": con.execute(sure).df(), "maybe": con.execute(maybe).df()}
@@ -289,6 +301,11 @@ def expected(
         late = main_stream(case)
         late = late[late["id"].isin((late_ids or set()) & candidates(case))]
         out = {"main": aggs.aggregates(case, set(late["id"]), main_stream(case))}
+        maybe_late = st.late or late_groupby.dropped(case)  # dropped: no late output
+        if late_session.joins(case):  # candidates sharing keys (late_session.py)
+            out["sessions"] = late_session.allowed(case, main_stream(case), late_ids or set())
+        elif retry and maybe_late and candidates(case) and st.form in ("tumbling", "session"):
+            out["retried"] = retried(case, late_ids or set())
         return {**out, "late": late} if st.late else out
     if st.kind == "sql":
         return sql(case)
@@ -322,8 +339,9 @@ def expected(
     if st.kind == "session":
         assigned = _sessions(df, st.gap_ms)
     else:
-        slide = st.slide_ms if st.kind == "sliding" else st.size_ms
-        assigned = _windows(df, st.size_ms, slide)
+        size = chained.size(case)  # a chained window's second, longer windows
+        slide = st.slide_ms if st.kind == "sliding" else size
+        assigned = _windows(df, size, slide)
     col = _agg_name(st.agg)
     groups = assigned.groupby(["k", "window_start", "window_end"])
     out = _aggregate(groups, st.agg).rename(col).reset_index()
@@ -332,6 +350,10 @@ def expected(
         result["bounds"] = sliding_bounds(case, late_ids or set())
     if st.late:
         result["late"] = late
+    if late_session.joins(case):
+        # a candidate sharing its key: the outcomes it allows (late_session.py)
+        result["sessions"] = late_session.allowed(case, main_stream(case), late_ids or set())
+        return result
     if retry and st.late and candidates(case) and st.kind in ("tumbling", "session"):
         result["retried"] = retried(case, late_ids or set())
     return result

@@ -15,6 +15,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from . import sqlmore
+
 # name -> (draw params, SQL text from params)
 SELECT: dict[str, tuple[Any, Any]] = {
     "arith": (lambda r: [r.randint(2, 5)], lambda a: f"v * {a} + k - id % 7"),
@@ -160,8 +162,62 @@ def _join(stage: Any, duck: bool) -> str:
             f"FROM {left} L JOIN {right} R ON L.k = R.k AND "
             "L.window_start = R.window_start AND L.window_end = R.window_end"
         )
+    if stage.form in WINDOW_RESULT_JOINS:
+        return _window_results_join(stage, duck)
     query = f"{_join_select('t', 'u')} FROM t JOIN u ON t.k = u.k"
     return query
+
+
+def _grouped(table: str, stage: Any, agg: str, column: str, duck: bool) -> str:
+    """A windowed ``GROUP BY k`` of ``table`` (``TUMBLE`` or ``HOP``: ``slide_ms``
+    below ``size_ms``) with ``agg`` as ``column``; for DuckDB over ``_windowed``."""
+    kind = "hop" if stage.slide_ms != stage.size_ms else "tumble"
+    source = _windowed(table, stage) if duck else f"TABLE({_tvf(kind, table, stage)})"
+    return (
+        f"SELECT k, window_start, window_end, {CALL[agg]} AS {column} FROM {source} "
+        "GROUP BY k, window_start, window_end"
+    )
+
+
+def _window_results_join(stage: Any, duck: bool) -> str:
+    """Joins of windowed ``GROUP BY`` results (docs/API.md "SQL", event time
+    after a windowed ``GROUP BY``). ``wrjoin``, Nexmark q8's shape: the
+    aggregates of ``t`` and ``u`` over the same windows joined on the key and
+    both window bounds (``how``; ``["ragg", agg]`` is ``u``'s aggregate).
+    ``wrijoin``, q7's shape: the rows of ``t`` whose ``v`` is the ``agg`` (max
+    or min) of their tumbling window (per key with ``["keyed"]``), the window's
+    result timed by its ``window_end``, the time bound on ``window_end``
+    (``["bound", "end"]``) or on both bounds (``["bound", "start"]``)."""
+    if stage.spelling == "spark" and not duck:
+        return sqlmore.spark_results_join(stage, CALL, HOW)
+    if stage.form == "wrjoin":
+        # count where shrinking dropped the entry (the Spark spelling's default too)
+        ragg = next((e[1] for e in stage.exprs if e[0] == "ragg"), "count")
+        left = _grouped("t", stage, stage.agg, "v", duck)
+        right = _grouped("u", stage, ragg, "w", duck)
+        return (
+            "SELECT L.k AS k, L.window_start AS window_start, L.window_end AS window_end, "
+            "L.v AS v, R.k AS k_right, R.window_start AS ws_right, R.w AS w "
+            f"FROM ({left}) AS L {HOW[stage.how]} ({right}) AS R ON L.k = R.k AND "
+            "L.window_start = R.window_start AND L.window_end = R.window_end"
+        )
+    keyed = any(e[0] == "keyed" for e in stage.exprs)
+    bound = next((e[1] for e in stage.exprs if e[0] == "bound"), "end")
+    key = "k, " if keyed else ""
+    source = _windowed("t", stage) if duck else f"TABLE({_tvf('tumble', 't', stage)})"
+    tops = (
+        f"SELECT {key}{CALL[stage.agg]} AS top, window_start AS ws, window_end AS we "
+        f"FROM {source} GROUP BY {key}window_start, window_end"
+    )
+    on = ("e.k = m.k AND " if keyed else "") + "e.v = m.top"
+    if bound == "end":
+        where = f" WHERE e.ts BETWEEN m.we - {stage.size_ms} AND m.we - 1"
+    else:
+        on, where = on + " AND e.ts >= m.ws AND e.ts < m.we", ""
+    return (
+        "SELECT e.id AS id, e.k AS k, e.ts AS ts, e.v AS v, m.ws AS ws, m.we AS we "
+        f"FROM t AS e JOIN ({tops}) AS m ON {on}{where}"
+    )
 
 
 def query(stage: Any) -> str:
@@ -170,31 +226,105 @@ def query(stage: Any) -> str:
     with_, table = _from(stage)
     if stage.form in JOINS:
         return _join(stage, duck=False)
+    if stage.form == "closing":
+        return sqlmore.closing_query(stage, duck=False)
     if stage.form in ("select", "union"):
         cols = ", ".join(_select_list(stage))
         first = f"{with_}SELECT id, {cols} FROM {table}{where}"
         if stage.form == "select":
             return first
         return f"{first} UNION ALL SELECT id + {UNION_ID} AS id, {cols} FROM t WHERE k % 2 = 0"
-    agg = f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}"
+    agg = _aggregates(stage)
     having = _having(stage)
     if stage.form == "group":
-        return f"{with_}SELECT k, {agg} FROM {table}{where} GROUP BY k{having}"
-    return (
+        group = next((f"k % {e[1]}" for e in stage.exprs if e[0] == "gexpr"), "k")
+        key = "k" if group == "k" else f"{group} AS k"
+        return f"{with_}SELECT {key}, {agg} FROM {table}{where} GROUP BY {group}{having}"
+    if stage.spelling == "spark" and any(e[0] == "regroup" for e in stage.exprs):
+        return sqlmore.spark_regroup(stage, where, agg, having, COLUMN[stage.agg])
+    if stage.spelling == "spark":
+        column, call = _spark_window(stage)
+        return (
+            f"SELECT k, {column}.start AS window_start, {column}.end AS window_end, {agg} "
+            f"FROM t{where} GROUP BY {call}, k{having}"
+        )
+    return _regroup(
+        stage,
         f"SELECT k, window_start, window_end, {agg} FROM TABLE({_tvf(stage.form, 't', stage)})"
-        f"{where} GROUP BY k, window_start, window_end{having}"
+        f"{where} GROUP BY k, window_start, window_end{having}",
     )
 
 
+def _regroup(stage: Any, inner: str) -> str:
+    """``["regroup", agg]``: the window query's results grouped again by their
+    ``window_end`` (Nexmark q5's shape: a windowed aggregate's results are
+    timed by their window's end downstream, docs/API.md "SQL")."""
+    regroup = next((e for e in stage.exprs if e[0] == "regroup"), None)
+    if regroup is None:
+        return inner
+    column = COLUMN[stage.agg]
+    if stage.form == "session":  # sessions of two keys may share an end, not a start
+        return (
+            f"SELECT window_start, window_end, {regroup[1]}({column}) AS r, count(*) AS n "
+            f"FROM ({inner}) AS w GROUP BY window_start, window_end"
+        )
+    return (
+        f"SELECT window_end, {regroup[1]}({column}) AS r, count(*) AS n "
+        f"FROM ({inner}) AS w GROUP BY window_end"
+    )
+
+
+def _aggregates(stage: Any) -> str:
+    """The stage's aggregate, then the others of ``["aggs", ...]`` as ``a_<name>``."""
+    extra = next((e[1:] for e in stage.exprs if e[0] == "aggs"), [])
+    return ", ".join(
+        [f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}", *(f"{CALL[a]} AS a_{a}" for a in extra)]
+    )
+
+
+def _spark_window(stage: Any) -> tuple[str, str]:
+    """Spark's window grouping: the struct column's name and the grouping call."""
+    if stage.form == "session":
+        return "session_window", f"session_window(ts, '{stage.gap_ms // 1000} seconds')"
+    size = f"'{stage.size_ms // 1000} seconds'"
+    if stage.form == "hop":
+        return "window", f"window(ts, {size}, '{stage.slide_ms // 1000} seconds')"
+    return "window", f"window(ts, {size})"
+
+
+def widen(rng: random.Random, case: Any) -> None:
+    """Draws added after every older one (earlier seeds keep their cases):
+    several aggregates in one window, Spark's ``GROUP BY window(...)`` /
+    ``session_window(...)`` (with a ``WHERE`` before the sessions), a
+    window query's results grouped again by window end, and a running
+    ``GROUP BY`` of an expression of ``k``."""
+    st = case.stage
+    if st.kind != "sql":
+        return
+    windowed = st.form in ("tumble", "hop", "session")
+    if windowed and rng.random() < 0.5:
+        st.exprs.append(["aggs", *rng.sample([a for a in CALL if a != st.agg], rng.randint(1, 3))])
+    if windowed and rng.random() < 0.4:
+        st.spelling = "spark"
+        if st.form == "session" and rng.random() < 0.5:
+            name = rng.choice(sorted(WHERE))
+            st.exprs.insert(0, ["where", name, *WHERE[name][0](rng)])
+    if st.form in ("tumble", "hop") and st.spelling != "spark" and rng.random() < 0.3:
+        st.exprs.append(["regroup", rng.choice(["sum", "max", "min"])])
+    if st.form == "group" and rng.random() < 0.6:
+        st.exprs.append(["gexpr", rng.randint(2, 4)])
+
+
 UNION_ID = 1_000_000_000_000
-JOINS = ("ijoin", "tjoin", "wjoin", "ujoin")
+WINDOW_RESULT_JOINS = ("wrjoin", "wrijoin")
+JOINS = ("ijoin", "tjoin", "wjoin", "ujoin", *WINDOW_RESULT_JOINS)
 
 
 def _windowed(table: str, stage: Any) -> str:
     """Every (row, window) of ``table`` for DuckDB, which has no windowing
     table function: starts on multiples of the slide, ``ts`` below the end."""
     size = stage.size_ms
-    slide = stage.slide_ms if stage.form in ("hop", "wjoin") else size
+    slide = stage.slide_ms if stage.form in ("hop", "wjoin", "wrjoin") else size
     return (
         f"(SELECT *, window_start + {size} AS window_end FROM ("
         f"SELECT *, ts - ts % {slide} - i * {slide} AS window_start "
@@ -226,14 +356,20 @@ def reference_query(stage: Any) -> str:
     session (``_sessions``), and a temporal join an as-of join."""
     if stage.form in JOINS:
         return _join(stage, duck=True)
+    if stage.form == "closing":
+        return sqlmore.closing_query(stage, duck=True)
     if stage.form in ("select", "group", "union"):
         return query(stage)
     where = _where(stage.exprs)
-    agg = f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}"
-    table = _sessions("t", stage.gap_ms) if stage.form == "session" else _windowed("t", stage)
-    return (
+    agg = _aggregates(stage)
+    if stage.form == "session":  # a WHERE (Spark's spelling) comes before the sessions
+        table, where = _sessions(f"(SELECT * FROM t{where})", stage.gap_ms), ""
+    else:
+        table = _windowed("t", stage)
+    return _regroup(
+        stage,
         f"SELECT k, window_start, window_end, {agg} FROM {table}{where} "
-        f"GROUP BY k, window_start, window_end{_having(stage)}"
+        f"GROUP BY k, window_start, window_end{_having(stage)}",
     )
 
 
