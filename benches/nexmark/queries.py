@@ -22,6 +22,10 @@ the tables of :mod:`generator` (columns ``snake_case``: ``date_time``, not
   ``auction, num, window_start, window_end``. nexmark-flink's SQL outputs
   ``auction, num`` only; the window bounds are kept here so that the rows can
   be compared exactly;
+- ``q6`` average selling price by seller: for each closed auction (q4's), the
+  average closing price of its seller's last 10 closed auctions, this one included,
+  in the order they closed (``expires``, then ``id``): ``seller, avg``, one row per
+  closed auction (an event-time over window, ``keyed.over_rows``);
 - ``q7`` highest bid: the bids whose price is the largest of their tumbling
   10 s window: ``auction, price, bidder, date_time, extra``. As in
   nexmark-flink, a window's max is timed at its ``TUMBLE_ROWTIME`` (the
@@ -56,8 +60,11 @@ passes the auction's ``expires``: no bid can change it then. Flink's SQL
 instead updates (retracts) its averages as later bids raise a max; the final
 rows are the same.
 
-The other Nexmark queries are not here yet: q6 averages each seller's last 10
-closed auctions (it needs them in closing order across subtasks), q9 ranks the bids of each
+q6 closes the auctions as q4 does, keeping ``expires``, times them by it (each
+subtask closes its auctions in ``expires`` order) and averages each seller's last
+10 with the native over window.
+
+The other Nexmark queries are not here yet: q9 ranks the bids of each
 auction (a top-1 with every column of the winning bid), q10 writes files per
 time partition, q12 needs processing-time windows.
 
@@ -80,6 +87,7 @@ import pyarrow.compute as pc
 from generator import DEFAULT_EVENTS_PER_SECOND, max_auction_duration_ms
 
 import eddyline as ed
+import eddyline.functions as F
 
 __all__ = [
     "QUERIES",
@@ -92,6 +100,7 @@ __all__ = [
     "build_q3",
     "build_q4",
     "build_q5",
+    "build_q6",
     "build_q7",
     "build_q8",
     "build_q11",
@@ -105,6 +114,7 @@ __all__ = [
     "q3",
     "q4",
     "q5",
+    "q6",
     "q7",
     "q8",
     "q11",
@@ -380,6 +390,69 @@ def closed_auctions(
     return maxes.key_by("id").process(_CloseAuction(), schema=WINNING_SCHEMA).name("q4_close")
 
 
+Q6_LAST = 10
+"""q6 averages a seller's last this many closed auctions."""
+
+CLOSED_SCHEMA = pa.schema(
+    [("id", pa.int64()), ("seller", pa.int64()), ("expires", pa.int64()), ("final", pa.int64())]
+)
+"""A closed auction for q6: its id, seller, expires (int64 ms) and closing price."""
+
+
+class _CloseAuctionAt(ed.ProcessFunction):
+    """Keeps an auction's largest bid; emits it with ``expires`` when the watermark
+    passes ``expires`` (timers fire in time order, so each subtask emits its closed
+    auctions in ``expires`` order)."""
+
+    def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> None:
+        held = ctx.state.value()
+        if held is None:
+            ctx.timer_service.register_event_time_timer(row["expires"])
+            ctx.state.update((row["seller"], row["expires"], row["price"]))
+        elif row["price"] > held[2]:
+            ctx.state.update((held[0], held[1], row["price"]))
+
+    def on_timer(self, timestamp: int, ctx: ed.ProcessContext) -> list[dict[str, Any]]:
+        seller, expires, price = ctx.state.value()
+        ctx.state.clear()
+        return [{"id": ctx.key, "seller": seller, "expires": expires, "final": price}]
+
+
+def build_q6(
+    auctions: ed.DataStream,
+    bids: ed.DataStream,
+    events_per_second: int = DEFAULT_EVENTS_PER_SECOND,
+) -> ed.DataStream:
+    """q6 average selling price by seller: per closed auction, the average closing
+    price of its seller's last 10 closed auctions (an event-time over window)."""
+    longest = max_auction_duration_ms(events_per_second)
+    items = auctions.select("id", "seller", "date_time", "expires")
+    items = items.assign_timestamps("date_time")
+    offers = bids.select("auction", "price", ed.col("date_time").alias("bid_time"))
+    offers = offers.assign_timestamps("bid_time")
+    joined = items.join(
+        offers, left_on="id", right_on="auction", within=("0ms", f"{longest}ms")
+    ).name("q6_auction_bids")
+    valid = joined.filter(ed.col("bid_time") <= ed.col("expires"))
+    maxes = (
+        valid.select("id", "seller", "expires", "price")
+        .key_by(["id", "seller", "expires"])
+        .max("price")
+        .name("q6_max_bid")
+    )
+    schema = maxes.schema
+    index = schema.get_field_index("expires")
+    maxes = maxes.map_batches(
+        _expiry_ms, schema=schema.set(index, pa.field("expires", pa.int64()))
+    ).name("q6_expiry_ms")
+    closed = maxes.key_by("id").process(_CloseAuctionAt(), schema=CLOSED_SCHEMA).name("q6_close")
+    # closed in expires order per subtask: timed by it, nothing is late
+    closed = closed.assign_timestamps("expires")
+    average = F.avg("final").alias("avg")
+    over = closed.key_by("seller").over_rows(average, preceding=Q6_LAST - 1, order_by="id")
+    return over.name("q6_average").select("seller", "avg")
+
+
 def _running_average(acc: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "total": acc["total"] + row["total"], "num": acc["num"] + 1}
 
@@ -407,6 +480,7 @@ BUILDERS: dict[str, Callable[..., ed.DataStream]] = {
     "q3": build_q3,
     "q4": build_q4,
     "q5": build_q5,
+    "q6": build_q6,
     "q7": build_q7,
     "q8": build_q8,
     "q11": build_q11,
@@ -417,6 +491,7 @@ TABLES: dict[str, tuple[str, ...]] = {name: ("bid",) for name in BUILDERS}
 TABLES["q3"] = ("auction", "person")
 TABLES["q8"] = ("person", "auction")
 TABLES["q4"] = ("auction", "bid")
+TABLES["q6"] = ("auction", "bid")
 """The tables each query reads, in the order its builder takes them."""
 
 
@@ -434,7 +509,7 @@ def inputs(name: str, sources: Sources) -> dict[str, Source]:
     return {table: given[table] for table in TABLES[name]}
 
 
-RATE_BOUND = frozenset({"q4"})
+RATE_BOUND = frozenset({"q4", "q6"})
 """The queries whose builder takes the generator's ``events_per_second`` (it bounds
 how long an auction runs)."""
 
@@ -502,6 +577,7 @@ q2 = _runner("q2")
 q3 = _runner("q3")
 q4 = _runner("q4")
 q5 = _runner("q5")
+q6 = _runner("q6")
 q7 = _runner("q7")
 q8 = _runner("q8")
 q11 = _runner("q11")
@@ -513,6 +589,7 @@ QUERIES: dict[str, Callable[..., pa.Table]] = {
     "q3": q3,
     "q4": q4,
     "q5": q5,
+    "q6": q6,
     "q7": q7,
     "q8": q8,
     "q11": q11,
@@ -555,6 +632,20 @@ SQL: dict[str, str] = {
             GROUP BY A.id, A.category
         ) AS Q
         GROUP BY Q.category
+    """,
+    # the average of each seller's last 10 closed auctions, in closing order (ties by id)
+    "q6": """
+        SELECT Q.seller,
+               avg(Q.final) OVER (
+                   PARTITION BY Q.seller ORDER BY Q.expires, Q.id
+                   ROWS BETWEEN 9 PRECEDING AND CURRENT ROW
+               ) AS avg
+        FROM (
+            SELECT A.id, A.seller, A.expires, max(B.price) AS final
+            FROM auction AS A JOIN bid AS B ON A.id = B.auction
+            WHERE B.date_time BETWEEN A.date_time AND A.expires
+            GROUP BY A.id, A.seller, A.expires
+        ) AS Q
     """,
     "q3": """
         SELECT P.name, P.city, P.state, A.id
