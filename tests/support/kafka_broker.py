@@ -6,7 +6,14 @@ into ``$EDDYLINE_TOOL_CACHE/tansu``, default ``/work/.cache/tansu``). Its
 in-memory storage (0.6.0) has a bug: a fetch from an offset inside a batch
 of several messages skips the rest of that batch. :func:`produce_each`
 therefore sends every message in its own batch, so that a correct restore
-from the middle of a partition does not look like data loss.
+from the middle of a partition does not look like data loss. It also answers
+a request for a partition's earliest offset (a consumer assigned at
+``OFFSET_BEGINNING``) with the batch written first by the clock, not the one
+with the lowest offset: when two producers write one partition, the batch
+given the lower offset can be stored second, and a read from "earliest"
+starts past it. Read-backs of whole topics (``consume_all`` in tests/kafka,
+the tester's ``_read_topic``) therefore start at offset 0; the topics are
+new and nothing is deleted from them.
 
 Example:
     >>> from support.kafka_broker import tansu_path

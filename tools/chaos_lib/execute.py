@@ -201,7 +201,10 @@ def _read_topic(topic: str) -> pd.DataFrame:
         }
     )
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in parts])
+    # From offset 0: the test broker (tansu) answers OFFSET_BEGINNING with its
+    # oldest batch by write time, which can lie past a batch stored later
+    # (tests/support/kafka_broker.py); the tester's topics are new and whole.
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in parts])
     rows: list[dict[str, Any]] = []
     open_parts = set(parts)
     deadline = time.monotonic() + TIMEOUT_S
