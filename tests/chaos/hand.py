@@ -74,6 +74,26 @@ def checked(case: Case, want: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return got
 
 
+def _no_draw(*_args: Any, **_kwargs: Any) -> None:
+    """A draw's ``widen`` that draws nothing."""
+
+
+def with_and_without(
+    monkeypatch: pytest.MonkeyPatch, draw: Any, later: tuple[Any, ...] = (), seeds: int = 300
+) -> Iterator[tuple[int, Case, Case]]:
+    """For each of the first ``seeds`` seeds: the seed, its case, and its case
+    without the draw of the module ``draw`` (its ``widen`` made a no-op); the draws
+    of the modules ``later`` are no-ops on both sides. A test that a draw comes
+    after every older one (old seeds keep their cases, docs/CHAOS.md) undoes the
+    draw in the first case and compares it with the second."""
+    for module in later:
+        monkeypatch.setattr(module, "widen", _no_draw)
+    drawn = {seed: generate(seed) for seed in range(seeds)}
+    monkeypatch.setattr(draw, "widen", _no_draw)
+    for seed, case in drawn.items():
+        yield seed, case, generate(seed)
+
+
 def small_case(
     base: Case | None = None,
     *,
