@@ -1,6 +1,7 @@
 """Helpers of the SQL tests: the DuckDB reference and exact comparisons (over the
 events timed by ``t`` too), a query's plan against its DSL twin's, reference session
-windows, unreadable Parquet columns, and a Spark session for PySpark's reference runs."""
+windows, unreadable Parquet columns, a Spark session for PySpark's reference runs, and
+the kill tests' killed and restored run."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import pytest
 import eddyline as ed
 import eddyline._core
 from support.parquet import corrupt_column
+
+from .kill import Killed, run_killed
 
 
 def duck(query: str, **tables: pa.Table) -> list[dict[str, Any]]:
@@ -196,3 +199,18 @@ def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(params=[(2, 3), (3, 1)], ids=lambda p: f"p{p[0]}-p{p[1]}")
+def killed(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> Killed:
+    """A kill test's run (``kill.run_killed``): its job ``body`` over sequences of
+    ``n``, SIGKILLed at parallelism 2 and restored at 3, and at 3 and restored at 1;
+    returns the output directory and the last run's stdout."""
+    first, later = request.param
+
+    def run(body: str, n: int) -> tuple[Path, str]:
+        return run_killed(body, n, tmp_path, monkeypatch, seed, first, later)
+
+    return run

@@ -16,6 +16,7 @@ import os
 import random
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,11 @@ print(f"late records {late}", flush=True)
 print(f"source records {read}", flush=True)
 print("finished", flush=True)
 """
+
+
+Killed = Callable[[str, int], tuple[Path, str]]
+"""The ``killed`` fixture (conftest.py): :func:`run_killed` of a job body over
+sequences of ``n``, at the test's seed and parallelisms."""
 
 
 def run_killed(

@@ -7,12 +7,11 @@ subtasks, and the exactly-once Parquet output holds every row once."""
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .kill import assert_restored_exact, run_killed
+from .kill import Killed, assert_restored_exact
 
 N = 20_000
 SIZE_MS, SLIDE_MS = 2_000, 1_000
@@ -64,11 +63,8 @@ def expected(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_spark_window_results_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
+def test_spark_window_results_after_sigkill_and_rescale_are_exact(killed: Killed) -> None:
     # No row was late (dropped) at a window or the join, so the output is exact.
-    out, stdout = run_killed(BODY, N, tmp_path, monkeypatch, seed, first, later)
+    out, stdout = killed(BODY, N)
     tops, best = expected(N)
     assert_restored_exact(out, stdout, N, tops=tops, best=best)

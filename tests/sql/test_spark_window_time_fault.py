@@ -7,12 +7,11 @@ and the exactly-once Parquet output holds every row once."""
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .kill import assert_restored_exact, run_killed
+from .kill import Killed, assert_restored_exact
 
 N = 20_000
 
@@ -68,10 +67,7 @@ def expected(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_windows_chained_on_window_time_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
-    out, stdout = run_killed(BODY, N, tmp_path, monkeypatch, seed, first, later)
+def test_windows_chained_on_window_time_after_sigkill_and_rescale_are_exact(killed: Killed) -> None:
+    out, stdout = killed(BODY, N)
     chained, starts = expected(N)
     assert_restored_exact(out, stdout, N, chained=chained, starts=starts)
