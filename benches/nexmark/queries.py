@@ -342,52 +342,63 @@ def _expiry_ms(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 class _CloseAuction(ed.ProcessFunction):
-    """Keeps an auction's largest bid; emits it when the watermark passes ``expires``."""
+    """Keeps an auction's largest bid and its ``fields``; emits them and the bid as
+    ``final`` when the watermark passes ``expires`` (timers fire in time order, so
+    each subtask emits its closed auctions in ``expires`` order)."""
+
+    def __init__(self, fields: tuple[str, ...]) -> None:
+        self.fields = fields
 
     def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> None:
         state = ctx.state
         held = state.value()
         if held is None:
             ctx.timer_service.register_event_time_timer(row["expires"])
-            state.update((row["category"], row["seller"], row["price"]))
-        elif row["price"] > held[2]:
-            state.update((held[0], held[1], row["price"]))
+            state.update((*(row[f] for f in self.fields), row["price"]))
+        elif row["price"] > held[-1]:
+            state.update((*held[:-1], row["price"]))
 
     def on_timer(self, timestamp: int, ctx: ed.ProcessContext) -> list[dict[str, Any]]:
-        category, seller, price = ctx.state.value()
+        *kept, price = ctx.state.value()
         ctx.state.clear()
-        return [{"id": ctx.key, "category": category, "seller": seller, "final": price}]
+        return [{"id": ctx.key, **dict(zip(self.fields, kept, strict=True)), "final": price}]
 
 
 def closed_auctions(
     auctions: ed.DataStream,
     bids: ed.DataStream,
     events_per_second: int = DEFAULT_EVENTS_PER_SECOND,
+    *,
+    query: str = "q4",
+    fields: tuple[str, ...] = ("category", "seller"),
+    schema: pa.Schema = WINNING_SCHEMA,
 ) -> ed.DataStream:
-    """Every auction with a bid in its time, with its closing price, once it closed."""
+    """Every auction with a bid in its time, with its id, its ``fields`` (``expires``
+    as int64 ms) and its closing price ``final`` (as ``schema``), once it closed; the
+    operators named after ``query``."""
     longest = max_auction_duration_ms(events_per_second)
-    items = auctions.select("id", "category", "seller", "date_time", "expires")
+    carried = [f for f in fields if f != "expires"]
+    items = auctions.select("id", *carried, "date_time", "expires")
     items = items.assign_timestamps("date_time")
     offers = bids.select("auction", "price", ed.col("date_time").alias("bid_time"))
     offers = offers.assign_timestamps("bid_time")
     # bid_time in [date_time, date_time + longest]; expires bounds it further
     joined = items.join(
         offers, left_on="id", right_on="auction", within=("0ms", f"{longest}ms")
-    ).name("q4_auction_bids")
+    ).name(f"{query}_auction_bids")
     valid = joined.filter(ed.col("bid_time") <= ed.col("expires"))
     # one row per auction and input batch: the Python function sees few rows
     maxes = (
-        valid.select("id", "category", "seller", "expires", "price")
-        .key_by(["id", "category", "seller", "expires"])
+        valid.select("id", *carried, "expires", "price")
+        .key_by(["id", *carried, "expires"])
         .max("price")
-        .name("q4_max_bid")
+        .name(f"{query}_max_bid")
     )
-    schema = maxes.schema
-    index = schema.get_field_index("expires")
+    index = maxes.schema.get_field_index("expires")
     maxes = maxes.map_batches(
-        _expiry_ms, schema=schema.set(index, pa.field("expires", pa.int64()))
-    ).name("q4_expiry_ms")
-    return maxes.key_by("id").process(_CloseAuction(), schema=WINNING_SCHEMA).name("q4_close")
+        _expiry_ms, schema=maxes.schema.set(index, pa.field("expires", pa.int64()))
+    ).name(f"{query}_expiry_ms")
+    return maxes.key_by("id").process(_CloseAuction(fields), schema=schema).name(f"{query}_close")
 
 
 Q6_LAST = 10
@@ -399,25 +410,6 @@ CLOSED_SCHEMA = pa.schema(
 """A closed auction for q6: its id, seller, expires (int64 ms) and closing price."""
 
 
-class _CloseAuctionAt(ed.ProcessFunction):
-    """Keeps an auction's largest bid; emits it with ``expires`` when the watermark
-    passes ``expires`` (timers fire in time order, so each subtask emits its closed
-    auctions in ``expires`` order)."""
-
-    def process_element(self, row: dict[str, Any], ctx: ed.ProcessContext) -> None:
-        held = ctx.state.value()
-        if held is None:
-            ctx.timer_service.register_event_time_timer(row["expires"])
-            ctx.state.update((row["seller"], row["expires"], row["price"]))
-        elif row["price"] > held[2]:
-            ctx.state.update((held[0], held[1], row["price"]))
-
-    def on_timer(self, timestamp: int, ctx: ed.ProcessContext) -> list[dict[str, Any]]:
-        seller, expires, price = ctx.state.value()
-        ctx.state.clear()
-        return [{"id": ctx.key, "seller": seller, "expires": expires, "final": price}]
-
-
 def build_q6(
     auctions: ed.DataStream,
     bids: ed.DataStream,
@@ -425,27 +417,14 @@ def build_q6(
 ) -> ed.DataStream:
     """q6 average selling price by seller: per closed auction, the average closing
     price of its seller's last 10 closed auctions (an event-time over window)."""
-    longest = max_auction_duration_ms(events_per_second)
-    items = auctions.select("id", "seller", "date_time", "expires")
-    items = items.assign_timestamps("date_time")
-    offers = bids.select("auction", "price", ed.col("date_time").alias("bid_time"))
-    offers = offers.assign_timestamps("bid_time")
-    joined = items.join(
-        offers, left_on="id", right_on="auction", within=("0ms", f"{longest}ms")
-    ).name("q6_auction_bids")
-    valid = joined.filter(ed.col("bid_time") <= ed.col("expires"))
-    maxes = (
-        valid.select("id", "seller", "expires", "price")
-        .key_by(["id", "seller", "expires"])
-        .max("price")
-        .name("q6_max_bid")
+    closed = closed_auctions(
+        auctions,
+        bids,
+        events_per_second,
+        query="q6",
+        fields=("seller", "expires"),
+        schema=CLOSED_SCHEMA,
     )
-    schema = maxes.schema
-    index = schema.get_field_index("expires")
-    maxes = maxes.map_batches(
-        _expiry_ms, schema=schema.set(index, pa.field("expires", pa.int64()))
-    ).name("q6_expiry_ms")
-    closed = maxes.key_by("id").process(_CloseAuctionAt(), schema=CLOSED_SCHEMA).name("q6_close")
     # closed in expires order per subtask: timed by it, nothing is late
     closed = closed.assign_timestamps("expires")
     average = F.avg("final").alias("avg")

@@ -1,6 +1,6 @@
 """Hand-made rows for the tester's reference tests (tests/chaos): five main
-rows whose answers the tests work out by hand, three of a second source, and
-a case of any stage over them."""
+rows whose answers the tests work out by hand, three of a second source, a
+case of any stage over them, and the checks of a reference's rows."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 from chaos_lib import reference
 from chaos_lib.case import Case, Stage
+from chaos_lib.check import compare
 from chaos_lib.generate import generate
 
 Rows = dict[str, list[int]]
@@ -57,6 +58,40 @@ def hand(
     )
     with rows_of(case, rows):
         return case, reference.expected(case)
+
+
+def cells(df: pd.DataFrame, columns: list[str]) -> list[tuple[int, ...]]:
+    """The ``columns`` of ``df``'s rows as sorted tuples of ints, a null as -1."""
+    return sorted(tuple(int(x) for x in r) for r in df[columns].fillna(-1).values.tolist())
+
+
+def checked(case: Case, want: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Asserts that the checker takes the reference's main rows ``want["main"]`` as
+    the Parquet sink's output and names one row of them lost; returns those rows."""
+    got = want["main"]
+    assert compare(case, {"parquet": got}, want) == []
+    assert "1 row(s) lost" in compare(case, {"parquet": got.iloc[1:]}, want)[0]
+    return got
+
+
+def _no_draw(*_args: Any, **_kwargs: Any) -> None:
+    """A draw's ``widen`` that draws nothing."""
+
+
+def with_and_without(
+    monkeypatch: pytest.MonkeyPatch, draw: Any, later: tuple[Any, ...] = (), seeds: int = 300
+) -> Iterator[tuple[int, Case, Case]]:
+    """For each of the first ``seeds`` seeds: the seed, its case, and its case
+    without the draw of the module ``draw`` (its ``widen`` made a no-op); the draws
+    of the modules ``later`` are no-ops on both sides. A test that a draw comes
+    after every older one (old seeds keep their cases, docs/CHAOS.md) undoes the
+    draw in the first case and compares it with the second."""
+    for module in later:
+        monkeypatch.setattr(module, "widen", _no_draw)
+    drawn = {seed: generate(seed) for seed in range(seeds)}
+    monkeypatch.setattr(draw, "widen", _no_draw)
+    for seed, case in drawn.items():
+        yield seed, case, generate(seed)
 
 
 def small_case(

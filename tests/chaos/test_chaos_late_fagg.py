@@ -8,7 +8,6 @@ SIGKILL and a savepoint restored at another parallelism."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,27 +24,17 @@ from chaos_lib.check import compare, compare_partial
 from chaos_lib.generate import generate
 from chaos_lib.late_session import joins
 
-from .hand import rescaled, rows_of, run_through, small_case
-from .test_chaos_late_session import GAP, ROWS
+from .hand import rescaled, run_through, small_case
+from .test_chaos_late_session import GAP, ROWS, with_candidate
 
 AGGS = [["sum"], ["avg"], ["collect_list"], ["first"], ["approx_count_distinct"]]
 COLUMNS = ["k", "window_start", "window_end", "n", "a_sum", "a_avg", "a_collect_list", "a_first"]
 
 
-def _case() -> Case:
-    stage = Stage("fagg", form="session", gap_ms=GAP, late=True, exprs=[list(a) for a in AGGS])
-    case = dataclasses.replace(generate(7), stage=stage, ops=[], union=[], sinks=["parquet"])
-    source = case.source(case.main)
-    source.late_rows, source.late_keys, source.late_join = 1, False, True
-    return case
-
-
 @pytest.fixture
 def case_and_patch(monkeypatch: pytest.MonkeyPatch) -> Iterator[Case]:
-    case = _case()
-    monkeypatch.setattr(reference, "candidates", lambda _c: {9})
-    with rows_of(case, ROWS):
-        yield case
+    stage = Stage("fagg", form="session", gap_ms=GAP, late=True, exprs=[list(a) for a in AGGS])
+    yield from with_candidate(stage, monkeypatch)
 
 
 def _sessions(rows: list[list[Any]], distinct: list[int] | None = None) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from chaos_lib import generate as generate_module
 from chaos_lib.case import Stage
 from chaos_lib.generate import generate
 
-from .hand import ROWS, rows_of
+from .hand import ROWS, rows_of, with_and_without
 
 # hand.ROWS (id k ts v): 1 0 0 1, 2 0 999 6, 3 1 1000 5, 4 1 2500 8, 5 0 3100 2;
 # rows 2 and 4 are the late candidates here.
@@ -79,11 +79,10 @@ def test_late_rows_before_group_by_are_drawn_after_every_older_draw(
 ) -> None:
     """A case with the draw is the case without it but for its sources'
     late candidates."""
-    drawn = {seed: generate(seed) for seed in range(1_500)}
-    monkeypatch.setattr(generate_module.late_groupby, "widen", lambda *_a, **_k: None)
     changed = 0
-    for seed, case in drawn.items():
-        before = generate(seed)
+    for seed, case, before in with_and_without(
+        monkeypatch, generate_module.late_groupby, seeds=1_500
+    ):
         if "late_rows:dropped" in case.features():
             changed += 1
             for source, old in zip(case.sources, before.sources, strict=True):

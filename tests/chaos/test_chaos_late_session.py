@@ -72,29 +72,25 @@ one row, no candidate."""
 COLUMNS = ["k", "window_start", "window_end", "v"]
 
 
-def _case() -> Case:
-    case = dataclasses.replace(
-        generate(7),
-        stage=Stage("session", "sum", gap_ms=GAP, late=True),
-        ops=[],
-        union=[],
-        sinks=["parquet"],
-    )
+def with_candidate(stage: Stage, monkeypatch: pytest.MonkeyPatch) -> Iterator[Case]:
+    """A case of ``stage`` (no other operators, a Parquet sink) whose source has one
+    late candidate, which shares its key and joins a session, over ``ROWS``, the
+    reference taking id 9 as that candidate: the body of a ``case_and_patch`` fixture."""
+    case = dataclasses.replace(generate(7), stage=stage, ops=[], union=[], sinks=["parquet"])
     source = case.source(case.main)
     source.late_rows, source.late_keys, source.late_join = 1, False, True
-    return case
-
-
-def _sessions(rows: list[list[int]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=COLUMNS)
+    monkeypatch.setattr(reference, "candidates", lambda _c: {9})
+    with rows_of(case, ROWS):
+        yield case
 
 
 @pytest.fixture
 def case_and_patch(monkeypatch: pytest.MonkeyPatch) -> Iterator[Case]:
-    case = _case()
-    monkeypatch.setattr(reference, "candidates", lambda _c: {9})
-    with rows_of(case, ROWS):
-        yield case
+    yield from with_candidate(Stage("session", "sum", gap_ms=GAP, late=True), monkeypatch)
+
+
+def _sessions(rows: list[list[int]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def test_the_checker_takes_any_allowed_outcome_and_nothing_else(case_and_patch: Case) -> None:

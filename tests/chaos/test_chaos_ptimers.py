@@ -21,7 +21,7 @@ from chaos_lib.generate import generate
 
 import eddyline as ed
 
-from .hand import rescaled, run_through, small_case
+from .hand import rescaled, run_through, small_case, with_and_without
 
 
 def test_processing_time_timers_are_drawn_after_every_older_draw(
@@ -30,12 +30,10 @@ def test_processing_time_timers_are_drawn_after_every_older_draw(
     """A case with the draw is the case without it but for the process
     stage's spelling and delay. The draw after it (late rows before
     group_by) is made a no-op on both sides."""
-    monkeypatch.setattr(generate_module.late_groupby, "widen", lambda *_a, **_k: None)
-    drawn = {seed: generate(seed) for seed in range(300)}
-    monkeypatch.setattr(generate_module.ptimers, "widen", lambda *_a, **_k: None)
     changed = 0
-    for seed, case in drawn.items():
-        before = generate(seed)
+    for seed, case, before in with_and_without(
+        monkeypatch, generate_module.ptimers, (generate_module.late_groupby,)
+    ):
         if case.stage.spelling == "ptimers":
             changed += 1
             assert case.stage.kind in ("process", "coprocess") and case.stage.b in (0, 5, 50)

@@ -28,12 +28,9 @@ from chaos_lib.generate import generate
 from chaos_lib.reference import expected
 from chaos_lib.render import render
 
-from .hand import hand, rescaled, run_through, small_case
+from .hand import cells, checked, hand, rescaled, run_through, small_case
 from .test_chaos_sql_closing import plain
-
-
-def _cells(df: pd.DataFrame, columns: list[str]) -> list[tuple[int, ...]]:
-    return sorted(tuple(int(x) for x in r) for r in df[columns].fillna(-1).values.tolist())
+from .window_joins import Q7, Q7_ROWS, Q8, Q8_ROWS, q8
 
 
 def _spark(stage: Stage, *extra: list[Any]) -> Stage:
@@ -49,14 +46,14 @@ def test_window_results_grouped_again_by_their_window(by: str) -> None:
     [2000, 4000), key 1 5 and 8; grouped again per window: 12 and 10, two keys each."""
     stage = Stage("sql", agg="sum", form="tumble", size_ms=2_000, exprs=[["regroup", "sum"]])
     case, want = hand(_spark(stage, ["by", by]))
-    assert _cells(want["main"], REGROUP) == [(2_000, 12, 2), (4_000, 10, 2)]
+    assert cells(want["main"], REGROUP) == [(2_000, 12, 2), (4_000, 10, 2)]
     text = sqlgen.query(case.stage)
     assert "FROM t GROUP BY window(ts, '2 seconds'), k) AS w" in text
     assert text.endswith(f"GROUP BY {'window' if by == 'window' else 'window.end'}")
     assert text.startswith("SELECT window.end AS window_end, sum(v) AS r, count(*) AS n")
     flink, flink_want = hand(dataclasses.replace(stage))
     assert "TUMBLE(TABLE t" in sqlgen.query(flink.stage)
-    assert _cells(flink_want["main"], REGROUP) == _cells(want["main"], REGROUP)
+    assert cells(flink_want["main"], REGROUP) == cells(want["main"], REGROUP)
     got = want["main"]
     assert compare(case, {"parquet": got}, want) == []
     # a window emitted twice (a running GROUP BY's second update), or a key short
@@ -82,7 +79,7 @@ def test_session_results_grouped_again_by_both_bounds() -> None:
     )  # fmt: skip
     case, want = hand(stage, SESSION_ROWS)
     columns = ["window_start", "window_end", "r", "n"]
-    assert _cells(want["main"], columns) == [
+    assert cells(want["main"], columns) == [
         (0, 1_500, 3, 1),
         (500, 1_500, 4, 1),
         (5_000, 6_000, 3, 1),
@@ -99,68 +96,32 @@ def test_session_results_grouped_again_by_both_bounds() -> None:
     assert "lost" in compare(case, {"parquet": merged}, want)[0]
 
 
-Q8 = ["k", "window_start", "v", "k_right", "ws_right", "w"]
-
-
 @pytest.mark.parametrize("on", ["window", "end"])
-@pytest.mark.parametrize(
-    ("how", "rows"),
-    [
-        ("inner", [(0, 0, 7, 0, 0, 1), (1, 2_000, 8, 1, 2_000, 1)]),
-        (
-            "outer",
-            [
-                (-1, -1, -1, 1, 0, 1),
-                (0, 0, 7, 0, 0, 1),
-                (0, 3_000, 2, -1, -1, -1),
-                (1, 1_000, 5, -1, -1, -1),
-                (1, 2_000, 8, 1, 2_000, 1),
-            ],
-        ),
-    ],
-)
-def test_two_window_results_joined_on_their_window(
-    on: str, how: str, rows: list[tuple[int, ...]]
-) -> None:
+@pytest.mark.parametrize("how", ["inner", "outer"])
+def test_two_window_results_joined_on_their_window(on: str, how: str) -> None:
     """q8 in Spark's spelling: the same rows as the Flink spelling's
     (test_chaos_window_results.py), joined on the struct or on its end."""
-    stage = Stage(
-        "sql", agg="sum", form="wrjoin", right="s1", size_ms=1_000, slide_ms=1_000, how=how,
-        exprs=[["ragg", "count"]],
-    )  # fmt: skip
-    case, want = hand(_spark(stage, ["on", on]))
-    assert _cells(want["main"], Q8) == rows
+    case, want = hand(_spark(q8(how), ["on", on]))
+    assert cells(want["main"], Q8) == Q8_ROWS[how]
     text = sqlgen.query(case.stage)
     cond = "L.window = R.window" if on == "window" else "L.window.end = R.window.end"
     assert text.endswith(f"ON L.k = R.k AND {cond}")
     assert "(SELECT k, window, count(*) AS w FROM u GROUP BY window(ts, '1 seconds'), k)" in text
-    got = want["main"]
-    assert compare(case, {"parquet": got}, want) == []
-    assert "1 row(s) lost" in compare(case, {"parquet": got.iloc[1:]}, want)[0]
-
-
-Q7 = ["id", "ws", "we"]
+    checked(case, want)
 
 
 @pytest.mark.parametrize("bound", ["end", "start"])
 def test_rows_joined_with_the_top_of_their_window_bounded_by_the_struct(bound: str) -> None:
     stage = Stage("sql", agg="max", form="wrijoin", size_ms=1_000, exprs=[["bound", bound]])
     case, want = hand(_spark(stage))
-    assert _cells(want["main"], Q7) == [
-        (2, 0, 1_000),
-        (3, 1_000, 2_000),
-        (4, 2_000, 3_000),
-        (5, 3_000, 4_000),
-    ]
+    assert cells(want["main"], Q7) == Q7_ROWS["max"]
     text = sqlgen.query(case.stage)
     assert "(SELECT window, max(v) AS top FROM t GROUP BY window(ts, '1 seconds')) AS m" in text
     if bound == "end":
         assert text.endswith("WHERE e.ts BETWEEN m.window.end - 1000 AND m.window.end - 1")
     else:
         assert text.endswith("AND e.ts >= m.window.start AND e.ts < m.window.end")
-    got = want["main"]
-    assert compare(case, {"parquet": got}, want) == []
-    assert "1 row(s) lost" in compare(case, {"parquet": got.iloc[1:]}, want)[0]
+    checked(case, want)
 
 
 def test_the_spark_spellings_are_drawn_and_compile(tmp_path: Path) -> None:

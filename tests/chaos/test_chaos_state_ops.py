@@ -21,7 +21,7 @@ from chaos_lib import state, state_ops
 from chaos_lib.case import Case, Stage
 from chaos_lib.generate import generate
 
-from .hand import hand, rescaled, rows_of, run_through, small_case
+from .hand import hand, rescaled, rows_of, run_through, small_case, with_and_without
 
 # hand.ROWS (id k ts v): 1 0 0 1, 2 0 999 6, 3 1 1000 5, 4 1 2500 8, 5 0 3100 2;
 # hand.RIGHT: 11 0 500 3, 12 1 900 4, 13 1 2400 7.
@@ -187,13 +187,12 @@ def test_read_state_of_more_operators_is_drawn_after_every_older_draw(
     no-op) plus the read; only the stages state_ops.py reads draw it. The
     draws after it (user sources, processing-time timers, late rows before
     group_by) are made no-ops on both sides."""
-    for later in (generate_module.usersrc, generate_module.ptimers, generate_module.late_groupby):
-        monkeypatch.setattr(later, "widen", lambda *_a, **_k: None)
-    drawn = {seed: generate(seed) for seed in range(300)}
-    monkeypatch.setattr(generate_module.state_ops, "widen", lambda *_a, **_k: None)
     new = 0
-    for seed, case in drawn.items():
-        before = generate(seed)
+    for seed, case, before in with_and_without(
+        monkeypatch,
+        generate_module.state_ops,
+        (generate_module.usersrc, generate_module.ptimers, generate_module.late_groupby),
+    ):
         if case.read_state and not before.read_state:
             new += 1
             assert state_ops.eligible(case) and not state.eligible(case)

@@ -22,11 +22,10 @@ from chaos_lib import driver, usersrc
 from chaos_lib import generate as generate_module
 from chaos_lib.case import Case, Stage
 from chaos_lib.data import SCHEMA, splits_of, write_inputs
-from chaos_lib.generate import generate
 
 import eddyline as ed
 
-from .hand import rescaled, run_through, small_case
+from .hand import rescaled, run_through, small_case, with_and_without
 
 
 def _user(variant: str, files: int = 3, late_rows: int = 0) -> Case:
@@ -78,13 +77,12 @@ def test_user_sources_are_drawn_after_every_older_draw(monkeypatch: pytest.Monke
     turned into user sources (the same files and rows). The draws after it
     (processing-time timers, late rows before group_by) are made no-ops on
     both sides."""
-    for later in (generate_module.ptimers, generate_module.late_groupby):
-        monkeypatch.setattr(later, "widen", lambda *_a, **_k: None)
-    drawn = {seed: generate(seed) for seed in range(300)}
-    monkeypatch.setattr(generate_module.usersrc, "widen", lambda *_a, **_k: None)
     users = 0
-    for seed, case in drawn.items():
-        before = generate(seed)
+    for seed, case, before in with_and_without(
+        monkeypatch,
+        generate_module.usersrc,
+        (generate_module.ptimers, generate_module.late_groupby),
+    ):
         for source, old in zip(case.sources, before.sources, strict=True):
             if source.kind == "user":
                 users += 1

@@ -20,68 +20,21 @@ from chaos_lib.check import compare
 from chaos_lib.generate import generate
 from chaos_lib.render import render
 
-from .hand import hand
-
-# hand.ROWS in tumbling windows of 1 s: key 0 has [0, 1000) with v 1 and 6 and
-# [3000, 4000) with v 2; key 1 has [1000, 2000) with v 5 and [2000, 3000) with v 8.
-# hand.RIGHT: key 0 has [0, 1000) with v 3; key 1 has [0, 1000) with v 4 and
-# [2000, 3000) with v 7.
+from .hand import cells, checked, hand
+from .window_joins import Q7, Q7_ROWS, Q8, Q8_ROWS, q8
 
 
-def _q8(how: str) -> Stage:
-    return Stage(
-        "sql", agg="sum", form="wrjoin", right="s1", size_ms=1_000, slide_ms=1_000, how=how,
-        exprs=[["ragg", "count"]],
-    )  # fmt: skip
-
-
-def _cells(df: pd.DataFrame, columns: list[str]) -> list[tuple[int, ...]]:
-    return sorted(tuple(int(x) for x in r) for r in df[columns].fillna(-1).values.tolist())
-
-
-Q8 = ["k", "window_start", "v", "k_right", "ws_right", "w"]
-
-
-@pytest.mark.parametrize(
-    ("how", "rows"),
-    [
-        ("inner", [(0, 0, 7, 0, 0, 1), (1, 2_000, 8, 1, 2_000, 1)]),
-        (
-            "left",
-            [
-                (0, 0, 7, 0, 0, 1),
-                (0, 3_000, 2, -1, -1, -1),
-                (1, 1_000, 5, -1, -1, -1),
-                (1, 2_000, 8, 1, 2_000, 1),
-            ],
-        ),
-        ("right", [(-1, -1, -1, 1, 0, 1), (0, 0, 7, 0, 0, 1), (1, 2_000, 8, 1, 2_000, 1)]),
-        (
-            "outer",
-            [
-                (-1, -1, -1, 1, 0, 1),
-                (0, 0, 7, 0, 0, 1),
-                (0, 3_000, 2, -1, -1, -1),
-                (1, 1_000, 5, -1, -1, -1),
-                (1, 2_000, 8, 1, 2_000, 1),
-            ],
-        ),
-    ],
-)
-def test_two_windowed_aggregates_joined_on_their_windows(
-    how: str, rows: list[tuple[int, ...]]
-) -> None:
+@pytest.mark.parametrize("how", list(Q8_ROWS))
+def test_two_windowed_aggregates_joined_on_their_windows(how: str) -> None:
     """q8: the sums of ``t`` and the counts of ``u`` per key and window, joined
     on the key and both bounds; an outer side's unmatched window once, with nulls."""
-    case, want = hand(_q8(how))
-    assert _cells(want["main"], Q8) == rows
+    case, want = hand(q8(how))
+    assert cells(want["main"], Q8) == Q8_ROWS[how]
     text = sqlgen.query(case.stage)
     assert "FROM TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), INTERVAL '1' SECOND))" in text
     assert "L.window_start = R.window_start AND L.window_end = R.window_end" in text
     # a lost window, a window twice and a wrong sum are mismatches
-    got = want["main"]
-    assert compare(case, {"parquet": got}, want) == []
-    assert "1 row(s) lost" in compare(case, {"parquet": got.iloc[1:]}, want)[0]
+    got = checked(case, want)
     assert "1 extra" in compare(case, {"parquet": pd.concat([got, got.iloc[:1]])}, want)[0]
     wrong = got.assign(v=got["v"].fillna(0) + 1)
     assert "lost" in compare(case, {"parquet": wrong}, want)[0]
@@ -101,7 +54,7 @@ def test_hopping_windows_of_both_inputs_join_window_by_window() -> None:
     # key 0: t has [-1000, 1000) and [0, 2000) with 2 rows; u's v 3 there too
     # key 1: t [0, 2000) 1 row (ts 1000), [1000, 3000) 2, [2000, 4000) 1; u [-1000, 1000)
     # and [0, 2000) with v 4, [1000, 3000) and [2000, 4000) with v 7
-    assert _cells(want["main"], Q8) == [
+    assert cells(want["main"], Q8) == [
         (0, -1_000, 2, 0, -1_000, 3),
         (0, 0, 2, 0, 0, 3),
         (1, 0, 1, 1, 0, 4),
@@ -110,35 +63,21 @@ def test_hopping_windows_of_both_inputs_join_window_by_window() -> None:
     ]
 
 
-Q7 = ["id", "ws", "we"]
-
-
 @pytest.mark.parametrize("bound", ["end", "start"])
-@pytest.mark.parametrize(
-    ("agg", "keyed", "rows"),
-    [
-        ("max", False, [(2, 0, 1_000), (3, 1_000, 2_000), (4, 2_000, 3_000), (5, 3_000, 4_000)]),
-        ("min", False, [(1, 0, 1_000), (3, 1_000, 2_000), (4, 2_000, 3_000), (5, 3_000, 4_000)]),
-        ("max", True, [(2, 0, 1_000), (3, 1_000, 2_000), (4, 2_000, 3_000), (5, 3_000, 4_000)]),
-    ],
-)
-def test_rows_joined_with_the_top_of_their_window(
-    bound: str, agg: str, keyed: bool, rows: list[tuple[int, ...]]
-) -> None:
+@pytest.mark.parametrize(("agg", "keyed"), [("max", False), ("min", False), ("max", True)])
+def test_rows_joined_with_the_top_of_their_window(bound: str, agg: str, keyed: bool) -> None:
     """q7: each row whose ``v`` is the max (min) of its tumbling window (per key
     or over all keys), the window's result timed by its end."""
     exprs = [["bound", bound], *([["keyed"]] if keyed else [])]
     case, want = hand(Stage("sql", agg=agg, form="wrijoin", size_ms=1_000, exprs=exprs))
-    assert _cells(want["main"], Q7) == rows
+    assert cells(want["main"], Q7) == Q7_ROWS[agg]
     text = sqlgen.query(case.stage)
     if bound == "end":
         assert text.endswith("WHERE e.ts BETWEEN m.we - 1000 AND m.we - 1")
     else:
         assert "AND e.ts >= m.ws AND e.ts < m.we" in text
     assert ("e.k = m.k AND e.v = m.top" in text) == keyed
-    got = want["main"]
-    assert compare(case, {"parquet": got}, want) == []
-    assert "1 row(s) lost" in compare(case, {"parquet": got.iloc[1:]}, want)[0]
+    checked(case, want)
 
 
 def test_the_window_of_a_row_bounds_its_join_in_the_reference() -> None:
@@ -147,7 +86,7 @@ def test_the_window_of_a_row_bounds_its_join_in_the_reference() -> None:
     rows = {"id": [1, 2, 3], "k": [0, 0, 0], "ts": [0, 999, 1_000], "v": [6, 1, 6]}
     stage = Stage("sql", agg="max", form="wrijoin", size_ms=1_000, exprs=[["bound", "end"]])
     _, want = hand(stage, rows)
-    assert _cells(want["main"], Q7) == [(1, 0, 1_000), (3, 1_000, 2_000)]
+    assert cells(want["main"], Q7) == [(1, 0, 1_000), (3, 1_000, 2_000)]
 
 
 def test_the_window_result_joins_are_drawn_and_compile(tmp_path: Path) -> None:

@@ -186,10 +186,31 @@ def _slow_keyed_numbers(env: ed.StreamEnvironment) -> ed.KeyedStream:
     )
 
 
-def _windows(parallelism: int, chk: Path, out: Path) -> ed.StreamEnvironment:
-    env = ed.StreamEnvironment(
+def _savepoint_env(parallelism: int, chk: Path) -> ed.StreamEnvironment:
+    """An environment whose only checkpoints are the savepoints a test takes."""
+    return ed.StreamEnvironment(
         parallelism, checkpoint=ed.CheckpointConfig(str(chk), interval="1h"), batch_size=50
     )
+
+
+def _stop_mid_run(env: ed.StreamEnvironment, name: str, path: Path) -> tuple[str, int]:
+    """Runs the job, stops it with a savepoint at ``path`` once 1200 of the N numbers
+    were read; returns the savepoint and how many numbers were read, checked to be
+    fewer than N (the stop came mid-run)."""
+    client = env.execute_async(name)
+    wait_until(
+        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 1_200,
+        timeout=TIMEOUT_S,
+        what="1200 rows to be read",
+    )
+    savepoint = client.stop_with_savepoint(str(path))
+    read = int(client.wait(timeout=TIMEOUT_S).metrics["operators"]["numbers"]["records_out"])
+    assert 1_200 <= read < N, f"the stop did not happen mid-run ({read} of {N})"
+    return savepoint, read
+
+
+def _windows(parallelism: int, chk: Path, out: Path) -> ed.StreamEnvironment:
+    env = _savepoint_env(parallelism, chk)
     keyed = _slow_keyed_numbers(env)
     windows = keyed.window(ed.Tumbling("1s")).sum("value").uid("win")
     windows.sink_to(ed.ParquetSink(str(out))).uid("out")
@@ -214,15 +235,7 @@ def _window_reference(n: int) -> list[tuple[int, int, int]]:
 @parallelisms
 def test_read_state_of_savepoint_holds_pending_windows(tmp_path: Path, parallelism: int) -> None:
     env = _windows(parallelism, tmp_path / "chk", tmp_path / "out")
-    client = env.execute_async("windows")
-    wait_until(
-        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 1_200,
-        timeout=TIMEOUT_S,
-        what="1200 rows to be read",
-    )
-    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
-    read = int(client.wait(timeout=TIMEOUT_S).metrics["operators"]["numbers"]["records_out"])
-    assert 1_200 <= read < N, f"the stop did not happen mid-run ({read} of {N})"
+    savepoint, read = _stop_mid_run(env, "windows", tmp_path / "sp")
 
     state = ed.read_state(savepoint, "win")
     assert state.column_names == ["k", "window_start", "window_end", "value"]
@@ -253,26 +266,14 @@ def test_read_state_of_python_session_windows(tmp_path: Path, parallelism: int) 
     format) read as the other windows: one row per open session. The rows come
     1 ms apart with a gap of 1 s, so each key has one open session at the
     savepoint, from its first row to its last row read plus the gap."""
-    env = ed.StreamEnvironment(
-        parallelism,
-        checkpoint=ed.CheckpointConfig(str(tmp_path / "chk"), interval="1h"),
-        batch_size=50,
-    )
+    env = _savepoint_env(parallelism, tmp_path / "chk")
     keyed = _slow_keyed_numbers(env)
     sessions = keyed.window(ed.Session("1s"))
     sessions.reduce(lambda acc, row: {**acc, "value": acc["value"] + row["value"]}).uid(
         "pyreduce"
     ).collect()
     sessions.apply(lambda key, window, rows: [{"n": len(rows)}]).uid("pyapply").collect()
-    client = env.execute_async("sessions")
-    wait_until(
-        lambda: client.metrics()["operators"]["numbers"]["records_out"] >= 1_200,
-        timeout=TIMEOUT_S,
-        what="1200 rows to be read",
-    )
-    savepoint = client.stop_with_savepoint(str(tmp_path / "sp"))
-    read = int(client.wait(timeout=TIMEOUT_S).metrics["operators"]["numbers"]["records_out"])
-    assert 1_200 <= read < N, f"the stop did not happen mid-run ({read} of {N})"
+    savepoint, read = _stop_mid_run(env, "sessions", tmp_path / "sp")
 
     by_key: dict[int, list[int]] = defaultdict(list)
     for v in range(read):

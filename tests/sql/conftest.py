@@ -1,9 +1,11 @@
-"""Helpers of the SQL tests: the DuckDB reference and exact comparisons, a query's
-plan against its DSL twin's, reference session windows and unreadable Parquet columns."""
+"""Helpers of the SQL tests: the DuckDB reference and exact comparisons (over the
+events timed by ``t`` too), a query's plan against its DSL twin's, reference session
+windows, unreadable Parquet columns, a Spark session for PySpark's reference runs, and
+the kill tests' killed and restored run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ import pytest
 import eddyline as ed
 import eddyline._core
 from support.parquet import corrupt_column
+
+from .kill import Killed, run_killed
 
 
 def duck(query: str, **tables: pa.Table) -> list[dict[str, Any]]:
@@ -79,6 +83,25 @@ def run(env: ed.StreamEnvironment, stream: ed.DataStream) -> list[dict[str, Any]
     handle = stream.collect()
     env.execute("sql")
     return handle.to_pylist()
+
+
+def timed(env: ed.StreamEnvironment, events: pa.Table) -> None:
+    """``events`` as view ``events``, timed by ``t`` (3 s out of order)."""
+    env.from_arrow(events).assign_timestamps("t", max_out_of_orderness="3s").create_temporary_view(
+        "events"
+    )
+
+
+def assert_timed_as_duck(
+    env: ed.StreamEnvironment, events: pa.Table, query: str, reference: str
+) -> list[dict[str, Any]]:
+    """Asserts that ``query`` over ``events`` (:func:`timed`) gives, as a multiset, the
+    rows DuckDB gives for ``reference`` over the same rows; returns those rows (for a
+    test's checks that the comparison is not vacuous)."""
+    timed(env, events)
+    want = duck(reference, events=events)
+    same_rows(run(env, env.sql(query)), want)
+    return want
 
 
 def assert_twin_plans(
@@ -157,3 +180,37 @@ def write_broken(path: Path, table: pa.Table, column: str, *, row_group_size: in
     with pytest.raises(Exception):  # noqa: B017 - the premise: the column is unreadable
         pq.read_table(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A local[2] Spark session (batch SQL over a test's rows), times in UTC, one per
+    test module that asks for it."""
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2]")
+        .appName(f"eddyline-{request.module.__name__.rsplit('.', 1)[-1]}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(params=[(2, 3), (3, 1)], ids=lambda p: f"p{p[0]}-p{p[1]}")
+def killed(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> Killed:
+    """A kill test's run (``kill.run_killed``): its job ``body`` over sequences of
+    ``n``, SIGKILLed at parallelism 2 and restored at 3, and at 3 and restored at 1;
+    returns the output directory and the last run's stdout."""
+    first, later = request.param
+
+    def run(body: str, n: int) -> tuple[Path, str]:
+        return run_killed(body, n, tmp_path, monkeypatch, seed, first, later)
+
+    return run

@@ -6,8 +6,9 @@ The script reads sequences as views (``view(name, rows)``: event time right
 after the source, so a restored subtask reading several ranges keeps a
 watermark per range, DESIGN.md "Event time per split"; slowed so the kills land
 mid-run), runs a test's SQL and sinks (``body``, which sees ``env``, ``n``,
-``out`` and ``view``), and prints what the checks read: the parallelism, the
-records dropped as late anywhere, and how many the sources read."""
+``out``, ``view`` and ``sink(name, query)``: a query's rows as Parquet files in
+``out/name``), and prints what the checks read: the parallelism, the records
+dropped as late anywhere, and how many the sources read."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ import os
 import random
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from eddyline.testing import assert_same_rows, read_parquet_dir
 from support.faults import kill_after_checkpoints
 
 PRELUDE = """
@@ -48,6 +52,10 @@ def view(name, rows):
     slow.create_temporary_view(name)
     sources.append(name)
 
+
+def sink(name, query):
+    env.sql(query).sink_to(ed.ParquetSink(f"{out}/{name}")).uid(f"{name}_files")
+
 """
 
 EPILOGUE = """
@@ -60,6 +68,11 @@ print(f"late records {late}", flush=True)
 print(f"source records {read}", flush=True)
 print("finished", flush=True)
 """
+
+
+Killed = Callable[[str, int], tuple[Path, str]]
+"""The ``killed`` fixture (conftest.py): :func:`run_killed` of a job body over
+sequences of ``n``, at the test's seed and parallelisms."""
 
 
 def run_killed(
@@ -93,6 +106,12 @@ def run_killed(
     return out, outputs[-1]
 
 
-def source_records(stdout: str) -> int:
-    """How many records the sources of the run that printed ``stdout`` read."""
-    return int(stdout.split("source records ")[1].split()[0])
+def assert_restored_exact(out: Path, stdout: str, n: int, **want: list[dict[str, Any]]) -> None:
+    """Checks the :func:`run_killed` run over ``n`` records that wrote ``out`` and
+    printed ``stdout``: the last run restored a checkpoint (its sources read fewer
+    than the ``n`` records: it did not read them all again), and each sink ``name``
+    holds exactly the rows ``want[name]``."""
+    read = int(stdout.split("source records ")[1].split()[0])
+    assert read < n, f"the last run re-read all {n} records: it did not restore"
+    for name, rows in want.items():
+        assert_same_rows(read_parquet_dir(out / name).to_pylist(), rows)

@@ -1,10 +1,9 @@
 """What the tests of Spark's window spelling in SQL share (test_spark_window_results.py,
-test_spark_window_time.py): the two windows, their DuckDB twins, the timed view of the
-events, the per-key counts the queries start from, and PySpark's batch run of a query."""
+test_spark_window_time.py): the two windows, their DuckDB twins, the per-key counts the
+queries start from, and the comparison with PySpark's batch run of a query."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -12,8 +11,13 @@ import pytest
 
 import eddyline as ed
 
+from .conftest import run, same_rows, timed
+
 TUMBLE = "window(t, '10 seconds')"
 HOP = "window(t, '15 seconds', '5 seconds')"
+
+each_window = pytest.mark.parametrize("window", [TUMBLE, HOP], ids=["tumble", "hop"])
+"""Parametrizes a test over the two windows, as ``window``."""
 
 # Spark's windows in DuckDB: a row at t ms is in the tumbling window starting at
 # t - t % 10000, and in the 3 sliding windows starting at t - t % 5000 - i * 5000.
@@ -24,11 +28,10 @@ DUCK_WINDOWS = {
 }
 
 
-def timed(env: ed.StreamEnvironment, events: pa.Table) -> None:
-    """``events`` as view ``events``, timed by ``t`` (3 s out of order)."""
-    env.from_arrow(events).assign_timestamps("t", max_out_of_orderness="3s").create_temporary_view(
-        "events"
-    )
+SESSION_COUNTS = (
+    "SELECT k, session_window, count(*) AS n FROM s GROUP BY k, session_window(t, '3 seconds')"
+)
+"""The rows per key and session of the view ``s`` (``conftest.session_view``, gap 3 s)."""
 
 
 def counts(window: str, where: str = "TRUE") -> str:
@@ -42,27 +45,21 @@ def duck_counts(window: str, where: str = "TRUE") -> str:
     return f"SELECT ws, we, k, count(*) AS c FROM ({rows}) WHERE {where} GROUP BY ALL"
 
 
-def spark_session(app: str) -> Iterator[Any]:
-    """A local[2] Spark session (batch SQL over a test's rows), times in UTC: the body
-    of a module's ``spark`` fixture."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    session = (
-        pyspark_sql.SparkSession.builder.master("local[2]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 def spark_rows(spark: Any, events: pa.Table, query: str) -> list[dict[str, Any]]:
     """``query`` (``{t}``: the time column, ``{ms}``: its conversion to milliseconds)
     run by Spark as a batch over ``events``, its time ``t`` as a timestamp ``ts``."""
     frame = spark.createDataFrame(events.to_pandas())
     frame.selectExpr("*", "timestamp_millis(t) AS ts").createOrReplaceTempView("events")
     return [row.asDict() for row in spark.sql(query.format(t="ts", ms="unix_millis")).collect()]
+
+
+def assert_as_spark(
+    spark: Any, env: ed.StreamEnvironment, events: pa.Table, query: str, theirs: str
+) -> None:
+    """Asserts that ``query`` over ``events`` (:func:`timed`, ``{t}`` the time column
+    ``t``, ``{ms}`` nothing) gives the rows, not none, of Spark's run of ``theirs`` (see
+    :func:`spark_rows`; the same query but where Spark's SQL takes another spelling)."""
+    want = spark_rows(spark, events, theirs)
+    assert want
+    timed(env, events)
+    same_rows(run(env, env.sql(query.format(t="t", ms=""))), want)

@@ -6,14 +6,13 @@ exactly-once Parquet output holds each auction's final max once."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eddyline.testing import assert_same_rows, read_parquet_dir
 
-from .kill import run_killed
+from .kill import Killed
 
 N = 5_000
 """Auctions; four bids each (``4 * N`` rows of each sequence)."""
@@ -45,10 +44,7 @@ def expected(n: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_sql_closing_groups_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
+def test_sql_closing_groups_after_sigkill_and_rescale_are_exact(killed: Killed) -> None:
     # No row of the last run was late (dropped): every group closed with all its rows.
-    out, _ = run_killed(BODY, N, tmp_path, monkeypatch, seed, first, later)
+    out, _ = killed(BODY, N)
     assert_same_rows(read_parquet_dir(out).to_pylist(), expected(N))

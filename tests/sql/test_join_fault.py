@@ -5,14 +5,13 @@ exactly-once Parquet output holds every pair (and every unmatched row) once."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eddyline.testing import assert_same_rows, read_parquet_dir
 
-from .kill import run_killed
+from .kill import Killed
 
 N = 20_000
 
@@ -43,12 +42,9 @@ def expected(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_sql_joins_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
+def test_sql_joins_after_sigkill_and_rescale_are_exact(killed: Killed) -> None:
     # No row of the last run was late (dropped), so the interval join's output is exact.
-    out, _ = run_killed(BODY, N, tmp_path, monkeypatch, seed, first, later)
+    out, _ = killed(BODY, N)
     want_equi, want_interval = expected(N)
     assert any(r["r"] is None for r in want_interval)
     assert_same_rows(read_parquet_dir(out / "equi").to_pylist(), want_equi)

@@ -6,14 +6,13 @@ holds every row once with its frame's aggregates."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eddyline.testing import assert_same_rows, read_parquet_dir
 
-from .kill import run_killed
+from .kill import Killed
 
 N = 20_000
 KEYS = 7
@@ -40,10 +39,7 @@ def expected(n: int) -> list[dict[str, Any]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_sql_over_after_sigkill_and_rescale_is_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
+def test_sql_over_after_sigkill_and_rescale_is_exact(killed: Killed) -> None:
     # No row of the last run was late (dropped): every row has its whole frame.
-    out, _ = run_killed(BODY, N, tmp_path, monkeypatch, seed, first, later)
+    out, _ = killed(BODY, N)
     assert_same_rows(read_parquet_dir(out).to_pylist(), expected(N))

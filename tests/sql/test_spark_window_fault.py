@@ -7,14 +7,11 @@ subtasks, and the exactly-once Parquet output holds every row once."""
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eddyline.testing import assert_same_rows, read_parquet_dir
-
-from .kill import run_killed, source_records
+from .kill import Killed, assert_restored_exact
 
 N = 20_000
 SIZE_MS, SLIDE_MS = 2_000, 1_000
@@ -26,18 +23,18 @@ counts = (
     "FROM (SELECT value, value % 7 AS k FROM numbers WHERE value % 5 <> 0) AS r "
     "GROUP BY window(value, '2 seconds', '1 second'), k"
 )
-tops = env.sql(
+sink(
+    "tops",
     f"SELECT window.start AS ws, max(s) AS top, sum(c) AS n FROM ({counts}) AS x "
-    "GROUP BY window"
+    "GROUP BY window",
 )
-tops.sink_to(ed.ParquetSink(out + "/tops")).uid("tops_files")
-best = env.sql(
+sink(
+    "best",
     f"WITH counts AS ({counts}) "
     "SELECT x.k, x.window.start AS ws, x.s FROM counts AS x "
     "JOIN (SELECT window, max(s) AS top FROM counts GROUP BY window) AS m "
-    "ON x.window = m.window AND x.s = m.top"
+    "ON x.window = m.window AND x.s = m.top",
 )
-best.sink_to(ed.ParquetSink(out + "/best")).uid("best_files")
 """
 
 
@@ -66,14 +63,8 @@ def expected(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_spark_window_results_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
+def test_spark_window_results_after_sigkill_and_rescale_are_exact(killed: Killed) -> None:
     # No row was late (dropped) at a window or the join, so the output is exact.
-    out, stdout = run_killed(BODY, N, tmp_path, monkeypatch, seed, first, later)
-    # The last run restored a checkpoint: it did not read the whole sequence again.
-    assert source_records(stdout) < N, f"the last run re-read all {N} records: it did not restore"
-    want_tops, want_best = expected(N)
-    assert_same_rows(read_parquet_dir(out / "tops").to_pylist(), want_tops)
-    assert_same_rows(read_parquet_dir(out / "best").to_pylist(), want_best)
+    out, stdout = killed(BODY, N)
+    tops, best = expected(N)
+    assert_restored_exact(out, stdout, N, tops=tops, best=best)

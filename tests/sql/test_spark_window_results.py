@@ -9,7 +9,6 @@ PySpark's batch run of the same SQL."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -17,74 +16,73 @@ import pytest
 
 import eddyline as ed
 
-from .conftest import SESSION_GAP_MS, assert_refused, duck, run, same_rows, session_view, sessions
+from .conftest import (
+    SESSION_GAP_MS,
+    assert_refused,
+    assert_timed_as_duck,
+    run,
+    same_rows,
+    session_view,
+    sessions,
+    timed,
+)
 from .spark_windows import (
     DUCK_WINDOWS,
     HOP,
+    SESSION_COUNTS,
     TUMBLE,
+    assert_as_spark,
     counts,
     duck_counts,
-    spark_rows,
-    spark_session,
-    timed,
+    each_window,
 )
 
 
-@pytest.mark.parametrize("window", [TUMBLE, HOP], ids=["tumble", "hop"])
+@each_window
 def test_windowed_counts_grouped_again_by_window_emit_each_window_once(
     env: ed.StreamEnvironment, events: pa.Table, window: str
 ) -> None:
     """The brief's example: the top count per window, one final row per window (a
     running GROUP BY would emit an update per batch, and the multisets differ)."""
-    timed(env, events)
     query = f"""
         SELECT window.start AS ws, window.end AS we, max(c) AS top, count(*) AS keys
         FROM ({counts(window)}) AS x GROUP BY window
     """
-    want = duck(
-        f"SELECT ws, we, max(c) AS top, count(*) AS keys FROM ({duck_counts(window)}) GROUP BY ALL",
-        events=events,
+    twin = (
+        f"SELECT ws, we, max(c) AS top, count(*) AS keys FROM ({duck_counts(window)}) GROUP BY ALL"
     )
-    same_rows(run(env, env.sql(query)), want)
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_windowed_counts_grouped_again_by_window_end_with_having(
     env: ed.StreamEnvironment, events: pa.Table
 ) -> None:
-    timed(env, events)
     query = f"""
         SELECT window.end AS we, sum(c) AS total, min(k) AS first
         FROM ({counts(HOP, "v > 0")}) AS x
         GROUP BY window.end HAVING count(*) > 1
     """
-    want = duck(
-        f"""SELECT we, sum(c) AS total, min(k) AS first FROM ({duck_counts(HOP, "v > 0")})
-            GROUP BY ALL HAVING count(*) > 1""",
-        events=events,
-    )
+    twin = f"""SELECT we, sum(c) AS total, min(k) AS first FROM ({duck_counts(HOP, "v > 0")})
+            GROUP BY ALL HAVING count(*) > 1"""
+    want = assert_timed_as_duck(env, events, query, twin)
     assert want
-    same_rows(run(env, env.sql(query)), want)
 
 
 def test_regrouped_results_are_timed_by_their_window_for_a_third_group_by(
     env: ed.StreamEnvironment, events: pa.Table
 ) -> None:
     """A renamed window column keeps timing the rows through two GROUP BYs."""
-    timed(env, events)
     query = f"""
         SELECT w.end AS we, sum(top) AS tops
         FROM (SELECT window AS w, k < 'k3' AS low, max(c) AS top
               FROM ({counts(TUMBLE)}) AS x GROUP BY window, k < 'k3') AS y
         GROUP BY w
     """
-    want = duck(
-        f"""SELECT we, sum(top) AS tops FROM (
+    twin = f"""SELECT we, sum(top) AS tops FROM (
                 SELECT we, k < 'k3' AS low, max(c) AS top FROM ({duck_counts(TUMBLE)})
                 GROUP BY ALL)
-            GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+            GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_a_spark_window_chains_on_the_window_end_of_results(
@@ -92,18 +90,14 @@ def test_a_spark_window_chains_on_the_window_end_of_results(
 ) -> None:
     """``window(we, ...)`` over the results timed by ``we`` (their ``window.end``):
     windows of windowed counts, as "Chaining windows" in the DSL."""
-    timed(env, events)
     query = f"""
         SELECT window.start AS ws, sum(c) AS total, max(c) AS top
         FROM (SELECT window.end AS we, k, count(*) AS c FROM events GROUP BY {TUMBLE}, k) AS x
         GROUP BY window(we, '30 seconds')
     """
-    want = duck(
-        f"""SELECT we - we % 30000 AS ws, sum(c) AS total, max(c) AS top
-            FROM ({duck_counts(TUMBLE)}) GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+    twin = f"""SELECT we - we % 30000 AS ws, sum(c) AS total, max(c) AS top
+            FROM ({duck_counts(TUMBLE)}) GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_a_spark_window_over_the_window_column_of_results_is_refused(
@@ -119,11 +113,10 @@ def test_a_spark_window_over_the_window_column_of_results_is_refused(
 
 def test_session_windows_grouped_again_by_their_bounds(env: ed.StreamEnvironment) -> None:
     rows = session_view(env)
-    query = """
+    query = f"""
         SELECT session_window.start AS ws, session_window.end AS we, sum(n) AS n,
                count(*) AS keys
-        FROM (SELECT k, session_window, count(*) AS n FROM s
-              GROUP BY k, session_window(t, '3 seconds')) AS x
+        FROM ({SESSION_COUNTS}) AS x
         GROUP BY session_window.start, session_window.end
     """
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -139,10 +132,9 @@ def test_a_group_by_of_session_window_results_by_their_session_is_refused(
     """Spark merges the overlapping sessions of such a grouping (a session of one key
     and an overlapping one of another become one group), which no window here does."""
     session_view(env)
-    query = """
+    query = f"""
         SELECT session_window AS w, count(*) AS keys
-        FROM (SELECT k, session_window, count(*) AS n FROM s
-              GROUP BY k, session_window(t, '3 seconds')) AS x
+        FROM ({SESSION_COUNTS}) AS x
         GROUP BY session_window
     """
     assert_refused(env, query, "GROUP BY", "Spark merges the overlapping sessions")
@@ -153,7 +145,6 @@ def test_the_top_counts_of_each_window_joined_back_q5(
 ) -> None:
     """Nexmark q5 in Spark's spelling: the counts per sliding window joined on their
     window with the max count of it (a GROUP BY window of the same counts)."""
-    timed(env, events)
     query = f"""
         WITH counts AS ({counts(HOP)})
         SELECT x.k, x.c, x.window.start AS ws
@@ -161,14 +152,11 @@ def test_the_top_counts_of_each_window_joined_back_q5(
         JOIN (SELECT window, max(c) AS top FROM counts GROUP BY window) AS m
         ON x.window = m.window AND x.c >= m.top
     """
-    want = duck(
-        f"""WITH counts AS ({duck_counts(HOP)})
+    twin = f"""WITH counts AS ({duck_counts(HOP)})
             SELECT x.k, x.c, x.ws FROM counts AS x
             JOIN (SELECT ws, max(c) AS top FROM counts GROUP BY ws) AS m
-            ON x.ws = m.ws AND x.c >= m.top""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+            ON x.ws = m.ws AND x.c >= m.top"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 @pytest.mark.parametrize("how", ["JOIN", "LEFT JOIN"])
@@ -177,7 +165,6 @@ def test_two_windowed_results_join_on_their_window(
 ) -> None:
     """Nexmark q8's shape: equal windows bound the join (a LEFT join emits its
     unmatched rows once the watermark passes their window)."""
-    timed(env, events)
     a = f"SELECT k, window, count(*) AS n FROM events WHERE v > 30 GROUP BY k, {TUMBLE}"
     b = (
         "SELECT k, window, sum(v) AS total FROM events WHERE v <= 30 AND k <> 'k3' "
@@ -188,23 +175,19 @@ def test_two_windowed_results_join_on_their_window(
         FROM ({a}) AS a {how} ({b}) AS b ON a.k = b.k AND a.window = b.window
     """
     win = DUCK_WINDOWS[TUMBLE]
-    want = duck(
-        f"""SELECT a.k, a.ws, a.n, b.total
+    twin = f"""SELECT a.k, a.ws, a.n, b.total
             FROM (SELECT k, ws, count(*) AS n FROM ({win}) WHERE v > 30 GROUP BY ALL) AS a
             {how} (SELECT k, ws, sum(v) AS total FROM ({win})
                    WHERE v <= 30 AND k <> 'k3' GROUP BY ALL) AS b
-            ON a.k = b.k AND a.ws = b.ws""",
-        events=events,
-    )
+            ON a.k = b.k AND a.ws = b.ws"""
+    want = assert_timed_as_duck(env, events, query, twin)
     assert any(row["total"] is None for row in want) == (how == "LEFT JOIN")
-    same_rows(run(env, env.sql(query)), want)
 
 
 def test_two_windowed_results_join_on_equal_window_ends_alone(
     env: ed.StreamEnvironment, events: pa.Table
 ) -> None:
     """No key but the window ends: equal event times are the key."""
-    timed(env, events)
     query = f"""
         SELECT a.window.end AS we, a.n, b.total
         FROM (SELECT window, count(*) AS n FROM events GROUP BY {HOP}) AS a
@@ -212,14 +195,11 @@ def test_two_windowed_results_join_on_equal_window_ends_alone(
         ON a.window.end = b.window.end
     """
     win = DUCK_WINDOWS[HOP]
-    want = duck(
-        f"""SELECT a.we, a.n, b.total
+    twin = f"""SELECT a.we, a.n, b.total
             FROM (SELECT we, count(*) AS n FROM ({win}) GROUP BY ALL) AS a
             JOIN (SELECT we, sum(v) AS total FROM ({win}) WHERE v > 0 GROUP BY ALL) AS b
-            ON a.we = b.we""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+            ON a.we = b.we"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_rows_interval_join_the_max_of_their_window_q7(
@@ -227,21 +207,17 @@ def test_rows_interval_join_the_max_of_their_window_q7(
 ) -> None:
     """Nexmark q7 in Spark's spelling: each row priced at the max of its tumbling
     window, the join bounded by the window's start and end."""
-    timed(env, events)
     query = f"""
         SELECT e.k, e.v, e.t, m.window.end AS we
         FROM events AS e
         JOIN (SELECT window, max(v) AS top FROM events GROUP BY {TUMBLE}) AS m
         ON e.v = m.top AND e.t >= m.window.start AND e.t < m.window.end
     """
-    want = duck(
-        f"""SELECT e.k, e.v, e.t, m.we FROM events AS e
+    twin = f"""SELECT e.k, e.v, e.t, m.we FROM events AS e
             JOIN (SELECT we, max(v) AS top FROM ({DUCK_WINDOWS[TUMBLE]}) GROUP BY we) AS m
-            ON e.v = m.top AND e.t >= m.we - 10000 AND e.t < m.we""",
-        events=events,
-    )
+            ON e.v = m.top AND e.t >= m.we - 10000 AND e.t < m.we"""
+    want = assert_timed_as_duck(env, events, query, twin)
     assert want
-    same_rows(run(env, env.sql(query)), want)
 
 
 def test_a_session_window_start_cannot_bound_an_interval_join(
@@ -249,21 +225,15 @@ def test_a_session_window_start_cannot_bound_an_interval_join(
 ) -> None:
     """A session's start is no fixed offset from its end (the event time)."""
     session_view(env)
-    query = """
+    query = f"""
         SELECT s.k, s.t FROM s
-        JOIN (SELECT k, session_window, count(*) AS n FROM s
-              GROUP BY k, session_window(t, '3 seconds')) AS m
+        JOIN ({SESSION_COUNTS}) AS m
         ON s.k = m.k AND s.t >= m.session_window.start AND s.t < m.session_window.end
     """
     assert_refused(env, query, "JOIN", r"\(m.session_window.start: a session window's start")
 
 
 # -- Spark itself as the reference ------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    yield from spark_session("eddyline-spark-window-results")
 
 
 SPARK_QUERIES = {
@@ -295,8 +265,4 @@ SPARK_QUERIES = {
 def test_window_results_downstream_match_spark(
     spark: Any, events: pa.Table, env: ed.StreamEnvironment, name: str
 ) -> None:
-    query = SPARK_QUERIES[name]
-    want = spark_rows(spark, events, query)
-    assert want
-    timed(env, events)
-    same_rows(run(env, env.sql(query.format(t="t", ms=""))), want)
+    assert_as_spark(spark, env, events, SPARK_QUERIES[name], SPARK_QUERIES[name])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -21,48 +20,53 @@ import pytest
 
 import eddyline as ed
 
-from .conftest import SESSION_GAP_MS, assert_refused, duck, run, same_rows, session_view, sessions
+from .conftest import (
+    SESSION_GAP_MS,
+    assert_refused,
+    assert_timed_as_duck,
+    duck,
+    run,
+    same_rows,
+    session_view,
+    sessions,
+    timed,
+)
 from .spark_windows import (
     DUCK_WINDOWS,
     HOP,
+    SESSION_COUNTS,
     TUMBLE,
+    assert_as_spark,
     counts,
     duck_counts,
-    spark_rows,
-    spark_session,
-    timed,
+    each_window,
 )
 
 
-@pytest.mark.parametrize("window", [TUMBLE, HOP], ids=["tumble", "hop"])
+@each_window
 def test_window_time_is_each_windows_last_millisecond(
     env: ed.StreamEnvironment, events: pa.Table, window: str
 ) -> None:
-    timed(env, events)
     query = f"SELECT window_time(window) AS wt, window.end AS we, k, c FROM ({counts(window)}) AS x"
-    want = duck(f"SELECT we - 1 AS wt, we, k, c FROM ({duck_counts(window)})", events=events)
-    same_rows(run(env, env.sql(query)), want)
+    twin = f"SELECT we - 1 AS wt, we, k, c FROM ({duck_counts(window)})"
+    assert_timed_as_duck(env, events, query, twin)
 
 
-@pytest.mark.parametrize("window", [TUMBLE, HOP], ids=["tumble", "hop"])
+@each_window
 def test_windows_chain_on_window_time_as_in_sparks_docs(
     env: ed.StreamEnvironment, events: pa.Table, window: str
 ) -> None:
     """``window(window_time(window), ...)``: the new ``window`` column replaces the
     one it reads. A 10 s window ending at 30 s is in the 30 s window [0, 30 s)."""
-    timed(env, events)
     query = f"""
         SELECT window.start AS ws, window.end AS we, sum(c) AS total, count(*) AS n
         FROM ({counts(window)}) AS x
         GROUP BY window(window_time(window), '30 seconds')
     """
-    want = duck(
-        f"""SELECT (we - 1) - (we - 1) % 30000 AS ws, (we - 1) - (we - 1) % 30000 + 30000 AS we,
+    twin = f"""SELECT (we - 1) - (we - 1) % 30000 AS ws, (we - 1) - (we - 1) % 30000 + 30000 AS we,
                    sum(c) AS total, count(*) AS n
-            FROM ({duck_counts(window)}) GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+            FROM ({duck_counts(window)}) GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_window_time_selected_alone_times_the_rows(
@@ -70,42 +74,33 @@ def test_window_time_selected_alone_times_the_rows(
 ) -> None:
     """A subquery keeping only ``window_time(window)`` of the window: a GROUP BY of it
     closes each group once, and a window over it chains (a renamed key as well)."""
-    timed(env, events)
     inner = f"SELECT window_time(window) AS wt, k, c FROM ({counts(HOP)}) AS x"
     query = f"""
         SELECT wt, max(c) AS top, count(*) AS keys FROM ({inner}) AS y GROUP BY wt
     """
-    want = duck(
-        f"""SELECT we - 1 AS wt, max(c) AS top, count(*) AS keys
-            FROM ({duck_counts(HOP)}) GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+    twin = f"""SELECT we - 1 AS wt, max(c) AS top, count(*) AS keys
+            FROM ({duck_counts(HOP)}) GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_a_window_over_a_selected_window_time(env: ed.StreamEnvironment, events: pa.Table) -> None:
-    timed(env, events)
     inner = f"SELECT k, window_time(window) AS wt, c FROM ({counts(TUMBLE, 'v > 0')}) AS x"
     query = f"""
         SELECT window.start AS ws, k, sum(c) AS total
         FROM ({inner}) AS y GROUP BY window(wt, '20 seconds', '10 seconds'), k
     """
-    want = duck(
-        f"""SELECT ws2 AS ws, k, sum(c) AS total FROM (
+    twin = f"""SELECT ws2 AS ws, k, sum(c) AS total FROM (
                 SELECT (we - 1) - (we - 1) % 10000 - i * 10000 AS ws2, k, c
                 FROM ({duck_counts(TUMBLE, "v > 0")}), range(0, 2) AS r(i))
-            GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+            GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_window_time_of_sessions_chains_a_window(env: ed.StreamEnvironment) -> None:
     rows = session_view(env)
-    query = """
+    query = f"""
         SELECT window.start AS ws, sum(n) AS n, count(*) AS sessions
-        FROM (SELECT k, session_window, count(*) AS n FROM s
-              GROUP BY k, session_window(t, '3 seconds')) AS x
+        FROM ({SESSION_COUNTS}) AS x
         GROUP BY window(window_time(session_window), '10 seconds')
     """
     groups: dict[int, list[int]] = defaultdict(list)
@@ -119,7 +114,6 @@ def test_window_time_of_sessions_chains_a_window(env: ed.StreamEnvironment) -> N
 def test_window_time_bounds_an_interval_join(env: ed.StreamEnvironment, events: pa.Table) -> None:
     """Each row with the max of its tumbling window, the join bounded by the
     window's time (``t`` in [wt - 9999, wt] is in the window ending at wt + 1)."""
-    timed(env, events)
     query = f"""
         SELECT e.k, e.v, e.t, m.wt
         FROM events AS e
@@ -127,54 +121,42 @@ def test_window_time_bounds_an_interval_join(env: ed.StreamEnvironment, events: 
               FROM events GROUP BY {TUMBLE}) AS m
         ON e.v = m.top AND e.t BETWEEN m.wt - 9999 AND m.wt
     """
-    want = duck(
-        f"""SELECT e.k, e.v, e.t, m.wt FROM events AS e
+    twin = f"""SELECT e.k, e.v, e.t, m.wt FROM events AS e
             JOIN (SELECT we - 1 AS wt, max(v) AS top FROM ({DUCK_WINDOWS[TUMBLE]})
                   GROUP BY we) AS m
-            ON e.v = m.top AND e.t BETWEEN m.wt - 9999 AND m.wt""",
-        events=events,
-    )
+            ON e.v = m.top AND e.t BETWEEN m.wt - 9999 AND m.wt"""
+    want = assert_timed_as_duck(env, events, query, twin)
     assert want
-    same_rows(run(env, env.sql(query)), want)
 
 
-@pytest.mark.parametrize("window", [TUMBLE, HOP], ids=["tumble", "hop"])
+@each_window
 def test_regroup_by_window_start_alone_emits_each_group_once(
     env: ed.StreamEnvironment, events: pa.Table, window: str
 ) -> None:
     """``window.start`` is the end minus the size: its groups close on the watermark
     like the end's (as a running GROUP BY, each batch would emit an update)."""
-    timed(env, events)
     query = f"""
         SELECT window.start AS ws, max(c) AS top, count(*) AS keys
         FROM ({counts(window)}) AS x GROUP BY window.start
     """
-    want = duck(
-        f"""SELECT ws, max(c) AS top, count(*) AS keys FROM ({duck_counts(window)})
-            GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+    twin = f"""SELECT ws, max(c) AS top, count(*) AS keys FROM ({duck_counts(window)})
+            GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_regroup_by_a_selected_window_start_and_a_key(
     env: ed.StreamEnvironment, events: pa.Table
 ) -> None:
-    timed(env, events)
     inner = f"SELECT window, window.start AS ws, k < 'k3' AS low, c FROM ({counts(HOP)}) AS x"
     query = f"SELECT ws, low, sum(c) AS total FROM ({inner}) AS y GROUP BY ws, low"
-    want = duck(
-        f"""SELECT ws, k < 'k3' AS low, sum(c) AS total FROM ({duck_counts(HOP)})
-            GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+    twin = f"""SELECT ws, k < 'k3' AS low, sum(c) AS total FROM ({duck_counts(HOP)})
+            GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_tvf_regroup_by_window_start_alone_emits_each_group_once(
     env: ed.StreamEnvironment, events: pa.Table
 ) -> None:
-    timed(env, events)
     inner = """
         SELECT window_start, window_end, k, count(*) AS c
         FROM TABLE(HOP(TABLE events, DESCRIPTOR(t), INTERVAL '5' SECOND, INTERVAL '15' SECOND))
@@ -184,20 +166,16 @@ def test_tvf_regroup_by_window_start_alone_emits_each_group_once(
         SELECT window_start, max(c) AS top, count(*) AS keys FROM ({inner}) AS x
         GROUP BY window_start
     """
-    want = duck(
-        f"""SELECT ws AS window_start, max(c) AS top, count(*) AS keys
-            FROM ({duck_counts(HOP)}) GROUP BY ALL""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+    twin = f"""SELECT ws AS window_start, max(c) AS top, count(*) AS keys
+            FROM ({duck_counts(HOP)}) GROUP BY ALL"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_a_group_by_of_a_session_start_alone_is_refused(env: ed.StreamEnvironment) -> None:
     session_view(env)
-    query = """
+    query = f"""
         SELECT session_window.start AS ws, count(*) AS keys
-        FROM (SELECT k, session_window, count(*) AS n FROM s
-              GROUP BY k, session_window(t, '3 seconds')) AS x
+        FROM ({SESSION_COUNTS}) AS x
         GROUP BY session_window.start
     """
     assert_refused(env, query, "GROUP BY", r"a session window's start.*no fixed offset")
@@ -225,11 +203,6 @@ def test_a_window_over_window_time_of_regrouped_results_is_refused(
 
 
 # -- Spark itself as the reference ------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    yield from spark_session("eddyline-spark-window-time")
 
 
 SPARK_QUERIES = {
@@ -279,12 +252,8 @@ def test_window_time_and_window_start_match_spark(
     spark: Any, events: pa.Table, env: ed.StreamEnvironment, name: str
 ) -> None:
     """Spark's window_time is its end - 1 µs: as milliseconds, our end - 1."""
-    query = SPARK_QUERIES[name]
     theirs = SPARK_QUERIES[SPARK_SPELLING.get(name, name)]
-    want = spark_rows(spark, events, theirs)
-    assert want
-    timed(env, events)
-    same_rows(run(env, env.sql(query.format(t="t", ms=""))), want)
+    assert_as_spark(spark, env, events, SPARK_QUERIES[name], theirs)
 
 
 @pytest.mark.spark

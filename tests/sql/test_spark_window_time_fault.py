@@ -7,14 +7,11 @@ and the exactly-once Parquet output holds every row once."""
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eddyline.testing import assert_same_rows, read_parquet_dir
-
-from .kill import run_killed, source_records
+from .kill import Killed, assert_restored_exact
 
 N = 20_000
 
@@ -25,20 +22,20 @@ tumbling = (
     f"SELECT window, k, count(*) AS c, sum(value) AS s FROM ({rows}) AS r "
     "GROUP BY window(value, '1 second'), k"
 )
-chained = env.sql(
+sink(
+    "chained",
     f"SELECT window.start AS ws, sum(c) AS n, max(s) AS top FROM ({tumbling}) AS x "
-    "GROUP BY window(window_time(window), '3 seconds')"
+    "GROUP BY window(window_time(window), '3 seconds')",
 )
-chained.sink_to(ed.ParquetSink(out + "/chained")).uid("chained_files")
 sliding = (
     f"SELECT window, k, sum(value) AS s FROM ({rows}) AS r "
     "GROUP BY window(value, '2 seconds', '1 second'), k"
 )
-starts = env.sql(
+sink(
+    "starts",
     f"SELECT window.start AS ws, sum(s) AS total, count(*) AS keys FROM ({sliding}) AS x "
-    "GROUP BY window.start"
+    "GROUP BY window.start",
 )
-starts.sink_to(ed.ParquetSink(out + "/starts")).uid("starts_files")
 """
 
 
@@ -70,12 +67,7 @@ def expected(n: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(("first", "later"), [(2, 3), (3, 1)])
-def test_windows_chained_on_window_time_after_sigkill_and_rescale_are_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, first: int, later: int
-) -> None:
-    out, stdout = run_killed(BODY, N, tmp_path, monkeypatch, seed, first, later)
-    assert source_records(stdout) < N, f"the last run re-read all {N} records: it did not restore"
-    want_chained, want_starts = expected(N)
-    assert_same_rows(read_parquet_dir(out / "chained").to_pylist(), want_chained)
-    assert_same_rows(read_parquet_dir(out / "starts").to_pylist(), want_starts)
+def test_windows_chained_on_window_time_after_sigkill_and_rescale_are_exact(killed: Killed) -> None:
+    out, stdout = killed(BODY, N)
+    chained, starts = expected(N)
+    assert_restored_exact(out, stdout, N, chained=chained, starts=starts)

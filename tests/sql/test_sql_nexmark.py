@@ -211,36 +211,28 @@ def test_q6_over_the_closed_auctions_equals_duckdb(parallelism: int) -> None:
     timed by ``expires``: one row per closed auction, as DuckDB's window function."""
     env = ed.StreamEnvironment(parallelism=parallelism, batch_size=16)
     auction, bid = auctions_and_bids(env)
-    query = f"""
+    over = """
         SELECT Q.category, Q.id, avg(Q.final) OVER (
             PARTITION BY Q.category ORDER BY Q.expires, Q.id
             ROWS BETWEEN 2 PRECEDING AND CURRENT ROW
         ) AS avg
-        FROM (
-            SELECT max(B.price) AS final, A.category, A.expires, A.id
-            FROM auction AS A, bid AS B
-            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
-              AND {BOUND}
-            GROUP BY A.id, A.category, A.expires
-        ) AS Q
+        FROM ({closed}) AS Q
     """
-    rows = env.sql(query).collect()
+    closed = f"""
+        SELECT max(B.price) AS final, A.category, A.expires, A.id
+        FROM auction AS A, bid AS B
+        WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
+          AND {BOUND}
+        GROUP BY A.id, A.category, A.expires
+    """
+    rows = env.sql(over.format(closed=closed)).collect()
     env.execute("q6-shape")
-    want = duck(
-        """
-        SELECT Q.category, Q.id, avg(Q.final) OVER (
-            PARTITION BY Q.category ORDER BY Q.expires, Q.id
-            ROWS BETWEEN 2 PRECEDING AND CURRENT ROW
-        ) AS avg
-        FROM (
-            SELECT max(B.price) AS final, A.category, A.expires, A.id
-            FROM auction AS A JOIN bid AS B ON A.id = B.auction
-            WHERE B.date_time BETWEEN A.date_time AND A.expires
-            GROUP BY A.id, A.category, A.expires
-        ) AS Q
-        """,
-        auction=auction,
-        bid=bid,
-    )
+    duck_closed = """
+        SELECT max(B.price) AS final, A.category, A.expires, A.id
+        FROM auction AS A JOIN bid AS B ON A.id = B.auction
+        WHERE B.date_time BETWEEN A.date_time AND A.expires
+        GROUP BY A.id, A.category, A.expires
+    """
+    want = duck(over.format(closed=duck_closed), auction=auction, bid=bid)
     assert want
     same_rows(rows.to_pylist(), want)

@@ -11,7 +11,7 @@ import pytest
 
 import eddyline as ed
 
-from .conftest import duck, run, same_rows
+from .conftest import assert_timed_as_duck, timed
 
 COUNTS = """
     SELECT k, count(*) AS n, window_start, window_end
@@ -28,12 +28,6 @@ DUCK_COUNTS = """
     SELECT k, count(*) AS n, window_start, window_start + 15000 AS window_end
     FROM hops GROUP BY ALL
 """
-
-
-def timed(env: ed.StreamEnvironment, events: pa.Table) -> None:
-    env.from_arrow(events).assign_timestamps("t", max_out_of_orderness="3s").create_temporary_view(
-        "events"
-    )
 
 
 def tumble(where: str, aggregate: str) -> str:
@@ -59,16 +53,13 @@ def test_two_windowed_aggregates_join_on_their_windows(
     """The persons and sellers of Nexmark q8: the windows' bounds equated, the
     window ends timing both inputs (a LEFT join emits its unmatched rows once the
     watermark passes their window)."""
-    timed(env, events)
     select = "SELECT a.k, a.ws, a.n, b.total"
     on = "ON a.k = b.k AND a.ws = b.ws AND a.we = b.we"
     a, b = ("v > 30", "count(*) AS n"), ("v <= 30 AND k <> 'k3'", "sum(v) AS total")
     query = f"{select} FROM ({tumble(*a)}) AS a {how} ({tumble(*b)}) AS b {on}"
-    want = duck(
-        f"{select} FROM ({duck_tumble(*a)}) AS a {how} ({duck_tumble(*b)}) AS b {on}", events=events
-    )
+    twin = f"{select} FROM ({duck_tumble(*a)}) AS a {how} ({duck_tumble(*b)}) AS b {on}"
+    want = assert_timed_as_duck(env, events, query, twin)
     assert any(row["total"] is None for row in want) == (how == "LEFT JOIN")
-    same_rows(run(env, env.sql(query)), want)
 
 
 def test_a_view_interval_joins_the_maxes_of_its_windows(
@@ -76,7 +67,6 @@ def test_a_view_interval_joins_the_maxes_of_its_windows(
 ) -> None:
     """Nexmark q7: each row priced at the max of the tumbling window it is in, the
     maxes timed by their window_end (renamed)."""
-    timed(env, events)
     query = """
         SELECT e.k, e.v, e.t
         FROM events AS e
@@ -88,14 +78,11 @@ def test_a_view_interval_joins_the_maxes_of_its_windows(
         ON e.v = m.top
         WHERE e.t BETWEEN m.t - 10000 AND m.t - 1
     """
-    want = duck(
-        """SELECT e.k, e.v, e.t FROM events AS e
+    twin = """SELECT e.k, e.v, e.t FROM events AS e
            JOIN (SELECT max(v) AS top, t - t % 10000 + 10000 AS we FROM events GROUP BY we) AS m
-           ON e.v = m.top WHERE e.t BETWEEN m.we - 10000 AND m.we - 1""",
-        events=events,
-    )
+           ON e.v = m.top WHERE e.t BETWEEN m.we - 10000 AND m.we - 1"""
+    want = assert_timed_as_duck(env, events, query, twin)
     assert want
-    same_rows(run(env, env.sql(query)), want)
 
 
 def test_rows_join_the_max_of_their_window_between_its_bounds(
@@ -103,7 +90,6 @@ def test_rows_join_the_max_of_their_window_between_its_bounds(
 ) -> None:
     """``window_start`` of a tumbling window's results is its ``window_end`` minus
     the size: a bound of the event time like ``window_end``."""
-    timed(env, events)
     query = """
         SELECT e.k, e.v, e.t
         FROM events AS e
@@ -114,14 +100,11 @@ def test_rows_join_the_max_of_their_window_between_its_bounds(
         ) AS m
         ON e.v = m.top AND e.t >= m.ws AND e.t < m.we
     """
-    want = duck(
-        """SELECT e.k, e.v, e.t FROM events AS e
+    twin = """SELECT e.k, e.v, e.t FROM events AS e
            JOIN (SELECT max(v) AS top, t - t % 10000 AS ws FROM events GROUP BY ws) AS m
-           ON e.v = m.top AND e.t >= m.ws AND e.t < m.ws + 10000""",
-        events=events,
-    )
+           ON e.v = m.top AND e.t >= m.ws AND e.t < m.ws + 10000"""
+    want = assert_timed_as_duck(env, events, query, twin)
     assert want
-    same_rows(run(env, env.sql(query)), want)
 
 
 def test_the_top_counts_of_each_window_regroup_its_results(
@@ -129,7 +112,6 @@ def test_the_top_counts_of_each_window_regroup_its_results(
 ) -> None:
     """Nexmark q5: the max count of each window (a GROUP BY of the windowed counts
     by their window, one row per window) joined back to the counts."""
-    timed(env, events)
     query = f"""
         WITH counts AS ({COUNTS})
         SELECT c.k, c.n, c.window_start, c.window_end
@@ -140,15 +122,12 @@ def test_the_top_counts_of_each_window_regroup_its_results(
         ) AS m
         ON c.window_start = m.window_start AND c.window_end = m.window_end AND c.n >= m.top
     """
-    want = duck(
-        f"""WITH counts AS ({DUCK_COUNTS})
+    twin = f"""WITH counts AS ({DUCK_COUNTS})
             SELECT c.k, c.n, c.window_start, c.window_end
             FROM counts AS c
             JOIN (SELECT max(n) AS top, window_start FROM counts GROUP BY ALL) AS m
-            ON c.window_start = m.window_start AND c.n >= m.top""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+            ON c.window_start = m.window_start AND c.n >= m.top"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_a_group_by_window_of_window_results_emits_each_group_once(
@@ -156,18 +135,14 @@ def test_a_group_by_window_of_window_results_emits_each_group_once(
 ) -> None:
     """Grouped by the window end alone (renamed), with HAVING: one final row per
     window, where a running aggregate would emit an update per batch."""
-    timed(env, events)
     query = f"""
         SELECT we, sum(n) AS total, count(*) AS keys
         FROM (SELECT n, window_end AS we FROM ({COUNTS}) AS c) AS r
         GROUP BY we HAVING count(*) > 2
     """
-    want = duck(
-        f"""SELECT window_end AS we, sum(n) AS total, count(*) AS keys
-            FROM ({DUCK_COUNTS}) AS c GROUP BY ALL HAVING count(*) > 2""",
-        events=events,
-    )
-    same_rows(run(env, env.sql(query)), want)
+    twin = f"""SELECT window_end AS we, sum(n) AS total, count(*) AS keys
+            FROM ({DUCK_COUNTS}) AS c GROUP BY ALL HAVING count(*) > 2"""
+    assert_timed_as_duck(env, events, query, twin)
 
 
 def test_a_regrouped_aggregate_may_not_read_the_window_bounds(
@@ -196,17 +171,13 @@ def test_equal_event_times_of_two_views_are_an_interval_of_0_ms(
 ) -> None:
     """``a.t = b.t`` of the two event-time columns bounds the join (a LEFT join
     emits its unmatched rows)."""
-    timed(env, events)
     query = """
         SELECT a.k, a.v, b.v AS w FROM events AS a
         LEFT JOIN (SELECT k, v, t FROM events WHERE v > 40) AS b
         ON a.k = b.k AND a.t = b.t
     """
-    want = duck(
-        """SELECT a.k, a.v, b.v AS w FROM events AS a
+    twin = """SELECT a.k, a.v, b.v AS w FROM events AS a
            LEFT JOIN (SELECT k, v, t FROM events WHERE v > 40) AS b
-           ON a.k = b.k AND a.t = b.t""",
-        events=events,
-    )
+           ON a.k = b.k AND a.t = b.t"""
+    want = assert_timed_as_duck(env, events, query, twin)
     assert any(row["w"] is None for row in want) and any(row["w"] is not None for row in want)
-    same_rows(run(env, env.sql(query)), want)

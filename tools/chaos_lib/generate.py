@@ -198,16 +198,8 @@ def generate(seed: int, scale: float = 1.0) -> Case:
         case.read_state = True  # read back after the run (state.py)
     main = case.source(case.main)
     if case.stage.kind == "session" and main.late_keys and main.late_rows and rng.random() < 0.5:
-        # late candidates sharing keys with the other rows, one a key: a
-        # candidate may join an open session (late_session.py); only the main
-        # source has them, and no at-least-once sink (a failed attempt's
-        # sessions would be another outcome)
-        for source in case.sources:
-            source.late_keys = False
-            if source.name != case.main:
-                source.late_rows = 0
-        main.late_join = True
-        case.sinks = [s for s in case.sinks if s != "kafka"] or ["parquet"]
+        # a candidate may join an open session of the DSL's (late_session.py)
+        late_session.share_keys(case)
     fnextra.widen(rng, case)
     widen_newest(rng, case, scale)
     return case

@@ -139,9 +139,17 @@ def widen(rng: random.Random, case: Case) -> None:
         return
     if any(e[0] == "sum_big" for e in st.exprs):
         return  # its values depend on the rows' ids, which the outcomes do not keep
+    share_keys(case)
+
+
+def share_keys(case: Case) -> None:
+    """Gives the main source's late candidates keys the other rows have, one a key
+    (a candidate may join an open session), the other sources no late rows, and the
+    case no KafkaSink (an at-least-once sink: a failed attempt's sessions would be
+    another outcome). Draws nothing."""
     for source in case.sources:
         source.late_keys = False
         if source.name != case.main:
             source.late_rows = 0
-    main.late_join = True
+    case.source(case.main).late_join = True
     case.sinks = [s for s in case.sinks if s != "kafka"] or ["parquet"]

@@ -201,23 +201,15 @@ def _window_results_join(stage: Any, duck: bool) -> str:
             f"FROM ({left}) AS L {HOW[stage.how]} ({right}) AS R ON L.k = R.k AND "
             "L.window_start = R.window_start AND L.window_end = R.window_end"
         )
-    keyed = any(e[0] == "keyed" for e in stage.exprs)
-    bound = next((e[1] for e in stage.exprs if e[0] == "bound"), "end")
-    key = "k, " if keyed else ""
     source = _windowed("t", stage) if duck else f"TABLE({_tvf('tumble', 't', stage)})"
-    tops = (
-        f"SELECT {key}{CALL[stage.agg]} AS top, window_start AS ws, window_end AS we "
-        f"FROM {source} GROUP BY {key}window_start, window_end"
-    )
-    on = ("e.k = m.k AND " if keyed else "") + "e.v = m.top"
-    if bound == "end":
-        where = f" WHERE e.ts BETWEEN m.we - {stage.size_ms} AND m.we - 1"
-    else:
-        on, where = on + " AND e.ts >= m.ws AND e.ts < m.we", ""
-    return (
-        "SELECT e.id AS id, e.k AS k, e.ts AS ts, e.v AS v, m.ws AS ws, m.we AS we "
-        f"FROM t AS e JOIN ({tops}) AS m ON {on}{where}"
-    )
+
+    def tops(key: str) -> str:
+        return (
+            f"SELECT {key}{CALL[stage.agg]} AS top, window_start AS ws, window_end AS we "
+            f"FROM {source} GROUP BY {key}window_start, window_end"
+        )
+
+    return sqlmore.q7_join(stage, tops, "m.ws", "m.we")
 
 
 def query(stage: Any) -> str:

@@ -33,6 +33,7 @@ of the Flink spelling, so the reference is the same DuckDB text
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 CLOSING_COLUMNS = "A.id AS id, A.k AS k, A.expires AS expires"
@@ -156,21 +157,31 @@ def spark_results_join(stage: Any, call: dict[str, str], how: dict[str, str]) ->
             "L.v AS v, R.k AS k_right, R.w AS w, R.window.start AS ws_right "
             f"FROM ({left}) AS L {how[stage.how]} ({right}) AS R ON L.k = R.k AND {cond}"
         )
+
+    def tops(key: str) -> str:
+        return (
+            f"SELECT {key}window, {call[stage.agg]} AS top FROM t "
+            f"GROUP BY {key}window(ts, '{stage.size_ms // 1000} seconds')"
+        )
+
+    return q7_join(stage, tops, "m.window.start", "m.window.end")
+
+
+def q7_join(stage: Any, tops: Callable[[str], str], start: str, end: str) -> str:
+    """q7 (``wrijoin``): the rows of ``t`` joined with the top of their tumbling
+    window, ``tops(key)`` (``key``: ``"k, "`` per key with ``["keyed"]``, else ``""``),
+    whose window bounds ``m`` names ``start`` and ``end``; bounded by the window's
+    end alone (``["bound", "end"]``) or by both bounds (``["bound", "start"]``)."""
     keyed = _expr(stage, "keyed") is not None
     bound = (_expr(stage, "bound") or ["bound", "end"])[1]
-    key = "k, " if keyed else ""
-    tops = (
-        f"SELECT {key}window, {call[stage.agg]} AS top FROM t "
-        f"GROUP BY {key}window(ts, '{stage.size_ms // 1000} seconds')"
-    )
     on = ("e.k = m.k AND " if keyed else "") + "e.v = m.top"
     if bound == "end":
-        where = f" WHERE e.ts BETWEEN m.window.end - {stage.size_ms} AND m.window.end - 1"
+        where = f" WHERE e.ts BETWEEN {end} - {stage.size_ms} AND {end} - 1"
     else:
-        on, where = on + " AND e.ts >= m.window.start AND e.ts < m.window.end", ""
+        on, where = on + f" AND e.ts >= {start} AND e.ts < {end}", ""
     return (
-        "SELECT e.id AS id, e.k AS k, e.ts AS ts, e.v AS v, m.window.start AS ws, "
-        f"m.window.end AS we FROM t AS e JOIN ({tops}) AS m ON {on}{where}"
+        f"SELECT e.id AS id, e.k AS k, e.ts AS ts, e.v AS v, {start} AS ws, {end} AS we "
+        f"FROM t AS e JOIN ({tops('k, ' if keyed else '')}) AS m ON {on}{where}"
     )
 
 

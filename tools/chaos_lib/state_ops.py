@@ -347,12 +347,7 @@ def _join_savepoint(name: str, case: Case, got: pd.DataFrame) -> list[str]:
         elif r["matched"] and not _has_partner(case, side, ref, inputs):
             wrong.append(("matched without a partner", side, row))
     twice = [k for k, n in Counter(zip(kept["side"], kept["id"], strict=True)).items() if n > 1]
-    problems = []
-    if wrong:
-        problems.append(f"{name}: {len(wrong)} kept row(s) not the reference's, e.g. {wrong[:5]}")
-    if twice:
-        problems.append(f"{name}: {len(twice)} row(s) kept twice, e.g. {twice[:5]}")
-    return problems
+    return _row_problems(name, "kept", "the reference's", wrong, twice)
 
 
 def _has_partner(
@@ -386,9 +381,17 @@ def _parked_savepoint(name: str, case: Case, got: pd.DataFrame) -> list[str]:
             if rows.get(i) != (int(r["k"]), ts, v):
                 wrong.append((int(r["k"]), i, ts, v, rows.get(i)))
     twice = [i for i, n in seen.items() if n > 1]
+    return _row_problems(name, "parked", "the key's", wrong, twice)
+
+
+def _row_problems(
+    name: str, held: str, whose: str, wrong: list[Any], twice: list[Any]
+) -> list[str]:
+    """The problems of the rows state ``name`` holds (``held``: kept, parked): rows
+    not ``whose``, rows twice (a few of each as examples)."""
     problems = []
     if wrong:
-        problems.append(f"{name}: {len(wrong)} parked row(s) not the key's, e.g. {wrong[:5]}")
+        problems.append(f"{name}: {len(wrong)} {held} row(s) not {whose}, e.g. {wrong[:5]}")
     if twice:
-        problems.append(f"{name}: {len(twice)} row(s) parked twice, e.g. {twice[:5]}")
+        problems.append(f"{name}: {len(twice)} row(s) {held} twice, e.g. {twice[:5]}")
     return problems
