@@ -176,3 +176,24 @@ def test_windows_of_other_sizes_stay_an_interval_join(
     want = duck(reference, person=people, auction=auctions)
     assert want
     same_rows(run(env, env.sql(sql)), want)
+
+
+def test_a_windowed_group_by_joins_itself_on_its_windows(
+    env: ed.StreamEnvironment, people: pa.Table, auctions: pa.Table
+) -> None:
+    """A ``WITH`` read by both sides of the join: each side is timed by its start on
+    a node of its own."""
+    views(env, people, auctions)
+    on = "a.id = b.id AND a.name <> b.name AND a.endtime = b.endtime"
+    columns = "a.id, a.name, a.starttime, b.name AS other, b.starttime AS other_start"
+    select = f"SELECT {columns} FROM p AS a JOIN p AS b ON {on}"
+    query, reference = f"WITH p AS ({PERSONS}) {select}", f"WITH p AS ({DUCK_PERSONS}) {select}"
+    stream = env.sql(query)
+    lines = [line.strip() for line in stream.explain().splitlines()]
+    join = next(i for i, line in enumerate(lines) if " join '" in line)
+    # a window join: keyed by the id alone, its output starts with the windows' bounds
+    assert lines[join + 1].endswith("hash(id)")
+    assert lines[join + 4].startswith("schema: id: int64, window_start: int64")
+    want = duck(reference, person=people, auction=auctions)
+    assert len(want) == 2
+    same_rows(run(env, stream), want)
