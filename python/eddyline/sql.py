@@ -43,6 +43,9 @@ _WINDOW_TIME_COLUMN = "__sql_window_time"
 ``GROUP BY window(window_time(w), ...)``."""
 _ALL = "__sql_group"
 """The constant key column of a GROUP BY without keys."""
+_RIGHT_START = "__sql_right_start"
+"""The right input's window start in a window join of two windowed GROUP BYs' rows
+(:func:`_window_join_by_start`)."""
 
 Aggregate = tuple[str, list[Expr], str | None, str]
 """One aggregate of a ``GROUP BY`` as ``plan_sql`` gives it: the function
@@ -253,6 +256,8 @@ class _Lowering:
         if node.kind == "regular":
             ttl = self._join_ttl(node)
             stream = ls.join(rs, how=node.how, state_ttl=ttl, **keys)
+        elif node.kind == "interval" and (bounds := _tumble_join(node, ls, rs)) is not None:
+            stream = _window_join_by_start(ls, rs, node, keys, bounds)
         elif node.kind == "interval":
             within = (f"{node.lower_ms}ms", f"{node.upper_ms}ms")
             stream = ls.join(rs, how=node.how, within=within, **keys)
@@ -280,6 +285,119 @@ class _Lowering:
                 return None
             ttls.append(parse_duration(ttl, what=f"state_ttl of view '{view}'"))
         return max(ttls) if ttls else None
+
+
+def _tumble_bounds(node: Any) -> tuple[int, dict[str, str]] | None:
+    """Where ``node`` holds the rows of a ``GROUP BY`` over ``TUMBLE`` windows (by
+    ``window_start``, ``window_end`` and keys, not a 1 ms regrouping), passed on by
+    filters and projections: the windows' size and, for each bound it still selects as
+    it is, its name at ``node`` (``{"window_start": "starttime", ...}``)."""
+    kind = type(node).__name__
+    if kind == "SqlFilter":
+        return _tumble_bounds(node.input)
+    if kind == "SqlProject":
+        below = _tumble_bounds(node.input)
+        if below is None:
+            return None
+        size, bounds = below
+        named: dict[str, str] = {}
+        for name, e in node.exprs:
+            for bound, at in bounds.items():
+                if repr(e) == repr(Expr._col(at)):
+                    named.setdefault(bound, name)
+        return size, named
+    if kind != "SqlAggregate" or node.window is not None:
+        return None
+    window = node.input
+    if type(window).__name__ != "SqlWindow" or window.kind != "tumble":
+        return None
+    if any(b not in node.keys for b in _WINDOW_BOUNDS) or _windowed_time(node) != "window_end":
+        return None
+    return int(window.size_ms), {b: b for b in _WINDOW_BOUNDS}
+
+
+def _tumble_join(node: Any, left: DataStream, right: DataStream) -> tuple[int, str, str] | None:
+    """Where the interval join ``node`` of ``left`` and ``right`` (their streams) is
+    a window join in disguise: an inner join, bounded by equal event times (0 ms),
+    of two ``TUMBLE`` ``GROUP BY``'s results of one size, each timed by its
+    ``window_end`` (core's sql/time.rs) and selecting its ``window_start``: the
+    size and the two start columns.
+
+    Equal ends of windows of one size are equal windows, so the pairs the interval
+    join keeps are those of equal keys in one window: a window join of the rows
+    timed by their starts, in tumbling windows of that size, pairs the same rows
+    (each row lies in the one window that starts at its start), as Nexmark q8's DSL
+    twin joins the counts per seller (benches/nexmark/queries.py). The window join
+    keeps a row until its window fires, where the interval join probes and expires
+    per batch, which costs more (benches/RESULTS.md, q8 in SQL). A row timed by its
+    start is not late at the window join: a windowed ``GROUP BY`` emits a window's
+    rows before the watermark that fired it (docs/API.md "Chaining windows")."""
+    if node.how != "inner" or (node.lower_ms, node.upper_ms) != (0, 0):
+        return None
+    if node.time_columns is None:
+        return None
+    lb, rb = _tumble_bounds(node.left), _tumble_bounds(node.right)
+    if lb is None or rb is None or lb[0] != rb[0]:
+        return None
+    ends = (lb[1].get("window_end"), rb[1].get("window_end"))
+    ls, rs = lb[1].get("window_start"), rb[1].get("window_start")
+    if ends != tuple(node.time_columns) or ls is None or rs is None:
+        return None
+    for stream in (left, right):
+        # The window join adds window_start and window_end: a side's own would clash.
+        if stream.schema is None or set(_WINDOW_BOUNDS) & set(stream.schema.names):
+            return None
+    return lb[0], ls, rs
+
+
+def _window_join_by_start(
+    left: DataStream,
+    right: DataStream,
+    node: Any,
+    keys: dict[str, Any],
+    bounds: tuple[int, str, str],
+) -> DataStream:
+    """The interval join ``node`` as the window join :func:`_tumble_join` found:
+    its output columns (without the window join's bounds), timed as the interval
+    join's would be (by the inputs' time column where they agree).
+
+    Equal starts are a key the window join needs not hash and compare: the rows it
+    pairs are of one window already. Where the starts are a key pair beside others,
+    the pair is left out and the right's start travels under a name of its own, so
+    every other column keeps the name the interval join gives it (the left's start
+    named as the key was)."""
+    size, left_start, right_start = bounds
+    # invariant: _tumble_join found both schemas
+    assert left.schema is not None and right.schema is not None
+    left_on, right_on = list(keys["left_on"]), list(keys["right_on"])
+    pairs = list(zip(left_on, right_on, strict=True))
+    renamed: dict[str, str] = {}
+    if (
+        len(pairs) > 1
+        and (left_start, right_start) in pairs
+        and right_on.count(right_start) == 1
+        and _RIGHT_START not in right.schema.names
+    ):
+        at = pairs.index((left_start, right_start))
+        del left_on[at], right_on[at]
+        renamed = {right_start: _RIGHT_START}
+        right_start = _RIGHT_START
+    timed = []
+    no_names: dict[str, str] = {}
+    sides = ((left, left.schema, left_start, no_names), (right, right.schema, right_start, renamed))
+    for stream, schema, start, names in sides:
+        # A node of its own, timed by the start (the inputs' nodes may be read elsewhere).
+        by_start = stream.select(
+            *[col(n).alias(names[n]) if n in names else n for n in schema.names]
+        )
+        by_start._update_node(time_column=start)
+        timed.append(by_start)
+    window = Tumbling(f"{size}ms")
+    joined = timed[0].window_join(timed[1], window=window, left_on=left_on, right_on=right_on)
+    out = joined.select(*node.columns)
+    lt, rt = node.time_columns
+    out._update_node(time_column=lt if lt == rt else None)
+    return out
 
 
 def _selected_time(time: str | None, exprs: list[tuple[str, Expr]]) -> str | None:
