@@ -78,7 +78,10 @@ def test_late_rows_before_group_by_are_drawn_after_every_older_draw(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A case with the draw is the case without it but for its sources'
-    late candidates."""
+    late candidates. The draws after it (over windows, window_time) are
+    made no-ops on both sides."""
+    monkeypatch.setattr(generate_module.overs, "widen", lambda *_a, **_k: None)
+    monkeypatch.setattr(generate_module.wtime, "widen", lambda *_a, **_k: None)
     drawn = {seed: generate(seed) for seed in range(1_500)}
     monkeypatch.setattr(generate_module.late_groupby, "widen", lambda *_a, **_k: None)
     changed = 0

@@ -28,9 +28,10 @@ def test_processing_time_timers_are_drawn_after_every_older_draw(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A case with the draw is the case without it but for the process
-    stage's spelling and delay. The draw after it (late rows before
-    group_by) is made a no-op on both sides."""
-    monkeypatch.setattr(generate_module.late_groupby, "widen", lambda *_a, **_k: None)
+    stage's spelling and delay. The draws after it (late rows before
+    group_by, over windows, window_time) are made no-ops on both sides."""
+    for later in (generate_module.late_groupby, generate_module.overs, generate_module.wtime):
+        monkeypatch.setattr(later, "widen", lambda *_a, **_k: None)
     drawn = {seed: generate(seed) for seed in range(300)}
     monkeypatch.setattr(generate_module.ptimers, "widen", lambda *_a, **_k: None)
     changed = 0

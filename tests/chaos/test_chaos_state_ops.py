@@ -186,8 +186,15 @@ def test_read_state_of_more_operators_is_drawn_after_every_older_draw(
     """A case with the new draw is the case without it (the draw made a
     no-op) plus the read; only the stages state_ops.py reads draw it. The
     draws after it (user sources, processing-time timers, late rows before
-    group_by) are made no-ops on both sides."""
-    for later in (generate_module.usersrc, generate_module.ptimers, generate_module.late_groupby):
+    group_by, over windows, window_time) are made no-ops on both sides."""
+    later_draws = (
+        generate_module.usersrc,
+        generate_module.ptimers,
+        generate_module.late_groupby,
+        generate_module.overs,
+        generate_module.wtime,
+    )
+    for later in later_draws:
         monkeypatch.setattr(later, "widen", lambda *_a, **_k: None)
     drawn = {seed: generate(seed) for seed in range(300)}
     monkeypatch.setattr(generate_module.state_ops, "widen", lambda *_a, **_k: None)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import deltaopts, s3
+from . import deltaopts, overs, s3
 from .ansi import marker, must_fail
 from .case import Case
 from .check import compare, compare_partial
@@ -84,6 +84,8 @@ def _check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
         return [_ERROR + outcome.error], outcome.fired, 0
     late = outcome.outputs.get("late")
     late_ids = set() if late is None or late.empty else {int(i) for i in late["id"]}
+    if overs.is_over(case.stage):  # no late output: what no sink holds (overs.py)
+        late_ids = overs.dropped(case, outcome.outputs)
     want = expected(case, late_ids)
     problems = _failure(case, outcome.failed, outcome.refused)
     if problems:
