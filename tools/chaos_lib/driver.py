@@ -96,6 +96,8 @@ def _check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
     problems = compare(case, outcome.outputs, want) + logs
     if case.read_state:
         problems += check_state(case, workdir, outcome, want)
+    if overs.is_over(case.stage):  # the candidates it dropped as late
+        return problems, outcome.fired, len(late_ids)
     return problems, outcome.fired, 0 if late is None else len(late)
 
 
