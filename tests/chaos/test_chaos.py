@@ -271,6 +271,7 @@ def test_a_seed_gives_one_case_whose_script_compiles(tmp_path: Path) -> None:
         "fn",
         "fagg",
         "sql",
+        "over",
     }
 
 

@@ -78,10 +78,14 @@ def test_late_rows_before_group_by_are_drawn_after_every_older_draw(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A case with the draw is the case without it but for its sources'
-    late candidates."""
+    late candidates. The draws after it (over windows, window_time) are
+    made no-ops on both sides."""
     changed = 0
     for seed, case, before in with_and_without(
-        monkeypatch, generate_module.late_groupby, seeds=1_500
+        monkeypatch,
+        generate_module.late_groupby,
+        (generate_module.overs, generate_module.wtime),
+        seeds=1_500,
     ):
         if "late_rows:dropped" in case.features():
             changed += 1

@@ -28,11 +28,13 @@ def test_processing_time_timers_are_drawn_after_every_older_draw(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A case with the draw is the case without it but for the process
-    stage's spelling and delay. The draw after it (late rows before
-    group_by) is made a no-op on both sides."""
+    stage's spelling and delay. The draws after it (late rows before
+    group_by, over windows, window_time) are made no-ops on both sides."""
     changed = 0
     for seed, case, before in with_and_without(
-        monkeypatch, generate_module.ptimers, (generate_module.late_groupby,)
+        monkeypatch,
+        generate_module.ptimers,
+        (generate_module.late_groupby, generate_module.overs, generate_module.wtime),
     ):
         if case.stage.spelling == "ptimers":
             changed += 1

@@ -186,12 +186,18 @@ def test_read_state_of_more_operators_is_drawn_after_every_older_draw(
     """A case with the new draw is the case without it (the draw made a
     no-op) plus the read; only the stages state_ops.py reads draw it. The
     draws after it (user sources, processing-time timers, late rows before
-    group_by) are made no-ops on both sides."""
+    group_by, over windows, window_time) are made no-ops on both sides."""
     new = 0
     for seed, case, before in with_and_without(
         monkeypatch,
         generate_module.state_ops,
-        (generate_module.usersrc, generate_module.ptimers, generate_module.late_groupby),
+        (
+            generate_module.usersrc,
+            generate_module.ptimers,
+            generate_module.late_groupby,
+            generate_module.overs,
+            generate_module.wtime,
+        ),
     ):
         if case.read_state and not before.read_state:
             new += 1

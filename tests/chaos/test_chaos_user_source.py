@@ -75,13 +75,18 @@ def test_the_source_reads_each_file_in_order_from_its_offsets(variant: str, tmp_
 def test_user_sources_are_drawn_after_every_older_draw(monkeypatch: pytest.MonkeyPatch) -> None:
     """A case with the draw is the case without it but for Parquet sources
     turned into user sources (the same files and rows). The draws after it
-    (processing-time timers, late rows before group_by) are made no-ops on
-    both sides."""
+    (processing-time timers, late rows before group_by, over windows,
+    window_time) are made no-ops on both sides."""
     users = 0
     for seed, case, before in with_and_without(
         monkeypatch,
         generate_module.usersrc,
-        (generate_module.ptimers, generate_module.late_groupby),
+        (
+            generate_module.ptimers,
+            generate_module.late_groupby,
+            generate_module.overs,
+            generate_module.wtime,
+        ),
     ):
         for source, old in zip(case.sources, before.sources, strict=True):
             if source.kind == "user":

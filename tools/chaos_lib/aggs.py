@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import ansi
+from . import ansi, wtime
 from .case import Case, Stage
 
 APPROX = ["approx_count_distinct", "approx_percentile", "collect_set"]
@@ -118,7 +118,8 @@ def output_columns(stage: Stage) -> list[str]:
         keys = ["k", window_column(stage)]
         if stage.spelling == "group_by_window_first":
             keys.reverse()
-    return [*keys, "n", *(f"a_{e[0]}" for e in stage.exprs)]
+    wt = ["wt"] if stage.wtime else []  # F.window_time after the aggregates (wtime.py)
+    return [*keys, "n", *(f"a_{e[0]}" for e in stage.exprs), *wt]
 
 
 def lines(case: Case) -> list[str]:
@@ -150,6 +151,7 @@ def lines(case: Case) -> list[str]:
         f"    out = {keyed}.agg(",
         *(f"        {c}," for c in calls),
         '    ).name("fagg").uid("fagg")',
+        *wtime.dsl_line(st),
     ]
     if st.late:
         out.append(
@@ -242,6 +244,8 @@ def aggregates(case: Case, late_ids: set[int], main: pd.DataFrame) -> pd.DataFra
         out["n"] = len(group)
         for e in st.exprs:
             out[f"a_{e[0]}"] = value(group, e)
+        if st.wtime:  # F.window_time: the window's end - 1 ms (wtime.py)
+            out["wt"] = out["window_end"] - 1
         rows.append(out)
-    columns = [*keys, "n", *(f"a_{e[0]}" for e in st.exprs)]
+    columns = [*keys, "n", *(f"a_{e[0]}" for e in st.exprs), *(["wt"] if st.wtime else [])]
     return pd.DataFrame(rows, columns=columns, dtype=object)

@@ -138,6 +138,8 @@ class Stage:
     form: str = ""
     spelling: str = ""
     ttl_ms: int = 0
+    wtime: bool = False
+    """A column ``wt``, Spark's ``window_time`` of the window (wtime.py)."""
 
 
 @dataclasses.dataclass
@@ -298,6 +300,10 @@ class Case:
             from .sqlmore import features
 
             out += features(self.stage)  # closing groups, Spark's window results
+        from .overs import features as over_features
+        from .wtime import features as wtime_features
+
+        out += over_features(self.stage) + wtime_features(self.stage)
         if any(s.watermark for s in self.sources):
             out.append("with_watermark")
         if self.union:

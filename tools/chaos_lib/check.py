@@ -32,8 +32,8 @@ def running(case: Case) -> bool:
 
 def typed(case: Case) -> bool:
     """Whether the outputs have other types than int64 (compared by ``_cell``)."""
-    return case.stage.kind in ("fn", "fagg") or (
-        case.stage.kind == "sql" and case.stage.form in ("select", "union", "closing")
+    return case.stage.kind in ("fn", "fagg", "over") or (
+        case.stage.kind == "sql" and case.stage.form in ("select", "union", "closing", "over")
     )
 
 

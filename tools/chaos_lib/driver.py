@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import deltaopts, s3
+from . import deltaopts, overs, s3
 from .ansi import marker, must_fail
 from .case import Case
 from .check import compare, compare_partial
@@ -84,6 +84,8 @@ def _check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
         return [_ERROR + outcome.error], outcome.fired, 0
     late = outcome.outputs.get("late")
     late_ids = set() if late is None or late.empty else {int(i) for i in late["id"]}
+    if overs.is_over(case.stage):  # no late output: what no sink holds (overs.py)
+        late_ids = overs.dropped(case, outcome.outputs)
     want = expected(case, late_ids)
     problems = _failure(case, outcome.failed, outcome.refused)
     if problems:
@@ -94,6 +96,8 @@ def _check_case(case: Case, workdir: Path) -> tuple[list[str], bool, int]:
     problems = compare(case, outcome.outputs, want) + logs
     if case.read_state:
         problems += check_state(case, workdir, outcome, want)
+    if overs.is_over(case.stage):  # the candidates it dropped as late
+        return problems, outcome.fired, len(late_ids)
     return problems, outcome.fired, 0 if late is None else len(late)
 
 

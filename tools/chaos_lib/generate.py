@@ -22,6 +22,7 @@ from . import (
     late_groupby,
     late_session,
     loops,
+    overs,
     ptimers,
     pyops,
     s3,
@@ -31,6 +32,7 @@ from . import (
     state,
     state_ops,
     usersrc,
+    wtime,
 )
 from .case import Case, Execution, Fault, Op, Source, Stage
 
@@ -206,9 +208,13 @@ def generate(seed: int, scale: float = 1.0) -> Case:
 
 
 def widen_newest(rng: random.Random, case: Case, scale: float = 1.0) -> None:
-    """The draws added after ``fnextra``'s, in the order they were added."""
+    """The draws added after ``fnextra``'s, in the order they were added:
+    the last ones are over windows (overs.py) and Spark's ``window_time``
+    (wtime.py)."""
     widen_sql_late(rng, case, scale)
     widen_last(rng, case)
+    overs.widen(rng, case)
+    wtime.widen(rng, case)
 
 
 def widen_sql_late(rng: random.Random, case: Case, scale: float = 1.0) -> None:

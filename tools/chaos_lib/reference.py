@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import aggs, chained, fnlib, late_groupby, late_session, sqlgen, sqlmore
+from . import aggs, chained, fnlib, late_groupby, late_session, overs, sqlgen, sqlmore
 from .case import Case, Op
 from .data import late_candidates, rows_of
 from .fnmore import Explode
@@ -307,6 +307,9 @@ def expected(
         elif retry and maybe_late and candidates(case) and st.form in ("tumbling", "session"):
             out["retried"] = retried(case, late_ids or set())
         return {**out, "late": late} if st.late else out
+    if overs.is_over(st):  # the candidates no output holds were dropped (overs.py)
+        dropped = (late_ids or set()) & candidates(case)
+        return {"main": overs.expected(case, main_stream(case), dropped)}
     if st.kind == "sql":
         return sql(case)
     if st.kind == "ujoin":

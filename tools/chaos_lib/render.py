@@ -19,6 +19,7 @@ from . import (
     deltaopts,
     fnlib,
     loops,
+    overs,
     ptimers,
     pyops,
     sparksink,
@@ -452,6 +453,8 @@ def _stage_lines(case: Case) -> list[str]:
         return _fagg_lines(case)
     if st.kind == "sql":
         return _sql_lines(case)
+    if st.kind == "over":
+        return overs.dsl_lines(case)
     agg = {"sum": 'sum("v")', "count": "count()", "min": 'min("v")', "max": 'max("v")'}[st.agg]
     if st.kind == "none":
         return ["    out = main"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from . import sqlmore
+from . import overs, sqlmore, wtime
 
 # name -> (draw params, SQL text from params)
 SELECT: dict[str, tuple[Any, Any]] = {
@@ -216,6 +216,8 @@ def query(stage: Any) -> str:
     """The query eddyline runs (``stage``: a ``case.Stage`` of kind sql)."""
     where = _where(stage.exprs)
     with_, table = _from(stage)
+    if stage.form == "over":
+        return overs.query(stage)
     if stage.form in JOINS:
         return _join(stage, duck=False)
     if stage.form == "closing":
@@ -237,7 +239,8 @@ def query(stage: Any) -> str:
     if stage.spelling == "spark":
         column, call = _spark_window(stage)
         return (
-            f"SELECT k, {column}.start AS window_start, {column}.end AS window_end, {agg} "
+            f"SELECT k, {column}.start AS window_start, {column}.end AS window_end"
+            f"{wtime.sql_column(stage)}, {agg} "
             f"FROM t{where} GROUP BY {call}, k{having}"
         )
     return _regroup(
@@ -255,6 +258,13 @@ def _regroup(stage: Any, inner: str) -> str:
     if regroup is None:
         return inner
     column = COLUMN[stage.agg]
+    chained = wtime.chained_ms(stage)
+    if chained:  # Spark's window(window_time(window), ...): by end - 1 (wtime.py)
+        start = f"(window_end - 1) - (window_end - 1) % {chained}"
+        return (
+            f"SELECT {start} AS window_start, {start} + {chained} AS window_end, "
+            f"{regroup[1]}({column}) AS r, count(*) AS n FROM ({inner}) AS w GROUP BY ALL"
+        )
     if stage.form == "session":  # sessions of two keys may share an end, not a start
         return (
             f"SELECT window_start, window_end, {regroup[1]}({column}) AS r, count(*) AS n "
@@ -360,7 +370,7 @@ def reference_query(stage: Any) -> str:
         table = _windowed("t", stage)
     return _regroup(
         stage,
-        f"SELECT k, window_start, window_end, {agg} FROM {table}{where} "
+        f"SELECT k, window_start, window_end{wtime.duck_column(stage)}, {agg} FROM {table}{where} "
         f"GROUP BY k, window_start, window_end{_having(stage)}",
     )
 

@@ -137,6 +137,13 @@ def spark_regroup(stage: Any, where: str, agg: str, having: str, column: str) ->
         )
     by = (_expr(stage, "by") or ["by", "window"])[1]
     inner = f"SELECT k, window, {agg} FROM t{where} GROUP BY {spark_call(stage)}, k{having}"
+    chained = _expr(stage, "wtime")
+    if stage.wtime and chained:  # windowed again on window_time, as Spark's docs (wtime.py)
+        return (
+            f"SELECT window.start AS window_start, window.end AS window_end, {r} "
+            f"FROM ({inner}) AS w GROUP BY window(window_time(window), "
+            f"'{chained[1] // 1000} seconds')"
+        )
     group = "window.end" if by == "end" else "window"
     return f"SELECT window.end AS window_end, {r} FROM ({inner}) AS w GROUP BY {group}"
 
