@@ -167,10 +167,7 @@ fn pruned(node: SqlNode, required: &HashSet<String>) -> SqlNode {
 fn pruned_over(node: SqlNode, required: &HashSet<String>) -> SqlNode {
     let SqlNode::Over {
         input,
-        keys,
-        time_column,
-        order_by,
-        preceding,
+        frame,
         aggregates,
         ..
     } = node
@@ -178,19 +175,16 @@ fn pruned_over(node: SqlNode, required: &HashSet<String>) -> SqlNode {
         return node;
     };
     let mut below: HashSet<String> = required.clone();
-    below.extend(keys.iter().cloned());
-    below.insert(time_column.clone());
-    below.extend(order_by.iter().cloned());
+    below.extend(frame.keys.iter().cloned());
+    below.insert(frame.time_column.clone());
+    below.extend(frame.order_by.iter().cloned());
     below.extend(aggregates.iter().filter_map(|a| a.column.clone()));
     let input = pruned(*input, &below);
     let mut columns = input.columns();
     columns.extend(aggregates.iter().map(|a| a.name.clone()));
     SqlNode::Over {
         input: Box::new(input),
-        keys,
-        time_column,
-        order_by,
-        preceding,
+        frame,
         aggregates,
         columns,
     }
