@@ -183,6 +183,18 @@ impl SqlNode {
             SqlNode::Closing { input, .. } => input.columns(),
         }
     }
+
+    /// Whether the node passes on the rows of a windowing table function
+    /// (whose `window_start`/`window_end` exist only in its `GROUP BY`).
+    pub(crate) fn passes_window_rows(&self) -> bool {
+        match self {
+            SqlNode::Window { .. } => true,
+            SqlNode::Filter { input, .. } | SqlNode::Project { input, .. } => {
+                input.passes_window_rows()
+            }
+            _ => false,
+        }
+    }
 }
 
 /// SQL that eddyline cannot run as a stream, or that does not plan: the

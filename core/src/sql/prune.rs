@@ -235,16 +235,6 @@ fn join_names(
     named
 }
 
-/// Whether `node` passes on the rows of a windowing table function (whose
-/// `window_start`/`window_end` exist only in its `GROUP BY`).
-fn over_window(node: &SqlNode) -> bool {
-    match node {
-        SqlNode::Window { .. } => true,
-        SqlNode::Filter { input, .. } | SqlNode::Project { input, .. } => over_window(input),
-        _ => false,
-    }
-}
-
 /// A join (see `pruned`) keeping in each input only its keys, its event time,
 /// the columns read above it, and on the left those whose name a column read
 /// from the right has (so that one keeps its `_right`).
@@ -323,7 +313,7 @@ fn pruned_filter(node: SqlNode, required: &HashSet<String>) -> SqlNode {
     };
     // Not over a windowing table function's rows: a projection may not
     // pass on their window bounds before the GROUP BY.
-    if wanted.len() == columns.len() || over_window(&node) {
+    if wanted.len() == columns.len() || node.passes_window_rows() {
         return node;
     }
     SqlNode::Project {
