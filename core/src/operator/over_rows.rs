@@ -45,8 +45,8 @@ use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Error, Result};
-use crate::keygroup::{hash_keys, KeyGroupOwnership};
-use crate::operator::timestamps::{event_time_column, event_times_millis};
+use crate::keygroup::KeyGroupOwnership;
+use crate::operator::timestamps::{event_time_column, event_times_millis, keyed_event_times};
 use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
@@ -615,14 +615,15 @@ impl Operator for OverRowsOperator {
         let name = self.own.name.clone();
         let b = self.binding.as_ref().expect("invariant: bound just above");
         let s = &mut self.scratch;
-        event_times_millis(
+        // The key columns are read again, sorted, when the rows fire.
+        keyed_event_times(
             &name,
-            batch.column(b.time_idx),
-            &self.factory.time_column,
+            &batch,
+            (b.time_idx, &self.factory.time_column),
+            &b.key_idx,
             &mut s.times,
+            &mut s.hashes,
         )?;
-        let key_cols: Vec<ArrayRef> = b.key_idx.iter().map(|&i| batch.column(i).clone()).collect();
-        hash_keys(&key_cols, &mut s.hashes).map_err(|e| Error::arrow(&name, &e))?;
         s.rows.resize_with(self.groups.len(), Vec::new);
         let mut late = 0u64;
         for (i, (&h, &t)) in s.hashes.iter().zip(&s.times).enumerate() {
