@@ -41,8 +41,9 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
@@ -53,6 +54,7 @@ use crate::state::keyed::{
     column_index, describe_columns, key_columns, native_values, owned_key_groups, Acc, AggKind,
     ValueKind,
 };
+use crate::state::keyed_slots::columns_at;
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
 /// The aggregate functions of an over window.
@@ -378,34 +380,12 @@ impl OverRowsOperator {
             return Ok(None);
         }
         // Sorted by partition, event time, order_by, then every column.
-        let sort_cols: Vec<ArrayRef> = b
-            .sort_idx
-            .iter()
-            .map(|&i| ready.column(i).clone())
-            .collect();
-        let fields = sort_cols
-            .iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect();
-        let rows = RowConverter::new(fields)
-            .and_then(|c| c.convert_columns(&sort_cols))
-            .map_err(|e| Error::arrow(&name, &e))?;
+        let rows = row_format(&ready, &b.sort_idx).map_err(|e| Error::arrow(&name, &e))?;
         let mut order: Vec<u32> = (0..ready.num_rows() as u32).collect();
         order.sort_unstable_by(|&x, &y| rows.row(x as usize).cmp(&rows.row(y as usize)));
         let sorted = take_record_batch(&ready, &UInt32Array::from(order))
             .map_err(|e| Error::arrow(&name, &e))?;
-        let key_cols: Vec<ArrayRef> = b
-            .key_idx
-            .iter()
-            .map(|&i| sorted.column(i).clone())
-            .collect();
-        let key_fields = key_cols
-            .iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect();
-        let keys = RowConverter::new(key_fields)
-            .and_then(|c| c.convert_columns(&key_cols))
-            .map_err(|e| Error::arrow(&name, &e))?;
+        let keys = row_format(&sorted, &b.key_idx).map_err(|e| Error::arrow(&name, &e))?;
         let values = row_values(&name, &sorted, &b.values)?;
         let columns =
             aggregate_frames(&self.factory, &b.values, &values, &keys, &mut group.history);
@@ -415,6 +395,17 @@ impl OverRowsOperator {
             .map_err(|e| Error::arrow(&name, &e))?;
         Ok(Some(out))
     }
+}
+
+/// The columns `idx` of `batch` in the row format, whose rows compare as
+/// their values do, column by column.
+fn row_format(batch: &RecordBatch, idx: &[usize]) -> std::result::Result<Rows, ArrowError> {
+    let columns = columns_at(batch, idx);
+    let fields = columns
+        .iter()
+        .map(|c| SortField::new(c.data_type().clone()))
+        .collect();
+    RowConverter::new(fields).and_then(|c| c.convert_columns(&columns))
 }
 
 /// Per aggregate, the values of `batch`'s rows (count of rows: all valid).
