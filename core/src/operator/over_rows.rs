@@ -230,21 +230,20 @@ impl OverRowsFactory {
         };
         let idx = column_index(operator, input, column)?;
         let dt = input.field(idx).data_type();
-        let kind = if dt.is_integer() {
-            ValueKind::Int
-        } else if dt.is_floating() {
-            ValueKind::Float
-        } else if a.function == OverFunction::Count {
-            ValueKind::Int
-        } else {
-            return Err(Error::schema(
-                operator,
-                format!(
-                    "the over window's {}() needs a numeric column, but column '{column}' has \
+        let kind = match ValueKind::of(dt) {
+            Some(kind) => kind,
+            // A count reads a column of any type.
+            None if a.function == OverFunction::Count => ValueKind::Int,
+            None => {
+                return Err(Error::schema(
+                    operator,
+                    format!(
+                        "the over window's {}() needs a numeric column, but column '{column}' has \
                      type {dt}",
-                    a.function.name()
-                ),
-            ));
+                        a.function.name()
+                    ),
+                ));
+            }
         };
         Ok((Some(idx), kind))
     }
