@@ -442,6 +442,17 @@ mod tests {
             .collect()
     }
 
+    /// One list column `xs`: [1, 2, 3], null, [].
+    fn lists() -> arrow::record_batch::RecordBatch {
+        let xs = arrow::array::ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2), Some(3)]),
+            None,
+            Some(vec![]),
+        ]);
+        arrow::record_batch::RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)])
+            .expect("batch")
+    }
+
     #[test]
     fn test_field_of_a_null_struct_is_null() {
         use crate::expr::{Expr, ScalarValue};
@@ -467,17 +478,9 @@ mod tests {
     #[test]
     fn test_size_of_a_null_array_is_minus_one_or_null_in_ansi_mode() {
         use crate::expr::Expr;
-        use arrow::array::ListArray;
         use arrow::datatypes::Int32Type;
-        use arrow::record_batch::RecordBatch;
 
-        let xs = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
-            Some(vec![Some(1), Some(2), Some(3)]),
-            None,
-            Some(vec![]),
-        ]);
-        let batch =
-            RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)]).expect("batch");
+        let batch = lists();
         let sizes = |ansi: bool| -> Vec<Option<i32>> {
             let e = Expr::call("size", vec![Expr::col("xs")])
                 .expect("resolves")
@@ -492,16 +495,8 @@ mod tests {
     #[test]
     fn test_element_at_and_get_item() {
         use crate::expr::{Expr, ScalarValue};
-        use arrow::array::ListArray;
-        use arrow::record_batch::RecordBatch;
 
-        let xs = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
-            Some(vec![Some(1), Some(2), Some(3)]),
-            None,
-            Some(vec![]),
-        ]);
-        let batch =
-            RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)]).expect("batch");
+        let batch = lists();
         let at = |name: &str, i: i64| -> Vec<Option<i64>> {
             let e = Expr::call(
                 name,
