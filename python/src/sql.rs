@@ -259,10 +259,7 @@ fn over_to_py<'n>(
 ) -> PyResult<Py<PyAny>> {
     let SqlNode::Over {
         input,
-        keys,
-        time_column,
-        order_by,
-        preceding,
+        frame,
         aggregates,
         ..
     } = node
@@ -275,10 +272,10 @@ fn over_to_py<'n>(
         py,
         PySqlOver {
             input: to_py(py, input, done)?,
-            keys: keys.clone(),
-            time_column: time_column.clone(),
-            order_by: order_by.clone(),
-            preceding: *preceding,
+            keys: frame.keys.clone(),
+            time_column: frame.time_column.clone(),
+            order_by: frame.order_by.clone(),
+            preceding: frame.preceding,
             aggregates: aggregate_list(py, aggregates)?,
             columns,
         },

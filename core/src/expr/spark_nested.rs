@@ -56,8 +56,8 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::from(Generator::new("explode_outer"))),
         Arc::new(ScalarUDF::from(Generator::new("posexplode"))),
         Arc::new(ScalarUDF::from(Generator::new("posexplode_outer"))),
-        Arc::new(ScalarUDF::from(GetField::new())),
-        Arc::new(ScalarUDF::from(Size::new())),
+        Arc::new(ScalarUDF::from(NullsFromInput::get_field())),
+        Arc::new(ScalarUDF::from(NullsFromInput::size())),
     ]
 }
 
@@ -341,97 +341,63 @@ impl ScalarUDFImpl for Generator {
     }
 }
 
-/// DataFusion's `get_field`, with the struct's nulls carried to the field.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct GetField {
-    signature: Signature,
+/// Where a [`NullsFromInput`] function's result takes its first argument's
+/// nulls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum InputNulls {
+    /// Always, besides the result's own: DataFusion's `get_field`, whose
+    /// field of a null struct is null.
+    Added,
+    /// In ANSI mode, in place of the result's: `datafusion-spark`'s `size`,
+    /// null for a null array in ANSI mode (-1 otherwise, as Spark's legacy
+    /// `sizeOfNull`).
+    InAnsiMode,
 }
 
-impl GetField {
-    fn new() -> Self {
-        GetField {
-            signature: Self::inner().signature().clone(),
+/// A function of DataFusion or `datafusion-spark` with a nullable result that
+/// takes the nulls of its first argument as `nulls` says; otherwise the
+/// function itself.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NullsFromInput {
+    inner: Arc<ScalarUDF>,
+    nulls: InputNulls,
+}
+
+impl NullsFromInput {
+    fn get_field() -> Self {
+        NullsFromInput {
+            inner: datafusion_functions::core::get_field(),
+            nulls: InputNulls::Added,
         }
     }
 
-    fn inner() -> Arc<ScalarUDF> {
-        datafusion_functions::core::get_field()
-    }
-}
-
-impl ScalarUDFImpl for GetField {
-    fn name(&self) -> &str {
-        "get_field"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        Self::inner().coerce_types(arg_types)
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        Self::inner().return_type(arg_types)
-    }
-
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        let field = Self::inner().return_field_from_args(args)?;
-        Ok(Arc::new(field.as_ref().clone().with_nullable(true)))
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let rows = args.number_rows;
-        let parent = args.args[0].to_array(rows)?;
-        let value = Self::inner().invoke_with_args(args)?.to_array(rows)?;
-        let Some(parent_nulls) = parent.logical_nulls() else {
-            return Ok(ColumnarValue::Array(value));
-        };
-        let nulls = NullBuffer::union(Some(&parent_nulls), value.logical_nulls().as_ref());
-        let data = value.to_data().into_builder().nulls(nulls).build()?;
-        Ok(ColumnarValue::Array(make_array(data)))
-    }
-}
-
-/// `datafusion-spark`'s `size`, null for a null array in ANSI mode.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Size {
-    signature: Signature,
-}
-
-impl Size {
-    fn new() -> Self {
-        Size {
-            signature: Self::inner().signature().clone(),
+    fn size() -> Self {
+        NullsFromInput {
+            inner: datafusion_spark::function::collection::size(),
+            nulls: InputNulls::InAnsiMode,
         }
     }
-
-    fn inner() -> Arc<ScalarUDF> {
-        datafusion_spark::function::collection::size()
-    }
 }
 
-impl ScalarUDFImpl for Size {
+impl ScalarUDFImpl for NullsFromInput {
     fn name(&self) -> &str {
-        "size"
+        self.inner.name()
     }
 
     fn signature(&self) -> &Signature {
-        &self.signature
+        self.inner.signature()
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        Self::inner().coerce_types(arg_types)
+        self.inner.coerce_types(arg_types)
     }
 
     fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        Self::inner().return_type(arg_types)
+        self.inner.return_type(arg_types)
     }
 
     fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
-        // Nullable: in ANSI mode a null array's size is null.
-        let field = Self::inner().return_field_from_args(args)?;
+        let field = self.inner.return_field_from_args(args)?;
         Ok(Arc::new(field.as_ref().clone().with_nullable(true)))
     }
 
@@ -439,14 +405,16 @@ impl ScalarUDFImpl for Size {
         let rows = args.number_rows;
         let ansi = args.config_options.execution.enable_ansi_mode;
         let input = args.args[0].to_array(rows)?;
-        let sizes = Self::inner().invoke_with_args(args)?.to_array(rows)?;
-        match input.logical_nulls() {
-            Some(nulls) if ansi => {
-                let data = sizes.to_data().into_builder().nulls(Some(nulls)).build()?;
-                Ok(ColumnarValue::Array(make_array(data)))
+        let value = self.inner.invoke_with_args(args)?.to_array(rows)?;
+        let nulls = match (self.nulls, input.logical_nulls()) {
+            (InputNulls::Added, Some(nulls)) => {
+                NullBuffer::union(Some(&nulls), value.logical_nulls().as_ref())
             }
-            _ => Ok(ColumnarValue::Array(sizes)),
-        }
+            (InputNulls::InAnsiMode, Some(nulls)) if ansi => Some(nulls),
+            _ => return Ok(ColumnarValue::Array(value)),
+        };
+        let data = value.to_data().into_builder().nulls(nulls).build()?;
+        Ok(ColumnarValue::Array(make_array(data)))
     }
 }
 
@@ -474,6 +442,17 @@ mod tests {
             .collect()
     }
 
+    /// One list column `xs`: [1, 2, 3], null, [].
+    fn lists() -> arrow::record_batch::RecordBatch {
+        let xs = arrow::array::ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
+            Some(vec![Some(1), Some(2), Some(3)]),
+            None,
+            Some(vec![]),
+        ]);
+        arrow::record_batch::RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)])
+            .expect("batch")
+    }
+
     #[test]
     fn test_field_of_a_null_struct_is_null() {
         use crate::expr::{Expr, ScalarValue};
@@ -499,17 +478,9 @@ mod tests {
     #[test]
     fn test_size_of_a_null_array_is_minus_one_or_null_in_ansi_mode() {
         use crate::expr::Expr;
-        use arrow::array::ListArray;
         use arrow::datatypes::Int32Type;
-        use arrow::record_batch::RecordBatch;
 
-        let xs = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
-            Some(vec![Some(1), Some(2), Some(3)]),
-            None,
-            Some(vec![]),
-        ]);
-        let batch =
-            RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)]).expect("batch");
+        let batch = lists();
         let sizes = |ansi: bool| -> Vec<Option<i32>> {
             let e = Expr::call("size", vec![Expr::col("xs")])
                 .expect("resolves")
@@ -524,16 +495,8 @@ mod tests {
     #[test]
     fn test_element_at_and_get_item() {
         use crate::expr::{Expr, ScalarValue};
-        use arrow::array::ListArray;
-        use arrow::record_batch::RecordBatch;
 
-        let xs = ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
-            Some(vec![Some(1), Some(2), Some(3)]),
-            None,
-            Some(vec![]),
-        ]);
-        let batch =
-            RecordBatch::try_from_iter(vec![("xs", Arc::new(xs) as ArrayRef)]).expect("batch");
+        let batch = lists();
         let at = |name: &str, i: i64| -> Vec<Option<i64>> {
             let e = Expr::call(
                 name,

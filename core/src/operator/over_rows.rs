@@ -41,18 +41,20 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
-use arrow::row::{RowConverter, SortField};
+use arrow::row::{RowConverter, Rows, SortField};
 
 use crate::error::{Error, Result};
-use crate::keygroup::{hash_keys, KeyGroupOwnership};
-use crate::operator::timestamps::{event_time_column, event_times_millis};
+use crate::keygroup::KeyGroupOwnership;
+use crate::operator::timestamps::{event_time_column, event_times_millis, keyed_event_times};
 use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
     column_index, describe_columns, key_columns, native_values, owned_key_groups, Acc, AggKind,
     ValueKind,
 };
+use crate::state::keyed_slots::columns_at;
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
 /// The aggregate functions of an over window.
@@ -228,21 +230,20 @@ impl OverRowsFactory {
         };
         let idx = column_index(operator, input, column)?;
         let dt = input.field(idx).data_type();
-        let kind = if dt.is_integer() {
-            ValueKind::Int
-        } else if dt.is_floating() {
-            ValueKind::Float
-        } else if a.function == OverFunction::Count {
-            ValueKind::Int
-        } else {
-            return Err(Error::schema(
-                operator,
-                format!(
-                    "the over window's {}() needs a numeric column, but column '{column}' has \
+        let kind = match ValueKind::of(dt) {
+            Some(kind) => kind,
+            // A count reads a column of any type.
+            None if a.function == OverFunction::Count => ValueKind::Int,
+            None => {
+                return Err(Error::schema(
+                    operator,
+                    format!(
+                        "the over window's {}() needs a numeric column, but column '{column}' has \
                      type {dt}",
-                    a.function.name()
-                ),
-            ));
+                        a.function.name()
+                    ),
+                ));
+            }
         };
         Ok((Some(idx), kind))
     }
@@ -378,34 +379,12 @@ impl OverRowsOperator {
             return Ok(None);
         }
         // Sorted by partition, event time, order_by, then every column.
-        let sort_cols: Vec<ArrayRef> = b
-            .sort_idx
-            .iter()
-            .map(|&i| ready.column(i).clone())
-            .collect();
-        let fields = sort_cols
-            .iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect();
-        let rows = RowConverter::new(fields)
-            .and_then(|c| c.convert_columns(&sort_cols))
-            .map_err(|e| Error::arrow(&name, &e))?;
+        let rows = row_format(&ready, &b.sort_idx).map_err(|e| Error::arrow(&name, &e))?;
         let mut order: Vec<u32> = (0..ready.num_rows() as u32).collect();
         order.sort_unstable_by(|&x, &y| rows.row(x as usize).cmp(&rows.row(y as usize)));
         let sorted = take_record_batch(&ready, &UInt32Array::from(order))
             .map_err(|e| Error::arrow(&name, &e))?;
-        let key_cols: Vec<ArrayRef> = b
-            .key_idx
-            .iter()
-            .map(|&i| sorted.column(i).clone())
-            .collect();
-        let key_fields = key_cols
-            .iter()
-            .map(|c| SortField::new(c.data_type().clone()))
-            .collect();
-        let keys = RowConverter::new(key_fields)
-            .and_then(|c| c.convert_columns(&key_cols))
-            .map_err(|e| Error::arrow(&name, &e))?;
+        let keys = row_format(&sorted, &b.key_idx).map_err(|e| Error::arrow(&name, &e))?;
         let values = row_values(&name, &sorted, &b.values)?;
         let columns =
             aggregate_frames(&self.factory, &b.values, &values, &keys, &mut group.history);
@@ -415,6 +394,17 @@ impl OverRowsOperator {
             .map_err(|e| Error::arrow(&name, &e))?;
         Ok(Some(out))
     }
+}
+
+/// The columns `idx` of `batch` in the row format, whose rows compare as
+/// their values do, column by column.
+fn row_format(batch: &RecordBatch, idx: &[usize]) -> std::result::Result<Rows, ArrowError> {
+    let columns = columns_at(batch, idx);
+    let fields = columns
+        .iter()
+        .map(|c| SortField::new(c.data_type().clone()))
+        .collect();
+    RowConverter::new(fields).and_then(|c| c.convert_columns(&columns))
 }
 
 /// Per aggregate, the values of `batch`'s rows (count of rows: all valid).
@@ -615,14 +605,15 @@ impl Operator for OverRowsOperator {
         let name = self.own.name.clone();
         let b = self.binding.as_ref().expect("invariant: bound just above");
         let s = &mut self.scratch;
-        event_times_millis(
+        // The key columns are read again, sorted, when the rows fire.
+        keyed_event_times(
             &name,
-            batch.column(b.time_idx),
-            &self.factory.time_column,
+            &batch,
+            (b.time_idx, &self.factory.time_column),
+            &b.key_idx,
             &mut s.times,
+            &mut s.hashes,
         )?;
-        let key_cols: Vec<ArrayRef> = b.key_idx.iter().map(|&i| batch.column(i).clone()).collect();
-        hash_keys(&key_cols, &mut s.hashes).map_err(|e| Error::arrow(&name, &e))?;
         s.rows.resize_with(self.groups.len(), Vec::new);
         let mut late = 0u64;
         for (i, (&h, &t)) in s.hashes.iter().zip(&s.times).enumerate() {

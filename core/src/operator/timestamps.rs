@@ -68,11 +68,13 @@ use arrow::datatypes::{
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType,
 };
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ForOperator, Result};
 use crate::event::MAX_WATERMARK;
+use crate::keygroup::hash_keys;
 use crate::operator::{
     CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory, Recompute,
 };
+use crate::state::keyed_slots::columns_at;
 use crate::state::{decode_entries, encode_entries, OperatorState, Redistribution, StateBlob};
 use crate::state::{decode_positions, encode_positions};
 
@@ -208,6 +210,24 @@ pub(crate) fn event_times_millis(
         _ => out.extend_from_slice(raw),
     }
     Ok(())
+}
+
+/// What a keyed event-time operator reads of each batch first: the event
+/// times of its column `time_idx` (named `time_column`) into `times`, as
+/// [`event_times_millis`], and the hashes of its key columns `key_idx` into
+/// `hashes`; returns the key columns. Errors name `operator`.
+pub(crate) fn keyed_event_times(
+    operator: &str,
+    batch: &RecordBatch,
+    (time_idx, time_column): (usize, &str),
+    key_idx: &[usize],
+    times: &mut Vec<i64>,
+    hashes: &mut Vec<u64>,
+) -> Result<Vec<ArrayRef>> {
+    event_times_millis(operator, batch.column(time_idx), time_column, times)?;
+    let key_cols = columns_at(batch, key_idx);
+    hash_keys(&key_cols, hashes).for_operator(operator)?;
+    Ok(key_cols)
 }
 
 /// Builds [`AssignTimestampsOperator`]s reading event time from `column`

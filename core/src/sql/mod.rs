@@ -145,19 +145,27 @@ pub enum SqlNode {
     /// passes its `column`; rows pass unchanged. A `GROUP BY` whose keys hold
     /// `column` closes each group when the watermark passes it (lower.rs).
     Closing { input: Box<SqlNode>, column: String },
-    /// `agg(col) OVER (PARTITION BY keys ORDER BY time_column, order_by...
-    /// ROWS BETWEEN preceding PRECEDING AND CURRENT ROW)` (sql/over.rs):
-    /// every row of `input` with its frame's `aggregates` (sum, count, avg,
-    /// min, max) added as columns, once the watermark passes its time.
+    /// `agg(col) OVER (...)` (sql/over.rs): every row of `input` with the
+    /// `aggregates` (sum, count, avg, min, max) of its `frame` added as
+    /// columns, once the watermark passes its time.
     Over {
         input: Box<SqlNode>,
-        keys: Vec<String>,
-        time_column: String,
-        order_by: Vec<String>,
-        preceding: u64,
+        frame: OverFrame,
         aggregates: Vec<AggregateCall>,
         columns: Vec<String>,
     },
+}
+
+/// The `OVER (PARTITION BY keys ORDER BY time_column, order_by... ROWS
+/// BETWEEN preceding PRECEDING AND CURRENT ROW)` that every function of one
+/// over window shares (sql/over.rs): what partitions and orders its rows,
+/// and how many rows before each its frame holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverFrame {
+    pub keys: Vec<String>,
+    pub time_column: String,
+    pub order_by: Vec<String>,
+    pub preceding: u64,
 }
 
 impl SqlNode {
@@ -173,6 +181,18 @@ impl SqlNode {
             SqlNode::Project { exprs, .. } => exprs.iter().map(|(n, _)| n.clone()).collect(),
             SqlNode::Union { inputs } => inputs.first().map(SqlNode::columns).unwrap_or_default(),
             SqlNode::Closing { input, .. } => input.columns(),
+        }
+    }
+
+    /// Whether the node passes on the rows of a windowing table function
+    /// (whose `window_start`/`window_end` exist only in its `GROUP BY`).
+    pub(crate) fn passes_window_rows(&self) -> bool {
+        match self {
+            SqlNode::Window { .. } => true,
+            SqlNode::Filter { input, .. } | SqlNode::Project { input, .. } => {
+                input.passes_window_rows()
+            }
+            _ => false,
         }
     }
 }

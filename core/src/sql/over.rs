@@ -20,7 +20,7 @@ use datafusion_expr::{Expr as DfExpr, WindowFrameBound, WindowFrameUnits};
 
 use super::convert::Columns;
 use super::lower::Lowering;
-use super::{AggregateCall, SqlError, SqlNode};
+use super::{AggregateCall, OverFrame, SqlError, SqlNode};
 use crate::expr::Expr;
 
 /// The largest `n PRECEDING` (`operator/over_rows.rs`'s `MAX_PRECEDING`).
@@ -33,14 +33,6 @@ fn refused(construct: &str, why: impl Into<String>) -> SqlError {
 /// What a supported `OVER (...)` must look like, for the errors.
 const SHAPE: &str = "OVER (PARTITION BY k ORDER BY <event time> ROWS BETWEEN n PRECEDING AND \
                      CURRENT ROW) with sum, count, avg, min or max";
-
-/// The shared `OVER (...)` of one `Window` node's functions.
-struct Spec {
-    keys: Vec<String>,
-    time_column: String,
-    order_by: Vec<String>,
-    preceding: u64,
-}
 
 impl Lowering<'_> {
     /// A `Window` node: its input with the aggregates of each row's frame.
@@ -67,7 +59,7 @@ impl Lowering<'_> {
             names: &names,
         };
         let time = self.timed(&input).and_then(|t| t.column);
-        let mut spec: Option<(Spec, &WindowFunctionParams)> = None;
+        let mut spec: Option<(OverFrame, &WindowFunctionParams)> = None;
         let mut aggregates: Vec<AggregateCall> = Vec::with_capacity(w.window_expr.len());
         let mut out = names.clone();
         for e in &w.window_expr {
@@ -98,10 +90,7 @@ impl Lowering<'_> {
         };
         Ok(SqlNode::Over {
             input: Box::new(input),
-            keys: spec.keys,
-            time_column: spec.time_column,
-            order_by: spec.order_by,
-            preceding: spec.preceding,
+            frame: spec,
             aggregates,
             columns: out,
         })
@@ -118,10 +107,7 @@ impl Lowering<'_> {
     ) -> (SqlNode, Vec<(String, Expr)>) {
         let SqlNode::Over {
             input: below,
-            keys,
-            time_column,
-            order_by,
-            preceding,
+            frame,
             mut aggregates,
             mut columns,
         } = input
@@ -131,10 +117,7 @@ impl Lowering<'_> {
         super::lower::name_by_aliases(&mut aggregates, &mut columns, &mut exprs);
         let node = SqlNode::Over {
             input: below,
-            keys,
-            time_column,
-            order_by,
-            preceding,
+            frame,
             aggregates,
             columns,
         };
@@ -196,7 +179,7 @@ fn frame(
     params: &WindowFunctionParams,
     columns: &Columns<'_>,
     time: Option<&str>,
-) -> Result<Spec, SqlError> {
+) -> Result<OverFrame, SqlError> {
     if params.partition_by.is_empty() {
         return Err(refused(
             "OVER",
@@ -253,7 +236,7 @@ fn frame(
             ))
         }
     };
-    Ok(Spec {
+    Ok(OverFrame {
         keys,
         time_column: time,
         order_by,
@@ -427,10 +410,7 @@ mod tests {
             panic!("a projection dropping v: {node:?}");
         };
         let SqlNode::Over {
-            keys,
-            time_column,
-            order_by,
-            preceding,
+            frame,
             aggregates,
             columns,
             ..
@@ -438,10 +418,10 @@ mod tests {
         else {
             panic!("an over node: {input:?}");
         };
-        assert_eq!(keys, ["k"]);
-        assert_eq!(time_column, "t");
-        assert_eq!(order_by, ["v"]);
-        assert_eq!(preceding, 9);
+        assert_eq!(frame.keys, ["k"]);
+        assert_eq!(frame.time_column, "t");
+        assert_eq!(frame.order_by, ["v"]);
+        assert_eq!(frame.preceding, 9);
         assert_eq!(columns, ["k", "t", "v", "m", "count(1)"]);
         assert_eq!(aggregates[0].function, "avg");
         assert_eq!(aggregates[1].column, None);

@@ -167,10 +167,7 @@ fn pruned(node: SqlNode, required: &HashSet<String>) -> SqlNode {
 fn pruned_over(node: SqlNode, required: &HashSet<String>) -> SqlNode {
     let SqlNode::Over {
         input,
-        keys,
-        time_column,
-        order_by,
-        preceding,
+        frame,
         aggregates,
         ..
     } = node
@@ -178,19 +175,16 @@ fn pruned_over(node: SqlNode, required: &HashSet<String>) -> SqlNode {
         return node;
     };
     let mut below: HashSet<String> = required.clone();
-    below.extend(keys.iter().cloned());
-    below.insert(time_column.clone());
-    below.extend(order_by.iter().cloned());
+    below.extend(frame.keys.iter().cloned());
+    below.insert(frame.time_column.clone());
+    below.extend(frame.order_by.iter().cloned());
     below.extend(aggregates.iter().filter_map(|a| a.column.clone()));
     let input = pruned(*input, &below);
     let mut columns = input.columns();
     columns.extend(aggregates.iter().map(|a| a.name.clone()));
     SqlNode::Over {
         input: Box::new(input),
-        keys,
-        time_column,
-        order_by,
-        preceding,
+        frame,
         aggregates,
         columns,
     }
@@ -239,16 +233,6 @@ fn join_names(
         }
     }
     named
-}
-
-/// Whether `node` passes on the rows of a windowing table function (whose
-/// `window_start`/`window_end` exist only in its `GROUP BY`).
-fn over_window(node: &SqlNode) -> bool {
-    match node {
-        SqlNode::Window { .. } => true,
-        SqlNode::Filter { input, .. } | SqlNode::Project { input, .. } => over_window(input),
-        _ => false,
-    }
 }
 
 /// A join (see `pruned`) keeping in each input only its keys, its event time,
@@ -329,7 +313,7 @@ fn pruned_filter(node: SqlNode, required: &HashSet<String>) -> SqlNode {
     };
     // Not over a windowing table function's rows: a projection may not
     // pass on their window bounds before the GROUP BY.
-    if wanted.len() == columns.len() || over_window(&node) {
+    if wanted.len() == columns.len() || node.passes_window_rows() {
         return node;
     }
     SqlNode::Project {

@@ -349,7 +349,7 @@ impl Lowering<'_> {
                 });
             }
         }
-        if !(over_window(input) && keys.iter().any(|k| k == "window_end")) {
+        if !(input.passes_window_rows() && keys.iter().any(|k| k == "window_end")) {
             return None;
         }
         let offsets = match window_kind(input) {
@@ -479,15 +479,6 @@ fn window_kind(node: &SqlNode) -> Option<&WindowKind> {
     }
 }
 
-/// Whether `node` passes on the rows of a windowing table function.
-fn over_window(node: &SqlNode) -> bool {
-    match node {
-        SqlNode::Window { .. } => true,
-        SqlNode::Filter { input, .. } | SqlNode::Project { input, .. } => over_window(input),
-        _ => false,
-    }
-}
-
 /// `GROUP BY keys` with `aggregates` over `input`, whose event time `time`
 /// (a windowed aggregate's) is among the keys: a window of 1 ms on it (see
 /// the module docs), the query's columns `out` (keys, then aggregates) named
@@ -590,7 +581,7 @@ fn running(node: &SqlNode) -> bool {
             input,
             window: None,
             ..
-        } => !over_window(input),
+        } => !input.passes_window_rows(),
         SqlNode::Filter { input, .. } | SqlNode::Project { input, .. } => running(input),
         SqlNode::Union { inputs } => inputs.iter().any(running),
         _ => false,

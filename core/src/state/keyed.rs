@@ -56,6 +56,19 @@ pub(crate) enum ValueKind {
 }
 
 impl ValueKind {
+    /// The kind of accumulator a column of type `dt` takes: an integer's or
+    /// a floating-point number's; None for a type a native aggregate cannot
+    /// sum.
+    pub(crate) fn of(dt: &DataType) -> Option<ValueKind> {
+        if dt.is_integer() {
+            Some(ValueKind::Int)
+        } else if dt.is_floating() {
+            Some(ValueKind::Float)
+        } else {
+            None
+        }
+    }
+
     pub(crate) fn data_type(self) -> DataType {
         match self {
             ValueKind::Int => DataType::Int64,
@@ -229,11 +242,7 @@ pub(crate) fn numeric_column(
 ) -> Result<(usize, ValueKind)> {
     let idx = column_index(operator, input, col)?;
     let dt = input.field(idx).data_type();
-    let kind = if dt.is_integer() {
-        ValueKind::Int
-    } else if dt.is_floating() {
-        ValueKind::Float
-    } else {
+    let Some(kind) = ValueKind::of(dt) else {
         return Err(Error::schema(
             operator,
             format!(

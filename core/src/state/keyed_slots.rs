@@ -144,6 +144,30 @@ impl KeyedSlots {
     }
 }
 
+/// The state of a multi-aggregate once its input schema is known: the
+/// slots of its keys and, per owned key group, what indexes them (`G`: a
+/// key's slot, or its windows' slots).
+pub(crate) struct SlotGroups<G> {
+    pub keyed: KeyedSlots,
+    pub groups: Vec<G>,
+}
+
+impl<G: Default> SlotGroups<G> {
+    /// Empty slots of `set` for keys of the columns `key_idx` of `input`,
+    /// and an empty `G` per key group `own` owns. Errors name the operator.
+    pub fn new(
+        own: &KeyGroupOwnership,
+        input: &Schema,
+        key_idx: &[usize],
+        set: Arc<AggregateSet>,
+    ) -> Result<Self> {
+        Ok(SlotGroups {
+            keyed: KeyedSlots::new(&own.name, input, key_idx, set)?,
+            groups: (0..own.key_groups.len()).map(|_| G::default()).collect(),
+        })
+    }
+}
+
 /// The columns `idx` of `batch` (its key columns), shared, not copied.
 pub(crate) fn columns_at(batch: &RecordBatch, idx: &[usize]) -> Vec<ArrayRef> {
     idx.iter().map(|&i| batch.column(i).clone()).collect()

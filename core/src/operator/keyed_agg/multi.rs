@@ -54,6 +54,7 @@ use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, O
 use crate::state::keyed::{key_columns, open_blob, owned_key_groups};
 use crate::state::keyed_slots::{
     blob_error, columns_at, held_blobs, same_field_types, visible_state_table, KeyedSlots,
+    SlotGroups,
 };
 use crate::state::{DeferredState, OperatorState, StateBlob};
 
@@ -148,18 +149,12 @@ struct Group {
     copy: Option<Arc<GroupCopy>>,
 }
 
-/// The state once the input schema is known.
-struct Keyed {
-    keyed: KeyedSlots,
-    groups: Vec<Group>,
-}
-
 /// A running keyed multi-aggregate; see the module documentation.
 pub struct MultiAggOperator {
     factory: MultiAggFactory,
     own: KeyGroupOwnership,
     binding: Option<Binding>,
-    state: Option<Keyed>,
+    state: Option<SlotGroups<Group>>,
     /// Blobs restored before the input schema was known.
     pending: Vec<(usize, StateBlob)>,
     hashes: Vec<u64>,
@@ -216,17 +211,12 @@ impl MultiAggOperator {
             self.binding = Some(binding);
             return Ok(());
         }
-        self.state = Some(Keyed {
-            keyed: KeyedSlots::new(
-                &self.own.name,
-                schema,
-                &binding.key_idx,
-                binding.set.clone(),
-            )?,
-            groups: (0..self.own.key_groups.len())
-                .map(|_| Group::default())
-                .collect(),
-        });
+        self.state = Some(SlotGroups::new(
+            &self.own,
+            schema,
+            &binding.key_idx,
+            binding.set.clone(),
+        )?);
         self.binding = Some(binding);
         for (kg, blob) in std::mem::take(&mut self.pending) {
             self.restore_blob(kg, &blob)?;

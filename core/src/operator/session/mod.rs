@@ -54,8 +54,8 @@ use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 
 use crate::error::{Error, Result};
-use crate::keygroup::{hash_keys, KeyGroupOwnership};
-use crate::operator::timestamps::{event_time_column, event_times_millis};
+use crate::keygroup::KeyGroupOwnership;
+use crate::operator::timestamps::{event_time_column, keyed_event_times};
 use crate::operator::window::open_sessions::{in_firing_order, SessionBounds, SessionGroup};
 use crate::operator::window::time_array;
 use crate::operator::{
@@ -637,14 +637,14 @@ impl Operator for SessionOperator {
         self.bind(batch.schema_ref())?;
         let name = self.own.name.clone();
         let b = self.binding.as_ref().expect("invariant: bound just above");
-        event_times_millis(
+        let key_cols = keyed_event_times(
             &name,
-            batch.column(b.time_idx),
-            &self.factory.time_column,
+            &batch,
+            (b.time_idx, &self.factory.time_column),
+            &b.key_idx,
             &mut self.scratch.times,
+            &mut self.scratch.hashes,
         )?;
-        let key_cols: Vec<ArrayRef> = b.key_idx.iter().map(|&i| batch.column(i).clone()).collect();
-        hash_keys(&key_cols, &mut self.scratch.hashes).map_err(|e| Error::arrow(&name, &e))?;
         let key_rows = self
             .codec
             .as_ref()

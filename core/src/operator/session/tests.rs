@@ -6,6 +6,7 @@ use arrow::datatypes::Int64Type;
 use proptest::prelude::*;
 
 use crate::event::MAX_WATERMARK;
+use crate::keygroup::hash_keys;
 use crate::operator::testing::{split_keyed, Recorder};
 
 /// (key, start, end, sum) of every fired session, in emission order.

@@ -105,10 +105,6 @@ impl SlotWindows for WindowAggsFactory {
         format!("{described} windows")
     }
 
-    fn new_group() -> Windows {
-        Windows::new()
-    }
-
     fn is_empty(group: &Windows) -> bool {
         group.is_empty()
     }

@@ -243,10 +243,6 @@ impl SlotWindows for SessionAggsFactory {
         format!("sessions of gap {described} ms")
     }
 
-    fn new_group() -> Group {
-        Group::default()
-    }
-
     fn is_empty(group: &Group) -> bool {
         group.sessions.is_empty()
     }

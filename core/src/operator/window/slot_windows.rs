@@ -3,7 +3,7 @@
 //! sessions ([`super::session_multi`]) of `keyed.window(...).agg(...)`.
 //!
 //! [`SlotWindowsOperator`] binds the input, encodes each batch's keys and
-//! event times, keeps one slot of [`KeyedSlots`] per (key, window) in the
+//! event times, keeps one slot of [`SlotGroups`] per (key, window) in the
 //! key groups it owns, counts and routes late rows, emits the windows that
 //! fire, and writes and restores its key groups with their watermarks
 //! ([`KeyGroupWatermarks`]). The factory's [`SlotWindows`] says the rest:
@@ -32,7 +32,7 @@ use crate::state::keyed::{
     window_key_columns, META_INPUT_SCHEMA,
 };
 use crate::state::keyed_slots::{
-    blob_error, columns_at, held_blobs, same_field_types, visible_state_table, KeyedSlots,
+    blob_error, columns_at, held_blobs, same_field_types, visible_state_table, SlotGroups,
 };
 use crate::state::{OperatorState, StateBlob};
 
@@ -42,7 +42,7 @@ pub(super) const SEQ_FIELD: &str = "__eddyline_seq";
 /// What a windowed multi-aggregate's factory says about its windows.
 pub(crate) trait SlotWindows: Clone + Send + Sync + 'static {
     /// One key group's open windows.
-    type Group: Send;
+    type Group: Default + Send;
     /// What one batch's assignment keeps between its rows.
     type Batch: Default;
     /// The operator in messages: "window agg()" or "session window agg()".
@@ -69,7 +69,6 @@ pub(crate) trait SlotWindows: Clone + Send + Sync + 'static {
     /// The windows `described` (by [`SlotWindows::describe`]) in a message.
     fn windows_text(described: &str) -> String;
 
-    fn new_group() -> Self::Group;
     fn is_empty(group: &Self::Group) -> bool;
     /// Adds row `row`, at time `t` and of key `key`, to the windows of its
     /// key group `group` that are open at `watermark`: pushes the (row,
@@ -219,20 +218,13 @@ fn bind<F: SlotWindows>(factory: &F, operator: &str, input: &SchemaRef) -> Resul
     })
 }
 
-/// The state once the input schema is known: the slots and the key groups'
-/// windows.
-struct Keyed<G> {
-    keyed: KeyedSlots,
-    groups: Vec<G>,
-}
-
 /// A windowed multi-aggregate over the windows of `F`; see the module
 /// documentation.
 pub(crate) struct SlotWindowsOperator<F: SlotWindows> {
     factory: F,
     own: KeyGroupOwnership,
     binding: Option<Binding>,
-    state: Option<Keyed<F::Group>>,
+    state: Option<SlotGroups<F::Group>>,
     /// Blobs restored before the input schema was known.
     pending: Vec<(usize, StateBlob)>,
     watermark: i64,
@@ -290,17 +282,12 @@ impl<F: SlotWindows> SlotWindowsOperator<F> {
             self.binding = Some(binding);
             return Ok(());
         }
-        self.state = Some(Keyed {
-            keyed: KeyedSlots::new(
-                &self.own.name,
-                schema,
-                &binding.key_idx,
-                binding.set.clone(),
-            )?,
-            groups: (0..self.own.key_groups.len())
-                .map(|_| F::new_group())
-                .collect(),
-        });
+        self.state = Some(SlotGroups::new(
+            &self.own,
+            schema,
+            &binding.key_idx,
+            binding.set.clone(),
+        )?);
         self.binding = Some(binding);
         for (kg, blob) in std::mem::take(&mut self.pending) {
             self.restore_blob(kg, &blob)?;
