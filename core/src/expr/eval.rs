@@ -18,6 +18,7 @@ use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
+use super::function::Function;
 use super::kernels;
 use super::types::{binary_type, column_not_found, is_string, numeric_class, unary_type, NumClass};
 use super::value::{with_datums, Value};
@@ -95,13 +96,46 @@ impl Expr {
                 let v = expr.eval(batch)?;
                 self.eval_unary(*op, &v)
             }
-            Expr::Call { function, args } => function.eval(args, batch, self),
+            Expr::Call { function, args } => self.eval_call(function, args, batch),
             Expr::Cast { expr, to } => super::cast::eval(expr.eval(batch)?, to, self),
             Expr::Case {
                 branches,
                 otherwise,
             } => super::case::eval(branches, otherwise.as_deref(), batch, self),
         }
+    }
+
+    /// A library call; Spark's `floor(a / b)` of integers `a` and `b` runs
+    /// as one integer kernel instead of a double division, a floor and a
+    /// cast, with the same result for every input (docs/DESIGN.md
+    /// "Expressions"; the proof is at `kernels::spark_floor_quotient`).
+    fn eval_call(
+        &self,
+        function: &Function,
+        args: &[Expr],
+        batch: &RecordBatch,
+    ) -> ExprResult<Value> {
+        let [division @ Expr::Binary {
+            op: BinaryOp::Div,
+            left,
+            right,
+        }] = args
+        else {
+            return function.eval(args, batch, self);
+        };
+        if function.name() != "floor" {
+            return function.eval(args, batch, self);
+        }
+        let (l, r) = (left.eval(batch)?, right.eval(batch)?);
+        let int = |v: &Value| numeric_class(v.data_type()) == Some(NumClass::Int);
+        if int(&l) && int(&r) {
+            return l
+                .cast_to(&DataType::Int64)
+                .and_then(|l| kernels::int_floor_of_true_div(&l, &r.cast_to(&DataType::Int64)?))
+                .map_err(|e| kernel_error(e, division));
+        }
+        let quotient = division.eval_binary(BinaryOp::Div, &l, &r)?;
+        function.eval_values(vec![quotient], args, batch, self)
     }
 
     fn eval_binary(&self, op: BinaryOp, l: &Value, r: &Value) -> ExprResult<Value> {
@@ -396,6 +430,52 @@ mod tests {
         assert_eq!(ints(&q), vec![Some(-3), Some(2), Some(-7), None]);
         let d = bin(BinaryOp::Div, c("i"), i(2)).evaluate(&b).expect("eval");
         assert_eq!(floats(&d), vec![Some(-3.5), Some(3.5), None, Some(0.0)]);
+    }
+
+    #[test]
+    fn test_floor_of_an_integer_division_is_sparks_double_floor() {
+        let b = batch();
+        let floor = |arg: Expr| Expr::call("floor", vec![arg]).expect("floor resolves");
+        let double = |e: Expr| Expr::cast(e, "double").expect("cast");
+        for (l, r) in [
+            (c("i"), i(2)),
+            (c("i"), c("n")),
+            (i(-7), c("n")),
+            (bin(BinaryOp::Mul, c("i"), i(908)), i(-1000)),
+            (c("n"), i(1 << 53)),
+            (i(i64::MIN), i(-1)),
+        ] {
+            // The integer kernel against the double division Spark runs.
+            let fast = floor(bin(BinaryOp::Div, l.clone(), r.clone()));
+            let slow = floor(bin(BinaryOp::Div, double(l), double(r)));
+            let got = fast.evaluate(&b).expect("eval");
+            assert_eq!(got.data_type(), &DataType::Int64, "{fast}");
+            assert_eq!(
+                ints(&got),
+                ints(&slow.evaluate(&b).expect("eval")),
+                "{fast}"
+            );
+        }
+        let q = floor(bin(BinaryOp::Div, c("i"), i(2)))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(ints(&q), vec![Some(-4), Some(3), None, Some(0)]);
+        // Other operands take the general path: floats, a null literal.
+        let q = floor(bin(BinaryOp::Div, c("f"), i(2)))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(ints(&q)[1], Some(0));
+        let q = floor(bin(BinaryOp::Div, c("i"), null()))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(ints(&q), vec![None; 4]);
+        let err = floor(bin(BinaryOp::Div, c("i"), i(0)))
+            .evaluate(&b)
+            .expect_err("division by zero");
+        assert!(
+            err.to_string().contains("division by zero in expression"),
+            "{err}"
+        );
     }
 
     #[test]

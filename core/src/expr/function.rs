@@ -274,6 +274,17 @@ impl Function {
             .iter()
             .map(|a| a.eval(batch))
             .collect::<ExprResult<Vec<_>>>()?;
+        self.eval_values(values, args, batch, call)
+    }
+
+    /// The call over its arguments `args`, already evaluated to `values`.
+    pub(super) fn eval_values(
+        &self,
+        values: Vec<Value>,
+        args: &[Expr],
+        batch: &RecordBatch,
+        call: &Expr,
+    ) -> ExprResult<Value> {
         let arg_types: Vec<DataType> = values.iter().map(|v| v.data_type().clone()).collect();
         let signature = self.signature(args, &arg_types, call)?;
         // A call over single values is one value, unless it is volatile

@@ -197,6 +197,71 @@ pub(crate) fn int_true_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
     })
 }
 
+/// Below this magnitude every `i64` is exactly an `f64`.
+const EXACT_IN_F64: u64 = 1 << 53;
+
+/// Spark's `floor(a / b)` of integers, `b != 0`, the way Spark computes it:
+/// `/` divides as doubles and `floor` casts the floored double to bigint,
+/// saturating like Java's `(long)` (docs/DESIGN.md "Expressions").
+#[inline]
+fn spark_floor_quotient_in_f64(a: i64, b: i64) -> i64 {
+    (a as f64 / b as f64).floor() as i64
+}
+
+/// Spark's `floor(a / b)` of integers, `b != 0`, as an integer floor
+/// division wherever that is exactly what the double computation gives.
+///
+/// Claim: if `|a| < 2^53` and `|b| <= 2^53`, then `floor(fl(a / b))` is the
+/// integer floor of the real quotient `q = a / b`. Both operands are exact
+/// as doubles, and the division is correctly rounded, so
+/// `|fl(q) - q| <= 2^-53 |q|` (round to nearest); `|q| <= |a| < 2^53` gives
+/// `|fl(q) - q| < 1 / |b|`. Let `n = floor(q)`; `n` and `n + 1` are doubles
+/// (their magnitudes are at most 2^53). If `q = n`, `fl(q) = n`. Otherwise
+/// `n + 1 - q = ((n + 1) b - a) / b` has a non-zero integer numerator, so it
+/// is at least `1 / |b|` and `fl(q) < n + 1`; and `fl(q) >= n` because
+/// rounding is monotone and `n` is a double. So `floor(fl(q)) = n`, which
+/// needs no saturation. Outside that range the double computation runs, so
+/// every input gives Spark's result (`i64::MIN / -1` saturates to
+/// `i64::MAX`, large dividends round before they are divided).
+#[inline]
+fn spark_floor_quotient(a: i64, b: i64) -> i64 {
+    if a.unsigned_abs() < EXACT_IN_F64 && b.unsigned_abs() <= EXACT_IN_F64 {
+        // |a| < 2^53: `a / -1` cannot overflow.
+        py_floor_div_safe(a, b)
+    } else {
+        spark_floor_quotient_in_f64(a, b)
+    }
+}
+
+/// Spark's `floor(a / b)` on two `Int64` values as one integer kernel (see
+/// [`spark_floor_quotient`]); a zero divisor fails as [`int_true_div`] does.
+pub(crate) fn int_floor_of_true_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
+    if let Some((a, b)) = constant_divisor(l, r)? {
+        if b != 0 {
+            let a = primitive::<Int64Type>(&a)?;
+            let quotients = if b.unsigned_abs() <= EXACT_IN_F64 {
+                a.unary::<_, Int64Type>(|a| {
+                    if a.unsigned_abs() < EXACT_IN_F64 {
+                        py_floor_div_safe(a, b)
+                    } else {
+                        spark_floor_quotient_in_f64(a, b)
+                    }
+                })
+            } else {
+                a.unary::<_, Int64Type>(|a| spark_floor_quotient_in_f64(a, b))
+            };
+            return Ok(Value::Array(Arc::new(quotients)));
+        }
+    }
+    apply::<Int64Type, Int64Type, Int64Type, _>(l, r, |a, b| {
+        if b == 0 {
+            Err(ArrowError::DivideByZero)
+        } else {
+            Ok(spark_floor_quotient(a, b))
+        }
+    })
+}
+
 /// Float `//`: `floor(a / b)` on two `Float64` values.
 pub(crate) fn float_floor_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
     apply::<Float64Type, Float64Type, Float64Type, _>(l, r, |a, b| Ok((a / b).floor()))
@@ -365,6 +430,8 @@ pub(crate) fn broadcast(scalar: &ArrayRef, len: usize) -> Result<ArrayRef, Arrow
 
 #[cfg(test)]
 mod tests {
+    use arrow::array::Int64Array;
+
     use super::*;
 
     #[test]
@@ -387,6 +454,105 @@ mod tests {
         assert_eq!(py_floor_div(5, -1).expect("div"), -5);
         assert!(matches!(py_mod(1, 0), Err(ArrowError::DivideByZero)));
         assert!(matches!(py_floor_div(1, 0), Err(ArrowError::DivideByZero)));
+    }
+
+    /// Dividends and divisors around the edges of the exact range: zero,
+    /// small values of both signs, 2^53 and its neighbours, the extremes.
+    fn edge_values() -> Vec<i64> {
+        let p = 1i64 << 53;
+        let mut values = vec![0, 1, 2, 3, 7, 908, 1000, 999_999_999];
+        values.extend([
+            p - 3,
+            p - 1,
+            p,
+            p + 1,
+            p + 3,
+            3 * p + 1,
+            i64::MAX - 1,
+            i64::MAX,
+        ]);
+        let negatives: Vec<i64> = values.iter().map(|v| -v).collect();
+        values.extend(negatives);
+        values.push(i64::MIN);
+        values.push(i64::MIN + 1);
+        values
+    }
+
+    #[test]
+    fn test_spark_floor_quotient_is_the_double_computation() {
+        let values = edge_values();
+        for &a in &values {
+            for &b in values.iter().filter(|b| **b != 0) {
+                let spark = (a as f64 / b as f64).floor() as i64;
+                assert_eq!(spark_floor_quotient(a, b), spark, "floor({a} / {b})");
+                let l = Value::Array(Arc::new(Int64Array::from(vec![a])));
+                let r = Value::Scalar(Arc::new(Int64Array::from(vec![b])));
+                let Value::Array(got) = int_floor_of_true_div(&l, &r).expect("kernel") else {
+                    panic!("a column divided by a literal is a column");
+                };
+                let got = got.as_primitive::<Int64Type>();
+                assert_eq!(got.value(0), spark, "floor({a} / {b}) by a literal");
+            }
+        }
+        // Floors, not truncation, and exact where the double is.
+        assert_eq!(spark_floor_quotient(-7, 2), -4);
+        assert_eq!(spark_floor_quotient(7, -2), -4);
+        assert_eq!(spark_floor_quotient(-6, 3), -2);
+        let p = 1i64 << 53;
+        assert_eq!(spark_floor_quotient(p - 1, 1), p - 1);
+        assert_eq!(spark_floor_quotient(-(p - 1), 2), -(p / 2));
+        // Beyond 2^53 the dividend rounds first, as Spark's double does.
+        assert_eq!(spark_floor_quotient(p + 1, 1), p);
+        assert_eq!(spark_floor_quotient(i64::MIN, -1), i64::MAX);
+        assert_eq!(spark_floor_quotient(i64::MAX, 1), i64::MAX);
+    }
+
+    #[test]
+    fn test_spark_floor_quotient_matches_doubles_on_random_pairs() {
+        // A fixed-seed xorshift: dividends of every magnitude, small divisors.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..200_000 {
+            let shift = next() % 64;
+            let a = (next() >> shift) as i64 * if next() % 2 == 0 { 1 } else { -1 };
+            let b = (next() % 2_000) as i64 - 1_000;
+            if b != 0 {
+                let spark = (a as f64 / b as f64).floor() as i64;
+                assert_eq!(spark_floor_quotient(a, b), spark, "floor({a} / {b})");
+            }
+        }
+    }
+
+    #[test]
+    fn test_spark_floor_of_true_div_nulls_and_zero_divisors() {
+        let column = |v: Vec<Option<i64>>| Value::Array(Arc::new(Int64Array::from(v)));
+        let scalar = |v: Option<i64>| Value::Scalar(Arc::new(Int64Array::from(vec![v])));
+        let ints = |v: Value| match v {
+            Value::Array(a) | Value::Scalar(a) => {
+                a.as_primitive::<Int64Type>().iter().collect::<Vec<_>>()
+            }
+        };
+        let a = column(vec![Some(-7), None, Some(7)]);
+        let got = int_floor_of_true_div(&a, &scalar(Some(2))).expect("by a literal");
+        assert_eq!(ints(got), vec![Some(-4), None, Some(3)]);
+        let got = int_floor_of_true_div(&a, &column(vec![Some(-2), Some(0), None]))
+            .expect("a null row is never divided");
+        assert_eq!(ints(got), vec![Some(3), None, None]);
+        let got = int_floor_of_true_div(&a, &scalar(None)).expect("a null divisor");
+        assert_eq!(ints(got), vec![None]);
+        let got = int_floor_of_true_div(&scalar(Some(-1)), &scalar(Some(3))).expect("literals");
+        assert_eq!(ints(got), vec![Some(-1)]);
+        for zero in [scalar(Some(0)), column(vec![Some(1), Some(1), Some(0)])] {
+            assert!(matches!(
+                int_floor_of_true_div(&a, &zero),
+                Err(ArrowError::DivideByZero)
+            ));
+        }
     }
 
     #[test]
