@@ -401,8 +401,9 @@ class SqlClosing(_SqlNode):
 @final
 class SqlOver(_SqlNode):
     """Every row of ``input`` with its frame's ``aggregates`` (as ``SqlAggregate``'s):
-    ``agg(col) OVER (PARTITION BY keys ORDER BY time_column, order_by... ROWS BETWEEN
-    preceding PRECEDING AND CURRENT ROW)``."""
+    ``agg(col) OVER (PARTITION BY keys ORDER BY time_column, order_by... ROWS|RANGE
+    BETWEEN preceding PRECEDING AND CURRENT ROW)``: ``preceding`` rows, or with
+    ``range`` milliseconds of event time; None: ``UNBOUNDED``."""
 
     @property
     def input(self) -> _SqlStep: ...
@@ -413,7 +414,9 @@ class SqlOver(_SqlNode):
     @property
     def order_by(self) -> list[str]: ...
     @property
-    def preceding(self) -> int: ...
+    def preceding(self) -> int | None: ...
+    @property
+    def range(self) -> bool: ...
     @property
     def aggregates(self) -> list[tuple[str, list[Expr], str | None, str]]: ...
 

@@ -42,6 +42,7 @@ __all__ = [
     "NodeSpec",
     "OperatorSpec",
     "OverAggregateSpec",
+    "OverRangeSpec",
     "OverRowsSpec",
     "PythonPlanSpec",
     "PythonSpec",
@@ -303,14 +304,27 @@ class OverAggregateSpec:
 @dataclass(frozen=True, slots=True)
 class OverRowsSpec:
     """``keyed.over_rows(...)``: per key, each row with the aggregates of itself and
-    the ``preceding`` rows before it in event-time order (``order_by`` orders the
-    rows of one event time)."""
+    the ``preceding`` rows before it in event-time order (None: every row before it;
+    ``order_by`` orders the rows of one event time)."""
 
     kind: ClassVar[str] = "over_rows"
     keys: list[str]
     time_column: str
     order_by: list[str]
-    preceding: int
+    preceding: int | None
+    aggregates: list[OverAggregateSpec]
+
+
+@dataclass(frozen=True, slots=True)
+class OverRangeSpec:
+    """``keyed.over_range(...)``: per key, each row with the aggregates of every row
+    whose event time is at most ``preceding_ms`` before its own and not after it
+    (None: every row up to its time)."""
+
+    kind: ClassVar[str] = "over_range"
+    keys: list[str]
+    time_column: str
+    preceding_ms: int | None
     aggregates: list[OverAggregateSpec]
 
 
@@ -459,6 +473,7 @@ OperatorSpec: TypeAlias = (
     | WindowSpec
     | SessionWindowSpec
     | OverRowsSpec
+    | OverRangeSpec
     | JoinSpec
     | LoopHeadSpec
     | LoopExitSpec

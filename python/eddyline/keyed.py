@@ -44,7 +44,7 @@ from .aggregates import count as count_rows
 from .config import Duration, parse_duration
 from .errors import GraphError
 from .expr import col
-from .over import over_rows
+from .over import over_range, over_rows
 from .process_functions import ProcessContext, ProcessFunction, Row
 from .windows import OutputTag, Session, Sliding, TimeWindow, Tumbling, WindowAssigner
 
@@ -146,11 +146,17 @@ class KeyedStream(Generic[S]):
         )
 
     def over_rows(
-        self, *aggregates: AggregateColumn, preceding: int, order_by: str | Sequence[str] = ()
+        self,
+        *aggregates: AggregateColumn,
+        preceding: int | None,
+        order_by: str | Sequence[str] = (),
     ) -> S:
         """Each row with the aggregates of its key's last rows in event time: SQL's
         ``agg(col) OVER (PARTITION BY keys ORDER BY <event time>, order_by ROWS BETWEEN
-        preceding PRECEDING AND CURRENT ROW)``, Flink's OVER aggregation.
+        preceding PRECEDING AND CURRENT ROW)``, Flink's OVER aggregation;
+        ``preceding=None`` is ``ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW``, a
+        running aggregate of every row of the key so far (its state per key is the
+        accumulators alone, not the rows).
 
         A row waits until the watermark passes its event time; then each key's rows
         are taken in event-time order (rows of one time ordered by the ``order_by``
@@ -161,12 +167,12 @@ class KeyedStream(Generic[S]):
         name (``avg(v)``). Output: the input's columns, then the aggregates; one row per
         input row, append-only, timed by its own event time. A row at or before the
         watermark when it arrives is late: counted in ``late_records`` and dropped.
-        The held rows and each key's last rows are checkpointed per key group and
-        restore at another parallelism.
+        The held rows and each key's last rows (or running aggregates) are
+        checkpointed per key group and restore at another parallelism.
 
         Raises:
             TypeError: An argument is not an aggregate of ``eddyline.functions``.
-            ValueError: ``preceding`` is not a whole number >= 0.
+            ValueError: ``preceding`` is not a whole number >= 0 or None.
             GraphError: The stream has no event time; an aggregate other than sum,
                 count, avg, min or max, or of an expression; two of one name.
             SchemaError: An aggregate's column is not numeric.
@@ -186,6 +192,45 @@ class KeyedStream(Generic[S]):
         if stream.time_column is None and stream._node.window_end is not None:
             stream = _with_window_time(stream)  # a window's results: timed by its end - 1 ms
         return over_rows(stream, list(self._keys), aggregates, preceding, order_by)
+
+    def over_range(self, *aggregates: AggregateColumn, preceding: Duration | None) -> S:
+        """Each row with the aggregates of its key's rows of the last ``preceding`` of
+        event time: SQL's ``agg(col) OVER (PARTITION BY keys ORDER BY <event time>
+        RANGE BETWEEN INTERVAL preceding PRECEDING AND CURRENT ROW)``, Flink's range
+        OVER aggregation; ``preceding=None`` is ``RANGE BETWEEN UNBOUNDED PRECEDING AND
+        CURRENT ROW`` (SQL's default frame of an ``OVER`` with ``ORDER BY``).
+
+        As :meth:`over_rows`, rows wait until the watermark passes their event time,
+        late rows are counted in ``late_records`` and dropped, and each row is emitted
+        once with the aggregates; the frame of a row of time ``t`` is every row of its
+        key whose time is in ``[t - preceding, t]`` (all rows up to ``t`` for None), so
+        rows of one time (peers) all get the same values, computed over all of them.
+        A bounded frame keeps each key's rows of the last ``preceding``; an unbounded
+        one only its running aggregates.
+
+        Raises:
+            TypeError: An argument is not an aggregate of ``eddyline.functions``.
+            ValueError: ``preceding`` is not a duration of whole milliseconds >= 0.
+            GraphError: The stream has no event time; an aggregate other than sum,
+                count, avg, min or max, or of an expression; two of one name.
+            SchemaError: An aggregate's column is not numeric.
+
+        Example:
+            >>> import eddyline as ed
+            >>> import eddyline.functions as F
+            >>> env = ed.StreamEnvironment()
+            >>> times = [(0, 1), (1000, 3), (1000, 4), (2500, 8)]
+            >>> rows = [{"k": "a", "t": t, "v": v} for t, v in times]
+            >>> s = env.from_collection(rows).assign_timestamps("t")
+            >>> out = s.key_by("k").over_range(F.sum("v").alias("s"), preceding="1s").collect()
+            >>> _ = env.execute()
+            >>> sorted((r["t"], r["s"]) for r in out.to_pylist())
+            [(0, 1), (1000, 8), (1000, 8), (2500, 8)]
+        """
+        stream = self._stream
+        if stream.time_column is None and stream._node.window_end is not None:
+            stream = _with_window_time(stream)  # a window's results: timed by its end - 1 ms
+        return over_range(stream, list(self._keys), aggregates, preceding)
 
     def connect(self, other: BroadcastStream[S]) -> BroadcastConnectedStreams[S]:
         """Connects a broadcast stream (``rules.broadcast()``) for a

@@ -202,8 +202,9 @@ class _Lowering:
         return _Lowered(stream, time=time, windows=windows, window_rows=node.window is not None)
 
     def _over(self, node: Any) -> _Lowered:
-        """``agg(col) OVER (PARTITION BY ... ORDER BY <event time> ROWS ...)``: the
-        DSL's ``key_by(keys).over_rows(...)`` on the input timed by its SQL event time."""
+        """``agg(col) OVER (PARTITION BY ... ORDER BY <event time> ROWS|RANGE ...)``:
+        the DSL's ``key_by(keys).over_rows(...)`` (``.over_range(...)``) on the input
+        timed by its SQL event time."""
         below = self.lower(node.input)
         if below.window is not None:
             raise SqlError(
@@ -214,9 +215,12 @@ class _Lowering:
         stream = _timed(below)
         _check_time_column(stream, node.time_column, "OVER", f"ORDER BY {node.time_column}")
         columns = [AggregateColumn(f, list(args), name) for f, args, _, name in node.aggregates]
-        over = stream.key_by(list(node.keys)).over_rows(
-            *columns, preceding=node.preceding, order_by=list(node.order_by)
-        )
+        keyed = stream.key_by(list(node.keys))
+        if node.range:
+            ms = node.preceding
+            over = keyed.over_range(*columns, preceding=None if ms is None else f"{ms}ms")
+        else:
+            over = keyed.over_rows(*columns, preceding=node.preceding, order_by=list(node.order_by))
         return _Lowered(over, time=node.time_column)
 
     def _window(self, node: Any) -> _Lowered:

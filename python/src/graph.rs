@@ -44,7 +44,7 @@ use crate::udf::PyRunnerFactory;
 mod aggregate;
 mod over;
 
-use over::over_rows_node;
+use over::{over_range_node, over_rows_node};
 
 use aggregate::{
     keyed_agg_node, keyed_aggs_node, session_aggs_node, session_node, window_aggs_node, window_node,
@@ -558,6 +558,7 @@ impl GraphReader<'_> {
             "window" => window_node(cx, op.extract()?, late_output)?,
             "join" => join_node(cx, op.extract()?)?,
             "over_rows" => over_rows_node(cx, op.extract()?)?,
+            "over_range" => over_range_node(cx, op.extract()?)?,
             "session_window" => session_node(cx, op.extract()?, late_output)?,
             "loop_head" => self.loop_head_node(cx, op.extract()?)?,
             "loop_exit" => operator(Arc::new(UnionFactory::default()), cx.first_input()),

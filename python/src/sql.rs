@@ -102,8 +102,9 @@ pub struct PySqlClosing {
 }
 
 /// Every row of `input` with its frame's aggregates: `agg(col) OVER
-/// (PARTITION BY keys ORDER BY time_column, order_by... ROWS BETWEEN
-/// preceding PRECEDING AND CURRENT ROW)`; `aggregates` as
+/// (PARTITION BY keys ORDER BY time_column, order_by... ROWS|RANGE BETWEEN
+/// preceding PRECEDING AND CURRENT ROW)`: `preceding` rows, or with `range`
+/// milliseconds of event time; None: `UNBOUNDED`; `aggregates` as
 /// [`PySqlAggregate`]'s.
 #[pyclass(name = "SqlOver", module = "eddyline._core", frozen, get_all)]
 pub struct PySqlOver {
@@ -111,7 +112,8 @@ pub struct PySqlOver {
     keys: Vec<String>,
     time_column: String,
     order_by: Vec<String>,
-    preceding: u64,
+    preceding: Option<u64>,
+    range: bool,
     aggregates: Py<PyList>,
     columns: Vec<String>,
 }
@@ -276,6 +278,7 @@ fn over_to_py<'n>(
             time_column: frame.time_column.clone(),
             order_by: frame.order_by.clone(),
             preceding: frame.preceding,
+            range: frame.range,
             aggregates: aggregate_list(py, aggregates)?,
             columns,
         },

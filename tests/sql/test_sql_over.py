@@ -1,12 +1,14 @@
-"""Over windows (docs/API.md "Over windows"): ``keyed.over_rows(...)`` and SQL's
-``agg(col) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN n PRECEDING AND CURRENT
-ROW)`` against DuckDB's window functions on random rows with event-time ties, nulls
-and late rows, at parallelism 1 to 3; the SQL plan against its DSL twin; and the
-shapes a stream cannot run, each a named ``SqlError``."""
+"""Over windows (docs/API.md "Over windows"): ``keyed.over_rows(...)``,
+``keyed.over_range(...)`` and SQL's ``agg(col) OVER (PARTITION BY k ORDER BY ts
+ROWS|RANGE BETWEEN n|INTERVAL|UNBOUNDED PRECEDING AND CURRENT ROW)`` against DuckDB's
+window functions on random rows with event-time ties, nulls and late rows, at
+parallelism 1 to 3; the SQL plan against its DSL twin; and the shapes a stream
+cannot run, each a named ``SqlError``."""
 
 from __future__ import annotations
 
 import random
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -14,6 +16,7 @@ import pytest
 
 import eddyline as ed
 import eddyline.functions as F
+from eddyline.config import parse_duration
 
 from .conftest import assert_refused, assert_twin_plans, duck, run, same_rows
 
@@ -62,14 +65,21 @@ def random_rows(rng: random.Random) -> tuple[list[dict[str, Any]], int]:
     return rows, late
 
 
-def reference(rows: list[dict[str, Any]], preceding: int) -> list[dict[str, Any]]:
+def reference(rows: list[dict[str, Any]], preceding: int | str) -> list[dict[str, Any]]:
     """DuckDB's window functions over the rows that are not late, ties ordered as
-    the over window orders them (``u``, then the other columns, nulls first)."""
-    table = pa.Table.from_pylist([r for r in rows if "late" not in r], schema=SCHEMA)
-    frame = (
-        f"PARTITION BY k ORDER BY ts, u, v NULLS FIRST, x NULLS FIRST "
-        f"ROWS BETWEEN {preceding} PRECEDING AND CURRENT ROW"
+    the over window orders them (``u``, then the other columns, nulls first), over
+    ``preceding`` rows or ``UNBOUNDED``."""
+    return reference_framed(
+        rows,
+        "PARTITION BY k ORDER BY ts, u, v NULLS FIRST, x NULLS FIRST "
+        f"ROWS BETWEEN {preceding} PRECEDING AND CURRENT ROW",
     )
+
+
+def reference_framed(rows: list[dict[str, Any]], frame: str) -> list[dict[str, Any]]:
+    """DuckDB's window functions of the ``WINDOW w AS (frame)`` over the rows that
+    are not late."""
+    table = pa.Table.from_pylist([r for r in rows if "late" not in r], schema=SCHEMA)
     return duck(
         f"""
         SELECT k, ts, u, v, x,
@@ -195,39 +205,204 @@ def test_sql_over_reads_closed_groups_and_window_results() -> None:
     )
 
 
+AGGREGATES = (
+    F.sum("v").alias("s"),
+    F.count("*").alias("n"),
+    F.count("v").alias("nv"),
+    F.avg("v").alias("a"),
+    F.min("x").alias("lo"),
+    F.max("v").alias("hi"),
+)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_over_rows_unbounded_equals_duckdb_on_random_rows(parallelism: int, seed: int) -> None:
+    rng = random.Random(seed)
+    rows, late = random_rows(rng)
+    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
+    keyed = source(env, rows).key_by("k")
+    over = keyed.over_rows(*AGGREGATES, preceding=None, order_by="u").name("over")
+    handle = over.collect()
+    result = env.execute("over")
+    assert result.metrics["operators"]["over"]["late_records"] == late > 0
+    same_rows(normalized(handle.to_pylist()), normalized(reference(rows, "UNBOUNDED")))
+
+
+RANGES: list[str | None] = ["1s", "500ms", "0ms", None]
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3])
+def test_over_range_equals_duckdb_on_random_rows_with_peers(parallelism: int, seed: int) -> None:
+    rng = random.Random(seed)
+    rows, late = random_rows(rng)
+    preceding = rng.choice(RANGES)
+    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
+    over = source(env, rows).key_by("k").over_range(*AGGREGATES, preceding=preceding)
+    handle = over.name("over").collect()
+    result = env.execute("over")
+    assert result.metrics["operators"]["over"]["late_records"] == late > 0
+    bound = "UNBOUNDED" if preceding is None else round(parse_duration(preceding) * 1000)
+    frame = f"PARTITION BY k ORDER BY ts RANGE BETWEEN {bound} PRECEDING AND CURRENT ROW"
+    got = handle.to_pylist()
+    same_rows(normalized(got), normalized(reference_framed(rows, frame)))
+    # Rows of one key and time (peers) came, so their shared frame was tested.
+    assert len({(r["k"], r["ts"]) for r in got}) < len(got)
+
+
+SQL_FRAMES = [
+    ("ORDER BY ts, u ROWS UNBOUNDED PRECEDING", "ORDER BY ts, u, v NULLS FIRST, x NULLS FIRST "),
+    (
+        "ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+        "ORDER BY ts, u, v NULLS FIRST, x NULLS FIRST ",
+    ),
+    ("ORDER BY ts", "ORDER BY ts "),
+    ("ORDER BY ts RANGE UNBOUNDED PRECEDING", "ORDER BY ts "),
+    ("ORDER BY ts RANGE BETWEEN 1000 PRECEDING AND CURRENT ROW", "ORDER BY ts "),
+    ("ORDER BY ts RANGE BETWEEN 10 PRECEDING AND CURRENT ROW", "ORDER BY ts "),
+]
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+@pytest.mark.parametrize(("frame", "order"), SQL_FRAMES)
+def test_sql_over_unbounded_and_range_frames_equal_duckdb(
+    parallelism: int, frame: str, order: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    rows, _ = random_rows(rng)
+    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
+    source(env, rows).create_temporary_view("t")
+    select = """
+        SELECT k, ts, u, v, x,
+               sum(v) OVER w AS s, count(1) OVER w AS n, count(v) OVER w AS nv,
+               avg(v) OVER w AS a, min(x) OVER w AS lo, max(v) OVER w AS hi
+        FROM t WINDOW w AS (PARTITION BY k {})
+    """
+    got = run(env, env.sql(select.format(frame)))
+    # DuckDB's frame: the same, its ROWS ties ordered as the over window orders them.
+    duck_frame = frame.replace("ORDER BY ts, u ", "ORDER BY ts ").replace("ORDER BY ts ", order)
+    if frame == "ORDER BY ts":
+        duck_frame = "ORDER BY ts"
+    same_rows(normalized(got), normalized(reference_framed(rows, f"PARTITION BY k {duck_frame}")))
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_sql_over_range_of_an_interval_over_a_timestamp_equals_duckdb(parallelism: int) -> None:
+    rows = [
+        {"k": f"k{i % 2}", "t": datetime(2024, 1, 1) + timedelta(milliseconds=i // 4 * 150)}
+        for i in range(200)
+    ]
+    for i, r in enumerate(rows):
+        r["v"] = None if i % 7 == 0 else i
+    table = pa.Table.from_pylist(rows)
+    table = table.set_column(1, "t", table.column("t").cast(pa.timestamp("ms")))
+    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
+    env.from_arrow(table).assign_timestamps("t").create_temporary_view("r")
+    query = """
+        SELECT k, t, v, sum(v) OVER w AS s, count(*) OVER w AS n
+        FROM r WINDOW w AS (PARTITION BY k ORDER BY t
+                            RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT ROW)
+    """
+    want = duck(query, r=table)
+    assert max(w["n"] for w in want) > 10
+    same_rows(run(env, env.sql(query)), want)
+
+
+def test_sql_over_unbounded_and_range_frames_plan_as_their_dsl_twins() -> None:
+    rows = [{"k": f"k{i % 3}", "t": i * 10, "v": i} for i in range(30)]
+
+    def running(stream: ed.DataStream) -> ed.DataStream:
+        keyed = stream.key_by("k")
+        return keyed.over_rows(F.avg("v").alias("m"), preceding=None).select("k", "t", "m")
+
+    def ranged(stream: ed.DataStream) -> ed.DataStream:
+        keyed = stream.key_by("k")
+        return keyed.over_range(F.avg("v").alias("m"), preceding="2s").select("k", "t", "m")
+
+    def peers(stream: ed.DataStream) -> ed.DataStream:
+        keyed = stream.key_by("k")
+        return keyed.over_range(F.avg("v").alias("m"), preceding=None).select("k", "t", "m")
+
+    over = "SELECT k, t, avg(v) OVER (PARTITION BY k ORDER BY t {}) AS m FROM r"
+    assert_twin_plans(rows, over.format("ROWS UNBOUNDED PRECEDING"), running, time_column="t")
+    assert_twin_plans(rows, over.format("RANGE 2000 PRECEDING"), ranged, time_column="t")
+    assert_twin_plans(rows, over.format(""), peers, time_column="t")
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_sql_over_functions_of_different_overs_chain_and_equal_duckdb(
+    parallelism: int, seed: int
+) -> None:
+    rng = random.Random(seed)
+    rows, _ = random_rows(rng)
+    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
+    source(env, rows).create_temporary_view("t")
+    # One ROWS frame (ties ordered as the over windows order them), the others
+    # RANGE frames, whose rows of one time share their values: rows equal in
+    # every column get equal values, so the comparison is exact.
+    select = """
+        SELECT k, ts, u, v, x,
+               sum(v) OVER (PARTITION BY k ORDER BY ts, {ties} ROWS 2 PRECEDING) AS s,
+               count(*) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN {ms} PRECEDING
+                              AND CURRENT ROW) AS n,
+               max(v) OVER (PARTITION BY u ORDER BY ts) AS hi,
+               avg(v) OVER (PARTITION BY k ORDER BY ts RANGE UNBOUNDED PRECEDING) AS a
+        FROM t
+    """
+    handle = env.sql(select.format(ties="u", ms=1000)).collect()
+    text = env.explain()
+    assert text.count("over_range '") == 3 and text.count("over_rows '") == 1, text
+    env.execute("over")
+    got = handle.to_pylist()
+    want = duck(
+        select.format(ties="u, v NULLS FIRST, x NULLS FIRST", ms=1000),
+        t=pa.Table.from_pylist([r for r in rows if "late" not in r], schema=SCHEMA),
+    )
+    same_rows(normalized(got), normalized(want))
+
+
+def test_over_range_explains_as_its_own_operator() -> None:
+    env = ed.StreamEnvironment(parallelism=2)
+    rows = [{"k": "a", "t": 1, "v": 2}]
+    env.from_collection(rows).assign_timestamps("t").create_temporary_view("r")
+    query = "SELECT k, t, sum(v) OVER (PARTITION BY k ORDER BY t RANGE 5 PRECEDING) AS s FROM r"
+    env.sql(query).collect()
+    text = env.explain()
+    assert "over_range 'over_range_" in text, text
+    assert "schema: k: string, t: int64, v: int64, s: int64" in text, text
+
+
 REFUSED = [
-    ("RANGE", "sum(v) OVER (PARTITION BY k ORDER BY t)", "RANGE frame"),
+    ("GROUPS", "sum(v) OVER (PARTITION BY k ORDER BY t GROUPS 1 PRECEDING)", "GROUPS frame"),
+    ("RANGE", "sum(v) OVER (PARTITION BY k ORDER BY t, v)", "event time alone"),
     (
         "RANGE",
-        "sum(v) OVER (PARTITION BY k ORDER BY t RANGE BETWEEN 2 PRECEDING AND CURRENT ROW)",
-        "RANGE frame",
-    ),
-    (
-        "UNBOUNDED PRECEDING",
-        "sum(v) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING)",
-        "every preceding row",
+        "sum(v) OVER (PARTITION BY k ORDER BY t RANGE BETWEEN INTERVAL '1' MONTH PRECEDING "
+        "AND CURRENT ROW)",
+        "INTERVAL of days",
     ),
     (
         "FOLLOWING",
         "sum(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING)",
         "cannot wait for later rows",
     ),
+    (
+        "FOLLOWING",
+        "sum(v) OVER (PARTITION BY k ORDER BY t RANGE BETWEEN UNBOUNDED PRECEDING AND "
+        "UNBOUNDED FOLLOWING)",
+        "cannot wait for later rows",
+    ),
     ("OVER", "sum(v) OVER (ORDER BY t ROWS 1 PRECEDING)", "without PARTITION BY"),
+    ("OVER", "sum(v) OVER (ORDER BY t ROWS UNBOUNDED PRECEDING)", "without PARTITION BY"),
     ("ORDER BY", "sum(v) OVER (PARTITION BY k ORDER BY v ROWS 1 PRECEDING)", "event time 't'"),
     ("ORDER BY", "sum(v) OVER (PARTITION BY k ORDER BY t DESC ROWS 1 PRECEDING)", "ascending"),
     ("ORDER BY", "sum(v) OVER (PARTITION BY k ROWS 1 PRECEDING)", "without ORDER BY"),
+    ("ORDER BY", "sum(v) OVER (PARTITION BY k)", "without ORDER BY"),
     ("OVER", "row_number() OVER (PARTITION BY k ORDER BY t)", "row_number"),
     ("OVER", "lag(v) OVER (PARTITION BY k ORDER BY t)", "lag"),
     (
         "OVER",
         "sum(v + 1) OVER (PARTITION BY k ORDER BY t ROWS 1 PRECEDING)",
         "aggregate a column",
-    ),
-    (
-        "OVER",
-        "sum(v) OVER (PARTITION BY k ORDER BY t ROWS 1 PRECEDING), "
-        "sum(v) OVER (PARTITION BY k ORDER BY t ROWS 2 PRECEDING)",
-        "share one OVER",
     ),
 ]
 
@@ -272,3 +447,13 @@ def test_over_rows_bad_arguments_are_named_errors() -> None:
         keyed.over_rows(F.avg("s"), preceding=1)
     with pytest.raises(ed.GraphError, match="name of another column"):
         keyed.over_rows(F.sum("v").alias("t"), preceding=1)
+    with pytest.raises(ValueError, match="whole number of milliseconds"):
+        keyed.over_range(F.sum("v"), preceding="0.5ms")
+    with pytest.raises(ValueError, match="preceding"):
+        keyed.over_range(F.sum("v"), preceding=-1)
+    with pytest.raises(TypeError, match="duration or None"):
+        keyed.over_range(F.sum("v"), preceding=True)
+    with pytest.raises(ed.GraphError, match="no event time"):
+        env.from_collection(rows).key_by("k").over_range(F.sum("v"), preceding="1s")
+    with pytest.raises(ed.SchemaError, match="numeric column, but column 's'"):
+        keyed.over_range(F.max("s"), preceding=None)

@@ -46,6 +46,7 @@ pub mod explode;
 pub mod filter;
 pub mod join;
 pub mod keyed_agg;
+pub(crate) mod over_frames;
 pub mod over_rows;
 pub mod project;
 pub mod session;

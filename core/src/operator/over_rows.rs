@@ -1,21 +1,36 @@
-//! Event-time `ROWS` over-aggregation per key (docs/API.md "Over windows";
-//! Flink's `OVER (PARTITION BY k ORDER BY rowtime ROWS BETWEEN n PRECEDING
-//! AND CURRENT ROW)`, its `RowTimeRowsBoundedPrecedingFunction`).
+//! Event-time over-aggregation per key (docs/API.md "Over windows"; Flink's
+//! `OVER (PARTITION BY k ORDER BY rowtime ... PRECEDING AND CURRENT ROW)`:
+//! its `RowTimeRowsBoundedPrecedingFunction`, `RowTimeRowsUnboundedPreceding
+//! Function`, `RowTimeRangeBoundedPrecedingFunction` and
+//! `RowTimeRangeUnboundedPrecedingFunction`, one operator here).
 //!
 //! # Semantics
 //!
 //! Each row of a partition (the key columns) is held until the watermark
 //! passes its event time, then the partition's rows are taken in event-time
 //! order and each is emitted once, unchanged, with the aggregates of its
-//! frame: itself and the `preceding` rows before it in that order. Rows of
-//! one event time are ordered by the `order_by` columns, then by all their
-//! columns in schema order (arrow's row format, ascending, nulls first), so
-//! equal times give one result whatever the arrival order: rows that tie on
-//! every column are interchangeable. A row at or before the watermark when
-//! it arrives is late: counted (`late_records`) and dropped, as a window's.
-//! Output: the input columns, then one column per aggregate; append-only,
-//! each row timed by its own event time, all of a watermark's rows emitted
-//! before the watermark.
+//! frame ([`OverPreceding`]):
+//!
+//! - `ROWS BETWEEN n PRECEDING AND CURRENT ROW`: itself and the `n` rows
+//!   before it in that order;
+//! - `ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW`: itself and every
+//!   row before it (a running aggregate);
+//! - `RANGE BETWEEN x PRECEDING AND CURRENT ROW`: every row of the partition
+//!   whose event time is in `[t - x, t]` for the row's time `t`, so rows of
+//!   one time (peers) get one value, computed over all of them;
+//! - `RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW` (SQL's default
+//!   frame of an `OVER` with `ORDER BY`): every row up to the row's time,
+//!   its peers included.
+//!
+//! Rows of one time all fire together: once the watermark passes a time, a
+//! row of it is late. Rows of one event time are ordered by the `order_by`
+//! columns, then by all their columns in schema order (arrow's row format,
+//! ascending, nulls first), so equal times give one result whatever the
+//! arrival order: rows that tie on every column are interchangeable. A row
+//! at or before the watermark when it arrives is late: counted
+//! (`late_records`) and dropped, as a window's. Output: the input columns,
+//! then one column per aggregate; append-only, each row timed by its own
+//! event time, all of a watermark's rows emitted before the watermark.
 //!
 //! Aggregates (the windows' native accumulators of `state/keyed.rs`): `sum`,
 //! `min`, `max` as `Int64` of an integer column (sums wrap) or `Float64`,
@@ -26,10 +41,15 @@
 //! # State
 //!
 //! Per key group ([`Group`]): the pending rows (Arrow batches of the input
-//! schema) and per partition the aggregated values of its last `preceding`
-//! rows, in a copy-on-write `Arc`. The blob is the format version, the
-//! watermark the key group had reached, the pending rows as one Arrow IPC
-//! stream and the partitions' values; a restore at another parallelism takes
+//! schema) and per partition its history, a list of [`Value`]s in a
+//! copy-on-write `Arc`: for `n PRECEDING` rows the aggregated values of its
+//! last `n` rows; for an unbounded frame only the running accumulators (a
+//! few words per aggregate, [`running_slots`], however many rows came); for
+//! a `RANGE` of `x` the time and values of its rows in the last `x`. The
+//! blob is the format version, the watermark the key group had reached, the
+//! pending rows as one Arrow IPC stream and the partitions' histories (the
+//! same layout for every frame, so a `ROWS n PRECEDING` checkpoint of an
+//! older build restores unchanged); a restore at another parallelism takes
 //! the key groups a subtask owns and keeps each at its own watermark
 //! (`state/group_watermarks.rs`).
 
@@ -38,67 +58,25 @@ use std::io::{Cursor, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, UInt32Array};
+use arrow::array::{Array, BooleanArray, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
-use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows, SortField};
 
+use super::over_frames::{aggregate_frames, running_slots, Sorted, Value};
+pub use super::over_frames::{OverAggregate, OverFunction, OverPreceding};
 use crate::error::{Error, Result};
 use crate::keygroup::KeyGroupOwnership;
 use crate::operator::timestamps::{event_time_column, event_times_millis, keyed_event_times};
 use crate::operator::{CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory};
 use crate::state::group_watermarks::KeyGroupWatermarks;
 use crate::state::keyed::{
-    column_index, describe_columns, key_columns, native_values, owned_key_groups, Acc, AggKind,
-    ValueKind,
+    column_index, describe_columns, key_columns, native_values, owned_key_groups, ValueKind,
 };
 use crate::state::keyed_slots::columns_at;
 use crate::state::{DeferredState, OperatorState, StateBlob};
-
-/// The aggregate functions of an over window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OverFunction {
-    Sum,
-    Count,
-    Avg,
-    Min,
-    Max,
-}
-
-impl OverFunction {
-    /// The function of `name` (`sum`, `count`, `avg`/`mean`, `min`, `max`).
-    pub fn parse(name: &str) -> Option<Self> {
-        Some(match name {
-            "sum" => OverFunction::Sum,
-            "count" => OverFunction::Count,
-            "avg" | "mean" => OverFunction::Avg,
-            "min" => OverFunction::Min,
-            "max" => OverFunction::Max,
-            _ => return None,
-        })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            OverFunction::Sum => "sum",
-            OverFunction::Count => "count",
-            OverFunction::Avg => "avg",
-            OverFunction::Min => "min",
-            OverFunction::Max => "max",
-        }
-    }
-}
-
-/// One aggregate of an over window: the function, the column it reads
-/// (None: `count` of rows) and its output column.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OverAggregate {
-    pub function: OverFunction,
-    pub column: Option<String>,
-    pub name: String,
-}
 
 /// Builds [`OverRowsOperator`]s (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,8 +87,9 @@ pub struct OverRowsFactory {
     pub time_column: String,
     /// Columns that order rows of one event time, before their other columns.
     pub order_by: Vec<String>,
-    /// How many rows before the current one the frame holds.
-    pub preceding: usize,
+    /// Where the frame starts (it ends at the current row, or for `RANGE` at
+    /// its last peer).
+    pub preceding: OverPreceding,
     pub aggregates: Vec<OverAggregate>,
 }
 
@@ -144,15 +123,23 @@ impl OverRowsFactory {
                 "an over window needs at least one partition (key) column",
             ));
         }
-        if self.preceding > MAX_PRECEDING {
-            return Err(Error::graph(
-                operator,
-                format!(
-                    "an over window of {} preceding rows is more than the {MAX_PRECEDING} \
-                     supported",
-                    self.preceding
-                ),
-            ));
+        match self.preceding {
+            OverPreceding::Rows(n) if n > MAX_PRECEDING => {
+                return Err(Error::graph(
+                    operator,
+                    format!(
+                        "an over window of {n} preceding rows is more than the \
+                         {MAX_PRECEDING} supported"
+                    ),
+                ));
+            }
+            OverPreceding::Range(ms) if ms < 0 => {
+                return Err(Error::graph(
+                    operator,
+                    format!("an over window's RANGE of {ms} ms preceding is negative"),
+                ));
+            }
+            _ => {}
         }
         if self.aggregates.is_empty() {
             return Err(Error::graph(operator, "an over window needs an aggregate"));
@@ -213,6 +200,20 @@ impl OverRowsFactory {
         })
     }
 
+    /// Whether a restored partition history of `len` values fits this
+    /// frame's layout (see the module docs' "State").
+    fn history_fits(&self, len: usize) -> bool {
+        let width = self.aggregates.len();
+        match self.preceding {
+            OverPreceding::Rows(n) => len.checked_rem(width) == Some(0) && len <= n * width,
+            OverPreceding::AllRows | OverPreceding::AllRange => {
+                let slots = self.aggregates.iter().map(|a| running_slots(a.function));
+                len == slots.sum::<usize>()
+            }
+            OverPreceding::Range(_) => len.checked_rem(width + 1) == Some(0),
+        }
+    }
+
     fn value_column(
         &self,
         operator: &str,
@@ -253,13 +254,6 @@ impl OperatorFactory for OverRowsFactory {
     fn create(&self, ctx: &OperatorContext) -> Result<Box<dyn Operator>> {
         Ok(Box::new(OverRowsOperator::new(self, ctx)?))
     }
-}
-
-/// One aggregated value of a row: an `i64`, or an `f64` as its bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Value {
-    bits: u64,
-    valid: bool,
 }
 
 /// The state of one key group.
@@ -386,8 +380,20 @@ impl OverRowsOperator {
             .map_err(|e| Error::arrow(&name, &e))?;
         let keys = row_format(&sorted, &b.key_idx).map_err(|e| Error::arrow(&name, &e))?;
         let values = row_values(&name, &sorted, &b.values)?;
-        let columns =
-            aggregate_frames(&self.factory, &b.values, &values, &keys, &mut group.history);
+        let times = &mut self.scratch.times;
+        event_times_millis(
+            &name,
+            sorted.column(b.time_idx),
+            &self.factory.time_column,
+            times,
+        )?;
+        let rows = Sorted {
+            aggregates: &self.factory.aggregates,
+            kinds: &b.values,
+            values: &values,
+            times,
+        };
+        let columns = aggregate_frames(self.factory.preceding, &rows, &keys, &mut group.history);
         let mut all_columns = sorted.columns().to_vec();
         all_columns.extend(columns);
         let out = RecordBatch::try_new(b.output.clone(), all_columns)
@@ -454,137 +460,6 @@ fn row_values(
             })
         })
         .collect()
-}
-
-/// The aggregates' columns of rows sorted by partition (`keys`) and time,
-/// each over its frame (the partition's last rows in `history`, then the
-/// row), updating `history`.
-fn aggregate_frames(
-    factory: &OverRowsFactory,
-    kinds: &[(Option<usize>, ValueKind)],
-    values: &[Vec<Value>],
-    keys: &arrow::row::Rows,
-    history: &mut HashMap<Box<[u8]>, VecDeque<Value>>,
-) -> Vec<ArrayRef> {
-    let n = keys.num_rows();
-    let width = kinds.len();
-    let mut outs: Vec<(Vec<u64>, Vec<bool>)> = (0..width)
-        .map(|_| (Vec::with_capacity(n), Vec::with_capacity(n)))
-        .collect();
-    let mut at = 0;
-    while at < n {
-        let key = keys.row(at);
-        let mut end = at + 1;
-        while end < n && keys.row(end) == key {
-            end += 1;
-        }
-        // A partition's key is copied once, when first seen, not per fire.
-        if !history.contains_key(key.as_ref()) {
-            history.insert(Box::from(key.as_ref()), VecDeque::new());
-        }
-        let ring = history
-            .get_mut(key.as_ref())
-            .expect("invariant: inserted just above");
-        for row in at..end {
-            for (j, (a, (_, kind))) in factory.aggregates.iter().zip(kinds).enumerate() {
-                let current = values[j][row];
-                let frame = ring.iter().skip(j).step_by(width).chain([&current]);
-                let (bits, valid) = frame_value(a.function, *kind, frame);
-                outs[j].0.push(bits);
-                outs[j].1.push(valid);
-            }
-            for value in values.iter() {
-                ring.push_back(value[row]);
-            }
-            while ring.len() > factory.preceding * width {
-                ring.pop_front();
-            }
-        }
-        if ring.is_empty() {
-            history.remove(key.as_ref());
-        }
-        at = end;
-    }
-    factory
-        .aggregates
-        .iter()
-        .zip(kinds)
-        .zip(outs)
-        .map(|((a, (_, kind)), (bits, valid))| output_column(a.function, *kind, bits, &valid))
-        .collect()
-}
-
-/// The aggregate `function` of the values of one frame, as output bits.
-fn frame_value<'a>(
-    function: OverFunction,
-    kind: ValueKind,
-    frame: impl Iterator<Item = &'a Value>,
-) -> (u64, bool) {
-    let valid = frame.filter(|v| v.valid);
-    let agg = match function {
-        OverFunction::Count => return (valid.count() as u64, true),
-        OverFunction::Avg => {
-            let (mut count, mut int, mut float) = (0u64, 0i128, 0f64);
-            for v in valid {
-                count += 1;
-                match kind {
-                    ValueKind::Int => int += i128::from(v.bits as i64),
-                    ValueKind::Float => float += f64::from_bits(v.bits),
-                }
-            }
-            if count == 0 {
-                return (0, false);
-            }
-            let sum = match kind {
-                ValueKind::Int => int as f64,
-                ValueKind::Float => float,
-            };
-            return ((sum / count as f64).to_bits(), true);
-        }
-        OverFunction::Sum => AggKind::Sum,
-        OverFunction::Min => AggKind::Min,
-        OverFunction::Max => AggKind::Max,
-    };
-    match kind {
-        ValueKind::Int => {
-            let mut acc = Acc::<i64>::empty(agg);
-            valid.for_each(|v| acc.add(agg, v.bits as i64));
-            (acc.value as u64, acc.has)
-        }
-        ValueKind::Float => {
-            let mut acc = Acc::<f64>::empty(agg);
-            valid.for_each(|v| acc.add(agg, f64::from_bits(v.bits)));
-            (acc.value.to_bits(), acc.has)
-        }
-    }
-}
-
-/// An aggregate's output column from its bits.
-fn output_column(
-    function: OverFunction,
-    kind: ValueKind,
-    bits: Vec<u64>,
-    valid: &[bool],
-) -> ArrayRef {
-    let nulls = (!valid.iter().all(|v| *v)).then(|| arrow::buffer::NullBuffer::from(valid));
-    let float = match function {
-        OverFunction::Count => false,
-        OverFunction::Avg => true,
-        _ => kind == ValueKind::Float,
-    };
-    if float {
-        let values: Vec<f64> = bits.into_iter().map(f64::from_bits).collect();
-        Arc::new(arrow::array::PrimitiveArray::<Float64Type>::new(
-            values.into(),
-            nulls,
-        ))
-    } else {
-        let values: Vec<i64> = bits.into_iter().map(|b| b as i64).collect();
-        Arc::new(arrow::array::PrimitiveArray::<Int64Type>::new(
-            values.into(),
-            nulls,
-        ))
-    }
 }
 
 impl Operator for OverRowsOperator {
@@ -820,6 +695,18 @@ impl CheckpointedState for OverRowsOperator {
         for (kg, blob) in owned_key_groups(state, &self.own, "an over window")? {
             let bytes = blob.to_bytes()?;
             let (watermark, mut group) = decode(&bytes, kg)?;
+            let misfit = group.history.values().map(VecDeque::len);
+            if let Some(len) = misfit.into_iter().find(|&n| !self.factory.history_fits(n)) {
+                return Err(Error::checkpoint(
+                    None,
+                    format!(
+                        "the over window state of key group {kg} holds a partition history of \
+                         {len} values, which does not fit the frame {:?}: it was written by \
+                         another OVER frame",
+                        self.factory.preceding
+                    ),
+                ));
+            }
             let local = kg - self.own.key_groups.start;
             self.reached.restore(local, watermark);
             if let Some(first) = group.pending.first() {

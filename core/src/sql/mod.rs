@@ -156,16 +156,20 @@ pub enum SqlNode {
     },
 }
 
-/// The `OVER (PARTITION BY keys ORDER BY time_column, order_by... ROWS
+/// The `OVER (PARTITION BY keys ORDER BY time_column, order_by... ROWS|RANGE
 /// BETWEEN preceding PRECEDING AND CURRENT ROW)` that every function of one
 /// over window shares (sql/over.rs): what partitions and orders its rows,
-/// and how many rows before each its frame holds.
+/// and where each row's frame starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverFrame {
     pub keys: Vec<String>,
     pub time_column: String,
     pub order_by: Vec<String>,
-    pub preceding: u64,
+    /// `ROWS`: rows before the current one; `RANGE` (`range`): milliseconds
+    /// of event time before the current row's; None: `UNBOUNDED`.
+    pub preceding: Option<u64>,
+    /// A `RANGE` frame: rows of one event time (peers) share it.
+    pub range: bool,
 }
 
 impl SqlNode {

@@ -1,18 +1,25 @@
-//! `agg(col) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN n PRECEDING AND
-//! CURRENT ROW)` lowered onto the event-time over window (docs/API.md
-//! "Over windows", `operator/over_rows.rs`; Flink's OVER aggregation):
-//! DataFusion's `Window` node becomes a [`SqlNode::Over`], which the Python
-//! layer builds as `key_by(keys).over_rows(...)`, the DSL's spelling.
+//! `agg(col) OVER (PARTITION BY k ORDER BY ts <frame>)` lowered onto the
+//! event-time over window (docs/API.md "Over windows",
+//! `operator/over_rows.rs`; Flink's OVER aggregation): DataFusion's `Window`
+//! node becomes a [`SqlNode::Over`], which the Python layer builds as
+//! `key_by(keys).over_rows(...)` (a `ROWS` frame) or `.over_range(...)` (a
+//! `RANGE` frame), the DSL's spellings.
 //!
-//! Only that shape streams: the `ORDER BY` must start with the input's
-//! event time, ascending (the rows are taken in event-time order as the
-//! watermark passes them); further `ORDER BY` columns order rows of one
-//! event time. Every other shape is a [`SqlError`] naming it: a `RANGE` or
-//! `GROUPS` frame (the default frame of an `ORDER BY` without one is
-//! `RANGE`), `UNBOUNDED PRECEDING`, `FOLLOWING`, no `PARTITION BY`, an
-//! `ORDER BY` that is not the event time, ranking and analytic functions,
-//! `DISTINCT` or `FILTER`, and an `OVER` over a running `GROUP BY`'s updates.
+//! The frames that stream end at the current row: `ROWS BETWEEN n|UNBOUNDED
+//! PRECEDING AND CURRENT ROW` and `RANGE BETWEEN INTERVAL 'x'|UNBOUNDED
+//! PRECEDING AND CURRENT ROW` (the default frame of an `ORDER BY` without
+//! one). The `ORDER BY` must start with the input's event time, ascending
+//! (the rows are taken in event-time order as the watermark passes them);
+//! further `ORDER BY` columns order rows of one event time in a `ROWS`
+//! frame (a `RANGE` frame's peers are the rows of one time, so it is
+//! ordered by the time alone). Every other shape is a [`SqlError`] naming
+//! it: a `GROUPS` frame, `FOLLOWING`, no `PARTITION BY`, an `ORDER BY` that
+//! is not the event time, ranking and analytic functions, `DISTINCT` or
+//! `FILTER`, and an `OVER` over a running `GROUP BY`'s updates. Functions of
+//! different `OVER (...)`s in one `SELECT` become over windows chained one
+//! after another (docs/API.md "SQL", over windows).
 
+use arrow::datatypes::{DataType, IntervalUnit};
 use datafusion_common::ScalarValue as DfScalar;
 use datafusion_expr::expr::{WindowFunction, WindowFunctionParams};
 use datafusion_expr::logical_plan::Window;
@@ -32,7 +39,9 @@ fn refused(construct: &str, why: impl Into<String>) -> SqlError {
 
 /// What a supported `OVER (...)` must look like, for the errors.
 const SHAPE: &str = "OVER (PARTITION BY k ORDER BY <event time> ROWS BETWEEN n PRECEDING AND \
-                     CURRENT ROW) with sum, count, avg, min or max";
+                     CURRENT ROW, or ROWS|RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW, or \
+                     RANGE BETWEEN INTERVAL 'x' PRECEDING AND CURRENT ROW) with sum, count, \
+                     avg, min or max";
 
 impl Lowering<'_> {
     /// A `Window` node: its input with the aggregates of each row's frame.
@@ -46,54 +55,41 @@ impl Lowering<'_> {
                  window_start, window_end first",
             ));
         }
-        if matches!(input, SqlNode::Over { .. }) {
-            return Err(refused(
-                "OVER",
-                "the window functions of one SELECT must share one OVER (...); compute the \
-                 others in a subquery",
-            ));
-        }
+        // An OVER over another's rows (DataFusion stacks one Window node per
+        // PARTITION BY and ORDER BY): chained. Exact, as each over window
+        // emits a row before the watermark that passes its event time, so the
+        // next never finds it late, and passes the rows' time on unchanged.
         let names = input.columns();
         let columns = Columns {
             schema: w.input.schema(),
             names: &names,
         };
         let time = self.timed(&input).and_then(|t| t.column);
-        let mut spec: Option<(OverFrame, &WindowFunctionParams)> = None;
-        let mut aggregates: Vec<AggregateCall> = Vec::with_capacity(w.window_expr.len());
+        let mut node = input;
+        // Consecutive functions of one frame share an operator; a function of
+        // another frame starts the next one, chained on its output, so the
+        // columns keep the node's order.
+        let mut run: Option<(OverFrame, Vec<AggregateCall>)> = None;
         let mut out = names.clone();
         for e in &w.window_expr {
             let f = window_function(e)?;
             let this = frame(&f.params, &columns, time.as_deref())?;
-            match &spec {
-                Some((first, params)) => {
-                    if first.keys != this.keys
-                        || first.order_by != this.order_by
-                        || first.preceding != this.preceding
-                        || params.partition_by != f.params.partition_by
-                    {
-                        return Err(refused(
-                            "OVER",
-                            "the window functions of one SELECT must share one OVER (...); \
-                             compute the others in a subquery",
-                        ));
-                    }
-                }
-                None => spec = Some((this, &f.params)),
-            }
             let call = aggregate(f, &columns, &out)?;
             out.push(call.name.clone());
-            aggregates.push(call);
+            match &mut run {
+                Some((spec, calls)) if *spec == this => calls.push(call),
+                _ => {
+                    if let Some((spec, calls)) = run.take() {
+                        node = over_node(node, spec, calls);
+                    }
+                    run = Some((this, vec![call]));
+                }
+            }
         }
-        let Some((spec, _)) = spec else {
+        let Some((spec, calls)) = run else {
             return Err(refused("OVER", "a window node without functions"));
         };
-        Ok(SqlNode::Over {
-            input: Box::new(input),
-            frame: spec,
-            aggregates,
-            columns: out,
-        })
+        Ok(over_node(node, spec, calls))
     }
 
     /// A projection's aliases of an over window's aggregates folded into it
@@ -122,6 +118,18 @@ impl Lowering<'_> {
             columns,
         };
         (node, exprs)
+    }
+}
+
+/// The over window of `frame` computing `aggregates` on the rows of `input`.
+fn over_node(input: SqlNode, frame: OverFrame, aggregates: Vec<AggregateCall>) -> SqlNode {
+    let mut columns = input.columns();
+    columns.extend(aggregates.iter().map(|a| a.name.clone()));
+    SqlNode::Over {
+        input: Box::new(input),
+        frame,
+        aggregates,
+        columns,
     }
 }
 
@@ -201,16 +209,16 @@ fn frame(
     }
     let (time, order_by) = order_columns(params, columns, time)?;
     let wf = &params.window_frame;
-    if wf.units != WindowFrameUnits::Rows {
-        return Err(refused(
-            wf.units.to_string().as_str(),
-            format!(
-                "a {} frame is not supported (it is the default of an OVER with ORDER BY); \
-                 write {SHAPE}",
-                wf.units
-            ),
-        ));
-    }
+    let range = match wf.units {
+        WindowFrameUnits::Rows => false,
+        WindowFrameUnits::Range => true,
+        WindowFrameUnits::Groups => {
+            return Err(refused(
+                "GROUPS",
+                format!("a GROUPS frame is not supported; write {SHAPE}"),
+            ))
+        }
+    };
     if !matches!(wf.end_bound, WindowFrameBound::CurrentRow) {
         return Err(refused(
             "FOLLOWING",
@@ -220,15 +228,23 @@ fn frame(
             ),
         ));
     }
+    if range && !order_by.is_empty() {
+        // Peers of a RANGE frame are rows equal in every ORDER BY column;
+        // the over window's are the rows of one event time.
+        return Err(refused(
+            "RANGE",
+            format!(
+                "a RANGE frame ordered by '{time}', {}: order a RANGE frame by the event time \
+                 alone (or use a ROWS frame)",
+                order_by.join(", ")
+            ),
+        ));
+    }
     let preceding = match &wf.start_bound {
-        WindowFrameBound::CurrentRow => 0,
-        WindowFrameBound::Preceding(v) if v.is_null() => {
-            return Err(refused(
-                "UNBOUNDED PRECEDING",
-                format!("a frame of every preceding row is not supported; bound it: {SHAPE}"),
-            ))
-        }
-        WindowFrameBound::Preceding(v) => rows(v)?,
+        WindowFrameBound::CurrentRow => Some(0),
+        WindowFrameBound::Preceding(v) if v.is_null() => None,
+        WindowFrameBound::Preceding(v) if range => Some(range_ms(v, columns, &time)?),
+        WindowFrameBound::Preceding(v) => Some(rows(v)?),
         WindowFrameBound::Following(_) => {
             return Err(refused(
                 "FOLLOWING",
@@ -241,7 +257,45 @@ fn frame(
         time_column: time,
         order_by,
         preceding,
+        range,
     })
+}
+
+/// The `x` of `RANGE BETWEEN x PRECEDING`, in milliseconds of event time:
+/// an `INTERVAL` of days and smaller units, or over an `Int64` event time
+/// (milliseconds) a whole number of them.
+fn range_ms(v: &DfScalar, columns: &Columns<'_>, time: &str) -> Result<u64, SqlError> {
+    let int_ms = columns
+        .schema
+        .fields()
+        .iter()
+        .find(|f| f.name() == time)
+        .is_some_and(|f| f.data_type().is_integer());
+    let ms = match v {
+        DfScalar::Int64(Some(n)) if int_ms => Some(*n),
+        DfScalar::UInt64(Some(n)) if int_ms => i64::try_from(*n).ok(),
+        // DataFusion keeps a bound as its text until it executes: a number
+        // (`RANGE 1000 PRECEDING`) or an interval's (`'1' SECOND`).
+        DfScalar::Utf8(Some(text)) => match text.trim().parse::<i64>() {
+            Ok(n) => int_ms.then_some(n),
+            Err(_) => v
+                .cast_to(&DataType::Interval(IntervalUnit::MonthDayNano))
+                .ok()
+                .and_then(|i| interval_ms(&i)),
+        },
+        other => interval_ms(other),
+    };
+    match ms {
+        Some(ms) if ms >= 0 => Ok(ms as u64),
+        _ => Err(refused(
+            "RANGE",
+            format!(
+                "RANGE BETWEEN {v} PRECEDING: give an INTERVAL of days, hours, minutes, seconds \
+                 or milliseconds (over an int64 event time of milliseconds, or a whole number \
+                 of them)"
+            ),
+        )),
+    }
 }
 
 /// The event time an `OVER`'s `ORDER BY` starts with (checked to be the
@@ -295,6 +349,21 @@ fn order_columns(
         }
     }
     Ok((time.to_string(), order.into_iter().skip(1).collect()))
+}
+
+/// An interval of days and smaller units in whole milliseconds.
+fn interval_ms(v: &DfScalar) -> Option<i64> {
+    match v {
+        DfScalar::IntervalMonthDayNano(Some(i))
+            if i.months == 0 && i.nanoseconds % 1_000_000 == 0 =>
+        {
+            Some(i64::from(i.days) * 86_400_000 + i.nanoseconds / 1_000_000)
+        }
+        DfScalar::IntervalDayTime(Some(i)) => {
+            Some(i64::from(i.days) * 86_400_000 + i64::from(i.milliseconds))
+        }
+        _ => None,
+    }
 }
 
 /// The `n` of `n PRECEDING`.
@@ -421,7 +490,8 @@ mod tests {
         assert_eq!(frame.keys, ["k"]);
         assert_eq!(frame.time_column, "t");
         assert_eq!(frame.order_by, ["v"]);
-        assert_eq!(frame.preceding, 9);
+        assert_eq!(frame.preceding, Some(9));
+        assert!(!frame.range);
         assert_eq!(columns, ["k", "t", "v", "m", "count(1)"]);
         assert_eq!(aggregates[0].function, "avg");
         assert_eq!(aggregates[1].column, None);
@@ -441,12 +511,96 @@ mod tests {
     }
 
     #[test]
+    fn test_over_frames_lower_to_their_start_and_units() {
+        let cases = [
+            ("ROWS UNBOUNDED PRECEDING", None, false),
+            (
+                "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+                None,
+                false,
+            ),
+            ("", None, true),
+            ("RANGE UNBOUNDED PRECEDING", None, true),
+            (
+                "RANGE BETWEEN 1500 PRECEDING AND CURRENT ROW",
+                Some(1500),
+                true,
+            ),
+            ("RANGE CURRENT ROW", Some(0), true),
+            ("RANGE 20 PRECEDING", Some(20), true),
+            ("RANGE INTERVAL '2' SECOND PRECEDING", Some(2000), true),
+            (
+                "RANGE BETWEEN INTERVAL '1 minute 500 milliseconds' PRECEDING AND CURRENT ROW",
+                Some(60_500),
+                true,
+            ),
+        ];
+        for (frame_sql, preceding, range) in cases {
+            let node = plan(
+                &format!("SELECT k, t, sum(v) OVER (PARTITION BY k ORDER BY t {frame_sql}) FROM r"),
+                &views(),
+            )
+            .unwrap();
+            let SqlNode::Project { input, .. } = node else {
+                panic!("{frame_sql}: a projection: {node:?}");
+            };
+            let SqlNode::Over { frame, .. } = *input else {
+                panic!("{frame_sql}: an over node: {input:?}");
+            };
+            assert_eq!(
+                (frame.preceding, frame.range),
+                (preceding, range),
+                "{frame_sql}"
+            );
+        }
+    }
+
+    #[test]
+    fn test_over_functions_of_other_frames_and_partitions_chain_over_windows() {
+        let node = plan(
+            "SELECT k, t, sum(v) OVER (PARTITION BY k ORDER BY t ROWS 1 PRECEDING) AS a, \
+             sum(v) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING) AS b, \
+             count(*) OVER (PARTITION BY v ORDER BY t RANGE 5 PRECEDING) AS c FROM r",
+            &views(),
+        )
+        .unwrap();
+        assert_eq!(node.columns(), ["k", "t", "a", "b", "c"]);
+        let mut frames = Vec::new();
+        let mut at = &node;
+        loop {
+            match at {
+                SqlNode::Project { input, .. } => at = input,
+                SqlNode::Over { input, frame, .. } => {
+                    frames.push((frame.keys.clone(), frame.preceding, frame.range));
+                    at = input;
+                }
+                _ => break,
+            }
+        }
+        frames.sort();
+        let k = || vec!["k".to_string()];
+        assert_eq!(
+            frames,
+            [
+                (k(), None, false),
+                (k(), Some(1), false),
+                (vec!["v".to_string()], Some(5), true),
+            ]
+        );
+    }
+
+    #[test]
     fn test_over_shapes_a_stream_cannot_run_name_their_construct() {
         let cases = [
-            ("sum(v) OVER (PARTITION BY k ORDER BY t)", "RANGE"),
             (
-                "sum(v) OVER (PARTITION BY k ORDER BY t ROWS UNBOUNDED PRECEDING)",
-                "UNBOUNDED PRECEDING",
+                "sum(v) OVER (PARTITION BY k ORDER BY t GROUPS 1 PRECEDING)",
+                "GROUPS",
+            ),
+            ("sum(v) OVER (PARTITION BY k ORDER BY t, v)", "RANGE"),
+            (
+                "sum(v) OVER (PARTITION BY k ORDER BY t RANGE BETWEEN 1 PRECEDING AND 1 \
+                 FOLLOWING)",
+                "FOLLOWING",
             ),
             ("sum(v) OVER (ORDER BY t ROWS 1 PRECEDING)", "OVER"),
             (

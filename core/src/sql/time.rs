@@ -281,6 +281,8 @@ impl Lowering<'_> {
                 session_starts: Vec::new(),
             }),
             SqlNode::Filter { input, .. } | SqlNode::Window { input, .. } => self.timed(input),
+            // An over window emits each row timed by its own event time.
+            SqlNode::Over { input, .. } => self.timed(input),
             SqlNode::Project { input, exprs } => projected(self.timed(input)?, exprs),
             SqlNode::Aggregate {
                 input,
