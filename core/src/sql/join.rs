@@ -47,7 +47,7 @@ use crate::expr::{BinaryOp, Expr};
 /// The prefix of the key copies an outer join carries (see the module docs).
 #[path = "join_time.rs"]
 mod join_time;
-use join_time::{time_bound, time_compare, time_term};
+use join_time::{time_bound, time_compare, time_term, window_time_call};
 
 const KEY_COPY: &str = "__sql_key";
 
@@ -354,6 +354,28 @@ struct Sorted<'e> {
     residual: Vec<&'e DfExpr>,
 }
 
+impl Sorted<'_> {
+    /// Narrows the bounds of `right.ts - left.ts` to `found`.
+    fn narrow(&mut self, found: Vec<(Option<i64>, Option<i64>)>) {
+        for (lo, hi) in found {
+            if let Some(lo) = lo {
+                self.lower = Some(self.lower.map_or(lo, |l| l.max(lo)));
+            }
+            if let Some(hi) = hi {
+                self.upper = Some(self.upper.map_or(hi, |u| u.min(hi)));
+            }
+        }
+    }
+}
+
+/// How a conjunct bounds the inputs' event times.
+enum TimeBound {
+    /// By constants only: the join's interval is all it is.
+    Constant,
+    /// By a column of each row too: it filters the joined rows as well.
+    PerRow,
+}
+
 /// What a conjunct bounding an event time by a column of each row bounds.
 struct RowBound {
     /// Its constant bounds of `right.ts - left.ts` (a `BETWEEN`'s other end).
@@ -597,6 +619,38 @@ impl<'a> Sorter<'a, '_> {
         Ok(true)
     }
 
+    /// Sorts `c` where it bounds the inputs' event times (join_time.rs):
+    /// what kind of bound it is, if it is one.
+    fn sort_time(&self, c: &'a DfExpr, sorted: &mut Sorted<'a>) -> Option<TimeBound> {
+        if let Some(found) = time_bound(c, self.sides, &|col| self.resolve(col), self.int_ms()) {
+            if found == [(Some(0), Some(0))] && sorted.time_key.is_none() {
+                // Equal event times (`a.window.end = b.window.end`): a key
+                // where there is no other, as for equal time columns.
+                let times = self.sides[0].time.clone().zip(self.sides[1].time.clone());
+                sorted.time_key = times;
+            }
+            sorted.narrow(found);
+            return Some(TimeBound::Constant);
+        }
+        let bound = self.row_bound(c)?;
+        // `b.ts BETWEEN a.ts AND a.expires`: the constant part bounds the
+        // interval; the whole condition filters the joined rows.
+        sorted.narrow(bound.time);
+        sorted
+            .row_bound
+            .get_or_insert_with(|| match self.session_start(c) {
+                Some(start) => format!(
+                    "{c} ({start}: a session window's start is no fixed offset from its \
+                     end, the event time)"
+                ),
+                None => c.to_string(),
+            });
+        if sorted.closing.is_none() {
+            sorted.closing = bound.closing;
+        }
+        Some(TimeBound::PerRow)
+    }
+
     fn sort_one(
         &self,
         c: &'a DfExpr,
@@ -609,48 +663,12 @@ impl<'a> Sorter<'a, '_> {
         if !after_outer && self.sort_equality(c, sorted)? {
             return Ok(());
         }
+        let mut row_bounded = false;
         if self.timed && !after_outer {
-            if let Some(found) = time_bound(c, self.sides, &|col| self.resolve(col), self.int_ms())
-            {
-                if found == [(Some(0), Some(0))] && sorted.time_key.is_none() {
-                    // Equal event times (`a.window.end = b.window.end`): a key
-                    // where there is no other, as for equal time columns.
-                    let times = self.sides[0].time.clone().zip(self.sides[1].time.clone());
-                    sorted.time_key = times;
-                }
-                for (lo, hi) in found {
-                    if let Some(lo) = lo {
-                        sorted.lower = Some(sorted.lower.map_or(lo, |l| l.max(lo)));
-                    }
-                    if let Some(hi) = hi {
-                        sorted.upper = Some(sorted.upper.map_or(hi, |u| u.min(hi)));
-                    }
-                }
-                return Ok(());
-            }
-            if let Some(bound) = self.row_bound(c) {
-                // `b.ts BETWEEN a.ts AND a.expires`: the constant part bounds
-                // the interval; the whole condition filters the joined rows.
-                for (lo, hi) in bound.time {
-                    if let Some(lo) = lo {
-                        sorted.lower = Some(sorted.lower.map_or(lo, |l| l.max(lo)));
-                    }
-                    if let Some(hi) = hi {
-                        sorted.upper = Some(sorted.upper.map_or(hi, |u| u.min(hi)));
-                    }
-                }
-                sorted
-                    .row_bound
-                    .get_or_insert_with(|| match self.session_start(c) {
-                        Some(start) => format!(
-                            "{c} ({start}: a session window's start is no fixed offset from \
-                             its end, the event time)"
-                        ),
-                        None => c.to_string(),
-                    });
-                if sorted.closing.is_none() {
-                    sorted.closing = bound.closing;
-                }
+            match self.sort_time(c, sorted) {
+                Some(TimeBound::Constant) => return Ok(()),
+                Some(TimeBound::PerRow) => row_bounded = true,
+                None => {}
             }
         }
         let mut read = HashSet::new();
@@ -679,6 +697,20 @@ impl<'a> Sorter<'a, '_> {
             if pushable {
                 sorted.pushed[s].push(c);
                 return Ok(());
+            }
+        }
+        if read.len() == 2 && !row_bounded && !after_outer {
+            if let Some(call) = window_time_call(c) {
+                // Not an event-time bound (join_time.rs): as a condition
+                // after the join it would leave the join without one, its
+                // state kept forever, where the query reads as bounded.
+                return Err(refused(format!(
+                    "{c}: {call} in a join's condition bounds the join only where its \
+                     argument is the Spark window column (of a GROUP BY window(...) or \
+                     session_window(...)) whose end times its input, compared with the \
+                     other input's event time, window end or window_time plus constants \
+                     (docs/API.md \"SQL\")"
+                )));
             }
         }
         if outer && clause == Clause::On {

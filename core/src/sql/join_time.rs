@@ -1,12 +1,14 @@
 //! The join condition's terms in the inputs' event time (join.rs): a
 //! conjunct's bounds on `right.ts - left.ts`, from event-time columns, the
 //! columns a fixed offset from them (time.rs), Spark window columns' `end`
-//! and `start`, and interval literals.
+//! and `start`, Spark's `window_time(w)` of them (`end` - 1 ms), and interval
+//! literals.
 
+use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_common::{Column, ScalarValue as DfScalar};
 use datafusion_expr::{Expr as DfExpr, Operator};
 
-use super::super::time::df_field_of;
+use super::super::time::{df_field_of, WINDOW_TIME};
 use super::super::unwindow::SideCol;
 use super::super::SqlError;
 use super::Side;
@@ -91,6 +93,23 @@ pub(super) fn time_term(
                 _ => None,
             }
         }
+        DfExpr::ScalarFunction(f) if f.func.name().eq_ignore_ascii_case(WINDOW_TIME) => {
+            // Spark's `window_time(w)` of a Spark window column timing an
+            // input: its `end` - 1 ms, a fixed offset from the event time
+            // (docs/API.md "SQL", Spark's spelling), for sessions too.
+            let [DfExpr::Column(c)] = f.args.as_slice() else {
+                return None;
+            };
+            let (s, i) = resolve(c).ok()?;
+            let SideCol::Col(n) = &sides[s].cols[i].1 else {
+                return None;
+            };
+            sides[s]
+                .windows
+                .iter()
+                .any(|(w, _)| w == n)
+                .then_some((s, -1))
+        }
         DfExpr::ScalarFunction(_) => {
             // `w.end` / `w.start` of a Spark window column timing an input.
             let (c, field) = df_field_of(e)?;
@@ -145,4 +164,23 @@ fn literal_ms(e: &DfExpr, int_ms: bool) -> Option<i64> {
         DfScalar::Int32(Some(v)) if int_ms => Some(i64::from(*v)),
         _ => None,
     }
+}
+
+/// The first `window_time(...)` call `c` holds, as written, if any: in a
+/// join's `ON` it must bound the event times ([`time_term`]), or the join
+/// would keep every row (sql/join.rs refuses it otherwise).
+pub(super) fn window_time_call(c: &DfExpr) -> Option<String> {
+    let mut found = None;
+    // The visitor never fails: an error could only come from it.
+    c.apply(|e| {
+        Ok(match e {
+            DfExpr::ScalarFunction(f) if f.func.name().eq_ignore_ascii_case(WINDOW_TIME) => {
+                found = Some(e.to_string());
+                TreeNodeRecursion::Stop
+            }
+            _ => TreeNodeRecursion::Continue,
+        })
+    })
+    .ok()?;
+    found
 }
