@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from . import overs, sqlmore, wtime
+from . import floordiv, overs, sqlmore, wtime
 
 # name -> (draw params, SQL text from params)
 SELECT: dict[str, tuple[Any, Any]] = {
@@ -103,11 +103,15 @@ def _from(stage: Any) -> tuple[str, str]:
     return "", f"({inner}) AS sub"
 
 
+def _select_item(expr: list[Any]) -> str:
+    if expr[0] == floordiv.NAME:  # drawn last (floordiv.py)
+        return floordiv.sql_item(expr)
+    return str(SELECT[expr[0]][1](*expr[1:]))
+
+
 def _select_list(stage: Any) -> list[str]:
-    return [
-        f"{SELECT[e[0]][1](*e[1:])} AS c{i}"
-        for i, e in enumerate(e for e in stage.exprs if e[0] in SELECT)
-    ]
+    items = (e for e in stage.exprs if e[0] in SELECT or e[0] == floordiv.NAME)
+    return [f"{_select_item(e)} AS c{i}" for i, e in enumerate(items)]
 
 
 def _tvf(form: str, table: str, stage: Any) -> str:
