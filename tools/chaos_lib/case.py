@@ -293,7 +293,7 @@ class Case:
         if self.stage.kind == "fagg":
             out += [f"fagg:{e[0]}" for e in self.stage.exprs]
         if self.stage.kind == "sql":
-            names = ("having", "src", "aggs", "gexpr", "regroup", "floordiv")
+            names = ("having", "src", "aggs", "gexpr", "regroup", "floordiv", "fnaggs")
             out += [f"sql:{e[0]}" for e in self.stage.exprs if e[0] in names]
             if self.stage.spelling == "spark":
                 out.append("sql:window()")

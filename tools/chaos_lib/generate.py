@@ -17,6 +17,7 @@ from . import (
     chained,
     deltaopts,
     floordiv,
+    fnaggs,
     fnextra,
     fnlib,
     fnmore,
@@ -209,7 +210,7 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     return case
 
 
-LAST_DRAWS = (overs, wtime, floordiv, nanvl)
+LAST_DRAWS = (overs, wtime, floordiv, nanvl, fnaggs)
 """The newest draws' modules, in the order they are drawn (each ``widen(rng,
 case)``); a new one goes at the end. A test that a draw comes after every
 older one undoes the draws after it on both sides (tests/chaos/hand.py)."""
@@ -218,8 +219,8 @@ older one undoes the draws after it on both sides (tests/chaos/hand.py)."""
 def widen_newest(rng: random.Random, case: Case, scale: float = 1.0) -> None:
     """The draws added after ``fnextra``'s, in the order they were added:
     the last ones are over windows (overs.py), Spark's ``window_time``
-    (wtime.py), Spark's ``floor(a / b)`` of integers (floordiv.py) and
-    ``nanvl`` (nanvl.py)."""
+    (wtime.py), Spark's ``floor(a / b)`` of integers (floordiv.py),
+    ``nanvl`` (nanvl.py) and aggregates of functions' outputs (fnaggs.py)."""
     widen_sql_late(rng, case, scale)
     widen_last(rng, case)
     for module in LAST_DRAWS:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from . import floordiv, overs, sqlmore, wtime
+from . import floordiv, fnaggs, overs, sqlmore, wtime
 
 # name -> (draw params, SQL text from params)
 SELECT: dict[str, tuple[Any, Any]] = {
@@ -284,7 +284,11 @@ def _aggregates(stage: Any) -> str:
     """The stage's aggregate, then the others of ``["aggs", ...]`` as ``a_<name>``."""
     extra = next((e[1:] for e in stage.exprs if e[0] == "aggs"), [])
     return ", ".join(
-        [f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}", *(f"{CALL[a]} AS a_{a}" for a in extra)]
+        [
+            f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}",
+            *(f"{CALL[a]} AS a_{a}" for a in extra),
+            *fnaggs.sql_items(stage),  # of functions' outputs (fnaggs.py)
+        ]
     )
 
 
