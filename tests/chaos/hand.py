@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
+from chaos_lib import generate as generate_module
 from chaos_lib import reference
 from chaos_lib.case import Case, Stage
 from chaos_lib.check import compare
@@ -85,8 +86,12 @@ def with_and_without(
     without the draw of the module ``draw`` (its ``widen`` made a no-op); the draws
     of the modules ``later`` are no-ops on both sides. A test that a draw comes
     after every older one (old seeds keep their cases, docs/CHAOS.md) undoes the
-    draw in the first case and compares it with the second."""
-    for module in later:
+    draw in the first case and compares it with the second. The newest draws
+    after ``draw`` (``generate.LAST_DRAWS``; all of them for an older draw) are
+    no-ops too."""
+    newest = generate_module.LAST_DRAWS
+    after = newest[newest.index(draw) + 1 :] if draw in newest else newest
+    for module in (*later, *after):
         monkeypatch.setattr(module, "widen", _no_draw)
     drawn = {seed: generate(seed) for seed in range(seeds)}
     monkeypatch.setattr(draw, "widen", _no_draw)

@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import ansi, wtime
+from . import ansi, fnaggs, wtime
 from .case import Case, Stage
 
 APPROX = ["approx_count_distinct", "approx_percentile", "collect_set"]
@@ -71,6 +71,8 @@ def _column(name: str) -> str:
 def call(expr: list[Any]) -> str:
     """The DSL text of one aggregate of ``exprs`` (``[name, *params]``)."""
     name = expr[0]
+    if fnaggs.is_fnagg(name):  # of a function's output (fnaggs.py)
+        return fnaggs.call(expr)
     if name == "sum_big":  # ansi.py: a sum that may leave bigint's range
         return f'{ansi.sum_big_call(expr[1], expr[2])}.alias("a_{name}")'
     if name == "approx_percentile":
@@ -81,6 +83,8 @@ def call(expr: list[Any]) -> str:
 def value(group: pd.DataFrame, expr: list[Any]) -> Any:
     """The reference value of one aggregate over a group's rows."""
     name, v = expr[0], group["v"]
+    if fnaggs.is_fnagg(name):
+        return fnaggs.value(group, expr)
     if name == "sum_big":
         return ansi.sum_big(group, expr[1], expr[2])
     if name == "approx_count_distinct":

@@ -54,6 +54,10 @@ class Source:
     late_join: bool = False
     variant: str = ""
     """A user source's (kind ``user``) spelling: usersrc.py."""
+    late_burst: int = 0
+    """With ``late_join``: each candidate comes with ``late_burst - 1`` more of
+    its key right after it, up to ``late_spread_ms`` later (late_burst.py)."""
+    late_spread_ms: int = 0
 
 
 @dataclasses.dataclass
@@ -293,7 +297,7 @@ class Case:
         if self.stage.kind == "fagg":
             out += [f"fagg:{e[0]}" for e in self.stage.exprs]
         if self.stage.kind == "sql":
-            names = ("having", "src", "aggs", "gexpr", "regroup")
+            names = ("having", "src", "aggs", "gexpr", "regroup", "floordiv", "fnaggs")
             out += [f"sql:{e[0]}" for e in self.stage.exprs if e[0] in names]
             if self.stage.spelling == "spark":
                 out.append("sql:window()")
@@ -332,6 +336,8 @@ class Case:
             out.append("late_rows:dropped")  # no late output (late_groupby.py)
         if any(s.late_rows and s.late_join for s in self.sources):
             out.append("late_rows:session_join")
+        if any(s.late_rows and s.late_join and s.late_burst > 1 for s in self.sources):
+            out.append("late_rows:session_burst")
         if ex.incremental:
             out.append("checkpoint:incremental")
         if ex.s3:

@@ -119,6 +119,12 @@ def _insert_candidates(
         k = n if n < source.keys else LATE_KEY + next_id
         split.insert(at, {"id": next_id, "k": k, "ts": ts, "v": 1})
         next_id += 1
+        for b in range(1, source.late_burst):  # more of its key right after it (late_burst.py)
+            # still behind the row before it by more than the bound
+            room = max(0, split[at - 1]["ts"] - source.bound_ms - 1 - ts)
+            later = rng.randint(0, min(source.late_spread_ms, room))
+            split.insert(at + b, {"id": next_id, "k": k, "ts": ts + later, "v": 1})
+            next_id += 1
     return next_id
 
 
@@ -128,11 +134,8 @@ def late_candidates(source: Source) -> set[int]:
     inserted among its rows)."""
     if not source.late_rows:
         return set()
-    return {
-        i
-        for split in splits_of(source)
-        for i in sorted(row["id"] for row in split)[-source.late_rows :]
-    }
+    count = source.late_rows * max(1, source.late_burst)  # a burst's rows too (late_burst.py)
+    return {i for split in splits_of(source) for i in sorted(row["id"] for row in split)[-count:]}
 
 
 def rows_of(source: Source) -> list[Row]:

@@ -335,7 +335,10 @@ def _template(name: str) -> Template:
     from .ansi import TEMPLATES as ANSI  # drawn after these (ansi.py)
     from .fnextra import EXTRA  # drawn after those (fnextra.py)
     from .fnmore import MORE  # drawn after these (fnmore.py)
+    from .newest import TEMPLATES as NEWEST  # drawn after every other (newest.py)
 
+    if name in NEWEST:
+        return NEWEST[name]
     if name in ANSI:
         return ANSI[name]
     if name in EXTRA:

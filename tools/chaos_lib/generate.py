@@ -16,12 +16,16 @@ from . import (
     bcast,
     chained,
     deltaopts,
+    floordiv,
+    fnaggs,
     fnextra,
     fnlib,
     fnmore,
+    late_burst,
     late_groupby,
     late_session,
     loops,
+    nanvl,
     overs,
     ptimers,
     pyops,
@@ -207,14 +211,22 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     return case
 
 
+LAST_DRAWS = (overs, wtime, floordiv, nanvl, fnaggs, late_burst)
+"""The newest draws' modules, in the order they are drawn (each ``widen(rng,
+case)``); a new one goes at the end. A test that a draw comes after every
+older one undoes the draws after it on both sides (tests/chaos/hand.py)."""
+
+
 def widen_newest(rng: random.Random, case: Case, scale: float = 1.0) -> None:
     """The draws added after ``fnextra``'s, in the order they were added:
-    the last ones are over windows (overs.py) and Spark's ``window_time``
-    (wtime.py)."""
+    the last ones are over windows (overs.py), Spark's ``window_time``
+    (wtime.py), Spark's ``floor(a / b)`` of integers (floordiv.py),
+    ``nanvl`` (nanvl.py), aggregates of functions' outputs (fnaggs.py) and
+    bursts of late rows of one key before session windows (late_burst.py)."""
     widen_sql_late(rng, case, scale)
     widen_last(rng, case)
-    overs.widen(rng, case)
-    wtime.widen(rng, case)
+    for module in LAST_DRAWS:
+        module.widen(rng, case)
 
 
 def widen_sql_late(rng: random.Random, case: Case, scale: float = 1.0) -> None:

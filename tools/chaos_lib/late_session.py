@@ -101,17 +101,28 @@ def allowed(case: Case, main: pd.DataFrame, late_ids: set[int]) -> pd.DataFrame:
     column = ["count" if st.agg == "count" else "v"]
     if st.kind == "fagg":
         column = ["n", *(f"a_{e[0]}" for e in st.exprs)]
-    maybe = candidates(case) - late_ids
+    from .late_burst import burst_outcomes
+
     rows = []
-    found = main[main["id"].isin(maybe)]
-    for c in found.itertuples(index=False):
-        key = main[(main["k"] == c.k) & ~main["id"].isin(late_ids) & (main["id"] != c.id)]
+    found = main[main["id"].isin(candidates(case))]
+    for k, group in found.groupby("k", sort=True):
+        ids = sorted(int(i) for i in group["id"])
+        if set(ids) <= late_ids:
+            continue  # every candidate of the key late: its sessions are exact
+        key = main[(main["k"] == k) & ~main["id"].isin(ids)]
         others = list(zip(key["ts"].tolist(), key["v"].tolist(), strict=True))
-        _, accepted = outcomes(others, (int(c.ts), int(c.v)), st.gap_ms)
+        ordered = group.sort_values("id")  # their arrival order (one split, data.py)
+        cands = list(zip(ordered["ts"].tolist(), ordered["v"].tolist(), strict=True))
+        if len(ids) == 1:
+            _, accepted = outcomes(others, cands[0], st.gap_ms)
+        else:  # several of one key (late_burst.py): the outcomes with these late
+            late = frozenset(i for i, c in enumerate(ids) if c in late_ids)
+            accepted = burst_outcomes(others, cands, st.gap_ms).get(late, [])
+            accepted = accepted or [[(-1, -1, cands)]]  # none: no session can match
         for index, outcome in enumerate(accepted):
             for start, end, members in outcome:
-                values = _values(case, int(c.k), members)
-                rows.append((index, int(c.k), start, end, *values))
+                values = _values(case, int(k), members)
+                rows.append((index, int(k), start, end, *values))
     columns = ["outcome", "k", "window_start", "window_end", *column]
     return pd.DataFrame(rows, columns=columns, dtype=object if st.kind == "fagg" else None)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from . import overs, sqlmore, wtime
+from . import floordiv, fnaggs, overs, sqlmore, wtime
 
 # name -> (draw params, SQL text from params)
 SELECT: dict[str, tuple[Any, Any]] = {
@@ -103,11 +103,15 @@ def _from(stage: Any) -> tuple[str, str]:
     return "", f"({inner}) AS sub"
 
 
+def _select_item(expr: list[Any]) -> str:
+    if expr[0] == floordiv.NAME:  # drawn last (floordiv.py)
+        return floordiv.sql_item(expr)
+    return str(SELECT[expr[0]][1](*expr[1:]))
+
+
 def _select_list(stage: Any) -> list[str]:
-    return [
-        f"{SELECT[e[0]][1](*e[1:])} AS c{i}"
-        for i, e in enumerate(e for e in stage.exprs if e[0] in SELECT)
-    ]
+    items = (e for e in stage.exprs if e[0] in SELECT or e[0] == floordiv.NAME)
+    return [f"{_select_item(e)} AS c{i}" for i, e in enumerate(items)]
 
 
 def _tvf(form: str, table: str, stage: Any) -> str:
@@ -280,7 +284,11 @@ def _aggregates(stage: Any) -> str:
     """The stage's aggregate, then the others of ``["aggs", ...]`` as ``a_<name>``."""
     extra = next((e[1:] for e in stage.exprs if e[0] == "aggs"), [])
     return ", ".join(
-        [f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}", *(f"{CALL[a]} AS a_{a}" for a in extra)]
+        [
+            f"{CALL[stage.agg]} AS {COLUMN[stage.agg]}",
+            *(f"{CALL[a]} AS a_{a}" for a in extra),
+            *fnaggs.sql_items(stage),  # of functions' outputs (fnaggs.py)
+        ]
     )
 
 

@@ -273,6 +273,7 @@ def _apply_savepoint(name: str, case: Case, got: pd.DataFrame) -> list[str]:
 
 
 FAGG_NEAR = {"sum": "<=", "max": "<=", "count_distinct": "<=", "min": ">="}
+FAGG_NEAR |= {"sum_length": "<=", "max_abs": "<=", "count_upper": "<="}  # fnaggs.py
 
 
 def _fagg_savepoint(name: str, case: Case, got: pd.DataFrame, final: pd.DataFrame) -> list[str]:
