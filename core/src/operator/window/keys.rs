@@ -1,5 +1,6 @@
 //! How the windows encode their keys: one `i64` column as itself, any
-//! other key in arrow's row format (see the parent module's docs).
+//! other key in arrow's row format (see the parent module's docs; the
+//! row-format keys' state is `row_store`'s).
 
 use std::hash::Hash;
 use std::sync::Arc;
@@ -15,8 +16,8 @@ use super::*;
 // ---------------------------------------------------------------------------
 // Keys
 
-/// How a key is held in the state: an `Option<i64>` for a single `Int64`
-/// key column, Arrow row-format bytes otherwise.
+/// How a key is held in the per-key-group [`Store`]: an `Option<i64>` for a
+/// single `Int64` key column (row-format keys live in `row_store`).
 pub(crate) trait StateKey: Eq + Hash + Clone + Send + Sync + 'static {
     /// Per-operator encoding scratch.
     type Codec: Send;
@@ -111,62 +112,4 @@ impl StateKey for Option<i64> {
 pub(crate) struct RowCodec {
     pub(crate) converter: RowConverter,
     pub(crate) rows: Rows,
-}
-
-impl StateKey for Box<[u8]> {
-    type Codec = RowCodec;
-    type Batch<'a> = &'a Rows;
-
-    fn codec(fields: &[FieldRef]) -> ArrowResult<RowCodec> {
-        let converter = RowConverter::new(sort_fields(fields))?;
-        let rows = converter.empty_rows(0, 0);
-        Ok(RowCodec { converter, rows })
-    }
-
-    fn prepare<'a>(
-        codec: &'a mut RowCodec,
-        columns: &'a [ArrayRef],
-        hashes: &mut Vec<u64>,
-    ) -> ArrowResult<&'a Rows> {
-        codec.rows.clear();
-        codec.converter.append(&mut codec.rows, columns)?;
-        hashes.clear();
-        hashes.extend(
-            codec
-                .rows
-                .iter()
-                .map(|r| xxhash_rust::xxh3::xxh3_64(r.as_ref())),
-        );
-        Ok(&codec.rows)
-    }
-
-    #[inline]
-    fn upsert<'m, V: Copy>(
-        map: &'m mut FxHashMap<Self, Entry<V>>,
-        batch: &&Rows,
-        row: usize,
-        fresh: impl FnOnce() -> Entry<V>,
-    ) -> &'m mut Entry<V> {
-        let key = batch.row(row);
-        let key = key.as_ref();
-        if !map.contains_key(key) {
-            map.insert(Box::from(key), fresh());
-        }
-        map.get_mut(key)
-            .expect("invariant: the key was inserted just above if it was missing")
-    }
-
-    fn to_columns<'k>(
-        fields: &[FieldRef],
-        keys: impl Iterator<Item = &'k Self>,
-    ) -> ArrowResult<Vec<ArrayRef>> {
-        let converter = RowConverter::new(sort_fields(fields))?;
-        let parser = converter.parser();
-        converter.convert_rows(keys.map(|k| parser.parse(k)))
-    }
-
-    fn from_columns(codec: &mut RowCodec, columns: &[ArrayRef]) -> ArrowResult<Vec<Self>> {
-        let rows = codec.converter.convert_columns(columns)?;
-        Ok(rows.iter().map(|r| Box::from(r.as_ref())).collect())
-    }
 }

@@ -48,18 +48,25 @@
 //! otherwise the Arrow row format, encoded into a reused buffer and hashed
 //! with xxh3 exactly as [`hash_keys`] does), event times are converted to
 //! milliseconds in one pass and the aggregated column is cast once. Each
-//! record then updates its windows' accumulators in place; a new (key,
-//! window) pair allocates its map slot (and for row-format keys the key
-//! bytes), nothing else allocates per record.
+//! record then updates its windows' accumulators in place; for an `Int64`
+//! key a new (key, window) pair allocates its map slot, nothing else
+//! allocates per record. Row-format keys (`row_store`) are probed by that
+//! xxh3 hash in one table per window, their bytes appended to the window's
+//! buffer: nothing allocates per record but the buffers' growth.
 //!
 //! # State and snapshots
 //!
-//! State is a `Vec<Arc<group>>` indexed by `key_group - key_groups.start`,
-//! mutated through `Arc::make_mut`; a group is a `BTreeMap` from window start
-//! to a map from key to (first-seen sequence number, accumulator), so firing
-//! pops the first windows and the earliest open window start of a key group
-//! is its first entry ([`WindowOperator::earliest_open_window_start`]).
-//! `snapshot_state` clones the `Arc`s into [`StateBlob::Deferred`] views.
+//! For an `Int64` key, state is a `Vec<Arc<group>>` indexed by
+//! `key_group - key_groups.start`, mutated through `Arc::make_mut`; a group
+//! is a `BTreeMap` from window start to a map from key to (first-seen
+//! sequence number, accumulator), so firing pops the first windows and the
+//! earliest open window start of a key group is its first entry
+//! ([`WindowOperator::earliest_open_window_start`]). `snapshot_state` clones
+//! the `Arc`s into [`StateBlob::Deferred`] views. Row-format keys keep one
+//! `BTreeMap` from window start to an `Arc` table of the subtask's entries
+//! in first-seen order, each with its key group; a snapshot shares the
+//! tables and splits them by key group off the task thread (`row_store`).
+//! Both write the blobs below.
 //!
 //! Besides the windows, the current watermark is part of the state (unlike
 //! Flink, where it restarts at `Long.MIN_VALUE`), so records that were late
@@ -114,6 +121,9 @@ mod format_tests;
 mod keys;
 pub mod multi;
 pub(crate) mod open_sessions;
+mod row_store;
+#[cfg(test)]
+mod row_store_tests;
 pub mod session_multi;
 mod slot_windows;
 pub use slot_windows::WindowedAggs;
@@ -655,8 +665,8 @@ struct BatchArgs<'a> {
 
 /// Adds one batch (its times and key columns already in `scratch`) to
 /// `store`; returns the number of late records.
-fn process_rows<K: StateKey, V: Num>(
-    store: &mut Store<K, V>,
+fn process_rows<V: Num>(
+    store: &mut impl WindowStore<V>,
     args: &BatchArgs<'_>,
     scratch: &mut Scratch,
     next_seq: &mut u64,

@@ -44,30 +44,47 @@ impl<K: StateKey, V: Num> DeferredState for GroupSnapshot<K, V> {
             rows.extend(map.iter().map(|(k, e)| (start, e.seq, k, e.acc)));
         }
         rows.sort_unstable_by_key(|r| (r.0, r.1));
-        let key_fields = &meta.layout.key_fields;
-        let mut columns =
-            K::to_columns(key_fields, rows.iter().map(|r| r.2)).for_operator(&meta.name)?;
-        let mut fields: Vec<Field> = key_fields.iter().map(|f| f.as_ref().clone()).collect();
-        fields.push(Field::new(START_FIELD, DataType::Int64, false));
-        columns.push(Arc::new(rows.iter().map(|r| r.0).collect::<Int64Array>()));
-        fields.push(Field::new(SEQ_FIELD, DataType::UInt64, false));
-        columns.push(Arc::new(rows.iter().map(|r| r.1).collect::<UInt64Array>()));
-        fields.push(Field::new(ACC_FIELD, V::Arrow::DATA_TYPE, true));
-        columns.push(acc_array::<V>(rows.iter().map(|r| r.3)));
-        let metadata = HashMap::from([
-            (META_AGG.to_string(), meta.agg.name().to_string()),
-            (META_ASSIGNER.to_string(), meta.assigner.describe()),
-            (
-                META_TIME_TYPE.to_string(),
-                meta.layout.time_type.to_string(),
-            ),
-            (META_WATERMARK.to_string(), self.watermark.to_string()),
-            (META_COLUMN.to_string(), meta.column.to_string()),
-        ]);
-        let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
-        crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns)
-            .for_operator(&meta.name)
+        let keys = K::to_columns(&meta.layout.key_fields, rows.iter().map(|r| r.2))
+            .for_operator(&meta.name)?;
+        encode_group(
+            meta,
+            self.watermark,
+            keys,
+            rows.iter().map(|r| (r.0, r.1, r.3)),
+        )
     }
+}
+
+/// One key group's blob: its `key_columns` and, row by row, the window
+/// start, the first-seen sequence number and the accumulator, ordered by
+/// (window start, sequence number).
+pub(crate) fn encode_group<V: Num>(
+    meta: &SnapshotMeta,
+    watermark: i64,
+    key_columns: Vec<ArrayRef>,
+    rows: impl Iterator<Item = (i64, u64, Acc<V>)> + Clone,
+) -> Result<Vec<u8>> {
+    let key_fields = &meta.layout.key_fields;
+    let mut columns = key_columns;
+    let mut fields: Vec<Field> = key_fields.iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new(START_FIELD, DataType::Int64, false));
+    columns.push(Arc::new(rows.clone().map(|r| r.0).collect::<Int64Array>()));
+    fields.push(Field::new(SEQ_FIELD, DataType::UInt64, false));
+    columns.push(Arc::new(rows.clone().map(|r| r.1).collect::<UInt64Array>()));
+    fields.push(Field::new(ACC_FIELD, V::Arrow::DATA_TYPE, true));
+    columns.push(acc_array::<V>(rows.map(|r| r.2)));
+    let metadata = HashMap::from([
+        (META_AGG.to_string(), meta.agg.name().to_string()),
+        (META_ASSIGNER.to_string(), meta.assigner.describe()),
+        (
+            META_TIME_TYPE.to_string(),
+            meta.layout.time_type.to_string(),
+        ),
+        (META_WATERMARK.to_string(), watermark.to_string()),
+        (META_COLUMN.to_string(), meta.column.to_string()),
+    ]);
+    let schema = Arc::new(Schema::new_with_metadata(fields, metadata));
+    crate::state::encode_ipc_blob(STATE_FORMAT_VERSION, &schema, columns).for_operator(&meta.name)
 }
 
 /// One decoded key-group blob.

@@ -13,6 +13,7 @@ use arrow::datatypes::{
 };
 use rustc_hash::FxHashMap;
 
+use super::row_store::RowStore;
 use super::*;
 use crate::error::{Error, ForOperator, Result};
 
@@ -68,6 +69,22 @@ pub(crate) struct Store<K: StateKey, V: Num> {
     pub(crate) groups: Vec<Arc<GroupState<K, V>>>,
 }
 
+/// Adding a batch to a window state, whatever its key layout.
+pub(crate) trait WindowStore<V: Num> {
+    /// Adds the records of one batch to their windows; returns how many
+    /// were late. With `late_rows`, the indices of the late records are
+    /// appended to it (in order).
+    fn process(
+        &mut self,
+        key_cols: &[ArrayRef],
+        input: &BatchInput<'_, V>,
+        hashes: &mut Vec<u64>,
+        own: &KeyGroupOwnership,
+        next_seq: &mut u64,
+        late_rows: Option<&mut Vec<u32>>,
+    ) -> Result<u64>;
+}
+
 impl<K: StateKey, V: Num> Store<K, V> {
     pub(crate) fn new(name: Arc<str>, layout: &Layout, n_groups: usize) -> Result<Self> {
         Ok(Store {
@@ -77,71 +94,6 @@ impl<K: StateKey, V: Num> Store<K, V> {
                 .map(|_| Arc::new(GroupState::empty()))
                 .collect(),
         })
-    }
-
-    /// Adds the records of one batch to their windows; returns how many
-    /// were late. With `late_rows`, the indices of the late records are
-    /// appended to it (in order).
-    pub(crate) fn process(
-        &mut self,
-        key_cols: &[ArrayRef],
-        input: &BatchInput<'_, V>,
-        hashes: &mut Vec<u64>,
-        own: &KeyGroupOwnership,
-        next_seq: &mut u64,
-        mut late_rows: Option<&mut Vec<u32>>,
-    ) -> Result<u64> {
-        let keys = K::prepare(&mut self.codec, key_cols, hashes).for_operator(&self.name)?;
-        let BatchInput {
-            agg,
-            size,
-            slide,
-            watermark: operator_watermark,
-            reached,
-            times,
-            contribution,
-        } = *input;
-        let fresh_acc = Acc::<V>::empty(agg);
-        let mut late = 0u64;
-        for (i, (&t, &hash)) in times.iter().zip(hashes.iter()).enumerate() {
-            let local = own.local_index(hash)?;
-            let watermark = reached.at(local, operator_watermark);
-            let last_start = t - t.rem_euclid(slide);
-            // The window [start, start + size) is over when start + size - 1 <= watermark.
-            if last_start.saturating_add(size - 1) <= watermark {
-                late += 1;
-                if let Some(rows) = late_rows.as_deref_mut() {
-                    // Batches are far below u32::MAX rows (Arrow offsets are i32).
-                    rows.push(i as u32);
-                }
-                continue;
-            }
-            let value = contribution.at(i);
-            let group = Arc::make_mut(&mut self.groups[local]);
-            let first_start = t.saturating_sub(size);
-            let mut start = last_start;
-            loop {
-                let map = group.windows.entry(start).or_default();
-                let entry = K::upsert(map, &keys, i, || {
-                    let seq = *next_seq;
-                    *next_seq += 1;
-                    Entry {
-                        seq,
-                        acc: fresh_acc,
-                    }
-                });
-                if let Some(v) = value {
-                    entry.acc.add(agg, v);
-                }
-                match start.checked_sub(slide) {
-                    Some(s) if s > first_start && s.saturating_add(size - 1) > watermark => {
-                        start = s
-                    }
-                    _ => break,
-                }
-            }
-        }
-        Ok(late)
     }
 
     /// Removes and returns the windows with a start before `cut` (all of
@@ -265,6 +217,70 @@ impl<K: StateKey, V: Num> Store<K, V> {
     }
 }
 
+impl<K: StateKey, V: Num> WindowStore<V> for Store<K, V> {
+    fn process(
+        &mut self,
+        key_cols: &[ArrayRef],
+        input: &BatchInput<'_, V>,
+        hashes: &mut Vec<u64>,
+        own: &KeyGroupOwnership,
+        next_seq: &mut u64,
+        mut late_rows: Option<&mut Vec<u32>>,
+    ) -> Result<u64> {
+        let keys = K::prepare(&mut self.codec, key_cols, hashes).for_operator(&self.name)?;
+        let BatchInput {
+            agg,
+            size,
+            slide,
+            watermark: operator_watermark,
+            reached,
+            times,
+            contribution,
+        } = *input;
+        let fresh_acc = Acc::<V>::empty(agg);
+        let mut late = 0u64;
+        for (i, (&t, &hash)) in times.iter().zip(hashes.iter()).enumerate() {
+            let local = own.local_index(hash)?;
+            let watermark = reached.at(local, operator_watermark);
+            let last_start = t - t.rem_euclid(slide);
+            // The window [start, start + size) is over when start + size - 1 <= watermark.
+            if last_start.saturating_add(size - 1) <= watermark {
+                late += 1;
+                if let Some(rows) = late_rows.as_deref_mut() {
+                    // Batches are far below u32::MAX rows (Arrow offsets are i32).
+                    rows.push(i as u32);
+                }
+                continue;
+            }
+            let value = contribution.at(i);
+            let group = Arc::make_mut(&mut self.groups[local]);
+            let first_start = t.saturating_sub(size);
+            let mut start = last_start;
+            loop {
+                let map = group.windows.entry(start).or_default();
+                let entry = K::upsert(map, &keys, i, || {
+                    let seq = *next_seq;
+                    *next_seq += 1;
+                    Entry {
+                        seq,
+                        acc: fresh_acc,
+                    }
+                });
+                if let Some(v) = value {
+                    entry.acc.add(agg, v);
+                }
+                match start.checked_sub(slide) {
+                    Some(s) if s > first_start && s.saturating_add(size - 1) > watermark => {
+                        start = s
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(late)
+    }
+}
+
 /// Milliseconds as an array of the event-time column's type.
 pub(crate) fn time_array(
     operator: &str,
@@ -304,8 +320,8 @@ pub(crate) fn time_array(
 pub(crate) enum Engine {
     IntInt(Store<Option<i64>, i64>),
     IntFloat(Store<Option<i64>, f64>),
-    RowInt(Store<Box<[u8]>, i64>),
-    RowFloat(Store<Box<[u8]>, f64>),
+    RowInt(RowStore<i64>),
+    RowFloat(RowStore<f64>),
 }
 
 /// Runs `$body` with `$s` bound to the store, whatever its types.
@@ -331,9 +347,11 @@ impl Engine {
             (true, ValueKind::Float) => {
                 Engine::IntFloat(Store::new(name.clone(), layout, n_groups)?)
             }
-            (false, ValueKind::Int) => Engine::RowInt(Store::new(name.clone(), layout, n_groups)?),
+            (false, ValueKind::Int) => {
+                Engine::RowInt(RowStore::new(name.clone(), layout, n_groups)?)
+            }
             (false, ValueKind::Float) => {
-                Engine::RowFloat(Store::new(name.clone(), layout, n_groups)?)
+                Engine::RowFloat(RowStore::new(name.clone(), layout, n_groups)?)
             }
         })
     }
