@@ -26,6 +26,7 @@ from . import (
     late_session,
     loops,
     nanvl,
+    overframes,
     overs,
     ptimers,
     pyops,
@@ -211,7 +212,7 @@ def generate(seed: int, scale: float = 1.0) -> Case:
     return case
 
 
-LAST_DRAWS = (overs, wtime, floordiv, nanvl, fnaggs, late_burst)
+LAST_DRAWS = (overs, wtime, floordiv, nanvl, fnaggs, late_burst, overframes)
 """The newest draws' modules, in the order they are drawn (each ``widen(rng,
 case)``); a new one goes at the end. A test that a draw comes after every
 older one undoes the draws after it on both sides (tests/chaos/hand.py)."""
@@ -221,8 +222,9 @@ def widen_newest(rng: random.Random, case: Case, scale: float = 1.0) -> None:
     """The draws added after ``fnextra``'s, in the order they were added:
     the last ones are over windows (overs.py), Spark's ``window_time``
     (wtime.py), Spark's ``floor(a / b)`` of integers (floordiv.py),
-    ``nanvl`` (nanvl.py), aggregates of functions' outputs (fnaggs.py) and
-    bursts of late rows of one key before session windows (late_burst.py)."""
+    ``nanvl`` (nanvl.py), aggregates of functions' outputs (fnaggs.py),
+    bursts of late rows of one key before session windows (late_burst.py)
+    and the newer frames of over windows (overframes.py)."""
     widen_sql_late(rng, case, scale)
     widen_last(rng, case)
     for module in LAST_DRAWS:

@@ -42,6 +42,7 @@ from typing import Any
 
 import pandas as pd
 
+from . import overframes
 from .case import Case, Stage
 
 AGGS = ["sum", "count", "count_v", "avg", "min", "max"]
@@ -85,6 +86,9 @@ def order(stage: Stage) -> list[str]:
 
 
 def _frame(stage: Stage, duck: bool) -> str:
+    newer = overframes.frame(stage, duck)
+    if newer is not None:
+        return newer
     n = stage.a
     short = (_expr(stage, "frame") or ["frame", "between"])[1] == "short"
     if short and not duck:
@@ -96,9 +100,9 @@ def _window(stage: Stage, duck: bool) -> str:
     """The ``OVER`` specification; DuckDB's orders ties by ``id`` last (the
     engine's order, the module's docstring)."""
     cols = ["ts", *order(stage)]
-    if duck and "id" not in cols:
-        cols.append("id")
-    return f"PARTITION BY k ORDER BY {', '.join(cols)} {_frame(stage, duck)}"
+    if duck and "id" not in cols and not overframes.is_range(stage):
+        cols.append("id")  # a RANGE frame's peers share their values
+    return f"PARTITION BY k ORDER BY {', '.join(cols)} {_frame(stage, duck)}".rstrip()
 
 
 def query(stage: Stage, duck: bool = False) -> str:
@@ -109,6 +113,7 @@ def query(stage: Stage, duck: bool = False) -> str:
     named = (_expr(stage, "spell") or ["spell", "inline"])[1] == "window"
     over = "w" if named else f"({_window(stage, duck)})"
     calls = [f"{SQL_CALL[a]} OVER {over} AS a_{a}" for a in aggregates(stage)]
+    calls += overframes.chain_sql(stage, duck)
     where = _where(stage.exprs) if stage.kind == "sql" else ""
     window = f" WINDOW w AS ({_window(stage, duck)})" if named else ""
     return f"SELECT id, k, ts, v, {', '.join(calls)} FROM t{where}{window}"
@@ -120,11 +125,13 @@ def dsl_lines(case: Case) -> list[str]:
     calls = [f'{DSL_CALL[a]}.alias("a_{a}")' for a in aggregates(st)]
     by = order(st)
     order_by = f", order_by={tuple(by)!r}" if by else ""
+    op, arg = overframes.dsl_call(st) or ("over_rows", f"preceding={st.a}")
     return [
-        '    out = main.key_by("k").over_rows(',
+        f'    out = main.key_by("k").{op}(',
         *(f"        {c}," for c in calls),
-        f"        preceding={st.a}{order_by},",
+        f"        {arg}{order_by},",
         '    ).name("over").uid("over")',
+        *overframes.chain_dsl(st),
     ]
 
 
@@ -161,7 +168,7 @@ def features(stage: Stage) -> list[str]:
     out = [f"over:{a}" for a in aggregates(stage)]
     if order(stage):
         out.append("over:order_by")
-    return out
+    return out + overframes.features(stage)
 
 
 def _stage(rng: random.Random, sql: bool) -> Stage:
