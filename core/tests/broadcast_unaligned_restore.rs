@@ -2,12 +2,14 @@
 //! checkpoints") of a broadcast edge whose consumers sat at different
 //! offsets of the broadcast stream when they took the checkpoint.
 //!
-//! Broadcast state is written by subtask 0 alone and every restored
-//! subtask gets subtask 0's copy (`checkpoint/restore.rs` `broadcast_for`),
-//! so the broadcast rows in flight each restored subtask replays must be
-//! subtask 0's too (`runtime/spawn.rs` `restored_channels`,
-//! `checkpoint/channel_rescale.rs`): with its own, a subtask that was ahead
-//! of subtask 0 would miss the rows between the two offsets in its state.
+//! Every subtask writes its own copy of the broadcast state, as in Flink's
+//! broadcast state pattern. A restored subtask `i` gets the copy of old
+//! subtask `i mod` the old parallelism (`checkpoint/restore.rs`
+//! `broadcast_for`, `broadcast_source`) and replays that same old subtask's
+//! broadcast rows in flight (`runtime/spawn.rs` `restored_channels`,
+//! `checkpoint/channel_rescale.rs`), so state and replay agree; with
+//! subtask 0's copy everywhere, a subtask that was ahead of subtask 0 would
+//! emit the rows between the two offsets a second time.
 //!
 //! The offsets are forced, not hoped for: a gated source (parallelism 1)
 //! hands out exactly the rows the test allows, subtask 0 of the broadcast
@@ -178,6 +180,9 @@ const FINAL_STATE: i64 = 1;
 /// it emits its whole state as `FINAL_STATE` rows.
 struct MarkFactory {
     probe: Option<Arc<Probe>>,
+    /// Subtask 0 alone writes the broadcast state, as checkpoints written
+    /// before every subtask wrote its own copy.
+    legacy: bool,
 }
 
 impl OperatorFactory for MarkFactory {
@@ -186,6 +191,7 @@ impl OperatorFactory for MarkFactory {
             subtask: ctx.subtask_index,
             state: Vec::new(),
             probe: self.probe.clone(),
+            legacy: self.legacy,
         }))
     }
 
@@ -198,6 +204,7 @@ struct Mark {
     subtask: usize,
     state: Vec<i64>,
     probe: Option<Arc<Probe>>,
+    legacy: bool,
 }
 
 impl Mark {
@@ -261,8 +268,10 @@ impl CheckpointedState for Mark {
             let snap = (self.subtask, checkpoint_id, self.state.len());
             probe.snapshots.lock().unwrap().push(snap);
         }
-        // Broadcast state: the same in every subtask, written once.
-        if self.subtask != 0 {
+        // Broadcast state: every subtask writes its own copy (the copies
+        // differ when the subtasks snapshot at different offsets of the
+        // broadcast stream, as in an unaligned checkpoint).
+        if self.legacy && self.subtask != 0 {
             return Ok(OperatorState::default());
         }
         let bytes = self.state.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -350,8 +359,9 @@ fn config(dir: &std::path::Path, restore: bool) -> JobConfig {
 }
 
 /// Runs the first job up to its one checkpoint, taken with subtask 0 of
-/// `mark` at row `HELD_AT` and subtask 1 at row `BEFORE`, and cancels it.
-fn checkpoint_at_different_offsets(dir: &std::path::Path, store: &Arc<CollectStore>) {
+/// `mark` at row `HELD_AT` and subtask 1 at row `BEFORE`, and cancels it;
+/// `legacy`: subtask 0 alone writes the broadcast state.
+fn checkpoint_at_different_offsets(dir: &std::path::Path, store: &Arc<CollectStore>, legacy: bool) {
     let allowed = Arc::new(AtomicI64::new(BEFORE));
     let emitted = Arc::new(AtomicI64::new(0));
     let probe = Arc::new(Probe::default());
@@ -361,6 +371,7 @@ fn checkpoint_at_different_offsets(dir: &std::path::Path, store: &Arc<CollectSto
     };
     let mark = MarkFactory {
         probe: Some(probe.clone()),
+        legacy,
     };
     let job = JobHandle::start(graph(2, source, mark, store), config(dir, false)).unwrap();
     // Subtask 0 holds back at row HELD_AT (the rows after it queue in its
@@ -414,7 +425,15 @@ fn restore_and_finish(dir: &std::path::Path, store: &Arc<CollectStore>, p: usize
         emitted: Arc::new(AtomicI64::new(0)),
     };
     let job = JobHandle::start(
-        graph(p, source, MarkFactory { probe: None }, store),
+        graph(
+            p,
+            source,
+            MarkFactory {
+                probe: None,
+                legacy: false,
+            },
+            store,
+        ),
         config(dir, true),
     )
     .unwrap();
@@ -451,7 +470,7 @@ fn test_broadcast_channel_state_restores_consumers_checkpointed_at_different_off
     for p in [2, 3, 1] {
         let dir = tempfile::tempdir().unwrap();
         let store = CollectStore::new();
-        checkpoint_at_different_offsets(dir.path(), &store);
+        checkpoint_at_different_offsets(dir.path(), &store, false);
         let rows = restore_and_finish(dir.path(), &store, p);
         // No subtask applied a row twice to its broadcast state...
         let twice: Vec<_> = rows
@@ -461,23 +480,66 @@ fn test_broadcast_channel_state_restores_consumers_checkpointed_at_different_off
         assert!(twice.is_empty(), "p={p}: rows applied twice: {twice:?}");
         for s in 0..p as i64 {
             // ...and every subtask's state ends with every row, once: it
-            // restored subtask 0's state and replayed subtask 0's rows in
-            // flight (with subtask 1's own, none, subtask 1 would lack the
-            // rows after HELD_AT that subtask 0 had not applied).
+            // restored the copy of old subtask `s mod 2` and replayed that
+            // subtask's rows in flight (with subtask 1's copy and subtask
+            // 0's rows, or the other way round, it would apply rows twice
+            // or miss the rows between the two offsets).
             assert_eq!(
                 values(&rows, FINAL_STATE, s),
                 every,
                 "p={p}: state of subtask {s}"
             );
         }
-        // Subtask 0 emitted every row exactly once across the crash.
+        // Every old subtask emitted every row exactly once across the
+        // crash: it resumed from its own copy and its own rows in flight.
+        // A new subtask (p=3: subtask 2) took old subtask `2 mod 2 = 0`'s
+        // copy (rows 0..=HELD_AT) and replayed its rows in flight: it emits
+        // every row after HELD_AT once.
+        for s in 0..p as i64 {
+            let want: Vec<i64> = if s < 2 {
+                every.clone()
+            } else {
+                (HELD_AT + 1..TOTAL).collect()
+            };
+            assert_eq!(
+                values(&rows, EMITTED, s),
+                want,
+                "p={p}: rows of subtask {s}"
+            );
+        }
+        if p == 1 {
+            // Old subtask 1's rows before the checkpoint were committed;
+            // it has no new subtask, so it emitted nothing after.
+            assert_eq!(
+                values(&rows, EMITTED, 1),
+                (0..BEFORE).collect::<Vec<_>>(),
+                "p={p}: rows of old subtask 1"
+            );
+        }
+    }
+}
+
+#[test]
+fn test_broadcast_state_written_by_subtask_0_alone_still_restores_its_copy_everywhere() {
+    // Checkpoints written before every subtask wrote its copy: every new
+    // subtask restores subtask 0's copy and replays subtask 0's rows in
+    // flight, so its state is right (every row, once); subtask 1, which was
+    // ahead of subtask 0, emits the rows between the offsets again.
+    let every: Vec<i64> = (0..TOTAL).collect();
+    for p in [2, 3, 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CollectStore::new();
+        checkpoint_at_different_offsets(dir.path(), &store, true);
+        let rows = restore_and_finish(dir.path(), &store, p);
+        for s in 0..p as i64 {
+            assert_eq!(
+                values(&rows, FINAL_STATE, s),
+                every,
+                "p={p}: state of subtask {s}"
+            );
+        }
         assert_eq!(values(&rows, EMITTED, 0), every, "p={p}: rows of subtask 0");
-        if p == 2 {
-            // Subtask 1 resumes from subtask 0's offset, as its state does:
-            // the rows it applied ahead of subtask 0 before the checkpoint
-            // (HELD_AT + 1..BEFORE) it applies again after the restore, so
-            // its rows emitted per broadcast row repeat them (its state,
-            // subtask 0's copy, holds them once).
+        if p >= 2 {
             let mut want = every.clone();
             want.extend(HELD_AT + 1..BEFORE);
             want.sort_unstable();

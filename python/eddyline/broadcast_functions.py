@@ -135,8 +135,10 @@ class BroadcastProcessFunction:
     :meth:`process_broadcast_element` sees every row of the broadcast input
     in every parallel subtask and may write ``ctx.broadcast_state``;
     :meth:`process_element` sees the other input's rows and reads it. Every
-    subtask therefore holds the same broadcast state; it is checkpointed once
-    and restored into every subtask at any parallelism. Rows of the two
+    subtask therefore holds the same broadcast state; every subtask checkpoints
+    its copy and a restore, at any parallelism, gives each subtask the copy of
+    one old subtask together with the broadcast rows that subtask had in
+    flight, so no broadcast row is processed twice or skipped. Rows of the two
     inputs interleave in no fixed order: a row may be processed before a
     broadcast row that was produced earlier.
     """

@@ -36,7 +36,7 @@ pub struct PyRunnerFactory {
     recomputable: bool,
     replayable_from_earlier: bool,
     redistributable: bool,
-    /// Its runners hold broadcast state (one copy, written by subtask 0).
+    /// Its runners hold broadcast state (`Redistribution::Broadcast`).
     broadcast_state: bool,
     /// Its runners' operator state is union list state: at another
     /// parallelism every subtask gets the entries of all old subtasks (a

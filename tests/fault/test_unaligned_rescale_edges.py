@@ -1,9 +1,9 @@
 """Rescaling channel state end to end through a rebalance and a broadcast edge.
 
 ``core/src/checkpoint/channel_rescale.rs`` deals in-flight data of a rebalance
-edge as whole old channels round-robin over the new subtasks, and gives every
-new subtask old subtask 0's broadcast channels once (broadcast state restores
-subtask 0's copy everywhere). Its proptest covers the dealing; this test runs
+edge as whole old channels round-robin over the new subtasks, and gives new
+subtask ``i`` the broadcast channels of old subtask ``i mod p_old``, whose copy
+of the broadcast state it restores. Its proptest covers the dealing; this test runs
 it (docs/DESIGN.md "Unaligned checkpoints"): a job under backpressure with
 ``unaligned=True`` SIGKILLs itself right after the newest completed checkpoint
 holds rows in flight on the edge under test, and is restored with
@@ -21,7 +21,8 @@ holds rows in flight on the edge under test, and is restored with
   the broadcast state by every subtask. Every ``a`` row and every ``b`` row is
   committed exactly once, and no subtask ever sees a broadcast row twice (its
   broadcast state says so); restored at the same parallelism (2 -> 2), subtask
-  1 sees every broadcast row exactly once too.
+  1 sees every broadcast row exactly once too, whichever offsets of the
+  broadcast stream the two subtasks checkpointed at.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ SCRIPT = textwrap.dedent(
 
     def held(d):
         # Rows in flight into the operator under test on the edge under test
-        # (broadcast: channel 1, from "b", of subtask 0, whose copy every new subtask gets).
+        # (broadcast: channel 1, from "b", of subtask 0, whose copy new subtask 0 gets).
         rows = channel_state_rows(d)
         if shape != "broadcast":
             return any(k[0].startswith(under_test) for k in rows)
@@ -153,8 +154,8 @@ def _run(script: Path, tmp: Path, p: int, shape: str, mode: str, code: int = 0) 
         (3, 2, "rebalance"),
         (2, 3, "broadcast"),
         (2, 1, "broadcast"),
-        # At its own parallelism too: subtask 1 restores subtask 0's broadcast
-        # state, so it must replay subtask 0's broadcast rows in flight, not its own.
+        # At its own parallelism too: subtask 1 restores its own broadcast
+        # state and replays its own broadcast rows in flight, not subtask 0's.
         (2, 2, "broadcast"),
     ],
 )

@@ -13,11 +13,13 @@
 //!   its key group at the new parallelism, where its keyed state went too;
 //! * **forward** and **rebalance**: whole old channels go round-robin over
 //!   the new subtasks (forward: old subtask `d` to new subtask `d % p`);
-//! * **broadcast**: every new subtask gets the broadcast channels of old
-//!   subtask 0 once, as broadcast state restores subtask 0's copy everywhere
-//!   (`restore.rs`), so state and in-flight data stay consistent. This holds
-//!   at the checkpoint's own parallelism too, so a chain reading a broadcast
-//!   edge is always dealt out here (`spawn.rs`, `restored_channels`).
+//! * **broadcast**: every new subtask gets the broadcast channels of one
+//!   old subtask, the one whose copy of the broadcast state it restores
+//!   (`restore.rs` `broadcast_source`: old subtask `i mod` the old
+//!   parallelism, or old subtask 0 for checkpoints in which subtask 0 alone
+//!   wrote the broadcast state), so state and in-flight data stay
+//!   consistent. A chain reading a broadcast edge is always dealt out here
+//!   (`spawn.rs`, `restored_channels`).
 //!
 //! A new subtask keeps each row on the edge (so the logical input of a
 //! union or connect) it came on, in the channel of producer `u % p_up` for
@@ -64,14 +66,16 @@ pub fn channel_layout(
 
 /// Deals the channel state `old` (per old subtask, `None` when it captured
 /// nothing) of the consumer `consumer` out to `new_p` subtasks (see the
-/// module docs). Returns per new subtask its channels, `None` when it gets
-/// no row.
+/// module docs); new subtask `n` gets the broadcast channels of old subtask
+/// `broadcast_from[n]`. Returns per new subtask its channels, `None` when
+/// it gets no row.
 pub fn redistribute(
     consumer: &str,
     edges: &[EdgeShape],
     old: Vec<Option<SubtaskChannels>>,
     new_p: usize,
     max_parallelism: usize,
+    broadcast_from: &[usize],
 ) -> Result<Vec<Option<SubtaskChannels>>> {
     let new_layouts: Vec<Vec<(usize, usize)>> = (0..new_p)
         .map(|n| {
@@ -151,12 +155,9 @@ pub fn redistribute(
                     out[n][c].extend(batches);
                 }
                 Partitioning::Broadcast => {
-                    if d != 0 {
-                        continue;
-                    }
-                    for (n, subtask) in out.iter_mut().enumerate() {
-                        let c = slot(n, e, u)?;
-                        subtask[c].extend(batches.iter().cloned());
+                    let takers = (0..new_p).filter(|n| broadcast_from.get(*n) == Some(&d));
+                    for n in takers {
+                        out[n][slot(n, e, u)?].extend(batches.iter().cloned());
                     }
                 }
                 Partitioning::Hash { .. } => {
@@ -298,7 +299,7 @@ mod tests {
             new_producers: 2,
         }];
         let old = vec![Some(vec![vec![batch(&[(1, 1)])]])]; // 1 channel, 2 expected
-        let err = redistribute("agg", &edges, old, 3, MAX_P).unwrap_err();
+        let err = redistribute("agg", &edges, old, 3, MAX_P, &[0; 3]).unwrap_err();
         assert!(err.to_string().contains("operator 'agg'"), "{err}");
     }
 
@@ -315,7 +316,7 @@ mod tests {
             (0..3).map(|c| vec![batch(&[(d * 10 + c, 0)])]).collect()
         };
         let old = vec![Some(rows(0)), Some(rows(1))];
-        let out = redistribute("m", &edges, old, 3, MAX_P).unwrap();
+        let out = redistribute("m", &edges, old, 3, MAX_P, &[0; 3]).unwrap();
         let mut ids: Vec<i64> = out
             .iter()
             .flatten()
@@ -332,7 +333,7 @@ mod tests {
             new_producers: 3,
         }];
         let old = (0..3).map(|d| Some(vec![vec![batch(&[(d, 0)])]])).collect();
-        let out = redistribute("m", &edges, old, 2, MAX_P).unwrap();
+        let out = redistribute("m", &edges, old, 2, MAX_P, &[0; 2]).unwrap();
         let total: usize = out
             .iter()
             .flatten()
@@ -367,8 +368,8 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
-        /// Every row is replayed exactly once (broadcast: old subtask 0's
-        /// copy once per new subtask), on the edge it came on; keyed rows
+        /// Every row is replayed exactly once (broadcast: once per new
+        /// subtask that takes the copy of its old subtask), on the edge it came on; keyed rows
         /// at the owner of their key group; every old channel's rows in
         /// their order.
         #[test]
@@ -404,7 +405,10 @@ mod tests {
                 }
                 old.push((d % 3 != 2 || channels.iter().any(|c| !c.is_empty())).then_some(channels));
             }
-            let dealt = redistribute("op", &edges, old, new_p, MAX_P).unwrap();
+            // New subtask `n` restores the broadcast copy of old subtask
+            // `n mod old_p` (`restore.rs` `broadcast_source`).
+            let from: Vec<usize> = (0..new_p).map(|n| n % old_p).collect();
+            let dealt = redistribute("op", &edges, old, new_p, MAX_P, &from).unwrap();
             prop_assert_eq!(dealt.len(), new_p);
             let mut seen: HashMap<i64, usize> = HashMap::new();
             for (n, sub) in dealt.iter().enumerate() {
@@ -419,7 +423,7 @@ mod tests {
                         prop_assert_eq!(layout[c].0, e, "row {} changed its input", id);
                         match &edges[e].partitioning {
                             Partitioning::Hash { .. } => prop_assert_eq!(owner(k, new_p), n),
-                            Partitioning::Broadcast => prop_assert_eq!(d, 0),
+                            Partitioning::Broadcast => prop_assert_eq!(d, n % old_p),
                             Partitioning::Forward => prop_assert_eq!(d % new_p, n),
                             Partitioning::Rebalance => {}
                         }
@@ -433,8 +437,7 @@ mod tests {
             }
             for (id, (e, d, _, _)) in &origin {
                 let want = match edges[*e].partitioning {
-                    Partitioning::Broadcast if *d == 0 => new_p,
-                    Partitioning::Broadcast => 0,
+                    Partitioning::Broadcast => (0..new_p).filter(|n| n % old_p == *d).count(),
                     _ => 1,
                 };
                 prop_assert_eq!(seen.get(id).copied().unwrap_or(0), want, "row {}", id);

@@ -14,6 +14,7 @@ use crate::graph::{JobGraph, Node, NodeKind};
 use crate::partition::Partitioning;
 use crate::state::{
     encode_entries, even_split, union_entries, OperatorState, Redistribution, StateBlob,
+    ENTRY_LIST_MAGIC,
 };
 
 /// The state to restore for subtask `subtask` (of `parallelism`, owning
@@ -49,7 +50,7 @@ pub(crate) fn state_for(
     let old_p = entry.subtasks.len();
     let keyed = rc.keyed_state(uid, key_groups.start as u32..key_groups.end as u32);
     let operator = if redistribution_of(node) == Redistribution::Broadcast {
-        broadcast_for(rc, uid)?
+        broadcast_for(rc, uid, subtask)?
     } else if old_p == parallelism {
         rc.state(uid, subtask as u32)
             .and_then(|s| s.operator.clone())
@@ -76,33 +77,32 @@ pub(crate) fn state_for(
     Ok(Some(OperatorState { operator, keyed }))
 }
 
-/// The non-keyed state every new subtask of broadcast-state operator `uid`
-/// restores, at any parallelism ([`Redistribution::Broadcast`]): what old
-/// subtask 0 wrote (the broadcast state, the same in every subtask). When
-/// the old subtasks wrote entry lists, every new subtask gets the entries
-/// of all of them, in subtask order (union list state next to the broadcast
-/// state: a keyed broadcast process function's subtask 0 writes its
-/// broadcast state and its watermark, the others their watermark alone;
-/// docs/DESIGN.md "Keyed state layer"). Subtask 0's state is
-/// given as it is when it is the only one, or not an entry list (state
-/// written before, e.g. a keyed broadcast function's format v4).
-fn broadcast_for(rc: &RestoredCheckpoint, uid: &str) -> Result<Option<StateBlob>> {
+/// The non-keyed state new subtask `subtask` of broadcast-state operator
+/// `uid` restores, at any parallelism ([`Redistribution::Broadcast`]).
+///
+/// When every old subtask wrote its own copy (Flink's broadcast state
+/// pattern; docs/DESIGN.md "Unaligned checkpoints"), new subtask `i` gets
+/// the copy of old subtask [`broadcast_source`]`(i)`, `i mod` the old
+/// parallelism: the subtasks of an unaligned checkpoint may have taken it
+/// at different offsets of the broadcast stream, and the broadcast rows in
+/// flight a subtask replays are that same old subtask's
+/// (`runtime/spawn.rs` `restored_channels`), so state and replay agree.
+///
+/// Checkpoints in which subtask 0 alone wrote the broadcast state restore
+/// subtask 0's copy everywhere, as they were written. When the old subtasks
+/// wrote entry lists, every new subtask gets the entries of all of them, in
+/// subtask order (union list state next to the broadcast state: a keyed
+/// broadcast process function's subtask 0 writes its broadcast state and
+/// its watermark, the others their watermark alone; docs/DESIGN.md "Keyed
+/// state layer"). Subtask 0's state is given as it is when it is not an
+/// entry list and the source subtask wrote none.
+fn broadcast_for(rc: &RestoredCheckpoint, uid: &str, subtask: usize) -> Result<Option<StateBlob>> {
     let first = rc.state(uid, 0).and_then(|s| s.operator.clone());
     let blobs = rc.operator_blobs(uid);
     if blobs.iter().all(|(s, _)| *s == 0) {
         return Ok(first);
     }
-    let old_p = rc
-        .manifest()
-        .operator(uid)
-        .map_or(0, |e| e.subtasks.len())
-        .max(
-            blobs
-                .iter()
-                .map(|(s, _)| *s as usize + 1)
-                .max()
-                .unwrap_or(0),
-        );
+    let old_p = old_parallelism(rc, uid, &blobs);
     let mut old: Vec<Option<Arc<Vec<u8>>>> = vec![None; old_p];
     for (s, blob) in &blobs {
         old[*s as usize] = Some(blob.to_bytes()?);
@@ -111,10 +111,63 @@ fn broadcast_for(rc: &RestoredCheckpoint, uid: &str) -> Result<Option<StateBlob>
         .iter()
         .map(|b| b.as_deref().map(|v| v.as_slice()))
         .collect();
-    Ok(match union_entries(&views) {
-        Ok(all) => Some(StateBlob::Bytes(Arc::new(encode_entries(&all)))),
-        Err(_) => first,
-    })
+    if let Ok(all) = union_entries(&views) {
+        return Ok(Some(StateBlob::Bytes(Arc::new(encode_entries(&all)))));
+    }
+    let source = subtask % old_p;
+    Ok(rc
+        .state(uid, source as u32)
+        .and_then(|s| s.operator.clone())
+        .or(first))
+}
+
+/// The old subtask (of `old_p`) whose broadcast copy new subtask `subtask`
+/// of `node` restores, and so whose broadcast rows in flight it replays
+/// (`runtime/spawn.rs` `restored_channels`; docs/DESIGN.md "Unaligned
+/// checkpoints"): `subtask mod` the old parallelism when that old subtask
+/// wrote a copy of its own; old subtask 0 when subtask 0 alone wrote the
+/// broadcast state (checkpoints written before every subtask wrote its
+/// copy) or the subtasks wrote entry lists (subtask 0's entries carry the
+/// broadcast state, see [`broadcast_for`]). An operator without broadcast
+/// state keeps what it wrote, so it replays the rows its own old subtask
+/// captured.
+pub(crate) fn broadcast_source(
+    rc: &RestoredCheckpoint,
+    node: &Node,
+    subtask: usize,
+    old_p: usize,
+) -> Result<usize> {
+    let uid = node.uid.as_str();
+    let blobs = rc.operator_blobs(uid);
+    let source = subtask % old_p.max(1);
+    if redistribution_of(node) != Redistribution::Broadcast {
+        return Ok(source);
+    }
+    if blobs.iter().all(|(s, _)| *s == 0) {
+        return Ok(0);
+    }
+    for (_, blob) in &blobs {
+        if !blob.to_bytes()?.starts_with(&ENTRY_LIST_MAGIC) {
+            let own = blobs.iter().any(|(s, _)| *s as usize == source);
+            return Ok(if own { source } else { 0 });
+        }
+    }
+    Ok(0)
+}
+
+/// The parallelism operator `uid` had in `rc`: its manifest entry's
+/// subtasks, or more if its state blobs (`blobs`) say so.
+fn old_parallelism(rc: &RestoredCheckpoint, uid: &str, blobs: &[(u32, StateBlob)]) -> usize {
+    rc.manifest()
+        .operator(uid)
+        .map_or(0, |e| e.subtasks.len())
+        .max(
+            blobs
+                .iter()
+                .map(|(s, _)| *s as usize + 1)
+                .max()
+                .unwrap_or(0),
+        )
 }
 
 /// The feedback state new subtask `subtask` of `parallelism` of loop head

@@ -809,10 +809,11 @@ fn restored_channels(
             new_producers: plan.chains[plan.chain_of[edge.from]].parallelism,
         });
     }
-    // Broadcast state is old subtask 0's in every subtask (restore.rs
-    // `broadcast_for`), so the broadcast rows in flight must be subtask 0's
-    // too, at the old parallelism as at any other: a subtask's own would
-    // miss or repeat the rows its state and subtask 0's differ by.
+    // A subtask restores the broadcast state of one old subtask (restore.rs
+    // `broadcast_source`; docs/DESIGN.md "Unaligned checkpoints"), so the
+    // broadcast rows in flight it replays must be that subtask's too, at
+    // the old parallelism as at any other: another's would miss or repeat
+    // the rows the two copies differ by.
     let broadcast = edges
         .iter()
         .any(|e| e.partitioning == Partitioning::Broadcast);
@@ -825,8 +826,18 @@ fn restored_channels(
         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
         std::collections::hash_map::Entry::Vacant(v) => {
             let old = (0..old_p).map(decoded).collect::<Result<Vec<_>>>()?;
-            let dealt = redistribute(&head.name, &edges, old, parallelism, graph.max_parallelism)
-                .map_err(|e| match e {
+            let from = (0..parallelism)
+                .map(|n| crate::checkpoint::restore::broadcast_source(rc, head, n, old_p))
+                .collect::<Result<Vec<_>>>()?;
+            let dealt = redistribute(
+                &head.name,
+                &edges,
+                old,
+                parallelism,
+                graph.max_parallelism,
+                &from,
+            )
+            .map_err(|e| match e {
                 Error::Checkpoint {
                     path: None,
                     message,

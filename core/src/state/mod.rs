@@ -230,8 +230,13 @@ pub enum Redistribution {
     /// reads now, and the smallest watermark of the old subtasks).
     Union,
     /// Broadcast state (Flink's broadcast state pattern): every subtask
-    /// holds the same state, so only subtask 0 writes it, and on every
-    /// restore, at any parallelism, every subtask gets subtask 0's. When the
+    /// holds the same state once it has read the same broadcast rows, but an
+    /// unaligned checkpoint may catch the subtasks at different offsets of
+    /// the broadcast stream, so every subtask writes its own copy and new
+    /// subtask `i` restores old subtask `i mod p_old`'s, together with that
+    /// subtask's broadcast rows in flight (docs/DESIGN.md "Unaligned
+    /// checkpoints"). A checkpoint in which subtask 0 alone wrote it gives
+    /// every subtask subtask 0's copy (and rows in flight). When the
     /// subtasks write entry lists (subtask 0 the broadcast state among its
     /// entries, every subtask entries of its own: a keyed broadcast process
     /// function's watermark), every subtask of every restore gets the entries

@@ -3,9 +3,12 @@
 
 Input 0 is the stream (forwarded or rebalanced), input 1 the broadcast
 stream (every subtask gets every row). The broadcast state (one dict) is the
-same in every subtask, so subtask 0 alone writes it into a checkpoint and
-every subtask of a restore, at any parallelism, reads that copy
-(``Runner.broadcast_state``; the engine's ``Redistribution::Broadcast``).
+same in every subtask once it has read the same broadcast rows, but an
+unaligned checkpoint may catch the subtasks at different offsets of the
+broadcast stream, so every subtask writes its own copy; a restore gives new
+subtask ``i`` old subtask ``i mod p_old``'s copy with that subtask's
+broadcast rows in flight (``Runner.broadcast_state``; the engine's
+``Redistribution::Broadcast``; docs/DESIGN.md "Unaligned checkpoints").
 
 On a keyed stream (``keyed.connect(rules.broadcast())``),
 :class:`KeyedBroadcastProcessRunner` adds the keyed state and timers of
@@ -113,9 +116,9 @@ class BroadcastProcessRunner(Runner):
         return self._writer.encode(out)
 
     def snapshot(self, checkpoint_id: int) -> State | None:
-        """Subtask 0 writes the broadcast state; the others hold the same."""
-        if self._subtask != 0:
-            return None
+        """Every subtask writes its own copy of the broadcast state (see the
+        module docs): the copies differ when an unaligned checkpoint caught the
+        subtasks at different offsets of the broadcast stream."""
         return self._blob.get()
 
     def restore(self, data: State) -> None:
