@@ -54,6 +54,7 @@ mod spark_json;
 mod spark_nested;
 mod spark_regex;
 mod spark_regex_run;
+mod spark_remainder;
 mod spark_time;
 mod spark_window_time;
 mod type_class;
