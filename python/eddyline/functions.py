@@ -525,7 +525,12 @@ def expr(text: str) -> Expr:
     """A Spark SQL expression, such as ``"lower(name) || '!' AS shout"``
     (``AS`` names it). Text that does not parse, an unknown function or an
     aggregate is a :class:`~eddyline.errors.GraphError` naming the text and
-    the position."""
+    the position.
+
+    Its operators are Spark's: ``expr("a / b")`` and ``expr("a % b")`` are
+    null where ``b`` is zero (with ``ansi=True`` the job fails with
+    ``DIVIDE_BY_ZERO`` or ``REMAINDER_BY_ZERO``), where ``col("a") / col("b")``
+    follows Python and fails the job on a zero divisor."""
     if not isinstance(text, str):
         raise SchemaError(f"function 'expr' takes a str, got {text!r}", operator="expr")
     return Expr._parse(text)

@@ -108,8 +108,22 @@ fn scalar_to_py<'py>(py: Python<'py>, value: &ScalarValue) -> PyResult<Bound<'py
     })
 }
 
+/// The name `_binary` takes for Spark SQL's `/` (`F.expr`, `env.sql`), which
+/// is spelled `/` as the DSL's is but is null for a zero divisor: a pickled
+/// expression keeps it apart.
+const SPARK_DIV: &str = "spark /";
+
+/// The name `_binary` takes for `op`.
+fn binary_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::SparkDiv { .. } => SPARK_DIV,
+        other => other.symbol(),
+    }
+}
+
 fn binary_op(symbol: &str) -> PyResult<BinaryOp> {
     Ok(match symbol {
+        SPARK_DIV => BinaryOp::SparkDiv { ansi: false },
         "+" => BinaryOp::Add,
         "-" => BinaryOp::Sub,
         "*" => BinaryOp::Mul,
@@ -226,7 +240,8 @@ impl PyExpr {
         Ok(PyExpr::new(Expr::lit(scalar(value)?)))
     }
 
-    /// `left op right`, `op` spelled as in Python (`"+"`, `"<="`, `"&"`, ...).
+    /// `left op right`, `op` spelled as in Python (`"+"`, `"<="`, `"&"`, ...),
+    /// or `"spark /"` for Spark SQL's `/`.
     #[staticmethod]
     fn _binary(op: &str, left: PyRef<'_, PyExpr>, right: PyRef<'_, PyExpr>) -> PyResult<Self> {
         let op = binary_op(op)?;
@@ -304,7 +319,7 @@ impl PyExpr {
             Expr::Binary { op, left, right } => (
                 "_binary",
                 vec![
-                    PyString::new(py, op.symbol()).into_any(),
+                    PyString::new(py, binary_name(*op)).into_any(),
                     child(left)?,
                     child(right)?,
                 ],

@@ -11,7 +11,8 @@
 //!
 //! Laziness only matters where evaluating a branch on a row it does not
 //! take could fail: a `CASE` whose conditions and values are only columns,
-//! literals, comparisons, `& | ~` and null tests (such as
+//! literals, comparisons, `& | ~`, null tests and Spark's `/` out of ANSI
+//! mode (such as
 //! `when(col("x") < 10, "low").otherwise("high")`) cannot fail on any row,
 //! so it is evaluated over the whole batch instead, with no filtering: with
 //! literal values, each row's branch number picks its value with one `take`;
@@ -31,7 +32,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::type_class::{is_string, numeric_class};
 use super::value::Value;
-use super::{kernels, Expr, ExprError, ExprResult, UnaryOp};
+use super::{kernels, BinaryOp, Expr, ExprError, ExprResult, UnaryOp};
 
 /// The type of a `CASE` whose branch values (and `otherwise`) have types
 /// `values`: their common type, ignoring null literals. Numbers of
@@ -194,14 +195,18 @@ fn eval_lazy(
 
 /// Whether evaluating `expr` can fail on no row (type errors aside, which
 /// [`data_type`] reports for every branch): only columns, literals,
-/// comparisons (whose operand casts are safe), `& | ~` and null tests. A
-/// conservative check: arithmetic can overflow or divide by zero, functions
-/// and casts can fail in ANSI mode.
+/// comparisons (whose operand casts are safe), `& | ~`, null tests and
+/// Spark's `/` out of ANSI mode (a double quotient, null for a zero
+/// divisor). A conservative check: other arithmetic can overflow or divide
+/// by zero, Spark's `/` fails on a zero divisor in ANSI mode, functions and
+/// casts can fail in ANSI mode.
 fn cannot_fail(expr: &Expr) -> bool {
     match expr {
         Expr::Column(_) | Expr::Literal(_) => true,
         Expr::Binary { op, left, right } => {
-            (op.is_comparison() || op.is_logical()) && cannot_fail(left) && cannot_fail(right)
+            let total =
+                op.is_comparison() || op.is_logical() || *op == BinaryOp::SparkDiv { ansi: false };
+            total && cannot_fail(left) && cannot_fail(right)
         }
         Expr::Unary { op, expr } => {
             matches!(op, UnaryOp::Not | UnaryOp::IsNull | UnaryOp::IsNotNull) && cannot_fail(expr)
@@ -333,7 +338,7 @@ mod tests {
     use arrow::array::{Float64Array, Int64Array, StringArray};
     use arrow::datatypes::Field;
 
-    use crate::expr::{BinaryOp, ScalarValue};
+    use crate::expr::ScalarValue;
 
     fn batch() -> RecordBatch {
         let schema = Schema::new(vec![
@@ -438,6 +443,22 @@ mod tests {
                 )],
                 Some(lit(ScalarValue::Null)),
             ),
+            // Spark's `/` out of ANSI mode: null for the zero divisors.
+            Expr::case(
+                vec![(
+                    Expr::col("b"),
+                    Expr::binary(
+                        BinaryOp::SparkDiv { ansi: false },
+                        Expr::col("f"),
+                        lit(ScalarValue::Int64(0)),
+                    ),
+                )],
+                Some(Expr::binary(
+                    BinaryOp::SparkDiv { ansi: false },
+                    Expr::col("i"),
+                    Expr::col("f"),
+                )),
+            ),
         ]
     }
 
@@ -501,6 +522,12 @@ mod tests {
             vec![Some(7), None, Some(7), Some(7), Some(7), Some(7)]
         );
         for fallible in [
+            Expr::binary(
+                BinaryOp::SparkDiv { ansi: true },
+                Expr::col("i"),
+                Expr::col("f"),
+            ),
+            Expr::binary(BinaryOp::Div, Expr::col("f"), Expr::col("f")),
             Expr::cast(Expr::col("s"), "int").unwrap(),
             Expr::call("lower", vec![Expr::col("s")]).unwrap(),
             Expr::unary(UnaryOp::Neg, Expr::col("i")),
@@ -508,5 +535,37 @@ mod tests {
         ] {
             assert!(!cannot_fail(&fallible), "{fallible}");
         }
+    }
+
+    #[test]
+    fn a_case_guards_sparks_division_in_ansi_mode() {
+        let batch = batch();
+        // `f / (i - i)` divides by zero wherever `i` is not null; in ANSI
+        // mode that fails, unless the `CASE` keeps those rows away.
+        let zero = Expr::binary(BinaryOp::Sub, Expr::col("i"), Expr::col("i"));
+        let divide = Expr::binary(BinaryOp::SparkDiv { ansi: false }, Expr::col("f"), zero);
+        let guarded = Expr::case(
+            vec![(Expr::unary(UnaryOp::IsNull, Expr::col("i")), divide.clone())],
+            Some(lit(ScalarValue::Float64(-1.0))),
+        );
+        let ansi = guarded.clone().with_ansi(true);
+        let out = ansi.evaluate(&batch).unwrap();
+        let out = out.as_primitive::<arrow::datatypes::Float64Type>();
+        assert_eq!(
+            out.iter().collect::<Vec<_>>(),
+            vec![
+                Some(-1.0),
+                None,
+                Some(-1.0),
+                Some(-1.0),
+                Some(-1.0),
+                Some(-1.0)
+            ]
+        );
+        // Without ANSI mode the division is null for zero divisors anyway.
+        let plain = guarded.evaluate(&batch).unwrap();
+        assert_eq!(plain.as_ref(), ansi.evaluate(&batch).unwrap().as_ref());
+        let err = divide.with_ansi(true).evaluate(&batch).unwrap_err();
+        assert!(err.to_string().contains("DIVIDE_BY_ZERO"), "{err}");
     }
 }

@@ -19,7 +19,7 @@ use arrow::error::ArrowError;
 use arrow::record_batch::RecordBatch;
 
 use super::function::Function;
-use super::kernels;
+use super::kernels::{self, OnZero};
 use super::types::{binary_type, column_not_found, is_string, numeric_class, unary_type, NumClass};
 use super::value::{with_datums, Value};
 use super::{BinaryOp, Expr, ScalarValue, UnaryOp};
@@ -43,6 +43,22 @@ fn null_scalar(data_type: &DataType) -> Value {
 /// Maps an error of an Arrow kernel evaluating `expr` to the engine's error.
 fn kernel_error(err: ArrowError, expr: &Expr) -> ExprError {
     match err {
+        ArrowError::DivideByZero
+            if matches!(
+                expr,
+                Expr::Binary {
+                    op: BinaryOp::SparkDiv { ansi: true },
+                    ..
+                }
+            ) =>
+        {
+            // Spark's error class, so a job written for Spark's ANSI mode
+            // recognises it (docs/API.md "Functions").
+            ExprError::operator(format!(
+                "[DIVIDE_BY_ZERO] division by zero in expression {expr} under ANSI mode \
+                 (spark.sql.ansi.enabled); without it the value would be null"
+            ))
+        }
         ArrowError::DivideByZero => {
             ExprError::operator(format!("division by zero in expression {expr}"))
         }
@@ -58,8 +74,9 @@ impl Expr {
     /// `batch.num_rows()` values.
     ///
     /// Errors: an unknown column ([`ExprError::Graph`]), operands of the
-    /// wrong type ([`ExprError::Schema`]), integer division by zero or
-    /// overflow in a row whose inputs are not null
+    /// wrong type ([`ExprError::Schema`]), division by zero (but for
+    /// Spark's `/` out of ANSI mode) or integer overflow in a row whose
+    /// inputs are not null
     /// ([`ExprError::Operator`]); the calling operator names itself with
     /// [`ExprError::at`].
     pub fn evaluate(&self, batch: &RecordBatch) -> ExprResult<ArrayRef> {
@@ -107,21 +124,22 @@ impl Expr {
 
     /// A library call; Spark's `floor(a / b)` of integers `a` and `b` runs
     /// as one integer kernel instead of a double division, a floor and a
-    /// cast, with the same result for every input (docs/DESIGN.md
-    /// "Expressions"; the proof is at `kernels::spark_floor_quotient`).
+    /// cast, with the same result for every input, a zero divisor included
+    /// (docs/DESIGN.md "Expressions"; the proof is at
+    /// `kernels::spark_floor_quotient`).
     fn eval_call(
         &self,
         function: &Function,
         args: &[Expr],
         batch: &RecordBatch,
     ) -> ExprResult<Value> {
-        let [division @ Expr::Binary {
-            op: BinaryOp::Div,
-            left,
-            right,
-        }] = args
-        else {
+        let [division @ Expr::Binary { op, left, right }] = args else {
             return function.eval(args, batch, self);
+        };
+        let on_zero = match op {
+            BinaryOp::Div => OnZero::Fail,
+            BinaryOp::SparkDiv { ansi } => OnZero::spark(*ansi),
+            _ => return function.eval(args, batch, self),
         };
         if function.name() != "floor" {
             return function.eval(args, batch, self);
@@ -131,10 +149,12 @@ impl Expr {
         if int(&l) && int(&r) {
             return l
                 .cast_to(&DataType::Int64)
-                .and_then(|l| kernels::int_floor_of_true_div(&l, &r.cast_to(&DataType::Int64)?))
+                .and_then(|l| {
+                    kernels::int_floor_of_true_div(&l, &r.cast_to(&DataType::Int64)?, on_zero)
+                })
                 .map_err(|e| kernel_error(e, division));
         }
-        let quotient = division.eval_binary(BinaryOp::Div, &l, &r)?;
+        let quotient = division.eval_binary(*op, &l, &r)?;
         function.eval_values(vec![quotient], args, batch, self)
     }
 
@@ -181,10 +201,12 @@ impl Expr {
             BinaryOp::Mul => {
                 with_datums(&l, &r, numeric::mul).map(|a| Value::from_result(a, &l, &r))
             }
-            BinaryOp::Div if ints => kernels::int_true_div(&l, &r),
-            BinaryOp::Div => {
-                with_datums(&l, &r, numeric::div).map(|a| Value::from_result(a, &l, &r))
+            BinaryOp::Div if ints => kernels::int_true_div(&l, &r, OnZero::Fail),
+            BinaryOp::Div => kernels::float_true_div(&l, &r, OnZero::Fail),
+            BinaryOp::SparkDiv { ansi } if ints => {
+                kernels::int_true_div(&l, &r, OnZero::spark(ansi))
             }
+            BinaryOp::SparkDiv { ansi } => kernels::float_true_div(&l, &r, OnZero::spark(ansi)),
             BinaryOp::FloorDiv if ints => kernels::int_floor_div(&l, &r),
             BinaryOp::FloorDiv => kernels::float_floor_div(&l, &r),
             BinaryOp::Mod if ints => kernels::int_mod(&l, &r),
@@ -479,28 +501,181 @@ mod tests {
     }
 
     #[test]
-    fn test_integer_division_by_zero_is_an_operator_error() {
+    fn test_division_by_zero_is_an_operator_error() {
         let b = batch();
         for op in [BinaryOp::Div, BinaryOp::FloorDiv, BinaryOp::Mod] {
-            let e = bin(op, c("n"), i(0));
-            let err = e.evaluate(&b).expect_err("division by zero");
-            assert!(matches!(err, ExprError::Operator(_)), "{err}");
-            assert!(
-                err.to_string().contains("division by zero in expression"),
-                "{err}"
-            );
+            // Integers, and floats as Python: `1.0 / 0.0` and `1.0 / -0.0`
+            // raise ZeroDivisionError too.
+            for zero in [i(0), f(0.0), f(-0.0)] {
+                for dividend in [c("n"), c("f")] {
+                    let e = bin(op, dividend, zero.clone());
+                    let err = e.evaluate(&b).expect_err("division by zero");
+                    assert!(matches!(err, ExprError::Operator(_)), "{err}");
+                    assert!(
+                        err.to_string()
+                            .contains(&format!("division by zero in expression {e}")),
+                        "{err}"
+                    );
+                }
+            }
             // A column divisor with zeros in valid rows fails...
             let e = bin(op, c("n"), bin(BinaryOp::Sub, c("n"), c("n")));
+            assert!(e.evaluate(&b).is_err(), "{e}");
+            let e = bin(op, c("n"), bin(BinaryOp::Mul, c("f"), f(0.0)));
             assert!(e.evaluate(&b).is_err(), "{e}");
             // ...but a zero in a row whose dividend is null does not.
             let e = bin(op, c("n"), c("i"));
             assert!(e.evaluate(&b).is_ok(), "{e}");
+            let e = bin(op, bin(BinaryOp::Add, c("i"), f(1.0)), c("f"));
+            assert!(e.evaluate(&b).is_err(), "{e}: row 0 is -7.0 by -0.0");
+            let e = bin(op, c("i"), bin(BinaryOp::Mul, c("f"), null()));
+            assert!(e.evaluate(&b).is_ok(), "{e}");
         }
-        // Float division by zero follows IEEE 754.
-        let d = bin(BinaryOp::Div, c("f"), f(0.0))
+        // Divisors that are not zero follow IEEE 754: NaN and infinities.
+        let d = bin(BinaryOp::Div, f(1.0), c("f")).evaluate(&b);
+        assert!(d.is_err(), "-0.0 in row 0");
+        let d = bin(BinaryOp::Div, c("f"), f(f64::INFINITY))
             .evaluate(&b)
             .expect("eval");
-        assert!(floats(&d)[1].expect("valid").is_infinite());
+        assert_eq!(floats(&d)[1], Some(0.0));
+        let d = bin(BinaryOp::Div, f(f64::INFINITY), c("n"))
+            .evaluate(&b)
+            .expect("eval");
+        assert_eq!(floats(&d)[1], Some(f64::NEG_INFINITY));
+        let d = bin(BinaryOp::Mod, f(1.0), f(f64::NAN))
+            .evaluate(&b)
+            .expect("eval");
+        assert!(floats(&d)[0].expect("valid").is_nan());
+    }
+
+    fn spark_div(l: Expr, r: Expr) -> Expr {
+        bin(BinaryOp::SparkDiv { ansi: false }, l, r)
+    }
+
+    /// Floats compared by their bits, so NaN equals NaN.
+    fn bits(values: &[Option<f64>]) -> Vec<Option<u64>> {
+        values.iter().map(|v| v.map(f64::to_bits)).collect()
+    }
+
+    #[test]
+    fn test_sparks_division_by_zero_is_null_or_an_ansi_error() {
+        let b = batch();
+        // i: [-7, 7, null, 0], n: [3, -3, 1, null], f: [-0.0, 1.5, NaN, null]
+        let zero_n = bin(BinaryOp::Sub, c("n"), c("n"));
+        let third = |a: f64, b: f64| Some(a / b);
+        for (e, want, zero_met) in [
+            (spark_div(c("i"), i(0)), vec![None; 4], true),
+            (spark_div(c("f"), f(0.0)), vec![None; 4], true),
+            (spark_div(c("f"), f(-0.0)), vec![None; 4], true),
+            (spark_div(i(7), i(0)), vec![None; 4], true),
+            (spark_div(c("i"), zero_n.clone()), vec![None; 4], true),
+            (
+                spark_div(c("n"), c("f")),
+                vec![None, Some(-2.0), Some(f64::NAN), None],
+                true,
+            ),
+            (
+                spark_div(f(1.0), c("f")),
+                vec![None, third(1.0, 1.5), Some(f64::NAN), None],
+                true,
+            ),
+            (
+                spark_div(c("i"), c("n")),
+                vec![third(-7.0, 3.0), third(7.0, -3.0), None, None],
+                false,
+            ),
+            (
+                spark_div(i(3), c("i")),
+                vec![third(3.0, -7.0), third(3.0, 7.0), None, None],
+                true,
+            ),
+            // A zero divisor only in rows whose dividend is null.
+            (
+                spark_div(c("n"), c("i")),
+                vec![third(3.0, -7.0), third(-3.0, 7.0), None, None],
+                false,
+            ),
+            (spark_div(null(), i(0)), vec![None; 4], false),
+            (spark_div(c("i"), null()), vec![None; 4], false),
+            (
+                spark_div(bin(BinaryOp::Mul, c("f"), null()), f(0.0)),
+                vec![None; 4],
+                false,
+            ),
+        ] {
+            let got = e
+                .evaluate(&b)
+                .expect("Spark's / out of ANSI mode never fails");
+            assert_eq!(got.data_type(), &DataType::Float64, "{e}");
+            assert_eq!(bits(&floats(&got)), bits(&want), "{e}");
+            // In ANSI mode the same expression fails where a zero divisor
+            // meets a valid dividend, and gives the same values elsewhere.
+            let ansi = e.clone().with_ansi(true);
+            match ansi.evaluate(&b) {
+                Err(err) => {
+                    assert!(zero_met, "{ansi}: {err}");
+                    assert!(matches!(err, ExprError::Operator(_)), "{err}");
+                    let message = err.to_string();
+                    assert!(message.starts_with("[DIVIDE_BY_ZERO]"), "{message}");
+                    assert!(message.contains(&ansi.to_string()), "{message}");
+                    assert!(message.contains("spark.sql.ansi.enabled"), "{message}");
+                }
+                Ok(got) => {
+                    assert!(!zero_met, "{ansi} should fail");
+                    assert_eq!(bits(&floats(&got)), bits(&want), "{ansi}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn test_floor_of_sparks_division_by_zero() {
+        let b = batch();
+        let floor = |arg: Expr| Expr::call("floor", vec![arg]).expect("floor resolves");
+        let zero_n = bin(BinaryOp::Sub, c("n"), c("n"));
+        // i: [-7, 7, null, 0], n: [3, -3, 1, null], f: [-0.0, 1.5, NaN, null]
+        for (e, want, zero_met) in [
+            // Integers: the integer kernel.
+            (floor(spark_div(c("i"), i(0))), vec![None; 4], true),
+            (floor(spark_div(c("i"), zero_n)), vec![None; 4], true),
+            (
+                floor(spark_div(i(-7), c("i"))),
+                vec![Some(1), Some(-1), None, None],
+                true,
+            ),
+            (
+                floor(spark_div(c("i"), c("n"))),
+                vec![Some(-3), Some(-3), None, None],
+                false,
+            ),
+            (
+                floor(spark_div(c("n"), c("i"))),
+                vec![Some(-1), Some(-1), None, None],
+                false,
+            ),
+            // Doubles take the general path, with the same rule.
+            (floor(spark_div(c("f"), i(0))), vec![None; 4], true),
+            (
+                floor(spark_div(c("i"), c("f"))),
+                vec![None, Some(4), None, None],
+                true,
+            ),
+        ] {
+            let got = e.evaluate(&b).expect("null, not an error");
+            assert_eq!(got.data_type(), &DataType::Int64, "{e}");
+            assert_eq!(ints(&got), want, "{e}");
+            let ansi = e.clone().with_ansi(true);
+            match ansi.evaluate(&b) {
+                Err(err) => {
+                    assert!(zero_met, "{ansi}: {err}");
+                    assert!(err.to_string().starts_with("[DIVIDE_BY_ZERO]"), "{err}");
+                }
+                Ok(got) => {
+                    assert!(!zero_met, "{ansi} should fail");
+                    assert_eq!(ints(&got), want, "{ansi}");
+                }
+            }
+        }
     }
 
     #[test]

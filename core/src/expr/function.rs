@@ -65,6 +65,7 @@ fn registry() -> &'static HashMap<String, Arc<ScalarUDF>> {
             .into_iter()
             .chain(datafusion_spark::all_default_scalar_functions())
             .chain(super::spark_functions::functions())
+            .chain(super::spark_remainder::functions())
             .chain(super::spark_nested::functions())
             .chain(super::spark_time::functions())
             .chain(super::spark_window_time::functions())

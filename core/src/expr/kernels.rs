@@ -1,8 +1,9 @@
 //! The few vectorized kernels expressions need beyond `arrow::compute`:
-//! Python floor division and modulo, integer true division that refuses a
-//! zero divisor, IEEE 754 float comparisons (Arrow's compare floats by total
-//! order, where `-0.0 < 0.0` and `NaN == NaN`), Kleene logic against a
-//! literal, and broadcasting a scalar result to a column.
+//! Python floor division and modulo, divisions whose zero divisors fail
+//! (Python) or are null (Spark with ANSI mode off; DESIGN.md "Expressions"),
+//! IEEE 754 float comparisons (Arrow's compare floats by total order, where
+//! `-0.0 < 0.0` and `NaN == NaN`), Kleene logic against a literal, and
+//! broadcasting a scalar result to a column.
 //!
 //! Every kernel takes [`Value`]s, so a literal operand stays a single value:
 //! the per-row loop runs inside Arrow's `unary`/`try_binary`/`collect_bool`
@@ -15,7 +16,7 @@ use arrow::array::{
     PrimitiveArray, StringArray, UInt32Array,
 };
 use arrow::buffer::{BooleanBuffer, NullBuffer};
-use arrow::compute::kernels::arity::try_binary;
+use arrow::compute::kernels::arity::{binary, try_binary};
 use arrow::datatypes::{ArrowPrimitiveType, DataType, Float64Type, Int64Type};
 use arrow::error::ArrowError;
 
@@ -136,7 +137,8 @@ pub(crate) fn py_mod(a: i64, b: i64) -> Result<i64, ArrowError> {
 }
 
 /// Python `a % b` on floats: `fmod` shifted to the sign of the divisor, and a
-/// zero result carries the divisor's sign. A zero divisor gives `NaN`.
+/// zero result carries the divisor's sign. A zero divisor gives `NaN`
+/// ([`float_mod`] refuses it before).
 #[inline]
 pub(crate) fn py_float_mod(a: f64, b: f64) -> f64 {
     let r = a % b;
@@ -177,24 +179,151 @@ pub(crate) fn int_mod(l: &Value, r: &Value) -> Result<Value, ArrowError> {
     apply::<Int64Type, Int64Type, Int64Type, _>(l, r, py_mod)
 }
 
-/// Integer `/`: `Float64` quotient of two `Int64` values, refusing zero.
-pub(crate) fn int_true_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
-    if let Some((a, b)) = constant_divisor(l, r)? {
-        if b != 0 {
-            let a = primitive::<Int64Type>(&a)?;
-            let b = b as f64;
-            return Ok(Value::Array(Arc::new(
-                a.unary::<_, Float64Type>(|a| a as f64 / b),
-            )));
+/// What a division does in a row whose divisor is zero and whose operands
+/// are both valid (a row with a null operand is null whatever its divisor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnZero {
+    /// The batch fails: Python's `ZeroDivisionError` for the DSL's operators,
+    /// Spark's `DIVIDE_BY_ZERO` in ANSI mode.
+    Fail,
+    /// The row is null: Spark's `/` with ANSI mode off.
+    Null,
+}
+
+impl OnZero {
+    /// Spark's rule, in ANSI mode (`spark.sql.ansi.enabled`) or out of it.
+    pub(crate) fn spark(ansi: bool) -> Self {
+        if ansi {
+            OnZero::Fail
+        } else {
+            OnZero::Null
         }
     }
-    apply::<Int64Type, Int64Type, Float64Type, _>(l, r, |a, b| {
-        if b == 0 {
-            Err(ArrowError::DivideByZero)
-        } else {
-            Ok(a as f64 / b as f64)
+
+    /// Called where a zero divisor was met in a valid row.
+    fn met(self) -> Result<(), ArrowError> {
+        match self {
+            OnZero::Fail => Err(ArrowError::DivideByZero),
+            OnZero::Null => Ok(()),
+        }
+    }
+}
+
+/// `a op b` for a division `op` that gives some value for every pair,
+/// zero divisors included (that value is discarded): the rows whose divisor
+/// is zero are null or fail as `on_zero` says. A literal divisor is checked
+/// once; a column of divisors costs one scan for zeros, and only a batch
+/// that has a zero divisor in a valid row gets a new validity bitmap (the
+/// quotients' values are shared, never copied).
+fn divide<T, O, Z, F>(
+    l: &Value,
+    r: &Value,
+    on_zero: OnZero,
+    is_zero: Z,
+    op: F,
+) -> Result<Value, ArrowError>
+where
+    T: ArrowPrimitiveType,
+    O: ArrowPrimitiveType,
+    Z: Fn(T::Native) -> bool,
+    F: Fn(T::Native, T::Native) -> O::Native,
+{
+    let null = || Value::Scalar(new_null_array(&O::DATA_TYPE, 1));
+    Ok(match (l, r) {
+        (Value::Scalar(a), Value::Scalar(b)) => {
+            let (a, b) = (primitive::<T>(a)?, primitive::<T>(b)?);
+            if a.is_null(0) || b.is_null(0) {
+                null()
+            } else if is_zero(b.value(0)) {
+                on_zero.met()?;
+                null()
+            } else {
+                let v = op(a.value(0), b.value(0));
+                Value::Scalar(Arc::new(PrimitiveArray::<O>::from_value(v, 1)))
+            }
+        }
+        (Value::Array(a), Value::Scalar(b)) => {
+            let (a, b) = (primitive::<T>(a)?, primitive::<T>(b)?);
+            if b.is_null(0) {
+                null()
+            } else if is_zero(b.value(0)) {
+                if a.null_count() < a.len() {
+                    on_zero.met()?;
+                }
+                null()
+            } else {
+                let b = b.value(0);
+                Value::Array(Arc::new(a.unary::<_, O>(|a| op(a, b))))
+            }
+        }
+        (Value::Scalar(a), Value::Array(b)) => {
+            let (a, b) = (primitive::<T>(a)?, primitive::<T>(b)?);
+            if a.is_null(0) {
+                null()
+            } else {
+                let a = a.value(0);
+                let quotients = b.unary::<_, O>(|b| op(a, b));
+                Value::Array(Arc::new(without_zero_divisors(
+                    quotients, b, on_zero, is_zero,
+                )?))
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            let (a, b) = (primitive::<T>(a)?, primitive::<T>(b)?);
+            let quotients = binary::<_, _, _, O>(a, b, op)?;
+            Value::Array(Arc::new(without_zero_divisors(
+                quotients, b, on_zero, is_zero,
+            )?))
         }
     })
+}
+
+/// `quotients` of the divisors `divisors`, with each valid row whose divisor
+/// is zero null or failing as `on_zero` says; `quotients` itself where
+/// there is no such row.
+fn without_zero_divisors<T, O, Z>(
+    quotients: PrimitiveArray<O>,
+    divisors: &PrimitiveArray<T>,
+    on_zero: OnZero,
+    is_zero: Z,
+) -> Result<PrimitiveArray<O>, ArrowError>
+where
+    T: ArrowPrimitiveType,
+    O: ArrowPrimitiveType,
+    Z: Fn(T::Native) -> bool,
+{
+    let values = divisors.values();
+    if !values.iter().any(|d| is_zero(*d)) {
+        return Ok(quotients);
+    }
+    let nonzero = BooleanBuffer::collect_bool(values.len(), |i| !is_zero(values[i]));
+    let valid = match quotients.nulls() {
+        Some(nulls) => nulls.inner() & &nonzero,
+        None => nonzero,
+    };
+    let valid_before = quotients.len() - quotients.null_count();
+    if valid.count_set_bits() == valid_before {
+        // Every zero divisor sits in a row that is null anyway.
+        return Ok(quotients);
+    }
+    on_zero.met()?;
+    let (_, values, _) = quotients.into_parts();
+    Ok(PrimitiveArray::<O>::new(
+        values,
+        Some(NullBuffer::new(valid)),
+    ))
+}
+
+/// `/` of two `Int64` values: their `Float64` quotient; a zero divisor is
+/// handled as `on_zero` says.
+pub(crate) fn int_true_div(l: &Value, r: &Value, on_zero: OnZero) -> Result<Value, ArrowError> {
+    divide::<Int64Type, Float64Type, _, _>(l, r, on_zero, |b| b == 0, |a, b| a as f64 / b as f64)
+}
+
+/// `/` of two `Float64` values; a zero divisor (`0.0` or `-0.0`) is
+/// handled as `on_zero` says, any other follows IEEE 754 (`NaN`, `inf`).
+pub(crate) fn float_true_div(l: &Value, r: &Value, on_zero: OnZero) -> Result<Value, ArrowError> {
+    divide::<Float64Type, Float64Type, _, _>(l, r, on_zero, |b| b == 0.0, |a, b| a / b)
 }
 
 /// Below this magnitude every `i64` is exactly an `f64`.
@@ -234,8 +363,13 @@ fn spark_floor_quotient(a: i64, b: i64) -> i64 {
 }
 
 /// Spark's `floor(a / b)` on two `Int64` values as one integer kernel (see
-/// [`spark_floor_quotient`]); a zero divisor fails as [`int_true_div`] does.
-pub(crate) fn int_floor_of_true_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
+/// [`spark_floor_quotient`]); a zero divisor is handled as `on_zero` says,
+/// as [`int_true_div`] does.
+pub(crate) fn int_floor_of_true_div(
+    l: &Value,
+    r: &Value,
+    on_zero: OnZero,
+) -> Result<Value, ArrowError> {
     if let Some((a, b)) = constant_divisor(l, r)? {
         if b != 0 {
             let a = primitive::<Int64Type>(&a)?;
@@ -253,23 +387,38 @@ pub(crate) fn int_floor_of_true_div(l: &Value, r: &Value) -> Result<Value, Arrow
             return Ok(Value::Array(Arc::new(quotients)));
         }
     }
-    apply::<Int64Type, Int64Type, Int64Type, _>(l, r, |a, b| {
-        if b == 0 {
-            Err(ArrowError::DivideByZero)
-        } else {
-            Ok(spark_floor_quotient(a, b))
-        }
-    })
+    // The value for a zero divisor is discarded; it must only not panic.
+    divide::<Int64Type, Int64Type, _, _>(
+        l,
+        r,
+        on_zero,
+        |b| b == 0,
+        |a, b| {
+            if b == 0 {
+                0
+            } else {
+                spark_floor_quotient(a, b)
+            }
+        },
+    )
 }
 
-/// Float `//`: `floor(a / b)` on two `Float64` values.
+/// Float `//`: `floor(a / b)` on two `Float64` values; a zero divisor
+/// (`0.0` or `-0.0`) fails, as Python's `ZeroDivisionError`.
 pub(crate) fn float_floor_div(l: &Value, r: &Value) -> Result<Value, ArrowError> {
-    apply::<Float64Type, Float64Type, Float64Type, _>(l, r, |a, b| Ok((a / b).floor()))
+    divide::<Float64Type, Float64Type, _, _>(
+        l,
+        r,
+        OnZero::Fail,
+        |b| b == 0.0,
+        |a, b| (a / b).floor(),
+    )
 }
 
-/// Float `%` (Python semantics) on two `Float64` values.
+/// Float `%` (Python semantics) on two `Float64` values; a zero divisor
+/// fails, as Python's `ZeroDivisionError`.
 pub(crate) fn float_mod(l: &Value, r: &Value) -> Result<Value, ArrowError> {
-    apply::<Float64Type, Float64Type, Float64Type, _>(l, r, |a, b| Ok(py_float_mod(a, b)))
+    divide::<Float64Type, Float64Type, _, _>(l, r, OnZero::Fail, |b| b == 0.0, py_float_mod)
 }
 
 /// An IEEE 754 comparison of two `Float64` values.
@@ -487,7 +636,9 @@ mod tests {
                 assert_eq!(spark_floor_quotient(a, b), spark, "floor({a} / {b})");
                 let l = Value::Array(Arc::new(Int64Array::from(vec![a])));
                 let r = Value::Scalar(Arc::new(Int64Array::from(vec![b])));
-                let Value::Array(got) = int_floor_of_true_div(&l, &r).expect("kernel") else {
+                let Value::Array(got) =
+                    int_floor_of_true_div(&l, &r, OnZero::Fail).expect("kernel")
+                else {
                     panic!("a column divided by a literal is a column");
                 };
                 let got = got.as_primitive::<Int64Type>();
@@ -538,21 +689,107 @@ mod tests {
             }
         };
         let a = column(vec![Some(-7), None, Some(7)]);
-        let got = int_floor_of_true_div(&a, &scalar(Some(2))).expect("by a literal");
-        assert_eq!(ints(got), vec![Some(-4), None, Some(3)]);
-        let got = int_floor_of_true_div(&a, &column(vec![Some(-2), Some(0), None]))
-            .expect("a null row is never divided");
-        assert_eq!(ints(got), vec![Some(3), None, None]);
-        let got = int_floor_of_true_div(&a, &scalar(None)).expect("a null divisor");
-        assert_eq!(ints(got), vec![None]);
-        let got = int_floor_of_true_div(&scalar(Some(-1)), &scalar(Some(3))).expect("literals");
-        assert_eq!(ints(got), vec![Some(-1)]);
-        for zero in [scalar(Some(0)), column(vec![Some(1), Some(1), Some(0)])] {
+        for on_zero in [OnZero::Fail, OnZero::Null] {
+            let floor = |l: &Value, r: &Value| int_floor_of_true_div(l, r, on_zero);
+            let got = floor(&a, &scalar(Some(2))).expect("by a literal");
+            assert_eq!(ints(got), vec![Some(-4), None, Some(3)]);
+            let got = floor(&a, &column(vec![Some(-2), Some(0), None]))
+                .expect("a null row is never divided");
+            assert_eq!(ints(got), vec![Some(3), None, None]);
+            let got = floor(&a, &scalar(None)).expect("a null divisor");
+            assert_eq!(ints(got), vec![None]);
+            let got = floor(&scalar(Some(-1)), &scalar(Some(3))).expect("literals");
+            assert_eq!(ints(got), vec![Some(-1)]);
+        }
+        // A zero divisor in a valid row: an error (Python; Spark's ANSI
+        // mode) or null (Spark).
+        let zeros = [
+            (scalar(Some(0)), vec![None]),
+            (
+                column(vec![Some(1), Some(1), Some(0)]),
+                vec![Some(-7), None, None],
+            ),
+            (
+                column(vec![Some(0), Some(0), Some(-1)]),
+                vec![None, None, Some(-7)],
+            ),
+        ];
+        for (zero, nulled) in zeros {
             assert!(matches!(
-                int_floor_of_true_div(&a, &zero),
+                int_floor_of_true_div(&a, &zero, OnZero::Fail),
                 Err(ArrowError::DivideByZero)
             ));
+            let got = int_floor_of_true_div(&a, &zero, OnZero::Null).expect("null");
+            assert_eq!(ints(got), nulled);
         }
+        let got = int_floor_of_true_div(
+            &scalar(Some(5)),
+            &column(vec![Some(0), Some(2)]),
+            OnZero::Null,
+        )
+        .expect("a literal by a column");
+        assert_eq!(ints(got), vec![None, Some(2)]);
+        // A column of dividends that is null throughout meets no zero.
+        let nothing = column(vec![None, None]);
+        for zero in [scalar(Some(0)), column(vec![Some(0), Some(0)])] {
+            let got = int_floor_of_true_div(&nothing, &zero, OnZero::Fail).expect("all null");
+            assert!(ints(got).iter().all(Option::is_none));
+        }
+    }
+
+    #[test]
+    fn test_zero_divisors_share_the_quotients_values() {
+        let a = Int64Array::from(vec![Some(6), Some(7), None, Some(9)]);
+        let b = Int64Array::from(vec![Some(3), Some(0), Some(0), Some(-3)]);
+        let quotients = binary::<_, _, _, Float64Type>(&a, &b, |a, b| a as f64 / b as f64)
+            .expect("same lengths");
+        let values = quotients.values().inner().as_ptr();
+        // A zero only where the quotient is null anyway: the same array.
+        let b_null_zero = Int64Array::from(vec![Some(3), Some(1), Some(0), Some(-3)]);
+        let same = without_zero_divisors(quotients.clone(), &b_null_zero, OnZero::Fail, |b| b == 0)
+            .expect("no zero in a valid row");
+        assert_eq!(same.values().inner().as_ptr(), values);
+        assert_eq!(same.nulls(), quotients.nulls());
+        // A zero in a valid row: a new validity bitmap over the same values.
+        let nulled =
+            without_zero_divisors(quotients.clone(), &b, OnZero::Null, |b| b == 0).expect("null");
+        assert_eq!(nulled.values().inner().as_ptr(), values);
+        assert_eq!(
+            nulled.iter().collect::<Vec<_>>(),
+            vec![Some(2.0), None, None, Some(-3.0)]
+        );
+        assert!(matches!(
+            without_zero_divisors(quotients, &b, OnZero::Fail, |b| b == 0),
+            Err(ArrowError::DivideByZero)
+        ));
+    }
+
+    #[test]
+    fn test_float_division_by_zero_and_negative_zero() {
+        let column = |v: Vec<Option<f64>>| Value::Array(Arc::new(Float64Array::from(v)));
+        let scalar = |v: f64| Value::Scalar(Arc::new(Float64Array::from(vec![v])));
+        let a = column(vec![Some(1.0), Some(f64::NAN), None]);
+        for zero in [
+            scalar(0.0),
+            scalar(-0.0),
+            column(vec![Some(2.0), Some(-0.0), Some(1.0)]),
+        ] {
+            assert!(float_true_div(&a, &zero, OnZero::Fail).is_err());
+            assert!(float_floor_div(&a, &zero).is_err());
+            assert!(float_mod(&a, &zero).is_err());
+            assert!(float_true_div(&a, &zero, OnZero::Null).is_ok());
+        }
+        let got = float_true_div(
+            &a,
+            &column(vec![Some(2.0), Some(-0.0), Some(0.0)]),
+            OnZero::Null,
+        )
+        .expect("null");
+        let Value::Array(got) = got else {
+            panic!("a column divided by a column is a column");
+        };
+        let got: Vec<_> = got.as_primitive::<Float64Type>().iter().collect();
+        assert_eq!(got, vec![Some(0.5), None, None]);
     }
 
     #[test]

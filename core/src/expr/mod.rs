@@ -11,8 +11,13 @@
 //!   `Float64`. `UInt64` is refused ("cast first") because it does not fit
 //!   `Int64`.
 //! * `+ - * // %` on integers give `Int64` and fail on overflow; `/` always
-//!   gives `Float64`. Integer `/`, `//` and `%` by zero fail with "division by
-//!   zero"; float division follows IEEE 754 (`inf`, `NaN`).
+//!   gives `Float64`. `/`, `//` and `%` by zero fail with "division by zero",
+//!   for floats too (a divisor of `0.0` or `-0.0`), as Python raises
+//!   `ZeroDivisionError`; a `NaN` or infinite operand follows IEEE 754.
+//! * Spark SQL's `/` (`F.expr`, `env.sql`) is its own operator,
+//!   [`BinaryOp::SparkDiv`]: the quotient as a double, null where the divisor
+//!   is zero, or in ANSI mode a `DIVIDE_BY_ZERO` failure (DESIGN.md
+//!   "Expressions").
 //! * `//` floors (Python), `%` takes the sign of the divisor (Python:
 //!   `-7 % 3 == 2`, `7 % -3 == -2`); for floats `a // b` is `floor(a / b)`.
 //! * Comparisons work between numerics (after promotion), between strings
@@ -49,6 +54,7 @@ mod spark_json;
 mod spark_nested;
 mod spark_regex;
 mod spark_regex_run;
+mod spark_remainder;
 mod spark_time;
 mod spark_window_time;
 mod type_class;
@@ -145,6 +151,13 @@ pub enum BinaryOp {
     FloorDiv,
     /// Modulo with Python semantics: the result has the sign of the divisor.
     Mod,
+    /// Spark SQL's `/` (the spelling of `F.expr` and `env.sql`): always
+    /// `Float64`, and null where the divisor is zero (`0`, `0.0` or `-0.0`),
+    /// as Spark with ANSI mode off; with `ansi` (`spark.sql.ansi.enabled`,
+    /// [`Expr::with_ansi`]) such a row fails with `DIVIDE_BY_ZERO`.
+    SparkDiv {
+        ansi: bool,
+    },
     Eq,
     NotEq,
     Lt,
@@ -164,7 +177,7 @@ impl BinaryOp {
             BinaryOp::Add => "+",
             BinaryOp::Sub => "-",
             BinaryOp::Mul => "*",
-            BinaryOp::Div => "/",
+            BinaryOp::Div | BinaryOp::SparkDiv { .. } => "/",
             BinaryOp::FloorDiv => "//",
             BinaryOp::Mod => "%",
             BinaryOp::Eq => "==",
@@ -186,9 +199,25 @@ impl BinaryOp {
                 | BinaryOp::Sub
                 | BinaryOp::Mul
                 | BinaryOp::Div
+                | BinaryOp::SparkDiv { .. }
                 | BinaryOp::FloorDiv
                 | BinaryOp::Mod
         )
+    }
+
+    /// Whether the operator divides as `/` does, giving `Float64` (Python's
+    /// `/` or Spark's).
+    pub fn is_true_division(self) -> bool {
+        matches!(self, BinaryOp::Div | BinaryOp::SparkDiv { .. })
+    }
+
+    /// The operator in Spark's ANSI mode or out of it; only Spark's `/`
+    /// has one.
+    pub fn with_ansi(self, ansi: bool) -> Self {
+        match self {
+            BinaryOp::SparkDiv { .. } => BinaryOp::SparkDiv { ansi },
+            other => other,
+        }
     }
 
     /// Whether the operator is a comparison (`== != < <= > >=`).
@@ -313,14 +342,15 @@ impl Expr {
     }
 
     /// The expression in Spark's ANSI mode (`spark.sql.ansi.enabled`) or
-    /// out of it: in ANSI mode its casts and library calls fail on values
-    /// they would otherwise turn into null (DESIGN.md "Expressions").
+    /// out of it: in ANSI mode its casts, library calls and Spark divisions
+    /// fail on values they would otherwise turn into null (DESIGN.md
+    /// "Expressions").
     pub fn with_ansi(self, ansi: bool) -> Expr {
         let map = |e: Box<Expr>| Box::new(e.with_ansi(ansi));
         match self {
             Expr::Column(_) | Expr::Literal(_) => self,
             Expr::Binary { op, left, right } => Expr::Binary {
-                op,
+                op: op.with_ansi(ansi),
                 left: map(left),
                 right: map(right),
             },

@@ -5,7 +5,8 @@
 //! Taken: column names (`` `quoted` `` too), `a.b` and `a['b']` field
 //! access, `a[0]` array items, literals (integers are `bigint`, other
 //! numbers `double`, `'...'` and `"..."` strings, `true`, `false`, `null`),
-//! `+ - * / %` (`%` is Spark's remainder, with the dividend's sign), `||`,
+//! `+ - * / %` (`/` and `%` are Spark's: `/` gives a double, `%` the
+//! dividend's sign, and both are null for a zero divisor), `||`,
 //! comparisons (`=`, `==`, `!=`, `<>`, ...), `AND`/`OR`/`NOT`/`!`, `IS [NOT]
 //! NULL`, `CASE [x] WHEN ... END`, `CAST(x AS type)`, `[NOT] IN (...)`,
 //! `[NOT] BETWEEN`, `[NOT] LIKE`, `RLIKE`/`REGEXP`, and calls of the
@@ -285,7 +286,8 @@ impl Lowering<'_> {
             BinaryOperator::Plus => BinaryOp::Add,
             BinaryOperator::Minus => BinaryOp::Sub,
             BinaryOperator::Multiply => BinaryOp::Mul,
-            BinaryOperator::Divide => BinaryOp::Div,
+            // Spark's `/`: null for a zero divisor, unlike the DSL's (Python's).
+            BinaryOperator::Divide => BinaryOp::SparkDiv { ansi: false },
             BinaryOperator::Eq => BinaryOp::Eq,
             BinaryOperator::NotEq => BinaryOp::NotEq,
             BinaryOperator::Lt => BinaryOp::Lt,

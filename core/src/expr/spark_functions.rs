@@ -11,10 +11,6 @@
 //!   string where the pattern does not match, null for null input;
 //! * `hash(...)`: Spark's Murmur3 x86 32-bit row hash with seed 42, null
 //!   arguments skipped, so results equal Spark's for the same values;
-//! * `mod(a, b)` (SQL's `%`): `datafusion-spark`'s, except that an integer
-//!   divisor given as a non-zero literal goes straight to Arrow's `rem`
-//!   kernel with the divisor as a scalar (the form of the DSL's `%`), not
-//!   expanded to an array and masked for zeros first;
 //! * `md5(s)`: DataFusion's, as a `string` (Arrow `Utf8`) like Spark's and
 //!   every other string function here; DataFusion's gives `Utf8View`, which
 //!   a sink of Spark's types (`SparkTableSink`) refuses.
@@ -52,7 +48,6 @@ pub(super) fn functions() -> Vec<Arc<ScalarUDF>> {
         Arc::new(ScalarUDF::from(SparkHash::new())),
     ]
     .into_iter()
-    .chain(SparkMod::new().map(|m| Arc::new(ScalarUDF::from(m))))
     .chain(SparkMd5::new().map(|m| Arc::new(ScalarUDF::from(m))))
     .collect()
 }
@@ -105,63 +100,6 @@ impl ScalarUDFImpl for SparkMd5 {
             )?)),
             ColumnarValue::Scalar(v) => Ok(ColumnarValue::Scalar(v.cast_to(&DataType::Utf8)?)),
         }
-    }
-}
-
-/// Spark's `mod` with a fast path for a literal integer divisor.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct SparkMod {
-    inner: Arc<ScalarUDF>,
-}
-
-impl SparkMod {
-    fn new() -> Option<Self> {
-        let inner = datafusion_spark::all_default_scalar_functions()
-            .into_iter()
-            .find(|f| f.name() == "mod")?;
-        Some(SparkMod { inner })
-    }
-}
-
-impl ScalarUDFImpl for SparkMod {
-    fn name(&self) -> &str {
-        "mod"
-    }
-
-    fn signature(&self) -> &Signature {
-        self.inner.signature()
-    }
-
-    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
-        self.inner.return_type(arg_types)
-    }
-
-    fn return_field_from_args(
-        &self,
-        args: datafusion_expr::ReturnFieldArgs,
-    ) -> Result<arrow::datatypes::FieldRef> {
-        self.inner.return_field_from_args(args)
-    }
-
-    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
-        self.inner.coerce_types(arg_types)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        if let [ColumnarValue::Array(left), ColumnarValue::Scalar(right)] = args.args.as_slice() {
-            let t = right.data_type();
-            // Zero is null (or an error in ANSI mode): the general path.
-            let nonzero = !right.is_null()
-                && t.is_integer()
-                && *left.data_type() == t
-                && *right != datafusion_common::ScalarValue::new_zero(&t)?;
-            if nonzero {
-                let divisor = right.to_scalar()?;
-                let out = arrow::compute::kernels::numeric::rem(left, &divisor)?;
-                return Ok(ColumnarValue::Array(out));
-            }
-        }
-        self.inner.invoke_with_args(args)
     }
 }
 

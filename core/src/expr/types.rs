@@ -82,7 +82,7 @@ pub(crate) fn binary_type(
     };
     if op.is_arithmetic() {
         return match (numeric_class(l), numeric_class(r)) {
-            (Some(a), Some(b)) => Ok(if op == BinaryOp::Div {
+            (Some(a), Some(b)) => Ok(if op.is_true_division() {
                 DataType::Float64
             } else {
                 a.common(b).data_type()

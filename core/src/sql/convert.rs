@@ -162,7 +162,8 @@ fn binary_expr(b: &datafusion_expr::BinaryExpr, columns: &Columns<'_>) -> Result
         Operator::Plus => BinaryOp::Add,
         Operator::Minus => BinaryOp::Sub,
         Operator::Multiply => BinaryOp::Mul,
-        Operator::Divide => BinaryOp::Div,
+        // Spark's `/`: null for a zero divisor, unlike the DSL's (Python's).
+        Operator::Divide => BinaryOp::SparkDiv { ansi: false },
         // Spark's `%` keeps the dividend's sign (Python's the divisor's).
         Operator::Modulo => return call("mod", vec![left, right]),
         Operator::StringConcat => return call("concat", vec![left, right]),
