@@ -27,15 +27,15 @@ from .hand import ROWS, rows_of, with_and_without
 # rows 2 and 4 are the late candidates here.
 
 
-def _hand(monkeypatch: pytest.MonkeyPatch) -> Any:
+def _hand(monkeypatch: pytest.MonkeyPatch, late: frozenset[int] = frozenset({2, 4})) -> Any:
     """A tumbling ``group_by`` window of 1 s summing ``v`` over the hand-made
-    rows, rows 2 and 4 late candidates; returns its case and a check of an
-    output given as (k, window_start, n, sum) rows."""
+    rows, ``late`` the late candidates (rows 2 and 4 unless told); returns its
+    case and a check of an output given as (k, window_start, n, sum) rows."""
     base = generate(7)
     stage = Stage("fagg", form="tumbling", size_ms=1_000, spelling="group_by", exprs=[["sum"]])
     case = dataclasses.replace(base, stage=stage, ops=[], union=[], sinks=["parquet"])
     case.sources = [dataclasses.replace(s, late_rows=1) for s in case.sources]
-    monkeypatch.setattr(reference, "candidates", lambda _case: {2, 4})
+    monkeypatch.setattr(reference, "candidates", lambda _case: set(late))
     with rows_of(case, ROWS):
         want = reference.expected(case, set())
 
@@ -72,6 +72,16 @@ def test_anything_else_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     lost = problems([(0, 0, 2, 7), (1, 2_000, 1, 8), (0, 3_000, 1, 2)])
     assert "1 window(s) lost" in lost[0]
     assert "not expected" in problems([(0, 0, 2, 7), (0, 1_000, 1, 1), *rest])[0]
+
+
+def test_candidates_no_window_holds_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a candidate whose row a filter drops before the window (here: an id no
+    # row has): no window may lose a row, and the failed attempts' outcomes
+    # are none, with the aggregates' columns (no tester error)
+    _, problems = _hand(monkeypatch, late=frozenset({99}))
+    every = [(0, 0, 2, 7), (1, 1_000, 1, 5), (1, 2_000, 1, 8), (0, 3_000, 1, 2)]
+    assert problems(every) == []
+    assert "no choice of dropped late rows" in problems([(0, 0, 1, 1), *every[1:]])[0]
 
 
 def test_late_rows_before_group_by_are_drawn_after_every_older_draw(

@@ -229,8 +229,9 @@ def retried(case: Case, late_ids: set[int]) -> pd.DataFrame:
         for late in picks:
             parts.append(expected(case, (late_ids - set(ids)) | set(late), retry=False)["main"])
     # the candidates' rows may all be filtered out before the window: no group
+    # (an fagg stage's rows have the aggregates' columns, not ``none``'s)
     if not parts:
-        return none
+        return expected(case, late_ids, retry=False)["main"].iloc[:0]
     out = pd.concat(parts, ignore_index=True)
     # an fagg's collect_list/collect_set cells are lists, which pandas cannot hash
     hashable = out.map(lambda x: tuple(x) if isinstance(x, list) else x)
