@@ -2,7 +2,7 @@
 //! vectorized evaluator (`Expr::evaluate`) must agree with a scalar
 //! interpreter of the documented semantics (Python arithmetic, SQL nulls,
 //! Kleene logic, IEEE float comparisons), including the rows where it must
-//! fail (integer division by zero, overflow). Also checks that the type
+//! fail (division by zero, integer overflow). Also checks that the type
 //! checker and the evaluator agree on the result type.
 
 use std::sync::Arc;
@@ -217,6 +217,12 @@ fn reference(e: &Expr, t: &Table, row: usize) -> std::result::Result<Cell, RefEr
                 }),
                 (a, b) => {
                     let (a, b) = (as_f64(a), as_f64(b));
+                    // Python: `x / 0.0`, `x // -0.0` and `x % 0.0` raise
+                    // ZeroDivisionError; other divisors (NaN too) are IEEE.
+                    if b == 0.0 && matches!(op, BinaryOp::Div | BinaryOp::FloorDiv | BinaryOp::Mod)
+                    {
+                        return Err(RefError::DivByZero);
+                    }
                     Some(V::F(match op {
                         BinaryOp::Add => a + b,
                         BinaryOp::Sub => a - b,
