@@ -20,6 +20,8 @@
 //! restored at 2, 3 and 1 subtasks; the test checks the exact output.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -31,16 +33,17 @@ use arrow::record_batch::RecordBatch;
 use eddyline_core::checkpoint::channel_state::{channel_state_uid, decode};
 use eddyline_core::checkpoint::{CheckpointConfig, CheckpointStorage};
 use eddyline_core::error::{Error, Result};
-use eddyline_core::graph::{Edge, JobGraph, Node, NodeKind, Role};
+use eddyline_core::graph::{Edge, JobGraph, NodeKind, Role};
 use eddyline_core::operator::{
     CheckpointedState, Collector, Operator, OperatorContext, OperatorFactory,
 };
 use eddyline_core::partition::Partitioning;
 use eddyline_core::runtime::{JobConfig, JobHandle, RestoreFrom};
-use eddyline_core::scope::StreamScope;
 use eddyline_core::sink::collect::{CollectSinkFactory, CollectStore};
 use eddyline_core::source::{SourceFactory, SourcePoll, SourceReader};
 use eddyline_core::state::{OperatorState, Redistribution, StateBlob};
+
+use common::node;
 
 /// Rows the first run lets the source emit before the checkpoint.
 const BEFORE: i64 = 10;
@@ -290,20 +293,6 @@ impl CheckpointedState for Mark {
                 .collect();
         }
         Ok(())
-    }
-}
-
-fn node(id: usize, name: &str, p: usize, inputs: Vec<Edge>, kind: NodeKind, role: Role) -> Node {
-    Node {
-        id,
-        name: name.into(),
-        uid: name.into(),
-        parallelism: p,
-        inputs,
-        kind,
-        role,
-        output_schema: None,
-        scope: StreamScope::root(),
     }
 }
 

@@ -65,6 +65,13 @@ def random_rows(rng: random.Random) -> tuple[list[dict[str, Any]], int]:
     return rows, late
 
 
+AGGS = (
+    "sum(v) OVER w AS s, count(1) OVER w AS n, count(v) OVER w AS nv, "
+    "avg(v) OVER w AS a, min(x) OVER w AS lo, max(v) OVER w AS hi"
+)
+"""The aggregates every DuckDB comparison here selects over ``WINDOW w``."""
+
+
 def reference(rows: list[dict[str, Any]], preceding: int | str) -> list[dict[str, Any]]:
     """DuckDB's window functions over the rows that are not late, ties ordered as
     the over window orders them (``u``, then the other columns, nulls first), over
@@ -82,9 +89,7 @@ def reference_framed(rows: list[dict[str, Any]], frame: str) -> list[dict[str, A
     table = pa.Table.from_pylist([r for r in rows if "late" not in r], schema=SCHEMA)
     return duck(
         f"""
-        SELECT k, ts, u, v, x,
-               sum(v) OVER w AS s, count(1) OVER w AS n, count(v) OVER w AS nv,
-               avg(v) OVER w AS a, min(x) OVER w AS lo, max(v) OVER w AS hi
+        SELECT k, ts, u, v, x, {AGGS}
         FROM t WINDOW w AS ({frame})
         """,
         t=table,
@@ -98,6 +103,15 @@ def source(env: ed.StreamEnvironment, rows: list[dict[str, Any]]) -> ed.DataStre
     stream = env.from_arrow(table).set_parallelism(1)
     timed = stream.assign_timestamps("ts", max_out_of_orderness=f"{BOUND_MS}ms")
     return timed.set_parallelism(1)
+
+
+def viewed(parallelism: int, seed: int) -> tuple[ed.StreamEnvironment, list[dict[str, Any]]]:
+    """An environment of ``parallelism`` whose view ``t`` is ``source`` of
+    ``random_rows`` drawn from ``seed``, and those rows."""
+    rows, _ = random_rows(random.Random(seed))
+    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
+    source(env, rows).create_temporary_view("t")
+    return env, rows
 
 
 def normalized(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,14 +151,9 @@ def test_over_rows_equals_duckdb_on_random_rows_with_ties_and_late_rows(
 
 @pytest.mark.parametrize("parallelism", [1, 3])
 def test_sql_over_equals_duckdb_and_names_aggregates_by_alias(parallelism: int, seed: int) -> None:
-    rng = random.Random(seed)
-    rows, _ = random_rows(rng)
-    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
-    source(env, rows).create_temporary_view("t")
-    query = """
-        SELECT k, ts, u, v, x,
-               sum(v) OVER w AS s, count(1) OVER w AS n, count(v) OVER w AS nv,
-               avg(v) OVER w AS a, min(x) OVER w AS lo, max(v) OVER w AS hi
+    env, rows = viewed(parallelism, seed)
+    query = f"""
+        SELECT k, ts, u, v, x, {AGGS}
         FROM t
         WINDOW w AS (PARTITION BY k ORDER BY ts, u ROWS BETWEEN 2 PRECEDING AND CURRENT ROW)
     """
@@ -267,15 +276,10 @@ SQL_FRAMES = [
 def test_sql_over_unbounded_and_range_frames_equal_duckdb(
     parallelism: int, frame: str, order: str, seed: int
 ) -> None:
-    rng = random.Random(seed)
-    rows, _ = random_rows(rng)
-    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
-    source(env, rows).create_temporary_view("t")
-    select = """
-        SELECT k, ts, u, v, x,
-               sum(v) OVER w AS s, count(1) OVER w AS n, count(v) OVER w AS nv,
-               avg(v) OVER w AS a, min(x) OVER w AS lo, max(v) OVER w AS hi
-        FROM t WINDOW w AS (PARTITION BY k {})
+    env, rows = viewed(parallelism, seed)
+    select = f"""
+        SELECT k, ts, u, v, x, {AGGS}
+        FROM t WINDOW w AS (PARTITION BY k {{}})
     """
     got = run(env, env.sql(select.format(frame)))
     # DuckDB's frame: the same, its ROWS ties ordered as the over window orders them.
@@ -332,10 +336,7 @@ def test_sql_over_unbounded_and_range_frames_plan_as_their_dsl_twins() -> None:
 def test_sql_over_functions_of_different_overs_chain_and_equal_duckdb(
     parallelism: int, seed: int
 ) -> None:
-    rng = random.Random(seed)
-    rows, _ = random_rows(rng)
-    env = ed.StreamEnvironment(parallelism=parallelism, batch_size=BATCH)
-    source(env, rows).create_temporary_view("t")
+    env, rows = viewed(parallelism, seed)
     # One ROWS frame (ties ordered as the over windows order them), the others
     # RANGE frames, whose rows of one time share their values: rows equal in
     # every column get equal values, so the comparison is exact.

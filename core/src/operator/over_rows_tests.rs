@@ -127,31 +127,8 @@ fn test_over_rows_restores_at_another_parallelism_with_exact_output() {
         (20..40).collect(),
         (20..40).map(Some).collect(),
     );
-    // Uninterrupted.
-    let mut op = operator(&f, 0..MAXP);
-    let mut want = Recorder::default();
-    op.process_batch(0, first.clone(), &mut want).unwrap();
-    op.process_watermark(9, &mut want).unwrap();
-    op.process_batch(0, second.clone(), &mut want).unwrap();
-    op.process_watermark(MAX_WATERMARK, &mut want).unwrap();
-    // Snapshot after the first watermark (pending rows and history), then
-    // restored on two subtasks.
-    let mut op = operator(&f, 0..MAXP);
-    let mut got = Recorder::default();
-    op.process_batch(0, first, &mut got).unwrap();
-    op.process_watermark(9, &mut got).unwrap();
-    let state = op.snapshot_state(1).unwrap();
-    let ranges = [0..3, 3..MAXP];
-    for (range, state) in ranges.iter().zip(split_keyed(&state, &ranges)) {
-        let mut op = operator(&f, range.clone());
-        op.restore_state(state).unwrap();
-        let mine = crate::operator::testing::rows_in_key_groups(&second, 0, range, MAXP);
-        // A row at the restored watermark is still late.
-        op.process_batch(0, mine, &mut got).unwrap();
-        op.process_watermark(MAX_WATERMARK, &mut got).unwrap();
-    }
-    assert_eq!(sorted(&got.batches), sorted(&want.batches));
-    assert_eq!(display_rows(&want.batches).len(), 40);
+    // Snapshot after the first watermark (pending rows and history).
+    assert_restores_split(&f, first, second, 9);
 }
 
 #[test]
@@ -352,21 +329,29 @@ fn assert_restores_at_another_parallelism(f: &OverRowsFactory) {
         (20..40).map(|t| t / 2 * 3).collect(),
         (20..40).map(Some).collect(),
     ));
+    assert_restores_split(f, first, second, 14);
+}
+
+/// Asserts that `f`'s operator given `first`, the watermark `mid`, then
+/// `second`, gives the same rows (40) when snapshotted after `mid` and
+/// restored on two subtasks as uninterrupted.
+fn assert_restores_split(f: &OverRowsFactory, first: RecordBatch, second: RecordBatch, mid: i64) {
     let mut op = operator(f, 0..MAXP);
     let mut want = Recorder::default();
     op.process_batch(0, first.clone(), &mut want).unwrap();
-    op.process_watermark(14, &mut want).unwrap();
+    op.process_watermark(mid, &mut want).unwrap();
     op.process_batch(0, second.clone(), &mut want).unwrap();
     op.process_watermark(MAX_WATERMARK, &mut want).unwrap();
     let mut op = operator(f, 0..MAXP);
     let mut got = Recorder::default();
     op.process_batch(0, first, &mut got).unwrap();
-    op.process_watermark(14, &mut got).unwrap();
+    op.process_watermark(mid, &mut got).unwrap();
     let state = op.snapshot_state(1).unwrap();
     let ranges = [0..3, 3..MAXP];
     for (range, state) in ranges.iter().zip(split_keyed(&state, &ranges)) {
         let mut op = operator(f, range.clone());
         op.restore_state(state).unwrap();
+        // A row at the restored watermark is still late.
         let mine = crate::operator::testing::rows_in_key_groups(&second, 0, range, MAXP);
         op.process_batch(0, mine, &mut got).unwrap();
         op.process_watermark(MAX_WATERMARK, &mut got).unwrap();

@@ -325,7 +325,7 @@ impl<V: Num> WindowStore<V> for RowStore<V> {
         hashes: &mut Vec<u64>,
         own: &KeyGroupOwnership,
         next_seq: &mut u64,
-        mut late_rows: Option<&mut Vec<u32>>,
+        late_rows: Option<&mut Vec<u32>>,
     ) -> Result<u64> {
         let RowStore {
             name,
@@ -335,62 +335,28 @@ impl<V: Num> WindowStore<V> for RowStore<V> {
             ..
         } = self;
         let rows = Self::encode(codec, key_cols, hashes).for_operator(name)?;
-        let BatchInput {
-            agg,
-            size,
-            slide,
-            watermark: operator_watermark,
-            reached,
-            times,
-            contribution,
-        } = *input;
-        let fresh_acc = Acc::<V>::empty(agg);
-        let mut late = 0u64;
-        for (i, (&t, &hash)) in times.iter().zip(hashes.iter()).enumerate() {
-            let local = own.local_index(hash)?;
-            let watermark = reached.at(local, operator_watermark);
-            let last_start = t - t.rem_euclid(slide);
-            // The window [start, start + size) is over when start + size - 1 <= watermark.
-            if last_start.saturating_add(size - 1) <= watermark {
-                late += 1;
-                if let Some(rows) = late_rows.as_deref_mut() {
-                    // Batches are far below u32::MAX rows (Arrow offsets are i32).
-                    rows.push(i as u32);
-                }
-                continue;
-            }
-            let value = contribution.at(i);
-            let key = rows.row(i);
-            let first_start = t.saturating_sub(size);
-            let mut start = last_start;
-            loop {
-                let window = Arc::make_mut(windows.entry(start).or_default());
-                // Key groups number far below u32::MAX (max_parallelism).
-                let (entry, created) = window
-                    .upsert(key.as_ref(), hash, local as u32, || {
-                        let seq = *next_seq;
-                        *next_seq += 1;
-                        Entry {
-                            seq,
-                            acc: fresh_acc,
-                        }
-                    })
-                    .map_err(|e| e.in_operator(name))?;
-                if let Some(v) = value {
-                    entry.acc.add(agg, v);
-                }
-                if created {
-                    live[local] += 1;
-                }
-                match start.checked_sub(slide) {
-                    Some(s) if s > first_start && s.saturating_add(size - 1) > watermark => {
-                        start = s
+        let (agg, fresh_acc) = (input.agg, Acc::<V>::empty(input.agg));
+        input.for_each_window(hashes, own, late_rows, |i, local, start, value| {
+            let window = Arc::make_mut(windows.entry(start).or_default());
+            // Key groups number far below u32::MAX (max_parallelism).
+            let (entry, created) = window
+                .upsert(rows.row(i).as_ref(), hashes[i], local as u32, || {
+                    let seq = *next_seq;
+                    *next_seq += 1;
+                    Entry {
+                        seq,
+                        acc: fresh_acc,
                     }
-                    _ => break,
-                }
+                })
+                .map_err(|e| e.in_operator(name))?;
+            if let Some(v) = value {
+                entry.acc.add(agg, v);
             }
-        }
-        Ok(late)
+            if created {
+                live[local] += 1;
+            }
+            Ok(())
+        })
     }
 }
 

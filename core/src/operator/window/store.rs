@@ -217,31 +217,24 @@ impl<K: StateKey, V: Num> Store<K, V> {
     }
 }
 
-impl<K: StateKey, V: Num> WindowStore<V> for Store<K, V> {
-    fn process(
-        &mut self,
-        key_cols: &[ArrayRef],
-        input: &BatchInput<'_, V>,
-        hashes: &mut Vec<u64>,
+impl<'a, V: Num> BatchInput<'a, V> {
+    /// Walks the batch's rows in order. A row whose windows are all over by
+    /// its key group's watermark is late: counted (the returned number) and,
+    /// with `late_rows`, its index appended. An on-time row calls
+    /// `add(row, local key group, window start, contribution)` once per window
+    /// that is not over, from the latest start back.
+    pub(crate) fn for_each_window(
+        &self,
+        hashes: &[u64],
         own: &KeyGroupOwnership,
-        next_seq: &mut u64,
         mut late_rows: Option<&mut Vec<u32>>,
+        mut add: impl FnMut(usize, usize, i64, Option<V>) -> Result<()>,
     ) -> Result<u64> {
-        let keys = K::prepare(&mut self.codec, key_cols, hashes).for_operator(&self.name)?;
-        let BatchInput {
-            agg,
-            size,
-            slide,
-            watermark: operator_watermark,
-            reached,
-            times,
-            contribution,
-        } = *input;
-        let fresh_acc = Acc::<V>::empty(agg);
+        let (size, slide) = (self.size, self.slide);
         let mut late = 0u64;
-        for (i, (&t, &hash)) in times.iter().zip(hashes.iter()).enumerate() {
+        for (i, (&t, &hash)) in self.times.iter().zip(hashes.iter()).enumerate() {
             let local = own.local_index(hash)?;
-            let watermark = reached.at(local, operator_watermark);
+            let watermark = self.reached.at(local, self.watermark);
             let last_start = t - t.rem_euclid(slide);
             // The window [start, start + size) is over when start + size - 1 <= watermark.
             if last_start.saturating_add(size - 1) <= watermark {
@@ -252,23 +245,11 @@ impl<K: StateKey, V: Num> WindowStore<V> for Store<K, V> {
                 }
                 continue;
             }
-            let value = contribution.at(i);
-            let group = Arc::make_mut(&mut self.groups[local]);
+            let value = self.contribution.at(i);
             let first_start = t.saturating_sub(size);
             let mut start = last_start;
             loop {
-                let map = group.windows.entry(start).or_default();
-                let entry = K::upsert(map, &keys, i, || {
-                    let seq = *next_seq;
-                    *next_seq += 1;
-                    Entry {
-                        seq,
-                        acc: fresh_acc,
-                    }
-                });
-                if let Some(v) = value {
-                    entry.acc.add(agg, v);
-                }
+                add(i, local, start, value)?;
                 match start.checked_sub(slide) {
                     Some(s) if s > first_start && s.saturating_add(size - 1) > watermark => {
                         start = s
@@ -278,6 +259,38 @@ impl<K: StateKey, V: Num> WindowStore<V> for Store<K, V> {
             }
         }
         Ok(late)
+    }
+}
+
+impl<K: StateKey, V: Num> WindowStore<V> for Store<K, V> {
+    fn process(
+        &mut self,
+        key_cols: &[ArrayRef],
+        input: &BatchInput<'_, V>,
+        hashes: &mut Vec<u64>,
+        own: &KeyGroupOwnership,
+        next_seq: &mut u64,
+        late_rows: Option<&mut Vec<u32>>,
+    ) -> Result<u64> {
+        let keys = K::prepare(&mut self.codec, key_cols, hashes).for_operator(&self.name)?;
+        let (agg, fresh_acc) = (input.agg, Acc::<V>::empty(input.agg));
+        let groups = &mut self.groups;
+        input.for_each_window(hashes, own, late_rows, |i, local, start, value| {
+            let group = Arc::make_mut(&mut groups[local]);
+            let map = group.windows.entry(start).or_default();
+            let entry = K::upsert(map, &keys, i, || {
+                let seq = *next_seq;
+                *next_seq += 1;
+                Entry {
+                    seq,
+                    acc: fresh_acc,
+                }
+            });
+            if let Some(v) = value {
+                entry.acc.add(agg, v);
+            }
+            Ok(())
+        })
     }
 }
 
